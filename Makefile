@@ -1,0 +1,30 @@
+# The two commands: `make demo` and `make test`. Each creates .venv and installs what it needs.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint bench clean venv
+
+$(STAMP): pyproject.toml scripts/setup_venv.sh
+	bash scripts/setup_venv.sh "$(PY)" "$(VENV)"
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/plancast demo
+
+lint: $(STAMP)
+	$(BIN)/ruff check plancast simulator traces runtime dashboard tests benchmarks
+	$(BIN)/mypy
+
+test: lint
+	$(BIN)/python -m pytest -q
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/published_runs.py
+	$(BIN)/python benchmarks/sim_speed.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,90 @@
+"""Cluster presets: a GPU, a node size and the link tiers, innermost first.
+
+Tier bandwidth is per GPU, one direction, in GB/s (10^9 bytes/s). `efficiency` is the fraction of
+that bandwidth a large collective achieves on the tier (nccl-tests bus bandwidth / link peak), taken
+from ../shared/reference/published_runs.md. `size` of the outermost tier is the whole cluster and is
+filled in from num_nodes * gpus_per_node.
+"""
+
+from __future__ import annotations
+
+CLUSTERS: dict[str, dict[str, object]] = {
+    # DGX A100 (NVIDIA DGX A100 user guide): 8 GPUs on NVSwitch, NVLink3 600 GB/s bidirectional =
+    # 300 GB/s per direction; 8 x HDR 200 Gb/s InfiniBand = 25 GB/s per GPU.
+    # nccl-tests busbw: 8 x A100 NVLink 200-233 GB/s -> 0.72 of 300 in isolation; inside training the
+    # tensor-parallel all-reduces reach 0.51 (fitted on Korthikanti et al. 2022 Table 4 with the compute
+    # model). HDR ~24 GB/s per NIC -> 0.96.
+    "dgx-a100-80gb": {
+        "gpu": "A100-SXM4-80GB",
+        "gpus_per_node": 8,
+        "num_nodes": 1,
+        "tiers": [
+            {"name": "nvlink", "size": 8, "bandwidth_GBps": 300.0, "latency_us": 2.0, "efficiency": 0.51},
+            {"name": "infiniband", "bandwidth_GBps": 25.0, "latency_us": 5.0, "efficiency": 0.96},
+        ],
+    },
+    "dgx-a100-40gb": {
+        "gpu": "A100-SXM4-40GB",
+        "gpus_per_node": 8,
+        "num_nodes": 1,
+        "tiers": [
+            {"name": "nvlink", "size": 8, "bandwidth_GBps": 300.0, "latency_us": 2.0, "efficiency": 0.51},
+            {"name": "infiniband", "bandwidth_GBps": 25.0, "latency_us": 5.0, "efficiency": 0.96},
+        ],
+    },
+    # DGX H100 (NVIDIA DGX H100 datasheet): NVLink4 900 GB/s bidirectional = 450 GB/s per direction;
+    # 8 x NDR 400 Gb/s = 50 GB/s per GPU. nccl-tests busbw: ring ~365 GB/s -> 0.81 in isolation; in training
+    # assumed to keep A100's in-training/isolated ratio (0.51 / 0.72): 0.57. NDR 46-48 -> 0.94.
+    "dgx-h100-80gb": {
+        "gpu": "H100-SXM5-80GB",
+        "gpus_per_node": 8,
+        "num_nodes": 1,
+        "tiers": [
+            {"name": "nvlink", "size": 8, "bandwidth_GBps": 450.0, "latency_us": 2.0, "efficiency": 0.57},
+            {"name": "infiniband", "bandwidth_GBps": 50.0, "latency_us": 5.0, "efficiency": 0.94},
+        ],
+    },
+    # HGX H200: the DGX H100 fabric (NVLink4, NDR 400 Gb/s per GPU) with H200 GPUs (NVIDIA H200 datasheet).
+    "hgx-h200": {
+        "gpu": "H200-SXM-141GB",
+        "gpus_per_node": 8,
+        "num_nodes": 1,
+        "tiers": [
+            {"name": "nvlink", "size": 8, "bandwidth_GBps": 450.0, "latency_us": 2.0, "efficiency": 0.57},
+            {"name": "infiniband", "bandwidth_GBps": 50.0, "latency_us": 5.0, "efficiency": 0.94},
+        ],
+    },
+    # A PCIe server without NVLink: PCIe Gen4 x16 = 32 GB/s per direction raw, ~25 GB/s achieved
+    # (PCI-SIG Gen4 spec; nccl-tests on PCIe boxes reach ~0.75-0.8 of raw), one 100 GbE NIC per node
+    # shared by 8 GPUs = 1.5625 GB/s per GPU.
+    "pcie-a100-80gb": {
+        "gpu": "A100-PCIE-80GB",
+        "gpus_per_node": 8,
+        "num_nodes": 1,
+        "tiers": [
+            {"name": "pcie", "size": 8, "bandwidth_GBps": 32.0, "latency_us": 5.0, "efficiency": 0.78},
+            {"name": "ethernet", "bandwidth_GBps": 1.5625, "latency_us": 15.0, "efficiency": 0.9},
+        ],
+    },
+    # An Ethernet cluster: DGX-style H100 nodes joined by 8 x 100 GbE RoCE (12.5 GB/s per GPU), RoCE
+    # latency ~10 us and ~0.85 of line rate for large collectives (NVIDIA Spectrum-X whitepaper, 2023).
+    "eth-h100-80gb": {
+        "gpu": "H100-SXM5-80GB",
+        "gpus_per_node": 8,
+        "num_nodes": 1,
+        "tiers": [
+            {"name": "nvlink", "size": 8, "bandwidth_GBps": 450.0, "latency_us": 2.0, "efficiency": 0.57},
+            {"name": "ethernet", "bandwidth_GBps": 12.5, "latency_us": 10.0, "efficiency": 0.85},
+        ],
+    },
+    # This machine's cores as ranks over gloo (shared memory / loopback TCP). Nominal numbers, to be
+    # replaced by `plancast calibrate`, which measures them.
+    "local-cpu": {
+        "gpu": "cpu-core",
+        "gpus_per_node": 2,
+        "num_nodes": 1,
+        "tiers": [
+            {"name": "loopback", "size": 2, "bandwidth_GBps": 1.0, "latency_us": 50.0, "efficiency": 1.0},
+        ],
+    },
+}

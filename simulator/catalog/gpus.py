@@ -1,0 +1,69 @@
+"""Accelerator presets. Every number cites the vendor datasheet it comes from.
+
+Peaks are dense (no structured sparsity) tensor-core TFLOP/s per dtype; HBM bandwidth in GB/s
+(10^9 bytes/s); memory in GiB as the driver reports it (nvidia-smi total).
+"""
+
+from __future__ import annotations
+
+GPUS: dict[str, dict[str, object]] = {
+    # NVIDIA A100 Tensor Core GPU datasheet (2021): FP32 19.5, TF32 156, FP16/BF16 312 TFLOP/s dense;
+    # 40GB SXM: HBM2 1,555 GB/s; 80GB SXM: HBM2e 2,039 GB/s.
+    "A100-SXM4-40GB": {
+        "peak_tflops": {"fp32": 19.5, "tf32": 156.0, "fp16": 312.0, "bf16": 312.0},
+        "hbm_GBps": 1555.0,
+        "memory_GiB": 40.0,
+    },
+    "A100-SXM4-80GB": {
+        "peak_tflops": {"fp32": 19.5, "tf32": 156.0, "fp16": 312.0, "bf16": 312.0},
+        "hbm_GBps": 2039.0,
+        "memory_GiB": 80.0,
+    },
+    # A100 80GB PCIe, same datasheet: same tensor peaks, HBM2e 1,935 GB/s.
+    "A100-PCIE-80GB": {
+        "peak_tflops": {"fp32": 19.5, "tf32": 156.0, "fp16": 312.0, "bf16": 312.0},
+        "hbm_GBps": 1935.0,
+        "memory_GiB": 80.0,
+    },
+    # NVIDIA H100 Tensor Core GPU datasheet (2023), SXM5: FP32 67, TF32 494.7, BF16/FP16 989.4,
+    # FP8 1,978.9 TFLOP/s dense; HBM3 3.35 TB/s; 80 GB (nvidia-smi: 81,559 MiB).
+    "H100-SXM5-80GB": {
+        "peak_tflops": {"fp32": 67.0, "tf32": 494.7, "fp16": 989.4, "bf16": 989.4, "fp8": 1978.9},
+        "hbm_GBps": 3350.0,
+        "memory_GiB": 79.6,
+    },
+    # Same datasheet, H100 PCIe: FP32 51, TF32 378, BF16/FP16 756, FP8 1,513 TFLOP/s; HBM2e 2 TB/s.
+    "H100-PCIE-80GB": {
+        "peak_tflops": {"fp32": 51.0, "tf32": 378.0, "fp16": 756.0, "bf16": 756.0, "fp8": 1513.0},
+        "hbm_GBps": 2000.0,
+        "memory_GiB": 79.6,
+    },
+    # NVIDIA H200 datasheet (2024): H100 SXM compute; HBM3e 4.8 TB/s; 141 GB (nvidia-smi: 143,771 MiB).
+    "H200-SXM-141GB": {
+        "peak_tflops": {"fp32": 67.0, "tf32": 494.7, "fp16": 989.4, "bf16": 989.4, "fp8": 1978.9},
+        "hbm_GBps": 4800.0,
+        "memory_GiB": 140.4,
+    },
+    # NVIDIA DGX B200 datasheet (2024): 72 PF FP8 training per 8 GPUs = 9 PF sparse -> 4.5 PF dense FP8,
+    # 2.25 PF dense BF16 per GPU; HBM3e 8 TB/s; 1,440 GB per 8 GPUs = 180 GB.
+    "B200-SXM-180GB": {
+        "peak_tflops": {"fp32": 80.0, "tf32": 1100.0, "fp16": 2250.0, "bf16": 2250.0, "fp8": 4500.0},
+        "hbm_GBps": 8000.0,
+        "memory_GiB": 179.1,
+    },
+    # AMD Instinct MI300X datasheet (2023): FP32 163.4, TF32 653.7, FP16/BF16 1,307.4, FP8 2,614.9 TFLOP/s
+    # dense; HBM3 5.3 TB/s; 192 GB.
+    "MI300X-192GB": {
+        "peak_tflops": {"fp32": 163.4, "tf32": 653.7, "fp16": 1307.4, "bf16": 1307.4, "fp8": 2614.9},
+        "hbm_GBps": 5300.0,
+        "memory_GiB": 192.0,
+    },
+    # One x86 core as a rank (gloo on CPU). Nominal: AVX2 with two FMA ports at ~3 GHz =
+    # 2 ports x 8 fp32 lanes x 2 FLOP x 3e9 = 96 GFLOP/s (Intel 64 and IA-32 Optimization Reference
+    # Manual, Haswell and later). `plancast calibrate` replaces it with what this machine measures.
+    "cpu-core": {
+        "peak_tflops": {"fp32": 0.096, "bf16": 0.096, "fp16": 0.096, "tf32": 0.096},
+        "hbm_GBps": 10.0,  # one core's share of a DDR4/DDR5 socket's stream bandwidth, order of magnitude
+        "memory_GiB": 8.0,  # a budget per rank on a 24 GiB, 2-core test machine
+    },
+}

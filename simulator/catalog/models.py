@@ -1,0 +1,78 @@
+"""Model presets, with Hugging Face config.json key names. Each entry cites its paper or config."""
+
+from __future__ import annotations
+
+
+def _gpt(
+    hidden: int, layers: int, heads: int, vocab: int = 51200, positions: int = 2048
+) -> dict[str, object]:
+    """A GPT-style decoder: GELU MLP of 4h, LayerNorm, learned positions, tied embeddings."""
+    return {
+        "hidden_size": hidden,
+        "num_hidden_layers": layers,
+        "num_attention_heads": heads,
+        "vocab_size": vocab,
+        "activation": "gelu",
+        "norm": "layernorm",
+        "position_embedding": "learned",
+        "max_position_embeddings": positions,
+        "tie_word_embeddings": True,
+    }
+
+
+def _llama(
+    hidden: int, layers: int, heads: int, kv_heads: int, ffn: int, vocab: int, positions: int
+) -> dict[str, object]:
+    """A Llama-style decoder: SwiGLU MLP, RMSNorm, rotary positions, untied embeddings."""
+    return {
+        "hidden_size": hidden,
+        "num_hidden_layers": layers,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv_heads,
+        "intermediate_size": ffn,
+        "vocab_size": vocab,
+        "activation": "swiglu",
+        "norm": "rmsnorm",
+        "position_embedding": "rope",
+        "max_position_embeddings": positions,
+        "tie_word_embeddings": False,
+    }
+
+
+MODELS: dict[str, dict[str, object]] = {
+    # GPT-3 family: Brown et al. 2020, Table 2.1 (vocab 50,257 padded to 51,200 as in Megatron-LM).
+    "gpt3-125m": _gpt(768, 12, 12),
+    "gpt3-350m": _gpt(1024, 24, 16),
+    "gpt3-760m": _gpt(1536, 24, 16),
+    "gpt3-1.3b": _gpt(2048, 24, 16),
+    "gpt3-2.7b": _gpt(2560, 32, 32),
+    "gpt3-6.7b": _gpt(4096, 32, 32),
+    "gpt3-13b": _gpt(5120, 40, 40),
+    "gpt3-175b": _gpt(12288, 96, 96),
+    # Megatron-LM weak-scaling sizes: Narayanan et al. 2021, "Efficient Large-Scale Language Model
+    # Training on GPU Clusters", Table 1.
+    "megatron-1.7b": _gpt(2304, 24, 24),
+    "megatron-3.6b": _gpt(3072, 30, 32),
+    "megatron-7.5b": _gpt(4096, 36, 32),
+    "megatron-18b": _gpt(6144, 40, 48),
+    "megatron-39b": _gpt(8192, 48, 64),
+    "megatron-76b": _gpt(10240, 60, 80),
+    "megatron-145b": _gpt(12288, 80, 96),
+    "megatron-310b": _gpt(16384, 96, 128),
+    "megatron-530b": _gpt(20480, 105, 128),
+    "megatron-1t": _gpt(25600, 128, 160),
+    # Korthikanti et al. 2022, Table 3 (22B; 175B, 530B and 1T are the rows above).
+    "megatron-22b": _gpt(6144, 48, 64),
+    # Llama 2: Touvron et al. 2023 and the meta-llama/Llama-2-*-hf config.json files.
+    "llama2-7b": _llama(4096, 32, 32, 32, 11008, 32000, 4096),
+    "llama2-13b": _llama(5120, 40, 40, 40, 13824, 32000, 4096),
+    "llama2-70b": _llama(8192, 80, 64, 8, 28672, 32000, 4096),
+    # Llama 3 / 3.1: Dubey et al. 2024, Table 3, and the meta-llama/Meta-Llama-3*-hf config.json files.
+    "llama3-8b": _llama(4096, 32, 32, 8, 14336, 128256, 8192),
+    "llama3-70b": _llama(8192, 80, 64, 8, 28672, 128256, 8192),
+    "llama3-405b": _llama(16384, 126, 128, 8, 53248, 128256, 8192),
+    # Tiny models that train on a CPU in seconds (plancast's own test sizes).
+    "tiny-gpt": _gpt(64, 4, 4, vocab=256, positions=256),
+    "tiny-llama": _llama(64, 4, 4, 2, 176, 256, 256),
+    "small-gpt": _gpt(256, 8, 8, vocab=1024, positions=512),
+}

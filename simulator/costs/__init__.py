@@ -1,0 +1,1 @@
+"""Pure cost formulas (no SimPy): FLOPs and bytes per op, memory per rank, collective times."""

@@ -1,0 +1,45 @@
+"""Achieved time of one operator: a roofline with a shape-dependent GEMM efficiency.
+
+time = max(FLOPs / (peak * efficiency(op)), bytes / (HBM bandwidth * memory_efficiency)) + overhead
+
+GEMM efficiency saturates with size, e(F) = e_max * F / (F + F_half): small GEMMs cannot fill the
+GPU (tile quantisation, launch latency), large ones approach e_max. The constants live in the
+cluster's `compute` table (simulator.scenario.ComputeModel), fitted on Korthikanti et al. 2022
+Table 4 for A100 and refitted by `plancast calibrate` from measured runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from simulator.costs.ops import Op
+from simulator.scenario import GPU, ComputeModel
+
+
+def op_seconds(
+    op: Op, gpu: GPU, compute: ComputeModel, dtype: str, flop_scale: float = 1.0, byte_scale: float = 1.0
+) -> float:
+    """Seconds for `op` scaled by flop_scale (backward = 2) and byte_scale."""
+    flops = op.flops * flop_scale
+    hbm_s = op.bytes * byte_scale / (gpu.hbm_GBps * 1e9 * compute.memory_efficiency)
+    if op.category == "memory" or flops == 0.0:
+        return hbm_s + compute.op_overhead_us * 1e-6
+    if op.category == "matmul":
+        half = compute.matmul_half_gflop * 1e9
+        eff = compute.matmul_efficiency * flops / (flops + half)
+    else:
+        eff = compute.attention_efficiency
+    flop_s = flops / (gpu.peak_flops(dtype) * eff)
+    return max(flop_s, hbm_s) + compute.op_overhead_us * 1e-6
+
+
+def ops_seconds(
+    ops: Iterable[Op],
+    gpu: GPU,
+    compute: ComputeModel,
+    dtype: str,
+    flop_scale: float = 1.0,
+    byte_scale: float = 1.0,
+) -> float:
+    """Sum of op_seconds over ops (they run back to back on one stream)."""
+    return sum(op_seconds(op, gpu, compute, dtype, flop_scale, byte_scale) for op in ops)

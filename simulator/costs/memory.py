@@ -1,0 +1,130 @@
+"""Memory per rank: model states under ZeRO, activations (Korthikanti et al. 2022), in-flight micro-batches.
+
+Model states for mixed-precision Adam (Rajbhandari et al. 2020, "ZeRO", sec. 3.1 and Figure 1):
+2 bytes of fp16/bf16 parameters + 2 of gradients + 12 of optimizer state (fp32 master, momentum,
+variance) = 16 P; over N data-parallel ranks ZeRO-1 keeps 4P + 12P/N, ZeRO-2 2P + 14P/N, ZeRO-3 16P/N.
+Megatron-LM accumulates gradients in fp32 (`--accumulate-allreduce-grads-in-fp32`): 18 P.
+fp32 training: 4 + 4 + 8 (momentum, variance; no master copy) = 16 P.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simulator.costs.ops import DTYPE_BYTES, Shape
+from simulator.costs.params import stage_parameters
+from simulator.scenario import Scenario
+from simulator.schedules import Action, Schedule, build_schedule
+
+GiB = 1024**3
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryBreakdown:
+    """Bytes one rank holds at its peak."""
+
+    parameters: float
+    gradients: float
+    optimizer: float
+    activations: float
+
+    @property
+    def total(self) -> float:
+        return self.parameters + self.gradients + self.optimizer + self.activations
+
+    def gib(self) -> dict[str, float]:
+        """The breakdown in GiB, as the CLI's summary reports it."""
+        return {
+            "parameters": self.parameters / GiB,
+            "gradients": self.gradients / GiB,
+            "optimizer": self.optimizer / GiB,
+            "activations": self.activations / GiB,
+        }
+
+
+def model_state_bytes(
+    params: float, *, dp: int, zero_stage: int, dtype: str, grad_fp32: bool = False
+) -> tuple[float, float, float]:
+    """(parameters, gradients, optimizer) bytes on one rank holding `params` parameters before sharding."""
+    if dtype == "fp32":
+        p_bytes, g_bytes, o_bytes = 4.0, 4.0, 8.0
+    else:
+        p_bytes, g_bytes, o_bytes = 2.0, 4.0 if grad_fp32 else 2.0, 12.0
+    shard = max(dp, 1)
+    optimizer = params * o_bytes / (shard if zero_stage >= 1 else 1)
+    gradients = params * g_bytes / (shard if zero_stage >= 2 else 1)
+    parameters = params * p_bytes / (shard if zero_stage >= 3 else 1)
+    return parameters, gradients, optimizer
+
+
+def layer_activation_bytes(x: Shape, recompute: str) -> float:
+    """Bytes one transformer block keeps for backward, per micro-batch (Korthikanti et al. 2022, sec. 4.1;
+    e.g. tensor parallel: s*b*h*(10 + 24/t + 5*a*s/(h*t)) for fp16 GPT). Generalised to GQA, SwiGLU,
+    fp32 and fused attention."""
+    d, t = x.dtype_bytes, x.tp
+    sbh = x.s * x.b * x.h
+    sp = t if x.sp else 1  # sequence parallel shards the otherwise replicated tensors
+    if recompute == "full":
+        return d * sbh / sp  # the block's input only
+    replicated = (4 * d + 2) * sbh / sp  # two norm inputs, QKV input, FC1 input, two 1-byte dropout masks
+    qkv = d * x.s * x.b * (x.h + 2 * x.kv_dim) / t
+    out_proj = d * sbh / t
+    mlp = (3 if x.swiglu else 2) * d * x.s * x.b * x.ffn / t
+    scores = 0.0
+    if recompute == "none" and not x.flash:
+        scores = (2 * d + 1) * x.b * x.heads * x.s * x.s / t  # softmax out, dropout mask, dropout out
+    return replicated + qkv + out_proj + mlp + scores
+
+
+def peak_inflight_layers(actions: tuple[Action, ...], chunk_layers: dict[int, int]) -> int:
+    """Most layer-micro-batches whose activations a rank holds at once under its schedule:
+    forward of (chunk, mb) adds the chunk's layers, its backward (B) releases them."""
+    live = peak = 0
+    for a in actions:
+        if a.kind == "F":
+            live += chunk_layers[a.chunk]
+            peak = max(peak, live)
+        elif a.kind == "B":
+            live -= chunk_layers[a.chunk]
+    return peak
+
+
+def rank_memory(s: Scenario, pp_rank: int, schedule: Schedule | None = None) -> MemoryBreakdown:
+    """Peak memory of a rank at pipeline position pp_rank (all tp/dp ranks of a stage are alike).
+
+    `schedule` (build_schedule of the scenario) may be passed in to avoid rebuilding it per rank."""
+    m, t, par = s.model, s.training, s.parallelism
+    split = s.layer_split
+    stages = s.pp * s.vpp
+    owned = [c * s.pp + pp_rank for c in range(s.vpp)]  # virtual stages on this rank (loop placement)
+    params = sum(
+        stage_parameters(m, split[v], first=v == 0, last=v == stages - 1, tp=s.tp, pipelined=stages > 1)
+        for v in owned
+    )
+    p_b, g_b, o_b = model_state_bytes(
+        params, dp=s.dp, zero_stage=par.zero_stage, dtype=t.dtype, grad_fp32=t.grad_accumulation_fp32
+    )
+    if par.zero_stage >= 3:  # the layer being computed is gathered in full (plus one prefetched)
+        layer_full = max(split[v] for v in owned) and stage_parameters(
+            m, 1, first=False, last=False, tp=s.tp, pipelined=False
+        )
+        p_b += 2 * layer_full * DTYPE_BYTES[t.dtype] * (1 if s.dp > 1 else 0)
+    x = Shape.of(s)
+    if schedule is None:
+        schedule = build_schedule(par.pipeline_parallel_schedule, s.pp, s.num_microbatches, s.vpp)
+    chunk_layers = {c: split[c * s.pp + pp_rank] for c in range(s.vpp)}
+    inflight = peak_inflight_layers(schedule[pp_rank], chunk_layers)
+    acts = inflight * layer_activation_bytes(x, t.recompute)
+    if t.recompute == "full":  # one block's activations are rebuilt at a time during backward
+        acts += layer_activation_bytes(x, "none")
+    if stages - 1 in owned:  # fp32 logits and their gradient for one micro-batch (vocab-parallel)
+        acts += 2 * 4 * x.s * x.b * x.vocab / s.tp
+    return MemoryBreakdown(p_b, g_b, o_b, acts)
+
+
+def peak_memory(s: Scenario, schedule: Schedule | None = None) -> tuple[int, MemoryBreakdown]:
+    """(pipeline rank, breakdown) of the rank with the highest peak."""
+    if schedule is None:
+        schedule = build_schedule(s.parallelism.pipeline_parallel_schedule, s.pp, s.num_microbatches, s.vpp)
+    per_rank = [(r, rank_memory(s, r, schedule)) for r in range(s.pp)]
+    return max(per_rank, key=lambda item: item[1].total)

@@ -1,0 +1,159 @@
+"""FLOPs and HBM bytes of every operator of one micro-batch on one rank.
+
+A transformer block's forward is a list of `Op`s (GEMMs, attention core, memory-bound elementwise
+ops); backward and recompute are derived from it. FLOP counts follow Narayanan et al. 2021 eq. (3)
+(24·b·s·h² + 4·b·s²·h per layer for GPT), generalised to grouped-query attention and SwiGLU.
+Bytes of elementwise ops follow the tensors they read and write (Korthikanti et al. 2022, sec. 4.1,
+lists the same tensors for activation memory).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from simulator.scenario import Scenario
+
+Category = Literal["matmul", "attention", "memory"]
+DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
+
+
+@dataclass(frozen=True, slots=True)
+class Op:
+    """One operator's forward work on one rank."""
+
+    name: str
+    category: Category
+    flops: float
+    bytes: float  # HBM traffic (read + write)
+    weight_grad: bool = False  # backward splits into input-grad and weight-grad GEMMs (zero-bubble W)
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """What the op formulas need, read off a scenario once."""
+
+    b: int  # micro-batch size
+    s: int  # sequence length
+    h: int
+    heads: int
+    kv_dim: int  # kv_heads * head_dim
+    ffn: int
+    vocab: int
+    tp: int
+    sp: bool
+    dtype_bytes: int
+    swiglu: bool
+    rope: bool
+    flash: bool
+
+    @classmethod
+    def of(cls, s: Scenario) -> Shape:
+        m, t = s.model, s.training
+        return cls(
+            b=t.micro_batch_size,
+            s=t.seq_len,
+            h=m.hidden_size,
+            heads=m.num_attention_heads,
+            kv_dim=m.kv_heads * m.head_dim,
+            ffn=m.ffn_size,
+            vocab=m.vocab_size,
+            tp=s.tp,
+            sp=s.parallelism.sequence_parallel,
+            dtype_bytes=DTYPE_BYTES[t.dtype],
+            swiglu=m.activation == "swiglu",
+            rope=m.position_embedding == "rope",
+            flash=t.flash_attention,
+        )
+
+
+def _gemm(name: str, m: float, k: float, n: float, d: int) -> Op:
+    """C[m,n] = A[m,k] @ B[k,n]: 2mkn FLOPs; reads A and B, writes C."""
+    return Op(name, "matmul", 2.0 * m * k * n, d * (m * k + k * n + m * n), weight_grad=True)
+
+
+def _elementwise(name: str, elements: float, d: int, extra_bytes: float = 0.0) -> Op:
+    """Read and write every element once (plus masks or statistics)."""
+    return Op(name, "memory", 0.0, 2.0 * elements * d + extra_bytes)
+
+
+def layer_forward(x: Shape) -> tuple[Op, ...]:
+    """One transformer block, forward, one micro-batch, one tensor-parallel rank (Megatron-LM split:
+    QKV and FC1 column-parallel, out-projection and FC2 row-parallel)."""
+    tokens = x.b * x.s
+    local_tokens = tokens / x.tp if x.sp else tokens  # elementwise ops on [s, b, h] are sharded by SP
+    d, t = x.dtype_bytes, x.tp
+    heads = x.heads / t
+    qkv_out = (x.h + 2 * x.kv_dim) / t
+    ops = [
+        _elementwise("norm1", local_tokens * x.h, d),
+        _gemm("qkv", tokens, x.h, qkv_out, d),
+    ]
+    if x.rope:
+        ops.append(_elementwise("rope", tokens * (x.h + x.kv_dim) / t, d))
+    head_dim = x.h / x.heads
+    score_flops = 2.0 * x.b * heads * x.s * x.s * head_dim
+    if x.flash:  # fused kernel: no s x s tensor in HBM (Dao et al. 2022)
+        io = d * tokens * (2 * x.h + 2 * x.kv_dim) / t
+        ops.append(Op("attention", "attention", 2 * score_flops, io))
+    else:
+        probs = x.b * heads * x.s * x.s
+        ops += [
+            Op("scores", "attention", score_flops, d * (tokens * (x.h + x.kv_dim) / t + probs)),
+            _elementwise("softmax", probs, d),
+            _elementwise("attn_dropout", probs, d, extra_bytes=probs),  # 1-byte mask
+            Op("attn_values", "attention", score_flops, d * (probs + tokens * (x.kv_dim + x.h) / t)),
+        ]
+    ops += [
+        _gemm("out_proj", tokens, x.h / t, x.h, d),
+        _elementwise("dropout_residual1", local_tokens * x.h, d, extra_bytes=local_tokens * x.h * (d + 1)),
+        _elementwise("norm2", local_tokens * x.h, d),
+    ]
+    if x.swiglu:
+        ops += [
+            _gemm("gate_up", tokens, x.h, 2 * x.ffn / t, d),
+            _elementwise("swiglu", tokens * x.ffn / t, d, extra_bytes=tokens * x.ffn / t * d),
+        ]
+    else:
+        ops += [_gemm("fc1", tokens, x.h, x.ffn / t, d), _elementwise("gelu", tokens * x.ffn / t, d)]
+    ops += [
+        _gemm("fc2", tokens, x.ffn / t, x.h, d),
+        _elementwise("dropout_residual2", local_tokens * x.h, d, extra_bytes=local_tokens * x.h * (d + 1)),
+    ]
+    return tuple(ops)
+
+
+def attention_core(ops: tuple[Op, ...]) -> tuple[Op, ...]:
+    """Ops selective recompute re-runs (Korthikanti et al. 2022 sec. 4.2: QK^T, softmax, dropout, attn-V)."""
+    return tuple(
+        op for op in ops if op.name in {"scores", "softmax", "attn_dropout", "attn_values", "attention"}
+    )
+
+
+def embedding_forward(x: Shape) -> tuple[Op, ...]:
+    """Vocab-parallel embedding lookup (+ positions, dropout) on the first stage."""
+    tokens = x.b * x.s
+    return (_elementwise("embedding", tokens * x.h, x.dtype_bytes),)
+
+
+def head_forward(x: Shape) -> tuple[Op, ...]:
+    """Final norm, vocab-parallel output projection and cross-entropy (fp32 logits) on the last stage."""
+    tokens = x.b * x.s
+    local_tokens = tokens / x.tp if x.sp else tokens
+    vocab = x.vocab / x.tp
+    return (
+        _elementwise("final_norm", local_tokens * x.h, x.dtype_bytes),
+        _gemm("logits", tokens, x.h, vocab, x.dtype_bytes),
+        _elementwise("cross_entropy", tokens * vocab, 4, extra_bytes=tokens * vocab * 4),
+    )
+
+
+def model_flops_per_token(s: Scenario) -> float:
+    """Model FLOPs per token for forward + backward, no recompute: 3x the forward GEMMs and attention
+    of every layer plus the logits (Narayanan et al. 2021 eq. 3 generalised; PaLM appendix B)."""
+    x = Shape.of(s)
+    flat = Shape(**{**{f: getattr(x, f) for f in x.__dataclass_fields__}, "tp": 1, "sp": False})
+    per_layer = sum(op.flops for op in layer_forward(flat))
+    head = sum(op.flops for op in head_forward(flat))
+    tokens = x.b * x.s
+    return 3.0 * (s.model.num_hidden_layers * per_layer + head) / tokens

@@ -1,0 +1,101 @@
+"""Parameter counts: whole model, one layer, and what one rank holds under tensor/pipeline parallelism.
+
+GPT-style models (LayerNorm) carry biases on every linear layer; Llama-style ones (RMSNorm) carry
+none, as in the reference implementations (GPT-2/Megatron-LM and meta-llama respectively).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simulator.scenario import Model
+
+
+def _has_bias(m: Model) -> bool:
+    return m.norm == "layernorm"
+
+
+@dataclass(frozen=True, slots=True)
+class LayerParams:
+    """Parameters of one transformer block, split into what tensor parallel shards and what it replicates."""
+
+    sharded: int  # attention and MLP matrices (and their column-parallel biases): divided by tp
+    replicated: int  # norms and row-parallel output biases: a full copy on every tp rank
+
+    @property
+    def total(self) -> int:
+        return self.sharded + self.replicated
+
+    def per_rank(self, tp: int) -> float:
+        return self.sharded / tp + self.replicated
+
+
+def layer_params(m: Model) -> LayerParams:
+    """One block: QKV (GQA-aware), output projection, MLP (GELU: 2 matrices, SwiGLU: 3), two norms."""
+    h, f, kv_dim = m.hidden_size, m.ffn_size, m.kv_heads * m.head_dim
+    bias = _has_bias(m)
+    qkv = h * (h + 2 * kv_dim) + (h + 2 * kv_dim if bias else 0)
+    out = h * h
+    mlp = (2 if m.activation == "gelu" else 3) * h * f + (f if bias else 0)
+    norm = 2 * (2 * h if m.norm == "layernorm" else h)
+    row_bias = 2 * h if bias else 0  # biases of the row-parallel out-projection and second MLP matrix
+    return LayerParams(sharded=qkv + out + mlp, replicated=norm + row_bias)
+
+
+def embedding_params(m: Model) -> int:
+    """Token embedding plus the learned position table (rotary positions have no parameters)."""
+    positions = m.max_position_embeddings * m.hidden_size if m.position_embedding == "learned" else 0
+    return m.vocab_size * m.hidden_size + positions
+
+
+def head_params(m: Model) -> int:
+    """Final norm plus the output projection (zero extra when tied to the embedding)."""
+    norm = 2 * m.hidden_size if m.norm == "layernorm" else m.hidden_size
+    return norm + (0 if m.tie_word_embeddings else m.vocab_size * m.hidden_size)
+
+
+def count_parameters(m: Model) -> int:
+    """All parameters of the model (tied embeddings counted once)."""
+    return embedding_params(m) + m.num_hidden_layers * layer_params(m).total + head_params(m)
+
+
+def stage_parameters(m: Model, layers: int, *, first: bool, last: bool, tp: int, pipelined: bool) -> float:
+    """Parameters one rank holds for one (virtual) stage of `layers` blocks under tensor parallel `tp`.
+
+    The embedding (vocab-parallel, Megatron-LM) lives on the first stage and the head on the last;
+    with tied embeddings and more than one stage, the last stage keeps its own copy of the embedding
+    matrix for the output layer (Megatron-LM, Narayanan et al. 2021 sec. 2.2 / `shared_embedding`).
+    """
+    total = layers * layer_params(m).per_rank(tp)
+    vocab_matrix = m.vocab_size * m.hidden_size / tp
+    if first:
+        total += vocab_matrix + (embedding_params(m) - m.vocab_size * m.hidden_size)
+    if last:
+        norm = head_params(m) - (0 if m.tie_word_embeddings else m.vocab_size * m.hidden_size)
+        total += norm
+        if not m.tie_word_embeddings or (pipelined and not first):
+            total += vocab_matrix
+    return total
+
+
+def layer_tensor_sizes(m: Model, tp: int) -> tuple[int, ...]:
+    """Elements of each parameter tensor of one block on one tp rank, in registration order
+    (norm1, qkv, out_proj, norm2, MLP in, MLP out; weight then bias), as runtime/model.py registers them."""
+    h, f, kv_dim = m.hidden_size, m.ffn_size, m.kv_heads * m.head_dim
+    bias = _has_bias(m)
+    norm = (h, h) if m.norm == "layernorm" else (h,)
+    qkv_out = (h + 2 * kv_dim) // tp
+    sizes: list[int] = [
+        *norm,
+        h * qkv_out,
+        *((qkv_out,) if bias else ()),
+        h * h // tp,
+        *((h,) if bias else ()),
+        *norm,
+    ]
+    if m.activation == "swiglu":
+        sizes += [h * f // tp, h * f // tp]
+    else:
+        sizes += [h * f // tp, *((f // tp,) if bias else ())]
+    sizes += [f * h // tp, *((h,) if bias else ())]
+    return tuple(sizes)

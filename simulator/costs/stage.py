@@ -1,0 +1,185 @@
+"""Durations of one (virtual) pipeline stage's work for one micro-batch, computed once per stage.
+
+A stage is a list of segments (the embedding on the first stage, its transformer blocks, the head on
+the last). Each segment carries its compute time per phase and its tensor-parallel collectives,
+which sit on the critical path inside the compute span unless `tp_comm_overlap` hides them.
+Backward costs twice the forward's FLOPs (input and weight gradients, Narayanan et al. 2021 sec. 3.3);
+memory-bound ops read the gradient and the saved input and write one gradient (1.5x their traffic).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from simulator.costs.collectives import Level, collective_seconds
+from simulator.costs.efficiency import op_seconds
+from simulator.costs.ops import (
+    DTYPE_BYTES,
+    Op,
+    Shape,
+    attention_core,
+    embedding_forward,
+    head_forward,
+    layer_forward,
+)
+from simulator.costs.params import stage_parameters
+from simulator.costs.tp_comm import tp_collectives
+from simulator.scenario import Scenario
+
+MEMORY_BACKWARD_FACTOR = 1.5  # read dy and x, write dx vs read x, write y
+
+Part = Literal["embedding", "layer", "head"]
+
+
+@dataclass(frozen=True, slots=True)
+class Collective:
+    """One tensor-parallel collective inside a compute span."""
+
+    kind: str
+    bytes: int
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """One block (or the embedding or head) on one rank, one micro-batch."""
+
+    part: Part
+    forward_s: float
+    backward_input_s: float  # input-gradient GEMMs, attention and memory-op backward (+ selective recompute)
+    backward_weight_s: float  # weight-gradient GEMMs
+    tp_forward: tuple[Collective, ...]
+    tp_backward: tuple[Collective, ...]
+    forward_flops: float = 0.0
+
+    @property
+    def tp_forward_s(self) -> float:
+        return sum(c.seconds for c in self.tp_forward)
+
+    @property
+    def tp_backward_s(self) -> float:
+        return sum(c.seconds for c in self.tp_backward)
+
+
+@dataclass(frozen=True, slots=True)
+class StageCost:
+    """Everything the engine needs about one virtual stage."""
+
+    stage: int
+    segments: tuple[Segment, ...]
+    params: float  # parameters on one rank (before ZeRO sharding)
+    tp_overlap: bool
+    recompute_full: bool
+
+    def _comm(self, seconds: float) -> float:
+        return 0.0 if self.tp_overlap else seconds
+
+    @property
+    def forward_s(self) -> float:
+        return sum(g.forward_s + self._comm(g.tp_forward_s) for g in self.segments)
+
+    @property
+    def forward_flops(self) -> float:
+        """FLOPs of one micro-batch's forward on one rank (backward does twice as many)."""
+        return sum(g.forward_flops for g in self.segments)
+
+    @property
+    def recompute_s(self) -> float:
+        return self.forward_s if self.recompute_full else 0.0
+
+    @property
+    def backward_input_s(self) -> float:
+        return sum(g.backward_input_s + self._comm(g.tp_backward_s) for g in self.segments)
+
+    @property
+    def backward_weight_s(self) -> float:
+        return sum(g.backward_weight_s for g in self.segments)
+
+    @property
+    def backward_s(self) -> float:
+        return self.backward_input_s + self.backward_weight_s
+
+    @property
+    def compute_only_s(self) -> float:
+        """Forward + backward (+ recompute) compute time without tensor-parallel communication."""
+        fwd = sum(g.forward_s for g in self.segments)
+        bwd = sum(g.backward_input_s + g.backward_weight_s for g in self.segments)
+        return fwd + bwd + (fwd if self.recompute_full else 0.0)
+
+    @property
+    def tp_comm_s(self) -> float:
+        """Tensor-parallel communication per micro-batch (forward, recompute, backward)."""
+        fwd = sum(g.tp_forward_s for g in self.segments)
+        return fwd * (2 if self.recompute_full else 1) + sum(g.tp_backward_s for g in self.segments)
+
+
+def _phase_seconds(ops: tuple[Op, ...], s: Scenario) -> tuple[float, float, float]:
+    """(forward, backward-input, backward-weight) seconds of a list of ops."""
+    gpu, compute, dtype = s.cluster.gpu, s.cluster.compute, s.training.dtype
+    fwd = bwd_in = bwd_w = 0.0
+    for op in ops:
+        t = op_seconds(op, gpu, compute, dtype)
+        fwd += t
+        if op.category == "matmul":
+            bwd_in += t
+            bwd_w += t
+        elif op.category == "attention":
+            bwd_in += 2 * t
+        else:
+            bwd_in += MEMORY_BACKWARD_FACTOR * t
+    return fwd, bwd_in, bwd_w
+
+
+def _collectives(
+    part: Part, phase: Literal["forward", "backward"], s: Scenario, levels: tuple[Level, ...]
+) -> tuple[Collective, ...]:
+    if s.tp == 1:
+        return ()
+    plan = tp_collectives(
+        part,
+        phase,
+        sequence_parallel=s.parallelism.sequence_parallel,
+        micro_batch_size=s.training.micro_batch_size,
+        seq_len=s.training.seq_len,
+        hidden_size=s.model.hidden_size,
+        vocab_size=s.model.vocab_size,
+        tp=s.tp,
+        dtype_bytes=DTYPE_BYTES[s.training.dtype],
+    )
+    return tuple(Collective(c.kind, c.bytes, collective_seconds(c.kind, levels, c.bytes)) for c in plan)  # type: ignore[arg-type]
+
+
+def _segment(part: Part, ops: tuple[Op, ...], s: Scenario, tp_levels: tuple[Level, ...]) -> Segment:
+    fwd, bwd_in, bwd_w = _phase_seconds(ops, s)
+    if part == "layer" and s.training.recompute == "selective":
+        bwd_in += _phase_seconds(attention_core(ops), s)[0]
+    return Segment(
+        part,
+        fwd,
+        bwd_in,
+        bwd_w,
+        _collectives(part, "forward", s, tp_levels),
+        _collectives(part, "backward", s, tp_levels),
+        sum(op.flops for op in ops),
+    )
+
+
+def stage_costs(s: Scenario, tp_levels: tuple[Level, ...]) -> tuple[StageCost, ...]:
+    """One StageCost per virtual stage (pp * v of them), in stage order."""
+    x = Shape.of(s)
+    layer = _segment("layer", layer_forward(x), s, tp_levels)
+    embedding = _segment("embedding", embedding_forward(x), s, tp_levels)
+    head = _segment("head", head_forward(x), s, tp_levels)
+    split = s.layer_split
+    last = len(split) - 1
+    out = []
+    for v, n_layers in enumerate(split):
+        segments = ((embedding,) if v == 0 else ()) + (layer,) * n_layers + ((head,) if v == last else ())
+        params = stage_parameters(
+            s.model, n_layers, first=v == 0, last=v == last, tp=s.tp, pipelined=last > 0
+        )
+        out.append(
+            StageCost(v, segments, params, s.parallelism.tp_comm_overlap, s.training.recompute == "full")
+        )
+    return tuple(out)

@@ -1,0 +1,209 @@
+"""`simulate(scenario)`: run the engine, expand its spans into trace events, summarise.
+
+The engine records compute spans; the tensor-parallel collectives inside them are laid out here,
+at their place within each span, so a plan with thousands of layers x micro-batches costs one SimPy
+event per pipeline action rather than one per collective. Events of representative ranks are copied
+to their symmetric peers (same pipeline position, other tp/dp coordinates) up to `expand_limit` ranks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from simulator.costs.stage import StageCost
+from simulator.engine import Engine
+from simulator.mesh import Coord
+from simulator.scenario import Scenario
+from simulator.summary import summarize
+from traces.schema import COLUMNS, SCHEMA_VERSION
+
+EXPAND_LIMIT = 256
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """What the simulator predicts for one step of a scenario."""
+
+    scenario: Scenario
+    summary: dict[str, Any]
+    events: pd.DataFrame  # trace schema rows (source "predicted", step 0); empty if not requested
+
+
+def _tp_layout(cost: StageCost, phase: str) -> list[tuple[str, int, float, float]]:
+    """(kind, bytes, offset_s, dur_s) of the tp collectives inside one span of `phase`.
+
+    Segments run in order (reverse for backward); each segment's collectives are spread evenly over
+    its compute, the first after its first share (Megatron: after attention, after the MLP)."""
+    out: list[tuple[str, int, float, float]] = []
+    t = 0.0
+    backward = phase in ("backward", "backward_input")
+    segments = reversed(cost.segments) if backward else cost.segments
+    for g in segments:
+        colls = g.tp_backward if backward else g.tp_forward
+        compute = (
+            (g.backward_input_s + (0 if phase == "backward_input" else g.backward_weight_s))
+            if backward
+            else g.forward_s
+        )
+        share = compute / max(len(colls), 1)
+        for c in colls:
+            t += share
+            out.append((c.kind, c.bytes, t, c.seconds))
+            t += 0.0 if cost.tp_overlap else c.seconds
+        if not colls:
+            t += compute
+    return out
+
+
+def _phase_layouts(cost: StageCost) -> dict[str, tuple[np.ndarray, ...]]:
+    """Per span kind: arrays (kind, bytes, offset_s, dur_s, index) of its tp collectives.
+
+    `index` continues across the phases of one (stage, micro-batch): forward, recompute, backward."""
+    out: dict[str, tuple[np.ndarray, ...]] = {}
+    forward = _tp_layout(cost, "forward")
+    per_kind = {k: sum(1 for c in forward if c[0] == k) for k in {c[0] for c in forward}}
+    phases = [("forward", forward, 0), ("recompute", forward, 1)]
+    phases += [
+        (p, _tp_layout(cost, p), 2 if cost.recompute_full else 1) for p in ("backward", "backward_input")
+    ]
+    for phase, layout, rounds in phases:
+        seen: dict[str, int] = {}
+        index = []
+        for kind, *_ in layout:
+            index.append(per_kind.get(kind, 0) * rounds + seen.get(kind, 0))
+            seen[kind] = seen.get(kind, 0) + 1
+        out[phase] = (
+            np.array([c[0] for c in layout], dtype=object),
+            np.array([c[1] for c in layout], dtype=np.int64),
+            np.array([c[2] for c in layout]),
+            np.array([c[3] for c in layout]),
+            np.array(index, dtype=np.int64),
+        )
+    return out
+
+
+def _tp_events(
+    spans: list[tuple[Any, ...]], costs: tuple[StageCost, ...]
+) -> tuple[pd.DataFrame, dict[int, float]]:
+    """Tensor-parallel collective events inside the compute spans (vectorised), and each rank's tp time."""
+    tp_time: dict[int, float] = {}
+    if all(not g.tp_forward and not g.tp_backward for c in costs for g in c.segments):
+        return pd.DataFrame(), tp_time
+    layouts = [_phase_layouts(c) for c in costs]
+    pieces = []
+    compute = [sp for sp in spans if sp[1] == "compute" and sp[2] in _TP_PHASES]
+    by_key: dict[tuple[int, str], list[tuple[Any, ...]]] = {}
+    for sp in compute:
+        by_key.setdefault((sp[3], sp[2]), []).append(sp)
+    for (stage, phase), rows in by_key.items():
+        kinds, nbytes, offsets, durs, index = layouts[stage][phase]
+        if len(kinds) == 0:
+            continue
+        arr = np.array([(sp[0], sp[4], sp[5], sp[8]) for sp in rows])
+        n, k = len(rows), len(kinds)
+        ranks = arr[:, 0].astype(np.int64)
+        pieces.append(
+            pd.DataFrame(
+                {
+                    "rank": np.repeat(ranks, k),
+                    "stream": "tp",
+                    "kind": np.tile(kinds, n),
+                    "stage": stage,
+                    "chunk": np.repeat(arr[:, 1].astype(np.int64), k),
+                    "microbatch": np.repeat(arr[:, 2].astype(np.int64), k),
+                    "index": np.tile(index, n),
+                    "peer": -1,
+                    "start_s": np.repeat(arr[:, 3], k) + np.tile(offsets, n),
+                    "dur_s": np.tile(durs, n),
+                    "bytes": np.tile(nbytes, n),
+                    "flops": 0.0,
+                }
+            )
+        )
+        if not costs[stage].tp_overlap:
+            for rank, count in zip(*np.unique(ranks, return_counts=True), strict=True):
+                tp_time[int(rank)] = tp_time.get(int(rank), 0.0) + float(count) * float(durs.sum())
+    return (pd.concat(pieces, ignore_index=True) if pieces else pd.DataFrame()), tp_time
+
+
+_TP_PHASES = frozenset({"forward", "recompute", "backward", "backward_input"})
+
+
+_SPAN_COLUMNS = [
+    "rank",
+    "stream",
+    "kind",
+    "stage",
+    "chunk",
+    "microbatch",
+    "index",
+    "peer",
+    "start_s",
+    "dur_s",
+    "bytes",
+    "flops",
+]
+
+
+def _frame(spans: list[tuple[Any, ...]], tp: pd.DataFrame) -> pd.DataFrame:
+    df = pd.DataFrame.from_records(spans, columns=_SPAN_COLUMNS)
+    if len(tp):
+        df = pd.concat([df, tp[_SPAN_COLUMNS]], ignore_index=True)
+    df["start_us"] = df.pop("start_s") * 1e6
+    df["dur_us"] = df.pop("dur_s") * 1e6
+    df["source"] = "predicted"
+    df["step"] = 0
+    return df
+
+
+def _expand(df: pd.DataFrame, s: Scenario, engine: Engine) -> pd.DataFrame:
+    """Copy representative ranks' events to every symmetric rank (other dp/tp coordinates)."""
+    if engine.full_fidelity or s.dp * s.tp == 1:
+        return df
+    grid = engine.grid
+    pieces = []
+    pp_of = {r: grid.coord(r).pp for r in engine.ranks}
+    for dp in range(s.dp):
+        for tp in range(s.tp):
+            part = df.copy()
+            rank_map = {r: grid.rank(Coord(pp_of[r], dp, tp)) for r in engine.ranks}
+            peer_map = {-1: -1, **rank_map}
+            part["rank"] = part["rank"].map(rank_map)
+            part["peer"] = part["peer"].map(peer_map)
+            pieces.append(part)
+    return pd.concat(pieces, ignore_index=True)
+
+
+def _hardware_flops(s: Scenario, costs: tuple[StageCost, ...]) -> float:
+    """FLOPs all ranks execute in one step: per micro-batch forward x (1 + 2 backward + recompute)."""
+    per_mb = sum(c.forward_flops * (4 if c.recompute_full else 3) for c in costs)
+    return per_mb * s.num_microbatches * s.dp * s.tp
+
+
+def simulate(
+    s: Scenario, *, full_fidelity: bool = False, events: bool = True, expand_limit: int = EXPAND_LIMIT
+) -> Prediction:
+    """Predict one training step of `s`. Deterministic: the same scenario gives identical events."""
+    engine = Engine(s, full_fidelity=full_fidelity)
+    spans = engine.run()
+    tp_events, tp_time = _tp_events(spans, engine.costs)
+    summary = summarize(
+        s, spans, tp_time, engine.p2p_seconds, _hardware_flops(s, engine.costs), engine.schedule
+    )
+    summary["schema_version"] = SCHEMA_VERSION
+    summary["simulated_ranks"] = len(engine.ranks)
+    if not events:
+        return Prediction(s, summary, pd.DataFrame(columns=list(COLUMNS)))
+    df = _frame(spans, tp_events)
+    if s.world_size <= expand_limit:
+        df = _expand(df, s, engine)
+    df = df.sort_values(["rank", "start_us", "stream", "kind", "stage", "microbatch", "index"], kind="stable")
+    df = df[list(COLUMNS)].astype(COLUMNS).reset_index(drop=True)
+    return Prediction(s, summary, df)
+
+
+__all__ = ["Prediction", "simulate"]

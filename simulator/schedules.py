@@ -1,0 +1,274 @@
+"""Pipeline-parallel schedules as pure data: the ordered compute actions each pp rank performs.
+
+This is the single source of truth for schedule order: the simulator replays it on SimPy streams
+and the runtime executes it, so predicted and measured events line up one to one.
+
+Conventions (shared with ``torch.distributed.pipelining`` and Megatron-LM):
+
+- ``Action.stage`` is the *global virtual stage* ``chunk * pp + pp_rank`` ("loop" placement,
+  Narayanan et al. 2021, arXiv 2104.04473 section 2.2), so rank ``r`` owns stages ``r, r + pp, ...``.
+- ``F`` is a forward, ``B`` a backward and ``W`` a weight-gradient pass. Schedules for which
+  ``splits_backward`` is true emit ``B`` as the input-gradient pass only, followed later by ``W``.
+- No idle slots are stored: a rank runs its actions in order, each as soon as its inputs arrive.
+  ``check_dependencies`` and ``unit_time_makespan`` replay that rule with ideal (zero-latency) links.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Literal, get_args
+
+ScheduleName = Literal["GPipe", "1F1B", "Interleaved1F1B", "ZeroBubble"]
+SCHEDULE_NAMES: tuple[ScheduleName, ...] = get_args(ScheduleName)
+ActionKind = Literal["F", "B", "W"]
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Action:
+    """One compute op of one microbatch on one (virtual) pipeline stage."""
+
+    kind: ActionKind
+    """F forward; B backward (input-gradient only when the schedule splits it); W weight-gradient."""
+    microbatch: int
+    """Microbatch index, 0..num_microbatches-1."""
+    stage: int
+    """Global virtual stage, ``chunk * pp + pp_rank``."""
+    chunk: int
+    """Model chunk local to the rank, 0..virtual_stages-1."""
+
+
+Schedule = tuple[tuple[Action, ...], ...]
+"""One ordered tuple of actions per pp rank (index = pp rank)."""
+
+
+def splits_backward(name: ScheduleName) -> bool:
+    """True when ``B`` is the input-gradient pass only and ``W`` actions are separate (ZeroBubble)."""
+    _check_name(name)
+    return name == "ZeroBubble"
+
+
+def validate_schedule_args(name: str, pp: int, num_microbatches: int, virtual_stages: int = 1) -> None:
+    """Raise ValueError, naming the scenario key, if ``name`` cannot be built with these sizes."""
+    _check_name(name)
+    if pp < 1:
+        raise ValueError(f"parallelism.pipeline_parallel_degree must be >= 1, got {pp}")
+    if num_microbatches < 1:
+        raise ValueError(
+            f"the number of microbatches must be >= 1, got {num_microbatches} "
+            "(global_batch_size / (micro_batch_size * data_parallel_degree))"
+        )
+    if name == "Interleaved1F1B":
+        if virtual_stages < 2:
+            raise ValueError(
+                "parallelism.virtual_stages_per_rank must be >= 2 for Interleaved1F1B, "
+                f"got {virtual_stages}; use 1F1B for one stage per rank"
+            )
+        if num_microbatches % pp != 0:
+            # Megatron-LM's interleaved schedule assumes whole rounds of pp microbatches.
+            raise ValueError(
+                f"Interleaved1F1B needs the number of microbatches ({num_microbatches}) to be a multiple "
+                f"of parallelism.pipeline_parallel_degree ({pp})"
+            )
+    elif virtual_stages != 1:
+        raise ValueError(
+            f"parallelism.virtual_stages_per_rank must be 1 for {name}, got {virtual_stages}; "
+            "only Interleaved1F1B places several stages on one rank"
+        )
+
+
+def build_schedule(name: ScheduleName, pp: int, num_microbatches: int, virtual_stages: int = 1) -> Schedule:
+    """Ordered actions for each of the ``pp`` ranks under schedule ``name``."""
+    validate_schedule_args(name, pp, num_microbatches, virtual_stages)
+    m = num_microbatches
+    builders: dict[ScheduleName, Callable[[int], tuple[Action, ...]]] = {
+        "GPipe": lambda rank: _gpipe(rank, m),
+        "1F1B": lambda rank: _one_f_one_b(rank, pp, m),
+        "Interleaved1F1B": lambda rank: _interleaved(rank, pp, m, virtual_stages),
+        "ZeroBubble": lambda rank: _zero_bubble_h1(rank, pp, m),
+    }
+    return tuple(map(builders[name], range(pp)))
+
+
+def _check_name(name: str) -> None:
+    if name not in SCHEDULE_NAMES:
+        raise ValueError(
+            f"parallelism.pipeline_parallel_schedule must be one of {SCHEDULE_NAMES}, got {name!r}"
+        )
+
+
+def _gpipe(rank: int, m: int) -> tuple[Action, ...]:
+    """All forwards, then all backwards in microbatch order (GPipe, arXiv 1811.06965; torch ScheduleGPipe)."""
+    return tuple(Action("F", j, rank, 0) for j in range(m)) + tuple(Action("B", j, rank, 0) for j in range(m))
+
+
+def _steady_state(num_ops: int, warmup: int) -> Iterator[tuple[ActionKind, int]]:
+    """The 1F1B pattern over ``num_ops`` forwards/backwards: ``warmup`` forwards, then F/B pairs, then B.
+
+    Yields (kind, k) where k is the k-th forward or k-th backward of the rank
+    (Narayanan et al. 2021, arXiv 2104.04473 figure 4; Megatron-LM ``forward_backward_pipelining_*``).
+    """
+    for k in range(warmup):
+        yield "F", k
+    for k in range(num_ops - warmup):
+        yield "F", warmup + k
+        yield "B", k
+    for k in range(num_ops - warmup, num_ops):
+        yield "B", k
+
+
+def _one_f_one_b(rank: int, pp: int, m: int) -> tuple[Action, ...]:
+    """PipeDream-Flush 1F1B: ``pp - rank - 1`` warm-up forwards (arXiv 2104.04473 fig. 4; torch)."""
+    warmup = min(pp - rank - 1, m)
+    return tuple(Action(kind, k, rank, 0) for kind, k in _steady_state(m, warmup))
+
+
+def _interleaved(rank: int, pp: int, m: int, v: int) -> tuple[Action, ...]:
+    """Interleaved 1F1B, depth first in rounds of ``pp`` microbatches (arXiv 2104.04473 section 2.2).
+
+    Same order as Megatron-LM's ``forward_backward_pipelining_with_interleaving`` and torch's
+    ``ScheduleInterleaved1F1B`` for ``m % pp == 0``: the k-th forward of a rank runs chunk
+    ``(k // pp) % v`` on microbatch ``(k // (pp * v)) * pp + k % pp``; backwards walk the chunks in
+    reverse. Warm-up: ``(v - 1) * pp + 2 * (pp - rank - 1)`` forwards, capped at ``v * m``. (Megatron-LM
+    runs all forwards first when ``m == pp``; torch does not, and we follow torch, which the runtime uses.)
+    """
+    warmup = min((v - 1) * pp + 2 * (pp - rank - 1), v * m)
+
+    def action(kind: ActionKind, k: int) -> Action:
+        chunk = (k // pp) % v
+        if kind == "B":
+            chunk = v - 1 - chunk
+        microbatch = (k // (pp * v)) * pp + k % pp
+        return Action(kind, microbatch, chunk * pp + rank, chunk)
+
+    return tuple(action(kind, k) for kind, k in _steady_state(v * m, warmup))
+
+
+def _zero_bubble_h1(rank: int, pp: int, m: int) -> tuple[Action, ...]:
+    """ZB-H1 (Qi et al. 2023, arXiv 2311.14257 section 3.1, figure 3): 1F1B with the backward split.
+
+    Rank ``r`` runs 1F1B order with B as input-gradient only; the W of backward ``k`` follows
+    backward ``k + r``, and the last ``r`` W's close the schedule, filling the cool-down bubble.
+    Each rank keeps at most ``pp`` microbatches awaiting W, the peak of 1F1B's first stage, so
+    peak activation memory equals 1F1B's (the same deferral as torch's ``_get_1f1b_rank_ops``
+    with ``enable_zero_bubble``, which torch only offers for >= 2 stages per rank).
+    """
+    actions: list[Action] = []
+    for kind, k in _steady_state(m, min(pp - rank - 1, m)):
+        actions.append(Action(kind, k, rank, 0))
+        if kind == "B" and k >= rank:
+            actions.append(Action("W", k - rank, rank, 0))
+    actions.extend(Action("W", j, rank, 0) for j in range(max(m - rank, 0), m))
+    return tuple(actions)
+
+
+_Key = tuple[ActionKind, int, int]
+"""(kind, stage, microbatch): identifies one action across the whole schedule."""
+
+
+def check_dependencies(schedule: Schedule, pp: int, virtual_stages: int = 1) -> None:
+    """Raise ValueError unless ``schedule`` is complete, well placed and runs without deadlock.
+
+    Checks: one tuple per rank; every action sits on the rank and chunk its stage implies; each
+    (stage, microbatch) has exactly one F and one B (and one W if any W appears); on its rank F
+    precedes B precedes W; and replaying the order with unit-time ops finishes (see
+    ``unit_time_makespan`` for the dependency rules).
+    """
+    _check_structure(schedule, pp, virtual_stages)
+    _replay(schedule, pp * virtual_stages, lambda _action: 1.0)
+
+
+def unit_time_makespan(
+    schedule: Schedule,
+    pp: int,
+    virtual_stages: int = 1,
+    *,
+    f: float = 1.0,
+    b: float = 1.0,
+    w: float = 0.0,
+) -> float:
+    """Time at which the last action ends, with ideal links and uniform stages.
+
+    ``f``, ``b`` and ``w`` are the durations of a forward, backward and weight-gradient pass over
+    all the layers one rank holds; a chunk op costs ``1 / virtual_stages`` of that. Ranks start at
+    0 and run their actions in order, each as soon as its inputs are ready: F of stage s needs F of
+    stage s - 1; B of stage s needs B of stage s + 1 (the last stage's B needs its own F); W needs B.
+    Without W actions ``w`` is unused; with split backwards ``b + w`` is the full backward.
+    Without W, GPipe and 1F1B give ``(m + pp - 1) * (f + b)``, i.e. bubble fraction
+    ``(pp - 1) / (m + pp - 1)`` (Narayanan et al. 2021, arXiv 2104.04473 section 2.2.1).
+    """
+    _check_structure(schedule, pp, virtual_stages)
+    cost = {"F": f / virtual_stages, "B": b / virtual_stages, "W": w / virtual_stages}
+    finish = _replay(schedule, pp * virtual_stages, lambda action: cost[action.kind])
+    return max(finish.values(), default=0.0)
+
+
+def _check_structure(schedule: Schedule, pp: int, virtual_stages: int) -> None:
+    if len(schedule) != pp:
+        raise ValueError(f"schedule has {len(schedule)} ranks, expected pp={pp}")
+    where: dict[_Key, tuple[int, int]] = {}
+    for rank, actions in enumerate(schedule):
+        for index, a in enumerate(actions):
+            if a.stage % pp != rank or a.chunk != a.stage // pp or not 0 <= a.chunk < virtual_stages:
+                raise ValueError(
+                    f"rank {rank} cannot run {a}: stage {a.stage} is chunk {a.stage // pp} "
+                    f"of rank {a.stage % pp} (pp={pp}, virtual_stages={virtual_stages})"
+                )
+            key = (a.kind, a.stage, a.microbatch)
+            if key in where:
+                raise ValueError(f"{a} appears twice (rank {rank} and rank {where[key][0]})")
+            where[key] = (rank, index)
+    num_microbatches = 1 + max((a.microbatch for actions in schedule for a in actions), default=-1)
+    kinds: tuple[ActionKind, ...] = ("F", "B", "W") if any(k[0] == "W" for k in where) else ("F", "B")
+    for stage in range(pp * virtual_stages):
+        for mb in range(num_microbatches):
+            found = {kind: where.get((kind, stage, mb)) for kind in kinds}
+            missing = [kind for kind, position in found.items() if position is None]
+            if missing:
+                raise ValueError(f"stage {stage} microbatch {mb} has no {'/'.join(missing)} action")
+            indices = [position[1] for position in found.values() if position is not None]
+            if indices != sorted(indices):
+                raise ValueError(
+                    f"stage {stage} microbatch {mb}: actions must run in {' < '.join(kinds)} order"
+                )
+    if len(where) != len(kinds) * pp * virtual_stages * num_microbatches:
+        raise ValueError(f"schedule has actions outside {len(kinds)} kinds x stages x microbatches")
+
+
+def _inputs(a: Action, num_stages: int) -> tuple[_Key, ...]:
+    """Actions whose results ``a`` consumes (same-rank order is enforced by the replay itself)."""
+    if a.kind == "F":
+        return (("F", a.stage - 1, a.microbatch),) if a.stage > 0 else ()
+    if a.kind == "B":
+        if a.stage == num_stages - 1:
+            return (("F", a.stage, a.microbatch),)
+        return (("B", a.stage + 1, a.microbatch), ("F", a.stage, a.microbatch))
+    return (("B", a.stage, a.microbatch),)
+
+
+def _replay(schedule: Schedule, num_stages: int, cost: Callable[[Action], float]) -> dict[_Key, float]:
+    """Finish time of every action, ranks running in order; raise ValueError on deadlock."""
+    finish: dict[_Key, float] = {}
+    next_index = [0] * len(schedule)
+    free_at = [0.0] * len(schedule)
+    progressed = True
+    while progressed:
+        progressed = False
+        for rank, actions in enumerate(schedule):
+            while next_index[rank] < len(actions):
+                a = actions[next_index[rank]]
+                inputs = _inputs(a, num_stages)
+                if any(key not in finish for key in inputs):
+                    break
+                start = max([free_at[rank], *(finish[key] for key in inputs)])
+                free_at[rank] = finish[(a.kind, a.stage, a.microbatch)] = start + cost(a)
+                next_index[rank] += 1
+                progressed = True
+    blocked = [
+        f"rank {r} at {acts[i]}"
+        for r, (acts, i) in enumerate(zip(schedule, next_index, strict=True))
+        if i < len(acts)
+    ]
+    if blocked:
+        raise ValueError(f"schedule deadlocks: {'; '.join(blocked)} wait on each other")
+    return finish

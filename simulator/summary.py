@@ -1,0 +1,119 @@
+"""Step-level figures from the simulated spans: where the time goes, throughput, memory, fit.
+
+Per simulated rank, step time = compute + exposed communication (tp, dp, pp) + optimizer + bubble,
+where the bubble is what is left: time the compute stream waits for other stages. The reported
+breakdown is that of the rank whose compute stream is busiest (the pipeline's bottleneck).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from simulator.costs.memory import GiB, peak_memory
+from simulator.costs.ops import model_flops_per_token
+from simulator.costs.params import count_parameters
+from simulator.scenario import Scenario
+from simulator.schedules import Schedule
+
+PIPELINE_KINDS = ("forward", "backward", "backward_input", "backward_weight", "recompute")
+
+
+def _union_length(starts: np.ndarray, ends: np.ndarray) -> float:
+    """Total length covered by intervals (merge overlapping ones)."""
+    if len(starts) == 0:
+        return 0.0
+    order = np.argsort(starts, kind="stable")
+    s, e = starts[order], np.maximum.accumulate(ends[order])
+    gaps = np.maximum(s[1:] - e[:-1], 0.0)
+    return float(e[-1] - s[0] - gaps.sum())
+
+
+def _exposed(comm: np.ndarray, busy: np.ndarray) -> float:
+    """Length of comm intervals not covered by busy intervals (both arrays of [start, end] rows)."""
+    if len(comm) == 0:
+        return 0.0
+    both = np.vstack([comm, busy]) if len(busy) else comm
+    return _union_length(both[:, 0], both[:, 1]) - (
+        _union_length(busy[:, 0], busy[:, 1]) if len(busy) else 0.0
+    )
+
+
+def summarize(
+    s: Scenario,
+    spans: list[tuple[Any, ...]],
+    tp_comm_s: dict[int, float],
+    p2p_s: Callable[[int, int], float],
+    hardware_flops: float,
+    schedule: Schedule | None = None,
+) -> dict[str, Any]:
+    """The summary object of DESIGN.md's CLI contract (plus breakdown details).
+
+    `tp_comm_s[rank]`: tensor-parallel time inside that rank's compute spans (on the critical path
+    unless overlapped); `p2p_s(rank, peer)`: one pipeline transfer's duration; `hardware_flops`: FLOPs
+    the whole cluster executes in the step (recompute included)."""
+    ranks = sorted({sp[0] for sp in spans})
+    arr: dict[int, list[tuple[Any, ...]]] = {r: [] for r in ranks}
+    for sp in spans:
+        arr[sp[0]].append(sp)
+    step_time = max(sp[8] + sp[9] for sp in spans) if spans else 0.0
+    pipeline_end = max((sp[8] + sp[9] for sp in spans if sp[2] in PIPELINE_KINDS), default=0.0)
+
+    per_rank = {}
+    for r in ranks:
+        rows = arr[r]
+        busy = np.array([(sp[8], sp[8] + sp[9]) for sp in rows if sp[1] == "compute"]).reshape(-1, 2)
+        pipe = sum(sp[9] for sp in rows if sp[2] in PIPELINE_KINDS)
+        opt = sum(sp[9] for sp in rows if sp[2] == "optimizer")
+        dp = np.array([(sp[8], sp[8] + sp[9]) for sp in rows if sp[1] == "dp"]).reshape(-1, 2)
+        pp_exposed = sum(min(sp[9], p2p_s(r, sp[7])) for sp in rows if sp[2] == "recv")
+        tp = tp_comm_s.get(r, 0.0)
+        exposed = {"tp": tp, "dp": _exposed(dp, busy), "pp": pp_exposed}
+        compute = pipe - tp
+        bubble = max(step_time - compute - sum(exposed.values()) - opt, 0.0)
+        per_rank[r] = {
+            "compute": compute,
+            "optimizer": opt,
+            "exposed": exposed,
+            "bubble": bubble,
+            "busy": pipe,
+        }
+    critical = max(per_rank, key=lambda r: per_rank[r]["busy"]) if per_rank else 0
+    c = per_rank.get(critical, {"compute": 0.0, "optimizer": 0.0, "exposed": {}, "bubble": 0.0, "busy": 0.0})
+    bubble_fraction = (
+        float(np.mean([1 - per_rank[r]["busy"] / pipeline_end for r in ranks])) if pipeline_end else 0.0
+    )
+
+    tokens = s.training.global_batch_size * s.training.seq_len
+    model_flops = model_flops_per_token(s) * tokens
+    peak = s.cluster.gpu.peak_flops(s.training.dtype)
+    model_tflops = model_flops / s.world_size / step_time / 1e12 if step_time else 0.0
+    hw_tflops = hardware_flops / s.world_size / step_time / 1e12 if step_time else 0.0
+    pp_rank, mem = peak_memory(s, schedule)
+    limit = s.cluster.gpu.memory_GiB
+    return {
+        "step_time_s": step_time,
+        "bubble_fraction": bubble_fraction,
+        "compute_time_s": c["compute"],
+        "exposed_comm_time_s": sum(c["exposed"].values()),
+        "exposed_comm_s": dict(c["exposed"]),
+        "optimizer_time_s": c["optimizer"],
+        "bubble_time_s": c["bubble"],
+        "critical_rank": critical,
+        "peak_memory_gib": mem.total / GiB,
+        "peak_memory_pp_rank": pp_rank,
+        "memory_gib": mem.gib(),
+        "gpu_memory_gib": limit,
+        "fits_in_memory": mem.total / GiB <= limit,
+        "num_parameters": count_parameters(s.model),
+        "model_tflops_per_gpu": model_tflops,
+        "hardware_tflops_per_gpu": hw_tflops,
+        "mfu": model_tflops * 1e12 / peak,
+        "hfu": hw_tflops * 1e12 / peak,
+        "tokens_per_s": tokens / step_time if step_time else 0.0,
+        "num_microbatches": s.num_microbatches,
+        "world_size": s.world_size,
+        "degrees": {"tp": s.tp, "pp": s.pp, "dp": s.dp, "vpp": s.vpp},
+    }

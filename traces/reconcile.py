@@ -1,0 +1,357 @@
+"""Align predicted and measured events one to one and say where the prediction is off.
+
+Predicted and measured events of one plan share ``schema.ALIGNMENT_KEY``, so reconciliation is an
+outer join: matched rows carry both durations, ``missing`` rows were predicted but not measured,
+``extra`` rows were measured but not predicted. One measured step is scored (the simulator predicts
+one step; step 0 of a real run is warm-up), and time is broken into components:
+
+- per kind: per-rank sum of durations, mean over ranks;
+- ``exposed_comm`` (all streams) and ``exposed_comm:STREAM``: communication time on a rank not
+  hidden under that rank's compute spans, mean over ranks;
+- ``bubble``: step time minus compute (union of compute spans) minus exposed communication, per
+  rank, mean over ranks — the time a rank does nothing useful;
+- ``step_time``, and ``peak_memory`` when both summaries carry ``peak_memory_gib``.
+
+Errors are signed and relative: ``(predicted - measured) / measured`` (NaN when measured is 0).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from traces import schema
+
+KEY = list(schema.ALIGNMENT_KEY)
+LARGEST_MISMATCHES = 10
+US_PER_S = 1e6
+
+
+@dataclass(frozen=True)
+class Reconciliation:
+    """Predicted vs measured for one scored measured step (all frames are new objects)."""
+
+    step: int  # measured step scored; predicted events were relabelled to it
+    scored_steps: tuple[int, ...]  # measured steps whose median step time is step_time_measured_s
+    matched: pd.DataFrame  # KEY + stream + *_predicted / *_measured + dur_error_us, dur_error, start_error_us
+    missing: pd.DataFrame  # predicted rows with no measured row (schema columns)
+    extra: pd.DataFrame  # measured rows with no predicted row (schema columns)
+    step_time_predicted_s: float
+    step_time_measured_s: float
+    step_time_error: float
+    components: pd.DataFrame  # component, predicted_s, measured_s, predicted_gib, measured_gib, error
+    largest_mismatches: pd.DataFrame  # the matched rows with the largest |dur_error_us|
+    critical_path: pd.DataFrame  # measured events of the scored step on the critical path (schema columns)
+
+
+def relative_error(predicted: float, measured: float) -> float:
+    """``(predicted - measured) / measured``; NaN when measured is 0 or either value is NaN."""
+    if measured == 0 or math.isnan(measured) or math.isnan(predicted):
+        return math.nan
+    return (predicted - measured) / measured
+
+
+def step_times_us(frame: pd.DataFrame) -> pd.Series:
+    """Step -> step time: the latest event end over all ranks (events start at the step origin)."""
+    ends_us = frame["start_us"] + frame["dur_us"]
+    return ends_us.groupby(frame["step"]).max().sort_index()
+
+
+def scored_steps(measured: pd.DataFrame) -> list[int]:
+    """Steps that count: every step but step 0 (warm-up) when there are at least two steps."""
+    steps = sorted(int(s) for s in measured["step"].unique())
+    return [s for s in steps if s >= 1] if len(steps) >= 2 else steps
+
+
+def median_step(measured: pd.DataFrame, steps: list[int]) -> int:
+    """The scored step whose step time is the median (the lower one of the middle two if even)."""
+    times_us = step_times_us(measured[measured["step"].isin(steps)]).sort_values(kind="stable")
+    return int(times_us.index[(len(times_us) - 1) // 2])
+
+
+def merge_intervals(starts_us: np.ndarray, ends_us: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Union of intervals as sorted disjoint ``(starts, ends)`` (touching intervals merge)."""
+    if len(starts_us) == 0:
+        return np.empty(0), np.empty(0)
+    order = np.argsort(starts_us, kind="stable")
+    starts, ends = np.asarray(starts_us, float)[order], np.asarray(ends_us, float)[order]
+    reach = np.maximum.accumulate(ends)
+    # an interval opens a new group when it starts after everything before it has ended
+    new_group = np.concatenate(([True], starts[1:] > reach[:-1]))
+    return starts[new_group], np.maximum.reduceat(ends, np.flatnonzero(new_group))
+
+
+def union_us(starts_us: np.ndarray, ends_us: np.ndarray) -> float:
+    """Total length covered by a set of intervals."""
+    merged_starts, merged_ends = merge_intervals(starts_us, ends_us)
+    return float((merged_ends - merged_starts).sum())
+
+
+def exposed_us(comm: pd.DataFrame, compute: pd.DataFrame) -> float:
+    """Time covered by ``comm`` spans and not by ``compute`` spans: |C ∪ K| - |K|."""
+    comm_ends = comm["start_us"] + comm["dur_us"]
+    compute_ends = compute["start_us"] + compute["dur_us"]
+    both = union_us(
+        np.concatenate([comm["start_us"].to_numpy(), compute["start_us"].to_numpy()]),
+        np.concatenate([comm_ends.to_numpy(), compute_ends.to_numpy()]),
+    )
+    return both - union_us(compute["start_us"].to_numpy(), compute_ends.to_numpy())
+
+
+def rank_breakdown_us(step_frame: pd.DataFrame, step_time_us: float) -> pd.DataFrame:
+    """Per rank of one step: compute (union), exposed comm overall and per stream, bubble; microseconds."""
+    is_compute = step_frame["kind"].isin(schema.COMPUTE_KINDS)
+    comm_streams = sorted(set(step_frame.loc[~is_compute, "stream"].tolist()))
+    rows = []
+    for rank, events in step_frame.groupby("rank", sort=True):
+        compute = events[events["kind"].isin(schema.COMPUTE_KINDS)]
+        comm = events[~events["kind"].isin(schema.COMPUTE_KINDS)]
+        compute_us = union_us(
+            compute["start_us"].to_numpy(), (compute["start_us"] + compute["dur_us"]).to_numpy()
+        )
+        row = {"rank": int(rank), "compute": compute_us, "exposed_comm": exposed_us(comm, compute)}
+        for stream in comm_streams:
+            row[f"exposed_comm:{stream}"] = exposed_us(comm[comm["stream"] == stream], compute)
+        row["bubble"] = step_time_us - compute_us - row["exposed_comm"]
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def kind_means_us(step_frame: pd.DataFrame) -> dict[str, float]:
+    """Kind -> mean over the step's ranks of the per-rank sum of durations (0 for a rank without it)."""
+    ranks = step_frame["rank"].nunique()
+    if ranks == 0:
+        return {}
+    sums = step_frame.groupby("kind")["dur_us"].sum()
+    return {str(kind): float(total) / ranks for kind, total in sums.items()}
+
+
+def component_table(
+    predicted: pd.DataFrame,
+    measured: pd.DataFrame,
+    step_time_predicted_us: float,
+    step_time_measured_us: float,
+) -> pd.DataFrame:
+    """One row per time component of the scored step: predicted_s, measured_s, error."""
+    pred_kinds, meas_kinds = kind_means_us(predicted), kind_means_us(measured)
+    pred_ranks = rank_breakdown_us(predicted, step_time_predicted_us).drop(columns="rank", errors="ignore")
+    meas_ranks = rank_breakdown_us(measured, step_time_measured_us).drop(columns="rank", errors="ignore")
+    pairs: dict[str, tuple[float, float]] = {"step_time": (step_time_predicted_us, step_time_measured_us)}
+    for kind in sorted(set(pred_kinds) | set(meas_kinds)):
+        pairs[kind] = (pred_kinds.get(kind, 0.0), meas_kinds.get(kind, 0.0))
+    for name in sorted(set(pred_ranks.columns) | set(meas_ranks.columns)):
+        pairs[name] = (_column_mean(pred_ranks, name), _column_mean(meas_ranks, name))
+    rows = [
+        {
+            "component": name,
+            "predicted_s": pred_us / US_PER_S,
+            "measured_s": meas_us / US_PER_S,
+            "predicted_gib": math.nan,
+            "measured_gib": math.nan,
+            "error": relative_error(pred_us, meas_us),
+        }
+        for name, (pred_us, meas_us) in pairs.items()
+    ]
+    return pd.DataFrame(rows)
+
+
+def _column_mean(frame: pd.DataFrame, column: str) -> float:
+    return float(frame[column].mean()) if column in frame.columns and len(frame) else 0.0
+
+
+def memory_component(
+    predicted_summary: Mapping[str, Any] | None, measured_summary: Mapping[str, Any] | None
+) -> pd.DataFrame:
+    """The ``peak_memory`` row when both summaries carry ``peak_memory_gib``, else no rows."""
+    if not predicted_summary or not measured_summary:
+        return pd.DataFrame()
+    pred, meas = predicted_summary.get("peak_memory_gib"), measured_summary.get("peak_memory_gib")
+    if not isinstance(pred, int | float) or not isinstance(meas, int | float):
+        return pd.DataFrame()
+    row = {
+        "component": "peak_memory",
+        "predicted_s": math.nan,
+        "measured_s": math.nan,
+        "predicted_gib": float(pred),
+        "measured_gib": float(meas),
+        "error": relative_error(float(pred), float(meas)),
+    }
+    return pd.DataFrame([row])
+
+
+def _check_unique_keys(frame: pd.DataFrame, source: str) -> None:
+    duplicated = frame[frame.duplicated(KEY, keep=False)]
+    if len(duplicated):
+        first = duplicated.iloc[0][KEY].to_dict()
+        raise ValueError(
+            f"{source} events have {len(duplicated)} rows sharing an alignment key, e.g. {first}: "
+            "each (rank, step, kind, stage, chunk, microbatch, index) must be one span; give repeated "
+            "spans distinct 'index' values"
+        )
+
+
+def align(predicted: pd.DataFrame, measured: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """Outer join of two single-step tables on the alignment key -> (matched, missing, extra)."""
+    _check_unique_keys(predicted, "predicted")
+    _check_unique_keys(measured, "measured")
+    joined = predicted.merge(
+        measured, on=KEY, how="outer", suffixes=("_predicted", "_measured"), indicator=True
+    )
+    both = joined[joined["_merge"] == "both"]
+    matched = both[[*KEY, "stream_predicted", "stream_measured"]].copy()
+    for column in ("start_us", "dur_us"):
+        matched[f"{column}_predicted"] = both[f"{column}_predicted"]
+        matched[f"{column}_measured"] = both[f"{column}_measured"]
+    matched["dur_error_us"] = matched["dur_us_predicted"] - matched["dur_us_measured"]
+    matched["dur_error"] = matched["dur_error_us"] / matched["dur_us_measured"].where(
+        matched["dur_us_measured"] != 0
+    )
+    matched["start_error_us"] = matched["start_us_predicted"] - matched["start_us_measured"]
+    missing = _one_side(joined[joined["_merge"] == "left_only"], "_predicted")
+    extra = _one_side(joined[joined["_merge"] == "right_only"], "_measured")
+    return matched.reset_index(drop=True), missing, extra
+
+
+def _one_side(rows: pd.DataFrame, suffix: str) -> pd.DataFrame:
+    renamed = rows.rename(columns={f"{c}{suffix}": c for c in schema.COLUMNS if c not in KEY})
+    return schema.validate(renamed[list(schema.COLUMNS)])
+
+
+def critical_path(step_frame: pd.DataFrame) -> pd.DataFrame:
+    """The chain of events ending at the step's last-ending event, in time order.
+
+    Walking back from the last-ending event, the predecessor of an event is the latest-ending
+    event on the same rank that ends no later than it starts, or — for a ``recv`` — the matching
+    ``send`` on the peer rank (same microbatch and index, started before the recv ended), whichever
+    ends later. ``step_frame`` holds one step of one source.
+    """
+    frame = schema.validate(step_frame)
+    if len(frame) == 0:
+        return frame
+    starts = frame["start_us"].to_numpy()
+    ends = starts + frame["dur_us"].to_numpy()
+    ranks = frame["rank"].to_numpy()
+    current = int(np.lexsort((starts, ends))[-1])
+    path = [current]
+    while (
+        previous := _predecessor(frame, current, starts, ends, ranks)
+    ) is not None and previous not in path:
+        path.append(previous)
+        current = previous
+    return frame.iloc[path[::-1]].reset_index(drop=True)
+
+
+def _predecessor(
+    frame: pd.DataFrame, current: int, starts: np.ndarray, ends: np.ndarray, ranks: np.ndarray
+) -> int | None:
+    tolerance_us = 1e-9 * max(1.0, abs(starts[current]))
+    candidates = []
+    same_rank = np.flatnonzero((ranks == ranks[current]) & (ends <= starts[current] + tolerance_us))
+    same_rank = same_rank[same_rank != current]
+    if len(same_rank):
+        candidates.append(int(same_rank[np.argmax(ends[same_rank])]))
+    row = frame.iloc[current]
+    if row["kind"] == "recv":
+        sends = np.flatnonzero(
+            (frame["kind"] == "send").to_numpy()
+            & (ranks == row["peer"])
+            & (frame["peer"] == row["rank"]).to_numpy()
+            & (frame["microbatch"] == row["microbatch"]).to_numpy()
+            & (frame["index"] == row["index"]).to_numpy()
+            & (starts <= ends[current])
+        )
+        if len(sends):
+            candidates.append(int(sends[np.argmax(ends[sends])]))
+    if not candidates:
+        return None
+    return max(candidates, key=lambda i: ends[i])
+
+
+def reconcile(
+    predicted: pd.DataFrame,
+    measured: pd.DataFrame,
+    step: int | None = None,
+    predicted_summary: Mapping[str, Any] | None = None,
+    measured_summary: Mapping[str, Any] | None = None,
+) -> Reconciliation:
+    """Score one measured step against the prediction (see the module docstring).
+
+    ``step`` picks the measured step; by default the scored step (steps >= 1 when there are two or
+    more) whose step time is the median. Predicted events of that step are used if present, else
+    those of the first predicted step, relabelled to it.
+    """
+    predicted, measured = schema.validate(predicted), schema.validate(measured)
+    if len(measured) == 0 or len(predicted) == 0:
+        empty = "measured" if len(measured) == 0 else "predicted"
+        raise ValueError(f"no {empty} events to reconcile: check the run directory's {empty}/ folder")
+    steps = [step] if step is not None else scored_steps(measured)
+    chosen = step if step is not None else median_step(measured, steps)
+    if chosen not in set(measured["step"].tolist()):
+        raise ValueError(
+            f"measured events have no step {chosen}; they have steps {sorted(set(measured['step']))}"
+        )
+    pred_step = chosen if chosen in set(predicted["step"].tolist()) else int(predicted["step"].min())
+    pred = predicted[predicted["step"] == pred_step].assign(step=chosen)
+    meas = measured[measured["step"] == chosen]
+    matched, missing, extra = align(schema.validate(pred), schema.validate(meas))
+    pred_time_us = float(step_times_us(pred).iloc[0])
+    meas_time_us = float(step_times_us(measured[measured["step"].isin(steps)]).median())
+    components = pd.concat(
+        [
+            component_table(pred, meas, pred_time_us, float(step_times_us(meas).iloc[0])),
+            memory_component(predicted_summary, measured_summary),
+        ],
+        ignore_index=True,
+    )
+    order = matched["dur_error_us"].abs().sort_values(ascending=False, kind="stable").index
+    return Reconciliation(
+        step=chosen,
+        scored_steps=tuple(steps),
+        matched=matched,
+        missing=missing,
+        extra=extra,
+        step_time_predicted_s=pred_time_us / US_PER_S,
+        step_time_measured_s=meas_time_us / US_PER_S,
+        step_time_error=relative_error(pred_time_us, meas_time_us),
+        components=components,
+        largest_mismatches=matched.loc[order[:LARGEST_MISMATCHES]].reset_index(drop=True),
+        critical_path=critical_path(meas),
+    )
+
+
+def _jsonable(value: Any) -> Any:
+    """numpy scalars -> Python, NaN -> None, so the summary is strict JSON."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    return value
+
+
+def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    return [{str(k): _jsonable(v) for k, v in row.items()} for row in frame.to_dict("records")]
+
+
+def to_summary(rec: Reconciliation) -> dict[str, Any]:
+    """A JSON-able summary (the ``plancast compare --json`` object and ``compare/summary.json``)."""
+    components = [
+        {k: v for k, v in row.items() if v is not None or k == "error"} for row in _records(rec.components)
+    ]
+    return {
+        "step": rec.step,
+        "scored_steps": list(rec.scored_steps),
+        "step_time_predicted_s": _jsonable(rec.step_time_predicted_s),
+        "step_time_measured_s": _jsonable(rec.step_time_measured_s),
+        "step_time_error": _jsonable(rec.step_time_error),
+        "events_matched": len(rec.matched),
+        "events_missing": len(rec.missing),
+        "events_extra": len(rec.extra),
+        "components": components,
+        "largest_mismatches": _records(rec.largest_mismatches),
+        "critical_path": _records(rec.critical_path[[*KEY, "stream", "start_us", "dur_us"]]),
+    }

@@ -1,0 +1,290 @@
+"""The run directory on disk: where each table and summary lives, atomic writers, forgiving readers.
+
+Layout (DESIGN.md, "Run directory")::
+
+    RUN/scenario.toml
+    RUN/predicted/events.parquet, predicted/summary.json
+    RUN/measured/rank-00000.parquet (one per rank), measured/telemetry.parquet,
+    RUN/measured/summary.json, measured/env.json
+    RUN/compare/summary.json
+
+Every write goes to a temporary file in the same directory and is then renamed over the target
+(``os.replace`` is atomic on POSIX), so a reader never sees a half-written file: a killed run leaves
+the previous complete file plus, at worst, a hidden ``.NAME.*.tmp`` file that readers ignore.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from traces import schema
+
+SCHEMA_VERSION_KEY = b"plancast.schema_version"
+RANK_FILE_RE = re.compile(r"^rank-(\d+)\.parquet$")
+
+
+class TraceReadError(ValueError):
+    """A run-directory file that cannot be read. The message names the file and how to fix it."""
+
+
+@dataclass(frozen=True)
+class RunDir:
+    """Paths of one run directory. Creating the object touches nothing on disk."""
+
+    path: Path
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "path", Path(self.path))
+
+    @property
+    def scenario_toml(self) -> Path:
+        """The resolved scenario the run was predicted and executed with."""
+        return self.path / "scenario.toml"
+
+    @property
+    def predicted_dir(self) -> Path:
+        """Folder of the simulator's output."""
+        return self.path / "predicted"
+
+    @property
+    def predicted_events(self) -> Path:
+        """The simulator's trace table."""
+        return self.predicted_dir / "events.parquet"
+
+    @property
+    def predicted_summary(self) -> Path:
+        """The simulator's summary (step time, memory, MFU, ...)."""
+        return self.predicted_dir / "summary.json"
+
+    @property
+    def measured_dir(self) -> Path:
+        """Folder of the runtime's output."""
+        return self.path / "measured"
+
+    def rank_events(self, rank: int) -> Path:
+        """The measured trace table of one rank, e.g. ``measured/rank-00003.parquet``."""
+        return self.measured_dir / f"rank-{rank:05d}.parquet"
+
+    @property
+    def telemetry(self) -> Path:
+        """GPU telemetry samples (an empty table on CPU)."""
+        return self.measured_dir / "telemetry.parquet"
+
+    @property
+    def measured_summary(self) -> Path:
+        """The runtime's summary."""
+        return self.measured_dir / "summary.json"
+
+    @property
+    def env_json(self) -> Path:
+        """Versions, devices, hostnames and ``world_size`` of the measured run."""
+        return self.measured_dir / "env.json"
+
+    @property
+    def compare_dir(self) -> Path:
+        """Folder of the reconciliation output."""
+        return self.path / "compare"
+
+    @property
+    def compare_summary(self) -> Path:
+        """The reconciliation summary (traces.reconcile.to_summary)."""
+        return self.compare_dir / "summary.json"
+
+    def rank_files(self) -> dict[int, Path]:
+        """Measured rank files present on disk, by rank (temporary files are ignored)."""
+        if not self.measured_dir.is_dir():
+            return {}
+        found: dict[int, Path] = {}
+        for child in self.measured_dir.iterdir():
+            match = RANK_FILE_RE.match(child.name)
+            if match:
+                found[int(match.group(1))] = child
+        return dict(sorted(found.items()))
+
+    def relative(self, path: Path) -> str:
+        """``path`` relative to the run directory, for messages (the absolute path if outside it)."""
+        try:
+            return path.relative_to(self.path).as_posix()
+        except ValueError:
+            return str(path)
+
+
+@contextmanager
+def atomic_open(path: Path, mode: str) -> Iterator[IO[Any]]:
+    """Open a temporary file next to ``path``; on success rename it over ``path``, on error delete it.
+
+    Readers therefore see either the previous complete file or the new one, never a partial one.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    tmp = Path(tmp_name)
+    try:
+        with os.fdopen(fd, mode) as handle:
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def write_events(path: Path, frame: pd.DataFrame) -> None:
+    """Validate ``frame`` against the schema and write it atomically as parquet.
+
+    The schema version is stored in the parquet key-value metadata under ``plancast.schema_version``.
+    """
+    table = pa.Table.from_pandas(schema.validate(frame), preserve_index=False)
+    metadata = dict(table.schema.metadata or {})
+    metadata[SCHEMA_VERSION_KEY] = str(schema.SCHEMA_VERSION).encode()
+    table = table.replace_schema_metadata(metadata)
+    with atomic_open(Path(path), "wb") as handle:
+        pq.write_table(table, handle)
+
+
+def read_events(path: Path) -> pd.DataFrame:
+    """Read a trace table written by ``write_events`` and return it validated.
+
+    Raises TraceReadError when the file is missing, truncated or corrupt, was written with another
+    schema version, or does not have the schema's columns.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise TraceReadError(f"{path} is missing: run the step that writes it (simulate or run) first")
+    try:
+        table = pq.read_table(path)
+    except (pa.ArrowException, OSError) as err:
+        raise TraceReadError(
+            f"{path} is truncated or not a parquet file ({err}); the run was probably killed while "
+            "writing it: delete the file and re-run"
+        ) from err
+    _check_schema_version(path, table.schema.metadata or {})
+    try:
+        return schema.validate(table.to_pandas())
+    except schema.SchemaError as err:
+        raise TraceReadError(f"{path} does not follow the trace schema: {err}") from err
+
+
+def _check_schema_version(path: Path, metadata: dict[bytes, bytes]) -> None:
+    found = metadata.get(SCHEMA_VERSION_KEY)
+    if found is None:
+        raise TraceReadError(
+            f"{path} has no '{SCHEMA_VERSION_KEY.decode()}' metadata, so it was not written by "
+            "traces.store.write_events: re-create it with plancast"
+        )
+    if found.decode() != str(schema.SCHEMA_VERSION):
+        raise TraceReadError(
+            f"{path} was written with trace schema v{found.decode()}, but this plancast reads "
+            f"v{schema.SCHEMA_VERSION}: re-create the run with this plancast version, or open it with "
+            "the plancast version that wrote it"
+        )
+
+
+def write_json(path: Path, obj: Any) -> None:
+    """Write ``obj`` as indented, strict JSON (NaN is refused) atomically."""
+    text = json.dumps(obj, indent=2, allow_nan=False) + "\n"
+    with atomic_open(Path(path), "w") as handle:
+        handle.write(text)
+
+
+def read_json(path: Path) -> Any:
+    """Read a JSON file; TraceReadError names the file when it is missing or not valid JSON."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError as err:
+        raise TraceReadError(f"{path} is missing: run the step that writes it first") from err
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        raise TraceReadError(
+            f"{path} is not valid JSON ({err.msg} at line {err.lineno}, column {err.colno}); it was "
+            "probably cut off while being written: delete it and re-run the step that writes it"
+        ) from err
+
+
+def read_predicted(run: RunDir) -> pd.DataFrame:
+    """The predicted trace table of ``run``."""
+    return read_events(run.predicted_events)
+
+
+@dataclass(frozen=True)
+class MeasuredRead:
+    """The measured events that could be read, and one sentence per rank that could not."""
+
+    events: pd.DataFrame
+    problems: list[str] = field(default_factory=list)
+
+
+def measured_world_size(run: RunDir) -> int | None:
+    """``world_size`` from ``measured/env.json``, or None when the file or key is absent or unreadable."""
+    if not run.env_json.is_file():
+        return None
+    try:
+        env = read_json(run.env_json)
+    except TraceReadError:
+        return None
+    value = env.get("world_size") if isinstance(env, dict) else None
+    return value if isinstance(value, int) and value > 0 else None
+
+
+def read_measured(run: RunDir, world_size: int | None = None) -> MeasuredRead:
+    """Read every measured rank file; a missing or unreadable rank is reported, not fatal.
+
+    ``world_size`` comes from the argument, else ``measured/env.json``, else the highest rank file + 1.
+    """
+    files = run.rank_files()
+    size = world_size or measured_world_size(run) or (max(files) + 1 if files else 0)
+    frames: list[pd.DataFrame] = []
+    problems: list[str] = []
+    for rank in range(size):
+        path = files.get(rank, run.rank_events(rank))
+        name = run.relative(path)
+        if rank not in files:
+            problems.append(f"{name} is missing (world size {size}): rank {rank} is left out")
+            continue
+        try:
+            frames.append(read_events(path))
+        except TraceReadError as err:
+            problems.append(f"{name} could not be read ({err}): rank {rank} is left out")
+    for rank in (r for r in files if r >= size):
+        problems.append(
+            f"{run.relative(files[rank])} is beyond the world size {size}: rank {rank} is left out"
+        )
+    events = pd.concat(frames, ignore_index=True) if frames else schema.empty_frame()
+    return MeasuredRead(events=schema.validate(events), problems=problems)
+
+
+class RankEventWriter:
+    """Accumulates one rank's measured events and rewrites its rank file after every step.
+
+    Each rewrite is atomic, so a run killed at any moment leaves a complete file holding every
+    finished step. Rewriting the whole table is O(steps) per step, fine for the tens to hundreds of
+    steps a measured run records.
+    """
+
+    def __init__(self, run: RunDir, rank: int) -> None:
+        self.path = run.rank_events(rank)
+        self.rank = rank
+        self._frames: list[pd.DataFrame] = []
+
+    def append_step(self, frame: pd.DataFrame) -> None:
+        """Add one step's events (all of this rank) and rewrite the rank file."""
+        step_frame = schema.validate(frame)
+        other_ranks = sorted(set(step_frame["rank"].tolist()) - {self.rank})
+        if other_ranks:
+            raise ValueError(f"RankEventWriter for rank {self.rank} got events of rank(s) {other_ranks}")
+        self._frames.append(step_frame)
+        write_events(self.path, pd.concat(self._frames, ignore_index=True))
