@@ -69,6 +69,8 @@ def korthikanti(model: str, *, sp: bool, recompute: str) -> Scenario:
             "sequence_parallel": sp,
             # Megatron-LM 2022 waited for every pipeline transfer (p2p_communication._communicate)
             "overlap_p2p_comm": False,
+            "vocab_parallel": True,  # Megatron-LM splits the embedding and output layer over tp
+            "scatter_gather_p2p": True,
         },
         "cluster": {"preset": "dgx-a100-80gb", "num_nodes": tp * pp // 8},
     }
@@ -135,6 +137,7 @@ def figure1() -> list[dict[str, Any]]:
                     last=c * s.pp + r == stages - 1,
                     tp=s.tp,
                     pipelined=stages > 1,
+                    vocab_tp=s.vocab_tp,
                 )
                 for c in range(s.vpp)
             )

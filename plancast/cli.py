@@ -23,7 +23,8 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-out = Console(highlight=False, soft_wrap=True)
+# Piped output (a file, grep) gets a wide console so tables are never cut to 80 columns.
+out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 EXIT_BAD_INPUT = 2
@@ -95,7 +96,7 @@ def catalog(
     kind: Annotated[str, typer.Argument(help="gpus | clusters | models | all")] = "all",
 ) -> None:
     """List the GPU, cluster and model presets a scenario can name."""
-    from rich.table import Table
+    from rich.table import Column, Table
 
     from simulator import catalog as cat
 
@@ -104,7 +105,14 @@ def catalog(
         if kind not in kinds:
             raise UserError(f"unknown catalog {kind!r}; choose one of {sorted(kinds)}")
     if kind in ("gpus", "all"):
-        table = Table("GPU", "bf16 TFLOP/s", "fp32 TFLOP/s", "HBM GB/s", "memory GiB", title="GPUs")
+        table = Table(
+            Column("GPU", no_wrap=True),
+            "bf16 TFLOP/s",
+            "fp32 TFLOP/s",
+            "HBM GB/s",
+            "memory GiB",
+            title="GPUs",
+        )
         for name, g in cat.GPUS.items():
             peak: Any = g["peak_tflops"]
             table.add_row(
@@ -116,7 +124,13 @@ def catalog(
             )
         out.print(table)
     if kind in ("clusters", "all"):
-        table = Table("cluster", "GPU", "GPUs/node", "tiers (GB/s per GPU, latency us)", title="Clusters")
+        table = Table(
+            Column("cluster", no_wrap=True),
+            Column("GPU", no_wrap=True),
+            "GPUs/node",
+            "tiers (GB/s per GPU, latency us)",
+            title="Clusters",
+        )
         for name, c in cat.CLUSTERS.items():
             tiers: Any = c["tiers"]
             desc = ", ".join(

@@ -124,3 +124,89 @@ def import_(
     else:
         output.write_text(text)
         err.print(f"wrote {output}", markup=False)
+
+
+@app.command()
+def sweep(
+    scenario: ScenarioArg,
+    gpus: Annotated[
+        int, typer.Option("--gpus", help="GPUs to plan for (a multiple of cluster.gpus_per_node).")
+    ],
+    top: Annotated[int, typer.Option(help="Plans to print.")] = 10,
+    finalists: Annotated[int, typer.Option(help="Best estimated plans to run through the full engine.")] = 24,
+    json_: Annotated[bool, typer.Option("--json", help="Print the ranked plans as JSON.")] = False,
+    table: Annotated[
+        Path | None, typer.Option("--table", help="Write every simulated plan to this CSV.")
+    ] = None,
+) -> None:
+    """Search every valid plan (tp, pp, dp, micro-batch, schedule, virtual stages, recompute, SP, ZeRO)."""
+    import dataclasses
+    import time
+
+    from rich.progress import Progress
+    from rich.table import Table
+
+    from simulator.sweep import sweep as run_sweep
+
+    with user_errors():
+        s = load(scenario)
+        if gpus <= 0:
+            raise UserError("--gpus must be positive")
+    started = time.perf_counter()
+    with Progress(console=err, transient=True) as bar:
+        task = bar.add_task("enumerating and ranking plans", total=None)
+
+        def progress(done: int, total: int) -> None:
+            bar.update(task, description="simulating finalists", completed=done, total=total)
+
+        try:
+            result = run_sweep(s, gpus, finalists=finalists, progress=progress)
+        except ValueError as e:
+            raise UserError(str(e)) from None
+    elapsed = time.perf_counter() - started
+    rows = [
+        {
+            **dataclasses.asdict(r.plan),
+            "step_time_s": r.step_time_s,
+            "estimate_s": r.estimate_s,
+            "peak_memory_gib": r.memory_gib,
+            "mfu": (r.summary or {}).get("mfu"),
+            "tokens_per_s": (r.summary or {}).get("tokens_per_s"),
+        }
+        for r in result.finalists
+    ]
+    if table is not None:
+        import pandas as pd
+
+        pd.DataFrame(rows).to_csv(table, index=False)
+        err.print(f"wrote {table}", markup=False)
+    if json_:
+        print_json(
+            {
+                "plans_enumerated": result.enumerated,
+                "plans_fitting": result.fits,
+                "seconds": elapsed,
+                "plans": rows[:top],
+            }
+        )
+        return
+    if not result.finalists:
+        err.print(
+            f"no plan of {result.enumerated} fits in {s.cluster.gpu.memory_GiB:g} GiB per GPU", markup=False
+        )
+        raise typer.Exit(1)
+    out.print(
+        f"{result.enumerated:,} plans enumerated, {result.fits:,} fit in memory, "
+        f"{len(result.finalists)} simulated in full ({elapsed:.1f} s)"
+    )
+    view = Table("#", "plan", "step s", "MFU", "memory GiB", "tokens/s")
+    for i, r in enumerate(result.finalists[:top], 1):
+        view.add_row(
+            str(i),
+            r.plan.label(),
+            f"{r.step_time_s:.3f}",
+            f"{(r.summary or {}).get('mfu', 0):.1%}",
+            f"{r.memory_gib:.1f}",
+            f"{(r.summary or {}).get('tokens_per_s', 0):,.0f}",
+        )
+    out.print(view)

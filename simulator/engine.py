@@ -19,13 +19,14 @@ from typing import Any
 
 import simpy
 
-from simulator.costs.collectives import Level, Link, collective_seconds, group_levels
+from simulator.costs.collectives import Level, Link, collective_seconds, group_levels, ring_seconds
 from simulator.costs.ops import DTYPE_BYTES
 from simulator.costs.stage import StageCost, stage_costs
+from simulator.costs.tp_comm import sp_grad_all_reduce_bytes
 from simulator.mesh import Coord, RankGrid, span_tier
 from simulator.scenario import Scenario
 from simulator.schedules import Action, build_schedule, splits_backward
-from simulator.units import UnitPlan, dp_plan
+from simulator.units import FsdpState, UnitPlan, dp_plan
 
 # One recorded span: rank, stream, kind, stage, chunk, microbatch, index, peer, start_s, dur_s, bytes, flops
 Span = tuple[int, str, str, int, int, int, int, int, float, float, int, float]
@@ -66,6 +67,7 @@ class Engine:
 
     s: Scenario
     full_fidelity: bool = False
+    costs_override: tuple[StageCost, ...] | None = None  # tests: uniform stages for the ideal identities
     env: simpy.Environment = field(default_factory=simpy.Environment)
 
     def __post_init__(self) -> None:
@@ -76,7 +78,7 @@ class Engine:
         self.m = s.num_microbatches
         self.schedule = build_schedule(s.parallelism.pipeline_parallel_schedule, s.pp, self.m, s.vpp)
         self.split_backward = splits_backward(s.parallelism.pipeline_parallel_schedule)
-        self.costs: tuple[StageCost, ...] = stage_costs(s, self.topo.levels("tp"))
+        self.costs: tuple[StageCost, ...] = self.costs_override or stage_costs(s, self.topo.levels("tp"))
         self.durations = tuple(_Durations.of(c, self.split_backward) for c in self.costs)
         self.dp_levels = self.topo.levels("dp")
         self.units: tuple[UnitPlan, ...] = tuple(dp_plan(s, c) for c in self.costs)
@@ -91,14 +93,18 @@ class Engine:
         else:
             self.ranks = [self.grid.rank(Coord(p, 0, 0)) for p in range(s.pp)]
         act_bytes = s.training.micro_batch_size * s.training.seq_len * s.model.hidden_size
-        # Megatron-LM's scatter/gather optimisation (Narayanan et al. 2021 sec. 4.1): each tp rank sends
-        # 1/t of the activation; with sequence parallelism it is sharded anyway.
-        self.p2p_bytes = act_bytes * DTYPE_BYTES[s.training.dtype] // s.tp
+        # Each tp rank sends its activation; sequence parallelism shards it, and Megatron-LM's
+        # scatter/gather optimisation (Narayanan et al. 2021 sec. 4.1) sends 1/t of it per rank.
+        sharded = s.parallelism.sequence_parallel or s.parallelism.scatter_gather_p2p
+        self.p2p_bytes = act_bytes * DTYPE_BYTES[s.training.dtype] // (s.tp if sharded else 1)
         dp_tier = self.dp_levels[-1] if self.dp_levels else None
         pp_shares = s.pp > 1 and dp_tier is not None
         self.share_links = pp_shares
         self._holders: dict[tuple[Coord, int], int] = {}
         self._p2p: dict[tuple[int, int], float] = {}
+        self._indices: dict[tuple[int, str, str, int, int, int], int] = {}
+        self._fsdp: dict[tuple[int, int], FsdpState] = {}
+        self._meetings: dict[tuple[int, int], simpy.Event] = {}
 
     # ----------------------------------------------------------------------------------- helpers
     def _record(
@@ -220,6 +226,13 @@ class Engine:
         )
 
     # ------------------------------------------------------------------------------ data parallel
+    def _next_index(self, rank: int, stream: str, kind: str, stage: int, chunk: int, mb: int) -> int:
+        """`index` of a new event: issue order within (rank, stream, kind, stage, chunk, microbatch)."""
+        key = (rank, stream, kind, stage, chunk, mb)
+        index = self._indices.get(key, 0)
+        self._indices[key] = index + 1
+        return index
+
     def _dp_collective(
         self,
         st: _RankState,
@@ -228,22 +241,23 @@ class Engine:
         stage: int,
         chunk: int,
         mb: int,
-        index: int,
         ready: simpy.Event | None = None,
     ) -> simpy.Event:
         """Queue a collective on the rank's dp stream; returns the event fired when it completes."""
         done = self.env.event()
+        index = self._next_index(st.rank, "dp", kind, stage, chunk, mb)
         st.dp_queue.put((kind, nbytes, stage, chunk, mb, index, ready, done))
         st.pending_dp += 1
         return done
 
     def _dp_stream(self, st: _RankState) -> Generator[Any, Any, None]:
         """Collectives run one after another, each once its data is ready (NCCL stream order)."""
-        tier = len(self.topo.links) - 1 if not self.dp_levels else self._dp_tier
+        tier = self._dp_tier
         while True:
             kind, nbytes, stage, chunk, mb, index, ready, done = yield st.dp_queue.get()
             if ready is not None and not ready.processed:
                 yield ready
+            # all-gathers move the gathered tensor: nbytes is this rank's full (unsharded) unit
             seconds = collective_seconds(kind, self.dp_levels, nbytes)
             if self.share_links:
                 with self._link(st.rank, tier).request() as req:
@@ -253,16 +267,17 @@ class Engine:
             else:
                 start = self.env.now
                 yield self.env.timeout(seconds)
-            self._record(st.rank, "dp", kind, stage, chunk, mb, start, seconds, index, -1, int(nbytes))
+            shard = nbytes / self.s.dp if kind == "all_gather" else nbytes  # per-rank payload, as measured
+            self._record(st.rank, "dp", kind, stage, chunk, mb, start, seconds, index, -1, int(shard))
             done.succeed()
             st.pending_dp -= 1
-            if st.pending_dp == 0 and not st.dp_done.triggered:
+            if st.pending_dp == 0:
                 st.dp_done.succeed()
+                st.dp_done = self.env.event()
 
     @property
     def _dp_tier(self) -> int:
-        members = self.grid.group("dp", 0)
-        return span_tier(members, self.topo.tier_sizes)
+        return span_tier(self.grid.group("dp", 0), self.topo.tier_sizes)
 
     # -------------------------------------------------------------------------------------- compute
     def _compute(
@@ -275,128 +290,146 @@ class Engine:
     def _fsdp_phase(
         self, st: _RankState, kind: str, a: Action, seconds: float, flops: float
     ) -> Generator[Any, Any, None]:
-        """A forward or backward under ZeRO-2/3: each unit waits for its gathered parameters.
+        """A pass under ZeRO-2/3: units wait for their all-gathers (FSDP2 state rules, simulator/units.py).
 
-        With overlap_param_gather every gather is queued at once on the dp stream (prefetch), so the
-        next unit's parameters arrive while the current one computes; otherwise each waits its turn."""
-        plan = self.units[a.stage]
-        steps = plan.steps(kind)
-        base = 0 if kind == "forward" else sum(1 for g in plan.forward if g.gather_bytes is not None)
+        With overlap_param_gather every needed gather is queued at once on the dp stream (prefetch),
+        so the next unit's parameters arrive while the current one computes; otherwise each unit's
+        gather is issued when the unit is reached."""
+        state = self._fsdp[(st.rank, a.stage)]
+        backward = kind in ("backward", "backward_input", "backward_weight")
+        steps = state.backward() if backward else state.forward()
         prefetch = self.s.parallelism.overlap_param_gather
         start = self.env.now
-        pending: list[simpy.Event | None] = []
-        index = base
-        for step in steps:
-            if step.gather_bytes is None:
-                pending.append(None)
-                continue
-            if prefetch:
-                pending.append(
-                    self._dp_collective(
-                        st, "all_gather", step.gather_bytes, a.stage, a.chunk, a.microbatch, index
-                    )
-                )
-            else:
-                pending.append(None)
-            index += 1
-        index = base
-        for step, queued in zip(steps, pending, strict=True):
-            gathered = queued
-            if step.gather_bytes is not None and not prefetch:
+        queued = [
+            self._dp_collective(st, "all_gather", u.param_bytes, a.stage, a.chunk, a.microbatch)
+            if need and prefetch
+            else None
+            for u, need in steps
+        ]
+        for (unit, need), prefetched in zip(steps, queued, strict=True):
+            gathered = prefetched
+            if need and not prefetch:
                 gathered = self._dp_collective(
-                    st, "all_gather", step.gather_bytes, a.stage, a.chunk, a.microbatch, index
+                    st, "all_gather", unit.param_bytes, a.stage, a.chunk, a.microbatch
                 )
-                index += 1
             if gathered is not None and not gathered.processed:
                 yield gathered
-            if step.share:
-                yield self.env.timeout(seconds * step.share)
+            share = unit.backward_share if backward else unit.forward_share
+            if share:
+                yield self.env.timeout(seconds * share)
         self._record(
             st.rank, "compute", kind, a.stage, a.chunk, a.microbatch, start, self.env.now - start, flops=flops
         )
-        if kind == "backward":
-            self._reduce_scatter(st, a)
+        if backward:
+            for unit, _ in steps:
+                self._dp_collective(st, "reduce_scatter", unit.param_bytes, a.stage, a.chunk, a.microbatch)
 
-    def _reduce_scatter(self, st: _RankState, a: Action) -> None:
-        """FSDP: every unit's gradients are reduce-scattered once its backward has produced them."""
-        for i, nbytes in enumerate(self.units[a.stage].reduce_bytes):
-            self._dp_collective(st, "reduce_scatter", nbytes, a.stage, a.chunk, a.microbatch, i)
+    def _pass(
+        self, st: _RankState, kind: str, a: Action, seconds: float, flops: float
+    ) -> Generator[Any, Any, None]:
+        if self.fsdp:
+            yield from self._fsdp_phase(st, kind, a, seconds, flops)
+        else:
+            yield from self._compute(st, kind, a, seconds, flops)
 
     def _rank(self, st: _RankState) -> Generator[Any, Any, None]:
         last_stage = self.stages - 1
         actions = self.schedule[st.coord.pp]
-        last_grad = _last_grad_actions(actions, self.split_backward)
-        fsdp = self.fsdp
+        last_b = _last_actions(actions, "B")
         blocking = not self.s.parallelism.overlap_p2p_comm
         for a in actions:
             d = self.durations[a.stage]
+            prev = self._holder(st.coord, a.stage - 1) if a.stage > 0 else st.rank
+            nxt = self._holder(st.coord, a.stage + 1) if a.stage < last_stage else st.rank
             if a.kind == "F":
-                if a.stage > 0:
+                if prev != st.rank:
                     yield from self._recv(st, "F", a.stage, a.chunk, a.microbatch, a.stage - 1)
-                if fsdp:
-                    yield from self._fsdp_phase(st, "forward", a, d.forward_s, d.forward_flops)
-                else:
-                    start = self.env.now
-                    yield self.env.timeout(d.forward_s)
-                    self._record(
-                        st.rank,
-                        "compute",
-                        "forward",
-                        a.stage,
-                        a.chunk,
-                        a.microbatch,
-                        start,
-                        d.forward_s,
-                        flops=d.forward_flops,
-                    )
-                if a.stage < last_stage:
+                yield from self._pass(st, "forward", a, d.forward_s, d.forward_flops)
+                if nxt != st.rank:
                     sent = self._send(st, "F", a.stage, a.chunk, a.microbatch, a.stage + 1)
                     if blocking:
                         yield self.env.timeout(sent)
-                continue
-            if a.kind == "B":
-                if a.stage < last_stage:
+            elif a.kind == "B":
+                if nxt != st.rank:
                     yield from self._recv(st, "B", a.stage, a.chunk, a.microbatch, a.stage + 1)
                 if d.recompute_s:
-                    yield from self._compute(st, "recompute", a, d.recompute_s, d.forward_flops)
+                    yield from self._pass(st, "recompute", a, d.recompute_s, d.forward_flops)
                 start = self.env.now
-                if fsdp:
-                    yield from self._fsdp_phase(st, d.backward_kind, a, d.backward_s, d.backward_flops)
-                else:
-                    yield from self._compute(st, d.backward_kind, a, d.backward_s, d.backward_flops)
-                if a.stage > 0:
+                yield from self._pass(st, d.backward_kind, a, d.backward_s, d.backward_flops)
+                if a in last_b and not self.fsdp:
+                    self._reduce_gradients(st, a, start)
+                if prev != st.rank:
                     sent = self._send(st, "B", a.stage, a.chunk, a.microbatch, a.stage - 1)
                     if blocking:
                         yield self.env.timeout(sent)
             else:
-                start = self.env.now
-                yield from self._compute(st, "backward_weight", a, d.backward_weight_s, d.forward_flops)
-                if fsdp:
-                    self._reduce_scatter(st, a)
-            if a in last_grad and not fsdp:
-                self._reduce_gradients(st, a, start)
+                yield from self._compute(st, "backward_weight", a, d.backward_weight_s, d.weight_flops)
         if st.pending_dp:
             yield st.dp_done
+        yield from self._step_end(st)
         yield from self._optimizer(st)
 
     def _reduce_gradients(self, st: _RankState, a: Action, start: float) -> None:
         """DDP / ZeRO-1: the chunk's gradient buckets, ready as the last backward produces them."""
-        if self.zero == 0 and self.s.dp == 1:
+        if self.s.dp == 1:
             return
-        plan = self.units[a.stage]
+        buckets = self.units[a.stage].bucket_bytes
         now = self.env.now
-        total = sum(plan.bucket_bytes) or 1
+        total = sum(buckets) or 1
         done = 0.0
         overlap = self.s.parallelism.overlap_grad_reduce
-        for i, nbytes in enumerate(plan.bucket_bytes):
+        for nbytes in buckets:
             done += nbytes
             at = start + (now - start) * done / total if overlap else now
-            ready = self.env.timeout(max(at - now, 0.0)) if at > now else None
-            self._dp_collective(st, "all_reduce", nbytes, a.stage, a.chunk, -1, i, ready)
+            ready = self.env.timeout(at - now) if at > now else None
+            self._dp_collective(st, "all_reduce", nbytes, a.stage, a.chunk, -1, ready)
+
+    def _step_end(self, st: _RankState) -> Generator[Any, Any, None]:
+        """Per-chunk reductions after the pipeline flush: sequence-parallel norm gradients over tp, and
+        the tied embedding's two copies (first and last stage) over the pipeline."""
+        s = self.s
+        for c in range(s.vpp):
+            stage = c * s.pp + st.coord.pp
+            layers = s.layer_split[stage]
+            if s.tp > 1 and s.parallelism.sequence_parallel and layers:
+                nbytes = sp_grad_all_reduce_bytes(
+                    layers, s.model.hidden_size, layernorm=s.model.norm == "layernorm"
+                )
+                seconds = collective_seconds("all_reduce", self.topo.levels("tp"), nbytes)
+                self._record(st.rank, "tp", "all_reduce", stage, c, -1, self.env.now, seconds, 0, -1, nbytes)
+                yield self.env.timeout(seconds)
+            peer = self._tie_peer(st, stage)
+            if peer is not None:
+                yield from self._tied_all_reduce(st, stage, c, peer)
+
+    def _tie_peer(self, st: _RankState, stage: int) -> int | None:
+        if not self.s.model.tie_word_embeddings or self.stages == 1 or stage not in (0, self.stages - 1):
+            return None
+        peer = self._holder(st.coord, self.stages - 1 if stage == 0 else 0)
+        return None if peer == st.rank else peer
+
+    def _tied_all_reduce(
+        self, st: _RankState, stage: int, chunk: int, peer: int
+    ) -> Generator[Any, Any, None]:
+        """Both holders of the tied embedding meet, then sum its gradient (Megatron-LM's embedding group)."""
+        key = (min(st.rank, peer), max(st.rank, peer))
+        partner = self._meetings.pop(key, None)
+        if partner is None:
+            arrived = self._meetings[key] = self.env.event()
+            yield arrived
+        else:
+            partner.succeed()
+        m = self.s.model
+        nbytes = m.vocab_size * m.hidden_size * 4 // self.s.vocab_tp
+        link = self.topo.links[self.topo.tier(st.rank, peer)]
+        seconds = ring_seconds("all_reduce", 2, nbytes, link)
+        self._record(st.rank, "pp", "all_reduce", stage, chunk, -1, self.env.now, seconds, 0, peer, nbytes)
+        yield self.env.timeout(seconds)
 
     def _optimizer(self, st: _RankState) -> Generator[Any, Any, None]:
         s = self.s
-        params = sum(self.costs[c * s.pp + st.coord.pp].params for c in range(s.vpp))
+        owned = [c * s.pp + st.coord.pp for c in range(s.vpp)]
+        params = sum(self.costs[v].params for v in owned)
         local = params / s.dp if self.zero >= 1 else params
         seconds = (
             local
@@ -406,9 +439,11 @@ class Engine:
         start = self.env.now
         yield self.env.timeout(seconds)
         self._record(st.rank, "compute", "optimizer", -1, -1, -1, start, seconds)
-        if self.zero == 1:  # ZeroRedundancyOptimizer: each owner broadcasts its updated shard
-            shard = params * DTYPE_BYTES[s.training.dtype] / s.dp
-            events = [self._dp_collective(st, "broadcast", shard, -1, -1, -1, owner) for owner in range(s.dp)]
+        if self.zero == 1:  # ZeroRedundancyOptimizer: each owner broadcasts its updated shard, per chunk
+            events = []
+            for c, v in enumerate(owned):
+                shard = self.costs[v].params * DTYPE_BYTES[s.training.dtype] / s.dp
+                events += [self._dp_collective(st, "broadcast", shard, v, c, -1) for _ in range(s.dp)]
             yield self.env.all_of(events)
 
     # ------------------------------------------------------------------------------------------ run
@@ -417,6 +452,10 @@ class Engine:
         self._simulated = set(self.ranks)
         for rank in self.ranks:
             st = _RankState(rank, self.grid.coord(rank), simpy.Store(self.env), self.env.event())
+            if self.fsdp:
+                for c in range(self.s.vpp):
+                    stage = c * self.s.pp + st.coord.pp
+                    self._fsdp[(rank, stage)] = FsdpState(self.units[stage], zero3=self.zero == 3)
             if self.s.dp > 1:
                 self.env.process(self._dp_stream(st))
             self.env.process(self._rank(st))
@@ -451,26 +490,40 @@ class _Durations:
     backward_weight_s: float
     forward_flops: float
     backward_flops: float
+    weight_flops: float
     backward_kind: str
 
     @classmethod
     def of(cls, cost: StageCost, split: bool) -> _Durations:
+        """With a split backward the first stage has no input gradient to produce: its B is empty and
+        W runs its whole backward (as torch's stage_backward_input/weight do)."""
+        if split and cost.stage == 0:
+            b_s, w_s, b_flops, w_flops = 0.0, cost.backward_s, 0.0, 2 * cost.forward_flops
+        elif split:
+            b_s, w_s, b_flops, w_flops = (
+                cost.backward_input_s,
+                cost.backward_weight_s,
+                cost.forward_flops,
+                cost.forward_flops,
+            )
+        else:
+            b_s, w_s, b_flops, w_flops = cost.backward_s, 0.0, 2 * cost.forward_flops, 0.0
         return cls(
             forward_s=cost.forward_s,
             recompute_s=cost.recompute_s,
-            backward_s=cost.backward_input_s if split else cost.backward_s,
-            backward_weight_s=cost.backward_weight_s,
+            backward_s=b_s,
+            backward_weight_s=w_s,
             forward_flops=cost.forward_flops,
-            backward_flops=cost.forward_flops * (1 if split else 2),
+            backward_flops=b_flops,
+            weight_flops=w_flops,
             backward_kind="backward_input" if split else "backward",
         )
 
 
-def _last_grad_actions(actions: tuple[Action, ...], split: bool) -> set[Action]:
-    """Per chunk, the action after which that chunk's gradients are complete."""
-    kind = "W" if split else "B"
+def _last_actions(actions: tuple[Action, ...], kind: str) -> set[Action]:
+    """Per stage, the last action of `kind` (after which that chunk's gradients are complete for DDP)."""
     last: dict[int, Action] = {}
     for a in actions:
         if a.kind == kind:
-            last[a.chunk] = a
+            last[a.stage] = a
     return set(last.values())

@@ -14,9 +14,10 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from simulator import catalog
 
@@ -26,14 +27,23 @@ ScheduleName = Literal["GPipe", "1F1B", "Interleaved1F1B", "ZeroBubble"]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, strict=True)
+
+
+def _lookup(table: dict[str, dict[str, object]], name: str, what: str, key: str) -> dict[str, object]:
+    """A preset, or a validation error located at `key` (so the message names the key path)."""
+    try:
+        return catalog.lookup(table, name, what)
+    except KeyError as err:
+        message = str(err).strip("'\"")
+        raise PydanticCustomError("unknown_preset", "{message}", {"message": message, "key": key}) from None
 
 
 def _merge_preset(data: Any, table: dict[str, dict[str, object]], what: str) -> Any:
     """Explicit keys override the preset's (as DESIGN.md specifies for [model] and [cluster])."""
     if not isinstance(data, Mapping) or data.get("preset") is None:
         return data
-    base = catalog.lookup(table, str(data["preset"]), what)
+    base = _lookup(table, str(data["preset"]), what, "preset")
     return {**base, **data}
 
 
@@ -144,6 +154,9 @@ class Parallelism(_Strict):
     """Layers per (virtual) stage, in stage order; default: as even as possible."""
     sequence_parallel: bool = False
     """Shard LayerNorm/dropout activations over tensor parallel (Korthikanti et al. 2022); needs tp > 1."""
+    vocab_parallel: bool = False
+    """Split the embedding and output layer over tensor parallel (Megatron-LM); off: replicated on
+    every tp rank, as plancast's runtime does."""
     overlap_grad_reduce: bool = True
     """Reduce gradient buckets while the backward pass runs (DDP / ZeRO)."""
     overlap_param_gather: bool = True
@@ -151,6 +164,9 @@ class Parallelism(_Strict):
     overlap_p2p_comm: bool = True
     """Pipeline sends run asynchronously (torch.distributed.pipelining, Megatron-LM
     `--overlap-p2p-communication`); off: the sender waits for each transfer (Megatron-LM 2022)."""
+    scatter_gather_p2p: bool = False
+    """Megatron-LM's scatter/gather pipeline sends: each tp rank sends 1/tp of the activation over the
+    slow tier and the receivers all-gather it (Narayanan et al. 2021 sec. 4.1)."""
     tp_comm_overlap: bool = False
     """Hide tensor-parallel collectives behind GEMMs (off: they sit on the critical path)."""
     ddp_bucket_cap_MB: float = Field(default=25.0, gt=0)
@@ -169,7 +185,7 @@ class GPU(_Strict):
     """One accelerator (or CPU core used as a rank)."""
 
     name: str = "custom"
-    peak_tflops: dict[str, float]
+    peak_tflops: dict[str, Annotated[float, Field(gt=0, allow_inf_nan=False)]]
     """Dense peak TFLOP/s per dtype (fp32, tf32, fp16, bf16, ...)."""
     hbm_GBps: float = Field(gt=0)
     """Memory bandwidth, GB/s."""
@@ -208,20 +224,21 @@ class Tier(_Strict):
 class ComputeModel(_Strict):
     """Achieved compute as a function of op shape (see simulator/costs/efficiency.py).
 
-    Defaults: least-squares fit on the ten forward/backward times of Korthikanti et al. 2022 Table 4
-    (one 22B layer, A100, five recompute/SP setups; residuals within 4%), bounded to physically
-    plausible ranges. Table 5 and Figure 1 are held out. `plancast calibrate` refits them.
+    Defaults: bounded least-squares fit (benchmarks/fit_published.py) on Korthikanti et al. 2022
+    Table 4 (ten per-layer times of the 22B model) and Table 5 (eight iteration times, 22B to 1T) on
+    A100, together with the NVLink tier's in-training efficiency. Leave-one-model-out
+    cross-validation of that fit is reported by the same script. `plancast calibrate` refits them.
     """
 
-    matmul_efficiency: float = Field(default=0.85, gt=0, le=1)
+    matmul_efficiency: float = Field(default=0.79, gt=0, le=1)
     """Fraction of peak reached by very large GEMMs."""
     matmul_half_gflop: float = Field(default=0.35, ge=0)
     """GEMM size (GFLOP) at which achieved efficiency is half of matmul_efficiency's headroom."""
-    attention_efficiency: float = Field(default=0.76, gt=0, le=1)
+    attention_efficiency: float = Field(default=0.54, gt=0, le=1)
     """Fraction of peak reached by the attention core (QK^T, softmax-V)."""
-    memory_efficiency: float = Field(default=0.90, gt=0, le=1)
+    memory_efficiency: float = Field(default=0.95, gt=0, le=1)
     """Fraction of HBM bandwidth reached by memory-bound ops (norms, activations, optimizer)."""
-    op_overhead_us: float = Field(default=15.0, ge=0)
+    op_overhead_us: float = Field(default=26.0, ge=0)
     """Fixed time per operator (kernel launch, framework dispatch)."""
 
 
@@ -245,7 +262,7 @@ class Cluster(_Strict):
         data = _merge_preset(data, catalog.CLUSTERS, "cluster")
         if isinstance(data, Mapping) and isinstance(data.get("gpu"), str):
             name = data["gpu"]
-            data = {**data, "gpu": {"name": name, **catalog.lookup(catalog.GPUS, name, "GPU")}}
+            data = {**data, "gpu": {"name": name, **_lookup(catalog.GPUS, name, "GPU", "gpu")}}
         return data
 
     @property
@@ -285,6 +302,11 @@ class Scenario(_Strict):
         """Data-parallel degree, resolved (load_scenario fills -1 in)."""
         dp = self.parallelism.data_parallel_degree
         return dp if dp > 0 else self.world_size // (self.tp * self.pp)
+
+    @property
+    def vocab_tp(self) -> int:
+        """Ranks the vocabulary is split over: tp with vocab_parallel, else 1 (replicated)."""
+        return self.tp if self.parallelism.vocab_parallel else 1
 
     @property
     def vpp(self) -> int:
@@ -352,12 +374,12 @@ def _problems_from_pydantic(err: ValidationError) -> list[Problem]:
     for e in err.errors():
         loc = tuple(p for p in e["loc"] if not (isinstance(p, str) and p.startswith("function-")))
         msg = e["msg"].removeprefix("Value error, ")
-        if e["type"] == "extra_forbidden":
+        if e["type"] == "unknown_preset":
+            loc = (*loc, e["ctx"]["key"])
+        elif e["type"] == "extra_forbidden":
             msg = "unknown key; remove it or check the spelling against DESIGN.md's scenario file"
         elif e["type"] == "missing":
             msg = "required key is missing"
-        elif e["type"] == "key_error" or "preset" in msg:
-            msg = msg.strip("'\"")
         problems.append(Problem(_loc(loc), msg))
     return problems
 
@@ -377,8 +399,6 @@ def parse_scenario(data: Mapping[str, Any], source: str = "scenario") -> Loaded:
         raw = Scenario.model_validate(data)
     except ValidationError as err:
         raise ScenarioError(_problems_from_pydantic(err), source) from None
-    except KeyError as err:  # unknown preset raised inside a before-validator
-        raise ScenarioError([Problem("", str(err).strip("'\""))], source) from None
     from simulator.validation import check_plan  # the plan checks live beside the scenario
 
     errors, warnings = check_plan(raw)

@@ -1,31 +1,33 @@
 """Data-parallel communication units of one virtual stage: DDP gradient buckets and FSDP units.
 
-ZeRO-0/1 (DDP): the stage's gradients go out in DDP buckets (simulator/costs/tp_comm.py,
-`ddp_bucket_bytes`) once its last micro-batch's backward produces them.
+ZeRO-0/1 (DDP): the stage's gradients go out in DDP buckets (`ddp_bucket_bytes` over the chunk's
+parameter tensors) once its last micro-batch's backward produces them.
 ZeRO-2/3 (FSDP2 `fully_shard`, as torchtitan wraps a model): one unit per transformer block plus a
-root unit for the embedding and head. Forward all-gathers every unit (root first); ZeRO-3 reshards
-after forward, so backward all-gathers the blocks again (the root stays unsharded, as FSDP2 does for
-the root module); every unit reduce-scatters its gradients after its backward (blocks in reverse,
-root last).
+root unit holding the embedding and head when the chunk has them. The state of each unit follows
+FSDP2 (and runtime/expected.py, which the runtime's tests check against real runs): a pass gathers
+the units that are not gathered; ZeRO-3 reshards every unit after its forward (the root included),
+ZeRO-2 keeps them until the backward; every backward reshards all units and reduce-scatters each.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from simulator.costs.ops import DTYPE_BYTES
-from simulator.costs.params import layer_params, layer_tensor_sizes
+from simulator.costs.params import chunk_tensor_bytes
 from simulator.costs.stage import StageCost
 from simulator.costs.tp_comm import ddp_bucket_bytes
 from simulator.scenario import Scenario
 
 
 @dataclass(frozen=True, slots=True)
-class Step:
-    """Compute `share` of a phase, after waiting for `gather_bytes` to be all-gathered (None: no wait)."""
+class Unit:
+    """One FSDP unit: its parameter bytes on this rank (before sharding) and its share of the compute."""
 
-    gather_bytes: float | None
-    share: float
+    name: str
+    param_bytes: float
+    forward_share: float  # fraction of the stage's forward time spent in this unit
+    backward_share: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,62 +35,72 @@ class UnitPlan:
     """The data-parallel traffic of one virtual stage."""
 
     bucket_bytes: tuple[int, ...]  # DDP buckets, in the order they are reduced
-    forward: tuple[Step, ...]  # FSDP: the forward phase as gather-then-compute steps
-    backward: tuple[Step, ...]
-    reduce_bytes: tuple[float, ...]  # FSDP reduce-scatters, in issue order
-
-    def steps(self, kind: str) -> tuple[Step, ...]:
-        return self.forward if kind in ("forward", "recompute") else self.backward
+    units: tuple[Unit, ...]  # FSDP units, root first
 
 
-def _vocab_tensors(s: Scenario, first: bool, last: bool, pipelined: bool) -> tuple[list[int], list[int]]:
-    """Element counts of the (embedding, head) tensors this stage holds on one tp rank."""
-    m, tp = s.model, s.tp
-    vocab = m.vocab_size * m.hidden_size // tp
-    emb: list[int] = []
-    head: list[int] = []
-    if first:
-        emb.append(vocab)
-        if m.position_embedding == "learned":
-            emb.append(m.max_position_embeddings * m.hidden_size)
-    if last:
-        head += [m.hidden_size, m.hidden_size] if m.norm == "layernorm" else [m.hidden_size]
-        if not m.tie_word_embeddings or (pipelined and not first):
-            head.append(vocab)
-    return emb, head
+@dataclass
+class FsdpState:
+    """Which units of one stage on one rank are gathered (FSDP2's rules, see the module docstring)."""
+
+    plan: UnitPlan
+    zero3: bool
+    gathered: dict[str, bool] = field(default_factory=dict)
+
+    def forward(self) -> list[tuple[Unit, bool]]:
+        """(unit, needs a gather) in forward order, updating the state."""
+        out = []
+        for unit in self.plan.units:
+            out.append((unit, not self.gathered.get(unit.name, False)))
+            self.gathered[unit.name] = not self.zero3
+        return out
+
+    def backward(self) -> list[tuple[Unit, bool]]:
+        """(unit, needs a gather) in backward order (blocks reversed, root last); all reshard after."""
+        order = [u for u in reversed(self.plan.units) if u.name != "root"]
+        order += [u for u in self.plan.units if u.name == "root"]
+        out = [(u, not self.gathered.get(u.name, False)) for u in order]
+        self.gathered = {}
+        return out
 
 
 def dp_plan(s: Scenario, cost: StageCost) -> UnitPlan:
-    """Buckets and FSDP steps of one virtual stage on one rank."""
+    """Buckets and FSDP units of one virtual stage on one rank."""
     stages = s.pp * s.vpp
     first, last = cost.stage == 0, cost.stage == stages - 1
     layers = sum(1 for g in cost.segments if g.part == "layer")
-    emb, head = _vocab_tensors(s, first, last, stages > 1)
-    grad_bytes = (
-        4
-        if s.training.grad_accumulation_fp32 or s.training.dtype == "fp32"
-        else DTYPE_BYTES[s.training.dtype]
+    tensors = chunk_tensor_bytes(
+        s.model, s.tp, layers=layers, has_embedding=first, has_head=last, dtype_bytes=4
     )
-    tensors = emb + list(layer_tensor_sizes(s.model, s.tp)) * layers + head
-    buckets = tuple(ddp_bucket_bytes([n * grad_bytes for n in tensors], s.parallelism.ddp_bucket_cap_MB))
+    buckets = tuple(ddp_bucket_bytes(tensors, s.parallelism.ddp_bucket_cap_MB))
 
     dtype_bytes = DTYPE_BYTES[s.training.dtype]
-    layer_bytes = layer_params(s.model).per_rank(s.tp) * dtype_bytes
-    root_bytes = (sum(emb) + sum(head)) * dtype_bytes
-    total = sum(g.forward_s for g in cost.segments) or 1.0
-    shares = [g.forward_s / total for g in cost.segments]
-    parts = [g.part for g in cost.segments]
-    has_root = root_bytes > 0
-    # FSDP2 all-gathers the root unit in the root's pre-forward hook, before any block runs.
-    forward = [Step(root_bytes, 0.0)] if has_root else []
-    forward += [
-        Step(layer_bytes if part == "layer" else None, share)
-        for part, share in zip(parts, shares, strict=True)
-    ]
-    reshard = s.parallelism.zero_stage >= 3
-    backward = [
-        Step(layer_bytes if (part == "layer" and reshard) else None, share)
-        for part, share in zip(reversed(parts), reversed(shares), strict=True)
-    ]
-    reduce = [layer_bytes] * layers + ([root_bytes] if has_root else [])
-    return UnitPlan(buckets, tuple(forward), tuple(backward), tuple(reduce))
+    layer_tensors = chunk_tensor_bytes(
+        s.model, s.tp, layers=1, has_embedding=False, has_head=False, dtype_bytes=1
+    )
+    layer_bytes = float(sum(layer_tensors)) * dtype_bytes
+    root_bytes = float(sum(tensors)) / 4 * dtype_bytes - layers * layer_bytes
+    fwd_total = sum(g.forward_s for g in cost.segments) or 1.0
+    bwd_total = sum(g.backward_input_s + g.backward_weight_s for g in cost.segments) or 1.0
+    units = []
+    if first or last:
+        root = [g for g in cost.segments if g.part != "layer"]
+        units.append(
+            Unit(
+                "root",
+                root_bytes,
+                sum(g.forward_s for g in root) / fwd_total,
+                sum(g.backward_input_s + g.backward_weight_s for g in root) / bwd_total,
+            )
+        )
+    layer = next((g for g in cost.segments if g.part == "layer"), None)
+    if layer is not None:
+        units += [
+            Unit(
+                f"layer{i}",
+                layer_bytes,
+                layer.forward_s / fwd_total,
+                (layer.backward_input_s + layer.backward_weight_s) / bwd_total,
+            )
+            for i in range(layers)
+        ]
+    return UnitPlan(buckets, tuple(units))

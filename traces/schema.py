@@ -11,12 +11,18 @@ Conventions every producer follows (simulator, runtime, Kineto importer):
 - forward / backward / recompute / backward_input / backward_weight: one event per
   (stage, chunk, microbatch). ``backward`` is the full backward; schedules that split it
   (zero bubble) emit ``backward_input`` + ``backward_weight`` instead.
+- ``index`` counts events in issue order within (rank, step, stream, kind, stage, chunk, microbatch);
+  the stream is part of the alignment key so tp, dp and pp traffic of the same kind never collide.
 - tensor-parallel collectives (stream ``tp``): stage/chunk/microbatch of the computation they
-  belong to; ``index`` counts them in issue order within that (kind, stage, chunk, microbatch).
+  belong to (forward, then recompute, then backward); the sequence-parallel norm-gradient
+  all-reduce per chunk and step has microbatch -1.
 - pipeline send/recv (stream ``pp``): the sending/receiving stage and microbatch; ``peer`` set.
 - data-parallel gradient and parameter collectives (stream ``dp``): stage/chunk of the model
   chunk, microbatch -1 (microbatch of the gathered layer's forward for ZeRO-3 gathers), ``index``
   counts buckets/layers in issue order.
+- tied embeddings split over pipeline stages: one ``all_reduce`` (stream ``pp``) per step on the
+  first and last stage, microbatch -1, ``peer`` the other holder.
+- ZeRO-1 parameter broadcasts (stream ``dp``): stage/chunk of the chunk, one per owner (``index``).
 - optimizer: stage -1, chunk -1, microbatch -1.
 - ``start_us`` is relative to the start of the step, the same origin on every rank.
 """
@@ -49,7 +55,7 @@ COLUMNS: dict[str, str] = {
     "flops": "float64",  # model FLOPs of a compute span; 0 for communication
 }
 
-ALIGNMENT_KEY: tuple[str, ...] = ("rank", "step", "kind", "stage", "chunk", "microbatch", "index")
+ALIGNMENT_KEY: tuple[str, ...] = ("rank", "step", "stream", "kind", "stage", "chunk", "microbatch", "index")
 
 SOURCES = frozenset({"predicted", "measured"})
 

@@ -19,7 +19,7 @@ CLUSTERS: dict[str, dict[str, object]] = {
         "gpus_per_node": 8,
         "num_nodes": 1,
         "tiers": [
-            {"name": "nvlink", "size": 8, "bandwidth_GBps": 300.0, "latency_us": 2.0, "efficiency": 0.51},
+            {"name": "nvlink", "size": 8, "bandwidth_GBps": 300.0, "latency_us": 2.0, "efficiency": 0.61},
             {"name": "infiniband", "bandwidth_GBps": 25.0, "latency_us": 5.0, "efficiency": 0.96},
         ],
     },
@@ -28,19 +28,19 @@ CLUSTERS: dict[str, dict[str, object]] = {
         "gpus_per_node": 8,
         "num_nodes": 1,
         "tiers": [
-            {"name": "nvlink", "size": 8, "bandwidth_GBps": 300.0, "latency_us": 2.0, "efficiency": 0.51},
+            {"name": "nvlink", "size": 8, "bandwidth_GBps": 300.0, "latency_us": 2.0, "efficiency": 0.61},
             {"name": "infiniband", "bandwidth_GBps": 25.0, "latency_us": 5.0, "efficiency": 0.96},
         ],
     },
     # DGX H100 (NVIDIA DGX H100 datasheet): NVLink4 900 GB/s bidirectional = 450 GB/s per direction;
     # 8 x NDR 400 Gb/s = 50 GB/s per GPU. nccl-tests busbw: ring ~365 GB/s -> 0.81 in isolation; in training
-    # assumed to keep A100's in-training/isolated ratio (0.51 / 0.72): 0.57. NDR 46-48 -> 0.94.
+    # assumed to keep A100's in-training/isolated ratio (0.61 / 0.72): 0.69. NDR 46-48 -> 0.94.
     "dgx-h100-80gb": {
         "gpu": "H100-SXM5-80GB",
         "gpus_per_node": 8,
         "num_nodes": 1,
         "tiers": [
-            {"name": "nvlink", "size": 8, "bandwidth_GBps": 450.0, "latency_us": 2.0, "efficiency": 0.57},
+            {"name": "nvlink", "size": 8, "bandwidth_GBps": 450.0, "latency_us": 2.0, "efficiency": 0.69},
             {"name": "infiniband", "bandwidth_GBps": 50.0, "latency_us": 5.0, "efficiency": 0.94},
         ],
     },
@@ -50,7 +50,7 @@ CLUSTERS: dict[str, dict[str, object]] = {
         "gpus_per_node": 8,
         "num_nodes": 1,
         "tiers": [
-            {"name": "nvlink", "size": 8, "bandwidth_GBps": 450.0, "latency_us": 2.0, "efficiency": 0.57},
+            {"name": "nvlink", "size": 8, "bandwidth_GBps": 450.0, "latency_us": 2.0, "efficiency": 0.69},
             {"name": "infiniband", "bandwidth_GBps": 50.0, "latency_us": 5.0, "efficiency": 0.94},
         ],
     },
@@ -73,7 +73,7 @@ CLUSTERS: dict[str, dict[str, object]] = {
         "gpus_per_node": 8,
         "num_nodes": 1,
         "tiers": [
-            {"name": "nvlink", "size": 8, "bandwidth_GBps": 450.0, "latency_us": 2.0, "efficiency": 0.57},
+            {"name": "nvlink", "size": 8, "bandwidth_GBps": 450.0, "latency_us": 2.0, "efficiency": 0.69},
             {"name": "ethernet", "bandwidth_GBps": 12.5, "latency_us": 10.0, "efficiency": 0.85},
         ],
     },

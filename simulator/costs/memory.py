@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from simulator.costs.ops import DTYPE_BYTES, Shape
-from simulator.costs.params import stage_parameters
+from simulator.costs.params import layer_params, stage_parameters
 from simulator.scenario import Scenario
 from simulator.schedules import Action, Schedule, build_schedule
 
@@ -98,17 +98,22 @@ def rank_memory(s: Scenario, pp_rank: int, schedule: Schedule | None = None) -> 
     stages = s.pp * s.vpp
     owned = [c * s.pp + pp_rank for c in range(s.vpp)]  # virtual stages on this rank (loop placement)
     params = sum(
-        stage_parameters(m, split[v], first=v == 0, last=v == stages - 1, tp=s.tp, pipelined=stages > 1)
+        stage_parameters(
+            m,
+            split[v],
+            first=v == 0,
+            last=v == stages - 1,
+            tp=s.tp,
+            pipelined=stages > 1,
+            vocab_tp=s.vocab_tp,
+        )
         for v in owned
     )
     p_b, g_b, o_b = model_state_bytes(
         params, dp=s.dp, zero_stage=par.zero_stage, dtype=t.dtype, grad_fp32=t.grad_accumulation_fp32
     )
     if par.zero_stage >= 3:  # the layer being computed is gathered in full (plus one prefetched)
-        layer_full = max(split[v] for v in owned) and stage_parameters(
-            m, 1, first=False, last=False, tp=s.tp, pipelined=False
-        )
-        p_b += 2 * layer_full * DTYPE_BYTES[t.dtype] * (1 if s.dp > 1 else 0)
+        p_b += 2 * layer_params(m).per_rank(s.tp) * DTYPE_BYTES[t.dtype] * (1 if s.dp > 1 else 0)
     x = Shape.of(s)
     if schedule is None:
         schedule = build_schedule(par.pipeline_parallel_schedule, s.pp, s.num_microbatches, s.vpp)

@@ -41,6 +41,7 @@ class Shape:
     ffn: int
     vocab: int
     tp: int
+    vocab_tp: int  # tp when the embedding/head are vocab-parallel, else 1
     sp: bool
     dtype_bytes: int
     swiglu: bool
@@ -59,6 +60,7 @@ class Shape:
             ffn=m.ffn_size,
             vocab=m.vocab_size,
             tp=s.tp,
+            vocab_tp=s.vocab_tp,
             sp=s.parallelism.sequence_parallel,
             dtype_bytes=DTYPE_BYTES[t.dtype],
             swiglu=m.activation == "swiglu",
@@ -140,7 +142,7 @@ def head_forward(x: Shape) -> tuple[Op, ...]:
     """Final norm, vocab-parallel output projection and cross-entropy (fp32 logits) on the last stage."""
     tokens = x.b * x.s
     local_tokens = tokens / x.tp if x.sp else tokens
-    vocab = x.vocab / x.tp
+    vocab = x.vocab / x.vocab_tp
     return (
         _elementwise("final_norm", local_tokens * x.h, x.dtype_bytes),
         _gemm("logits", tokens, x.h, vocab, x.dtype_bytes),
@@ -152,7 +154,9 @@ def model_flops_per_token(s: Scenario) -> float:
     """Model FLOPs per token for forward + backward, no recompute: 3x the forward GEMMs and attention
     of every layer plus the logits (Narayanan et al. 2021 eq. 3 generalised; PaLM appendix B)."""
     x = Shape.of(s)
-    flat = Shape(**{**{f: getattr(x, f) for f in x.__dataclass_fields__}, "tp": 1, "sp": False})
+    flat = Shape(
+        **{**{f: getattr(x, f) for f in x.__dataclass_fields__}, "tp": 1, "vocab_tp": 1, "sp": False}
+    )
     per_layer = sum(op.flops for op in layer_forward(flat))
     head = sum(op.flops for op in head_forward(flat))
     tokens = x.b * x.s

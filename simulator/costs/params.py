@@ -59,15 +59,18 @@ def count_parameters(m: Model) -> int:
     return embedding_params(m) + m.num_hidden_layers * layer_params(m).total + head_params(m)
 
 
-def stage_parameters(m: Model, layers: int, *, first: bool, last: bool, tp: int, pipelined: bool) -> float:
+def stage_parameters(
+    m: Model, layers: int, *, first: bool, last: bool, tp: int, pipelined: bool, vocab_tp: int
+) -> float:
     """Parameters one rank holds for one (virtual) stage of `layers` blocks under tensor parallel `tp`.
 
-    The embedding (vocab-parallel, Megatron-LM) lives on the first stage and the head on the last;
+    The embedding lives on the first stage and the head on the last, split over `vocab_tp` ranks
+    (tp for Megatron-LM's vocab-parallel layers, 1 when replicated);
     with tied embeddings and more than one stage, the last stage keeps its own copy of the embedding
     matrix for the output layer (Megatron-LM, Narayanan et al. 2021 sec. 2.2 / `shared_embedding`).
     """
     total = layers * layer_params(m).per_rank(tp)
-    vocab_matrix = m.vocab_size * m.hidden_size / tp
+    vocab_matrix = m.vocab_size * m.hidden_size / vocab_tp
     if first:
         total += vocab_matrix + (embedding_params(m) - m.vocab_size * m.hidden_size)
     if last:
@@ -78,24 +81,25 @@ def stage_parameters(m: Model, layers: int, *, first: bool, last: bool, tp: int,
     return total
 
 
-def layer_tensor_sizes(m: Model, tp: int) -> tuple[int, ...]:
-    """Elements of each parameter tensor of one block on one tp rank, in registration order
-    (norm1, qkv, out_proj, norm2, MLP in, MLP out; weight then bias), as runtime/model.py registers them."""
-    h, f, kv_dim = m.hidden_size, m.ffn_size, m.kv_heads * m.head_dim
-    bias = _has_bias(m)
-    norm = (h, h) if m.norm == "layernorm" else (h,)
-    qkv_out = (h + 2 * kv_dim) // tp
-    sizes: list[int] = [
-        *norm,
-        h * qkv_out,
-        *((qkv_out,) if bias else ()),
-        h * h // tp,
-        *((h,) if bias else ()),
-        *norm,
-    ]
-    if m.activation == "swiglu":
-        sizes += [h * f // tp, h * f // tp]
-    else:
-        sizes += [h * f // tp, *((f // tp,) if bias else ())]
-    sizes += [f * h // tp, *((h,) if bias else ())]
-    return tuple(sizes)
+def chunk_tensor_bytes(
+    m: Model, tp: int, *, layers: int, has_embedding: bool, has_head: bool, dtype_bytes: int = 4
+) -> list[int]:
+    """Bytes of each parameter tensor of a model chunk on one tp rank, in registration order, as
+    runtime/model.py builds it (bias-free linears; embedding and head replicated over tp). DDP's
+    gradient buckets are formed over this list (simulator/costs/tp_comm.py, `ddp_bucket_bytes`)."""
+    h, d = m.hidden_size, m.head_dim
+    norm = [h, h] if m.norm == "layernorm" else [h]
+    sizes: list[int] = []
+    if has_embedding:
+        sizes.append(m.vocab_size * h)
+        if m.position_embedding == "learned":
+            sizes.append(m.max_position_embeddings * h)
+    mlp = [h * m.ffn_size // tp] * (2 if m.activation == "swiglu" else 1) + [m.ffn_size * h // tp]
+    for _ in range(layers):
+        sizes += [*norm, h * h // tp, h * m.kv_heads * d // tp, h * m.kv_heads * d // tp, h * h // tp]
+        sizes += norm + mlp
+    if has_head:
+        sizes += norm
+        if not (m.tie_word_embeddings and has_embedding):
+            sizes.append(m.vocab_size * h)
+    return [n * dtype_bytes for n in sizes]

@@ -10,9 +10,9 @@ memory-bound ops read the gradient and the saved input and write one gradient (1
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, cast
 
-from simulator.costs.collectives import Level, collective_seconds
+from simulator.costs.collectives import CollectiveKind, Level, collective_seconds
 from simulator.costs.efficiency import op_seconds
 from simulator.costs.ops import (
     DTYPE_BYTES,
@@ -146,8 +146,19 @@ def _collectives(
         vocab_size=s.model.vocab_size,
         tp=s.tp,
         dtype_bytes=DTYPE_BYTES[s.training.dtype],
+        vocab_parallel=s.parallelism.vocab_parallel,
     )
-    return tuple(Collective(c.kind, c.bytes, collective_seconds(c.kind, levels, c.bytes)) for c in plan)  # type: ignore[arg-type]
+    # tp_comm gives an all-gather's per-rank shard; the cost formulas take the gathered tensor.
+    return tuple(
+        Collective(
+            c.kind,
+            c.bytes,
+            collective_seconds(
+                cast(CollectiveKind, c.kind), levels, c.bytes * (s.tp if c.kind == "all_gather" else 1)
+            ),
+        )
+        for c in plan
+    )
 
 
 def _segment(part: Part, ops: tuple[Op, ...], s: Scenario, tp_levels: tuple[Level, ...]) -> Segment:
@@ -177,7 +188,7 @@ def stage_costs(s: Scenario, tp_levels: tuple[Level, ...]) -> tuple[StageCost, .
     for v, n_layers in enumerate(split):
         segments = ((embedding,) if v == 0 else ()) + (layer,) * n_layers + ((head,) if v == last else ())
         params = stage_parameters(
-            s.model, n_layers, first=v == 0, last=v == last, tp=s.tp, pipelined=last > 0
+            s.model, n_layers, first=v == 0, last=v == last, tp=s.tp, pipelined=last > 0, vocab_tp=s.vocab_tp
         )
         out.append(
             StageCost(v, segments, params, s.parallelism.tp_comm_overlap, s.training.recompute == "full")

@@ -1,10 +1,9 @@
-"""Which collectives tensor parallelism and DDP issue, in order: one plan for simulator and runtime.
+"""Which collectives a plan issues, as pure data: tensor-parallel per layer part, DDP gradient buckets.
 
-Tensor parallel follows Megatron-LM (Shoeybi et al. 2019, sec. 3, the f/g operators; with sequence
-parallelism Korthikanti et al. 2022 sec. 4.2.2, g/g-bar): a block issues one collective after the
-attention and one after the MLP in forward, and the mirror ones in backward. The vocab-parallel
-embedding all-reduces (or reduce-scatters) its output; the column-parallel head all-reduces its input
-gradient (or, with sequence parallelism, all-gathers its input and reduce-scatters the gradient).
+These lists mirror what the runtime's torch plans issue (runtime/parallel/tp.py, torch DDP) and
+tests check them against the profiler's view of a real run; the simulator costs each entry.
+``bytes`` is the per-rank payload of the tensor entering the collective: the full activation for an
+all-reduce or reduce-scatter, one rank's shard for an all-gather.
 """
 
 from __future__ import annotations
@@ -15,53 +14,104 @@ from typing import Literal
 Part = Literal["embedding", "layer", "head"]
 Phase = Literal["forward", "backward"]
 
-# torch DDP's first bucket holds 1 MiB (torch.distributed.distributed_c10d._DEFAULT_FIRST_BUCKET_BYTES).
 DDP_FIRST_BUCKET_MB = 1.0
+"""torch DDP's first bucket (``torch.distributed._DEFAULT_FIRST_BUCKET_BYTES`` = 1 MiB)."""
 
 
 @dataclass(frozen=True, slots=True)
 class TPCollective:
-    """One collective over the tensor-parallel group; bytes = the full tensor entering it, per rank."""
+    """One tensor-parallel collective: its kind (trace schema name) and per-rank payload."""
 
     kind: str
     bytes: int
 
 
-def tp_collectives(part: Part, phase: Phase, *, sequence_parallel: bool, micro_batch_size: int, seq_len: int,
-                   hidden_size: int, vocab_size: int, tp: int, dtype_bytes: int) -> tuple[TPCollective, ...]:
-    """Ordered tensor-parallel collectives of one part of the model, for one micro-batch."""
-    del vocab_size  # the vocab-parallel cross-entropy's reductions are [b, s] scalars; folded into the head
-    if tp <= 1:
+def tp_collectives(
+    part: Part,
+    phase: Phase,
+    *,
+    sequence_parallel: bool,
+    micro_batch_size: int,
+    seq_len: int,
+    hidden_size: int,
+    vocab_size: int,
+    tp: int,
+    dtype_bytes: int,
+    vocab_parallel: bool = False,
+) -> tuple[TPCollective, ...]:
+    """Ordered tensor-parallel collectives of one micro-batch through ``part`` in ``phase``.
+
+    Megatron-LM (Shoeybi et al. 2019, arXiv 1909.08053 fig. 3): a layer's forward all-reduces after
+    the attention and MLP row-parallel GEMMs, its backward all-reduces the input gradients of the two
+    column-parallel GEMMs (MLP first). With sequence parallelism (Korthikanti et al. 2022, arXiv
+    2205.05198 fig. 5) each all-reduce is an all-gather before and a reduce-scatter after the
+    sub-layer, and the replicated embedding/head gather the sequence at their boundary. Full
+    recompute repeats the forward list. ``vocab_size`` is unused: embedding and head are either
+    replicated (the runtime's plan) or, with ``vocab_parallel``, split over the vocabulary as in
+    Megatron-LM, whose cross-entropy reductions are [b, s] scalars and are left out.
+    """
+    if part not in ("embedding", "layer", "head") or phase not in ("forward", "backward"):
+        raise ValueError(
+            f"part must be embedding|layer|head and phase forward|backward, got {part!r}, {phase!r}"
+        )
+    if tp < 1 or min(micro_batch_size, seq_len, hidden_size, vocab_size, dtype_bytes) < 1:
+        raise ValueError(
+            "tp, micro_batch_size, seq_len, hidden_size, vocab_size and dtype_bytes must be >= 1"
+        )
+    if tp == 1:
         return ()
-    act = micro_batch_size * seq_len * hidden_size * dtype_bytes
+    full = micro_batch_size * seq_len * hidden_size * dtype_bytes
+    gather, scatter, reduce = (
+        TPCollective("all_gather", full // tp),
+        TPCollective("reduce_scatter", full),
+        TPCollective("all_reduce", full),
+    )
     if part == "layer":
+        return (gather, scatter, gather, scatter) if sequence_parallel else (reduce, reduce)
+    if vocab_parallel:  # Megatron-LM's vocab-parallel embedding and output layer (the f/g operators)
+        if part == "embedding":
+            return () if phase == "backward" else ((scatter,) if sequence_parallel else (reduce,))
         if sequence_parallel:
-            pair = (TPCollective("all_gather", act), TPCollective("reduce_scatter", act))
-            return pair * 2
-        return (TPCollective("all_reduce", act),) * 2
-    if part == "embedding":
-        if phase == "backward":
-            return ()
-        return (TPCollective("reduce_scatter" if sequence_parallel else "all_reduce", act),)
-    if sequence_parallel:
-        return (TPCollective("all_gather" if phase == "forward" else "reduce_scatter", act),)
-    return () if phase == "forward" else (TPCollective("all_reduce", act),)
+            return (gather,) if phase == "forward" else (scatter,)
+        return () if phase == "forward" else (reduce,)
+    if not sequence_parallel:
+        return ()
+    boundary = {("embedding", "backward"), ("head", "forward")}
+    return (gather,) if (part, phase) in boundary else ()
 
 
-def ddp_bucket_bytes(param_bytes: list[int], bucket_cap_mb: float,
-                     first_bucket_mb: float = DDP_FIRST_BUCKET_MB) -> list[int]:
-    """Gradient buckets as torch DDP forms them: parameters in reverse registration order, a bucket
-    closes once it reaches its cap (the first one 1 MiB, the rest bucket_cap_mb MiB); no parameter is
-    split (torch/csrc/distributed/c10d/reducer.cpp, compute_bucket_assignment_by_size)."""
+def sp_grad_all_reduce_bytes(
+    num_layers: int, hidden_size: int, *, layernorm: bool, dtype_bytes: int = 4
+) -> int:
+    """Bytes of the one all-reduce per chunk and step that sums sequence-parallel norm gradients over tp.
+
+    Each layer has two norms (weight, plus bias for LayerNorm); Megatron-LM reduces them once per step.
+    """
+    return num_layers * 2 * (2 if layernorm else 1) * hidden_size * dtype_bytes
+
+
+def ddp_bucket_bytes(
+    param_bytes_in_registration_order: list[int],
+    bucket_cap_mb: float,
+    first_bucket_mb: float = DDP_FIRST_BUCKET_MB,
+) -> list[int]:
+    """Bytes of each DDP gradient bucket, in reduction order (torch ``_compute_bucket_assignment_by_size``).
+
+    DDP walks parameters in reverse registration order, filling a bucket until it reaches its limit:
+    ``first_bucket_mb`` for the first bucket, ``bucket_cap_mb`` after (MiB, as torch computes them).
+    """
+    if bucket_cap_mb <= 0 or first_bucket_mb <= 0:
+        raise ValueError("bucket_cap_mb and first_bucket_mb must be > 0")
+    if any(b < 0 for b in param_bytes_in_registration_order):
+        raise ValueError("parameter byte counts must be >= 0")
+    limits = [int(first_bucket_mb * 1024 * 1024), int(bucket_cap_mb * 1024 * 1024)]
     buckets: list[int] = []
-    current = 0
-    cap = first_bucket_mb * 1024 * 1024
-    for nbytes in reversed(param_bytes):
+    current, limit = 0, limits[0]
+    for nbytes in reversed(param_bytes_in_registration_order):
         current += nbytes
-        if current >= cap:
+        if current >= limit:
             buckets.append(current)
-            current = 0
-            cap = bucket_cap_mb * 1024 * 1024
+            current, limit = 0, limits[1]
     if current:
         buckets.append(current)
     return buckets

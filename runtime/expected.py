@@ -1,0 +1,174 @@
+"""The event keys a measured run of a scenario must produce: one per predicted event, no more.
+
+Pure (no torch): built from the simulator's schedule and rank grid (via ``runtime.plan``) and the
+comm plan in ``simulator/costs/tp_comm.py``. The simulator emits the same set; the runtime's tests
+assert a real run's events equal it. ``index`` counts events with the same
+(rank, step, stream, kind, stage, chunk, microbatch) in issue order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+
+from runtime.plan import Chunk, RankPlan, rank_plan
+from simulator.costs.params import chunk_tensor_bytes
+from simulator.costs.tp_comm import Part, Phase, ddp_bucket_bytes, tp_collectives
+from simulator.scenario import Scenario
+
+KEY_COLUMNS = ["rank", "step", "stream", "kind", "stage", "chunk", "microbatch", "index", "peer"]
+
+
+@dataclass(frozen=True, slots=True)
+class _Key:
+    stream: str
+    kind: str
+    stage: int
+    chunk: int
+    microbatch: int
+    peer: int = -1
+    index: int = -1  # -1: assign in issue order
+
+
+def chunk_param_bytes(scenario: Scenario, chunk: Chunk, dtype_bytes: int = 4) -> list[int]:
+    """Bytes of each local parameter of ``chunk`` in registration order (tensor-parallel shards local)."""
+    return chunk_tensor_bytes(
+        scenario.model,
+        scenario.tp,
+        layers=chunk.last_layer - chunk.first_layer,
+        has_embedding=chunk.has_embedding,
+        has_head=chunk.has_head,
+        dtype_bytes=dtype_bytes,
+    )
+
+
+def _tp(plan: RankPlan, part: Part, phase: Phase) -> list[str]:
+    s = plan.scenario
+    t = s.training
+    return [
+        c.kind
+        for c in tp_collectives(
+            part,
+            phase,
+            sequence_parallel=s.parallelism.sequence_parallel,
+            micro_batch_size=t.micro_batch_size,
+            seq_len=t.seq_len,
+            hidden_size=s.model.hidden_size,
+            vocab_size=s.model.vocab_size,
+            tp=s.tp,
+            dtype_bytes=4,
+        )
+    ]
+
+
+def _tp_pass(plan: RankPlan, c: Chunk, phase: Phase) -> list[str]:
+    """Tensor-parallel collective kinds of one pass through chunk ``c``, in issue order."""
+    layers = c.last_layer - c.first_layer
+    parts: list[Part] = ["embedding"] if c.has_embedding else []
+    parts += ["layer"] * layers
+    parts += ["head"] if c.has_head else []
+    if phase == "backward":
+        parts.reverse()
+    return [kind for part in parts for kind in _tp(plan, part, phase)]
+
+
+class _FsdpState:
+    """FSDP2's gather/reshard rules for one chunk: which all-gathers and reduce-scatters a pass issues."""
+
+    def __init__(self, plan: RankPlan, c: Chunk) -> None:
+        self.zero3 = plan.scenario.parallelism.zero_stage == 3
+        self.units = (["root"] if c.has_embedding or c.has_head else []) + [
+            f"layer{i}" for i in range(c.first_layer, c.last_layer)
+        ]
+        self.gathered = dict.fromkeys(self.units, False)
+
+    def forward(self) -> list[str]:
+        out = []
+        for unit in self.units:  # root first, then blocks
+            if not self.gathered[unit]:
+                out.append("all_gather")
+                self.gathered[unit] = True
+            if self.zero3:  # ZeRO-3 reshards every unit, the root included (observed with torch 2.13 on gloo)
+                self.gathered[unit] = False
+        return out
+
+    def backward(self) -> list[str]:
+        gathers = ["all_gather" for unit in self.units if not self.gathered[unit]]
+        self.gathered = dict.fromkeys(self.units, False)  # post-backward reshards every unit
+        return gathers + ["reduce_scatter"] * len(self.units)
+
+
+def _rank_keys(plan: RankPlan) -> list[_Key]:
+    s = plan.scenario
+    recompute = s.training.recompute == "full"
+    fsdp = s.dp > 1 and s.parallelism.zero_stage >= 2
+    states = {c.stage: _FsdpState(plan, c) for c in plan.chunks} if fsdp else {}
+    last_b = {a.stage: i for i, a in enumerate(plan.actions) if a.kind == "B"}
+    keys: list[_Key] = []
+
+    def comm(kinds: list[str], stream: str, stage: int, chunk: int, mb: int) -> None:
+        keys.extend(_Key(stream, k, stage, chunk, mb) for k in kinds)
+
+    for i, a in enumerate(plan.actions):
+        c = plan.chunk_of_stage(a.stage)
+        last_stage = a.stage == plan.num_stages - 1
+        if a.kind == "F":
+            if a.stage > 0 and plan.holder(a.stage - 1) != plan.rank:
+                keys.append(_Key("pp", "recv", a.stage, a.chunk, a.microbatch, plan.holder(a.stage - 1), 0))
+            keys.append(_Key("compute", "forward", a.stage, a.chunk, a.microbatch))
+            comm(states[a.stage].forward() if fsdp else [], "dp", a.stage, a.chunk, a.microbatch)
+            comm(_tp_pass(plan, c, "forward"), "tp", a.stage, a.chunk, a.microbatch)
+            if not last_stage and plan.holder(a.stage + 1) != plan.rank:
+                keys.append(_Key("pp", "send", a.stage, a.chunk, a.microbatch, plan.holder(a.stage + 1), 0))
+        elif a.kind == "B":
+            if not last_stage and plan.holder(a.stage + 1) != plan.rank:
+                keys.append(_Key("pp", "recv", a.stage, a.chunk, a.microbatch, plan.holder(a.stage + 1), 1))
+            if recompute:
+                keys.append(_Key("compute", "recompute", a.stage, a.chunk, a.microbatch))
+                comm(states[a.stage].forward() if fsdp else [], "dp", a.stage, a.chunk, a.microbatch)
+                comm(_tp_pass(plan, c, "forward"), "tp", a.stage, a.chunk, a.microbatch)
+            kind = "backward_input" if plan.split_backward else "backward"
+            keys.append(_Key("compute", kind, a.stage, a.chunk, a.microbatch))
+            first_stage_split = plan.split_backward and a.stage == 0  # its whole backward runs in W
+            if not first_stage_split:
+                comm(_tp_pass(plan, c, "backward"), "tp", a.stage, a.chunk, a.microbatch)
+            comm(states[a.stage].backward() if fsdp else [], "dp", a.stage, a.chunk, a.microbatch)
+            if s.dp > 1 and not fsdp and last_b[a.stage] == i:
+                n = len(ddp_bucket_bytes(chunk_param_bytes(s, c), s.parallelism.ddp_bucket_cap_MB))
+                comm(["all_reduce"] * n, "dp", a.stage, a.chunk, -1)
+            if a.stage > 0 and plan.holder(a.stage - 1) != plan.rank:
+                keys.append(_Key("pp", "send", a.stage, a.chunk, a.microbatch, plan.holder(a.stage - 1), 1))
+        else:
+            keys.append(_Key("compute", "backward_weight", a.stage, a.chunk, a.microbatch))
+            if a.stage == 0:
+                comm(_tp_pass(plan, c, "backward"), "tp", a.stage, a.chunk, a.microbatch)
+    for c in plan.chunks:
+        if s.tp > 1 and s.parallelism.sequence_parallel and c.last_layer > c.first_layer:
+            comm(["all_reduce"], "tp", c.stage, c.chunk, -1)
+        peer = plan.tie_peer(c)
+        if peer is not None:
+            keys.append(_Key("pp", "all_reduce", c.stage, c.chunk, -1, peer))
+    keys.append(_Key("compute", "optimizer", -1, -1, -1))
+    if s.dp > 1 and s.parallelism.zero_stage == 1:
+        for c in plan.chunks:
+            comm(["broadcast"] * s.dp, "dp", c.stage, c.chunk, -1)
+    return keys
+
+
+def expected_event_keys(scenario: Scenario, steps: int = 1) -> pd.DataFrame:
+    """Every event key (``KEY_COLUMNS``) a measured run of ``steps`` steps must produce, sorted."""
+    rows = []
+    for rank in range(scenario.tp * scenario.pp * scenario.dp):
+        plan = rank_plan(scenario, rank)
+        counts: dict[tuple[str, str, int, int, int], int] = {}
+        for k in _rank_keys(plan):
+            index = k.index
+            if index < 0:
+                ident = (k.stream, k.kind, k.stage, k.chunk, k.microbatch)
+                index = counts.get(ident, 0)
+                counts[ident] = index + 1
+            for step in range(steps):
+                rows.append((rank, step, k.stream, k.kind, k.stage, k.chunk, k.microbatch, index, k.peer))
+    frame = pd.DataFrame(rows, columns=KEY_COLUMNS)
+    return frame.sort_values(KEY_COLUMNS).reset_index(drop=True)

@@ -1,0 +1,154 @@
+"""What one rank executes, derived purely from the scenario, the simulator's rank grid and schedule.
+
+Nothing here imports torch: the runtime (``runtime.trainer``) and the expected-event builder
+(``runtime.expected``) read the same ``RankPlan``, so a measured run and its expected key set are
+two views of one plan. Rank layout and schedule come from ``simulator.mesh`` and
+``simulator.schedules``; they are never re-derived here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simulator.mesh import Coord, RankGrid
+from simulator.scenario import Scenario
+from simulator.schedules import Action, build_schedule, splits_backward
+
+
+class PlanError(ValueError):
+    """A scenario the runtime cannot execute; the message names the key and the fix."""
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """One model chunk held by a rank: virtual stage ``stage`` = ``chunk * pp + pp_rank``."""
+
+    stage: int
+    chunk: int
+    first_layer: int
+    last_layer: int
+    has_embedding: bool
+    has_head: bool
+
+
+@dataclass(frozen=True, slots=True)
+class RankPlan:
+    """Everything one rank needs to know about the plan, as plain data."""
+
+    scenario: Scenario
+    grid: RankGrid
+    rank: int
+    actions: tuple[Action, ...]
+    chunks: tuple[Chunk, ...]
+    split_backward: bool
+
+    @property
+    def coord(self) -> Coord:
+        return self.grid.coord(self.rank)
+
+    @property
+    def num_stages(self) -> int:
+        """Virtual stages in the whole pipeline, ``pp * vpp``."""
+        return self.grid.pp * self.scenario.vpp
+
+    def chunk_of_stage(self, stage: int) -> Chunk:
+        for c in self.chunks:
+            if c.stage == stage:
+                return c
+        raise KeyError(f"rank {self.rank} holds no stage {stage}")
+
+    def holder(self, stage: int) -> int:
+        """Global rank holding virtual stage ``stage`` on this rank's (dp, tp) pipeline."""
+        here = self.coord
+        return self.grid.rank(Coord(pp=stage % self.grid.pp, dp=here.dp, tp=here.tp))
+
+    def tie_peer(self, chunk: Chunk) -> int | None:
+        """The rank holding the other copy of the tied embedding, when it lives on another rank."""
+        if not self.scenario.model.tie_word_embeddings or self.num_stages == 1:
+            return None
+        if chunk.has_embedding:
+            return self.holder(self.num_stages - 1) if self.holder(self.num_stages - 1) != self.rank else None
+        if chunk.has_head:
+            return self.holder(0) if self.holder(0) != self.rank else None
+        return None
+
+
+def layer_ranges(scenario: Scenario) -> list[tuple[int, int]]:
+    """``[first, last)`` layer range of every virtual stage, from ``scenario.layer_split``."""
+    ranges, start = [], 0
+    for n in scenario.layer_split:
+        ranges.append((start, start + n))
+        start += n
+    return ranges
+
+
+def check_runtime_support(scenario: Scenario, world_size: int) -> None:
+    """Raise PlanError for plans the runtime cannot execute on ``world_size`` ranks."""
+    tp, pp, dp = scenario.tp, scenario.pp, scenario.dp
+    m = scenario.model
+    if tp * pp * dp != world_size:
+        raise PlanError(
+            f"tensor_parallel_degree * pipeline_parallel_degree * data_parallel_degree = {tp}*{pp}*{dp} "
+            f"= {tp * pp * dp}, but {world_size} ranks were started; set --nproc-per-node/--nnodes to match"
+        )
+    if m.num_attention_heads % tp or m.kv_heads % tp:
+        raise PlanError(
+            f"model.num_attention_heads ({m.num_attention_heads}) and num_key_value_heads ({m.kv_heads}) "
+            f"must be divisible by parallelism.tensor_parallel_degree ({tp})"
+        )
+    if m.ffn_size % tp:
+        raise PlanError(
+            f"model.intermediate_size ({m.ffn_size}) must be divisible by tensor_parallel_degree ({tp})"
+        )
+    if scenario.parallelism.sequence_parallel and scenario.training.seq_len % tp:
+        raise PlanError(
+            f"training.seq_len ({scenario.training.seq_len}) must be divisible by tp ({tp}) "
+            "with parallelism.sequence_parallel"
+        )
+    if scenario.training.global_batch_size % (scenario.training.micro_batch_size * dp):
+        raise PlanError(
+            "training.global_batch_size must be a multiple of micro_batch_size * data_parallel_degree"
+        )
+    if splits_backward(scenario.parallelism.pipeline_parallel_schedule) and dp > 1:
+        raise PlanError(
+            "pipeline_parallel_schedule = 'ZeroBubble' runs with data_parallel_degree = 1 only "
+            "(DDP/FSDP gradient hooks do not see a split weight-gradient pass); use 1F1B for dp > 1"
+        )
+    if scenario.parallelism.sequence_parallel and tp > 1 and dp > 1:
+        raise PlanError(
+            "parallelism.sequence_parallel with data_parallel_degree > 1 is not supported by the runtime "
+            "(the replicated norm weights are DTensors that DDP cannot bucket and FSDP2 leaves partial); "
+            "turn sequence_parallel off or use dp = 1"
+        )
+    if scenario.parallelism.vocab_parallel and tp > 1:
+        raise PlanError(
+            "parallelism.vocab_parallel = true: the runtime keeps the embedding and output layer replicated "
+            "over tensor parallel; set it to false to run this plan"
+        )
+    if scenario.training.dtype != "fp32" and scenario.cluster.gpu.name == "cpu-core":
+        raise PlanError(f"training.dtype = {scenario.training.dtype!r} needs a GPU; use fp32 on CPU")
+    if any(n < 1 for n in scenario.layer_split):
+        raise PlanError("parallelism.pipeline_layer_split: every virtual stage needs at least one layer")
+
+
+def rank_plan(scenario: Scenario, rank: int, world_size: int | None = None) -> RankPlan:
+    """The plan of global ``rank`` (``world_size`` defaults to tp * pp * dp)."""
+    grid = RankGrid(pp=scenario.pp, dp=scenario.dp, tp=scenario.tp)
+    check_runtime_support(scenario, grid.world_size if world_size is None else world_size)
+    name = scenario.parallelism.pipeline_parallel_schedule
+    schedule = build_schedule(name, scenario.pp, scenario.num_microbatches, scenario.vpp)
+    pp_rank = grid.coord(rank).pp
+    ranges = layer_ranges(scenario)
+    num_stages = scenario.pp * scenario.vpp
+    chunks = tuple(
+        Chunk(
+            stage=c * scenario.pp + pp_rank,
+            chunk=c,
+            first_layer=ranges[c * scenario.pp + pp_rank][0],
+            last_layer=ranges[c * scenario.pp + pp_rank][1],
+            has_embedding=c * scenario.pp + pp_rank == 0,
+            has_head=c * scenario.pp + pp_rank == num_stages - 1,
+        )
+        for c in range(scenario.vpp)
+    )
+    return RankPlan(scenario, grid, rank, schedule[pp_rank], chunks, splits_backward(name))

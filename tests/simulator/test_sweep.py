@@ -1,0 +1,85 @@
+"""The sweep: its pruning and closed-form ranking never miss the plan an exhaustive search finds."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from simulator.costs.memory import peak_inflight_layers, peak_memory
+from simulator.predict import simulate
+from simulator.scenario import Scenario, parse_scenario
+from simulator.schedules import build_schedule
+from simulator.sweep import _base_for, _Estimator, _inflight_layers, enumerate_plans, sweep
+from simulator.validation import check_plan
+
+
+def small(gpus: int, memory_gib: float, batch: int = 8, layers: int = 4) -> Scenario:
+    data: dict[str, Any] = {
+        "model": {"preset": "tiny-gpt", "num_hidden_layers": layers},
+        "training": {"seq_len": 64, "global_batch_size": batch, "dtype": "fp32"},
+        "cluster": {
+            "gpu": {"name": "toy", "peak_tflops": 0.1, "hbm_GBps": 10.0, "memory_GiB": memory_gib},
+            "num_nodes": 1,
+            "gpus_per_node": gpus,
+            "tiers": [
+                {"name": "fast", "size": 2, "bandwidth_GBps": 1.0, "latency_us": 20.0},
+                {"name": "slow", "bandwidth_GBps": 0.2, "latency_us": 100.0},
+            ],
+        },
+    }
+    return parse_scenario(data).scenario
+
+
+def exhaustive_best(base: Scenario, gpus: int) -> tuple[float, Any]:
+    """Simulate every valid plan that fits (exact memory over every pipeline rank) with the engine."""
+    base = _base_for(base, gpus)
+    limit = base.cluster.gpu.memory_GiB * 1024**3
+    best: tuple[float, Any] = (float("inf"), None)
+    for plan in enumerate_plans(base, gpus):
+        s = plan.apply(base)
+        if check_plan(s)[0] or peak_memory(s)[1].total > limit:
+            continue
+        step = simulate(s, events=False).summary["step_time_s"]
+        best = min(best, (step, plan))
+    return best
+
+
+@pytest.mark.parametrize(("gpus", "memory_gib"), [(4, 1.0), (4, 0.012), (8, 0.010)])
+def test_sweep_finds_the_exhaustive_best(gpus: int, memory_gib: float) -> None:
+    base = small(gpus, memory_gib)
+    step, plan = exhaustive_best(base, gpus)
+    assert plan is not None
+    found = sweep(base, gpus, finalists=16).finalists[0]
+    assert found.step_time_s == pytest.approx(step, rel=1e-12)
+    assert found.plan == plan
+
+
+def test_memory_constraint_excludes_everything_when_nothing_fits() -> None:
+    result = sweep(small(4, 1e-6), 4)
+    assert result.finalists == []
+    assert result.enumerated > 0
+
+
+@pytest.mark.parametrize("schedule", ["GPipe", "1F1B", "ZeroBubble", "Interleaved1F1B"])
+@pytest.mark.parametrize(("pp", "m"), [(2, 4), (4, 8), (4, 4), (3, 6), (8, 16)])
+def test_closed_form_inflight_matches_the_schedule(schedule: str, pp: int, m: int) -> None:
+    v = 2 if schedule == "Interleaved1F1B" else 1
+    actions = build_schedule(schedule, pp, m, v)[0]  # type: ignore[arg-type]
+    exact = peak_inflight_layers(actions, dict.fromkeys(range(v), 3))
+    assert _inflight_layers(schedule, pp, m, v, (3,) * v) == exact
+
+
+def test_estimated_memory_is_the_first_ranks_exact_memory() -> None:
+    base = _base_for(small(8, 1.0, batch=16, layers=8), 8)
+    est = _Estimator(base, 8)
+    from simulator.costs.memory import rank_memory
+
+    checked = 0
+    for plan in enumerate_plans(base, 8):
+        s = plan.apply(base)
+        if check_plan(s)[0] or s.layer_split[0] != max(s.layer_split) or len(set(s.layer_split)) > 1:
+            continue
+        assert est.memory_bytes(plan) == pytest.approx(rank_memory(s, 0).total, rel=1e-12), plan
+        checked += 1
+    assert checked > 100

@@ -1,0 +1,104 @@
+"""Predicted and measured events are twins: the simulator emits exactly the keys the runtime produces.
+
+`runtime.expected.expected_event_keys` is what a real run yields (tests/runtime and tests/distributed
+check it against real gloo runs); here the simulator's events must equal it, key for key, for every
+plan shape the runtime executes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from runtime.expected import KEY_COLUMNS, expected_event_keys
+from simulator.predict import simulate
+from simulator.scenario import Scenario, parse_scenario
+
+PLANS: dict[str, dict[str, Any]] = {
+    "dp2": {"parallelism": {}, "world": 2},
+    "dp2-bucketed": {
+        "parallelism": {"ddp_bucket_cap_MB": 0.05},
+        "world": 2,
+        "model": {"preset": "small-gpt"},
+    },
+    "zero1": {"parallelism": {"zero_stage": 1}, "world": 2},
+    "zero2": {"parallelism": {"zero_stage": 2}, "world": 2},
+    "zero3": {"parallelism": {"zero_stage": 3}, "world": 2},
+    "zero3-full-recompute": {"parallelism": {"zero_stage": 3}, "world": 2, "recompute": "full"},
+    "tp2": {"parallelism": {"tensor_parallel_degree": 2}, "world": 2},
+    "tp2-sp-full": {
+        "parallelism": {"tensor_parallel_degree": 2, "sequence_parallel": True},
+        "world": 2,
+        "recompute": "full",
+    },
+    "gpipe": {
+        "parallelism": {"pipeline_parallel_degree": 2, "pipeline_parallel_schedule": "GPipe"},
+        "world": 2,
+    },
+    "1f1b-full": {"parallelism": {"pipeline_parallel_degree": 2}, "world": 2, "recompute": "full"},
+    "interleaved": {
+        "parallelism": {
+            "pipeline_parallel_degree": 2,
+            "pipeline_parallel_schedule": "Interleaved1F1B",
+            "virtual_stages_per_rank": 2,
+        },
+        "world": 2,
+    },
+    "zero-bubble": {
+        "parallelism": {"pipeline_parallel_degree": 4, "pipeline_parallel_schedule": "ZeroBubble"},
+        "world": 4,
+    },
+    "llama-tp2-pp2": {
+        "parallelism": {"tensor_parallel_degree": 2, "pipeline_parallel_degree": 2},
+        "world": 4,
+        "model": {"preset": "tiny-llama"},
+    },
+    "3d": {"parallelism": {"tensor_parallel_degree": 2, "pipeline_parallel_degree": 2}, "world": 8},
+    "3d-zero1": {
+        "parallelism": {"tensor_parallel_degree": 2, "pipeline_parallel_degree": 2, "zero_stage": 1},
+        "world": 8,
+    },
+    "pp2-zero2": {"parallelism": {"pipeline_parallel_degree": 2, "zero_stage": 2}, "world": 4},
+}
+
+
+def scenario(spec: dict[str, Any]) -> Scenario:
+    data = {
+        "model": spec.get("model", {"preset": "tiny-gpt"}),
+        "training": {
+            "seq_len": 32,
+            "micro_batch_size": 1,
+            "global_batch_size": 8,
+            "dtype": "fp32",
+            "recompute": spec.get("recompute", "none"),
+        },
+        "parallelism": spec["parallelism"],
+        "cluster": {
+            "preset": "local-cpu",
+            "gpus_per_node": spec["world"],
+            "tiers": [{"name": "loopback", "bandwidth_GBps": 1.0, "latency_us": 50.0}],
+        },
+    }
+    return parse_scenario(data).scenario
+
+
+def predicted_keys(s: Scenario) -> pd.DataFrame:
+    events = simulate(s).events
+    return (
+        events[KEY_COLUMNS].sort_values(KEY_COLUMNS).reset_index(drop=True).astype("int64", errors="ignore")
+    )
+
+
+@pytest.mark.parametrize("plan", PLANS)
+def test_predicted_events_equal_the_runtimes(plan: str) -> None:
+    s = scenario(PLANS[plan])
+    expected = expected_event_keys(s)
+    predicted = predicted_keys(s)
+    merged = expected.astype(str).merge(predicted.astype(str), how="outer", indicator=True)
+    missing = merged[merged["_merge"] == "left_only"]
+    extra = merged[merged["_merge"] == "right_only"]
+    assert missing.empty and extra.empty, (
+        f"\nmissing from prediction:\n{missing}\nextra in prediction:\n{extra}"
+    )
