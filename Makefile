@@ -23,8 +23,8 @@ test: lint
 	$(BIN)/python -m pytest -q
 
 bench: $(STAMP)
-	$(BIN)/python benchmarks/published_runs.py
-	$(BIN)/python benchmarks/sim_speed.py
+	$(BIN)/python -m benchmarks.published_runs
+	$(BIN)/python -m benchmarks.sim_speed
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

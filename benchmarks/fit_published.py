@@ -5,7 +5,7 @@ efficiency of the NVLink tier. Data: Korthikanti et al. 2022 Table 4 (ten per-la
 (eight iteration times), relative residuals. The cross-validation refits without one model's Table 5
 rows and predicts them, so the reported held-out error is on runs the fit never saw.
 
-Run: `python benchmarks/fit_published.py` (a few minutes; prints the fit and the held-out errors).
+Run: `python -m benchmarks.fit_published` (a few minutes; prints the fit and the held-out errors).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ Table 5 (iteration time of 22B, 175B, 530B and 1T on A100 80GB, full recompute a
 + selective recompute), Table 4 (one 22B layer's forward/backward time) and Figure 1 (memory).
 
 The compute-efficiency defaults (simulator.scenario.ComputeModel) were fitted on Table 4 only, so
-Table 5 and Figure 1 are held out. Run: `python benchmarks/published_runs.py [--json]`.
+Run: `python -m benchmarks.published_runs [--json]`.
 """
 
 from __future__ import annotations

@@ -333,35 +333,78 @@ class Engine:
             yield from self._compute(st, kind, a, seconds, flops)
 
     def _rank(self, st: _RankState) -> Generator[Any, Any, None]:
+        """Run this rank's schedule. The common path (no FSDP) is inlined: it is the simulator's hot loop."""
+        env, rank, spans = self.env, st.rank, self.spans
         last_stage = self.stages - 1
         actions = self.schedule[st.coord.pp]
         last_b = _last_actions(actions, "B")
         blocking = not self.s.parallelism.overlap_p2p_comm
+        holders = [self._holder(st.coord, v) for v in range(self.stages)]
         for a in actions:
             d = self.durations[a.stage]
-            prev = self._holder(st.coord, a.stage - 1) if a.stage > 0 else st.rank
-            nxt = self._holder(st.coord, a.stage + 1) if a.stage < last_stage else st.rank
+            stage, chunk, mb = a.stage, a.chunk, a.microbatch
+            prev = holders[stage - 1] if stage > 0 else rank
+            nxt = holders[stage + 1] if stage < last_stage else rank
             if a.kind == "F":
-                if prev != st.rank:
-                    yield from self._recv(st, "F", a.stage, a.chunk, a.microbatch, a.stage - 1)
-                yield from self._pass(st, "forward", a, d.forward_s, d.forward_flops)
-                if nxt != st.rank:
-                    sent = self._send(st, "F", a.stage, a.chunk, a.microbatch, a.stage + 1)
+                if prev != rank:
+                    yield from self._recv(st, "F", stage, chunk, mb, stage - 1)
+                if self.fsdp:
+                    yield from self._fsdp_phase(st, "forward", a, d.forward_s, d.forward_flops)
+                else:
+                    start = env.now
+                    yield env.timeout(d.forward_s)
+                    spans.append(
+                        (
+                            rank,
+                            "compute",
+                            "forward",
+                            stage,
+                            chunk,
+                            mb,
+                            0,
+                            -1,
+                            start,
+                            d.forward_s,
+                            0,
+                            d.forward_flops,
+                        )
+                    )
+                if nxt != rank:
+                    sent = self._send(st, "F", stage, chunk, mb, stage + 1)
                     if blocking:
-                        yield self.env.timeout(sent)
+                        yield env.timeout(sent)
             elif a.kind == "B":
-                if nxt != st.rank:
-                    yield from self._recv(st, "B", a.stage, a.chunk, a.microbatch, a.stage + 1)
+                if nxt != rank:
+                    yield from self._recv(st, "B", stage, chunk, mb, stage + 1)
                 if d.recompute_s:
                     yield from self._pass(st, "recompute", a, d.recompute_s, d.forward_flops)
-                start = self.env.now
-                yield from self._pass(st, d.backward_kind, a, d.backward_s, d.backward_flops)
+                start = env.now
+                if self.fsdp:
+                    yield from self._fsdp_phase(st, d.backward_kind, a, d.backward_s, d.backward_flops)
+                else:
+                    yield env.timeout(d.backward_s)
+                    spans.append(
+                        (
+                            rank,
+                            "compute",
+                            d.backward_kind,
+                            stage,
+                            chunk,
+                            mb,
+                            0,
+                            -1,
+                            start,
+                            d.backward_s,
+                            0,
+                            d.backward_flops,
+                        )
+                    )
                 if a in last_b and not self.fsdp:
                     self._reduce_gradients(st, a, start)
-                if prev != st.rank:
-                    sent = self._send(st, "B", a.stage, a.chunk, a.microbatch, a.stage - 1)
+                if prev != rank:
+                    sent = self._send(st, "B", stage, chunk, mb, stage - 1)
                     if blocking:
-                        yield self.env.timeout(sent)
+                        yield env.timeout(sent)
             else:
                 yield from self._compute(st, "backward_weight", a, d.backward_weight_s, d.weight_flops)
         if st.pending_dp:

@@ -123,14 +123,18 @@ def _hf_model(config: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
     if not isinstance(tie, bool):
         raise ConfigImportError(f"tie_word_embeddings: expected true or false, got {tie!r}")
     model["tie_word_embeddings"] = tie
-    notes = [f"{k} = {config[k]!r} is not modelled" for k in _HF_NOT_MODELLED
-             if config.get(k) not in (None, False)]
+    notes = [
+        f"{k} = {config[k]!r} is not modelled" for k in _HF_NOT_MODELLED if config.get(k) not in (None, False)
+    ]
     if config.get("rotary_pct", 1.0) != 1.0:
-        notes.append(f"rotary_pct = {config['rotary_pct']!r}: partial rotary is modelled as full "
-                     "(neither has parameters)")
+        notes.append(
+            f"rotary_pct = {config['rotary_pct']!r}: partial rotary is modelled as full "
+            "(neither has parameters)"
+        )
     if model_type == "qwen2":
-        notes.append("Qwen2's query/key/value biases are not counted "
-                     "(plancast gives biases to LayerNorm models only)")
+        notes.append(
+            "Qwen2's query/key/value biases are not counted (plancast gives biases to LayerNorm models only)"
+        )
     return model, notes
 
 
@@ -147,11 +151,24 @@ class _Parser(argparse.ArgumentParser):
         raise ConfigImportError(f"Megatron-LM arguments: {message}")
 
 
-_MEGATRON_SIZES = ("--num-layers", "--hidden-size", "--num-attention-heads", "--ffn-hidden-size",
-                   "--num-query-groups", "--seq-length", "--max-position-embeddings", "--micro-batch-size",
-                   "--global-batch-size", "--tensor-model-parallel-size", "--pipeline-model-parallel-size",
-                   "--num-layers-per-virtual-pipeline-stage", "--num-virtual-stages-per-pipeline-rank",
-                   "--vocab-size", "--num-experts", "--make-vocab-size-divisible-by")
+_MEGATRON_SIZES = (
+    "--num-layers",
+    "--hidden-size",
+    "--num-attention-heads",
+    "--ffn-hidden-size",
+    "--num-query-groups",
+    "--seq-length",
+    "--max-position-embeddings",
+    "--micro-batch-size",
+    "--global-batch-size",
+    "--tensor-model-parallel-size",
+    "--pipeline-model-parallel-size",
+    "--num-layers-per-virtual-pipeline-stage",
+    "--num-virtual-stages-per-pipeline-rank",
+    "--vocab-size",
+    "--num-experts",
+    "--make-vocab-size-divisible-by",
+)
 
 
 def _megatron_parser() -> _Parser:
@@ -161,10 +178,19 @@ def _megatron_parser() -> _Parser:
         p.add_argument(flag, type=int)
     p.set_defaults(make_vocab_size_divisible_by=128)  # Megatron-LM's default
     p.add_argument("--seed", type=int)
-    for flag in ("--group-query-attention", "--sequence-parallel", "--recompute-activations", "--fp16",
-                 "--bf16", "--swiglu", "--untie-embeddings-and-output-weights",
-                 "--use-rotary-position-embeddings", "--use-distributed-optimizer", "--overlap-grad-reduce",
-                 "--tp-comm-overlap"):
+    for flag in (
+        "--group-query-attention",
+        "--sequence-parallel",
+        "--recompute-activations",
+        "--fp16",
+        "--bf16",
+        "--swiglu",
+        "--untie-embeddings-and-output-weights",
+        "--use-rotary-position-embeddings",
+        "--use-distributed-optimizer",
+        "--overlap-grad-reduce",
+        "--tp-comm-overlap",
+    ):
         p.add_argument(flag, action="store_true")
     p.add_argument("--recompute-granularity", choices=["full", "selective"])
     p.add_argument("--normalization", choices=["LayerNorm", "RMSNorm"], default="LayerNorm")
@@ -190,8 +216,9 @@ def _padded_vocab(ns: argparse.Namespace, notes: list[str]) -> int:
     vocab = ns.vocab_size
     if vocab is None:
         if ns.vocab_file is None or ns.tokenizer_type not in (None, "GPT2BPETokenizer"):
-            raise ConfigImportError("--vocab-size: missing, and plancast cannot read the tokenizer; "
-                                    "pass --vocab-size")
+            raise ConfigImportError(
+                "--vocab-size: missing, and plancast cannot read the tokenizer; pass --vocab-size"
+            )
         vocab = 50257  # the GPT-2 BPE vocabulary (Radford et al. 2019) that --vocab-file names
         notes.append(f"--vocab-file {ns.vocab_file}: assumed the GPT-2 BPE vocabulary of 50257 tokens")
     multiple = ns.make_vocab_size_divisible_by * (ns.tensor_model_parallel_size or 1)
@@ -200,11 +227,15 @@ def _padded_vocab(ns: argparse.Namespace, notes: list[str]) -> int:
 
 def _megatron_model(ns: argparse.Namespace, notes: list[str]) -> dict[str, Any]:
     if ns.num_experts and ns.num_experts > 1:
-        raise ConfigImportError(f"--num-experts: {ns.num_experts} experts; "
-                                "plancast models dense decoders only")
+        raise ConfigImportError(
+            f"--num-experts: {ns.num_experts} experts; plancast models dense decoders only"
+        )
     model: dict[str, Any] = {}
-    for key, flag in (("hidden_size", "--hidden-size"), ("num_hidden_layers", "--num-layers"),
-                      ("num_attention_heads", "--num-attention-heads")):
+    for key, flag in (
+        ("hidden_size", "--hidden-size"),
+        ("num_hidden_layers", "--num-layers"),
+        ("num_attention_heads", "--num-attention-heads"),
+    ):
         value = getattr(ns, flag[2:].replace("-", "_"))
         if value is None:
             raise ConfigImportError(f"{flag}: required argument is missing")
@@ -226,8 +257,9 @@ def _megatron_model(ns: argparse.Namespace, notes: list[str]) -> dict[str, Any]:
     model["norm"] = "rmsnorm" if ns.normalization == "RMSNorm" else "layernorm"
     kind = "rope" if ns.use_rotary_position_embeddings else ns.position_embedding_type
     if kind not in ("rope", "learned_absolute"):
-        raise ConfigImportError(f"--position-embedding-type: {kind!r} is not supported; "
-                                "use rope or learned_absolute")
+        raise ConfigImportError(
+            f"--position-embedding-type: {kind!r} is not supported; use rope or learned_absolute"
+        )
     model["position_embedding"] = "rope" if kind == "rope" else "learned"
     positions = ns.max_position_embeddings or ns.seq_length
     if positions is not None:
@@ -240,14 +272,19 @@ def _megatron_training(ns: argparse.Namespace, notes: list[str]) -> dict[str, An
     if ns.fp16 and ns.bf16:
         raise ConfigImportError("--fp16 and --bf16: pass only one")
     training: dict[str, Any] = {"dtype": "fp16" if ns.fp16 else "bf16" if ns.bf16 else "fp32"}
-    for key, flag in (("seq_len", "--seq-length"), ("micro_batch_size", "--micro-batch-size"),
-                      ("global_batch_size", "--global-batch-size")):
+    for key, flag in (
+        ("seq_len", "--seq-length"),
+        ("micro_batch_size", "--micro-batch-size"),
+        ("global_batch_size", "--global-batch-size"),
+    ):
         value = getattr(ns, flag[2:].replace("-", "_"))
         if value is not None:
             training[key] = _positive_int(value, flag)
     if "global_batch_size" not in training:
-        notes.append("--global-batch-size missing: Megatron-LM uses micro-batch-size * data-parallel size; "
-                     "set training.global_batch_size")
+        notes.append(
+            "--global-batch-size missing: Megatron-LM uses micro-batch-size * data-parallel size; "
+            "set training.global_batch_size"
+        )
     # --recompute-activations is Megatron-LM's shorthand for --recompute-granularity selective.
     granularity = ns.recompute_granularity or ("selective" if ns.recompute_activations else None)
     training["recompute"] = granularity or "none"
@@ -309,8 +346,15 @@ def from_megatron_args(args: str | Sequence[str]) -> dict[str, Any]:
 
 # --------------------------------------------------------------------------------------- DeepSpeed
 # Top-level sections that shape one step; everything else (optimizer, scheduler, logging) is noted.
-_DS_MODELLED = {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "fp16",
-                "bf16", "zero_optimization", "activation_checkpointing"}
+_DS_MODELLED = {
+    "train_batch_size",
+    "train_micro_batch_size_per_gpu",
+    "gradient_accumulation_steps",
+    "fp16",
+    "bf16",
+    "zero_optimization",
+    "activation_checkpointing",
+}
 
 
 def _ds_batch(config: Mapping[str, Any], notes: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -344,7 +388,7 @@ def _ds_enabled(config: Mapping[str, Any], key: str) -> bool | None:
     """fp16.enabled / bf16.enabled; None for 'auto' (the Hugging Face Trainer decides at launch)."""
     section = config.get(key, {})
     if not isinstance(section, Mapping):
-        raise ConfigImportError(f"{key}: expected an object such as {{\"enabled\": true}}, got {section!r}")
+        raise ConfigImportError(f'{key}: expected an object such as {{"enabled": true}}, got {section!r}')
     enabled = section.get("enabled", False)
     if enabled == "auto":
         return None
@@ -412,8 +456,12 @@ def build_scenario_dict(
     cluster: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """One scenario dict from parts (copies); the cluster defaults to `local-cpu` only when none is given."""
-    parts = {"model": model, "training": training, "parallelism": parallelism,
-             "cluster": DEFAULT_CLUSTER if cluster is None else cluster}
+    parts = {
+        "model": model,
+        "training": training,
+        "parallelism": parallelism,
+        "cluster": DEFAULT_CLUSTER if cluster is None else cluster,
+    }
     return {name: copy.deepcopy(dict(part)) for name, part in parts.items() if part is not None}
 
 

@@ -184,13 +184,34 @@ def _hardware_flops(s: Scenario, costs: tuple[StageCost, ...]) -> float:
     return per_mb * s.num_microbatches * s.dp * s.tp
 
 
+def _tp_time(spans: list[tuple[Any, ...]], costs: tuple[StageCost, ...]) -> dict[int, float]:
+    """Each rank's tensor-parallel time inside its compute spans, without building the events."""
+    per_span: dict[tuple[int, str], float] = {}
+    tp_time: dict[int, float] = {}
+    for sp in spans:
+        if sp[1] != "compute" or sp[2] not in _TP_PHASES:
+            continue
+        key = (sp[3], sp[2])
+        dur = per_span.get(key)
+        if dur is None:
+            cost = costs[sp[3]]
+            layout = _tp_layout(cost, "forward" if sp[2] == "recompute" else sp[2])
+            dur = per_span[key] = 0.0 if cost.tp_overlap else sum(c[3] for c in layout)
+        if dur:
+            tp_time[sp[0]] = tp_time.get(sp[0], 0.0) + dur
+    return tp_time
+
+
 def simulate(
     s: Scenario, *, full_fidelity: bool = False, events: bool = True, expand_limit: int = EXPAND_LIMIT
 ) -> Prediction:
     """Predict one training step of `s`. Deterministic: the same scenario gives identical events."""
     engine = Engine(s, full_fidelity=full_fidelity)
     spans = engine.run()
-    tp_events, tp_time = _tp_events(spans, engine.costs)
+    if events:
+        tp_events, tp_time = _tp_events(spans, engine.costs)
+    else:
+        tp_events, tp_time = pd.DataFrame(), _tp_time(spans, engine.costs)
     summary = summarize(
         s, spans, tp_time, engine.p2p_seconds, _hardware_flops(s, engine.costs), engine.schedule
     )

@@ -54,23 +54,32 @@ def summarize(
     `tp_comm_s[rank]`: tensor-parallel time inside that rank's compute spans (on the critical path
     unless overlapped); `p2p_s(rank, peer)`: one pipeline transfer's duration; `hardware_flops`: FLOPs
     the whole cluster executes in the step (recompute included)."""
-    ranks = sorted({sp[0] for sp in spans})
-    arr: dict[int, list[tuple[Any, ...]]] = {r: [] for r in ranks}
+    rank_col = np.fromiter((sp[0] for sp in spans), dtype=np.int64, count=len(spans))
+    start = np.fromiter((sp[8] for sp in spans), dtype=np.float64, count=len(spans))
+    dur = np.fromiter((sp[9] for sp in spans), dtype=np.float64, count=len(spans))
+    is_compute = np.fromiter((sp[1] == "compute" for sp in spans), dtype=bool, count=len(spans))
+    is_pipe = np.fromiter((sp[2] in PIPELINE_KINDS for sp in spans), dtype=bool, count=len(spans))
+    is_opt = is_compute & ~is_pipe
+    is_dp = np.fromiter((sp[1] == "dp" for sp in spans), dtype=bool, count=len(spans))
+    ranks = sorted(set(rank_col.tolist()))
+    step_time = float((start + dur).max()) if spans else 0.0
+    pipeline_end = float((start + dur)[is_pipe].max()) if is_pipe.any() else 0.0
+    size = max(ranks, default=0) + 1
+    pipe_busy = np.bincount(rank_col[is_pipe], weights=dur[is_pipe], minlength=size)
+    opt_busy = np.bincount(rank_col[is_opt], weights=dur[is_opt], minlength=size)
+    recv_exposed = np.zeros(size)
     for sp in spans:
-        arr[sp[0]].append(sp)
-    step_time = max(sp[8] + sp[9] for sp in spans) if spans else 0.0
-    pipeline_end = max((sp[8] + sp[9] for sp in spans if sp[2] in PIPELINE_KINDS), default=0.0)
+        if sp[2] == "recv" and sp[9] > 0:
+            recv_exposed[sp[0]] += min(sp[9], p2p_s(sp[0], sp[7]))
 
     per_rank = {}
     for r in ranks:
-        rows = arr[r]
-        busy = np.array([(sp[8], sp[8] + sp[9]) for sp in rows if sp[1] == "compute"]).reshape(-1, 2)
-        pipe = sum(sp[9] for sp in rows if sp[2] in PIPELINE_KINDS)
-        opt = sum(sp[9] for sp in rows if sp[2] == "optimizer")
-        dp = np.array([(sp[8], sp[8] + sp[9]) for sp in rows if sp[1] == "dp"]).reshape(-1, 2)
-        pp_exposed = sum(min(sp[9], p2p_s(r, sp[7])) for sp in rows if sp[2] == "recv")
+        mine = rank_col == r
+        busy = np.column_stack([start, start + dur])[mine & is_compute]
+        dp = np.column_stack([start, start + dur])[mine & is_dp] if is_dp.any() else np.empty((0, 2))
         tp = tp_comm_s.get(r, 0.0)
-        exposed = {"tp": tp, "dp": _exposed(dp, busy), "pp": pp_exposed}
+        exposed = {"tp": tp, "dp": _exposed(dp, busy) if len(dp) else 0.0, "pp": float(recv_exposed[r])}
+        pipe, opt = float(pipe_busy[r]), float(opt_busy[r])
         compute = pipe - tp
         bubble = max(step_time - compute - sum(exposed.values()) - opt, 0.0)
         per_rank[r] = {

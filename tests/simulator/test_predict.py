@@ -116,3 +116,10 @@ def test_table5_iteration_times() -> None:
     errors = [abs(r["error"]) for r in table5()]
     assert statistics.fmean(errors) <= 0.05
     assert max(errors) <= 0.10
+
+
+@pytest.mark.parametrize("plan", ["tp2-sp", "3d", "zero3"])
+def test_summary_is_the_same_with_and_without_events(plan: str) -> None:
+    with_events = simulate(scenario(**PLANS[plan]), events=True).summary
+    without = simulate(scenario(**PLANS[plan]), events=False).summary
+    assert with_events == pytest.approx(without)
