@@ -98,7 +98,8 @@ def main() -> None:
     for name, fn, repeat, target in cases:
         wall, cpu, result = timed(fn, repeat)
         if hasattr(result, "summary"):
-            info = f"step {result.summary['step_time_s']:.3f} s, {result.summary['simulated_ranks']} ranks simulated"
+            summary = result.summary
+            info = f"step {summary['step_time_s']:.3f} s, {summary['simulated_ranks']} ranks simulated"
         else:
             info = (
                 f"{result.enumerated:,} plans, {result.fits:,} fit, best {result.finalists[0].plan.label()}"

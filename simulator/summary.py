@@ -8,6 +8,7 @@ breakdown is that of the rank whose compute stream is busiest (the pipeline's bo
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -41,6 +42,17 @@ def _exposed(comm: np.ndarray, busy: np.ndarray) -> float:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class _Breakdown:
+    """Where one rank's step goes (seconds)."""
+
+    compute: float
+    optimizer: float
+    exposed: dict[str, float]
+    bubble: float
+    busy: float  # compute-stream time of the pipeline passes
+
+
 def summarize(
     s: Scenario,
     spans: list[tuple[Any, ...]],
@@ -72,7 +84,7 @@ def summarize(
         if sp[2] == "recv" and sp[9] > 0:
             recv_exposed[sp[0]] += min(sp[9], p2p_s(sp[0], sp[7]))
 
-    per_rank = {}
+    per_rank: dict[int, _Breakdown] = {}
     for r in ranks:
         mine = rank_col == r
         busy = np.column_stack([start, start + dur])[mine & is_compute]
@@ -82,17 +94,11 @@ def summarize(
         pipe, opt = float(pipe_busy[r]), float(opt_busy[r])
         compute = pipe - tp
         bubble = max(step_time - compute - sum(exposed.values()) - opt, 0.0)
-        per_rank[r] = {
-            "compute": compute,
-            "optimizer": opt,
-            "exposed": exposed,
-            "bubble": bubble,
-            "busy": pipe,
-        }
-    critical = max(per_rank, key=lambda r: per_rank[r]["busy"]) if per_rank else 0
-    c = per_rank.get(critical, {"compute": 0.0, "optimizer": 0.0, "exposed": {}, "bubble": 0.0, "busy": 0.0})
+        per_rank[r] = _Breakdown(compute, opt, exposed, bubble, pipe)
+    critical = max(per_rank, key=lambda r: per_rank[r].busy) if per_rank else 0
+    c = per_rank.get(critical, _Breakdown(0.0, 0.0, {}, 0.0, 0.0))
     bubble_fraction = (
-        float(np.mean([1 - per_rank[r]["busy"] / pipeline_end for r in ranks])) if pipeline_end else 0.0
+        float(np.mean([1 - per_rank[r].busy / pipeline_end for r in ranks])) if pipeline_end else 0.0
     )
 
     tokens = s.training.global_batch_size * s.training.seq_len
@@ -105,11 +111,11 @@ def summarize(
     return {
         "step_time_s": step_time,
         "bubble_fraction": bubble_fraction,
-        "compute_time_s": c["compute"],
-        "exposed_comm_time_s": sum(c["exposed"].values()),
-        "exposed_comm_s": dict(c["exposed"]),
-        "optimizer_time_s": c["optimizer"],
-        "bubble_time_s": c["bubble"],
+        "compute_time_s": c.compute,
+        "exposed_comm_time_s": sum(c.exposed.values()),
+        "exposed_comm_s": dict(c.exposed),
+        "optimizer_time_s": c.optimizer,
+        "bubble_time_s": c.bubble,
         "critical_rank": critical,
         "peak_memory_gib": mem.total / GiB,
         "peak_memory_pp_rank": pp_rank,
