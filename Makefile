@@ -20,6 +20,7 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 test: lint
+	bash scripts/setup_test_deps.sh
 	$(BIN)/python -m pytest -q
 
 bench: $(STAMP)

@@ -210,3 +210,359 @@ def sweep(
             f"{(r.summary or {}).get('tokens_per_s', 0):,.0f}",
         )
     out.print(view)
+
+
+RunArg = Annotated[Path, typer.Argument(help="Run directory (from `plancast run` or `simulate --out`).")]
+
+
+def _ensure_predicted(run_path: Path) -> None:
+    """Simulate RUN/scenario.toml into RUN/predicted/ when the run has no prediction yet."""
+    from simulator.predict import simulate as run_simulation
+    from traces.store import RunDir
+
+    run = RunDir(run_path)
+    if run.predicted_events.exists():
+        return
+    if not run.scenario_toml.exists():
+        raise UserError(
+            f"{run_path} has neither predicted/events.parquet nor scenario.toml; "
+            f"run `plancast simulate SCENARIO --out {run_path}` first"
+        )
+    err.print(f"{run_path}/predicted/ is missing: simulating {run.scenario_toml}", markup=False)
+    _write_predicted(run_path, run_simulation(load(run.scenario_toml)))
+
+
+def reconcile_run(run_path: Path) -> dict[str, Any]:
+    """Reconcile RUN's predicted and measured events; writes RUN/compare/summary.json and returns it."""
+    from traces.reconcile import reconcile, to_summary
+    from traces.store import RunDir, read_json, read_measured, read_predicted, write_json
+
+    run = RunDir(run_path)
+    if not run.path.is_dir():
+        raise UserError(f"run directory not found: {run_path}")
+    _ensure_predicted(run_path)
+    measured = read_measured(run)
+    for problem in measured.problems:
+        err.print(f"warning: {problem}", markup=False)
+    if measured.events.empty:
+        raise UserError(
+            f"{run_path}/measured/ has no readable events; run `plancast run SCENARIO --out {run_path}`"
+        )
+    predicted_summary = read_json(run.predicted_summary) if run.predicted_summary.exists() else None
+    measured_summary = read_json(run.measured_summary) if run.measured_summary.exists() else None
+    rec = reconcile(
+        read_predicted(run),
+        measured.events,
+        predicted_summary=predicted_summary,
+        measured_summary=measured_summary,
+    )
+    summary = {**to_summary(rec), "problems": measured.problems}
+    run.compare_dir.mkdir(parents=True, exist_ok=True)
+    write_json(run.compare_summary, summary)
+    return summary
+
+
+@app.command()
+def compare(
+    run: RunArg,
+    json_: Annotated[
+        bool, typer.Option("--json", help="Print the reconciliation as one JSON object.")
+    ] = False,
+) -> None:
+    """Align predicted and measured events one to one; step-time and per-component errors."""
+    from rich.table import Table
+
+    with user_errors():
+        summary = reconcile_run(run)
+    if json_:
+        print_json(summary)
+        return
+    error = summary["step_time_error"]
+    out.print(
+        f"step time: predicted {summary['step_time_predicted_s']:.4g} s, measured "
+        f"{summary['step_time_measured_s']:.4g} s (error {error:+.1%})"
+        if error is not None
+        else "step time: no measured step"
+    )
+    out.print(
+        f"events: {summary['events_matched']} matched, {summary['events_missing']} missing, "
+        f"{summary['events_extra']} extra (step {summary['step']})"
+    )
+    table = Table("component", "predicted", "measured", "error")
+    for c in summary["components"]:
+        unit = "GiB" if "predicted_gib" in c else "s"
+        pred, meas = (
+            c.get(f"predicted_{'gib' if unit == 'GiB' else 's'}"),
+            c.get(f"measured_{'gib' if unit == 'GiB' else 's'}"),
+        )
+        err_text = f"{c['error']:+.1%}" if c.get("error") is not None else "-"
+        table.add_row(
+            c["component"],
+            f"{pred:.4g} {unit}" if pred is not None else "-",
+            f"{meas:.4g} {unit}" if meas is not None else "-",
+            err_text,
+        )
+    out.print(table)
+    err.print(f"wrote {run}/compare/summary.json", markup=False)
+
+
+@app.command()
+def export(
+    run: RunArg,
+    format_: Annotated[
+        str, typer.Option("--format", help="chrome (Perfetto / HolisticTraceAnalysis JSON)")
+    ] = "chrome",
+    source: Annotated[str, typer.Option(help="predicted | measured | both")] = "both",
+) -> None:
+    """Write RUN's events as Chrome-trace/Kineto JSON, one file per rank, under RUN/chrome/SOURCE/."""
+    from traces.chrome import export_chrome
+    from traces.store import RunDir, read_measured, read_predicted
+
+    with user_errors():
+        if format_ != "chrome":
+            raise UserError(f"unknown format {format_!r}; only 'chrome' is supported")
+        if source not in ("predicted", "measured", "both"):
+            raise UserError("--source must be predicted, measured or both")
+        rd = RunDir(run)
+        frames = {}
+        if source in ("predicted", "both") and rd.predicted_events.exists():
+            frames["predicted"] = read_predicted(rd)
+        if source in ("measured", "both"):
+            measured = read_measured(rd)
+            for problem in measured.problems:
+                err.print(f"warning: {problem}", markup=False)
+            if not measured.events.empty:
+                frames["measured"] = measured.events
+        if not frames:
+            raise UserError(f"{run} has no {source} events to export")
+    for name, frame in frames.items():
+        world = int(frame["rank"].max()) + 1
+        files = export_chrome(frame, rd.path / "chrome" / name, world)
+        out.print(f"{name}: {len(files)} file(s) in {rd.path / 'chrome' / name}")
+
+
+@app.command("import-kineto")
+def import_kineto(
+    trace_dir: Annotated[Path, typer.Argument(help="Folder of PyTorch-profiler JSON traces (one per rank).")],
+    out_dir: Annotated[Path, typer.Option("--out", "-o", help="Run directory to create.")],
+    scenario: Annotated[
+        Path | None, typer.Option(help="Scenario of the job, to predict it alongside.")
+    ] = None,
+) -> None:
+    """Import traces of a job plancast did not launch as RUN/measured/, ready for `plancast compare`."""
+    from traces.kineto import import_kineto as read_traces
+    from traces.store import RankEventWriter, RunDir, write_json
+
+    with user_errors():
+        frame = read_traces(trace_dir)
+        if frame.empty:
+            raise UserError(f"no profiler steps found in {trace_dir}")
+        s = load(scenario) if scenario is not None else None
+    run = RunDir(out_dir)
+    run.measured_dir.mkdir(parents=True, exist_ok=True)
+    for rank, events in frame.groupby("rank"):
+        writer = RankEventWriter(run, int(rank))
+        for _, step in events.groupby("step"):
+            writer.append_step(step)
+    world = int(frame["rank"].max()) + 1
+    write_json(run.env_json, {"world_size": world, "source": f"kineto import of {trace_dir}"})
+    if s is not None:
+        from simulator.predict import simulate as run_simulation
+
+        _write_predicted(out_dir, run_simulation(s))
+    out.print(
+        f"imported {len(frame)} events of {world} rank(s), {frame['step'].nunique()} step(s) into {out_dir}"
+    )
+
+
+@app.command()
+def calibrate(
+    runs: Annotated[
+        list[Path] | None, typer.Argument(help="Measured run(s) to fit the compute model and links on.")
+    ] = None,
+    output: Annotated[Path, typer.Option("--output", "-o", help="Cluster profile TOML to write.")] = Path(
+        "cluster.toml"
+    ),
+    microbench: Annotated[
+        bool, typer.Option(help="Also measure this machine (FLOP/s, memory, gloo links).")
+    ] = False,
+    world: Annotated[int, typer.Option(help="Processes for the link microbenchmark / the base profile.")] = 2,
+) -> None:
+    """Fit a cluster profile; use it with `[cluster] preset = "PROFILE.toml"` in a scenario."""
+    from runtime.calibrate import calibrate as fit_profile
+    from runtime.calibrate import write_profile
+
+    with user_errors():
+        runs = runs or []
+        if not runs and not microbench:
+            raise UserError("give measured RUNs to fit, or --microbench to measure this machine (or both)")
+        for run in runs:
+            if not (run / "scenario.toml").is_file():
+                raise UserError(
+                    f"{run}/scenario.toml not found: is {run} a run directory from `plancast run`?"
+                )
+        try:
+            cluster, notes = fit_profile(runs, microbench=microbench, world=world)
+        except ValueError as e:
+            raise UserError(str(e)) from None
+    write_profile(cluster, output, notes)
+    for note in notes:
+        out.print(note)
+    out.print(f'wrote {output}: use it with  [cluster] preset = "{output}"')
+
+
+@app.command()
+def run(
+    scenario: ScenarioArg,
+    out_dir: Annotated[
+        Path, typer.Option("--out", "-o", help="Run directory to write (measured/ and scenario.toml).")
+    ],
+    steps: Annotated[int | None, typer.Option(help="Optimizer steps (default: training.steps).")] = None,
+    nproc_per_node: Annotated[
+        int | None,
+        typer.Option("--nproc-per-node", help="Ranks on this node (default: world size / nnodes)."),
+    ] = None,
+    nnodes: Annotated[int, typer.Option(help="Nodes in the job; run the same command on each node.")] = 1,
+    node_rank: Annotated[int, typer.Option("--node-rank", help="This node's index, 0..nnodes-1.")] = 0,
+    rdzv_endpoint: Annotated[
+        str | None, typer.Option("--rdzv-endpoint", help="HOST:PORT of node 0's rendezvous (multi-node).")
+    ] = None,
+    rdzv_id: Annotated[str, typer.Option("--rdzv-id", help="Job id, the same on every node.")] = "plancast",
+    timeout: Annotated[float, typer.Option(help="Seconds before the whole job is stopped.")] = 600.0,
+) -> None:
+    """Run the scenario with torchrun (gloo on CPU, NCCL on GPU), instrumented; writes RUN/measured/.
+
+    Multi-node: on every node run `plancast run S --out RUN --nnodes N --node-rank I --rdzv-endpoint
+    NODE0:29500`; each node writes its ranks' files into its own RUN (gather them before comparing)."""
+    from runtime.launch import LaunchError, launch
+
+    with user_errors():
+        load(scenario)  # bad scenarios fail here with key paths, before any process starts
+        try:
+            code = launch(
+                scenario,
+                out_dir,
+                nproc_per_node=nproc_per_node,
+                steps=steps,
+                nnodes=nnodes,
+                node_rank=node_rank,
+                rdzv_endpoint=rdzv_endpoint,
+                timeout_s=timeout,
+                rdzv_id=rdzv_id,
+            )
+        except LaunchError as e:
+            raise UserError(str(e)) from None
+    if code != 0:
+        raise typer.Exit(code)
+    out.print(
+        f"measured run written to {out_dir}; compare it with `plancast compare {out_dir}`", markup=False
+    )
+
+
+@app.command()
+def dashboard(
+    runs: Annotated[list[Path] | None, typer.Argument(help="Run directories to open.")] = None,
+    port: Annotated[int, typer.Option(help="Port to serve on.")] = 8501,
+    browser: Annotated[
+        bool, typer.Option(help="Open a browser tab (default: headless; the URL is printed).")
+    ] = False,
+) -> None:
+    """Open the dashboard: Overview, Timeline, Breakdown, Memory, Telemetry, Sweep and What-if.
+
+    RUN directories come from `plancast simulate --out` or `plancast run --out`; without RUN, pick a
+    run in the sidebar from a folder (default runs/) or upload a zipped run directory."""
+    from dashboard.serve import serve, url, wait_until_ready
+
+    with user_errors():
+        try:
+            process = serve(list(runs or []), port=port, headless=not browser)
+        except FileNotFoundError as e:
+            raise UserError(str(e)) from None
+    try:
+        wait_until_ready(process, port, timeout_s=60)
+        out.print(f"dashboard: {url(port)}  (Ctrl-C to stop)", markup=False)
+        process.wait()
+    except KeyboardInterrupt:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+DEMO_SCENARIO = Path(__file__).resolve().parent.parent / "examples" / "tiny-local-cpu.toml"
+
+
+def _demo_scenario(source: Path, target: Path, cluster: str, micro_batch: int | None = None) -> Path:
+    """`source` with another cluster preset (a catalog name or a profile file) and micro-batch."""
+    import tomllib
+
+    import tomli_w
+
+    data = tomllib.loads(source.read_text(encoding="utf-8"))
+    data["cluster"] = {"preset": cluster}
+    if micro_batch is not None:
+        data.setdefault("training", {})["micro_batch_size"] = micro_batch
+    target.write_text(tomli_w.dumps(data), encoding="utf-8")
+    return target
+
+
+@app.command()
+def demo(
+    out_dir: Annotated[Path, typer.Option("--out", "-o", help="Where the demo's runs go.")] = Path(
+        "runs/demo"
+    ),
+    steps: Annotated[int, typer.Option(help="Measured steps of the demo run.")] = 20,
+    serve_dashboard: Annotated[
+        bool, typer.Option("--dashboard/--no-dashboard", help="Serve the dashboard.")
+    ] = True,
+    port: Annotated[int, typer.Option(help="Dashboard port.")] = 8501,
+) -> None:
+    """The whole loop on this machine: calibrate, simulate, run, compare, and open the dashboard."""
+    import time
+
+    from runtime.calibrate import calibrate as fit_profile
+    from runtime.calibrate import write_profile
+    from runtime.launch import launch
+    from simulator.predict import simulate as run_simulation
+
+    started = time.perf_counter()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    profile = out_dir / "local-cpu-calibrated.toml"
+    calib_run = out_dir / "calibration-run"
+    # 1. calibrate: this machine's microbenchmarks + a short run of another shape (not the scored one)
+    out.rule("1/5 calibrate this machine")
+    base = _demo_scenario(DEMO_SCENARIO, out_dir / "calibration.toml", "local-cpu", micro_batch=1)
+    if launch(base, calib_run, steps=6) != 0:
+        raise typer.Exit(1)
+    cluster, notes = fit_profile([calib_run], microbench=True)
+    write_profile(cluster, profile, notes)
+    for note in notes:
+        out.print(f"  {note}", markup=False)
+    # 2. simulate the demo plan on the calibrated cluster
+    out.rule("2/5 simulate")
+    scenario_path = _demo_scenario(DEMO_SCENARIO, out_dir / "scenario.toml", str(profile.resolve()))
+    run_dir = out_dir / "run"
+    with user_errors():
+        prediction = run_simulation(load(scenario_path))
+    _write_predicted(run_dir, prediction)
+    _print_breakdown(prediction.summary)
+    # 3. run it for real
+    out.rule("3/5 run with torchrun (gloo, 2 ranks)")
+    if launch(scenario_path, run_dir, steps=steps) != 0:
+        raise typer.Exit(1)
+    # 4. compare
+    out.rule("4/5 compare")
+    with user_errors():
+        summary = reconcile_run(run_dir)
+    predicted_s, measured_s = summary["step_time_predicted_s"], summary["step_time_measured_s"]
+    out.print(
+        f"predicted {predicted_s:.4f} s, measured {measured_s:.4f} s, "
+        f"error {summary['step_time_error']:+.1%}; events {summary['events_matched']} matched, "
+        f"{summary['events_missing']} missing, {summary['events_extra']} extra",
+        markup=False,
+    )
+    out.print(f"non-interactive part took {time.perf_counter() - started:.0f} s", markup=False)
+    # 5. dashboard
+    out.rule("5/5 dashboard")
+    if serve_dashboard:
+        dashboard([run_dir], port=port, browser=False)
+    else:
+        out.print(f"open it with: plancast dashboard {run_dir}", markup=False)

@@ -17,11 +17,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import numpy as np
 import pandas as pd
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from traces.schema import Event, to_frame
+from traces.schema import COLUMNS, Event
 
 # c10d op (as the profiler names it) -> trace kind. Point-to-point ops are timed by spans instead.
 C10D_KINDS: dict[str, str] = {
@@ -84,6 +85,19 @@ class CudaTimer:
 def default_timer(device: torch.device) -> Timer:
     """The timer for ``device``: CUDA events on GPU, perf_counter on CPU."""
     return CudaTimer() if device.type == "cuda" else CpuTimer()
+
+
+def events_frame(events: list[Event]) -> pd.DataFrame:
+    """Events -> a table in the schema's column order and dtypes, built column by column.
+
+    Equal to ``traces.schema.to_frame`` (the rank writer validates it before writing) at a tenth of
+    its cost, which is paid inside every measured step (benchmarks/instrument_overhead.py).
+    """
+    columns: dict[str, Any] = {}
+    for name, dtype in COLUMNS.items():
+        values = [getattr(e, name) for e in events]
+        columns[name] = pd.array(values, dtype=dtype) if dtype == "string" else np.array(values, dtype=dtype)
+    return pd.DataFrame(columns, copy=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,9 +183,9 @@ class StepRecorder:
         if self._prof is not None:
             self._marker.__exit__(None, None, None)
             self._prof.__exit__(None, None, None)
-            events += collective_events(self._prof.events(), self.rank, step)
+            events += collective_events(profiled_events(self._prof), self.rank, step)
             self._prof = None
-        return to_frame(events)
+        return events_frame(events)
 
     def _span_event(self, span: _Span, step: int) -> Event:
         start_us = self.timer.elapsed_us(self._origin, span.start)
@@ -242,6 +256,47 @@ def _owner(ranges: list[Any], op: Any) -> _Owner | None:
                 return None
             return _Owner("dp" if fsdp else "tp", int(stage), int(chunk), int(mb))
     return _Owner("dp" if fsdp else "other", -1, -1, -1)
+
+
+@dataclass(frozen=True, slots=True)
+class _Interval:
+    start: float
+    end: float
+
+
+@dataclass(frozen=True, slots=True)
+class ProfiledEvent:
+    """A profiler event with the fields of a ``FunctionEvent`` that ``collective_events`` reads."""
+
+    name: str
+    thread: int
+    time_range: _Interval
+
+
+def _wanted(name: str) -> bool:
+    return (
+        name == STEP_MARKER
+        or name in C10D_KINDS
+        or name.startswith((SPAN_PREFIX, COMM_MARKER, "FSDP::"))
+        or _is_backend(name)
+    )
+
+
+def profiled_events(prof: Any) -> list[ProfiledEvent]:
+    """The events ``collective_events`` needs, read straight from the Kineto result (µs from trace start).
+
+    ``prof.events()`` would build a ``FunctionEvent`` tree of every op first: ~0.75 s per step of the
+    tiny pipeline plan on CPU, about six times the step itself (benchmarks/instrument_overhead.py).
+    """
+    result = prof.profiler.kineto_results
+    origin_ns = result.trace_start_ns()
+    out = []
+    for e in result.events():
+        name = e.name()
+        if _wanted(name):
+            span = _Interval((e.start_ns() - origin_ns) / 1e3, (e.end_ns() - origin_ns) / 1e3)
+            out.append(ProfiledEvent(name, e.start_thread_id(), span))
+    return out
 
 
 def collective_events(fn_events: Any, rank: int, step: int) -> list[Event]:

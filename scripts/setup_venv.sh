@@ -24,4 +24,8 @@ if ! "$venv/bin/python" -c "import torch" >/dev/null 2>&1; then
     fi
 fi
 "${pip[@]}" -e ".[runtime,dashboard,dev]"
+# HolisticTraceAnalysis (tests load exported traces with it): its package metadata pulls in jupyterlab,
+# which it does not need to analyse traces, so install it without dependencies plus what it imports.
+"${pip[@]}" --no-deps "holistictraceanalysis>=0.5"
+"${pip[@]}" plotly pydot psutil pyyaml networkx
 echo "setup: done ($venv)"

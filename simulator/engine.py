@@ -105,6 +105,14 @@ class Engine:
         self._indices: dict[tuple[int, str, str, int, int, int], int] = {}
         self._fsdp: dict[tuple[int, int], FsdpState] = {}
         self._meetings: dict[tuple[int, int], simpy.Event] = {}
+        slots = s.cluster.compute_slots_per_node
+        # Shared compute only matters when a node runs more ranks than it has compute units; symmetric
+        # simulation would hide the contention, so every rank is simulated then.
+        self.slots = slots if slots is not None and slots < s.cluster.gpus_per_node else None
+        self._slots: dict[int, simpy.Resource] = {}
+        if self.slots:
+            self.ranks = list(range(self.grid.world_size))
+            self.full_fidelity = True
 
     # ----------------------------------------------------------------------------------- helpers
     def _record(
@@ -280,12 +288,29 @@ class Engine:
         return span_tier(self.grid.group("dp", 0), self.topo.tier_sizes)
 
     # -------------------------------------------------------------------------------------- compute
+    def _busy(self, st: _RankState, seconds: float) -> simpy.Event:
+        """An event that fires after `seconds` of compute, queued for one of the node's compute slots
+        when ranks share them (CPU cores), else a plain timeout."""
+        if not self.slots:
+            return self.env.timeout(seconds)
+        return self.env.process(self._occupy(st.rank // self.s.cluster.gpus_per_node, seconds))
+
+    def _occupy(self, node: int, seconds: float) -> Generator[Any, Any, None]:
+        res = self._slots.get(node)
+        if res is None:
+            res = self._slots[node] = simpy.Resource(self.env, capacity=self.slots or 1)
+        with res.request() as req:
+            yield req
+            yield self.env.timeout(seconds)
+
     def _compute(
         self, st: _RankState, kind: str, a: Action, seconds: float, flops: float
     ) -> Generator[Any, Any, None]:
         start = self.env.now
-        yield self.env.timeout(seconds)
-        self._record(st.rank, "compute", kind, a.stage, a.chunk, a.microbatch, start, seconds, flops=flops)
+        yield self._busy(st, seconds)
+        self._record(
+            st.rank, "compute", kind, a.stage, a.chunk, a.microbatch, start, self.env.now - start, flops=flops
+        )
 
     def _fsdp_phase(
         self, st: _RankState, kind: str, a: Action, seconds: float, flops: float
@@ -316,7 +341,7 @@ class Engine:
                 yield gathered
             share = unit.backward_share if backward else unit.forward_share
             if share:
-                yield self.env.timeout(seconds * share)
+                yield self._busy(st, seconds * share)
         self._record(
             st.rank, "compute", kind, a.stage, a.chunk, a.microbatch, start, self.env.now - start, flops=flops
         )
@@ -352,23 +377,22 @@ class Engine:
                     yield from self._fsdp_phase(st, "forward", a, d.forward_s, d.forward_flops)
                 else:
                     start = env.now
-                    yield env.timeout(d.forward_s)
-                    spans.append(
-                        (
-                            rank,
-                            "compute",
-                            "forward",
-                            stage,
-                            chunk,
-                            mb,
-                            0,
-                            -1,
-                            start,
-                            d.forward_s,
-                            0,
-                            d.forward_flops,
-                        )
+                    yield self._busy(st, d.forward_s) if self.slots else env.timeout(d.forward_s)
+                    row = (
+                        rank,
+                        "compute",
+                        "forward",
+                        stage,
+                        chunk,
+                        mb,
+                        0,
+                        -1,
+                        start,
+                        env.now - start,
+                        0,
+                        d.forward_flops,
                     )
+                    spans.append(row)
                 if nxt != rank:
                     sent = self._send(st, "F", stage, chunk, mb, stage + 1)
                     if blocking:
@@ -382,22 +406,10 @@ class Engine:
                 if self.fsdp:
                     yield from self._fsdp_phase(st, d.backward_kind, a, d.backward_s, d.backward_flops)
                 else:
-                    yield env.timeout(d.backward_s)
+                    yield self._busy(st, d.backward_s) if self.slots else env.timeout(d.backward_s)
+                    kind, dur = d.backward_kind, env.now - start
                     spans.append(
-                        (
-                            rank,
-                            "compute",
-                            d.backward_kind,
-                            stage,
-                            chunk,
-                            mb,
-                            0,
-                            -1,
-                            start,
-                            d.backward_s,
-                            0,
-                            d.backward_flops,
-                        )
+                        (rank, "compute", kind, stage, chunk, mb, 0, -1, start, dur, 0, d.backward_flops)
                     )
                 if a in last_b and not self.fsdp:
                     self._reduce_gradients(st, a, start)
@@ -480,8 +492,8 @@ class Engine:
             / (s.cluster.gpu.hbm_GBps * 1e9 * s.cluster.compute.memory_efficiency)
         )
         start = self.env.now
-        yield self.env.timeout(seconds)
-        self._record(st.rank, "compute", "optimizer", -1, -1, -1, start, seconds)
+        yield self._busy(st, seconds)
+        self._record(st.rank, "compute", "optimizer", -1, -1, -1, start, self.env.now - start)
         if self.zero == 1:  # ZeroRedundancyOptimizer: each owner broadcasts its updated shard, per chunk
             events = []
             for c, v in enumerate(owned):

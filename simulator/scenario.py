@@ -39,11 +39,32 @@ def _lookup(table: dict[str, dict[str, object]], name: str, what: str, key: str)
         raise PydanticCustomError("unknown_preset", "{message}", {"message": message, "key": key}) from None
 
 
+def _profile(path: str) -> dict[str, object]:
+    """The [cluster] table of a calibrated profile file (`plancast calibrate -o FILE`)."""
+    try:
+        table = tomllib.loads(Path(path).read_text(encoding="utf-8")).get("cluster")
+    except (OSError, tomllib.TOMLDecodeError) as err:
+        raise PydanticCustomError(
+            "unknown_preset", "{message}", {"message": f"cannot read profile {path}: {err}", "key": "preset"}
+        ) from None
+    if not isinstance(table, dict):
+        raise PydanticCustomError(
+            "unknown_preset", "{message}", {"message": f"{path} has no [cluster] table", "key": "preset"}
+        )
+    table.pop("preset", None)
+    return table
+
+
 def _merge_preset(data: Any, table: dict[str, dict[str, object]], what: str) -> Any:
-    """Explicit keys override the preset's (as DESIGN.md specifies for [model] and [cluster])."""
+    """Explicit keys override the preset's (as DESIGN.md specifies for [model] and [cluster]).
+
+    A cluster preset may also be a path to a calibrated profile (a TOML file with a [cluster] table)."""
     if not isinstance(data, Mapping) or data.get("preset") is None:
         return data
-    base = _lookup(table, str(data["preset"]), what, "preset")
+    name = str(data["preset"])
+    if what == "cluster" and name.endswith(".toml"):
+        return {**_profile(name), **{k: v for k, v in data.items() if k != "preset"}, "preset": name}
+    base = _lookup(table, name, what, "preset")
     return {**base, **data}
 
 
@@ -255,6 +276,9 @@ class Cluster(_Strict):
     """Link tiers, innermost first."""
     compute: ComputeModel = ComputeModel()
     """Compute efficiency model (calibratable)."""
+    compute_slots_per_node: int | None = Field(default=None, gt=0)
+    """Ranks of a node share this many compute units (CPU cores when ranks are CPU processes);
+    None: every rank has its own device. `plancast calibrate` sets it to this machine's cores."""
 
     @model_validator(mode="before")
     @classmethod

@@ -38,7 +38,7 @@ class Reconciliation:
 
     step: int  # measured step scored; predicted events were relabelled to it
     scored_steps: tuple[int, ...]  # measured steps whose median step time is step_time_measured_s
-    matched: pd.DataFrame  # KEY + stream + *_predicted / *_measured + dur_error_us, dur_error, start_error_us
+    matched: pd.DataFrame  # KEY + *_predicted / *_measured + dur_error_us, dur_error, start_error_us
     missing: pd.DataFrame  # predicted rows with no measured row (schema columns)
     extra: pd.DataFrame  # measured rows with no predicted row (schema columns)
     step_time_predicted_s: float
@@ -203,7 +203,7 @@ def align(predicted: pd.DataFrame, measured: pd.DataFrame) -> tuple[pd.DataFrame
         measured, on=KEY, how="outer", suffixes=("_predicted", "_measured"), indicator=True
     )
     both = joined[joined["_merge"] == "both"]
-    matched = both[[*KEY, "stream_predicted", "stream_measured"]].copy()
+    matched = both[KEY].copy()
     for column in ("start_us", "dur_us"):
         matched[f"{column}_predicted"] = both[f"{column}_predicted"]
         matched[f"{column}_measured"] = both[f"{column}_measured"]
@@ -353,5 +353,5 @@ def to_summary(rec: Reconciliation) -> dict[str, Any]:
         "events_extra": len(rec.extra),
         "components": components,
         "largest_mismatches": _records(rec.largest_mismatches),
-        "critical_path": _records(rec.critical_path[[*KEY, "stream", "start_us", "dur_us"]]),
+        "critical_path": _records(rec.critical_path[[*KEY, "start_us", "dur_us"]]),
     }

@@ -78,13 +78,22 @@ CLUSTERS: dict[str, dict[str, object]] = {
         ],
     },
     # This machine's cores as ranks over gloo (shared memory / loopback TCP). Nominal numbers, to be
-    # replaced by `plancast calibrate`, which measures them.
+    # replaced by `plancast calibrate --microbench`, which measures them: gloo on loopback moves
+    # ~1-2 GB/s with ~100-400 us per message, and PyTorch's CPU operators cost ~10 us each to dispatch
+    # (seen on this project's 2-core test machines); small CPU GEMMs reach half their peak near 2 MFLOP.
     "local-cpu": {
         "gpu": "cpu-core",
         "gpus_per_node": 2,
         "num_nodes": 1,
+        "compute": {
+            "matmul_efficiency": 0.8,
+            "matmul_half_gflop": 0.002,
+            "attention_efficiency": 0.5,
+            "memory_efficiency": 0.8,
+            "op_overhead_us": 10.0,
+        },
         "tiers": [
-            {"name": "loopback", "size": 2, "bandwidth_GBps": 1.0, "latency_us": 50.0, "efficiency": 1.0},
+            {"name": "loopback", "size": 2, "bandwidth_GBps": 1.5, "latency_us": 200.0, "efficiency": 1.0},
         ],
     },
 }

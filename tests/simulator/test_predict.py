@@ -125,3 +125,14 @@ def test_summary_is_the_same_with_and_without_events(plan: str) -> None:
     assert with_events.keys() == without.keys()
     for key, value in with_events.items():
         assert value == (pytest.approx(without[key]) if not isinstance(value, dict) else without[key]), key
+
+
+def test_ranks_sharing_cores_slow_each_other_down() -> None:
+    """Four CPU ranks on two cores: compute queues for a core, so the step takes longer than with four."""
+    def with_slots(slots: int | None) -> float:
+        s = scenario(pipeline_parallel_degree=4, pipeline_parallel_schedule="GPipe")
+        cluster = s.cluster.model_copy(update={"compute_slots_per_node": slots})
+        return simulate(s.model_copy(update={"cluster": cluster}), events=False).summary["step_time_s"]
+
+    assert with_slots(2) > with_slots(None)
+    assert with_slots(8) == pytest.approx(with_slots(None))  # more cores than ranks: no contention

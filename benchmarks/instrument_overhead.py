@@ -1,0 +1,165 @@
+"""What instrumentation costs: median step time with and without it, interleaved in one run.
+
+Each rank builds three ``Trainer``s of the same scenario and runs their steps in turn (the order
+rotates every round, so drift and ordering cancel):
+
+- ``instrumented``: ``instrument=True``, exactly what ``plancast run`` records (spans, plus the
+  profiler for collectives that DTensor/DDP/FSDP/ZeRO issue when tp or dp > 1);
+- ``spans-only``: ``instrument=False`` (spans, never the profiler);
+- ``off``: no recording at all (a recorder whose methods do nothing), the baseline.
+
+A step's time is the slowest rank's, between two barriers. The overhead is the ratio of the
+``instrumented`` and ``off`` medians. CPU timings vary by tens of percent between runs (DESIGN.md,
+"Hardware paths"); the ratio of interleaved medians in one run is the robust figure.
+
+Run: ``python -m benchmarks.instrument_overhead [--scenario S.toml] [--steps 30]``
+(default: examples/tiny-local-cpu.toml, 2 gloo ranks on CPU; NCCL on GPUs when CUDA is available).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import statistics
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from runtime.instrument import SpanKey, StepRecorder, default_timer
+from runtime.trainer import Trainer
+from simulator.scenario import Scenario, load_scenario
+from traces.schema import empty_frame
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "tiny-local-cpu.toml"
+WARMUP_STEPS = 3
+"""Steps of each trainer left out (lazy initialisation, allocator growth, first profiler start)."""
+MODES = ("instrumented", "spans-only", "off")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class OffRecorder(StepRecorder):
+    """A recorder that records nothing: the baseline step without instrumentation."""
+
+    def begin_step(self) -> None:
+        return None
+
+    @contextmanager
+    def span(self, key: SpanKey) -> Iterator[None]:
+        yield
+
+    def open_async(self, key: SpanKey) -> Any:
+        return None
+
+    def watch(self, span: Any, work: Any) -> None:
+        return None
+
+    def end_step(self, step: int) -> Any:
+        return EMPTY
+
+
+EMPTY = empty_frame()
+
+
+def uninstrumented(trainer: Trainer, device: torch.device) -> Trainer:
+    """``trainer`` with its recorder (shared with its pipeline executor) replaced by ``OffRecorder``."""
+    off = OffRecorder(trainer.recorder.rank, default_timer(device), profile_collectives=False)
+    trainer.recorder = trainer.executor.recorder = off
+    return trainer
+
+
+def timed_step(trainer: Trainer, step: int, device: torch.device) -> float:
+    """Seconds the slowest rank spent in ``trainer.step(step)``, starting together."""
+    dist.barrier()
+    start = time.perf_counter()
+    trainer.step(step)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elapsed = torch.tensor([time.perf_counter() - start], device=device)
+    dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
+    return float(elapsed.item())
+
+
+def measure(scenario: Scenario, rank: int, world_size: int, steps: int) -> dict[str, list[float]]:
+    """Step times of every mode's trainer, in rotating order, warm-up steps dropped."""
+    cuda = torch.cuda.is_available()
+    device = torch.device("cuda", rank) if cuda else torch.device("cpu")
+    trainers = {
+        "instrumented": Trainer(scenario, rank, world_size, device, instrument=True),
+        "spans-only": Trainer(scenario, rank, world_size, device, instrument=False),
+        "off": uninstrumented(Trainer(scenario, rank, world_size, device, instrument=False), device),
+    }
+    times: dict[str, list[float]] = {m: [] for m in MODES}
+    for i in range(WARMUP_STEPS + steps):
+        shift = i % len(MODES)
+        order = MODES[shift:] + MODES[:shift]
+        for mode in order:
+            t = timed_step(trainers[mode], i, device)
+            if i >= WARMUP_STEPS:
+                times[mode].append(t)
+    return times
+
+
+def _rank(rank: int, world_size: int, port: int, scenario_path: Path, steps: int) -> None:
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
+    cuda = torch.cuda.is_available()
+    if cuda:
+        torch.cuda.set_device(rank)
+    else:
+        torch.set_num_threads(1)
+    dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=world_size)
+    try:
+        times = measure(load_scenario(scenario_path).scenario, rank, world_size, steps)
+        if rank == 0:
+            report(times)
+    finally:
+        dist.destroy_process_group()
+
+
+def report(times: dict[str, list[float]]) -> None:
+    """A table of medians, and the overhead as the median of per-round ratios to ``off``.
+
+    The modes of one round run back to back, so a per-round ratio cancels the slow drift of a
+    shared machine that the ratio of two overall medians keeps.
+    """
+    medians = {m: statistics.median(times[m]) for m in MODES}
+    ratios = {m: statistics.median(a / b for a, b in zip(times[m], times["off"], strict=True)) for m in MODES}
+    print(f"{'mode':<14}{'steps':>7}{'median ms':>12}{'min ms':>10}{'max ms':>10}{'ratio to off':>14}")
+    for m in MODES:
+        ts = times[m]
+        print(
+            f"{m:<14}{len(ts):>7}{medians[m] * 1e3:>12.2f}{min(ts) * 1e3:>10.2f}"
+            f"{max(ts) * 1e3:>10.2f}{ratios[m]:>14.4f}"
+        )
+    print(f"overhead {100 * (ratios['instrumented'] - 1):.1f}%")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--scenario", type=Path, default=EXAMPLE, help="scenario TOML (default: %(default)s)")
+    p.add_argument("--steps", type=int, default=30, help="measured steps per mode (after warm-up)")
+    args = p.parse_args()
+    scenario = load_scenario(args.scenario).scenario
+    world = scenario.tp * scenario.pp * scenario.dp
+    mp.start_processes(
+        _rank,
+        args=(world, free_port(), args.scenario, args.steps),
+        nprocs=world,
+        join=True,
+        start_method="spawn",
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,23 @@
+"""Breakdown: compute / exposed comm per stream / bubble / optimizer per rank, predicted vs measured."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from dashboard import charts, frames
+from dashboard.app_pages.common import current_run, measured_step_picker
+
+run = current_run()
+st.title("Breakdown")
+if not run.has_predicted and not run.has_measured:
+    st.error("No readable events in this run.")
+    st.stop()
+step = measured_step_picker(run)
+parts = frames.breakdown(frames.step_events(run.predicted, run.measured, step))
+st.caption(
+    "Per rank of one step: compute (without the optimizer), optimizer, communication not hidden under "
+    "compute (per stream), and bubble (idle). Left bar predicted, right bar measured."
+)
+st.altair_chart(charts.breakdown_chart(parts), width="stretch")
+table = parts.pivot_table(index=["rank", "source"], columns="component", values="ms", aggfunc="sum")
+st.dataframe(table.reset_index(), hide_index=True)

@@ -1,0 +1,90 @@
+"""What every page shares: the sidebar run picker, and the selected run with its problems shown."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import streamlit as st
+
+from dashboard import data
+from dashboard.data import RunData, UploadError
+from traces.reconcile import median_step, scored_steps
+
+RUN_KEY = "plancast_run"  # session state: path (str) of the run the pages show
+APP_SCRIPT = Path(__file__).resolve().parents[1] / "app.py"
+DEFAULT_FOLDER = "runs/"
+
+
+def _uploaded_run() -> Path | None:
+    files = st.file_uploader(
+        "…or upload a run",
+        type=["zip", "parquet", "toml"],
+        accept_multiple_files=True,
+        help="A .zip of a run directory, or parquet files: events.parquet (predicted), "
+        "rank-NNNNN.parquet and telemetry.parquet (measured), plus scenario.toml.",
+    )
+    if not files:
+        return None
+    try:
+        return data.materialize_upload([(f.name, f.getvalue()) for f in files], data.upload_root())
+    except (UploadError, OSError) as err:
+        st.error(f"Upload not used: {err}")
+        return None
+
+
+def run_picker() -> None:
+    """Sidebar: choose a run from the command line, a folder, or an upload; remember it in RUN_KEY."""
+    with st.sidebar:
+        st.subheader("Run")
+        folder = st.text_input(
+            "Runs folder", value=DEFAULT_FOLDER, help="A run directory, or a folder of them."
+        )
+        uploaded = _uploaded_run()
+        found = data.command_line_runs(sys.argv, APP_SCRIPT, os.environ) + data.runs_in_folder(Path(folder))
+        choices = list(dict.fromkeys([uploaded, *found] if uploaded else found))
+        if not choices:
+            st.info(
+                f"No run found in {folder!r}. Pass one to `plancast dashboard RUN`, type a folder of runs "
+                "above, or upload one."
+            )
+            st.session_state.pop(RUN_KEY, None)
+            return
+        chosen = st.selectbox(
+            "Show run", choices, format_func=lambda p: p.name, help="Runs found, by folder name"
+        )
+        st.caption(f"`{chosen}`")
+        st.session_state[RUN_KEY] = str(chosen)
+
+
+def current_run() -> RunData:
+    """The chosen run, after warning about each file that could not be read; stops the page if none."""
+    chosen = st.session_state.get(RUN_KEY)
+    if chosen is None:
+        st.info("Choose a run in the sidebar.")
+        st.stop()
+    path = Path(chosen)
+    if not data.looks_like_run(path):
+        st.error(f"{path} is not a run directory (no scenario.toml, predicted/ or measured/).")
+        st.stop()
+    run = data.get_run(path)
+    for problem in run.problems:
+        st.warning(problem, icon=":material/warning:")
+    return run
+
+
+def measured_step_picker(run: RunData) -> int | None:
+    """A select box of the measured steps, defaulting to the one reconciliation scores; None if none."""
+    if not run.has_measured:
+        return None
+    steps = sorted(int(s) for s in run.measured["step"].unique())
+    default = median_step(run.measured, scored_steps(run.measured))
+    return int(
+        st.selectbox(
+            "Measured step",
+            steps,
+            index=steps.index(default),
+            help="Step 0 is the warm-up; the default is the median step that reconciliation scores.",
+        )
+    )

@@ -1,0 +1,89 @@
+"""Overview: predicted vs measured step time, error per component, alignment counts, critical path."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from dashboard import charts, data, frames
+from dashboard.app_pages.common import current_run
+from dashboard.data import RunData
+
+
+def prediction_only(run: RunData) -> None:
+    st.info(
+        "Only a prediction: this run has no measured events (measured/rank-*.parquet), so there is "
+        "nothing to compare yet. Run it with `plancast run SCENARIO --out RUN`."
+    )
+    summary = run.predicted_summary
+    if summary is None:
+        st.error("predicted/summary.json is absent or unreadable: nothing to show.")
+        return
+    cols = st.columns(4)
+    cols[0].metric("Predicted step time", frames.format_seconds(float(summary["step_time_s"])))
+    cols[1].metric("Bubble fraction", f"{summary.get('bubble_fraction', float('nan')):.1%}")
+    cols[2].metric("Peak memory", f"{summary.get('peak_memory_gib', float('nan')):.3g} GiB")
+    cols[3].metric("MFU", f"{summary.get('mfu', float('nan')):.1%}")
+    st.subheader("Where the predicted step goes")
+    st.dataframe(frames.predicted_breakdown_rows(summary), hide_index=True)
+
+
+def comparison(run: RunData) -> None:
+    try:
+        rec = data.get_reconciliation(run)
+    except ValueError as err:
+        st.error(f"Predicted and measured events cannot be reconciled: {err}")
+        return
+    error = frames.format_error(rec.step_time_error)
+    cols = st.columns(3)
+    cols[0].metric(
+        "Predicted step time",
+        frames.format_seconds(rec.step_time_predicted_s),
+        delta=f"{error} vs measured",
+        delta_color="off",
+    )
+    cols[1].metric(
+        "Measured step time",
+        frames.format_seconds(rec.step_time_measured_s),
+        help=f"Median over measured steps {list(rec.scored_steps)} (step 0 is warm-up).",
+    )
+    cols[2].metric("Step-time error", error, help="(predicted − measured) / measured")
+    cols = st.columns(3)
+    cols[0].metric("Events matched", len(rec.matched))
+    cols[1].metric("Events missing", len(rec.missing), help="Predicted but not measured")
+    cols[2].metric("Events extra", len(rec.extra), help="Measured but not predicted")
+
+    st.subheader(f"Error per component (measured step {rec.step})")
+    components = frames.component_rows(rec.components)
+    left, right = st.columns([1, 1])
+    left.dataframe(
+        components,
+        hide_index=True,
+        column_config={
+            "predicted": st.column_config.NumberColumn(format="%.4g"),
+            "measured": st.column_config.NumberColumn(format="%.4g"),
+            "error_pct": st.column_config.NumberColumn("error", format="%+.1f%%"),
+        },
+    )
+    right.altair_chart(charts.component_error_chart(components), width="stretch")
+
+    st.subheader("Largest mismatches")
+    st.dataframe(rec.largest_mismatches, hide_index=True)
+
+    st.subheader("Critical path of the measured step")
+    path = rec.critical_path
+    if len(path):
+        span_ms = float((path["start_us"] + path["dur_us"]).max() - path["start_us"].min()) / 1e3
+        st.caption(f"{len(path)} events over ranks {sorted(set(path['rank']))}, {span_ms:.1f} ms end to end.")
+    st.dataframe(frames.critical_path_rows(path), hide_index=True)
+
+
+run = current_run()
+st.title(f"Run {run.name}")
+if run.has_measured and run.has_predicted:
+    comparison(run)
+elif run.has_predicted or run.predicted_summary is not None:
+    prediction_only(run)
+elif run.has_measured:
+    st.info("Only measured events: there is no prediction (predicted/events.parquet) to compare them with.")
+else:
+    st.error(f"{run.path} has neither readable predicted nor measured events.")

@@ -1,0 +1,362 @@
+"""Reading runs for the dashboard: find them, load them forgivingly, cache them, accept uploads.
+
+`load_run` never raises for a damaged run: every file that cannot be read becomes one sentence in
+`RunData.problems` (naming the file) and the rest of the run is still returned. The `cached_*`
+functions are the only Streamlit-aware code here; their cache key is a run's path plus the size and
+modification time of every file in it, so a run that changes on disk is read again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import math
+import os
+import tempfile
+import zipfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any, TypeVar
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import streamlit as st
+
+from simulator.predict import simulate
+from simulator.scenario import Scenario, ScenarioError, load_scenario
+from simulator.sweep import Plan, sweep
+from traces import schema
+from traces.reconcile import Reconciliation, reconcile
+from traces.store import RANK_FILE_RE, RunDir, TraceReadError, read_events, read_json, read_measured
+
+RUNS_ENV = "PLANCAST_DASHBOARD_RUNS"  # os.pathsep-separated run directories (set by dashboard.serve)
+
+# Columns of measured/telemetry.parquet, written by runtime/telemetry.py (one row per sample per GPU).
+TELEMETRY_COLUMNS: dict[str, str] = {
+    "node": "string",
+    "gpu": "int32",
+    "time_us": "float64",
+    "util_pct": "float64",
+    "memory_used_MiB": "float64",
+    "power_W": "float64",
+    "sm_clock_MHz": "float64",
+    "temperature_C": "float64",
+}
+
+T = TypeVar("T")
+Stamp = tuple[tuple[str, int, int], ...]
+
+
+@dataclass(frozen=True)
+class RunData:
+    """Everything the pages show about one run; absent or unreadable parts are empty or None."""
+
+    path: Path
+    scenario: Scenario | None = None
+    predicted: pd.DataFrame = field(default_factory=schema.empty_frame)
+    predicted_summary: dict[str, Any] | None = None
+    measured: pd.DataFrame = field(default_factory=schema.empty_frame)
+    measured_summary: dict[str, Any] | None = None
+    telemetry: pd.DataFrame | None = None  # None when measured/telemetry.parquet is absent
+    problems: tuple[str, ...] = ()  # one sentence per file that could not be read
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    @property
+    def has_predicted(self) -> bool:
+        return len(self.predicted) > 0
+
+    @property
+    def has_measured(self) -> bool:
+        return len(self.measured) > 0
+
+
+# ------------------------------------------------------------------------------------------ loading
+def _read(path: Path, reader: Callable[[Path], T], problems: list[str]) -> T | None:
+    """``reader(path)``, or None when the file is absent; an unreadable file adds a problem."""
+    if not path.exists():
+        return None
+    try:
+        return reader(path)
+    except (TraceReadError, ScenarioError, schema.SchemaError) as err:
+        problems.append(str(err))
+        return None
+
+
+def _read_summary(path: Path, problems: list[str]) -> dict[str, Any] | None:
+    summary = _read(path, read_json, problems)
+    if summary is None:
+        return None
+    if not isinstance(summary, dict):
+        problems.append(f"{path} should hold a JSON object, found {type(summary).__name__}; it is ignored")
+        return None
+    version = summary.get("schema_version")
+    if version is not None and version != schema.SCHEMA_VERSION:
+        problems.append(
+            f"{path} was written with trace schema v{version}, this dashboard reads "
+            f"v{schema.SCHEMA_VERSION}: its numbers may be misread"
+        )
+    return summary
+
+
+def read_telemetry(path: Path) -> pd.DataFrame:
+    """measured/telemetry.parquet with the telemetry columns; TraceReadError names what is wrong."""
+    try:
+        table = pq.read_table(path)
+    except (pa.ArrowException, OSError) as err:
+        raise TraceReadError(
+            f"{path} is truncated or not a parquet file ({err}); telemetry is left out"
+        ) from err
+    frame = table.to_pandas()
+    missing = [c for c in TELEMETRY_COLUMNS if c not in frame.columns]
+    if missing:
+        raise TraceReadError(f"{path} lacks the telemetry column(s) {missing}; telemetry is left out")
+    try:
+        return frame[list(TELEMETRY_COLUMNS)].astype(TELEMETRY_COLUMNS)
+    except (TypeError, ValueError) as err:
+        raise TraceReadError(f"{path} has a telemetry column of the wrong type ({err})") from err
+
+
+def load_run(path: Path) -> RunData:
+    """Read every part of a run directory that can be read (see the module docstring)."""
+    run = RunDir(Path(path))
+    problems: list[str] = []
+    loaded = _read(run.scenario_toml, load_scenario, problems)
+    predicted = _read(run.predicted_events, read_events, problems)
+    predicted_summary = _read_summary(run.predicted_summary, problems)
+    measured = read_measured(run)
+    problems.extend(measured.problems)
+    measured_summary = _read_summary(run.measured_summary, problems)
+    telemetry = _read(run.telemetry, read_telemetry, problems)
+    return RunData(
+        path=run.path,
+        scenario=loaded.scenario if loaded is not None else None,
+        predicted=predicted if predicted is not None else schema.empty_frame(),
+        predicted_summary=predicted_summary,
+        measured=measured.events,
+        measured_summary=measured_summary,
+        telemetry=telemetry,
+        problems=tuple(problems),
+    )
+
+
+def compare_run(run: RunData) -> Reconciliation:
+    """Reconcile the run's predicted and measured events; ValueError says why it cannot."""
+    return reconcile(
+        run.predicted,
+        run.measured,
+        predicted_summary=run.predicted_summary,
+        measured_summary=run.measured_summary,
+    )
+
+
+# ---------------------------------------------------------------------------------------- discovery
+def looks_like_run(path: Path) -> bool:
+    """A folder holding a scenario.toml, predicted/ or measured/."""
+    run = RunDir(path)
+    return path.is_dir() and (
+        run.scenario_toml.is_file() or run.predicted_dir.is_dir() or run.measured_dir.is_dir()
+    )
+
+
+def runs_in_folder(folder: Path) -> list[Path]:
+    """The folder itself if it is a run, else its sub-folders that are runs, by name."""
+    if looks_like_run(folder):
+        return [folder]
+    if not folder.is_dir():
+        return []
+    return sorted(child for child in folder.iterdir() if looks_like_run(child))
+
+
+def command_line_runs(argv: Sequence[str], script: Path, environ: Mapping[str, str]) -> list[Path]:
+    """Runs named on the command line (``streamlit run app.py -- RUN...``) and in ``$RUNS_ENV``.
+
+    ``argv`` counts only when ``argv[0]`` is the app script itself, as under ``streamlit run``; a test
+    runner's own arguments are not runs.
+    """
+    args = list(argv[1:]) if argv and Path(argv[0]).resolve() == script.resolve() else []
+    args += [p for p in environ.get(RUNS_ENV, "").split(os.pathsep) if p]
+    return list(dict.fromkeys(Path(a).resolve() for a in args))
+
+
+# ------------------------------------------------------------------------------------------ uploads
+class UploadError(ValueError):
+    """Uploaded files that do not form a run; the message names the file."""
+
+
+def _safe_member(name: str) -> PurePosixPath:
+    member = PurePosixPath(name)
+    if member.is_absolute() or ".." in member.parts:
+        raise UploadError(f"zip member {name!r} points outside the archive; refusing to extract it")
+    return member
+
+
+def _extract_zip(name: str, content: bytes, target: Path) -> None:
+    try:
+        archive = zipfile.ZipFile(io.BytesIO(content))
+    except zipfile.BadZipFile as err:
+        raise UploadError(f"{name} is not a valid zip file ({err})") from err
+    with archive:
+        for info in archive.infolist():
+            member = _safe_member(info.filename)
+            if info.is_dir() or member.name.startswith("."):
+                continue
+            out = target.joinpath(*member.parts)
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_bytes(archive.read(info))
+
+
+def _upload_destination(name: str, run: RunDir) -> Path:
+    base = Path(name).name
+    if RANK_FILE_RE.match(base):
+        return run.measured_dir / base
+    if base == "telemetry.parquet":
+        return run.telemetry
+    if base.endswith(".parquet"):
+        return run.predicted_events
+    if base.endswith(".toml"):
+        return run.scenario_toml
+    raise UploadError(
+        f"{name}: upload a .zip of a run directory, or parquet files (rank-NNNNN.parquet and "
+        "telemetry.parquet go to measured/, any other .parquet is the predicted events) and a scenario .toml"
+    )
+
+
+def materialize_upload(files: Sequence[tuple[str, bytes]], root: Path) -> Path:
+    """Write uploaded files as a run directory under ``root`` (one folder per distinct upload).
+
+    A zip is extracted; if it holds one run folder (e.g. ``myrun/predicted/...``) that folder is the run.
+    Loose parquet/toml files are placed where a run directory keeps them.
+    """
+    if not files:
+        raise UploadError("nothing was uploaded")
+    digest = hashlib.sha256()
+    for name, content in files:
+        digest.update(name.encode() + b"\0" + hashlib.sha256(content).digest())
+    target = root / f"upload-{digest.hexdigest()[:16]}"
+    run = RunDir(target)
+    for name, content in files:
+        if name.endswith(".zip"):
+            _extract_zip(name, content, target)
+        else:
+            destination = _upload_destination(name, run)
+            destination.parent.mkdir(parents=True, exist_ok=True)
+            destination.write_bytes(content)
+    if looks_like_run(target):
+        return target
+    inner = runs_in_folder(target)
+    if len(inner) == 1:
+        return inner[0]
+    raise UploadError(
+        f"the upload ({', '.join(n for n, _ in files)}) holds {len(inner)} run folders; "
+        "expected one folder with scenario.toml, predicted/ or measured/"
+    )
+
+
+# ---------------------------------------------------------------------------------------- sweeps
+def sweep_table(base: Scenario, gpus: int, finalists: int) -> pd.DataFrame:
+    """One row per simulated plan: the columns of ``plancast sweep --table`` plus a ``plan`` label."""
+    result = sweep(base, gpus, finalists=finalists)
+    rows = [
+        {
+            **asdict(r.plan),
+            "plan": r.plan.label(),
+            "step_time_s": r.step_time_s,
+            "estimate_s": r.estimate_s,
+            "peak_memory_gib": r.memory_gib,
+            "mfu": (r.summary or {}).get("mfu"),
+            "tokens_per_s": (r.summary or {}).get("tokens_per_s"),
+        }
+        for r in result.finalists
+    ]
+    return pd.DataFrame(rows)
+
+
+PLAN_FIELDS = tuple(Plan.__dataclass_fields__)
+
+
+def read_sweep_csv(source: Path | io.BytesIO, name: str) -> pd.DataFrame:
+    """A ``plancast sweep --table`` CSV, with a ``plan`` label column; UploadError says what is wrong."""
+    try:
+        frame = pd.read_csv(source)
+    except (OSError, ValueError, pd.errors.ParserError) as err:
+        raise UploadError(f"{name} is not a readable CSV ({err})") from err
+    needed = ["step_time_s", "peak_memory_gib"]
+    missing = [c for c in needed if c not in frame.columns]
+    if missing:
+        raise UploadError(f"{name} lacks column(s) {missing}: write it with `plancast sweep --table FILE`")
+    frame = frame.dropna(subset=needed).reset_index(drop=True)
+    if all(c in frame.columns for c in PLAN_FIELDS):
+        frame["plan"] = [
+            Plan(**_plan_fields(row)).label() for row in frame[list(PLAN_FIELDS)].to_dict("records")
+        ]
+    else:
+        frame["plan"] = [f"plan {i}" for i in range(len(frame))]
+    return frame
+
+
+def _plan_fields(row: Mapping[str, Any]) -> dict[str, Any]:
+    """CSV values back to Plan's field types (pandas reads ints as numpy scalars, bools as bools)."""
+    out: dict[str, Any] = {}
+    for name, value in row.items():
+        if isinstance(value, str) or (isinstance(value, float) and math.isnan(value)):
+            out[name] = value
+        elif name == "sequence_parallel":
+            out[name] = bool(value)
+        else:
+            out[name] = int(value)
+    return out
+
+
+# ---------------------------------------------------------------------------------------- caching
+def run_stamp(path: Path) -> Stamp:
+    """(relative path, size, mtime_ns) of every file of the run: the cache key's freshness part."""
+    if not path.is_dir():
+        return ()
+    files = (p for p in path.rglob("*") if p.is_file() and not p.name.startswith("."))
+    return tuple(
+        sorted((p.relative_to(path).as_posix(), p.stat().st_size, p.stat().st_mtime_ns) for p in files)
+    )
+
+
+@st.cache_data(show_spinner="Reading the run…", max_entries=16)
+def cached_run(path: str, stamp: Stamp) -> RunData:
+    """`load_run`, cached by path and `run_stamp` (the stamp is part of the key, unused in the body)."""
+    del stamp
+    return load_run(Path(path))
+
+
+@st.cache_data(show_spinner="Reconciling predicted and measured…", max_entries=16)
+def cached_reconciliation(path: str, stamp: Stamp) -> Reconciliation:
+    """`compare_run` of the cached run; ValueError (not cached) when the run cannot be reconciled."""
+    return compare_run(cached_run(path, stamp))
+
+
+def get_run(path: Path) -> RunData:
+    """The run at ``path``, read once per change on disk."""
+    path = Path(path).resolve()
+    return cached_run(str(path), run_stamp(path))
+
+
+def get_reconciliation(run: RunData) -> Reconciliation:
+    return cached_reconciliation(str(run.path), run_stamp(run.path))
+
+
+@st.cache_data(show_spinner="Simulating…", max_entries=64)
+def cached_summary(scenario_json: str) -> dict[str, Any]:
+    """The simulator's summary of a scenario (given as its JSON dump)."""
+    return simulate(Scenario.model_validate_json(scenario_json), events=False).summary
+
+
+@st.cache_data(show_spinner="Sweeping plans…", max_entries=8)
+def cached_sweep(scenario_json: str, gpus: int, finalists: int) -> pd.DataFrame:
+    return sweep_table(Scenario.model_validate_json(scenario_json), gpus, finalists)
+
+
+def upload_root() -> Path:
+    """Where uploaded runs are written: a per-user folder under the system temp directory."""
+    return Path(tempfile.gettempdir()) / f"plancast-dashboard-{os.getuid()}"

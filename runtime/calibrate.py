@@ -1,0 +1,168 @@
+"""`plancast calibrate`: a cluster profile fitted to this machine and/or a measured run.
+
+1. microbenchmarks (optional, this machine): peak FLOP/s, memory bandwidth, gloo link latency and
+   bandwidth, and the cores ranks share;
+2. a measured run (optional): its compute spans refit the compute model (simulator.calibration),
+   its collectives (bytes from the prediction, seconds from the measurement) refit the links when
+   they span enough message sizes.
+
+The profile is a `[cluster]` table a scenario uses with `[cluster] preset = "PROFILE.toml"`.
+"""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import tomli_w
+
+from simulator.calibration import Measured, Observation, calibrated_cluster, fit_compute
+from simulator.predict import simulate
+from simulator.scenario import GPU, Cluster, Scenario, load_scenario, parse_scenario
+from traces.calibrate import compute_observations, fit_link, median_observations
+from traces.schema import ALIGNMENT_KEY
+from traces.store import RunDir, read_measured
+
+
+def local_cpu_scenario(world: int = 2) -> Scenario:
+    """A tiny scenario on the local-cpu preset, the base a microbenchmark-only profile starts from."""
+    return parse_scenario(
+        {
+            "model": {"preset": "tiny-gpt"},
+            "training": {"seq_len": 128, "dtype": "fp32"},
+            "cluster": {"preset": "local-cpu", "gpus_per_node": world},
+        }
+    ).scenario
+
+
+def apply_microbench(
+    cluster: Cluster, device: dict[str, Any], links: list[dict[str, Any]], cores: int
+) -> Cluster:
+    """The cluster with this machine's measured peak, memory bandwidth, innermost link and cores."""
+    peak_tflops = device["peak_flops"] / 1e12
+    gpu = GPU(
+        name=f"{cluster.gpu.name} (measured)",
+        peak_tflops=dict.fromkeys(cluster.gpu.peak_tflops, peak_tflops),
+        hbm_GBps=device["memory_Bps"] / 1e9,
+        memory_GiB=cluster.gpu.memory_GiB,
+    )
+    latency_s, bandwidth = fit_link(pd.DataFrame(links))
+    # GEMM size at which efficiency halves, from e(F) = F / (F + F_half) at the two smallest sizes
+    # (the small-GEMM regime is what the fit needs; larger sizes mostly show cache effects and noise)
+    sizes = sorted(device["matmul_flops"].items())[:2]
+    halves = [2.0 * n**3 * max(device["peak_flops"] / f - 1, 0.0) for n, f in sizes]
+    half_gflop = statistics.median(halves) / 1e9
+    compute = cluster.compute.model_copy(update={"matmul_half_gflop": half_gflop})
+    tiers = list(cluster.tiers)
+    tiers[0] = tiers[0].model_copy(
+        update={"bandwidth_GBps": bandwidth / 1e9, "latency_us": latency_s * 1e6, "efficiency": 1.0}
+    )
+    return cluster.model_copy(
+        update={
+            "gpu": gpu,
+            "tiers": tiers,
+            "compute_slots_per_node": cores,
+            "compute": compute,
+            "preset": None,
+        }
+    )
+
+
+def run_links(predicted: pd.DataFrame, measured: pd.DataFrame, s: Scenario) -> pd.DataFrame:
+    """Collective samples from a run: predicted bytes (measured traces carry none) and measured seconds."""
+    group = {"tp": s.tp, "dp": s.dp, "pp": 2}
+    key = list(ALIGNMENT_KEY)
+    comm = measured[measured["stream"] != "compute"]
+    steps = sorted(comm["step"].unique())
+    pred = predicted[predicted["stream"] != "compute"].drop(columns=["step"])
+    rows = []
+    for step in steps[1:] or steps:
+        joined = comm[comm["step"] == step].merge(
+            pred, on=[k for k in key if k != "step"], suffixes=("", "_predicted")
+        )
+        for r in joined.itertuples(index=False):
+            if r.kind == "recv" or r.bytes_predicted <= 0:
+                continue  # a recv's span is mostly waiting for its sender
+            rows.append(
+                {
+                    "kind": r.kind,
+                    "ranks": group.get(r.stream, 2),
+                    "bytes": r.bytes_predicted,
+                    "seconds": r.dur_us * 1e-6,
+                }
+            )
+    return pd.DataFrame(rows, columns=["kind", "ranks", "bytes", "seconds"])
+
+
+def calibrate(runs: list[Path], *, microbench: bool, world: int = 2) -> tuple[Cluster, list[str]]:
+    """A calibrated cluster (based on the first run's, or the local-cpu preset) and notes on what was
+    fitted from what. Every run's compute spans feed one compute-model fit."""
+    notes: list[str] = []
+    scenarios = [load_scenario(RunDir(r).scenario_toml).scenario for r in runs]
+    base = scenarios[0] if scenarios else local_cpu_scenario(world)
+    cluster = base.cluster
+    if microbench:
+        from runtime import microbench as mb
+
+        device, links = mb.measure_device(), mb.measure_links(world=max(2, min(world, mb.cores())))
+        cluster = apply_microbench(cluster, device, links, mb.cores())
+        notes.append(
+            f"microbenchmarks: peak {device['peak_flops'] / 1e9:.1f} GFLOP/s, memory "
+            f"{device['memory_Bps'] / 1e9:.1f} GB/s, link {cluster.tiers[0].latency_us:.0f} us + "
+            f"{cluster.tiers[0].bandwidth_GBps:.2f} GB/s, {mb.cores()} compute slots per node"
+        )
+    if not runs:
+        return cluster, notes
+    # every run is refitted on the same (possibly microbenchmarked) cluster
+    scenarios = [s.model_copy(update={"cluster": cluster}) for s in scenarios]
+    measured_runs, samples = [], []
+    for path, s in zip(runs, scenarios, strict=True):
+        measured = read_measured(RunDir(path))
+        notes += [f"warning: {p}" for p in measured.problems]
+        if measured.events.empty:
+            raise ValueError(f"{path} has no readable measured events; run `plancast run` first")
+        obs = median_observations(compute_observations(measured.events))
+        observations = tuple(
+            Observation(int(r.stage), str(r.kind), float(r.seconds)) for r in obs.itertuples()
+        )
+        measured_runs.append(Measured(s, observations, _params_per_stage(s)))
+        samples.append(run_links(simulate(s).events, measured.events, s))
+    compute = fit_compute(measured_runs)
+    count = sum(len(m.observations) for m in measured_runs)
+    notes.append(
+        f"compute model fitted on {count} (stage, pass) medians of {len(runs)} run(s): matmul "
+        f"{compute.matmul_efficiency:.2f}, attention {compute.attention_efficiency:.2f}, memory "
+        f"{compute.memory_efficiency:.2f}, overhead {compute.op_overhead_us:.1f} us/op"
+    )
+    links_fit: dict[int, tuple[float, float]] = {}
+    if len(cluster.tiers) == 1 and not microbench:
+        try:
+            links_fit[0] = fit_link(pd.concat(samples, ignore_index=True))
+            notes.append(
+                f"link fitted on the runs' collectives: {links_fit[0][0] * 1e6:.0f} us + "
+                f"{links_fit[0][1] / 1e9:.2f} GB/s"
+            )
+        except ValueError as e:
+            notes.append(f"link kept as it was ({e})")
+    return calibrated_cluster(scenarios[0], compute, links_fit), notes
+
+
+def _params_per_stage(s: Scenario) -> dict[int, float]:
+    """Parameters each pipeline rank's optimizer updates (observations of kind optimizer have stage -1:
+    keyed by -1, the busiest rank's share)."""
+    from simulator.costs.stage import stage_costs
+    from simulator.engine import Topology
+
+    costs = stage_costs(s, Topology.of(s).levels("tp"))
+    per_rank = [sum(costs[c * s.pp + r].params for c in range(s.vpp)) for r in range(s.pp)]
+    local = max(per_rank) / (s.dp if s.parallelism.zero_stage >= 1 else 1)
+    return {-1: local}
+
+
+def write_profile(cluster: Cluster, path: Path, notes: list[str]) -> None:
+    """The profile TOML: a commented header, then the [cluster] table."""
+    header = "".join(f"# {line}\n" for line in ["plancast cluster profile (plancast calibrate)", *notes])
+    body = tomli_w.dumps({"cluster": cluster.model_dump(mode="json", exclude_none=True)})
+    path.write_text(header + body, encoding="utf-8")

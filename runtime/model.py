@@ -1,0 +1,280 @@
+"""A GPT/Llama-style decoder built from a scenario's ``[model]`` section (nanoGPT-sized, one file).
+
+The same ``Decoder`` class is the whole model (single-process reference) and one pipeline chunk:
+it holds the global layers ``[first_layer, last_layer)`` keyed by their global index, plus the
+token/position embedding when it is the first chunk and the final norm + output projection when it
+is the last. Parameter names are therefore identical in a chunk and in the whole model, which lets
+tests compare a parallel run with the reference name by name.
+
+Weights are initialised per parameter from a generator seeded by ``(seed, name)``, so a chunk built
+on its own rank holds exactly the weights of the same parameters in the whole model. Tokens are
+synthetic, drawn from ``training.seed`` and the step number. Nothing here touches torch.distributed.
+Linear layers have no bias (as Llama; GPT-2/3 biases are left out so tensor-parallel plans stay uniform).
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F  # noqa: N812  (the torch convention)
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from simulator.scenario import Scenario
+
+
+@dataclass(frozen=True, slots=True)
+class ModelConfig:
+    """The model hyper-parameters the runtime needs, resolved from ``scenario.model``."""
+
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    ffn_size: int
+    vocab_size: int
+    activation: str
+    norm: str
+    position_embedding: str
+    max_positions: int
+    tie_embeddings: bool
+    selective_recompute: bool = False
+    """Recompute the attention core in backward (Korthikanti et al. 2022, "selective")."""
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_heads
+
+    @classmethod
+    def from_scenario(cls, scenario: Scenario) -> ModelConfig:
+        m = scenario.model
+        if m.hidden_size % m.num_attention_heads != 0:
+            raise ValueError(
+                f"model.hidden_size ({m.hidden_size}) must be divisible by model.num_attention_heads "
+                f"({m.num_attention_heads})"
+            )
+        if m.num_attention_heads % m.kv_heads != 0:
+            raise ValueError(
+                f"model.num_attention_heads ({m.num_attention_heads}) must be a multiple of "
+                f"model.num_key_value_heads ({m.kv_heads})"
+            )
+        if m.position_embedding == "learned" and scenario.training.seq_len > m.max_position_embeddings:
+            raise ValueError(
+                f"training.seq_len ({scenario.training.seq_len}) exceeds model.max_position_embeddings "
+                f"({m.max_position_embeddings}); raise max_position_embeddings or use rope"
+            )
+        return cls(
+            hidden_size=m.hidden_size,
+            num_layers=m.num_hidden_layers,
+            num_heads=m.num_attention_heads,
+            num_kv_heads=m.kv_heads,
+            ffn_size=m.ffn_size,
+            vocab_size=m.vocab_size,
+            activation=m.activation,
+            norm=m.norm,
+            position_embedding=m.position_embedding,
+            max_positions=m.max_position_embeddings,
+            tie_embeddings=m.tie_word_embeddings,
+            selective_recompute=scenario.training.recompute == "selective",
+        )
+
+
+def _norm(cfg: ModelConfig) -> nn.Module:
+    if cfg.norm == "rmsnorm":
+        return nn.RMSNorm(cfg.hidden_size, eps=1e-5)
+    return nn.LayerNorm(cfg.hidden_size, eps=1e-5)
+
+
+def rotary(x: torch.Tensor, base: float = 10000.0) -> torch.Tensor:
+    """Rotary position embedding (Su et al. 2021, arXiv 2104.09864) on ``x`` of shape (b, heads, s, d)."""
+    seq, dim = x.shape[-2], x.shape[-1]
+    inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, device=x.device, dtype=torch.float32) / dim))
+    angles = torch.outer(torch.arange(seq, device=x.device, dtype=torch.float32), inv_freq)
+    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+    x1, x2 = x[..., 0::2], x[..., 1::2]
+    return torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).flatten(-2)
+
+
+def _attention_core(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+class Attention(nn.Module):
+    """Grouped-query causal self-attention; head counts are read from the (possibly sharded) weights."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        d = cfg.head_dim
+        self.wq = nn.Linear(cfg.hidden_size, cfg.num_heads * d, bias=False)
+        self.wk = nn.Linear(cfg.hidden_size, cfg.num_kv_heads * d, bias=False)
+        self.wv = nn.Linear(cfg.hidden_size, cfg.num_kv_heads * d, bias=False)
+        self.wo = nn.Linear(cfg.num_heads * d, cfg.hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s = x.shape[0], x.shape[1]
+        d = self.cfg.head_dim
+        q = self.wq(x).view(b, s, -1, d).transpose(1, 2)
+        k = self.wk(x).view(b, s, -1, d).transpose(1, 2)
+        v = self.wv(x).view(b, s, -1, d).transpose(1, 2)
+        if self.cfg.position_embedding == "rope":
+            q, k = rotary(q), rotary(k)
+        groups = q.shape[1] // k.shape[1]
+        if groups > 1:
+            k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+        if self.cfg.selective_recompute and torch.is_grad_enabled():
+            out = checkpoint(_attention_core, q, k, v, use_reentrant=False)
+        else:
+            out = _attention_core(q, k, v)
+        return self.wo(out.transpose(1, 2).reshape(b, s, -1))
+
+
+class MLP(nn.Module):
+    """GELU (two matrices, GPT) or SwiGLU (three, Llama; Shazeer 2020, arXiv 2002.05202)."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.swiglu = cfg.activation == "swiglu"
+        self.up = nn.Linear(cfg.hidden_size, cfg.ffn_size, bias=False)
+        if self.swiglu:
+            self.gate = nn.Linear(cfg.hidden_size, cfg.ffn_size, bias=False)
+        self.down = nn.Linear(cfg.ffn_size, cfg.hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.swiglu:
+            return self.down(F.silu(self.gate(x)) * self.up(x))
+        return self.down(F.gelu(self.up(x)))
+
+
+class Block(nn.Module):
+    """Pre-norm transformer block: x + attn(norm(x)), then x + mlp(norm(x))."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.attn_norm = _norm(cfg)
+        self.attn = Attention(cfg)
+        self.mlp_norm = _norm(cfg)
+        self.mlp = MLP(cfg)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.attn_norm(x))
+        return x + self.mlp(self.mlp_norm(x))
+
+
+class Embedding(nn.Module):
+    """Token embedding plus learned absolute positions (GPT) or nothing (rope applies in attention)."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.tok = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.pos = (
+            nn.Embedding(cfg.max_positions, cfg.hidden_size) if cfg.position_embedding == "learned" else None
+        )
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        x = self.tok(tokens)
+        if self.pos is not None:
+            x = x + self.pos(torch.arange(tokens.shape[1], device=tokens.device))
+        return x
+
+
+class Head(nn.Module):
+    """Final norm and output projection to the vocabulary (its weight may be the token embedding's)."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.norm = _norm(cfg)
+        self.output = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.output(self.norm(x))
+
+
+class Decoder(nn.Module):
+    """Layers ``[first_layer, last_layer)`` of the decoder, with the embedding and/or head if held.
+
+    ``forward`` takes token ids (first chunk) or hidden states and returns hidden states, or logits
+    when the chunk holds the head. With tied embeddings the head's weight *is* ``embed.tok.weight``
+    when both live in this chunk; a last chunk without the embedding keeps its own copy under the
+    same name (``head.output.weight`` initialised as ``embed.tok.weight``), which the pipeline keeps
+    in sync by summing the two gradients (Megatron-LM's embedding group).
+    """
+
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        first_layer: int,
+        last_layer: int,
+        *,
+        has_embedding: bool,
+        has_head: bool,
+        seed: int = 0,
+    ) -> None:
+        super().__init__()
+        if not 0 <= first_layer <= last_layer <= cfg.num_layers:
+            raise ValueError(f"layer range [{first_layer}, {last_layer}) is outside 0..{cfg.num_layers}")
+        self.cfg = cfg
+        self.embed = Embedding(cfg) if has_embedding else None
+        self.layers = nn.ModuleDict({str(i): Block(cfg) for i in range(first_layer, last_layer)})
+        self.head = Head(cfg) if has_head else None
+        if self.head is not None and self.embed is not None and cfg.tie_embeddings:
+            self.head.output.weight = self.embed.tok.weight
+        init_weights(self, seed)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.embed is not None:
+            x = self.embed(x)
+        for layer in self.layers.values():
+            x = layer(x)
+        if self.head is not None:
+            x = self.head(x)
+        return x
+
+
+def init_weights(module: nn.Module, seed: int) -> None:
+    """Initialise every parameter from a generator seeded by ``(seed, canonical name)``.
+
+    Normal(0, 0.02) for matrices and embeddings (GPT-2), ones for norm weights, zeros for biases.
+    A tied head copy uses the embedding's name so both copies start equal.
+    """
+    cfg: ModelConfig | None = getattr(module, "cfg", None)
+    with torch.no_grad():
+        for name, param in module.named_parameters():
+            canonical = name
+            if name == "head.output.weight" and cfg is not None and cfg.tie_embeddings:
+                canonical = "embed.tok.weight"
+            gen = torch.Generator().manual_seed(seed * 1_000_003 + zlib.crc32(canonical.encode()))
+            if "norm" in name:
+                value = torch.ones(param.shape) if name.endswith("weight") else torch.zeros(param.shape)
+            else:
+                std = 0.02
+                if name.endswith(("wo.weight", "down.weight")) and cfg is not None:
+                    std = 0.02 / math.sqrt(2 * cfg.num_layers)  # GPT-2 scaled residual projections
+                value = torch.randn(param.shape, generator=gen) * std
+            param.copy_(value.to(param.device, param.dtype))
+
+
+def synthetic_batch(scenario: Scenario, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The step's global batch: (inputs, targets), each (global_batch_size, seq_len) int64.
+
+    Drawn from ``training.seed`` and ``step`` so every rank (and the reference) sees the same data.
+    """
+    t = scenario.training
+    gen = torch.Generator().manual_seed(t.seed * 7919 + step)
+    tokens = torch.randint(0, scenario.model.vocab_size, (t.global_batch_size, t.seq_len + 1), generator=gen)
+    return tokens[:, :-1], tokens[:, 1:]
+
+
+def microbatch(scenario: Scenario, batch: torch.Tensor, dp_rank: int, mb: int) -> torch.Tensor:
+    """Rows of ``batch`` for data-parallel rank ``dp_rank``, micro-batch ``mb``."""
+    b, m = scenario.training.micro_batch_size, scenario.num_microbatches
+    start = (dp_rank * m + mb) * b
+    return batch[start : start + b]
+
+
+def loss_fn(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean token cross-entropy."""
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1))

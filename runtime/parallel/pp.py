@@ -1,0 +1,204 @@
+"""Pipeline parallelism: execute this rank's action list from ``simulator.schedules``, in order.
+
+The simulator's schedule is the single source of truth, so the runtime walks it directly instead of
+asking a torch schedule class to re-derive it: each F/B/W of the list is one timed span, and every
+activation or gradient crossing ranks is one timed send/recv (index 0 forward, 1 backward), which
+gives the one-to-one correspondence with predicted events. The split backward of ZeroBubble uses
+torch.distributed.pipelining's own ``stage_backward_input`` / ``stage_backward_weight``, which save
+the gradients at the weights' consumers so the W pass is weight-gradient GEMMs only.
+
+Sends are posted asynchronously (``isend``) and completed at the end of the step; receives block,
+so a rank runs each action as soon as its inputs arrive, exactly the rule ``check_dependencies``
+replays. Gradient accumulation: each micro-batch's loss is divided by the number of micro-batches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.pipelining._backward import stage_backward_input, stage_backward_weight
+
+from runtime.instrument import SpanKey, StepRecorder
+from runtime.plan import RankPlan
+from simulator.schedules import Action
+
+BackwardFn = Callable[[torch.Tensor, torch.Tensor | None], None]
+
+
+@dataclass
+class StageRunner:
+    """One model chunk as the executor sees it."""
+
+    stage: int
+    chunk: int
+    forward: Callable[[torch.Tensor], torch.Tensor]
+    """Runs the chunk (the bare module; DDP's reducer is driven by ``last_backward``)."""
+    parameters: list[nn.Parameter]
+    last_backward: BackwardFn | None = None
+    """Backward for the chunk's last micro-batch (DDP: announce it to the reducer); None = plain."""
+
+
+@dataclass
+class _Saved:
+    inp: torch.Tensor
+    out: torch.Tensor | None = None
+    param_groups: list[dict[str, Any]] | None = None
+    grad_out: torch.Tensor | None = None
+
+
+@dataclass
+class PipelineExecutor:
+    """Runs one rank's schedule for one step; returns the (1/m-scaled) loss sum of the last stage."""
+
+    plan: RankPlan
+    stages: dict[int, StageRunner]
+    recorder: StepRecorder
+    activation_shape: tuple[int, ...]
+    dtype: torch.dtype
+    device: torch.device
+    full_recompute: bool = False
+    _saved: dict[tuple[int, int], _Saved] = field(default_factory=dict)
+    _handoff: dict[tuple[str, int, int], torch.Tensor] = field(default_factory=dict)
+    _pending: list[Any] = field(default_factory=list)
+
+    def run(self, inputs: list[torch.Tensor], targets: list[torch.Tensor]) -> float:
+        """Execute every action; ``inputs``/``targets`` hold this rank's micro-batches (by index)."""
+        last_b = {a.stage: i for i, a in enumerate(self.plan.actions) if a.kind == "B"}
+        loss_total = 0.0
+        for i, action in enumerate(self.plan.actions):
+            if action.kind == "F":
+                loss_total += self._forward(action, inputs, targets)
+            elif action.kind == "B":
+                self._backward(action, targets, is_last=last_b[action.stage] == i)
+            else:
+                self._weight(action)
+        self.wait_pending()
+        self._saved.clear()
+        return loss_total
+
+    # ------------------------------------------------------------------------------------ actions
+    def _key(self, kind: str, a: Action) -> SpanKey:
+        return SpanKey(kind, a.stage, a.chunk, a.microbatch)
+
+    def _forward(self, a: Action, inputs: list[torch.Tensor], targets: list[torch.Tensor]) -> float:
+        runner = self.stages[a.stage]
+        if a.stage == 0:
+            inp = inputs[a.microbatch]
+        else:
+            inp = self._receive(a, a.stage - 1, backward=False).requires_grad_(True)
+        with self.recorder.span(self._key("forward", a)), torch.set_grad_enabled(not self.full_recompute):
+            out = self._run_stage(runner, a, inp, targets)
+        self._saved[(a.stage, a.microbatch)] = _Saved(inp, out)
+        if a.stage < self.plan.num_stages - 1:
+            self._send(a, out.detach(), a.stage + 1, backward=False)
+            return 0.0
+        return float(out.detach())
+
+    def _run_stage(
+        self, runner: StageRunner, a: Action, inp: torch.Tensor, targets: list[torch.Tensor]
+    ) -> torch.Tensor:
+        from runtime.model import loss_fn
+
+        out = runner.forward(inp)
+        if a.stage == self.plan.num_stages - 1:
+            return loss_fn(out, targets[a.microbatch]) / len(targets)
+        return out
+
+    def _backward(self, a: Action, targets: list[torch.Tensor], *, is_last: bool) -> None:
+        runner, saved = self.stages[a.stage], self._saved[(a.stage, a.microbatch)]
+        grad = None if a.stage == self.plan.num_stages - 1 else self._receive(a, a.stage + 1, backward=True)
+        if self.full_recompute:
+            with self.recorder.span(self._key("recompute", a)):
+                saved.out = self._run_stage(runner, a, saved.inp, targets)
+        assert saved.out is not None
+        if self.plan.split_backward:
+            input_grad = None
+            with self.recorder.span(self._key("backward_input", a)):
+                if saved.inp.requires_grad:
+                    grads, saved.param_groups = stage_backward_input(
+                        [saved.out],
+                        [grad] if grad is not None else None,
+                        [saved.inp],
+                        iter(runner.parameters),
+                    )
+                    input_grad = grads[0]
+                else:  # the first stage has no input gradient: its whole backward is the W pass
+                    saved.grad_out = grad
+        else:
+            with self.recorder.span(self._key("backward", a)):
+                if is_last and runner.last_backward is not None:
+                    runner.last_backward(saved.out, grad)
+                else:
+                    torch.autograd.backward(saved.out, grad)
+            input_grad = saved.inp.grad if saved.inp.requires_grad else None
+            del self._saved[(a.stage, a.microbatch)]
+        if a.stage > 0:
+            if input_grad is None:
+                raise RuntimeError(
+                    f"stage {a.stage} produced no input gradient for micro-batch {a.microbatch}"
+                )
+            self._send(a, input_grad, a.stage - 1, backward=True)
+
+    def _weight(self, a: Action) -> None:
+        runner, saved = self.stages[a.stage], self._saved.pop((a.stage, a.microbatch))
+        with self.recorder.span(self._key("backward_weight", a)):
+            if saved.param_groups is not None:
+                stage_backward_weight(iter(runner.parameters), saved.param_groups)
+            else:
+                assert saved.out is not None
+                torch.autograd.backward(saved.out, saved.grad_out)
+
+    # ---------------------------------------------------------------------------------- transfers
+    def _receive(self, a: Action, src_stage: int, *, backward: bool) -> torch.Tensor:
+        peer = self.plan.holder(src_stage)
+        if peer == self.plan.rank:  # both stages on this rank: a local hand-off, no transfer
+            return self._handoff.pop(("B" if backward else "F", src_stage, a.microbatch))
+        buf = torch.empty(self.activation_shape, dtype=self.dtype, device=self.device)
+        key = SpanKey(
+            "recv",
+            a.stage,
+            a.chunk,
+            a.microbatch,
+            stream="pp",
+            peer=peer,
+            bytes=buf.numel() * buf.element_size(),
+            index=int(backward),
+        )
+        with self.recorder.span(key):
+            work = dist.irecv(buf, src=peer)
+            assert work is not None
+            work.wait()
+        return buf
+
+    def _send(self, a: Action, tensor: torch.Tensor, dst_stage: int, *, backward: bool) -> None:
+        peer = self.plan.holder(dst_stage)
+        tensor = tensor.contiguous()
+        if peer == self.plan.rank:
+            self._handoff[("B" if backward else "F", a.stage, a.microbatch)] = tensor.detach()
+            return
+        key = SpanKey(
+            "send",
+            a.stage,
+            a.chunk,
+            a.microbatch,
+            stream="pp",
+            peer=peer,
+            bytes=tensor.numel() * tensor.element_size(),
+            index=int(backward),
+        )
+        span = self.recorder.open_async(key)
+        work = dist.isend(tensor, dst=peer)
+        assert work is not None
+        self.recorder.watch(span, work)
+        self._pending.append((work, tensor))
+
+    def wait_pending(self) -> None:
+        """Complete outstanding sends (called by ``run``; exposed for error paths)."""
+        for work, _tensor in self._pending:
+            work.wait()
+        self._pending.clear()

@@ -1,0 +1,86 @@
+"""Megatron-style tensor parallelism with DTensor (Shoeybi et al. 2019, arXiv 1909.08053 section 3).
+
+Per block: q/k/v and the MLP's up/gate projections are column-parallel, the attention output and
+the MLP down projection row-parallel, so each block costs one all-reduce per sub-layer forward and
+one backward (the "g" and "f" functions of Megatron-LM). Each sub-layer's input is turned into a
+DTensor once (``PrepareModuleInput``) so the column-parallel projections share one backward
+all-reduce, as Megatron's fused QKV GEMM does. With sequence parallelism (Korthikanti et al. 2022,
+arXiv 2205.05198 section 4.2.2) the norms run on sequence shards and each all-reduce becomes an
+all-gather before and a reduce-scatter after the sub-layer.
+
+The embedding and the output head stay replicated (every tensor-parallel rank computes them in full):
+exact, and free of collectives except the sequence-parallel scatter/gather at their boundaries.
+``simulator/costs/tp_comm.py`` lists the collectives this plan issues; a test checks them.
+"""
+
+from __future__ import annotations
+
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.tensor import Replicate, Shard
+from torch.distributed.tensor.parallel import (
+    ColwiseParallel,
+    PrepareModuleInput,
+    PrepareModuleOutput,
+    RowwiseParallel,
+    SequenceParallel,
+    parallelize_module,
+)
+from torch.distributed.tensor.parallel.style import ParallelStyle
+
+from runtime.model import Decoder
+
+
+def _block_plan(swiglu: bool, sequence_parallel: bool) -> dict[str, ParallelStyle]:
+    act_in = Shard(1) if sequence_parallel else Replicate()
+    plan: dict[str, ParallelStyle] = {
+        "attn": PrepareModuleInput(
+            input_layouts=(act_in,), desired_input_layouts=(Replicate(),), use_local_output=False
+        ),
+        "attn.wq": ColwiseParallel(),
+        "attn.wk": ColwiseParallel(),
+        "attn.wv": ColwiseParallel(),
+        "attn.wo": RowwiseParallel(output_layouts=act_in),
+        "mlp": PrepareModuleInput(
+            input_layouts=(act_in,), desired_input_layouts=(Replicate(),), use_local_output=False
+        ),
+        "mlp.up": ColwiseParallel(),
+        "mlp.down": RowwiseParallel(output_layouts=act_in),
+    }
+    if swiglu:
+        plan["mlp.gate"] = ColwiseParallel()
+    if sequence_parallel:
+        plan["attn_norm"] = SequenceParallel(use_local_output=True)
+        plan["mlp_norm"] = SequenceParallel(use_local_output=True)
+    return plan
+
+
+def apply_tensor_parallel(model: Decoder, tp_mesh: DeviceMesh, *, sequence_parallel: bool) -> Decoder:
+    """Shard ``model``'s blocks over ``tp_mesh`` in place and return it."""
+    swiglu = model.cfg.activation == "swiglu"
+    for block in model.layers.values():
+        parallelize_module(block, tp_mesh, _block_plan(swiglu, sequence_parallel))
+    if sequence_parallel:
+        if model.embed is not None:
+            # Replicated embedding output -> this rank's sequence shard (slice; all-gather in backward).
+            parallelize_module(
+                model.embed,
+                tp_mesh,
+                PrepareModuleOutput(
+                    output_layouts=(Replicate(),), desired_output_layouts=(Shard(1),), use_local_output=True
+                ),
+            )
+        if model.head is not None:
+            # Sequence shards -> the full sequence for the replicated head (all-gather; slice in backward).
+            parallelize_module(
+                model.head,
+                tp_mesh,
+                PrepareModuleInput(
+                    input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),), use_local_output=True
+                ),
+            )
+    return model
+
+
+def local_seq_len(seq_len: int, tp: int, sequence_parallel: bool) -> int:
+    """Sequence length of the activations passed between pipeline stages on one tp rank."""
+    return seq_len // tp if sequence_parallel else seq_len

@@ -1,0 +1,50 @@
+"""The single-process reference: the whole model trained on the whole global batch.
+
+A parallel run of the same scenario must reproduce its losses and parameters (fp32, deterministic):
+the distributed tests compare against it. Gradients are the mean over all micro-batches of all
+data-parallel ranks, exactly what DDP/FSDP averaging of 1/m-scaled micro-batch losses computes.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from runtime.model import Decoder, ModelConfig, loss_fn, microbatch, synthetic_batch
+from runtime.trainer import LEARNING_RATE
+from simulator.scenario import Scenario
+
+
+class ReferenceRun:
+    """Trains ``Decoder`` (all layers, embedding and head) in one process."""
+
+    def __init__(self, scenario: Scenario) -> None:
+        self.scenario = scenario
+        cfg = ModelConfig.from_scenario(scenario)
+        self.model = Decoder(
+            cfg, 0, cfg.num_layers, has_embedding=True, has_head=True, seed=scenario.training.seed
+        )
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=LEARNING_RATE)
+
+    def step(self, step: int) -> list[float]:
+        """One optimizer step; returns the mean loss of each data-parallel rank's micro-batches."""
+        s = self.scenario
+        inputs, targets = synthetic_batch(s, step)
+        m, dp = s.num_microbatches, s.dp
+        self.optimizer.zero_grad(set_to_none=True)
+        losses = []
+        for d in range(dp):
+            total = 0.0
+            for j in range(m):
+                loss = loss_fn(self.model(microbatch(s, inputs, d, j)), microbatch(s, targets, d, j)) / m
+                (loss / dp).backward()
+                total += float(loss.detach())
+            losses.append(total)
+        self.optimizer.step()
+        return losses
+
+    def parameter(self, name: str) -> torch.Tensor:
+        """The reference value of a chunk's parameter ``name`` (a tied head copy maps to the embedding)."""
+        params = dict(self.model.named_parameters())
+        if name not in params and name == "head.output.weight":
+            name = "embed.tok.weight"
+        return params[name].detach()

@@ -1,0 +1,243 @@
+"""One rank's training loop: build the model chunks, parallelize them, run instrumented steps.
+
+Everything is passed explicitly (no process-group singletons): the caller initialises the default
+process group; ``Trainer`` builds a ``DeviceMesh`` from the simulator's ``RankGrid`` and derives
+every group from it.
+"""
+
+from __future__ import annotations
+
+import functools
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+
+import pandas as pd
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+from torch.distributed.tensor import DTensor, Partial, Replicate
+from torch.profiler import record_function
+
+from runtime.instrument import SpanKey, StepRecorder, default_timer
+from runtime.memory import ActivationAccount, peak_memory
+from runtime.model import Decoder, ModelConfig, microbatch, synthetic_batch
+from runtime.parallel.dp import (
+    backward_with_sync,
+    comm_label,
+    localize_dtensor_params,
+    wrap_ddp,
+    zero1_optimizer,
+)
+from runtime.parallel.fsdp import apply_fsdp
+from runtime.parallel.pp import PipelineExecutor, StageRunner
+from runtime.parallel.tp import apply_tensor_parallel, local_seq_len
+from runtime.plan import Chunk, RankPlan, rank_plan
+from simulator.scenario import Scenario
+
+LEARNING_RATE = 1e-3
+"""AdamW learning rate of the synthetic run (the scenario describes cost, not convergence)."""
+
+
+@dataclass
+class StepOutput:
+    """What one step produced on this rank."""
+
+    loss: float | None
+    """Mean loss over this rank's micro-batches (last pipeline stage only, else None)."""
+    events: pd.DataFrame
+
+
+@dataclass
+class ChunkState:
+    """One model chunk on this rank, parallelized, with its optimizer."""
+
+    chunk: Chunk
+    model: Decoder
+    optimizer: torch.optim.Optimizer
+    runner: StageRunner
+    tie_group: dist.ProcessGroup | None
+    tie_peer: int
+
+
+def library_collectives(scenario: Scenario) -> bool:
+    """Whether DTensor, DDP, FSDP or ZeRO issue collectives that only the profiler sees (tp or dp > 1).
+
+    Otherwise every event is a span (compute, send/recv, the tied-embedding all-reduce) and the
+    profiler, most of the instrumentation cost on small models, stays off
+    (benchmarks/instrument_overhead.py).
+    """
+    return scenario.tp > 1 or scenario.dp > 1
+
+
+class Trainer:
+    """Builds this rank's share of the plan and runs steps (the default process group must exist)."""
+
+    def __init__(
+        self, scenario: Scenario, rank: int, world_size: int, device: torch.device, *, instrument: bool = True
+    ) -> None:
+        self.scenario, self.device = scenario, device
+        self.plan: RankPlan = rank_plan(scenario, rank, world_size)
+        grid = self.plan.grid
+        self.mesh: DeviceMesh = init_device_mesh(
+            device.type, grid.mesh_shape, mesh_dim_names=grid.mesh_dim_names
+        )
+        self.recorder = StepRecorder(
+            rank,
+            default_timer(device),
+            profile_collectives=instrument and library_collectives(scenario),
+            device_type=device.type,
+        )
+        self.activations = ActivationAccount()
+        tie_groups = self._tie_groups()
+        self.chunks = [self._build_chunk(c, tie_groups) for c in self.plan.chunks]
+        t = scenario.training
+        shape = (
+            t.micro_batch_size,
+            local_seq_len(t.seq_len, scenario.tp, scenario.parallelism.sequence_parallel),
+            scenario.model.hidden_size,
+        )
+        self.executor = PipelineExecutor(
+            self.plan,
+            {c.chunk.stage: c.runner for c in self.chunks},
+            self.recorder,
+            shape,
+            torch.float32,
+            device,
+            full_recompute=t.recompute == "full",
+        )
+
+    # ------------------------------------------------------------------------------------ building
+    def _tie_groups(self) -> dict[int, dist.ProcessGroup]:
+        """Groups {first-stage rank, last-stage rank} per (dp, tp) for tied embeddings across stages."""
+        s, grid = self.scenario, self.plan.grid
+        if not s.model.tie_word_embeddings or grid.pp == 1:
+            return {}
+        groups = {}
+        for pp_group in grid.groups("pp"):  # every rank creates every group, in the same order
+            pair = [pp_group[0], pp_group[-1]]
+            group = dist.new_group(ranks=pair)
+            for r in pair:
+                groups[r] = group
+        return groups
+
+    def _build_chunk(self, c: Chunk, tie_groups: dict[int, dist.ProcessGroup]) -> ChunkState:
+        s = self.scenario
+        cfg = ModelConfig.from_scenario(s)
+        model = Decoder(
+            cfg,
+            c.first_layer,
+            c.last_layer,
+            has_embedding=c.has_embedding,
+            has_head=c.has_head,
+            seed=s.training.seed,
+        ).to(self.device)
+        if s.tp > 1:
+            apply_tensor_parallel(model, self.mesh["tp"], sequence_parallel=s.parallelism.sequence_parallel)
+        zero, last_backward = s.parallelism.zero_stage, None
+        if s.dp > 1 and zero >= 2:
+            apply_fsdp(model, self.mesh["dp"], zero_stage=zero)
+        elif s.dp > 1:
+            if s.tp > 1:
+                localize_dtensor_params(model)
+            ids = (
+                [self.device.index] if self.device.type == "cuda" and self.device.index is not None else None
+            )
+            ddp = wrap_ddp(
+                model,
+                self.mesh["dp"].get_group(),
+                bucket_cap_mb=s.parallelism.ddp_bucket_cap_MB,
+                stage=c.stage,
+                chunk=c.chunk,
+                device_ids=ids,
+            )
+            last_backward = functools.partial(backward_with_sync, ddp)
+        params = list(model.parameters())
+        optimizer: torch.optim.Optimizer
+        if s.dp > 1 and zero == 1:
+            optimizer = zero1_optimizer(params, self.mesh["dp"].get_group(), LEARNING_RATE)
+        else:
+            optimizer = torch.optim.AdamW(params, lr=LEARNING_RATE)
+        runner = StageRunner(c.stage, c.chunk, model, params, last_backward)
+        peer = self.plan.tie_peer(c)
+        return ChunkState(
+            c,
+            model,
+            optimizer,
+            runner,
+            tie_groups.get(self.plan.rank) if peer is not None else None,
+            -1 if peer is None else peer,
+        )
+
+    # ------------------------------------------------------------------------------------- running
+    def step(self, step: int) -> StepOutput:
+        """Run optimizer step ``step`` (0-based) and return its loss and measured events."""
+        s, coord = self.scenario, self.plan.coord
+        inputs, targets = synthetic_batch(s, step)
+        m = s.num_microbatches
+        mb_in = [microbatch(s, inputs, coord.dp, j).to(self.device) for j in range(m)]
+        mb_tg = [microbatch(s, targets, coord.dp, j).to(self.device) for j in range(m)]
+        for c in self.chunks:
+            c.optimizer.zero_grad(set_to_none=True)
+        self.recorder.begin_step()
+        with self.activations.track(p for c in self.chunks for p in c.runner.parameters):
+            loss = self.executor.run(mb_in, mb_tg)
+        for c in self.chunks:
+            self._reduce_partial_grads(c)
+            self._sync_tied_embedding(c)
+        with self.recorder.span(SpanKey("optimizer")):
+            for c in self.chunks:
+                with record_function(comm_label("dp", c.chunk.stage, c.chunk.chunk, -1)):
+                    c.optimizer.step()
+        events = self.recorder.end_step(step)
+        last = any(c.chunk.has_head for c in self.chunks)
+        return StepOutput(loss if last else None, events)
+
+    def _reduce_partial_grads(self, c: ChunkState) -> None:
+        """Sum the sequence-parallel norm gradients (Partial over tp) in one all-reduce (as Megatron-LM)."""
+        partial = [
+            p
+            for p in c.runner.parameters
+            if isinstance(p.grad, DTensor) and any(isinstance(pl, Partial) for pl in p.grad.placements)
+        ]
+        if not partial:
+            return
+        locals_ = [p.grad.to_local() for p in partial if isinstance(p.grad, DTensor)]
+        flat = torch.cat([t.reshape(-1) for t in locals_])
+        with record_function(comm_label("tp", c.chunk.stage, c.chunk.chunk, -1)):
+            dist.all_reduce(flat, group=self.mesh["tp"].get_group())
+        offset = 0
+        for p, t in zip(partial, locals_, strict=True):
+            assert isinstance(p.grad, DTensor)
+            reduced = flat[offset : offset + t.numel()].view_as(t)
+            offset += t.numel()
+            p.grad = DTensor.from_local(
+                reduced, p.grad.device_mesh, [Replicate()] * p.grad.device_mesh.ndim, run_check=False
+            )
+
+    def _sync_tied_embedding(self, c: ChunkState) -> None:
+        """Sum the gradients of the two copies of a tied embedding (first and last stage)."""
+        if c.tie_group is None:
+            return
+        embed, head = c.model.embed, c.model.head
+        weight = embed.tok.weight if embed is not None else head.output.weight if head is not None else None
+        if weight is None or weight.grad is None:
+            raise RuntimeError(f"stage {c.chunk.stage} holds a tied embedding copy without a gradient")
+        grad = weight.grad.to_local() if isinstance(weight.grad, DTensor) else weight.grad
+        if self.recorder.profile_collectives:
+            timed: AbstractContextManager[None] = record_function(
+                comm_label("pp", c.chunk.stage, c.chunk.chunk, -1) + f"|{c.tie_peer}"
+            )
+        else:  # no profiler this run: time the all-reduce as a span of its own
+            timed = self.recorder.span(
+                SpanKey("all_reduce", c.chunk.stage, c.chunk.chunk, stream="pp", peer=c.tie_peer)
+            )
+        with timed:
+            dist.all_reduce(grad, group=c.tie_group)
+
+    def modules(self) -> list[nn.Module]:
+        return [c.model for c in self.chunks]
+
+    def memory(self) -> dict[str, int]:
+        """Peak memory of this rank (bytes), with its components."""
+        return peak_memory(self.device, self.modules(), [c.optimizer for c in self.chunks], self.activations)

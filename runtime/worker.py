@@ -1,0 +1,250 @@
+"""Per-rank entry of a measured run, started by torchrun (``runtime.launch`` builds the command).
+
+    python -m torch.distributed.run --standalone --nproc-per-node 2 \\
+        -m runtime.worker --scenario S.toml --out RUN --steps K
+
+Each rank reads ``RANK``/``WORLD_SIZE``/``LOCAL_RANK``/``GROUP_RANK`` from torchrun's environment,
+joins the default process group (NCCL when CUDA is available, else gloo with one CPU thread per
+rank), builds its ``Trainer`` and runs K steps. After every step it rewrites its rank file
+(``measured/rank-NNNNN.parquet``, atomic), so a killed run keeps its finished steps. Local rank 0
+of every node samples that node's GPUs (``runtime.telemetry``). Rank 0 writes ``measured/env.json``
+once every rank has joined, and ``measured/summary.json`` plus ``measured/telemetry.parquet`` at
+the end, from what every rank sends it (``gather_object``; no shared file system is needed for them).
+
+Test hook: with ``PLANCAST_FAULT_RANK=r PLANCAST_FAULT_STEP=k`` in the environment, rank ``r`` kills
+itself with SIGKILL at the start of step ``k`` (tests of the failure path use it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import signal
+import socket
+import statistics
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import torch
+import torch.distributed as dist
+from torch.distributed.elastic.multiprocessing.errors import record
+
+from runtime.telemetry import TelemetrySampler, empty_table, make_sampler, write_telemetry
+from runtime.trainer import Trainer
+from simulator.scenario import load_scenario
+from traces.store import RankEventWriter, RunDir, write_json
+
+WARMUP_STEPS = 1
+"""Steps left out of the median step time (step 0 pays for allocator growth and lazy init)."""
+GiB = 1024**3
+MEMORY_PARTS = ("parameters", "gradients", "optimizer", "activations")
+
+
+@dataclass(frozen=True)
+class RankEnv:
+    """Where this process sits in the job, as torchrun describes it."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    node: int
+
+
+@dataclass
+class RankResult:
+    """What one rank sends rank 0 at the end of the run."""
+
+    rank: int
+    step_times_s: list[float] = field(default_factory=list)
+    losses: list[float | None] = field(default_factory=list)
+    memory_bytes: dict[str, int] = field(default_factory=dict)
+    telemetry: pd.DataFrame | None = None
+
+
+def rank_env(environ: Mapping[str, str]) -> RankEnv:
+    """Read torchrun's variables; a clear error when the module is started without torchrun."""
+    missing = [k for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK") if k not in environ]
+    if missing:
+        raise SystemExit(
+            f"runtime.worker: {', '.join(missing)} not set; start it under torchrun "
+            "(python -m runtime.launch SCENARIO --out RUN, or plancast run)"
+        )
+    return RankEnv(
+        rank=int(environ["RANK"]),
+        world_size=int(environ["WORLD_SIZE"]),
+        local_rank=int(environ["LOCAL_RANK"]),
+        node=int(environ.get("GROUP_RANK", "0")),
+    )
+
+
+def fault_step(environ: Mapping[str, str], rank: int) -> int | None:
+    """The step at which this rank must kill itself (test hook), or None."""
+    fault_rank, step = environ.get("PLANCAST_FAULT_RANK"), environ.get("PLANCAST_FAULT_STEP")
+    if fault_rank is None or step is None or int(fault_rank) != rank:
+        return None
+    return int(step)
+
+
+def select_device(local_rank: int) -> tuple[torch.device, str]:
+    """This rank's device and backend: ``cuda:LOCAL_RANK`` with NCCL, else CPU with gloo."""
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local_rank)
+        return torch.device("cuda", local_rank), "nccl"
+    torch.set_num_threads(1)  # ranks share the CPU cores; one thread each avoids oversubscription
+    return torch.device("cpu"), "gloo"
+
+
+def describe_device(device: torch.device) -> str:
+    """A device in words, e.g. ``cuda:0 (NVIDIA H100 80GB HBM3)`` or ``cpu (x86_64)``."""
+    if device.type == "cuda":
+        return f"{device} ({torch.cuda.get_device_name(device)})"
+    return f"cpu ({platform.machine()})"
+
+
+def environment(backend: str, world_size: int, ranks: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The content of ``measured/env.json``: versions, backend and one entry per rank."""
+    nccl = _nccl_version() if backend == "nccl" else None
+    return {
+        "world_size": world_size,
+        "backend": backend,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "nccl": nccl,
+        "python": platform.python_version(),
+        "hostnames": [r["hostname"] for r in ranks],
+        "devices": [r["device"] for r in ranks],
+        "ranks": list(ranks),
+    }
+
+
+def _nccl_version() -> str:
+    """NCCL's version as ``2.21.5`` (torch returns a tuple; older releases an int like 22105)."""
+    version = torch.cuda.nccl.version()
+    return ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
+
+
+def summarize(results: Sequence[RankResult], steps: int) -> dict[str, Any]:
+    """The content of ``measured/summary.json`` from every rank's result (pure).
+
+    A step takes as long as its slowest rank; the median runs over the steps after warm-up (over
+    all steps when there is nothing else). Memory is the peak of each rank; the top-level
+    ``peak_memory_gib``/``memory_gib`` are those of the rank with the largest peak, as in the
+    simulator's summary.
+    """
+    per_step = [max(r.step_times_s[i] for r in results) for i in range(steps)]
+    scored = per_step[WARMUP_STEPS:] or per_step
+    memory = {r.rank: _memory_gib(r.memory_bytes) for r in results}
+    peak_rank = max(memory, key=lambda r: memory[r]["peak"])
+    return {
+        "status": "ok",
+        "world_size": len(results),
+        "steps": steps,
+        "warmup_steps": min(WARMUP_STEPS, steps - 1),
+        "step_time_s": statistics.median(scored),
+        "step_times_s": per_step,
+        "losses": [_mean_loss(results, i) for i in range(steps)],
+        "peak_memory_gib": memory[peak_rank]["peak"],
+        "peak_memory_rank": peak_rank,
+        "memory_gib": {k: memory[peak_rank][k] for k in MEMORY_PARTS},
+        "rank_memory_gib": {str(r): m for r, m in sorted(memory.items())},
+    }
+
+
+def _memory_gib(memory_bytes: Mapping[str, int]) -> dict[str, float]:
+    out = {k: memory_bytes.get(k, 0) / GiB for k in MEMORY_PARTS}
+    out["peak"] = memory_bytes.get("peak_bytes", 0) / GiB
+    return out
+
+
+def _mean_loss(results: Sequence[RankResult], step: int) -> float | None:
+    """Mean of the step's loss over the ranks that report one (last-stage ranks)."""
+    losses = [loss for r in results if (loss := r.losses[step]) is not None]
+    return statistics.fmean(losses) if losses else None
+
+
+def run_steps(
+    trainer: Trainer, writer: RankEventWriter, steps: int, env: RankEnv, fault_at: int | None
+) -> RankResult:
+    """Run ``steps`` steps, rewriting the rank file after each; rank 0 reports progress on stderr."""
+    result = RankResult(env.rank)
+    for step in range(steps):
+        if step == fault_at:
+            os.kill(os.getpid(), signal.SIGKILL)
+        start = time.perf_counter()
+        out = trainer.step(step)  # returns after the device work is done (the recorder synchronizes)
+        result.step_times_s.append(time.perf_counter() - start)
+        result.losses.append(out.loss)
+        writer.append_step(out.events)
+        if env.rank == 0:
+            print(f"plancast: step {step + 1}/{steps} {result.step_times_s[-1]:.3f} s", file=sys.stderr)
+    result.memory_bytes = trainer.memory()
+    return result
+
+
+def gather_to_rank0(obj: Any, env: RankEnv) -> list[Any]:
+    """Every rank's ``obj`` on rank 0 (an empty list on the others)."""
+    out: list[Any] = [None] * env.world_size if env.rank == 0 else []
+    dist.gather_object(obj, out if env.rank == 0 else None, dst=0)
+    return out
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m runtime.worker", description=__doc__.splitlines()[0])
+    p.add_argument("--scenario", type=Path, required=True, help="scenario TOML file")
+    p.add_argument("--out", type=Path, required=True, help="run directory")
+    p.add_argument("--steps", type=int, default=None, help="steps to run (default: training.steps)")
+    p.add_argument(
+        "--timeout-s", type=float, default=600.0, help="process-group timeout for joining and collectives"
+    )
+    p.add_argument("--telemetry-interval-s", type=float, default=0.5, help="GPU sampling period")
+    return p.parse_args(argv)
+
+
+@record  # an exception's traceback reaches torchrun's failure summary
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run this rank's share of the measured run; 0 on success."""
+    args = parse_args(argv)
+    env = rank_env(os.environ)
+    scenario = load_scenario(args.scenario).scenario
+    steps = args.steps or scenario.training.steps
+    run = RunDir(args.out)
+    device, backend = select_device(env.local_rank)
+    dist.init_process_group(backend, timeout=timedelta(seconds=args.timeout_s))
+    try:
+        sampler: TelemetrySampler | None = None
+        if env.local_rank == 0:
+            sampler = make_sampler(env.node, args.telemetry_interval_s)
+            sampler.start()
+        info = {"rank": env.rank, "node": env.node, "hostname": socket.gethostname()}
+        ranks = gather_to_rank0({**info, "device": describe_device(device)}, env)
+        if env.rank == 0:
+            write_json(run.env_json, environment(backend, env.world_size, ranks))
+        trainer = Trainer(scenario, env.rank, env.world_size, device, instrument=True)
+        writer = RankEventWriter(run, env.rank)
+        result = run_steps(trainer, writer, steps, env, fault_step(os.environ, env.rank))
+        result.telemetry = sampler.stop() if sampler is not None else None
+        results: list[RankResult] = gather_to_rank0(result, env)
+        if env.rank == 0:
+            write_results(run, results, steps)
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+    return 0
+
+
+def write_results(run: RunDir, results: Sequence[RankResult], steps: int) -> None:
+    """Rank 0: ``measured/telemetry.parquet`` (every node's samples) and ``measured/summary.json``."""
+    tables = [r.telemetry for r in results if r.telemetry is not None and len(r.telemetry)]
+    write_telemetry(run.telemetry, pd.concat(tables, ignore_index=True) if tables else empty_table())
+    write_json(run.measured_summary, summarize(results, steps))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,164 @@
+"""Refit the compute model and link tiers of a cluster from measurements.
+
+Compute: every op's time is linear in (1/matmul_efficiency, 1/attention_efficiency,
+1/memory_efficiency, op_overhead_s) once the roofline's max() is dropped (GEMMs are compute-bound,
+elementwise ops memory-bound at the sizes that matter), so a forward, backward or recompute pass of
+a stage is a row of coefficients; the measured durations fit a common scale of the efficiencies
+and the per-op overhead by least squares on relative error. Links: `traces.calibrate.fit_link`
+gives a tier's latency and bandwidth from collective timings; they replace the tier's values with
+efficiency 1.
+
+The result is a `Cluster` the simulator reads (`plancast calibrate RUN -o cluster.toml`, then
+`[cluster] preset = "cluster.toml"` in a scenario).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from simulator.costs.ops import Op, Shape, attention_core, embedding_forward, head_forward, layer_forward
+from simulator.costs.stage import MEMORY_BACKWARD_FACTOR
+from simulator.engine import optimizer_bytes_per_param
+from simulator.scenario import Cluster, ComputeModel, Scenario, Tier
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """A measured compute duration of one (stage, kind) pass, compute only (tp traffic removed)."""
+
+    stage: int
+    kind: str  # forward | backward | backward_input | backward_weight | recompute | optimizer
+    seconds: float
+
+
+def _op_coefficients(op: Op, s: Scenario, flop_scale: float, byte_scale: float) -> np.ndarray:
+    """Coefficients of x for one op (see module docstring)."""
+    gpu, compute = s.cluster.gpu, s.cluster.compute
+    row = np.zeros(4)
+    if op.category == "memory" or op.flops == 0:
+        row[2] = op.bytes * byte_scale / (gpu.hbm_GBps * 1e9)
+    elif op.category == "matmul":
+        half = compute.matmul_half_gflop * 1e9
+        size_factor = op.flops / (op.flops + half)
+        row[0] = op.flops * flop_scale / (gpu.peak_flops(s.training.dtype) * size_factor)
+    else:
+        row[1] = op.flops * flop_scale / gpu.peak_flops(s.training.dtype)
+    row[3] = flop_scale if op.category != "memory" else byte_scale
+    return row
+
+
+def _pass_row(ops: Iterable[Op], s: Scenario, kind: str) -> np.ndarray:
+    row = np.zeros(4)
+    for op in ops:
+        if kind in ("forward", "recompute"):
+            row += _op_coefficients(op, s, 1.0, 1.0)
+        elif op.category == "matmul":
+            passes = 1.0 if kind in ("backward_input", "backward_weight") else 2.0
+            row += _op_coefficients(op, s, passes, passes)
+        elif kind != "backward_weight":
+            scale = 2.0 if op.category == "attention" else MEMORY_BACKWARD_FACTOR
+            row += _op_coefficients(op, s, scale, scale)
+    return row
+
+
+def stage_row(s: Scenario, stage: int, kind: str) -> np.ndarray:
+    """Coefficients of one pass of virtual `stage` (same op lists as simulator/costs/stage.py)."""
+    x = Shape.of(s)
+    layers = s.layer_split[stage]
+    last = s.pp * s.vpp - 1
+    row = layers * _pass_row(layer_forward(x), s, kind)
+    if kind in ("backward", "backward_input") and s.training.recompute == "selective":
+        row += layers * _pass_row(attention_core(layer_forward(x)), s, "forward")
+    if stage == 0:
+        row += _pass_row(embedding_forward(x), s, kind)
+    if stage == last:
+        row += _pass_row(head_forward(x), s, kind)
+    return row
+
+
+def optimizer_row(s: Scenario, params: float) -> np.ndarray:
+    """The optimizer step: memory-bound over its local parameters."""
+    row = np.zeros(4)
+    row[2] = params * optimizer_bytes_per_param(s) / (s.cluster.gpu.hbm_GBps * 1e9)
+    return row
+
+
+@dataclass(frozen=True)
+class Measured:
+    """Compute observations of one run, with the run's scenario and its optimizer's parameter counts."""
+
+    scenario: Scenario
+    observations: tuple[Observation, ...]
+    params_per_stage: Mapping[int, float]
+
+
+def fit_compute(runs: Iterable[Measured]) -> ComputeModel:
+    """Fit the compute model on relative error over one or more runs: one scale on every efficiency
+    (their ratios, the peak, the memory bandwidth and the GEMM size curve come from the cluster, e.g.
+    measured by microbenchmarks) and the per-op overhead. Two parameters stay well determined by the
+    handful of (stage, pass) medians a run gives, where four collinear ones would not."""
+    runs = list(runs)
+    if not runs:
+        raise ValueError("no measured runs to calibrate from")
+    rows, targets = [], []
+    for run in runs:
+        s = run.scenario
+        for ob in run.observations:
+            if ob.seconds <= 0:
+                continue
+            if ob.kind == "optimizer":
+                row = optimizer_row(s, run.params_per_stage.get(ob.stage, 0.0))
+            else:
+                row = stage_row(s, ob.stage, ob.kind)
+            rows.append(row / ob.seconds)
+            targets.append(1.0)
+    if not rows:
+        raise ValueError("no compute observations to calibrate from (the run has no matched compute events)")
+    s = runs[0].scenario
+    a = np.array(rows)  # each row already divided by its measured seconds: the target is 1
+    current = s.cluster.compute
+    x0 = np.array(
+        [1 / current.matmul_efficiency, 1 / current.attention_efficiency, 1 / current.memory_efficiency]
+    )
+    base = a[:, :3] @ x0  # the current model's compute time (relative), without per-op overhead
+    ops = a[:, 3]
+    design = np.column_stack([base, ops])
+    (scale, overhead), *_ = np.linalg.lstsq(design, np.ones(len(a)), rcond=None)
+    if overhead < 0 or scale <= 0:  # no room for a per-op cost: fit the scale alone
+        overhead = 0.0
+        scale = float(np.sum(base) / np.sum(base * base))
+    return ComputeModel(
+        matmul_efficiency=_efficiency(current.matmul_efficiency / scale),
+        attention_efficiency=_efficiency(current.attention_efficiency / scale),
+        memory_efficiency=_efficiency(current.memory_efficiency / scale),
+        op_overhead_us=float(overhead) * 1e6,
+        matmul_half_gflop=current.matmul_half_gflop,
+    )
+
+
+def _efficiency(value: float) -> float:
+    """Efficiencies live in (0, 1]; a fit above 1 means the peak was underestimated: cap it."""
+    return float(min(max(value, 1e-3), 1.0))
+
+
+def calibrated_cluster(
+    s: Scenario, compute: ComputeModel, links: Mapping[int, tuple[float, float]]
+) -> Cluster:
+    """The scenario's cluster with a fitted compute model and, per tier index, (latency_s, bandwidth_Bps)."""
+    tiers = []
+    for i, tier in enumerate(s.cluster.tiers):
+        fitted = tier
+        if i in links:
+            latency_s, bandwidth = links[i]
+            fitted = Tier(
+                name=tier.name,
+                size=tier.size,
+                bandwidth_GBps=bandwidth / 1e9,
+                latency_us=latency_s * 1e6,
+                efficiency=1.0,
+            )
+        tiers.append(fitted)
+    return s.cluster.model_copy(update={"compute": compute, "tiers": tiers, "preset": None})

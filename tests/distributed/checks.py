@@ -1,0 +1,137 @@
+"""Rank-side bodies of the distributed tests (module level, so spawned processes can import them)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.distributed.tensor import DTensor
+
+from runtime.parallel.dp import canonical_name
+from runtime.reference import ReferenceRun
+from runtime.trainer import Trainer
+from simulator.scenario import Scenario, parse_scenario
+
+TOLERANCE = 1e-5
+
+
+def tiny_scenario(
+    world_size: int,
+    *,
+    model: dict[str, Any] | None = None,
+    training: dict[str, Any] | None = None,
+    **parallelism: Any,
+) -> dict[str, Any]:
+    """A scenario dict for a tiny model on ``world_size`` CPU ranks."""
+    return {
+        "model": {
+            "hidden_size": 32,
+            "num_hidden_layers": 4,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "vocab_size": 64,
+            "max_position_embeddings": 64,
+            **(model or {}),
+        },
+        "training": {
+            "seq_len": 16,
+            "micro_batch_size": 2,
+            "global_batch_size": 8,
+            "dtype": "fp32",
+            "steps": 3,
+            **(training or {}),
+        },
+        "parallelism": parallelism,
+        "cluster": {"preset": "local-cpu", "gpus_per_node": world_size},
+    }
+
+
+def load(data: dict[str, Any]) -> Scenario:
+    return parse_scenario(data).scenario
+
+
+def _full(t: torch.Tensor) -> torch.Tensor:
+    return t.full_tensor() if isinstance(t, DTensor) else t
+
+
+def train_matches_reference(rank: int, world_size: int, data: dict[str, Any], steps: int = 3) -> None:
+    """Train ``steps`` steps in parallel and single-process; losses and parameters must agree."""
+    scenario = load(data)
+    trainer = Trainer(scenario, rank, world_size, torch.device("cpu"), instrument=False)
+    reference = ReferenceRun(scenario)
+    dp_rank = trainer.plan.coord.dp
+    for step in range(steps):
+        out = trainer.step(step)
+        expected = reference.step(step)[dp_rank]
+        if out.loss is not None:
+            assert abs(out.loss - expected) < TOLERANCE, (
+                f"rank {rank} step {step}: loss {out.loss} != {expected}"
+            )
+    checked = 0
+    for chunk in trainer.chunks:
+        for name, _param in chunk.model.named_parameters():
+            module_path, attr = canonical_name(name).rsplit(".", 1)
+            got = _full(getattr(chunk.model.get_submodule(module_path), attr).detach())
+            want = reference.parameter(canonical_name(name))
+            err = (got - want).abs().max().item()
+            assert err < TOLERANCE, f"rank {rank} {name}: max |parallel - reference| = {err:.3g}"
+            checked += 1
+    assert checked > 0, f"rank {rank} checked no parameters"
+
+
+def events_match_expected(rank: int, world_size: int, data: dict[str, Any], steps: int = 2) -> None:
+    """The measured events of this rank have exactly the keys ``expected_event_keys`` lists."""
+    import pandas as pd
+
+    from runtime.expected import KEY_COLUMNS, expected_event_keys
+
+    scenario = load(data)
+    trainer = Trainer(scenario, rank, world_size, torch.device("cpu"), instrument=True)
+    frames = [trainer.step(step).events for step in range(steps)]
+    measured = pd.concat(frames, ignore_index=True)[KEY_COLUMNS].astype("int64", errors="ignore")
+    expected = expected_event_keys(scenario, steps)
+    expected = expected[expected["rank"] == rank]
+    got = sorted(map(tuple, measured.astype(str).to_numpy().tolist()))
+    want = sorted(map(tuple, expected.astype(str).to_numpy().tolist()))
+    missing = sorted(set(want) - set(got))
+    extra = sorted(set(got) - set(want))
+    assert got == want, (
+        f"rank {rank}: {len(missing)} missing, {len(extra)} extra events\n"
+        f"missing: {missing[:12]}\nextra: {extra[:12]}\ncolumns: {KEY_COLUMNS}"
+    )
+
+
+def tp_sequence_matches_comm_plan(rank: int, world_size: int, data: dict[str, Any]) -> None:
+    """Per micro-batch, the tp collectives seen by the profiler are tp_comm's forward then backward lists."""
+    from simulator.costs.tp_comm import tp_collectives
+
+    scenario = load(data)
+    trainer = Trainer(scenario, rank, world_size, torch.device("cpu"), instrument=True)
+    events = trainer.step(0).events
+    t, m = scenario.training, scenario.model
+
+    def kinds(part: str, phase: str) -> list[str]:
+        return [
+            c.kind
+            for c in tp_collectives(
+                part,
+                phase,
+                sequence_parallel=scenario.parallelism.sequence_parallel,  # type: ignore[arg-type]
+                micro_batch_size=t.micro_batch_size,
+                seq_len=t.seq_len,
+                hidden_size=m.hidden_size,
+                vocab_size=m.vocab_size,
+                tp=scenario.tp,
+                dtype_bytes=4,
+            )
+        ]
+
+    layers = m.num_hidden_layers
+    forward = kinds("embedding", "forward") + kinds("layer", "forward") * layers + kinds("head", "forward")
+    backward = (
+        kinds("head", "backward") + kinds("layer", "backward") * layers + kinds("embedding", "backward")
+    )
+    tp_events = events[events["stream"] == "tp"]
+    for mb in range(scenario.num_microbatches):
+        seen = tp_events[tp_events["microbatch"] == mb].sort_values("start_us")["kind"].tolist()
+        assert seen == forward + backward, f"rank {rank} micro-batch {mb}: {seen} != {forward + backward}"

@@ -1,0 +1,116 @@
+"""The GPU paths: CUDA-event timing, NCCL, NVML telemetry and a measured run on GPUs.
+
+Every test here needs CUDA and is skipped cleanly without it (``-m gpu`` selects them).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import tomllib
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+import tomli_w
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from runtime.instrument import CudaTimer
+from runtime.telemetry import COLUMNS, NvmlSampler, make_sampler
+from tests.distributed.spawn import free_port
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
+]
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "tiny-local-cpu.toml"
+
+
+def gpu_count() -> int:
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def test_cuda_timer_times_a_matmul() -> None:
+    timer = CudaTimer()
+    a = torch.randn(2048, 2048, device="cuda")
+    start = timer.mark()
+    b = a @ a
+    end = timer.mark()
+    timer.synchronize()
+    assert timer.elapsed_us(start, end) > 0
+    assert b.shape == (2048, 2048)
+
+
+def test_one_rank_nccl_all_reduce() -> None:
+    device = torch.device("cuda", 0)
+    torch.cuda.set_device(device)
+    dist.init_process_group("nccl", store=dist.HashStore(), rank=0, world_size=1, device_id=device)
+    try:
+        t = torch.full((4,), 3.0, device=device)
+        dist.all_reduce(t)
+        torch.cuda.synchronize()
+        assert t.tolist() == [3.0] * 4
+    finally:
+        dist.destroy_process_group()
+
+
+def _nccl_rank(rank: int, world_size: int, port: int) -> None:
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
+    device = torch.device("cuda", rank)
+    torch.cuda.set_device(device)
+    dist.init_process_group("nccl", rank=rank, world_size=world_size, device_id=device)
+    try:
+        t = torch.full((4,), float(rank + 1), device=device)
+        dist.all_reduce(t)
+        torch.cuda.synchronize()
+        assert t.tolist() == [3.0] * 4, f"rank {rank}: {t.tolist()}"
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.skipif(gpu_count() < 2, reason="needs 2 GPUs")
+def test_two_rank_nccl_all_reduce() -> None:
+    mp.start_processes(_nccl_rank, args=(2, free_port()), nprocs=2, join=True, start_method="spawn")
+
+
+def test_nvml_sampler_returns_rows_for_every_gpu() -> None:
+    sampler = make_sampler(node=0, interval_s=0.05)
+    assert isinstance(sampler, NvmlSampler), "NVML should see the GPUs CUDA sees"
+    sampler.start()
+    time.sleep(0.3)
+    table = sampler.stop()
+    assert list(table.columns) == list(COLUMNS)
+    assert set(table["gpu"]) == set(range(len(sampler.handles)))
+    assert (table["memory_used_MiB"] > 0).all()
+    assert table["sm_clock_MHz"].notna().all()
+
+
+@pytest.mark.distributed
+def test_a_measured_run_on_gpus(tmp_path: Path) -> None:
+    from runtime.expected import KEY_COLUMNS, expected_event_keys
+    from runtime.launch import launch
+    from simulator.scenario import load_scenario
+    from traces.store import RunDir, read_measured
+
+    ranks = min(gpu_count(), 2)
+    data = tomllib.loads(EXAMPLE.read_text())
+    data["training"].update(steps=3)
+    data["parallelism"]["pipeline_parallel_degree"] = ranks
+    data["cluster"]["gpus_per_node"] = ranks
+    path = tmp_path / "scenario.toml"
+    path.write_text(tomli_w.dumps(data))
+    run = RunDir(tmp_path / "run")
+    assert launch(path, run.path, timeout_s=300) == 0
+    env = json.loads(run.env_json.read_text())
+    assert env["backend"] == "nccl" and env["nccl"]
+    assert json.loads(run.measured_summary.read_text())["status"] == "ok"
+    assert pq.read_table(run.telemetry).num_rows > 0
+    events = read_measured(run).events
+    columns = [c for c in KEY_COLUMNS if c != "step"]
+    expected = expected_event_keys(load_scenario(run.scenario_toml).scenario)
+    got = events[events["step"] == 1][columns].astype(str).to_numpy().tolist()
+    assert sorted(map(tuple, got)) == sorted(map(tuple, expected[columns].astype(str).to_numpy().tolist()))

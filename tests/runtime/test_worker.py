@@ -1,0 +1,59 @@
+"""``runtime.worker``'s pure parts: the summary, torchrun's environment and the fault hook."""
+
+from __future__ import annotations
+
+import pytest
+
+from runtime.worker import GiB, RankEnv, RankResult, fault_step, rank_env, summarize
+
+
+def result(rank: int, times: list[float], losses: list[float | None], peak_gib: float) -> RankResult:
+    memory = {"parameters": GiB, "gradients": GiB, "optimizer": 2 * GiB, "activations": 0}
+    return RankResult(rank, times, losses, {**memory, "peak_bytes": int(peak_gib * GiB)})
+
+
+def test_summary_takes_the_slowest_rank_per_step_and_skips_warmup() -> None:
+    summary = summarize(
+        [
+            result(0, [9.0, 1.0, 3.0, 2.0], [None] * 4, peak_gib=5.0),
+            result(1, [8.0, 2.0, 1.0, 4.0], [4.0, 3.0, 2.0, 1.0], peak_gib=6.0),
+            result(2, [7.0, 1.0, 1.0, 1.0], [2.0, 1.0, 0.0, 1.0], peak_gib=4.0),
+        ],
+        steps=4,
+    )
+    assert summary["step_times_s"] == [9.0, 2.0, 3.0, 4.0]
+    assert summary["step_time_s"] == 3.0  # median of steps 1..3; step 0 is warm-up
+    assert summary["losses"] == [3.0, 2.0, 1.0, 1.0]  # mean over the ranks reporting one
+    assert (summary["peak_memory_gib"], summary["peak_memory_rank"]) == (6.0, 1)
+    parts = {"parameters": 1.0, "gradients": 1.0, "optimizer": 2.0, "activations": 0.0}
+    assert summary["memory_gib"] == parts
+    assert sorted(summary["rank_memory_gib"]) == ["0", "1", "2"]
+    assert (summary["status"], summary["world_size"], summary["warmup_steps"]) == ("ok", 3, 1)
+
+
+def test_a_single_step_is_its_own_median() -> None:
+    summary = summarize([result(0, [2.5], [1.0], peak_gib=1.0)], steps=1)
+    assert (summary["step_time_s"], summary["warmup_steps"]) == (2.5, 0)
+
+
+def test_rank_env_reads_torchrun_variables() -> None:
+    env = rank_env({"RANK": "5", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "GROUP_RANK": "2"})
+    assert env == RankEnv(rank=5, world_size=8, local_rank=1, node=2)
+
+
+def test_rank_env_outside_torchrun_says_how_to_start() -> None:
+    with pytest.raises(SystemExit, match="start it under torchrun"):
+        rank_env({"RANK": "0"})
+
+
+FAULTS: list[tuple[dict[str, str], int, int | None]] = [
+    ({}, 0, None),
+    ({"PLANCAST_FAULT_RANK": "1", "PLANCAST_FAULT_STEP": "2"}, 1, 2),
+    ({"PLANCAST_FAULT_RANK": "1", "PLANCAST_FAULT_STEP": "2"}, 0, None),
+    ({"PLANCAST_FAULT_RANK": "1"}, 1, None),
+]
+
+
+@pytest.mark.parametrize(("environ", "rank", "step"), FAULTS)
+def test_fault_hook(environ: dict[str, str], rank: int, step: int | None) -> None:
+    assert fault_step(environ, rank) == step
