@@ -146,3 +146,24 @@ def test_empty_folder(tmp_path: Path) -> None:
 def test_output_is_schema_valid() -> None:
     events = import_kineto(DATA / "kineto_annotated_gpu")
     pd.testing.assert_frame_equal(events, schema.validate(events))
+
+
+@pytest.mark.distributed
+def test_real_ddp_profile_reconciles_against_its_simulated_scenario(ddp_trace_dir: Path) -> None:
+    """The imported job lines up with a simulated scenario of the same shape (DP 2, one micro-batch,
+    one DDP bucket): every event of the scored step is matched, none missing or extra."""
+    from simulator.predict import simulate
+    from simulator.scenario import parse_scenario
+    from traces.reconcile import reconcile
+
+    scenario = parse_scenario({
+        "model": {"preset": "tiny-gpt"},
+        "training": {"seq_len": 16, "micro_batch_size": 1, "global_batch_size": 2, "dtype": "fp32"},
+        "parallelism": {"data_parallel_degree": 2},
+        "cluster": {"preset": "local-cpu"},
+    }).scenario
+    rec = reconcile(simulate(scenario).events, import_kineto(ddp_trace_dir))
+    assert rec.step >= 1  # step 0 (DDP's warm-up broadcasts) is not scored
+    assert len(rec.matched) == 2 * 4  # forward, backward, all_reduce, optimizer on each rank
+    assert rec.missing.empty and rec.extra.empty
+    assert rec.step_time_measured_s > 0 and rec.step_time_predicted_s > 0
