@@ -182,5 +182,7 @@ def _register_verbs() -> None:
     from plancast import verbs  # noqa: F401  (registers its commands on `app`)
 
 
-if __name__ == "__main__":
-    main()
+if __name__ == "__main__":  # `python -m plancast.cli`: run the imported module, where the verbs register
+    from plancast import cli as imported
+
+    imported.main()

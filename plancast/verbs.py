@@ -233,33 +233,58 @@ def _ensure_predicted(run_path: Path) -> None:
 
 
 def reconcile_run(run_path: Path) -> dict[str, Any]:
-    """Reconcile RUN's predicted and measured events; writes RUN/compare/summary.json and returns it."""
+    """Reconcile RUN's predicted and measured events; writes RUN/compare/summary.json and returns it.
+
+    Damaged inputs (an unreadable or missing rank file, a cut summary) are left out and listed under
+    "problems"; everything else is still compared."""
     from traces.reconcile import reconcile, to_summary
-    from traces.store import RunDir, read_json, read_measured, read_predicted, write_json
+    from traces.store import RunDir, read_measured, read_predicted, write_json
 
     run = RunDir(run_path)
     if not run.path.is_dir():
         raise UserError(f"run directory not found: {run_path}")
     _ensure_predicted(run_path)
     measured = read_measured(run)
-    for problem in measured.problems:
-        err.print(f"warning: {problem}", markup=False)
+    problems = list(measured.problems)
     if measured.events.empty:
+        reasons = "; ".join(problems) or "no rank files"
         raise UserError(
-            f"{run_path}/measured/ has no readable events; run `plancast run SCENARIO --out {run_path}`"
+            f"{run_path}/measured/ has no readable events ({reasons}); "
+            f"run `plancast run SCENARIO --out {run_path}`"
         )
-    predicted_summary = read_json(run.predicted_summary) if run.predicted_summary.exists() else None
-    measured_summary = read_json(run.measured_summary) if run.measured_summary.exists() else None
+    predicted_summary = _optional_json(run.predicted_summary, problems)
+    measured_summary = _optional_json(run.measured_summary, problems)
     rec = reconcile(
         read_predicted(run),
         measured.events,
         predicted_summary=predicted_summary,
         measured_summary=measured_summary,
     )
-    summary = {**to_summary(rec), "problems": measured.problems}
+    summary = {**to_summary(rec), "problems": problems}
     run.compare_dir.mkdir(parents=True, exist_ok=True)
     write_json(run.compare_summary, summary)
     return summary
+
+
+def _optional_json(path: Path, problems: list[str]) -> Any:
+    """A summary file, or None with a problem noted when it is unreadable (missing is fine)."""
+    from traces.store import TraceReadError, read_json
+
+    if not path.exists():
+        return None
+    try:
+        return read_json(path)
+    except TraceReadError as e:
+        problems.append(f"{e} (compared without it)")
+        return None
+
+
+def _exit_on_problems(problems: list[str]) -> None:
+    """Damaged inputs: the rest of the run was compared and shown; say what was left out, exit 2."""
+    for problem in problems:
+        err.print(f"error: {problem}", markup=False)
+    if problems:
+        raise typer.Exit(2)
 
 
 @app.command()
@@ -276,6 +301,7 @@ def compare(
         summary = reconcile_run(run)
     if json_:
         print_json(summary)
+        _exit_on_problems(summary["problems"])
         return
     error = summary["step_time_error"]
     out.print(
@@ -304,6 +330,7 @@ def compare(
         )
     out.print(table)
     err.print(f"wrote {run}/compare/summary.json", markup=False)
+    _exit_on_problems(summary["problems"])
 
 
 @app.command()

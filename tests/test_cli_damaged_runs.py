@@ -1,0 +1,112 @@
+"""Damaged run directories through the real CLI: a clear message naming the file, exit code 2, and
+the rest of the run still compared (or, for imports, nothing half-written)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from simulator.predict import simulate
+from simulator.scenario import load_scenario
+from traces.store import RankEventWriter, RunDir, write_json
+
+REPO = Path(__file__).resolve().parent.parent
+SCENARIO = REPO / "examples" / "tiny-local-cpu.toml"
+
+
+def plancast(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "plancast.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+        check=False,
+    )
+
+
+@pytest.fixture
+def run(tmp_path: Path) -> Path:
+    """A run with predictions and three 'measured' steps (the predicted events, relabelled)."""
+    path = tmp_path / "run"
+    assert plancast("simulate", str(SCENARIO), "--out", str(path)).returncode == 0
+    events = simulate(load_scenario(SCENARIO).scenario).events.assign(source="measured")
+    rd = RunDir(path)
+    rd.measured_dir.mkdir(parents=True, exist_ok=True)
+    for rank, rows in events.groupby("rank"):
+        writer = RankEventWriter(rd, int(rank))
+        for step in range(3):
+            writer.append_step(
+                rows.assign(step=step, start_us=rows["start_us"] * 1.1, dur_us=rows["dur_us"] * 1.1)
+            )
+    write_json(rd.env_json, {"world_size": 2})
+    write_json(rd.measured_summary, {"status": "ok", "peak_memory_gib": 0.01})
+    return path
+
+
+def test_intact_run_compares_cleanly(run: Path) -> None:
+    result = plancast("compare", str(run), "--json")
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["events_missing"] == 0 and summary["events_extra"] == 0
+    assert summary["step_time_error"] == pytest.approx(-1 / 11, rel=1e-6)  # measured = 1.1 x predicted
+
+
+def _truncate(path: Path) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+
+
+def _other_schema_version(path: Path) -> None:
+    table = pq.read_table(path)
+    meta = dict(table.schema.metadata or {})
+    meta[b"plancast.schema_version"] = b"99"
+    pq.write_table(table.replace_schema_metadata(meta), path)
+
+
+DAMAGE = {
+    "truncated rank file": (lambda r: _truncate(r / "measured" / "rank-00001.parquet"), "rank-00001.parquet"),
+    "missing rank file": (lambda r: (r / "measured" / "rank-00001.parquet").unlink(), "rank-00001.parquet"),
+    "other schema version": (
+        lambda r: _other_schema_version(r / "measured" / "rank-00001.parquet"),
+        "rank-00001.parquet",
+    ),
+    "summary cut in the middle": (lambda r: _truncate(r / "measured" / "summary.json"), "summary.json"),
+}
+
+
+@pytest.mark.parametrize("damage", DAMAGE)
+def test_damaged_run_says_what_and_still_compares_the_rest(run: Path, damage: str) -> None:
+    harm, name = DAMAGE[damage]
+    harm(run)
+    result = plancast("compare", str(run))
+    assert result.returncode == 2
+    assert "Traceback" not in result.stdout + result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert errors and any(name in line for line in errors), result.stderr
+    assert "step time: predicted" in result.stdout  # the rest of the run is still compared
+
+
+def test_kineto_json_cut_in_the_middle(tmp_path: Path) -> None:
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    (traces / "rank0.pt.trace.json").write_text(
+        '{"traceEvents": [{"ph": "X", "name": "ProfilerStep#1", "ts": 1'
+    )
+    result = plancast("import-kineto", str(traces), "--out", str(tmp_path / "run"))
+    assert result.returncode == 2
+    assert "rank0.pt.trace.json" in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "run" / "measured").exists()  # nothing half-imported
+
+
+def test_compare_without_measured_events_is_bad_input(tmp_path: Path) -> None:
+    path = tmp_path / "run"
+    assert plancast("simulate", str(SCENARIO), "--out", str(path)).returncode == 0
+    result = plancast("compare", str(path))
+    assert result.returncode == 2
+    assert "no readable events" in result.stderr
