@@ -180,9 +180,3 @@ def main() -> None:
 def _register_verbs() -> None:
     """Verbs that live in their own modules (kept out of this file so each stays small)."""
     from plancast import verbs  # noqa: F401  (registers its commands on `app`)
-
-
-if __name__ == "__main__":  # `python -m plancast.cli`: run the imported module, where the verbs register
-    from plancast import cli as imported
-
-    imported.main()

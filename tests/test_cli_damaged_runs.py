@@ -21,7 +21,7 @@ SCENARIO = REPO / "examples" / "tiny-local-cpu.toml"
 
 def plancast(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "plancast.cli", *args],
+        [sys.executable, "-m", "plancast", *args],
         capture_output=True,
         text=True,
         cwd=REPO,

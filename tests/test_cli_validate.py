@@ -49,7 +49,7 @@ def run_cli(*args: str) -> tuple[int, str, str]:
 
 
 def run_subprocess(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "plancast.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "plancast", *args], capture_output=True, text=True,
                           cwd=REPO, timeout=60, check=False)
 
 

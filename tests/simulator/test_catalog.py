@@ -116,7 +116,7 @@ def _catalog(columns: str | None) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
     if columns is not None:
         env["COLUMNS"] = columns
-    return subprocess.run([sys.executable, "-m", "plancast.cli", "catalog"], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "plancast", "catalog"], capture_output=True, text=True,
                           cwd=REPO, env=env, timeout=60, check=False)
 
 
@@ -139,7 +139,7 @@ def test_plancast_catalog_piped_keeps_full_names() -> None:
 
 
 def test_plancast_catalog_rejects_an_unknown_kind() -> None:
-    result = subprocess.run([sys.executable, "-m", "plancast.cli", "catalog", "tpus"], capture_output=True,
+    result = subprocess.run([sys.executable, "-m", "plancast", "catalog", "tpus"], capture_output=True,
                             text=True, cwd=REPO, timeout=60, check=False)
     assert result.returncode == 2
     assert "error: unknown catalog 'tpus'" in result.stderr
