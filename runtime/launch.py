@@ -263,6 +263,9 @@ def run_streaming(cmd: Sequence[str], timeout_s: float) -> tuple[int, str, bool]
     except subprocess.TimeoutExpired:
         timed_out = True
         _kill_job(proc)
+    except BaseException:  # Ctrl-C while waiting: never leave the job running
+        _kill_job(proc)
+        raise
     reader.join(TERMINATE_GRACE_S)
     return (TIMEOUT_EXIT_CODE if timed_out else proc.returncode), "".join(lines), timed_out
 
@@ -275,7 +278,9 @@ def write_scenario(run: RunDir, scenario: Scenario) -> None:
         handle.write(tomli_w.dumps(to_toml_dict(scenario)).encode())
 
 
-def report_failure(run: RunDir, plan: LaunchPlan, exit_code: int, output: str, timed_out: bool) -> str:
+def report_failure(
+    run: RunDir, plan: LaunchPlan, exit_code: int, output: str, timed_out_after_s: float | None
+) -> str:
     """Print which ranks failed and, on node 0, write the failed ``measured/summary.json``; the reason."""
     failures = parse_failures(output)
     for f in failures:
@@ -286,8 +291,8 @@ def report_failure(run: RunDir, plan: LaunchPlan, exit_code: int, output: str, t
         else:
             print(f"plancast: rank {f.rank} failed ({f.describe()})", file=sys.stderr)
     steps = finished_steps(run, plan.world_size)
-    if timed_out:
-        reason = "timed out; stopped every rank"
+    if timed_out_after_s is not None:
+        reason = f"timed out after {timed_out_after_s:g} s; every rank was stopped"
     elif any(not is_collateral(f) for f in failures):
         reason = "; ".join(f"rank {f.rank} failed ({f.describe()})" for f in failures if not is_collateral(f))
     else:
@@ -344,7 +349,7 @@ def launch(
     if exit_code == 0:
         print(f"plancast: run finished: {out_dir}", file=sys.stderr)
     else:
-        report_failure(run, plan, exit_code, output, timed_out)
+        report_failure(run, plan, exit_code, output, timeout_s if timed_out else None)
     return exit_code
 
 
