@@ -15,7 +15,7 @@ import os
 import tempfile
 import zipfile
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, TypeVar
 
@@ -260,20 +260,7 @@ def materialize_upload(files: Sequence[tuple[str, bytes]], root: Path) -> Path:
 # ---------------------------------------------------------------------------------------- sweeps
 def sweep_table(base: Scenario, gpus: int, finalists: int) -> pd.DataFrame:
     """One row per simulated plan: the columns of ``plancast sweep --table`` plus a ``plan`` label."""
-    result = sweep(base, gpus, finalists=finalists)
-    rows = [
-        {
-            **asdict(r.plan),
-            "plan": r.plan.label(),
-            "step_time_s": r.step_time_s,
-            "estimate_s": r.estimate_s,
-            "peak_memory_gib": r.memory_gib,
-            "mfu": (r.summary or {}).get("mfu"),
-            "tokens_per_s": (r.summary or {}).get("tokens_per_s"),
-        }
-        for r in result.finalists
-    ]
-    return pd.DataFrame(rows)
+    return pd.DataFrame([r.row() for r in sweep(base, gpus, finalists=finalists).finalists])
 
 
 PLAN_FIELDS = tuple(Plan.__dataclass_fields__)

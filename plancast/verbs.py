@@ -140,7 +140,6 @@ def sweep(
     ] = None,
 ) -> None:
     """Search every valid plan (tp, pp, dp, micro-batch, schedule, virtual stages, recompute, SP, ZeRO)."""
-    import dataclasses
     import time
 
     from rich.progress import Progress
@@ -164,17 +163,7 @@ def sweep(
         except ValueError as e:
             raise UserError(str(e)) from None
     elapsed = time.perf_counter() - started
-    rows = [
-        {
-            **dataclasses.asdict(r.plan),
-            "step_time_s": r.step_time_s,
-            "estimate_s": r.estimate_s,
-            "peak_memory_gib": r.memory_gib,
-            "mfu": (r.summary or {}).get("mfu"),
-            "tokens_per_s": (r.summary or {}).get("tokens_per_s"),
-        }
-        for r in result.finalists
-    ]
+    rows = [r.row() for r in result.finalists]
     if table is not None:
         import pandas as pd
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from simulator.costs.collectives import collective_seconds, group_levels
@@ -88,6 +88,19 @@ class Ranked:
     memory_gib: float
     step_time_s: float | None = None
     summary: dict[str, Any] | None = None
+
+    def row(self) -> dict[str, Any]:
+        """One table row: the plan's fields and label, its times, memory and throughput."""
+        summary = self.summary or {}
+        return {
+            **asdict(self.plan),
+            "plan": self.plan.label(),
+            "step_time_s": self.step_time_s,
+            "estimate_s": self.estimate_s,
+            "peak_memory_gib": self.memory_gib,
+            "mfu": summary.get("mfu"),
+            "tokens_per_s": summary.get("tokens_per_s"),
+        }
 
 
 def _divisors(n: int) -> list[int]:

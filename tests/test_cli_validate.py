@@ -8,22 +8,19 @@ fuzzing here does too, because a subprocess per example would be slow.
 from __future__ import annotations
 
 import copy
-import io
 import subprocess
 import sys
 import tomllib
-from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 from typing import Any
-from unittest import mock
 
 import pytest
 import tomli_w
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from plancast import cli
 from simulator.scenario import load_scenario, to_toml_dict
+from tests.cli_runner import cli_main
 
 REPO = Path(__file__).parents[1]
 EXAMPLES = REPO / "examples"
@@ -35,28 +32,24 @@ TINY: dict[str, Any] = {
 }
 
 
-def run_cli(*args: str) -> tuple[int, str, str]:
-    """`plancast ARGS` in-process through `cli.main` (its global error handler included)."""
-    stdout, stderr = io.StringIO(), io.StringIO()
-    argv = mock.patch.object(sys, "argv", ["plancast", *args])
-    with argv, redirect_stdout(stdout), redirect_stderr(stderr):
-        try:
-            cli.main()
-            code: Any = 0
-        except SystemExit as exit_:
-            code = exit_.code
-    return (0 if code is None else int(code)), stdout.getvalue(), stderr.getvalue()
-
-
 def run_subprocess(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "plancast", *args], capture_output=True, text=True,
-                          cwd=REPO, timeout=60, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "plancast", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+        check=False,
+    )
 
 
 SUBPROCESS_CASES = [
     ("unknown-key", tomli_w.dumps({**TINY, "parallelism": {"tp": 2}}), "parallelism.tp: unknown key"),
-    ("tp-not-dividing", tomli_w.dumps({**TINY, "parallelism": {"tensor_parallel_degree": 3}}),
-     "parallelism.tensor_parallel_degree: tp * pp = 3 * 1 = 3 does not divide the world size 2"),
+    (
+        "tp-not-dividing",
+        tomli_w.dumps({**TINY, "parallelism": {"tensor_parallel_degree": 3}}),
+        "parallelism.tensor_parallel_degree: tp * pp = 3 * 1 = 3 does not divide the world size 2",
+    ),
     ("toml-syntax", "[model\npreset = 'tiny-gpt'\n", "TOML syntax error"),
     ("empty", "", "model: required key is missing"),
     ("unknown-preset", tomli_w.dumps({**TINY, "model": {"preset": "tiny-gtp"}}), "did you mean 'tiny-gpt'"),
@@ -64,8 +57,9 @@ SUBPROCESS_CASES = [
 ]
 
 
-@pytest.mark.parametrize(("name", "content", "expected"), SUBPROCESS_CASES,
-                         ids=[c[0] for c in SUBPROCESS_CASES])
+@pytest.mark.parametrize(
+    ("name", "content", "expected"), SUBPROCESS_CASES, ids=[c[0] for c in SUBPROCESS_CASES]
+)
 def test_validate_bad_input_in_a_real_process(tmp_path: Path, name: str, content: str, expected: str) -> None:
     path = tmp_path / f"{name}.toml"
     path.write_bytes(content.encode("latin-1" if name == "not-utf8" else "utf-8"))
@@ -99,11 +93,11 @@ def test_validate_the_design_example_in_a_real_process() -> None:
 
 @pytest.mark.parametrize("example", sorted(EXAMPLES.glob("*.toml")), ids=lambda p: p.name)
 def test_validate_output_is_a_fixed_point(tmp_path: Path, example: Path) -> None:
-    code, out, _ = run_cli("validate", str(example))
+    code, out, _ = cli_main("validate", str(example))
     assert code == 0
     again = tmp_path / "resolved.toml"
     again.write_text(out)
-    code2, out2, err2 = run_cli("validate", str(again))
+    code2, out2, err2 = cli_main("validate", str(again))
     assert (code2, out2) == (0, out), err2
     assert load_scenario(again).scenario == load_scenario(example).scenario
 
@@ -114,7 +108,7 @@ def test_validate_lists_every_problem(tmp_path: Path) -> None:
     data["parallelism"] = {**TINY["parallelism"], "tp": 2}
     path = tmp_path / "three.toml"
     path.write_text(tomli_w.dumps(data))
-    code, out, err = run_cli("validate", str(path))
+    code, out, err = cli_main("validate", str(path))
     assert code == 2 and out == ""
     assert "(3 problem(s))" in err
     for line in ("  - training.micro_batch_size:", "  - training.dtype:", "  - parallelism.tp: unknown key"):
@@ -122,13 +116,34 @@ def test_validate_lists_every_problem(tmp_path: Path) -> None:
 
 
 # ---------------------------------------------------------------------------------- CLI fuzzing
-scalars = st.one_of(st.integers(-2, 16), st.booleans(), st.floats(allow_nan=True),
-                    st.sampled_from(["tiny-gpt", "local-cpu", "1F1B", "Interleaved1F1B", "fp32", "x"]))
+scalars = st.one_of(
+    st.integers(-2, 16),
+    st.booleans(),
+    st.floats(allow_nan=True),
+    st.sampled_from(["tiny-gpt", "local-cpu", "1F1B", "Interleaved1F1B", "fp32", "x"]),
+)
 sections = st.sampled_from(["model", "training", "parallelism", "cluster", "unknown"])
-keys = st.sampled_from(["preset", "hidden_size", "num_hidden_layers", "seq_len", "global_batch_size", "dtype",
-                        "tensor_parallel_degree", "pipeline_parallel_degree", "virtual_stages_per_rank",
-                        "pipeline_parallel_schedule", "sequence_parallel", "num_nodes", "gpus_per_node",
-                        "tiers", "gpu", "zero_stage", "typo"])
+keys = st.sampled_from(
+    [
+        "preset",
+        "hidden_size",
+        "num_hidden_layers",
+        "seq_len",
+        "global_batch_size",
+        "dtype",
+        "tensor_parallel_degree",
+        "pipeline_parallel_degree",
+        "virtual_stages_per_rank",
+        "pipeline_parallel_schedule",
+        "sequence_parallel",
+        "num_nodes",
+        "gpus_per_node",
+        "tiers",
+        "gpu",
+        "zero_stage",
+        "typo",
+    ]
+)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -143,7 +158,7 @@ def test_fuzz_validate_exits_0_or_2_without_a_traceback(
         data.pop(section, None)
     path = tmp_path / "fuzz.toml"
     path.write_text(tomli_w.dumps(data))
-    code, out, err = run_cli("validate", str(path))
+    code, out, err = cli_main("validate", str(path))
     assert code in (0, 2)
     assert "Traceback" not in out + err
     if code == 0:
