@@ -466,7 +466,11 @@ class Engine:
     def _tied_all_reduce(
         self, st: _RankState, stage: int, chunk: int, peer: int
     ) -> Generator[Any, Any, None]:
-        """Both holders of the tied embedding meet, then sum its gradient (Megatron-LM's embedding group)."""
+        """Both holders of the tied embedding meet, then sum its gradient (Megatron-LM's embedding group).
+
+        The span starts when this rank arrives, as a blocking collective measures it: it includes the
+        wait for the other holder."""
+        arrived_at = self.env.now
         key = (min(st.rank, peer), max(st.rank, peer))
         partner = self._meetings.pop(key, None)
         if partner is None:
@@ -478,8 +482,20 @@ class Engine:
         nbytes = m.vocab_size * m.hidden_size * 4 // self.s.vocab_tp
         link = self.topo.links[self.topo.tier(st.rank, peer)]
         seconds = ring_seconds("all_reduce", 2, nbytes, link)
-        self._record(st.rank, "pp", "all_reduce", stage, chunk, -1, self.env.now, seconds, 0, peer, nbytes)
         yield self.env.timeout(seconds)
+        self._record(
+            st.rank,
+            "pp",
+            "all_reduce",
+            stage,
+            chunk,
+            -1,
+            arrived_at,
+            self.env.now - arrived_at,
+            0,
+            peer,
+            nbytes,
+        )
 
     def _optimizer(self, st: _RankState) -> Generator[Any, Any, None]:
         s = self.s
