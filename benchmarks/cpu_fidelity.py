@@ -1,7 +1,7 @@
 """Predicted vs measured step time on this machine's CPU, after calibration (issue target: MAPE <= 15%).
 
-1. calibrate: microbenchmarks of this machine + two calibration runs (tiny-gpt, micro-batch 4, DP 2
-   and PP 2) that are NOT among the scored runs (those use micro-batch 2);
+1. calibrate: microbenchmarks of this machine + four calibration runs (tiny-gpt, micro-batch 4: DP 2,
+   PP 2, TP 2, ZeRO-3) that are NOT among the scored runs (those use micro-batch 2);
 2. for each plan of the matrix {DP 2, ZeRO-1/2/3 at 2, TP 2, TP 2 + SP, PP 2 GPipe and 1F1B at 4 and 8
    micro-batches, PP 4 interleaved}: run it with the runtime (torchrun, gloo) for 24 steps, simulate it
    on the calibrated profile, and compare the median measured step time (steps 1..23, >= 20 after the
@@ -52,9 +52,11 @@ MATRIX: dict[str, dict[str, Any]] = {
         "_model": {"preset": "tiny-gpt", "num_hidden_layers": 8},
     },
 }
-CALIBRATION: dict[str, dict[str, Any]] = {
+CALIBRATION: dict[str, dict[str, Any]] = {  # another micro-batch size than every scored run
     "calibration DP 2, mb 4": {"_micro": 4},
     "calibration PP 2, mb 4": {"pipeline_parallel_degree": 2, "_micro": 4},
+    "calibration TP 2, mb 4": {"tensor_parallel_degree": 2, "_micro": 4},
+    "calibration ZeRO-3 at 2, mb 4": {"zero_stage": 3, "_micro": 4},
 }
 
 

@@ -23,7 +23,7 @@ from simulator.predict import simulate
 from simulator.scenario import GPU, Cluster, Scenario, load_scenario, parse_scenario
 from traces.calibrate import compute_observations, fit_link, median_observations
 from traces.schema import ALIGNMENT_KEY
-from traces.store import RunDir, read_measured
+from traces.store import RunDir, read_json, read_measured
 
 
 def local_cpu_scenario(world: int = 2) -> Scenario:
@@ -127,8 +127,14 @@ def calibrate(runs: list[Path], *, microbench: bool, world: int = 2) -> tuple[Cl
         observations = tuple(
             Observation(int(r.stage), str(r.kind), float(r.seconds)) for r in obs.itertuples()
         )
-        measured_runs.append(Measured(s, observations, _params_per_stage(s)))
+        if _clean_compute(s):
+            measured_runs.append(Measured(s, observations, _params_per_stage(s)))
         samples.append(run_links(simulate(s).events, measured.events, s))
+    if not measured_runs:
+        raise ValueError(
+            "the compute model needs a run without tensor parallelism or ZeRO-2/3 (their compute "
+            "spans include collective waits): add e.g. a data- or pipeline-parallel run"
+        )
     compute = fit_compute(measured_runs)
     count = sum(len(m.observations) for m in measured_runs)
     notes.append(
@@ -146,7 +152,48 @@ def calibrate(runs: list[Path], *, microbench: bool, world: int = 2) -> tuple[Cl
             )
         except ValueError as e:
             notes.append(f"link kept as it was ({e})")
-    return calibrated_cluster(scenarios[0], compute, links_fit), notes
+    cluster = calibrated_cluster(scenarios[0], compute, links_fit)
+    for field, wanted in (
+        ("tp_collective_overhead_us", lambda s: s.tp > 1),
+        ("dp_collective_overhead_us", lambda s: s.dp > 1 and s.parallelism.zero_stage >= 2),
+    ):
+        fits = [
+            _fit_overhead(field, s.model_copy(update={"cluster": cluster}), path)
+            for path, s in zip(runs, scenarios, strict=True)
+            if wanted(s)
+        ]
+        if fits:
+            overhead = statistics.median(fits)
+            cluster = cluster.model_copy(
+                update={"compute": cluster.compute.model_copy(update={field: overhead})}
+            )
+            notes.append(f"{field} = {overhead:.0f} us, fitted on the step time of {len(fits)} run(s)")
+    return cluster, notes
+
+
+def _clean_compute(s: Scenario) -> bool:
+    """Runs whose compute spans are compute only: tensor-parallel collectives and FSDP2 gathers run inside
+    the spans on CPU, so those runs fit the per-collective overheads instead."""
+    return s.tp == 1 and not (s.dp > 1 and s.parallelism.zero_stage >= 2)
+
+
+def _fit_overhead(field: str, s: Scenario, run_path: Path, high_us: float = 50_000.0) -> float:
+    """The per-collective host overhead (us) that makes the simulated step time equal the run's measured
+    median step time: bisection, since the step time grows with it. 0 when the run is faster anyway."""
+    measured = float(read_json(RunDir(run_path).measured_summary)["step_time_s"])
+
+    def step(overhead_us: float) -> float:
+        compute = s.cluster.compute.model_copy(update={field: overhead_us})
+        scenario = s.model_copy(update={"cluster": s.cluster.model_copy(update={"compute": compute})})
+        return float(simulate(scenario, events=False).summary["step_time_s"])
+
+    low, high = 0.0, high_us
+    if step(low) >= measured:
+        return 0.0
+    for _ in range(30):
+        mid = (low + high) / 2
+        low, high = (mid, high) if step(mid) < measured else (low, mid)
+    return (low + high) / 2
 
 
 def _params_per_stage(s: Scenario) -> dict[int, float]:

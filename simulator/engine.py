@@ -105,6 +105,7 @@ class Engine:
         self._indices: dict[tuple[int, str, str, int, int, int], int] = {}
         self._fsdp: dict[tuple[int, int], FsdpState] = {}
         self._meetings: dict[tuple[int, int], simpy.Event] = {}
+        self._dp_host_s = s.cluster.compute.dp_collective_overhead_us * 1e-6
         slots = s.cluster.compute_slots_per_node
         # Shared compute only matters when a node runs more ranks than it has compute units; symmetric
         # simulation would hide the contention, so every rank is simulated then.
@@ -266,7 +267,7 @@ class Engine:
             if ready is not None and not ready.processed:
                 yield ready
             # all-gathers move the gathered tensor: nbytes is this rank's full (unsharded) unit
-            seconds = collective_seconds(kind, self.dp_levels, nbytes)
+            seconds = collective_seconds(kind, self.dp_levels, nbytes) + self._dp_host_s
             if self.share_links:
                 with self._link(st.rank, tier).request() as req:
                     yield req

@@ -260,6 +260,11 @@ class ComputeModel(_Strict):
     memory_efficiency: float = Field(default=0.95, gt=0, le=1)
     """Fraction of HBM bandwidth reached by memory-bound ops (norms, activations, optimizer)."""
     op_overhead_us: float = Field(default=26.0, ge=0)
+    tp_collective_overhead_us: float = Field(default=0.0, ge=0)
+    """Host time per tensor-parallel collective beyond the link's alpha-beta (framework dispatch, e.g.
+    DTensor redistributes on CPU); ~0 on GPUs, whose host runs ahead. Fitted by `plancast calibrate`."""
+    dp_collective_overhead_us: float = Field(default=0.0, ge=0)
+    """Host time per data-parallel collective (DDP buckets, FSDP2 unit hooks); fitted like the above."""
     """Fixed time per operator (kernel launch, framework dispatch)."""
 
 

@@ -149,11 +149,13 @@ def _collectives(
         vocab_parallel=s.parallelism.vocab_parallel,
     )
     # tp_comm gives an all-gather's per-rank shard; the cost formulas take the gathered tensor.
+    host_s = s.cluster.compute.tp_collective_overhead_us * 1e-6
     return tuple(
         Collective(
             c.kind,
             c.bytes,
-            collective_seconds(
+            host_s
+            + collective_seconds(
                 cast(CollectiveKind, c.kind), levels, c.bytes * (s.tp if c.kind == "all_gather" else 1)
             ),
         )
