@@ -1,0 +1,96 @@
+"""Calibration recovers known constants from synthetic measurements, and profiles load as presets."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import tomli_w
+
+from simulator.calibration import Measured, Observation, calibrated_cluster, fit_compute, stage_row
+from simulator.costs.stage import stage_costs
+from simulator.engine import Topology
+from simulator.scenario import load_scenario, parse_scenario
+from traces.calibrate import fit_link, ring_terms
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "tiny-local-cpu.toml"
+
+
+def test_fit_link_recovers_alpha_and_beta() -> None:
+    alpha, bandwidth = 150e-6, 2e9
+    rows = []
+    for kind in ("all_reduce", "all_gather", "send"):
+        for nbytes in (1e3, 1e5, 1e6, 4e6):
+            steps, volume = ring_terms(kind, 2, nbytes)
+            rows.append(
+                {"kind": kind, "ranks": 2, "bytes": nbytes, "seconds": steps * alpha + volume / bandwidth}
+            )
+    fitted_alpha, fitted_bw = fit_link(pd.DataFrame(rows))
+    assert fitted_alpha == pytest.approx(alpha, rel=1e-6)
+    assert fitted_bw == pytest.approx(bandwidth, rel=1e-6)
+
+
+def test_fit_link_needs_two_sizes() -> None:
+    with pytest.raises(ValueError, match="two different sizes"):
+        fit_link(pd.DataFrame([{"kind": "send", "ranks": 2, "bytes": 10.0, "seconds": 1e-3}]))
+
+
+@pytest.mark.parametrize("slowdown", [0.5, 2.0, 3.0])
+def test_fit_compute_recovers_a_uniform_slowdown(slowdown: float) -> None:
+    """Passes measured at `slowdown` x the model's compute time (no per-op overhead): efficiencies / slowdown."""
+    s = load_scenario(EXAMPLE).scenario
+    compute = s.cluster.compute.model_copy(update={"op_overhead_us": 0.0})
+    s = s.model_copy(update={"cluster": s.cluster.model_copy(update={"compute": compute})})
+    costs = stage_costs(s, Topology.of(s).levels("tp"))
+    observations = [
+        Observation(c.stage, kind, slowdown * seconds)
+        for c in costs
+        for kind, seconds in (("forward", c.forward_s), ("backward", c.backward_s))
+    ]
+    fitted = fit_compute([Measured(s, tuple(observations), {})])
+    for name in ("matmul_efficiency", "attention_efficiency", "memory_efficiency"):
+        expected = min(getattr(compute, name) / slowdown, 1.0)
+        assert getattr(fitted, name) == pytest.approx(expected, rel=1e-3), name
+    assert fitted.op_overhead_us == pytest.approx(0.0, abs=1e-3)
+
+
+def test_stage_row_reproduces_the_cost_model() -> None:
+    """The linear coefficients give back the stage costs when the roofline is memory- or compute-bound."""
+    s = load_scenario(EXAMPLE).scenario
+    c = s.cluster.compute
+    x = [
+        1 / c.matmul_efficiency,
+        1 / c.attention_efficiency,
+        1 / c.memory_efficiency,
+        c.op_overhead_us * 1e-6,
+    ]
+    costs = stage_costs(s, Topology.of(s).levels("tp"))
+    for cost in costs:
+        row = stage_row(s, cost.stage, "forward")
+        assert float(row @ x) == pytest.approx(cost.forward_s, rel=0.05)
+
+
+def test_a_profile_file_is_a_cluster_preset(tmp_path: Path) -> None:
+    s = load_scenario(EXAMPLE).scenario
+    compute = s.cluster.compute.model_copy(update={"matmul_efficiency": 0.123})
+    cluster = calibrated_cluster(s, compute, {0: (1e-4, 3e9)})
+    profile = tmp_path / "cpu.toml"
+    profile.write_text(tomli_w.dumps({"cluster": cluster.model_dump(mode="json", exclude_none=True)}))
+    loaded = parse_scenario(
+        {
+            "model": {"preset": "tiny-gpt"},
+            "training": {"seq_len": 64},
+            "cluster": {"preset": str(profile), "gpus_per_node": 4},
+        }
+    ).scenario
+    assert loaded.cluster.compute.matmul_efficiency == pytest.approx(0.123)
+    assert loaded.cluster.tiers[0].bandwidth_GBps == pytest.approx(3.0)
+    assert loaded.cluster.gpus_per_node == 4  # explicit keys override the profile
+
+
+def test_a_missing_profile_names_the_key(tmp_path: Path) -> None:
+    from simulator.scenario import ScenarioError
+
+    with pytest.raises(ScenarioError, match=r"cluster\.preset: cannot read profile"):
+        parse_scenario({"model": {"preset": "tiny-gpt"}, "cluster": {"preset": str(tmp_path / "no.toml")}})
