@@ -38,7 +38,7 @@ def test_fit_link_needs_two_sizes() -> None:
 
 @pytest.mark.parametrize("slowdown", [0.5, 2.0, 3.0])
 def test_fit_compute_recovers_a_uniform_slowdown(slowdown: float) -> None:
-    """Passes measured at `slowdown` x the model's compute time (no per-op overhead): efficiencies / slowdown."""
+    """Passes measured at `slowdown` x the compute model (no per-op overhead): efficiencies / slowdown."""
     s = load_scenario(EXAMPLE).scenario
     compute = s.cluster.compute.model_copy(update={"op_overhead_us": 0.0})
     s = s.model_copy(update={"cluster": s.cluster.model_copy(update={"compute": compute})})
