@@ -3,14 +3,18 @@
 Each rank builds three ``Trainer``s of the same scenario and runs their steps in turn (the order
 rotates every round, so drift and ordering cancel):
 
-- ``instrumented``: ``instrument=True``, exactly what ``plancast run`` records (spans, plus the
-  profiler for collectives that DTensor/DDP/FSDP/ZeRO issue when tp or dp > 1);
-- ``spans-only``: ``instrument=False`` (spans, never the profiler);
-- ``off``: no recording at all (a recorder whose methods do nothing), the baseline.
+- ``instrumented``: ``instrument=True``, exactly what ``plancast run`` records (spans, DDP/ZeRO-1
+  collectives timed by hooks, plus the profiler for collectives that DTensor (tp > 1) or FSDP2
+  (ZeRO-2/3) issue);
+- ``spans-only``: ``instrument=False`` (everything but the profiler);
+- ``off``: no recording at all (a recorder whose methods do nothing, no DDP/ZeRO timing hooks:
+  DDP's built-in all-reduce), the baseline.
 
 A step's time is the slowest rank's, between two barriers. The overhead is the ratio of the
-``instrumented`` and ``off`` medians. CPU timings vary by tens of percent between runs (DESIGN.md,
-"Hardware paths"); the ratio of interleaved medians in one run is the robust figure.
+``instrumented`` and ``off`` medians. The step's event table is built after the step, where
+``plancast run``'s rank writer needs it (``StepOutput.events``); its cost is reported on its own.
+CPU timings vary by tens of percent between runs (DESIGN.md, "Hardware paths"); the ratio of
+interleaved medians in one run is the robust figure.
 
 Run: ``python -m benchmarks.instrument_overhead [--scenario S.toml] [--steps 30]``
 (default: examples/tiny-local-cpu.toml, 2 gloo ranks on CPU; NCCL on GPUs when CUDA is available).
@@ -23,8 +27,7 @@ import os
 import socket
 import statistics
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -32,10 +35,9 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from runtime.instrument import SpanKey, StepRecorder, default_timer
+from runtime.instrument import SpanKey, StepEvents, StepRecorder, default_timer
 from runtime.trainer import Trainer
 from simulator.scenario import Scenario, load_scenario
-from traces.schema import empty_frame
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "tiny-local-cpu.toml"
 WARMUP_STEPS = 3
@@ -49,15 +51,19 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+NULL_SPAN = nullcontext()
+
+
 class OffRecorder(StepRecorder):
     """A recorder that records nothing: the baseline step without instrumentation."""
+
+    enabled = False
 
     def begin_step(self) -> None:
         return None
 
-    @contextmanager
-    def span(self, key: SpanKey) -> Iterator[None]:
-        yield
+    def span(self, key: SpanKey) -> Any:
+        return NULL_SPAN
 
     def open_async(self, key: SpanKey) -> Any:
         return None
@@ -65,50 +71,55 @@ class OffRecorder(StepRecorder):
     def watch(self, span: Any, work: Any) -> None:
         return None
 
-    def end_step(self, step: int) -> Any:
-        return EMPTY
+    def finish(self, step: int) -> StepEvents:
+        return StepEvents(self.rank, step, [], [], [])
 
 
-EMPTY = empty_frame()
+def uninstrumented(scenario: Scenario, rank: int, world_size: int, device: torch.device) -> Trainer:
+    """A trainer recording nothing: ``OffRecorder``, and so no timing hooks in DDP or ZeRO-1."""
+    off = OffRecorder(rank, default_timer(device), profile_collectives=False)
+    return Trainer(scenario, rank, world_size, device, instrument=False, recorder=off)
 
 
-def uninstrumented(trainer: Trainer, device: torch.device) -> Trainer:
-    """``trainer`` with its recorder (shared with its pipeline executor) replaced by ``OffRecorder``."""
-    off = OffRecorder(trainer.recorder.rank, default_timer(device), profile_collectives=False)
-    trainer.recorder = trainer.executor.recorder = off
-    return trainer
-
-
-def timed_step(trainer: Trainer, step: int, device: torch.device) -> float:
-    """Seconds the slowest rank spent in ``trainer.step(step)``, starting together."""
+def timed_step(trainer: Trainer, step: int, device: torch.device) -> tuple[float, float]:
+    """Seconds the slowest rank spent in ``trainer.step(step)``, starting together, and then in
+    building the step's event table (which ``plancast run``'s writer does after the step)."""
     dist.barrier()
     start = time.perf_counter()
-    trainer.step(step)
+    out = trainer.step(step)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-    elapsed = torch.tensor([time.perf_counter() - start], device=device)
+    stop = time.perf_counter()
+    out.events  # noqa: B018 - the deferred table, timed on its own
+    elapsed = torch.tensor([stop - start, time.perf_counter() - stop], device=device)
     dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
-    return float(elapsed.item())
+    return float(elapsed[0].item()), float(elapsed[1].item())
 
 
-def measure(scenario: Scenario, rank: int, world_size: int, steps: int) -> dict[str, list[float]]:
-    """Step times of every mode's trainer, in rotating order, warm-up steps dropped."""
+def measure(
+    scenario: Scenario, rank: int, world_size: int, steps: int
+) -> tuple[dict[str, list[float]], list[float]]:
+    """Step times of every mode's trainer, in rotating order, warm-up steps dropped; and the
+    instrumented steps' table-building times."""
     cuda = torch.cuda.is_available()
     device = torch.device("cuda", rank) if cuda else torch.device("cpu")
     trainers = {
         "instrumented": Trainer(scenario, rank, world_size, device, instrument=True),
         "spans-only": Trainer(scenario, rank, world_size, device, instrument=False),
-        "off": uninstrumented(Trainer(scenario, rank, world_size, device, instrument=False), device),
+        "off": uninstrumented(scenario, rank, world_size, device),
     }
     times: dict[str, list[float]] = {m: [] for m in MODES}
+    tables: list[float] = []
     for i in range(WARMUP_STEPS + steps):
         shift = i % len(MODES)
         order = MODES[shift:] + MODES[:shift]
         for mode in order:
-            t = timed_step(trainers[mode], i, device)
+            t, table = timed_step(trainers[mode], i, device)
             if i >= WARMUP_STEPS:
                 times[mode].append(t)
-    return times
+                if mode == "instrumented":
+                    tables.append(table)
+    return times, tables
 
 
 def _rank(rank: int, world_size: int, port: int, scenario_path: Path, steps: int) -> None:
@@ -120,14 +131,14 @@ def _rank(rank: int, world_size: int, port: int, scenario_path: Path, steps: int
         torch.set_num_threads(1)
     dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=world_size)
     try:
-        times = measure(load_scenario(scenario_path).scenario, rank, world_size, steps)
+        times, tables = measure(load_scenario(scenario_path).scenario, rank, world_size, steps)
         if rank == 0:
-            report(times)
+            report(times, tables)
     finally:
         dist.destroy_process_group()
 
 
-def report(times: dict[str, list[float]]) -> None:
+def report(times: dict[str, list[float]], tables: list[float]) -> None:
     """A table of medians, and the overhead as the median of per-round ratios to ``off``.
 
     The modes of one round run back to back, so a per-round ratio cancels the slow drift of a
@@ -143,6 +154,7 @@ def report(times: dict[str, list[float]]) -> None:
             f"{max(ts) * 1e3:>10.2f}{ratios[m]:>14.4f}"
         )
     print(f"overhead {100 * (ratios['instrumented'] - 1):.1f}%")
+    print(f"event table, built after each instrumented step: median {statistics.median(tables) * 1e3:.2f} ms")
 
 
 def main() -> None:

@@ -1,24 +1,30 @@
 """Spans -> trace rows: one measured event per predicted event (traces/schema.py conventions).
 
-Compute spans and pipeline send/recv are timed by a ``Timer``: ``time.perf_counter_ns`` on CPU,
-CUDA events on the current stream on GPU (resolved once per step, after a synchronize). Collectives
-issued inside library code (DTensor, DDP, FSDP2, ZeRO) are invisible to spans, so each step runs
-under ``torch.profiler``: every ``c10d::`` op the main thread issues is attributed to the innermost
-plancast span open at that moment (its kind/stage/chunk/microbatch) and timed by the matching
-backend event (``gloo:*`` on the gloo worker thread, an ``nccl`` kernel on GPU), paired in issue
-order. Gloo runs reduce-scatter as an all-reduce; the event keeps the issued op's kind.
+Compute spans, pipeline send/recv and the collectives plancast issues or hooks are timed by a
+``Timer``: ``time.perf_counter_ns`` on CPU, CUDA events on GPU (resolved once per step, after a
+synchronize). DDP gradient buckets are timed by a communication hook (runtime/parallel/dp.py) and
+ZeRO-1's parameter broadcasts around their issue: issue mark, then a mark in the completion callback
+of the collective's future. Only collectives issued deep inside library code (DTensor for tensor
+parallelism, FSDP2) are invisible to plancast, so those plans run each step under ``torch.profiler``:
+every ``c10d::`` op the main thread issues is attributed to the innermost plancast span open at
+that moment (its kind/stage/chunk/microbatch) and timed by the matching backend event (``gloo:*`` on
+the gloo worker thread, an ``nccl`` kernel on GPU), paired in issue order. Gloo runs reduce-scatter
+as an all-reduce; the event keeps the issued op's kind.
+
+A step's events are kept as ``[key, start mark, end mark]`` rows and become a table once, in
+``end_step`` (``rows_frame``), so the per-event cost inside the step is two marks and an append.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
@@ -68,7 +74,11 @@ class CpuTimer:
 
 
 class CudaTimer:
-    """CUDA events recorded on the current stream: they time kernels, not the Python that queues them."""
+    """CUDA events recorded on the current stream: they time kernels, not the Python that queues them.
+
+    A mark taken in a future's completion callback lands on the stream the callback runs on, which
+    waits for the collective, so it times the collective's end on the device.
+    """
 
     def mark(self) -> torch.cuda.Event:
         event = torch.cuda.Event(enable_timing=True)
@@ -87,17 +97,66 @@ def default_timer(device: torch.device) -> Timer:
     return CudaTimer() if device.type == "cuda" else CpuTimer()
 
 
-def events_frame(events: list[Event]) -> pd.DataFrame:
-    """Events -> a table in the schema's column order and dtypes, built column by column.
+_STRING = pd.StringDtype()
 
-    Equal to ``traces.schema.to_frame`` (the rank writer validates it before writing) at a tenth of
-    its cost, which is paid inside every measured step (benchmarks/instrument_overhead.py).
+
+def _strings(values: Sequence[str]) -> Any:
+    """A ``string`` column; straight from Arrow when that is pandas' storage (a quarter of the cost)."""
+    if _STRING.storage == "pyarrow" and _STRING.na_value is pd.NA:
+        return pd.arrays.ArrowStringArray(pa.array(values, type=pa.large_string()))
+    return pd.array(values, dtype="string")
+
+
+def rows_frame(
+    rank: int,
+    step: int,
+    keys: Sequence[SpanKey],
+    start_us: Sequence[float] | np.ndarray,
+    dur_us: Sequence[float] | np.ndarray,
+) -> pd.DataFrame:
+    """Measured rows -> a table in the schema's column order and dtypes, built column by column.
+
+    Equal to ``traces.schema.to_frame`` of the same events (the rank writer validates it before
+    writing) at a small fraction of its cost.
     """
-    columns: dict[str, Any] = {}
-    for name, dtype in COLUMNS.items():
-        values = [getattr(e, name) for e in events]
-        columns[name] = pd.array(values, dtype=dtype) if dtype == "string" else np.array(values, dtype=dtype)
+    n = len(keys)
+    columns: dict[str, Any] = {
+        "source": _strings(["measured"] * n),
+        "rank": np.full(n, rank, dtype="int32"),
+        "step": np.full(n, step, dtype="int32"),
+        "stream": _strings([k.stream for k in keys]),
+        "kind": _strings([k.kind for k in keys]),
+        "stage": np.array([k.stage for k in keys], dtype="int16"),
+        "chunk": np.array([k.chunk for k in keys], dtype="int16"),
+        "microbatch": np.array([k.microbatch for k in keys], dtype="int32"),
+        "index": np.array([k.index for k in keys], dtype="int32"),
+        "peer": np.array([k.peer for k in keys], dtype="int32"),
+        "start_us": np.asarray(start_us, dtype="float64"),
+        "dur_us": np.asarray(dur_us, dtype="float64"),
+        "bytes": np.array([k.bytes for k in keys], dtype="int64"),
+        "flops": np.zeros(n, dtype="float64"),
+    }
+    assert list(columns) == list(COLUMNS)
     return pd.DataFrame(columns, copy=False)
+
+
+def events_frame(events: list[Event]) -> pd.DataFrame:
+    """Measured ``Event``s (flops 0, one rank and step) -> a table equal to ``traces.schema.to_frame``."""
+    if not events:
+        return rows_frame(0, 0, [], [], [])
+    keys = [
+        SpanKey(e.kind, e.stage, e.chunk, e.microbatch, e.stream, e.peer, e.bytes, e.index) for e in events
+    ]
+    frame = rows_frame(
+        events[0].rank, events[0].step, keys, [e.start_us for e in events], [e.dur_us for e in events]
+    )
+    if any(e.rank != events[0].rank or e.step != events[0].step or e.source != "measured" for e in events):
+        frame["rank"] = np.array([e.rank for e in events], dtype="int32")
+        frame["step"] = np.array([e.step for e in events], dtype="int32")
+        frame["source"] = _strings([e.source for e in events])
+    if any(e.flops for e in events):
+        frame["flops"] = np.array([e.flops for e in events], dtype="float64")
+    return frame
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,12 +176,50 @@ class SpanKey:
         return f"{SPAN_PREFIX}{self.kind}|{self.stage}|{self.chunk}|{self.microbatch}"
 
 
-@dataclass
+Row = list[Any]
+"""One event of the step being recorded: ``[SpanKey, start mark, end mark or None]``."""
+
+
 class _Span:
-    key: SpanKey
-    start: Any
-    end: Any = None
-    end_us: float | None = None  # set directly when completion is observed on another thread
+    """Context manager of ``StepRecorder.span``: two marks and one append, no generator."""
+
+    __slots__ = ("_key", "_label", "_recorder", "_start")
+
+    def __init__(self, recorder: StepRecorder, key: SpanKey) -> None:
+        self._recorder, self._key = recorder, key
+        self._label: Any = None
+
+    def __enter__(self) -> None:
+        rec = self._recorder
+        if rec._prof is not None:  # the profiler attributes collectives to the enclosing span
+            self._label = record_function(self._key.label())
+            self._label.__enter__()
+        self._start = rec._mark()
+
+    def __exit__(self, *exc: object) -> None:
+        rec = self._recorder
+        end = rec._mark()
+        if self._label is not None:
+            self._label.__exit__(*exc)
+        rec._rows.append([self._key, self._start, end])
+
+
+class Completion:
+    """The end of one asynchronous collective: its callbacks mark the row's end (any thread)."""
+
+    __slots__ = ("_mark", "_row")
+
+    def __init__(self, mark: Any, row: Row) -> None:
+        self._mark, self._row = mark, row
+
+    def done(self, _fut: Any) -> None:
+        """``Future.add_done_callback`` target."""
+        self._row[2] = self._mark()
+
+    def value(self, fut: Any) -> Any:
+        """``Future.then`` target for a DDP comm hook: mark the end, pass the bucket tensor on."""
+        self._row[2] = self._mark()
+        return fut.value()[0]
 
 
 @dataclass
@@ -133,84 +230,146 @@ class StepRecorder:
     timer: Timer
     profile_collectives: bool = True
     device_type: str = "cpu"
-    _spans: list[_Span] = field(default_factory=list)
+    enabled: ClassVar[bool] = True
+    """False for a recorder that records nothing: library hooks are then not installed at all."""
+    _rows: list[Row] = field(default_factory=list)
+    _counts: dict[tuple[str, str, int, int, int], int] = field(default_factory=dict)
     _origin: Any = None
-    _origin_ns: int = 0
     _prof: Any = None
     _marker: Any = None
+    _p2p_futures: bool = True  # until a backend says point-to-point work has no future
+
+    def __post_init__(self) -> None:
+        # perf_counter_ns itself on CPU: one C call per mark, no Python frame
+        self._mark: Any = time.perf_counter_ns if isinstance(self.timer, CpuTimer) else self.timer.mark
+
+    @property
+    def profiling(self) -> bool:
+        """Whether the step being recorded runs under the profiler (collectives attributed by it)."""
+        return self._prof is not None
 
     def begin_step(self) -> None:
-        self._spans = []
+        self._rows = []
+        self._counts = {}
         if self.profile_collectives:
             acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.device_type == "cuda" else [])
             self._prof = profile(activities=acts)
             self._prof.__enter__()
             self._marker = record_function(STEP_MARKER)
             self._marker.__enter__()
-        self._origin = self.timer.mark()
-        self._origin_ns = time.perf_counter_ns()
+        self._origin = self._mark()
 
-    @contextmanager
-    def span(self, key: SpanKey) -> Iterator[None]:
+    def span(self, key: SpanKey) -> _Span:
         """Time the enclosed work as one event; collectives issued inside are attributed to ``key``."""
-        span = _Span(key, self.timer.mark())
-        self._spans.append(span)
-        with record_function(key.label()):
-            yield
-        span.end = self.timer.mark()
+        return _Span(self, key)
 
-    def open_async(self, key: SpanKey) -> _Span:
-        """Start a span whose end is observed later (``close_async``), e.g. an isend's completion."""
-        span = _Span(key, self.timer.mark())
-        self._spans.append(span)
-        return span
+    def open_async(self, key: SpanKey) -> Row:
+        """Start a span whose end is observed later (``watch`` / ``close_async``), e.g. an isend's."""
+        row = [key, self._mark(), None]
+        self._rows.append(row)
+        return row
 
-    def watch(self, span: _Span, work: Any) -> None:
-        """End ``span`` when the asynchronous ``work`` completes (never, without a future)."""
+    def watch(self, span: Row, work: Any) -> None:
+        """End ``span`` when the asynchronous ``work`` completes (never, without a future).
+
+        Gloo's point-to-point work has no future and reports completion only once waited on, so
+        its sends keep ``dur_us = 0``; the first such work switches the lookup off for the run.
+        """
+        if not self._p2p_futures:
+            return
         try:
-            work.get_future().then(lambda _fut: self.close_async(span))
+            fut = work.get_future()
         except RuntimeError:  # backends without futures for point-to-point work
-            span.end = None
+            self._p2p_futures = False
+            return
+        fut.add_done_callback(Completion(self._mark, span).done)
 
-    def close_async(self, span: _Span) -> None:
-        """End ``span`` now; safe to call from a communication thread (CPU wall clock)."""
-        span.end_us = (time.perf_counter_ns() - self._origin_ns) / 1e3
+    def close_async(self, span: Row) -> None:
+        """End ``span`` now; safe to call from a communication thread."""
+        span[2] = self._mark()
+
+    def open_collective(
+        self, stream: str, kind: str, stage: int = -1, chunk: int = -1, microbatch: int = -1, peer: int = -1
+    ) -> Completion:
+        """A collective issued now; ``index`` counts its key's collectives in issue order this step.
+
+        Hand the returned ``Completion``'s ``done`` / ``value`` to the collective's future.
+        """
+        ident = (stream, kind, stage, chunk, microbatch)
+        index = self._counts.get(ident, 0)
+        self._counts[ident] = index + 1
+        row = [SpanKey(kind, stage, chunk, microbatch, stream, peer, 0, index), self._mark(), None]
+        self._rows.append(row)
+        return Completion(self._mark, row)
 
     def end_step(self, step: int) -> pd.DataFrame:
         """Stop recording and return the step's events (schema rows, ``source = measured``)."""
+        return self.finish(step).frame()
+
+    def finish(self, step: int) -> StepEvents:
+        """Stop recording and return the step's events, their table not built yet (``frame``).
+
+        Resolves every mark (after the timer's synchronize) and reads the profiler, so the
+        recorder is free for the next step; the table is left to whoever writes it, outside the step.
+        """
         self.timer.synchronize()
-        events = [self._span_event(s, step) for s in self._spans]
+        rows, self._rows = self._rows, []
+        keys = [r[0] for r in rows]
+        if isinstance(self.timer, CpuTimer):
+            starts = np.array([r[1] for r in rows], dtype=np.int64)
+            # an asynchronous span whose completion was not observed lasts 0
+            ends = np.array(
+                [s if r[2] is None else r[2] for r, s in zip(rows, starts.tolist(), strict=True)],
+                dtype=np.int64,
+            )
+            start_us: Any = (starts - int(self._origin)) / 1e3
+            dur_us: Any = np.maximum((ends - starts) / 1e3, 0.0)
+        else:
+            el = self.timer.elapsed_us
+            start_us = [el(self._origin, r[1]) for r in rows]
+            dur_us = [0.0 if r[2] is None else max(el(r[1], r[2]), 0.0) for r in rows]
         if self._prof is not None:
             self._marker.__exit__(None, None, None)
             self._prof.__exit__(None, None, None)
-            events += collective_events(profiled_events(self._prof), self.rank, step)
+            profiled = collective_events(profiled_events(self._prof), self.rank, step)
             self._prof = None
-        return events_frame(events)
+            keys += [
+                SpanKey(e.kind, e.stage, e.chunk, e.microbatch, e.stream, e.peer, e.bytes, e.index)
+                for e in profiled
+            ]
+            start_us = [*start_us, *(e.start_us for e in profiled)]
+            dur_us = [*dur_us, *(e.dur_us for e in profiled)]
+        return StepEvents(self.rank, step, keys, start_us, dur_us)
 
-    def _span_event(self, span: _Span, step: int) -> Event:
-        start_us = self.timer.elapsed_us(self._origin, span.start)
-        if span.end_us is not None:
-            dur_us = span.end_us - start_us
-        elif span.end is None:  # an asynchronous span whose completion was not observed
-            dur_us = 0.0
-        else:
-            dur_us = self.timer.elapsed_us(span.start, span.end)
-        k = span.key
-        return Event(
-            source="measured",
-            rank=self.rank,
-            step=step,
-            stream=k.stream,
-            kind=k.kind,
-            start_us=start_us,
-            dur_us=max(dur_us, 0.0),
-            stage=k.stage,
-            chunk=k.chunk,
-            microbatch=k.microbatch,
-            index=k.index,
-            peer=k.peer,
-            bytes=k.bytes,
-        )
+
+class StepEvents:
+    """One step's measured events on one rank, resolved; ``frame()`` builds their table once.
+
+    Building a pandas table costs more than recording a small step's events, so it happens where
+    the table is needed (the rank writer, after the step), not inside the measured step.
+    """
+
+    __slots__ = ("_frame", "dur_us", "keys", "rank", "start_us", "step")
+
+    def __init__(
+        self,
+        rank: int,
+        step: int,
+        keys: list[SpanKey],
+        start_us: Sequence[float] | np.ndarray,
+        dur_us: Sequence[float] | np.ndarray,
+    ) -> None:
+        self.rank, self.step, self.keys, self.start_us, self.dur_us = rank, step, keys, start_us, dur_us
+        self._frame: pd.DataFrame | None = None
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def frame(self) -> pd.DataFrame:
+        """The events as a schema table (``traces.schema.COLUMNS``), built on first use."""
+        if self._frame is None:
+            self._frame = rows_frame(self.rank, self.step, self.keys, self.start_us, self.dur_us)
+        return self._frame
 
 
 COMM_MARKER = "plancast-comm|"

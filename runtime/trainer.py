@@ -19,7 +19,7 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.tensor import DTensor, Partial, Replicate
 from torch.profiler import record_function
 
-from runtime.instrument import SpanKey, StepRecorder, default_timer
+from runtime.instrument import SpanKey, StepEvents, StepRecorder, default_timer
 from runtime.memory import ActivationAccount, peak_memory
 from runtime.model import Decoder, ModelConfig, microbatch, synthetic_batch
 from runtime.parallel.dp import (
@@ -37,6 +37,7 @@ from simulator.scenario import Scenario
 
 LEARNING_RATE = 1e-3
 """AdamW learning rate of the synthetic run (the scenario describes cost, not convergence)."""
+OPTIMIZER = SpanKey("optimizer")
 
 
 @dataclass
@@ -45,7 +46,13 @@ class StepOutput:
 
     loss: float | None
     """Mean loss over this rank's micro-batches (last pipeline stage only, else None)."""
-    events: pd.DataFrame
+    recorded: StepEvents
+    """The measured events, resolved; their table is built on first use of ``events``."""
+
+    @property
+    def events(self) -> pd.DataFrame:
+        """The step's measured events (schema table), built outside the step on first use."""
+        return self.recorded.frame()
 
 
 @dataclass
@@ -61,28 +68,38 @@ class ChunkState:
 
 
 def library_collectives(scenario: Scenario) -> bool:
-    """Whether DTensor, DDP, FSDP or ZeRO issue collectives that only the profiler sees (tp or dp > 1).
+    """Whether collectives are issued where only the profiler sees them: DTensor (tp > 1), FSDP2 (ZeRO-2/3).
 
-    Otherwise every event is a span (compute, send/recv, the tied-embedding all-reduce) and the
-    profiler, most of the instrumentation cost on small models, stays off
-    (benchmarks/instrument_overhead.py).
+    Everything else is timed directly: compute and send/recv spans, the tied-embedding all-reduce,
+    DDP's gradient buckets (a comm hook) and ZeRO-1's broadcasts (runtime/parallel/dp.py), so plain
+    DDP, ZeRO-1 and pipeline plans never start the profiler, most of the instrumentation cost on
+    small models (benchmarks/instrument_overhead.py).
     """
-    return scenario.tp > 1 or scenario.dp > 1
+    return scenario.tp > 1 or (scenario.dp > 1 and scenario.parallelism.zero_stage >= 2)
 
 
 class Trainer:
     """Builds this rank's share of the plan and runs steps (the default process group must exist)."""
 
     def __init__(
-        self, scenario: Scenario, rank: int, world_size: int, device: torch.device, *, instrument: bool = True
+        self,
+        scenario: Scenario,
+        rank: int,
+        world_size: int,
+        device: torch.device,
+        *,
+        instrument: bool = True,
+        recorder: StepRecorder | None = None,
     ) -> None:
+        """``instrument=False`` never starts the profiler; ``recorder`` replaces the default recorder
+        (one whose ``enabled`` is False leaves DDP and ZeRO without timing hooks)."""
         self.scenario, self.device = scenario, device
         self.plan: RankPlan = rank_plan(scenario, rank, world_size)
         grid = self.plan.grid
         self.mesh: DeviceMesh = init_device_mesh(
             device.type, grid.mesh_shape, mesh_dim_names=grid.mesh_dim_names
         )
-        self.recorder = StepRecorder(
+        self.recorder = recorder or StepRecorder(
             rank,
             default_timer(device),
             profile_collectives=instrument and library_collectives(scenario),
@@ -150,12 +167,20 @@ class Trainer:
                 stage=c.stage,
                 chunk=c.chunk,
                 device_ids=ids,
+                recorder=self.recorder,
             )
             last_backward = functools.partial(backward_with_sync, ddp)
         params = list(model.parameters())
         optimizer: torch.optim.Optimizer
         if s.dp > 1 and zero == 1:
-            optimizer = zero1_optimizer(params, self.mesh["dp"].get_group(), LEARNING_RATE)
+            optimizer = zero1_optimizer(
+                params,
+                self.mesh["dp"].get_group(),
+                LEARNING_RATE,
+                recorder=self.recorder,
+                stage=c.stage,
+                chunk=c.chunk,
+            )
         else:
             optimizer = torch.optim.AdamW(params, lr=LEARNING_RATE)
         runner = StageRunner(c.stage, c.chunk, model, params, last_backward)
@@ -185,11 +210,14 @@ class Trainer:
         for c in self.chunks:
             self._reduce_partial_grads(c)
             self._sync_tied_embedding(c)
-        with self.recorder.span(SpanKey("optimizer")):
+        with self.recorder.span(OPTIMIZER):
             for c in self.chunks:
-                with record_function(comm_label("dp", c.chunk.stage, c.chunk.chunk, -1)):
+                if self.recorder.profiling:  # attributes ZeRO-1's broadcasts to the chunk
+                    with record_function(comm_label("dp", c.chunk.stage, c.chunk.chunk, -1)):
+                        c.optimizer.step()
+                else:
                     c.optimizer.step()
-        events = self.recorder.end_step(step)
+        events = self.recorder.finish(step)
         last = any(c.chunk.has_head for c in self.chunks)
         return StepOutput(loss if last else None, events)
 
@@ -224,7 +252,7 @@ class Trainer:
         if weight is None or weight.grad is None:
             raise RuntimeError(f"stage {c.chunk.stage} holds a tied embedding copy without a gradient")
         grad = weight.grad.to_local() if isinstance(weight.grad, DTensor) else weight.grad
-        if self.recorder.profile_collectives:
+        if self.recorder.profiling:
             timed: AbstractContextManager[None] = record_function(
                 comm_label("pp", c.chunk.stage, c.chunk.chunk, -1) + f"|{c.tie_peer}"
             )

@@ -5,12 +5,17 @@ module (so the reducer neither expects hooks nor rebuilds buckets), and only the
 is announced to the reducer (``prepare_for_backward``), which then all-reduces each bucket as its
 gradients become ready. Buckets therefore keep DDP's initial order (reverse registration order,
 ``ddp_bucket_bytes`` in simulator/costs/tp_comm.py predicts them). A comm hook identical to DDP's
-default (average, then all-reduce) marks each bucket for the instrumentation.
+default (average, then all-reduce) times each bucket for the instrumentation: a mark when it is
+issued, a mark in the completion callback of its future (which DDP's own default hook chains too),
+``index`` = bucket in issue order. ZeRO-1 times its per-owner broadcasts the same way. No profiler is
+needed for either; only when the step runs under the profiler anyway (tensor parallelism) do they
+fall back to a profiler range that attributes them (``comm_label``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -22,12 +27,45 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.nn.utils import parametrize
 from torch.profiler import record_function
 
+from runtime.instrument import StepRecorder
+
 COMM_MARKER = "plancast-comm|"
 
 
 def comm_label(stream: str, stage: int, chunk: int, microbatch: int) -> str:
     """Profiler label attributing the collectives issued inside it to (stream, stage, chunk, microbatch)."""
     return f"{COMM_MARKER}{stream}|{stage}|{chunk}|{microbatch}"
+
+
+class BucketTiming:
+    """State of the timed all-reduce hook: the group, where to record, and the chunk it belongs to."""
+
+    def __init__(self, group: dist.ProcessGroup, recorder: StepRecorder, stage: int, chunk: int) -> None:
+        self.group, self.recorder, self.stage, self.chunk = group, recorder, stage, chunk
+        self.label = comm_label("dp", stage, chunk, -1)
+        self.size = group.size()
+
+
+def _first(fut: torch.futures.Future[Any]) -> torch.Tensor:
+    return fut.value()[0]
+
+
+def timed_allreduce_hook(state, bucket):
+    """DDP's default hook (average, then all-reduce), with the bucket timed as a ``dp`` all-reduce.
+
+    Unannotated: DDP checks a hook's annotations and this module's are strings (future import).
+    """
+    tensor = bucket.buffer().div_(state.size)
+    rec = state.recorder
+    if rec.profiling:  # the profiler times it; the label attributes it to this chunk
+        with record_function(state.label):
+            work = dist.all_reduce(tensor, group=state.group, async_op=True)
+        assert work is not None  # async_op=True always returns a Work
+        return work.get_future().then(_first)
+    done = rec.open_collective("dp", "all_reduce", state.stage, state.chunk)
+    work = dist.all_reduce(tensor, group=state.group, async_op=True)
+    assert work is not None
+    return work.get_future().then(done.value)
 
 
 def wrap_ddp(
@@ -38,21 +76,17 @@ def wrap_ddp(
     stage: int,
     chunk: int,
     device_ids: list[int] | None = None,
+    recorder: StepRecorder | None = None,
 ) -> DistributedDataParallel:
-    """DDP over ``group`` with the scenario's bucket size and an instrumented default all-reduce hook."""
+    """DDP over ``group`` with the scenario's bucket size; buckets timed into ``recorder``.
+
+    Without a recorder (or a disabled one) DDP keeps its built-in C++ all-reduce: nothing recorded.
+    """
     ddp = DistributedDataParallel(
         module, process_group=group, bucket_cap_mb=bucket_cap_mb, device_ids=device_ids, init_sync=False
     )
-    label = comm_label("dp", stage, chunk, -1)
-
-    def hook(pg, bucket):  # DDP checks real (not string) annotations, so none here
-        with record_function(label):
-            tensor = bucket.buffer().div_(pg.size())
-            work = dist.all_reduce(tensor, group=pg, async_op=True)
-        assert work is not None  # async_op=True always returns a Work
-        return work.get_future().then(lambda fut: fut.value()[0])
-
-    ddp.register_comm_hook(group, hook)
+    if recorder is not None and recorder.enabled:
+        ddp.register_comm_hook(BucketTiming(group, recorder, stage, chunk), timed_allreduce_hook)
     return ddp
 
 
@@ -62,14 +96,59 @@ def backward_with_sync(ddp: DistributedDataParallel, output: torch.Tensor, grad:
     torch.autograd.backward(output, grad)
 
 
+class TimedZeroRedundancyOptimizer(ZeroRedundancyOptimizer):
+    """ZeRO-1 whose per-owner parameter broadcasts are timed as ``dp`` broadcasts of one chunk.
+
+    ``step`` broadcasts each owner's updated shard through ``_broadcast_params_from_rank`` (one
+    bucket per owner with ``parameters_as_bucket_view``); this times each call from its issue to
+    its future's completion, ``index`` = owner in issue order.
+    """
+
+    def __init__(
+        self,
+        params: list[nn.Parameter],
+        group: dist.ProcessGroup,
+        lr: float,
+        recorder: StepRecorder,
+        stage: int,
+        chunk: int,
+    ) -> None:
+        super().__init__(
+            params,
+            optimizer_class=torch.optim.AdamW,
+            process_group=group,
+            parameters_as_bucket_view=True,
+            lr=lr,
+        )
+        self._plancast = (recorder, stage, chunk)
+
+    def _broadcast_params_from_rank(self, rank: int) -> list[Any]:
+        recorder, stage, chunk = self._plancast
+        if recorder.profiling:  # attributed by the profiler (the trainer's label around ``step``)
+            return super()._broadcast_params_from_rank(rank)  # type: ignore[misc]  # private in torch
+        done = recorder.open_collective("dp", "broadcast", stage, chunk)
+        handles: list[Any] = super()._broadcast_params_from_rank(rank)  # type: ignore[misc]
+        for work in handles:
+            work.get_future().add_done_callback(done.done)
+        return handles
+
+
 def zero1_optimizer(
-    params: Iterable[nn.Parameter], group: dist.ProcessGroup, lr: float
+    params: Iterable[nn.Parameter],
+    group: dist.ProcessGroup,
+    lr: float,
+    *,
+    recorder: StepRecorder | None = None,
+    stage: int = 0,
+    chunk: int = 0,
 ) -> ZeroRedundancyOptimizer:
     """AdamW with optimizer states sharded over ``group`` (ZeRO stage 1, Rajbhandari et al. 2020).
 
     With ``parameters_as_bucket_view`` each rank broadcasts its updated shard as one bucket, so a step
-    issues one broadcast per data-parallel rank, in rank order.
+    issues one broadcast per data-parallel rank, in rank order; timed into ``recorder`` if given.
     """
+    if recorder is not None and recorder.enabled:
+        return TimedZeroRedundancyOptimizer(list(params), group, lr, recorder, stage, chunk)
     return ZeroRedundancyOptimizer(
         list(params),
         optimizer_class=torch.optim.AdamW,
