@@ -105,7 +105,8 @@ class Engine:
         self._indices: dict[tuple[int, str, str, int, int, int], int] = {}
         self._fsdp: dict[tuple[int, int], FsdpState] = {}
         self._meetings: dict[tuple[int, int], simpy.Event] = {}
-        self._dp_host_s = s.cluster.compute.dp_collective_overhead_us * 1e-6
+        # host cost of FSDP2's unit hooks per collective (DDP buckets and ZeRO-1 broadcasts have none)
+        self._dp_host_s = s.cluster.compute.dp_collective_overhead_us * 1e-6 if self.fsdp else 0.0
         slots = s.cluster.compute_slots_per_node
         # Shared compute only matters when a node runs more ranks than it has compute units; symmetric
         # simulation would hide the contention, so every rank is simulated then.

@@ -264,7 +264,7 @@ class ComputeModel(_Strict):
     """Host time per tensor-parallel collective beyond the link's alpha-beta (framework dispatch, e.g.
     DTensor redistributes on CPU); ~0 on GPUs, whose host runs ahead. Fitted by `plancast calibrate`."""
     dp_collective_overhead_us: float = Field(default=0.0, ge=0)
-    """Host time per data-parallel collective (DDP buckets, FSDP2 unit hooks); fitted like the above."""
+    """Host time per ZeRO-2/3 (FSDP2) collective: its unit hooks run in Python; fitted like the above."""
     """Fixed time per operator (kernel launch, framework dispatch)."""
 
 
