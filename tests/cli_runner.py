@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import io
+import subprocess
 import sys
 from contextlib import redirect_stderr, redirect_stdout
+from pathlib import Path
 from typing import Any
 from unittest import mock
 
 from plancast import cli
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 def cli_main(*args: str) -> tuple[int, str, str]:
@@ -22,3 +26,15 @@ def cli_main(*args: str) -> tuple[int, str, str]:
         except SystemExit as exit_:
             code = exit_.code
     return (0 if code is None else int(code)), stdout.getvalue(), stderr.getvalue()
+
+
+def cli_subprocess(*args: str, timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
+    """`python -m plancast ARGS` in a real subprocess, from the repository root."""
+    return subprocess.run(
+        [sys.executable, "-m", "plancast", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=timeout_s,
+        check=False,
+    )

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -13,6 +12,7 @@ import pytest
 
 from simulator.predict import simulate
 from simulator.scenario import load_scenario
+from tests.cli_runner import cli_subprocess
 from traces.store import RankEventWriter, RunDir, write_json
 
 REPO = Path(__file__).resolve().parent.parent
@@ -20,14 +20,7 @@ SCENARIO = REPO / "examples" / "tiny-local-cpu.toml"
 
 
 def plancast(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "plancast", *args],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=120,
-        check=False,
-    )
+    return cli_subprocess(*args, timeout_s=120)
 
 
 @pytest.fixture

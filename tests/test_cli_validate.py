@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import subprocess
-import sys
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from simulator.scenario import load_scenario, to_toml_dict
-from tests.cli_runner import cli_main
+from tests.cli_runner import cli_main, cli_subprocess
 
 REPO = Path(__file__).parents[1]
 EXAMPLES = REPO / "examples"
@@ -33,14 +32,7 @@ TINY: dict[str, Any] = {
 
 
 def run_subprocess(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "plancast", *args],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=60,
-        check=False,
-    )
+    return cli_subprocess(*args, timeout_s=60)
 
 
 SUBPROCESS_CASES = [
