@@ -10,9 +10,10 @@ rotates every round, so drift and ordering cancel):
 - ``off``: no recording at all (a recorder whose methods do nothing, no DDP/ZeRO timing hooks:
   DDP's built-in all-reduce), the baseline.
 
-A step's time is the slowest rank's, between two barriers. The overhead is the ratio of the
-``instrumented`` and ``off`` medians. The step's event table is built after the step, where
-``plancast run``'s rank writer needs it (``StepOutput.events``); its cost is reported on its own.
+A step's time is the slowest rank's, from a barrier to the end of the step's work, as ``plancast run``
+times it (``StepOutput.work_end_s``). The overhead is the ratio of the ``instrumented`` and ``off``
+medians. What the recorder does after the work, before the next step can start (stop and read the
+profiler, build the step's event table for the rank writer), is reported on its own.
 CPU timings vary by tens of percent between runs (DESIGN.md, "Hardware paths"); the ratio of
 interleaved medians in one run is the robust figure.
 
@@ -72,6 +73,7 @@ class OffRecorder(StepRecorder):
         return None
 
     def finish(self, step: int) -> StepEvents:
+        self.work_end_s = time.perf_counter()
         return StepEvents(self.rank, step, [], [], [])
 
 
@@ -82,14 +84,14 @@ def uninstrumented(scenario: Scenario, rank: int, world_size: int, device: torch
 
 
 def timed_step(trainer: Trainer, step: int, device: torch.device) -> tuple[float, float]:
-    """Seconds the slowest rank spent in ``trainer.step(step)``, starting together, and then in
-    building the step's event table (which ``plancast run``'s writer does after the step)."""
+    """Seconds the slowest rank spent in ``trainer.step(step)`` up to the end of its work, starting
+    together, and then in the recorder's work after it (profiler read-out, the step's event table)."""
     dist.barrier()
     start = time.perf_counter()
     out = trainer.step(step)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-    stop = time.perf_counter()
+    stop = out.work_end_s
     out.events  # noqa: B018 - the deferred table, timed on its own
     elapsed = torch.tensor([stop - start, time.perf_counter() - stop], device=device)
     dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
@@ -154,7 +156,10 @@ def report(times: dict[str, list[float]], tables: list[float]) -> None:
             f"{max(ts) * 1e3:>10.2f}{ratios[m]:>14.4f}"
         )
     print(f"overhead {100 * (ratios['instrumented'] - 1):.1f}%")
-    print(f"event table, built after each instrumented step: median {statistics.median(tables) * 1e3:.2f} ms")
+    print(
+        "after each instrumented step (profiler read-out, event table): "
+        f"median {statistics.median(tables) * 1e3:.2f} ms"
+    )
 
 
 def main() -> None:

@@ -238,6 +238,8 @@ class StepRecorder:
     _prof: Any = None
     _marker: Any = None
     _p2p_futures: bool = True  # until a backend says point-to-point work has no future
+    work_end_s: float = 0.0
+    """``time.perf_counter()`` when the last step's work was done (set by ``finish``)."""
 
     def __post_init__(self) -> None:
         # perf_counter_ns itself on CPU: one C call per mark, no Python frame
@@ -313,6 +315,8 @@ class StepRecorder:
         recorder is free for the next step; the table is left to whoever writes it, outside the step.
         """
         self.timer.synchronize()
+        # the step's work ends here; stopping and reading the profiler is the recorder's bookkeeping
+        self.work_end_s = time.perf_counter()
         rows, self._rows = self._rows, []
         keys = [r[0] for r in rows]
         if isinstance(self.timer, CpuTimer):

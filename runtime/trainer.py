@@ -48,6 +48,9 @@ class StepOutput:
     """Mean loss over this rank's micro-batches (last pipeline stage only, else None)."""
     recorded: StepEvents
     """The measured events, resolved; their table is built on first use of ``events``."""
+    work_end_s: float = 0.0
+    """``time.perf_counter()`` when the step's device work was done, before the recorder read the
+    profiler (``StepRecorder.finish``): the end of the step as ``plancast run`` times it."""
 
     @property
     def events(self) -> pd.DataFrame:
@@ -219,7 +222,7 @@ class Trainer:
                     c.optimizer.step()
         events = self.recorder.finish(step)
         last = any(c.chunk.has_head for c in self.chunks)
-        return StepOutput(loss if last else None, events)
+        return StepOutput(loss if last else None, events, self.recorder.work_end_s)
 
     def _reduce_partial_grads(self, c: ChunkState) -> None:
         """Sum the sequence-parallel norm gradients (Partial over tp) in one all-reduce (as Megatron-LM)."""
