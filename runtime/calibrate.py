@@ -15,10 +15,17 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import tomli_w
 
-from simulator.calibration import Measured, Observation, calibrated_cluster, fit_compute
+from simulator.calibration import (
+    Measured,
+    Observation,
+    calibrated_cluster,
+    fit_compute,
+    optimizer_tensor_overhead_us,
+)
 from simulator.predict import simulate
 from simulator.scenario import GPU, Cluster, Scenario, load_scenario, parse_scenario
 from traces.calibrate import compute_observations, fit_link, median_observations
@@ -118,6 +125,7 @@ def calibrate(runs: list[Path], *, microbench: bool, world: int = 2) -> tuple[Cl
     # every run is refitted on the same (possibly microbenchmarked) cluster
     scenarios = [s.model_copy(update={"cluster": cluster}) for s in scenarios]
     measured_runs, samples = [], []
+    optimizer_steps: list[tuple[Scenario, float]] = []
     for path, s in zip(runs, scenarios, strict=True):
         measured = read_measured(RunDir(path))
         notes += [f"warning: {p}" for p in measured.problems]
@@ -128,7 +136,9 @@ def calibrate(runs: list[Path], *, microbench: bool, world: int = 2) -> tuple[Cl
             Observation(int(r.stage), str(r.kind), float(r.seconds)) for r in obs.itertuples()
         )
         if _clean_compute(s):
-            measured_runs.append(Measured(s, observations, _params_per_stage(s)))
+            measured_runs.append(Measured(s, observations))
+        if not (s.dp > 1 and s.parallelism.zero_stage == 1):  # ZeRO-1's step also broadcasts
+            optimizer_steps += [(s, ob.seconds) for ob in observations if ob.kind == "optimizer"]
         samples.append(run_links(simulate(s).events, measured.events, s))
     if not measured_runs:
         raise ValueError(
@@ -153,22 +163,96 @@ def calibrate(runs: list[Path], *, microbench: bool, world: int = 2) -> tuple[Cl
         except ValueError as e:
             notes.append(f"link kept as it was ({e})")
     cluster = calibrated_cluster(scenarios[0], compute, links_fit)
-    for field, wanted in (
-        ("tp_collective_overhead_us", lambda s: s.tp > 1),
-        ("dp_collective_overhead_us", lambda s: s.dp > 1 and s.parallelism.zero_stage >= 2),
+    cluster, optimizer_notes = _fit_optimizer(cluster, optimizer_steps)
+    notes += optimizer_notes
+    # host overheads, each fitted on the step times of the runs that have the collectives it prices;
+    # pipeline transfers first (their runs have clean compute), then the tp and ZeRO-2/3 collectives
+    for fields, wanted in (
+        (("p2p_overhead_us",), lambda s: s.pp > 1),
+        (("tp_collective_overhead_us",), lambda s: s.tp > 1 and not s.parallelism.sequence_parallel),
+        (("sp_collective_overhead_us",), lambda s: s.tp > 1 and s.parallelism.sequence_parallel),
+        (("dp_collective_overhead_us", "fsdp_step_overhead_us"), _uses_fsdp),
     ):
-        fits = [
-            _fit_overhead(field, s.model_copy(update={"cluster": cluster}), path)
+        chosen = [
+            (path, s.model_copy(update={"cluster": cluster}))
             for path, s in zip(runs, scenarios, strict=True)
             if wanted(s)
         ]
-        if fits:
-            overhead = statistics.median(fits)
-            cluster = cluster.model_copy(
-                update={"compute": cluster.compute.model_copy(update={field: overhead})}
-            )
-            notes.append(f"{field} = {overhead:.0f} us, fitted on the step time of {len(fits)} run(s)")
+        if not chosen:
+            continue
+        counts = {s.num_microbatches for _, s in chosen}
+        if len(fields) == 2 and len(counts) > 1:
+            fitted = _fit_two_overheads(fields, chosen)
+        else:  # one field per family (a second one needs runs that differ in their micro-batch count)
+            fitted = {fields[0]: statistics.median(_fit_overhead(fields[0], s, path) for path, s in chosen)}
+        cluster = cluster.model_copy(update={"compute": cluster.compute.model_copy(update=fitted)})
+        notes += [
+            f"{field} = {value:.0f} us, fitted on the step time of {len(chosen)} run(s)"
+            for field, value in fitted.items()
+        ]
     return cluster, notes
+
+
+def _uses_fsdp(s: Scenario) -> bool:
+    return s.dp > 1 and s.parallelism.zero_stage >= 2
+
+
+def _simulated_step_s(s: Scenario, overheads: dict[str, float]) -> float:
+    compute = s.cluster.compute.model_copy(update=overheads)
+    scenario = s.model_copy(update={"cluster": s.cluster.model_copy(update={"compute": compute})})
+    return float(simulate(scenario, events=False).summary["step_time_s"])
+
+
+def _fit_two_overheads(fields: tuple[str, str], chosen: list[tuple[Path, Scenario]]) -> dict[str, float]:
+    """A per-collective and a per-step host overhead (us) together, from the runs' measured median step
+    times: Gauss-Newton on the simulated step times (slopes by finite differences, since overlap makes
+    them only piecewise linear); runs with different micro-batch counts separate the two. A negative
+    solution falls back to the per-collective overhead alone."""
+    probes = np.array([1_000.0, 10_000.0])  # finite-difference steps (us), about a tenth of typical values
+    measured = np.array(
+        [float(read_json(RunDir(path).measured_summary)["step_time_s"]) for path, _ in chosen]
+    )
+
+    def steps(x: np.ndarray) -> np.ndarray:
+        values = dict(zip(fields, map(float, x), strict=True))
+        return np.array([_simulated_step_s(s, values) for _, s in chosen])
+
+    x = np.zeros(2)
+    for _ in range(8):
+        base = steps(x)
+        jacobian = np.column_stack([(steps(x + probes * np.eye(2)[i]) - base) / probes[i] for i in range(2)])
+        delta, *_ = np.linalg.lstsq(jacobian, measured - base, rcond=None)
+        x = np.maximum(x + delta, 0.0)
+        if np.all(np.abs(delta) < 1.0):  # converged to within a microsecond
+            break
+    if not np.any(x):
+        return {fields[0]: statistics.median(_fit_overhead(fields[0], s, path) for path, s in chosen)}
+    return {fields[0]: float(x[0]), fields[1]: float(x[1])}
+
+
+def _uses_dtensor(s: Scenario) -> bool:
+    """Whether the runtime's parameters are DTensors (tensor parallel, or FSDP2 for ZeRO-2/3)."""
+    return s.tp > 1 or (s.dp > 1 and s.parallelism.zero_stage >= 2)
+
+
+def _fit_optimizer(cluster: Cluster, steps: list[tuple[Scenario, float]]) -> tuple[Cluster, list[str]]:
+    """The optimizer's per-tensor host times, plain and DTensor, each the median over the runs of its
+    kind (simulator.calibration.optimizer_tensor_overhead_us); a kind without runs keeps its value."""
+    notes, update = [], {}
+    for field, dtensor in (("optimizer_overhead_us", False), ("dtensor_optimizer_overhead_us", True)):
+        samples = [
+            optimizer_tensor_overhead_us(s.model_copy(update={"cluster": cluster}), seconds)
+            for s, seconds in steps
+            if _uses_dtensor(s) == dtensor
+        ]
+        if samples:
+            update[field] = statistics.median(samples)
+            notes.append(
+                f"{field} = {update[field]:.0f} us per tensor, from the optimizer spans of "
+                f"{len(samples)} (rank, run) median(s)"
+            )
+    compute = cluster.compute.model_copy(update=update)
+    return cluster.model_copy(update={"compute": compute}), notes
 
 
 def _clean_compute(s: Scenario) -> bool:
@@ -183,9 +267,7 @@ def _fit_overhead(field: str, s: Scenario, run_path: Path, high_us: float = 50_0
     measured = float(read_json(RunDir(run_path).measured_summary)["step_time_s"])
 
     def step(overhead_us: float) -> float:
-        compute = s.cluster.compute.model_copy(update={field: overhead_us})
-        scenario = s.model_copy(update={"cluster": s.cluster.model_copy(update={"compute": compute})})
-        return float(simulate(scenario, events=False).summary["step_time_s"])
+        return _simulated_step_s(s, {field: overhead_us})
 
     low, high = 0.0, high_us
     if step(low) >= measured:
@@ -194,18 +276,6 @@ def _fit_overhead(field: str, s: Scenario, run_path: Path, high_us: float = 50_0
         mid = (low + high) / 2
         low, high = (mid, high) if step(mid) < measured else (low, mid)
     return (low + high) / 2
-
-
-def _params_per_stage(s: Scenario) -> dict[int, float]:
-    """Parameters each pipeline rank's optimizer updates (observations of kind optimizer have stage -1:
-    keyed by -1, the busiest rank's share)."""
-    from simulator.costs.stage import stage_costs
-    from simulator.engine import Topology
-
-    costs = stage_costs(s, Topology.of(s).levels("tp"))
-    per_rank = [sum(costs[c * s.pp + r].params for c in range(s.vpp)) for r in range(s.pp)]
-    local = max(per_rank) / (s.dp if s.parallelism.zero_stage >= 1 else 1)
-    return {-1: local}
 
 
 def write_profile(cluster: Cluster, path: Path, notes: list[str]) -> None:

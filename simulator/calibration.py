@@ -20,8 +20,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from simulator.costs.ops import Op, Shape, attention_core, embedding_forward, head_forward, layer_forward
-from simulator.costs.stage import MEMORY_BACKWARD_FACTOR
-from simulator.engine import optimizer_bytes_per_param
+from simulator.costs.stage import MEMORY_BACKWARD_FACTOR, stage_costs
+from simulator.engine import Topology, optimizer_bytes_per_param, optimizer_tensors
 from simulator.scenario import Cluster, ComputeModel, Scenario, Tier
 
 
@@ -79,20 +79,33 @@ def stage_row(s: Scenario, stage: int, kind: str) -> np.ndarray:
     return row
 
 
-def optimizer_row(s: Scenario, params: float) -> np.ndarray:
-    """The optimizer step: memory-bound over its local parameters."""
-    row = np.zeros(4)
-    row[2] = params * optimizer_bytes_per_param(s) / (s.cluster.gpu.hbm_GBps * 1e9)
-    return row
+def optimizer_tensor_overhead_us(s: Scenario, seconds: float) -> float:
+    """The per-tensor host time (us) one measured optimizer step implies on `s`'s cluster.
+
+    `seconds` is the median over ranks (traces.calibrate.median_observations), so the rank's memory-
+    bound time and tensor count are the means over pipeline ranks: what is left of the measured step
+    after moving the optimizer's bytes is spread over its tensors (engine.optimizer_host_s)."""
+    costs = stage_costs(s, Topology.of(s).levels("tp"))
+    memory_s, tensors = [], []
+    for r in range(s.pp):
+        stages = [c * s.pp + r for c in range(s.vpp)]
+        params = sum(costs[v].params for v in stages) / (s.dp if s.parallelism.zero_stage >= 1 else 1)
+        memory_s.append(
+            params
+            * optimizer_bytes_per_param(s)
+            / (s.cluster.gpu.hbm_GBps * 1e9 * s.cluster.compute.memory_efficiency)
+        )
+        tensors.append(optimizer_tensors(s, stages))
+    host_s = seconds - float(np.mean(memory_s))
+    return max(host_s, 0.0) / float(np.mean(tensors)) * 1e6
 
 
 @dataclass(frozen=True)
 class Measured:
-    """Compute observations of one run, with the run's scenario and its optimizer's parameter counts."""
+    """Compute observations of one run, with the run's scenario."""
 
     scenario: Scenario
     observations: tuple[Observation, ...]
-    params_per_stage: Mapping[int, float]
 
 
 def fit_compute(runs: Iterable[Measured]) -> ComputeModel:
@@ -107,12 +120,9 @@ def fit_compute(runs: Iterable[Measured]) -> ComputeModel:
     for run in runs:
         s = run.scenario
         for ob in run.observations:
-            if ob.seconds <= 0:
+            if ob.seconds <= 0 or ob.kind == "optimizer":  # the optimizer has its own fit (below)
                 continue
-            if ob.kind == "optimizer":
-                row = optimizer_row(s, run.params_per_stage.get(ob.stage, 0.0))
-            else:
-                row = stage_row(s, ob.stage, ob.kind)
+            row = stage_row(s, ob.stage, ob.kind)
             rows.append(row / ob.seconds)
             targets.append(1.0)
     if not rows:

@@ -13,7 +13,7 @@ one representative per pipeline position is simulated and its events copied to i
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Generator, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +21,7 @@ import simpy
 
 from simulator.costs.collectives import Level, Link, collective_seconds, group_levels, ring_seconds
 from simulator.costs.ops import DTYPE_BYTES
+from simulator.costs.params import chunk_tensor_bytes
 from simulator.costs.stage import StageCost, stage_costs
 from simulator.costs.tp_comm import sp_grad_all_reduce_bytes
 from simulator.mesh import Coord, RankGrid, span_tier
@@ -107,6 +108,9 @@ class Engine:
         self._meetings: dict[tuple[int, int], simpy.Event] = {}
         # host cost of FSDP2's unit hooks per collective (DDP buckets and ZeRO-1 broadcasts have none)
         self._dp_host_s = s.cluster.compute.dp_collective_overhead_us * 1e-6 if self.fsdp else 0.0
+        self._fsdp_step_s = s.cluster.compute.fsdp_step_overhead_us * 1e-6 if self.fsdp else 0.0
+        # host cost of posting one pipeline transfer, on each side (ComputeModel.p2p_overhead_us)
+        self._p2p_host_s = s.cluster.compute.p2p_overhead_us * 1e-6
         slots = s.cluster.compute_slots_per_node
         # Shared compute only matters when a node runs more ranks than it has compute units; symmetric
         # simulation would hide the contention, so every rank is simulated then.
@@ -217,6 +221,8 @@ class Engine:
             yield ev
         elif landed > start:
             yield self.env.timeout(landed - start)
+        if self._p2p_host_s:
+            yield self._busy(st, self._p2p_host_s)
         index = 0 if kind == "F" else 1
         self.spans.append(
             (
@@ -396,6 +402,8 @@ class Engine:
                     )
                     spans.append(row)
                 if nxt != rank:
+                    if self._p2p_host_s:
+                        yield self._busy(st, self._p2p_host_s)
                     sent = self._send(st, "F", stage, chunk, mb, stage + 1)
                     if blocking:
                         yield env.timeout(sent)
@@ -416,6 +424,8 @@ class Engine:
                 if a in last_b and not self.fsdp:
                     self._reduce_gradients(st, a, start)
                 if prev != rank:
+                    if self._p2p_host_s:
+                        yield self._busy(st, self._p2p_host_s)
                     sent = self._send(st, "B", stage, chunk, mb, stage - 1)
                     if blocking:
                         yield env.timeout(sent)
@@ -423,6 +433,8 @@ class Engine:
                 yield from self._compute(st, "backward_weight", a, d.backward_weight_s, d.weight_flops)
         if st.pending_dp:
             yield st.dp_done
+        if self._fsdp_step_s:  # FSDP2's per-step host work (no event: a measured trace shows a gap)
+            yield self._busy(st, self._fsdp_step_s)
         yield from self._step_end(st)
         yield from self._optimizer(st)
 
@@ -508,7 +520,7 @@ class Engine:
             local
             * optimizer_bytes_per_param(s)
             / (s.cluster.gpu.hbm_GBps * 1e9 * s.cluster.compute.memory_efficiency)
-        )
+        ) + optimizer_host_s(s, owned)
         start = self.env.now
         yield self._busy(st, seconds)
         self._record(st.rank, "compute", "optimizer", -1, -1, -1, start, self.env.now - start)
@@ -534,6 +546,31 @@ class Engine:
             self.env.process(self._rank(st))
         self.env.run()
         return self.spans
+
+
+def optimizer_tensors(s: Scenario, stages: Iterable[int]) -> float:
+    """Parameter tensors one rank's optimizer updates for its virtual `stages`: every tensor of the
+    chunks (FSDP2 and DTensor shard each tensor), a 1/dp share under ZeRO-1 (ZeroRedundancyOptimizer
+    gives each rank whole tensors)."""
+    last = s.pp * s.vpp - 1
+    count = sum(
+        len(
+            chunk_tensor_bytes(
+                s.model, s.tp, layers=s.layer_split[v], has_embedding=v == 0, has_head=v == last
+            )
+        )
+        for v in stages
+    )
+    return count / s.dp if s.parallelism.zero_stage == 1 else float(count)
+
+
+def optimizer_host_s(s: Scenario, stages: Iterable[int]) -> float:
+    """Host time of the optimizer's per-tensor loop (ComputeModel.optimizer_overhead_us); DTensor
+    parameters (tp > 1, or FSDP2 under ZeRO-2/3 with dp > 1) take the DTensor rate."""
+    c = s.cluster.compute
+    dtensor = s.tp > 1 or (s.dp > 1 and s.parallelism.zero_stage >= 2)
+    per_tensor_us = c.dtensor_optimizer_overhead_us if dtensor else c.optimizer_overhead_us
+    return optimizer_tensors(s, stages) * per_tensor_us * 1e-6 if per_tensor_us else 0.0
 
 
 def optimizer_bytes_per_param(s: Scenario) -> float:

@@ -260,12 +260,28 @@ class ComputeModel(_Strict):
     memory_efficiency: float = Field(default=0.95, gt=0, le=1)
     """Fraction of HBM bandwidth reached by memory-bound ops (norms, activations, optimizer)."""
     op_overhead_us: float = Field(default=26.0, ge=0)
+    """Fixed time per operator (kernel launch, framework dispatch)."""
     tp_collective_overhead_us: float = Field(default=0.0, ge=0)
     """Host time per tensor-parallel collective beyond the link's alpha-beta (framework dispatch, e.g.
     DTensor redistributes on CPU); ~0 on GPUs, whose host runs ahead. Fitted by `plancast calibrate`."""
+    sp_collective_overhead_us: float = Field(default=0.0, ge=0)
+    """The same for the all-gathers and reduce-scatters of sequence parallelism (DTensor redistributes
+    between sequence shards and replicas); fitted on a sequence-parallel run."""
     dp_collective_overhead_us: float = Field(default=0.0, ge=0)
     """Host time per ZeRO-2/3 (FSDP2) collective: its unit hooks run in Python; fitted like the above."""
-    """Fixed time per operator (kernel launch, framework dispatch)."""
+    fsdp_step_overhead_us: float = Field(default=0.0, ge=0)
+    """Host time per step of FSDP2 beyond its collectives (root hooks, the post-backward callback that
+    finalizes the gradients); fitted with the per-collective overhead on two ZeRO-2/3 runs."""
+    p2p_overhead_us: float = Field(default=0.0, ge=0)
+    """Host time per pipeline transfer on each side (the pipelining runtime's per-action bookkeeping,
+    posting the send or receive); ~0 on GPUs, whose host runs ahead. Fitted like the above."""
+    optimizer_overhead_us: float = Field(default=0.0, ge=0)
+    """Host time per parameter tensor per optimizer step (a per-tensor update loop: torch's Adam on
+    CPU; ~0 with the fused/foreach kernels on GPU). Fitted by `plancast calibrate` on the optimizer
+    spans of runs with plain tensors."""
+    dtensor_optimizer_overhead_us: float = Field(default=0.0, ge=0)
+    """The same when the parameters are DTensors (tensor parallel, ZeRO-2/3 with FSDP2): each update op
+    goes through DTensor's dispatch. Fitted on the optimizer spans of such runs."""
 
 
 class Cluster(_Strict):

@@ -149,12 +149,20 @@ def _collectives(
         vocab_parallel=s.parallelism.vocab_parallel,
     )
     # tp_comm gives an all-gather's per-rank shard; the cost formulas take the gathered tensor.
-    host_s = s.cluster.compute.tp_collective_overhead_us * 1e-6
+    compute = s.cluster.compute
+    sp = s.parallelism.sequence_parallel
+
+    def host_s(kind: str) -> float:
+        """Host time of one collective: sequence parallelism's gathers/scatters have their own rate."""
+        if sp and kind in ("all_gather", "reduce_scatter"):
+            return compute.sp_collective_overhead_us * 1e-6
+        return compute.tp_collective_overhead_us * 1e-6
+
     return tuple(
         Collective(
             c.kind,
             c.bytes,
-            host_s
+            host_s(c.kind)
             + collective_seconds(
                 cast(CollectiveKind, c.kind), levels, c.bytes * (s.tp if c.kind == "all_gather" else 1)
             ),

@@ -48,7 +48,7 @@ def test_fit_compute_recovers_a_uniform_slowdown(slowdown: float) -> None:
         for c in costs
         for kind, seconds in (("forward", c.forward_s), ("backward", c.backward_s))
     ]
-    fitted = fit_compute([Measured(s, tuple(observations), {})])
+    fitted = fit_compute([Measured(s, tuple(observations))])
     for name in ("matmul_efficiency", "attention_efficiency", "memory_efficiency"):
         expected = min(getattr(compute, name) / slowdown, 1.0)
         assert getattr(fitted, name) == pytest.approx(expected, rel=1e-3), name

@@ -1,0 +1,85 @@
+"""Host overheads of the compute model: pipeline transfers and the optimizer's per-tensor loop.
+
+Each is checked against an exact identity of the engine, and the calibration inverse recovers the
+constant a simulation was made with.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from simulator.calibration import optimizer_tensor_overhead_us
+from simulator.costs.params import chunk_tensor_bytes
+from simulator.engine import optimizer_tensors
+from simulator.predict import simulate
+from simulator.scenario import Scenario, parse_scenario
+
+
+def scenario(compute: dict[str, float] | None = None, batch: int = 8, **parallelism: Any) -> Scenario:
+    data: dict[str, Any] = {
+        "model": {"preset": "tiny-gpt"},
+        "training": {"seq_len": 32, "micro_batch_size": 1, "global_batch_size": batch, "dtype": "fp32"},
+        "parallelism": parallelism,
+        "cluster": {"preset": "local-cpu", "gpus_per_node": 2, "compute": compute or {}},
+    }
+    return parse_scenario(data).scenario
+
+
+def step_s(s: Scenario) -> float:
+    return float(simulate(s, events=False).summary["step_time_s"])
+
+
+@pytest.mark.parametrize("schedule", ["GPipe", "1F1B"])
+def test_one_microbatch_pays_four_transfer_posts(schedule: str) -> None:
+    """pp 2, one micro-batch: the critical path is F0, send, recv, F1, B1, send, recv, B0; each of the
+    four posts costs the overhead once (the tied embedding's reduction waits for the later rank)."""
+    plan = {"pipeline_parallel_degree": 2, "pipeline_parallel_schedule": schedule}
+    base = step_s(scenario(batch=1, **plan))
+    slowed = step_s(scenario({"p2p_overhead_us": 500.0}, batch=1, **plan))
+    assert slowed - base == pytest.approx(4 * 500e-6, rel=1e-9)
+
+
+def test_transfer_overhead_leaves_plans_without_a_pipeline_alone() -> None:
+    assert step_s(scenario({"p2p_overhead_us": 500.0})) == step_s(scenario())
+
+
+def test_transfer_overhead_is_inside_the_recv_spans() -> None:
+    plan = {"pipeline_parallel_degree": 2}
+    events = simulate(scenario({"p2p_overhead_us": 700.0}, **plan)).events
+    recv = events[events["kind"] == "recv"]
+    assert (recv["dur_us"] >= 700.0 - 1e-6).all()
+
+
+def test_optimizer_tensors_follow_the_runtime_model() -> None:
+    s = scenario()
+    m = s.model
+    tensors = len(chunk_tensor_bytes(m, 1, layers=m.num_hidden_layers, has_embedding=True, has_head=True))
+    assert optimizer_tensors(s, [0]) == tensors
+    # ZeRO-1 gives each rank whole tensors: a 1/dp share; FSDP2 shards every tensor: all of them
+    assert optimizer_tensors(scenario(zero_stage=1), [0]) == tensors / 2
+    assert optimizer_tensors(scenario(zero_stage=3), [0]) == tensors
+
+
+@pytest.mark.parametrize(
+    ("plan", "field"),
+    [
+        ({}, "optimizer_overhead_us"),
+        ({"pipeline_parallel_degree": 2}, "optimizer_overhead_us"),
+        ({"tensor_parallel_degree": 2}, "dtensor_optimizer_overhead_us"),
+        ({"zero_stage": 3}, "dtensor_optimizer_overhead_us"),
+    ],
+)
+def test_calibration_recovers_the_per_tensor_overhead(plan: dict[str, Any], field: str) -> None:
+    s = scenario({field: 123.0}, **plan)
+    events = simulate(s).events
+    optimizer = events[events["kind"] == "optimizer"]
+    seconds = float(optimizer["dur_us"].median()) * 1e-6
+    assert optimizer_tensor_overhead_us(s, seconds) == pytest.approx(123.0, rel=1e-6)
+
+
+def test_the_dtensor_rate_applies_only_to_dtensor_parameters() -> None:
+    compute = {"dtensor_optimizer_overhead_us": 1000.0}
+    assert step_s(scenario(compute)) == step_s(scenario())
+    assert step_s(scenario(compute, tensor_parallel_degree=2)) > step_s(scenario(tensor_parallel_degree=2))
