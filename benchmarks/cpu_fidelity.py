@@ -1,14 +1,16 @@
 """Predicted vs measured step time on this machine's CPU, after calibration (issue target: MAPE <= 15%).
 
-1. calibrate: microbenchmarks of this machine + four calibration runs (tiny-gpt: DP 2 at micro-batch 4,
-   PP 2 at micro-batch 1, TP 2 and ZeRO-3 at micro-batch 4) that are NOT among the scored runs (those
-   use micro-batch 2);
+1. calibrate: microbenchmarks of this machine + six calibration runs (tiny-gpt: DP 2 at micro-batch 4,
+   PP 2 at micro-batch 1, TP 2 and TP 2 + SP at micro-batch 4, ZeRO-3 at micro-batch 4 and 1) that are
+   NOT among the scored runs (those use micro-batch 2);
 2. for each plan of the matrix {DP 2, ZeRO-1/2/3 at 2, TP 2, TP 2 + SP, PP 2 GPipe and 1F1B at 4 and 8
    micro-batches, PP 4 interleaved}: run it with the runtime (torchrun, gloo) for 24 steps, simulate it
    on the calibrated profile, and compare the median measured step time (steps 1..23, >= 20 after the
    warm-up step) with the prediction.
 
 Run on a quiet machine: `python -m benchmarks.cpu_fidelity [--steps 24] [--out runs/fidelity]`.
+`--reuse` keeps the runs already finished in `--out` (calibration and scoring are redone on them): a
+change to the simulator or the calibration is re-scored on the same measurements.
 """
 
 from __future__ import annotations
@@ -58,7 +60,10 @@ CALIBRATION: dict[str, dict[str, Any]] = {  # other micro-batch sizes than every
     "calibration DP 2, mb 4": {"_micro": 4},
     "calibration PP 2, mb 1": {"pipeline_parallel_degree": 2, "_micro": 1},
     "calibration TP 2, mb 4": {"tensor_parallel_degree": 2, "_micro": 4},
+    "calibration TP 2 + SP, mb 4": {"tensor_parallel_degree": 2, "sequence_parallel": True, "_micro": 4},
+    # two micro-batch counts (2 and 8 per rank) separate FSDP2's per-collective and per-step host times
     "calibration ZeRO-3 at 2, mb 4": {"zero_stage": 3, "_micro": 4},
+    "calibration ZeRO-3 at 2, mb 1": {"zero_stage": 3, "_micro": 1},
 }
 
 
@@ -79,6 +84,11 @@ def measured_step_s(run: Path) -> float:
     return float(read_json(RunDir(run).measured_summary)["step_time_s"])
 
 
+def _finished(run: Path) -> bool:
+    summary = RunDir(run).measured_summary
+    return summary.is_file() and read_json(summary).get("status") == "ok"
+
+
 def _slug(name: str) -> str:
     return "".join(c if c.isalnum() else "_" for c in name).strip("_")
 
@@ -87,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--steps", type=int, default=24)
     parser.add_argument("--out", type=Path, default=Path("runs/fidelity"))
+    parser.add_argument("--reuse", action="store_true", help="keep the runs already finished in --out")
     args = parser.parse_args(argv)
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
@@ -95,7 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     calibration_runs = []
     for name, plan in CALIBRATION.items():
         run = out / _slug(name)
-        code = launch(scenario_file(out / f"{run.name}.toml", plan, None), run, steps=args.steps)
+        path = scenario_file(out / f"{run.name}.toml", plan, None)
+        code = 0 if args.reuse and _finished(run) else launch(path, run, steps=args.steps)
         if code:
             print(f"calibration run {name} failed (exit {code})", file=sys.stderr)
             return code
@@ -110,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, plan in MATRIX.items():
         run = out / _slug(name)
         scenario_path = scenario_file(out / f"{run.name}.toml", plan, str(profile))
-        code = launch(scenario_path, run, steps=args.steps)
+        code = 0 if args.reuse and _finished(run) else launch(scenario_path, run, steps=args.steps)
         if code:
             print(f"{name}: run failed (exit {code})", file=sys.stderr)
             continue
