@@ -4,9 +4,9 @@ Each rank builds three ``Trainer``s of the same scenario and runs their steps in
 rotates every round, so drift and ordering cancel):
 
 - ``instrumented``: ``instrument=True``, exactly what ``plancast run`` records (spans, DDP/ZeRO-1
-  collectives timed by hooks, plus the profiler for collectives that DTensor (tp > 1) or FSDP2
-  (ZeRO-2/3) issue);
-- ``spans-only``: ``instrument=False`` (everything but the profiler);
+  collectives timed by hooks, plus the capture of the collectives that DTensor (tp > 1) or FSDP2
+  (ZeRO-2/3) issue: a dispatch mode on CPU, the profiler on GPU);
+- ``spans-only``: ``instrument=False`` (everything but that capture);
 - ``off``: no recording at all (a recorder whose methods do nothing, no DDP/ZeRO timing hooks:
   DDP's built-in all-reduce), the baseline.
 
@@ -42,7 +42,7 @@ from simulator.scenario import Scenario, load_scenario
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "tiny-local-cpu.toml"
 WARMUP_STEPS = 3
-"""Steps of each trainer left out (lazy initialisation, allocator growth, first profiler start)."""
+"""Steps of each trainer left out (lazy initialisation, allocator growth, first profiler start on GPU)."""
 MODES = ("instrumented", "spans-only", "off")
 
 
@@ -85,7 +85,7 @@ def uninstrumented(scenario: Scenario, rank: int, world_size: int, device: torch
 
 def timed_step(trainer: Trainer, step: int, device: torch.device) -> tuple[float, float]:
     """Seconds the slowest rank spent in ``trainer.step(step)`` up to the end of its work, starting
-    together, and then in the recorder's work after it (profiler read-out, the step's event table)."""
+    together, and then in the recorder's work after it (profiler read-out on GPU, the step's event table)."""
     dist.barrier()
     start = time.perf_counter()
     out = trainer.step(step)
@@ -157,7 +157,7 @@ def report(times: dict[str, list[float]], tables: list[float]) -> None:
         )
     print(f"overhead {100 * (ratios['instrumented'] - 1):.1f}%")
     print(
-        "after each instrumented step (profiler read-out, event table): "
+        "after each instrumented step (profiler read-out on GPU, event table): "
         f"median {statistics.median(tables) * 1e3:.2f} ms"
     )
 

@@ -4,17 +4,22 @@ Compute spans, pipeline send/recv and the collectives plancast issues or hooks a
 ``Timer``: ``time.perf_counter_ns`` on CPU, CUDA events on GPU (resolved once per step, after a
 synchronize). DDP gradient buckets are timed by a communication hook (runtime/parallel/dp.py) and
 ZeRO-1's parameter broadcasts around their issue: issue mark, then a mark in the completion callback
-of the collective's future. Only collectives issued deep inside library code (DTensor for tensor
-parallelism, FSDP2) are invisible to plancast, so those plans run each step under ``torch.profiler``:
-every ``c10d::`` op the main thread issues is attributed to the innermost plancast span open at
-that moment (its kind/stage/chunk/microbatch) and timed by the matching backend event (``gloo:*`` on
-the gloo worker thread, an ``nccl`` kernel on GPU), paired in issue order. Gloo runs reduce-scatter
-as an all-reduce; the event keeps the issued op's kind.
+of the collective's future. Collectives issued deep inside library code (DTensor for tensor
+parallelism, FSDP2) are invisible to plancast's own code, so those plans capture them:
+
+- on CPU with ``CollectiveSpy``, a dispatch mode that sees every ``c10d::`` and functional-collective
+  op as it is issued, attributes it to the innermost open plancast span or ``comm_scope`` and times
+  it from its issue to its completion (about 15% of a tiny TP or FSDP2 step on CPU, against ~65%
+  with the profiler, benchmarks/instrument_overhead.py);
+- on GPU under ``torch.profiler``: every ``c10d::`` op the main thread issues is attributed to the
+  innermost plancast range open at that moment and timed by the matching NCCL kernel, paired in issue
+  order (``collective_events``).
+
+Gloo runs reduce-scatter as an all-reduce; the event keeps the issued op's kind.
 
 A step's events are kept as ``[key, start mark, end mark]`` rows and become a table once, in
 ``end_step`` (``rows_frame``), so the per-event cost inside the step is two marks and an append.
 """
-
 from __future__ import annotations
 
 import time
@@ -27,6 +32,7 @@ import pandas as pd
 import pyarrow as pa
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from traces.schema import COLUMNS, Event
 
@@ -194,6 +200,8 @@ class _Span:
         if rec._prof is not None:  # the profiler attributes collectives to the enclosing span
             self._label = record_function(self._key.label())
             self._label.__enter__()
+        elif rec._spy is not None:  # so does the dispatch spy, from the stack of open spans
+            rec._scopes.append(self._key)
         self._start = rec._mark()
 
     def __exit__(self, *exc: object) -> None:
@@ -201,7 +209,134 @@ class _Span:
         end = rec._mark()
         if self._label is not None:
             self._label.__exit__(*exc)
+        elif rec._spy is not None and rec._scopes:
+            rec._scopes.pop()
         rec._rows.append([self._key, self._start, end])
+
+
+class _CommScope:
+    """Context manager of ``StepRecorder.comm_scope``: collectives issued inside belong to its owner."""
+
+    __slots__ = ("_label", "_owner", "_recorder")
+
+    def __init__(self, recorder: StepRecorder, owner: _Owner) -> None:
+        self._recorder, self._owner = recorder, owner
+        self._label: Any = None
+
+    def __enter__(self) -> None:
+        rec, o = self._recorder, self._owner
+        if rec._prof is not None:
+            label = f"{COMM_MARKER}{o.stream}|{o.stage}|{o.chunk}|{o.microbatch}"
+            self._label = record_function(label + (f"|{o.peer}" if o.peer >= 0 else ""))
+            self._label.__enter__()
+        elif rec._spy is not None:
+            rec._scopes.append(o)
+
+    def __exit__(self, *exc: object) -> None:
+        rec = self._recorder
+        if self._label is not None:
+            self._label.__exit__(*exc)
+        elif rec._spy is not None and rec._scopes:
+            rec._scopes.pop()
+
+
+# c10d op (as the dispatcher names it) -> trace kind, for the functional collectives DTensor issues
+FUNCOL_KINDS: dict[str, str] = {
+    "_c10d_functional::all_reduce": "all_reduce",
+    "_c10d_functional::all_reduce_coalesced": "all_reduce",
+    "_c10d_functional::all_gather_into_tensor": "all_gather",
+    "_c10d_functional::all_gather_into_tensor_coalesced": "all_gather",
+    "_c10d_functional::reduce_scatter_tensor": "reduce_scatter",
+    "_c10d_functional::reduce_scatter_tensor_coalesced": "reduce_scatter",
+    "_c10d_functional::all_to_all_single": "all_to_all",
+    "_c10d_functional::broadcast": "broadcast",
+}
+
+
+class CollectiveSpy(TorchDispatchMode):
+    """Times the collectives library code issues, without the profiler (CPU): a dispatch mode sees
+    every op of the step; it lets all pass but the collectives, which it records.
+
+    - ``c10d::`` ops (FSDP2's gathers and scatters, plancast's own labelled collectives) return a
+      ``Work``: issue mark, then a mark in its future's completion callback, as DDP buckets are timed.
+    - ``_c10d_functional::`` ops (DTensor's redistributes) return a tensor still being filled; the spy
+      waits for it at once and marks the end. DTensor's eager path waits at the next op that reads the
+      tensor anyway, so timing stays that of the collective (waiting for the peer included, as a gloo
+      event shows it).
+
+    Attribution follows the profiler path's rules (``_owner``): the innermost ``comm_scope`` names
+    stream and key; else the innermost compute span gives the key, and the op the stream (functional
+    collectives come from DTensor: ``tp``; ``c10d::`` ones from FSDP2: ``dp``); inside a send/recv
+    span the op is that span's and is not recorded again.
+    """
+
+    def __init__(self, recorder: StepRecorder) -> None:
+        super().__init__()
+        self._recorder = recorder
+        self._pending: list[tuple[Any, Completion]] = []  # works without a future, polled
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if self._pending:
+            self._poll()
+        name = func._schema.name
+        functional = name in FUNCOL_KINDS
+        if not functional and name not in C10D_KINDS:
+            return func(*args, **kwargs)
+        rec = self._recorder
+        owner = rec.collective_owner("tp" if functional else "dp")
+        if owner is None:
+            return func(*args, **kwargs)
+        kind = FUNCOL_KINDS[name] if functional else C10D_KINDS[name]
+        done = rec.open_collective(owner.stream, kind, owner.stage, owner.chunk, owner.microbatch, owner.peer)
+        out = func(*args, **kwargs)
+        if functional:
+            for tensor in out if isinstance(out, (list, tuple)) else [out]:
+                torch.ops._c10d_functional.wait_tensor(tensor)
+            done.done(None)
+        else:
+            work = _unboxed(out[-1] if isinstance(out, (list, tuple)) else out)
+            try:
+                work.get_future().add_done_callback(done.done)
+            except RuntimeError:  # no future (gloo's reduce-scatter, an all-reduce underneath)
+                if _async_op(func, args, kwargs):
+                    self._pending.append((work, done))  # polled; at worst ended when the step ends
+                else:  # the caller waits for it as soon as this returns: waiting here changes nothing
+                    work.wait()
+                    done.done(None)
+        return out
+
+    def _poll(self) -> None:
+        """End the pending collectives that have completed (checked at every op the step issues)."""
+        still = []
+        for work, done in self._pending:
+            if work.is_completed():
+                done.done(None)
+            else:
+                still.append((work, done))
+        self._pending = still
+
+    def flush(self) -> None:
+        """At the end of the step: wait for what is still pending (the step has waited for it already)."""
+        for work, done in self._pending:
+            work.wait()
+            done.done(None)
+        self._pending = []
+
+
+def _async_op(func: Any, args: Any, kwargs: Any) -> bool:
+    """The ``async_op`` argument of a ``c10d::`` op (True when the op has none)."""
+    for i, argument in enumerate(func._schema.arguments):
+        if argument.name == "async_op":
+            return bool(kwargs["async_op"] if "async_op" in kwargs else args[i] if i < len(args) else True)
+    return True
+
+
+def _unboxed(work: Any) -> Any:
+    """A ``Work`` as the dispatcher returns it (a TorchScript object) as the Python ``Work``."""
+    if isinstance(work, torch._C._distributed_c10d.Work):
+        return work
+    return torch._C._distributed_c10d.Work.unbox(work)
 
 
 class Completion:
@@ -237,6 +372,8 @@ class StepRecorder:
     _origin: Any = None
     _prof: Any = None
     _marker: Any = None
+    _spy: Any = None
+    _scopes: list[Any] = field(default_factory=list)
     _p2p_futures: bool = True  # until a backend says point-to-point work has no future
     work_end_s: float = 0.0
     """``time.perf_counter()`` when the last step's work was done (set by ``finish``)."""
@@ -247,19 +384,41 @@ class StepRecorder:
 
     @property
     def profiling(self) -> bool:
-        """Whether the step being recorded runs under the profiler (collectives attributed by it)."""
-        return self._prof is not None
+        """Whether the step's collectives are captured by the recorder (the profiler on GPU, the dispatch
+        spy on CPU): code that issues one then attributes it with ``comm_scope`` instead of timing it."""
+        return self._prof is not None or self._spy is not None
 
     def begin_step(self) -> None:
         self._rows = []
         self._counts = {}
-        if self.profile_collectives:
-            acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.device_type == "cuda" else [])
-            self._prof = profile(activities=acts)
+        self._scopes = []
+        if self.profile_collectives and self.device_type == "cpu":
+            self._spy = CollectiveSpy(self)
+            self._spy.__enter__()
+        elif self.profile_collectives:  # GPU: NCCL kernels are timed on the device by the profiler
+            self._prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
             self._prof.__enter__()
             self._marker = record_function(STEP_MARKER)
             self._marker.__enter__()
         self._origin = self._mark()
+
+    def comm_scope(
+        self, stream: str, stage: int, chunk: int, microbatch: int = -1, peer: int = -1
+    ) -> _CommScope:
+        """Attribute the collectives issued inside to (stream, stage, chunk, microbatch[, peer]) when the
+        recorder captures them (``profiling``); a no-op otherwise."""
+        return _CommScope(self, _Owner(stream, stage, chunk, microbatch, peer))
+
+    def collective_owner(self, default_stream: str) -> _Owner | None:
+        """The owner of a collective issued now (``CollectiveSpy``), None for one a send/recv span owns."""
+        for scope in reversed(self._scopes):
+            if isinstance(scope, _Owner):
+                return scope
+            if scope.kind in COMPUTE_KINDS:
+                return _Owner(default_stream, scope.stage, scope.chunk, scope.microbatch)
+            if scope.kind in ("send", "recv"):
+                return None
+        return _Owner(default_stream, -1, -1, -1)
 
     def span(self, key: SpanKey) -> _Span:
         """Time the enclosed work as one event; collectives issued inside are attributed to ``key``."""
@@ -317,6 +476,10 @@ class StepRecorder:
         self.timer.synchronize()
         # the step's work ends here; stopping and reading the profiler is the recorder's bookkeeping
         self.work_end_s = time.perf_counter()
+        if self._spy is not None:
+            self._spy.__exit__(None, None, None)
+            self._spy.flush()
+            self._spy = None
         rows, self._rows = self._rows, []
         keys = [r[0] for r in rows]
         if isinstance(self.timer, CpuTimer):
@@ -377,7 +540,7 @@ class StepEvents:
 
 
 COMM_MARKER = "plancast-comm|"
-"""Prefix of profiler ranges that attributing the collectives inside them (``dp.comm_label``)."""
+"""Prefix of profiler ranges attributing the collectives inside them (``StepRecorder.comm_scope``, GPU)."""
 COMPUTE_KINDS = ("forward", "backward", "backward_input", "backward_weight", "recompute", "optimizer")
 
 

@@ -17,14 +17,12 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.tensor import DTensor, Partial, Replicate
-from torch.profiler import record_function
 
 from runtime.instrument import SpanKey, StepEvents, StepRecorder, default_timer
 from runtime.memory import ActivationAccount, peak_memory
 from runtime.model import Decoder, ModelConfig, microbatch, synthetic_batch
 from runtime.parallel.dp import (
     backward_with_sync,
-    comm_label,
     localize_dtensor_params,
     wrap_ddp,
     zero1_optimizer,
@@ -216,7 +214,7 @@ class Trainer:
         with self.recorder.span(OPTIMIZER):
             for c in self.chunks:
                 if self.recorder.profiling:  # attributes ZeRO-1's broadcasts to the chunk
-                    with record_function(comm_label("dp", c.chunk.stage, c.chunk.chunk, -1)):
+                    with self.recorder.comm_scope("dp", c.chunk.stage, c.chunk.chunk):
                         c.optimizer.step()
                 else:
                     c.optimizer.step()
@@ -235,7 +233,7 @@ class Trainer:
             return
         locals_ = [p.grad.to_local() for p in partial if isinstance(p.grad, DTensor)]
         flat = torch.cat([t.reshape(-1) for t in locals_])
-        with record_function(comm_label("tp", c.chunk.stage, c.chunk.chunk, -1)):
+        with self.recorder.comm_scope("tp", c.chunk.stage, c.chunk.chunk):
             dist.all_reduce(flat, group=self.mesh["tp"].get_group())
         offset = 0
         for p, t in zip(partial, locals_, strict=True):
@@ -256,8 +254,8 @@ class Trainer:
             raise RuntimeError(f"stage {c.chunk.stage} holds a tied embedding copy without a gradient")
         grad = weight.grad.to_local() if isinstance(weight.grad, DTensor) else weight.grad
         if self.recorder.profiling:
-            timed: AbstractContextManager[None] = record_function(
-                comm_label("pp", c.chunk.stage, c.chunk.chunk, -1) + f"|{c.tie_peer}"
+            timed: AbstractContextManager[None] = self.recorder.comm_scope(
+                "pp", c.chunk.stage, c.chunk.chunk, peer=c.tie_peer
             )
         else:  # no profiler this run: time the all-reduce as a span of its own
             timed = self.recorder.span(

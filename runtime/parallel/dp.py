@@ -8,8 +8,8 @@ gradients become ready. Buckets therefore keep DDP's initial order (reverse regi
 default (average, then all-reduce) times each bucket for the instrumentation: a mark when it is
 issued, a mark in the completion callback of its future (which DDP's own default hook chains too),
 ``index`` = bucket in issue order. ZeRO-1 times its per-owner broadcasts the same way. No profiler is
-needed for either; only when the step runs under the profiler anyway (tensor parallelism) do they
-fall back to a profiler range that attributes them (``comm_label``).
+needed for either; only when the recorder captures library collectives anyway (tensor parallelism,
+FSDP2) do they leave the timing to it and only attribute themselves (``StepRecorder.comm_scope``).
 """
 
 from __future__ import annotations
@@ -25,16 +25,8 @@ from torch.distributed.optim import ZeroRedundancyOptimizer
 from torch.distributed.tensor import DTensor, Placement, Shard
 from torch.nn.parallel import DistributedDataParallel
 from torch.nn.utils import parametrize
-from torch.profiler import record_function
 
 from runtime.instrument import StepRecorder
-
-COMM_MARKER = "plancast-comm|"
-
-
-def comm_label(stream: str, stage: int, chunk: int, microbatch: int) -> str:
-    """Profiler label attributing the collectives issued inside it to (stream, stage, chunk, microbatch)."""
-    return f"{COMM_MARKER}{stream}|{stage}|{chunk}|{microbatch}"
 
 
 class BucketTiming:
@@ -42,7 +34,6 @@ class BucketTiming:
 
     def __init__(self, group: dist.ProcessGroup, recorder: StepRecorder, stage: int, chunk: int) -> None:
         self.group, self.recorder, self.stage, self.chunk = group, recorder, stage, chunk
-        self.label = comm_label("dp", stage, chunk, -1)
         self.size = group.size()
 
 
@@ -57,8 +48,8 @@ def timed_allreduce_hook(state, bucket):
     """
     tensor = bucket.buffer().div_(state.size)
     rec = state.recorder
-    if rec.profiling:  # the profiler times it; the label attributes it to this chunk
-        with record_function(state.label):
+    if rec.profiling:  # the recorder captures it; the scope attributes it to this chunk
+        with rec.comm_scope("dp", state.stage, state.chunk):
             work = dist.all_reduce(tensor, group=state.group, async_op=True)
         assert work is not None  # async_op=True always returns a Work
         return work.get_future().then(_first)

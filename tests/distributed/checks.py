@@ -99,6 +99,15 @@ def events_match_expected(rank: int, world_size: int, data: dict[str, Any], step
         f"rank {rank}: {len(missing)} missing, {len(extra)} extra events\n"
         f"missing: {missing[:12]}\nextra: {extra[:12]}\ncolumns: {KEY_COLUMNS}"
     )
+    for frame in frames:  # collectives are timed from issue to completion, inside their step
+        comm = frame[frame["stream"].isin(["tp", "dp"])]
+        assert (comm["dur_us"] > 0).all(), comm[comm["dur_us"] <= 0]
+        assert (comm["start_us"] >= 0).all()
+        # all but ZeRO-1's broadcasts (issued by the optimizer) complete before the optimizer starts
+        optimizer_start = float(frame.loc[frame["kind"] == "optimizer", "start_us"].min())
+        before = comm[comm["kind"] != "broadcast"]
+        late = before[before["start_us"] + before["dur_us"] > optimizer_start + 500.0]
+        assert late.empty, f"rank {rank}: collectives ending after the optimizer started:\n{late}"
 
 
 def tp_sequence_matches_comm_plan(rank: int, world_size: int, data: dict[str, Any]) -> None:
