@@ -182,9 +182,9 @@ def calibrate(runs: list[Path], *, microbench: bool, world: int = 2) -> tuple[Cl
             continue
         counts = {s.num_microbatches for _, s in chosen}
         if len(fields) == 2 and len(counts) > 1:
-            fitted = _fit_two_overheads(fields, chosen)
+            fitted = fit_two_overheads(fields, chosen)
         else:  # one field per family (a second one needs runs that differ in their micro-batch count)
-            fitted = {fields[0]: statistics.median(_fit_overhead(fields[0], s, path) for path, s in chosen)}
+            fitted = {fields[0]: statistics.median(fit_overhead(fields[0], s, path) for path, s in chosen)}
         cluster = cluster.model_copy(update={"compute": cluster.compute.model_copy(update=fitted)})
         notes += [
             f"{field} = {value:.0f} us, fitted on the step time of {len(chosen)} run(s)"
@@ -197,13 +197,14 @@ def _uses_fsdp(s: Scenario) -> bool:
     return s.dp > 1 and s.parallelism.zero_stage >= 2
 
 
-def _simulated_step_s(s: Scenario, overheads: dict[str, float]) -> float:
+def simulated_step_s(s: Scenario, overheads: dict[str, float]) -> float:
+    """The simulated step time of `s` with some ComputeModel fields replaced."""
     compute = s.cluster.compute.model_copy(update=overheads)
     scenario = s.model_copy(update={"cluster": s.cluster.model_copy(update={"compute": compute})})
     return float(simulate(scenario, events=False).summary["step_time_s"])
 
 
-def _fit_two_overheads(fields: tuple[str, str], chosen: list[tuple[Path, Scenario]]) -> dict[str, float]:
+def fit_two_overheads(fields: tuple[str, str], chosen: list[tuple[Path, Scenario]]) -> dict[str, float]:
     """A per-collective and a per-step host overhead (us) together, from the runs' measured median step
     times: Gauss-Newton on the simulated step times (slopes by finite differences, since overlap makes
     them only piecewise linear); runs with different micro-batch counts separate the two. A negative
@@ -215,7 +216,7 @@ def _fit_two_overheads(fields: tuple[str, str], chosen: list[tuple[Path, Scenari
 
     def steps(x: np.ndarray) -> np.ndarray:
         values = dict(zip(fields, map(float, x), strict=True))
-        return np.array([_simulated_step_s(s, values) for _, s in chosen])
+        return np.array([simulated_step_s(s, values) for _, s in chosen])
 
     x = np.zeros(2)
     for _ in range(8):
@@ -226,7 +227,7 @@ def _fit_two_overheads(fields: tuple[str, str], chosen: list[tuple[Path, Scenari
         if np.all(np.abs(delta) < 1.0):  # converged to within a microsecond
             break
     if not np.any(x):
-        return {fields[0]: statistics.median(_fit_overhead(fields[0], s, path) for path, s in chosen)}
+        return {fields[0]: statistics.median(fit_overhead(fields[0], s, path) for path, s in chosen)}
     return {fields[0]: float(x[0]), fields[1]: float(x[1])}
 
 
@@ -261,13 +262,13 @@ def _clean_compute(s: Scenario) -> bool:
     return s.tp == 1 and not (s.dp > 1 and s.parallelism.zero_stage >= 2)
 
 
-def _fit_overhead(field: str, s: Scenario, run_path: Path, high_us: float = 50_000.0) -> float:
+def fit_overhead(field: str, s: Scenario, run_path: Path, high_us: float = 50_000.0) -> float:
     """The per-collective host overhead (us) that makes the simulated step time equal the run's measured
     median step time: bisection, since the step time grows with it. 0 when the run is faster anyway."""
     measured = float(read_json(RunDir(run_path).measured_summary)["step_time_s"])
 
     def step(overhead_us: float) -> float:
-        return _simulated_step_s(s, {field: overhead_us})
+        return simulated_step_s(s, {field: overhead_us})
 
     low, high = 0.0, high_us
     if step(low) >= measured:
