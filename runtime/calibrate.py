@@ -169,7 +169,10 @@ def calibrate(runs: list[Path], *, microbench: bool, world: int = 2) -> tuple[Cl
     # pipeline transfers first (their runs have clean compute), then the tp and ZeRO-2/3 collectives
     for fields, wanted in (
         (("p2p_overhead_us",), lambda s: s.pp > 1),
-        (("tp_collective_overhead_us",), lambda s: s.tp > 1 and not s.parallelism.sequence_parallel),
+        (
+            ("tp_collective_overhead_us", "tp_step_overhead_us"),
+            lambda s: s.tp > 1 and not s.parallelism.sequence_parallel,
+        ),
         (("sp_collective_overhead_us",), lambda s: s.tp > 1 and s.parallelism.sequence_parallel),
         (("dp_collective_overhead_us", "fsdp_step_overhead_us"), _uses_fsdp),
     ):

@@ -108,7 +108,11 @@ class Engine:
         self._meetings: dict[tuple[int, int], simpy.Event] = {}
         # host cost of FSDP2's unit hooks per collective (DDP buckets and ZeRO-1 broadcasts have none)
         self._dp_host_s = s.cluster.compute.dp_collective_overhead_us * 1e-6 if self.fsdp else 0.0
-        self._fsdp_step_s = s.cluster.compute.fsdp_step_overhead_us * 1e-6 if self.fsdp else 0.0
+        # per-step host work of FSDP2 and of tensor-parallel DTensors (ComputeModel's *_step_overhead_us)
+        compute = s.cluster.compute
+        self._step_host_s = (compute.fsdp_step_overhead_us if self.fsdp else 0.0) * 1e-6 + (
+            compute.tp_step_overhead_us if s.tp > 1 else 0.0
+        ) * 1e-6
         # host cost of posting one pipeline transfer, on each side (ComputeModel.p2p_overhead_us)
         self._p2p_host_s = s.cluster.compute.p2p_overhead_us * 1e-6
         slots = s.cluster.compute_slots_per_node
@@ -433,8 +437,8 @@ class Engine:
                 yield from self._compute(st, "backward_weight", a, d.backward_weight_s, d.weight_flops)
         if st.pending_dp:
             yield st.dp_done
-        if self._fsdp_step_s:  # FSDP2's per-step host work (no event: a measured trace shows a gap)
-            yield self._busy(st, self._fsdp_step_s)
+        if self._step_host_s:  # per-step host work (no event: a measured trace shows a gap)
+            yield self._busy(st, self._step_host_s)
         yield from self._step_end(st)
         yield from self._optimizer(st)
 

@@ -264,6 +264,9 @@ class ComputeModel(_Strict):
     tp_collective_overhead_us: float = Field(default=0.0, ge=0)
     """Host time per tensor-parallel collective beyond the link's alpha-beta (framework dispatch, e.g.
     DTensor redistributes on CPU); ~0 on GPUs, whose host runs ahead. Fitted by `plancast calibrate`."""
+    tp_step_overhead_us: float = Field(default=0.0, ge=0)
+    """Host time per step of a tensor-parallel plan beyond its collectives (DTensor bookkeeping around
+    the step); fitted with the per-collective overhead on two runs with different micro-batch counts."""
     sp_collective_overhead_us: float = Field(default=0.0, ge=0)
     """The same for the all-gathers and reduce-scatters of sequence parallelism (DTensor redistributes
     between sequence shards and replicas); fitted on a sequence-parallel run."""

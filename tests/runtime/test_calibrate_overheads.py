@@ -38,15 +38,22 @@ def fake_run(tmp_path: Path, name: str, step_s: float) -> Path:
     return run
 
 
-def test_fsdp_per_collective_and_per_step_overheads_separate_on_two_micro_batch_counts(
-    tmp_path: Path,
+@pytest.mark.parametrize(
+    ("fields", "plan"),
+    [
+        (("dp_collective_overhead_us", "fsdp_step_overhead_us"), {"zero_stage": 3}),
+        (("tp_collective_overhead_us", "tp_step_overhead_us"), {"tensor_parallel_degree": 2}),
+    ],
+)
+def test_per_collective_and_per_step_overheads_separate_on_two_micro_batch_counts(
+    tmp_path: Path, fields: tuple[str, str], plan: dict[str, Any]
 ) -> None:
-    truth = {"dp_collective_overhead_us": 1800.0, "fsdp_step_overhead_us": 30_000.0}
+    truth = dict(zip(fields, (1800.0, 30_000.0), strict=True))
     chosen = []
     for mb in (4, 1):
-        s = scenario(mb, zero_stage=3)
+        s = scenario(mb, **plan)
         chosen.append((fake_run(tmp_path, f"mb{mb}", simulated_step_s(s, truth)), s))
-    fitted = fit_two_overheads(("dp_collective_overhead_us", "fsdp_step_overhead_us"), chosen)
+    fitted = fit_two_overheads(fields, chosen)
     for field, value in truth.items():
         assert fitted[field] == pytest.approx(value, rel=0.02), field
 
