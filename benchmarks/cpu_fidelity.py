@@ -1,8 +1,8 @@
 """Predicted vs measured step time on this machine's CPU, after calibration (issue target: MAPE <= 15%).
 
-1. calibrate: microbenchmarks of this machine + seven calibration runs (tiny-gpt: DP 2 at micro-batch
-   4, PP 2 at micro-batch 1, TP 2 at micro-batch 4 and 1, TP 2 + SP at micro-batch 4, ZeRO-3 at
-   micro-batch 4 and 1) that are NOT among the scored runs (those use micro-batch 2);
+1. calibrate: microbenchmarks of this machine + eight calibration runs (tiny-gpt: DP 2 at micro-batch
+   4, PP 2 at micro-batch 1, TP 2, TP 2 + SP and ZeRO-3 each at micro-batch 4 and 1) that are NOT
+   among the scored runs (those use micro-batch 2);
 2. for each plan of the matrix {DP 2, ZeRO-1/2/3 at 2, TP 2, TP 2 + SP, PP 2 GPipe and 1F1B at 4 and 8
    micro-batches, PP 4 interleaved}: run it with the runtime (torchrun, gloo) for 24 steps, simulate it
    on the calibrated profile, and compare the median measured step time (steps 1..23, >= 20 after the
@@ -67,6 +67,7 @@ CALIBRATION: dict[str, dict[str, Any]] = {  # other micro-batch sizes than every
     "calibration TP 2, mb 4": {"tensor_parallel_degree": 2, "_micro": 4},
     "calibration TP 2, mb 1": {"tensor_parallel_degree": 2, "_micro": 1},
     "calibration TP 2 + SP, mb 4": {"tensor_parallel_degree": 2, "sequence_parallel": True, "_micro": 4},
+    "calibration TP 2 + SP, mb 1": {"tensor_parallel_degree": 2, "sequence_parallel": True, "_micro": 1},
     "calibration ZeRO-3 at 2, mb 4": {"zero_stage": 3, "_micro": 4},
     "calibration ZeRO-3 at 2, mb 1": {"zero_stage": 3, "_micro": 1},
 }

@@ -135,7 +135,9 @@ def calibrate(runs: list[Path], *, microbench: bool, world: int = 2) -> tuple[Cl
         observations = tuple(
             Observation(int(r.stage), str(r.kind), float(r.seconds)) for r in obs.itertuples()
         )
-        if _clean_compute(s):
+        # compute spans are compute only without DTensors: tensor-parallel collectives and FSDP2's
+        # gathers run inside them on CPU, so those runs fit the per-collective overheads instead
+        if not s.dtensor_params:
             measured_runs.append(Measured(s, observations))
         if not (s.dp > 1 and s.parallelism.zero_stage == 1):  # ZeRO-1's step also broadcasts
             optimizer_steps += [(s, ob.seconds) for ob in observations if ob.kind == "optimizer"]
@@ -173,8 +175,11 @@ def calibrate(runs: list[Path], *, microbench: bool, world: int = 2) -> tuple[Cl
             ("tp_collective_overhead_us", "tp_step_overhead_us"),
             lambda s: s.tp > 1 and not s.parallelism.sequence_parallel,
         ),
-        (("sp_collective_overhead_us",), lambda s: s.tp > 1 and s.parallelism.sequence_parallel),
-        (("dp_collective_overhead_us", "fsdp_step_overhead_us"), _uses_fsdp),
+        (
+            ("sp_collective_overhead_us", "sp_step_overhead_us"),
+            lambda s: s.tp > 1 and s.parallelism.sequence_parallel,
+        ),
+        (("dp_collective_overhead_us", "fsdp_step_overhead_us"), lambda s: s.fsdp),
     ):
         chosen = [
             (path, s.model_copy(update={"cluster": cluster}))
@@ -194,10 +199,6 @@ def calibrate(runs: list[Path], *, microbench: bool, world: int = 2) -> tuple[Cl
             for field, value in fitted.items()
         ]
     return cluster, notes
-
-
-def _uses_fsdp(s: Scenario) -> bool:
-    return s.dp > 1 and s.parallelism.zero_stage >= 2
 
 
 def simulated_step_s(s: Scenario, overheads: dict[str, float]) -> float:
@@ -234,11 +235,6 @@ def fit_two_overheads(fields: tuple[str, str], chosen: list[tuple[Path, Scenario
     return {fields[0]: float(x[0]), fields[1]: float(x[1])}
 
 
-def _uses_dtensor(s: Scenario) -> bool:
-    """Whether the runtime's parameters are DTensors (tensor parallel, or FSDP2 for ZeRO-2/3)."""
-    return s.tp > 1 or (s.dp > 1 and s.parallelism.zero_stage >= 2)
-
-
 def _fit_optimizer(cluster: Cluster, steps: list[tuple[Scenario, float]]) -> tuple[Cluster, list[str]]:
     """The optimizer's per-tensor host times, plain and DTensor, each the median over the runs of its
     kind (simulator.calibration.optimizer_tensor_overhead_us); a kind without runs keeps its value."""
@@ -247,7 +243,7 @@ def _fit_optimizer(cluster: Cluster, steps: list[tuple[Scenario, float]]) -> tup
         samples = [
             optimizer_tensor_overhead_us(s.model_copy(update={"cluster": cluster}), seconds)
             for s, seconds in steps
-            if _uses_dtensor(s) == dtensor
+            if s.dtensor_params == dtensor
         ]
         if samples:
             update[field] = statistics.median(samples)
@@ -257,12 +253,6 @@ def _fit_optimizer(cluster: Cluster, steps: list[tuple[Scenario, float]]) -> tup
             )
     compute = cluster.compute.model_copy(update=update)
     return cluster.model_copy(update={"compute": compute}), notes
-
-
-def _clean_compute(s: Scenario) -> bool:
-    """Runs whose compute spans are compute only: tensor-parallel collectives and FSDP2 gathers run inside
-    the spans on CPU, so those runs fit the per-collective overheads instead."""
-    return s.tp == 1 and not (s.dp > 1 and s.parallelism.zero_stage >= 2)
 
 
 def fit_overhead(field: str, s: Scenario, run_path: Path, high_us: float = 50_000.0) -> float:

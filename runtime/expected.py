@@ -102,7 +102,7 @@ class _FsdpState:
 def _rank_keys(plan: RankPlan) -> list[_Key]:
     s = plan.scenario
     recompute = s.training.recompute == "full"
-    fsdp = s.dp > 1 and s.parallelism.zero_stage >= 2
+    fsdp = s.fsdp
     states = {c.stage: _FsdpState(plan, c) for c in plan.chunks} if fsdp else {}
     last_b = {a.stage: i for i, a in enumerate(plan.actions) if a.kind == "B"}
     keys: list[_Key] = []

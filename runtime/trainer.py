@@ -76,7 +76,7 @@ def library_collectives(scenario: Scenario) -> bool:
     DDP, ZeRO-1 and pipeline plans never start the profiler, most of the instrumentation cost on
     small models (benchmarks/instrument_overhead.py).
     """
-    return scenario.tp > 1 or (scenario.dp > 1 and scenario.parallelism.zero_stage >= 2)
+    return scenario.dtensor_params
 
 
 class Trainer:

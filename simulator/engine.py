@@ -110,8 +110,11 @@ class Engine:
         self._dp_host_s = s.cluster.compute.dp_collective_overhead_us * 1e-6 if self.fsdp else 0.0
         # per-step host work of FSDP2 and of tensor-parallel DTensors (ComputeModel's *_step_overhead_us)
         compute = s.cluster.compute
-        self._step_host_s = (compute.fsdp_step_overhead_us if self.fsdp else 0.0) * 1e-6 + (
-            compute.tp_step_overhead_us if s.tp > 1 else 0.0
+        tp_step_us = (
+            compute.sp_step_overhead_us if s.parallelism.sequence_parallel else compute.tp_step_overhead_us
+        )
+        self._step_host_s = (
+            (compute.fsdp_step_overhead_us if self.fsdp else 0.0) + (tp_step_us if s.tp > 1 else 0.0)
         ) * 1e-6
         # host cost of posting one pipeline transfer, on each side (ComputeModel.p2p_overhead_us)
         self._p2p_host_s = s.cluster.compute.p2p_overhead_us * 1e-6
@@ -572,8 +575,7 @@ def optimizer_host_s(s: Scenario, stages: Iterable[int]) -> float:
     """Host time of the optimizer's per-tensor loop (ComputeModel.optimizer_overhead_us); DTensor
     parameters (tp > 1, or FSDP2 under ZeRO-2/3 with dp > 1) take the DTensor rate."""
     c = s.cluster.compute
-    dtensor = s.tp > 1 or (s.dp > 1 and s.parallelism.zero_stage >= 2)
-    per_tensor_us = c.dtensor_optimizer_overhead_us if dtensor else c.optimizer_overhead_us
+    per_tensor_us = c.dtensor_optimizer_overhead_us if s.dtensor_params else c.optimizer_overhead_us
     return optimizer_tensors(s, stages) * per_tensor_us * 1e-6 if per_tensor_us else 0.0
 
 

@@ -269,7 +269,10 @@ class ComputeModel(_Strict):
     the step); fitted with the per-collective overhead on two runs with different micro-batch counts."""
     sp_collective_overhead_us: float = Field(default=0.0, ge=0)
     """The same for the all-gathers and reduce-scatters of sequence parallelism (DTensor redistributes
-    between sequence shards and replicas); fitted on a sequence-parallel run."""
+    between sequence shards and replicas); fitted on sequence-parallel runs."""
+    sp_step_overhead_us: float = Field(default=0.0, ge=0)
+    """Per-step host time of a sequence-parallel plan (in place of tp_step_overhead_us); fitted with
+    sp_collective_overhead_us like the tensor-parallel pair."""
     dp_collective_overhead_us: float = Field(default=0.0, ge=0)
     """Host time per ZeRO-2/3 (FSDP2) collective: its unit hooks run in Python; fitted like the above."""
     fsdp_step_overhead_us: float = Field(default=0.0, ge=0)
@@ -359,6 +362,16 @@ class Scenario(_Strict):
     @property
     def vpp(self) -> int:
         return self.parallelism.virtual_stages_per_rank
+
+    @property
+    def fsdp(self) -> bool:
+        """ZeRO-2/3 over more than one data-parallel rank: parameters sharded by FSDP2."""
+        return self.dp > 1 and self.parallelism.zero_stage >= 2
+
+    @property
+    def dtensor_params(self) -> bool:
+        """Whether the runtime's parameters are DTensors (tensor parallel, or sharded by FSDP2)."""
+        return self.tp > 1 or self.fsdp
 
     @property
     def num_microbatches(self) -> int:

@@ -43,6 +43,10 @@ def fake_run(tmp_path: Path, name: str, step_s: float) -> Path:
     [
         (("dp_collective_overhead_us", "fsdp_step_overhead_us"), {"zero_stage": 3}),
         (("tp_collective_overhead_us", "tp_step_overhead_us"), {"tensor_parallel_degree": 2}),
+        (
+            ("sp_collective_overhead_us", "sp_step_overhead_us"),
+            {"tensor_parallel_degree": 2, "sequence_parallel": True},
+        ),
     ],
 )
 def test_per_collective_and_per_step_overheads_separate_on_two_micro_batch_counts(
@@ -64,6 +68,7 @@ def test_per_collective_and_per_step_overheads_separate_on_two_micro_batch_count
         ("p2p_overhead_us", {"pipeline_parallel_degree": 2}),
         ("tp_collective_overhead_us", {"tensor_parallel_degree": 2}),
         ("sp_collective_overhead_us", {"tensor_parallel_degree": 2, "sequence_parallel": True}),
+        ("dp_collective_overhead_us", {"zero_stage": 2}),
     ],
 )
 def test_one_overhead_is_found_by_bisection(tmp_path: Path, field: str, plan: dict[str, Any]) -> None:

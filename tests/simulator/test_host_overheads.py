@@ -83,3 +83,24 @@ def test_the_dtensor_rate_applies_only_to_dtensor_parameters() -> None:
     compute = {"dtensor_optimizer_overhead_us": 1000.0}
     assert step_s(scenario(compute)) == step_s(scenario())
     assert step_s(scenario(compute, tensor_parallel_degree=2)) > step_s(scenario(tensor_parallel_degree=2))
+
+
+@pytest.mark.parametrize(
+    ("field", "plan", "other"),
+    [
+        ("tp_step_overhead_us", {"tensor_parallel_degree": 2}, "sp_step_overhead_us"),
+        (
+            "sp_step_overhead_us",
+            {"tensor_parallel_degree": 2, "sequence_parallel": True},
+            "tp_step_overhead_us",
+        ),
+        ("fsdp_step_overhead_us", {"zero_stage": 3}, "tp_step_overhead_us"),
+    ],
+)
+def test_a_step_overhead_adds_once_to_its_own_plans(field: str, plan: dict[str, Any], other: str) -> None:
+    """Per-step host time sits between the last backward and the optimizer, after every wait: it adds
+    exactly once; the other families' constants leave the plan alone."""
+    base = step_s(scenario(**plan))
+    assert step_s(scenario({field: 7000.0}, **plan)) - base == pytest.approx(7e-3, rel=1e-9)
+    assert step_s(scenario({other: 7000.0}, **plan)) == base
+    assert step_s(scenario({field: 7000.0})) == step_s(scenario())  # plain DDP: none of them
