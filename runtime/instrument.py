@@ -22,6 +22,7 @@ A step's events are kept as ``[key, start mark, end mark]`` rows and become a ta
 """
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -240,6 +241,11 @@ class _CommScope:
             rec._scopes.pop()
 
 
+_PROFILER_ON_CPU = os.environ.get("PLANCAST_CPU_CAPTURE", "dispatch") == "profiler"
+"""``PLANCAST_CPU_CAPTURE=profiler``: capture library collectives on CPU with torch.profiler, as on GPU,
+instead of ``CollectiveSpy`` (slower: ~65% of a tiny TP step against ~15%; the fallback should the
+dispatch mode misbehave with some torch version)."""
+
 # c10d op (as the dispatcher names it) -> trace kind, for the functional collectives DTensor issues
 FUNCOL_KINDS: dict[str, str] = {
     "_c10d_functional::all_reduce": "all_reduce",
@@ -392,11 +398,12 @@ class StepRecorder:
         self._rows = []
         self._counts = {}
         self._scopes = []
-        if self.profile_collectives and self.device_type == "cpu":
+        if self.profile_collectives and self.device_type == "cpu" and not _PROFILER_ON_CPU:
             self._spy = CollectiveSpy(self)
             self._spy.__enter__()
         elif self.profile_collectives:  # GPU: NCCL kernels are timed on the device by the profiler
-            self._prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
+            cuda = [ProfilerActivity.CUDA] if self.device_type == "cuda" else []
+            self._prof = profile(activities=[ProfilerActivity.CPU, *cuda])
             self._prof.__enter__()
             self._marker = record_function(STEP_MARKER)
             self._marker.__enter__()
