@@ -3,7 +3,9 @@
 `load_run` never raises for a damaged run: every file that cannot be read becomes one sentence in
 `RunData.problems` (naming the file) and the rest of the run is still returned. The `cached_*`
 functions are the only Streamlit-aware code here; their cache key is a run's path plus the size and
-modification time of every file in it, so a run that changes on disk is read again.
+modification time of every file in it, so a run that changes on disk is read again. A run without
+`predicted/` but with a readable `scenario.toml` (e.g. one `plancast run` wrote for a scenario never
+simulated into it) is simulated in memory, as `plancast compare` does on disk.
 """
 
 from __future__ import annotations
@@ -128,6 +130,9 @@ def load_run(path: Path) -> RunData:
     loaded = _read(run.scenario_toml, load_scenario, problems)
     predicted = _read(run.predicted_events, read_events, problems)
     predicted_summary = _read_summary(run.predicted_summary, problems)
+    if loaded is not None and not run.predicted_events.exists() and not run.predicted_summary.exists():
+        prediction = simulate(loaded.scenario)
+        predicted, predicted_summary = prediction.events, prediction.summary
     measured = read_measured(run)
     problems.extend(measured.problems)
     measured_summary = _read_summary(run.measured_summary, problems)

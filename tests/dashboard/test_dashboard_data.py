@@ -154,3 +154,16 @@ def test_what_if_rederives_data_parallel_and_reports_bad_plans() -> None:
     assert (flat.pp, flat.dp, flat.parallelism.pipeline_layer_split) == (1, 2, [base.model.num_hidden_layers])
     with pytest.raises(ScenarioError, match=r"parallelism\.virtual_stages_per_rank"):
         frames.what_if_scenario(base, dataclasses.replace(knobs, virtual_stages=2))
+
+
+def test_a_run_without_a_prediction_is_simulated_from_its_scenario(tmp_path: Path, healthy_run: Path) -> None:
+    """As `plancast compare` does: predicted/ absent, scenario.toml readable -> simulated in memory."""
+    run = tmp_path / "no-prediction"
+    shutil.copytree(healthy_run, run)
+    shutil.rmtree(RunDir(run).predicted_dir)
+    loaded = data.load_run(run)
+    expected = data.load_run(healthy_run)
+    assert loaded.has_predicted and loaded.problems == ()
+    assert loaded.predicted_summary is not None and expected.predicted_summary is not None
+    assert loaded.predicted_summary["step_time_s"] == expected.predicted_summary["step_time_s"]
+    assert len(loaded.predicted) == len(expected.predicted)
