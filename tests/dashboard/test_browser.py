@@ -89,6 +89,12 @@ def test_overview_renders_in_a_real_browser(server: str, healthy_run: Path, tmp_
     assert frames.format_seconds(summary["step_time_s"]) in dom
     assert f"Run {healthy_run.name}" in dom
     assert "Events matched" in dom
-    SCREENSHOT.unlink(missing_ok=True)
-    chromium(server, tmp_path / "profile", f"--screenshot={SCREENSHOT}", "--window-size=1400,1000")
+    # the same race as rendered_dom's, for the screenshot's own page load: a skeleton-only page is a
+    # near-blank PNG of a few kB, the rendered Overview several tens of kB
+    for _ in range(5):
+        SCREENSHOT.unlink(missing_ok=True)
+        chromium(server, tmp_path / "profile", f"--screenshot={SCREENSHOT}", "--window-size=1400,1000")
+        if SCREENSHOT.stat().st_size > 10_000:
+            break
+        time.sleep(1.0)
     assert SCREENSHOT.stat().st_size > 10_000
