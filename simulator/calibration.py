@@ -21,7 +21,7 @@ import numpy as np
 
 from simulator.costs.ops import Op, Shape, attention_core, embedding_forward, head_forward, layer_forward
 from simulator.costs.stage import MEMORY_BACKWARD_FACTOR, stage_costs
-from simulator.engine import Topology, optimizer_bytes_per_param, optimizer_tensors
+from simulator.engine import Topology, optimizer_memory_s, optimizer_tensors
 from simulator.scenario import Cluster, ComputeModel, Scenario, Tier
 
 
@@ -90,11 +90,7 @@ def optimizer_tensor_overhead_us(s: Scenario, seconds: float) -> float:
     for r in range(s.pp):
         stages = [c * s.pp + r for c in range(s.vpp)]
         params = sum(costs[v].params for v in stages) / (s.dp if s.parallelism.zero_stage >= 1 else 1)
-        memory_s.append(
-            params
-            * optimizer_bytes_per_param(s)
-            / (s.cluster.gpu.hbm_GBps * 1e9 * s.cluster.compute.memory_efficiency)
-        )
+        memory_s.append(optimizer_memory_s(s, params))
         tensors.append(optimizer_tensors(s, stages))
     host_s = seconds - float(np.mean(memory_s))
     return max(host_s, 0.0) / float(np.mean(tensors)) * 1e6

@@ -523,11 +523,7 @@ class Engine:
         owned = [c * s.pp + st.coord.pp for c in range(s.vpp)]
         params = sum(self.costs[v].params for v in owned)
         local = params / s.dp if self.zero >= 1 else params
-        seconds = (
-            local
-            * optimizer_bytes_per_param(s)
-            / (s.cluster.gpu.hbm_GBps * 1e9 * s.cluster.compute.memory_efficiency)
-        ) + optimizer_host_s(s, owned)
+        seconds = optimizer_memory_s(s, local) + optimizer_host_s(s, owned)
         start = self.env.now
         yield self._busy(st, seconds)
         self._record(st.rank, "compute", "optimizer", -1, -1, -1, start, self.env.now - start)
@@ -553,6 +549,15 @@ class Engine:
             self.env.process(self._rank(st))
         self.env.run()
         return self.spans
+
+
+def optimizer_memory_s(s: Scenario, params: float) -> float:
+    """Memory-bound time of an optimizer step over `params` local parameters."""
+    return (
+        params
+        * optimizer_bytes_per_param(s)
+        / (s.cluster.gpu.hbm_GBps * 1e9 * s.cluster.compute.memory_efficiency)
+    )
 
 
 def optimizer_tensors(s: Scenario, stages: Iterable[int]) -> float:

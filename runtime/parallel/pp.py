@@ -159,17 +159,7 @@ class PipelineExecutor:
         if peer == self.plan.rank:  # both stages on this rank: a local hand-off, no transfer
             return self._handoff.pop(("B" if backward else "F", src_stage, a.microbatch))
         buf = torch.empty(self.activation_shape, dtype=self.dtype, device=self.device)
-        key = SpanKey(
-            "recv",
-            a.stage,
-            a.chunk,
-            a.microbatch,
-            stream="pp",
-            peer=peer,
-            bytes=buf.numel() * buf.element_size(),
-            index=int(backward),
-        )
-        with self.recorder.span(key):
+        with self.recorder.span(_p2p_key("recv", a, peer, buf, backward)):
             work = dist.irecv(buf, src=peer)
             assert work is not None
             work.wait()
@@ -181,17 +171,7 @@ class PipelineExecutor:
         if peer == self.plan.rank:
             self._handoff[("B" if backward else "F", a.stage, a.microbatch)] = tensor.detach()
             return
-        key = SpanKey(
-            "send",
-            a.stage,
-            a.chunk,
-            a.microbatch,
-            stream="pp",
-            peer=peer,
-            bytes=tensor.numel() * tensor.element_size(),
-            index=int(backward),
-        )
-        span = self.recorder.open_async(key)
+        span = self.recorder.open_async(_p2p_key("send", a, peer, tensor, backward))
         work = dist.isend(tensor, dst=peer)
         assert work is not None
         self.recorder.watch(span, work)
@@ -202,3 +182,17 @@ class PipelineExecutor:
         for work, _tensor in self._pending:
             work.wait()
         self._pending.clear()
+
+
+def _p2p_key(kind: str, a: Action, peer: int, tensor: torch.Tensor, backward: bool) -> SpanKey:
+    """The span of one pipeline send or recv of action `a` (index 0: activations, 1: gradients)."""
+    return SpanKey(
+        kind,
+        a.stage,
+        a.chunk,
+        a.microbatch,
+        stream="pp",
+        peer=peer,
+        bytes=tensor.numel() * tensor.element_size(),
+        index=int(backward),
+    )
