@@ -28,11 +28,11 @@ from typing import Any
 
 import tomli_w
 
-from runtime.calibrate import calibrate, write_profile
-from runtime.launch import launch
-from simulator.predict import simulate
-from simulator.scenario import load_scenario
-from traces.store import RunDir, read_json
+from plancast.runtime.calibrate import calibrate, write_profile
+from plancast.runtime.launch import launch
+from plancast.simulator.predict import simulate
+from plancast.simulator.scenario import load_scenario
+from plancast.traces.store import RunDir, read_json
 
 BASE: dict[str, Any] = {
     "model": {"preset": "tiny-gpt"},

@@ -17,10 +17,10 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from benchmarks.published_runs import TABLE4, TABLE5, korthikanti
-from simulator.costs.stage import stage_costs
-from simulator.engine import Topology
-from simulator.predict import simulate
-from simulator.scenario import ComputeModel, Scenario
+from plancast.simulator.costs.stage import stage_costs
+from plancast.simulator.engine import Topology
+from plancast.simulator.predict import simulate
+from plancast.simulator.scenario import ComputeModel, Scenario
 
 NAMES = (
     "matmul_efficiency",

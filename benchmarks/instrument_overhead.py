@@ -36,9 +36,9 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from runtime.instrument import SpanKey, StepEvents, StepRecorder, default_timer
-from runtime.trainer import Trainer
-from simulator.scenario import Scenario, load_scenario
+from plancast.runtime.instrument import SpanKey, StepEvents, StepRecorder, default_timer
+from plancast.runtime.trainer import Trainer
+from plancast.simulator.scenario import Scenario, load_scenario
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "tiny-local-cpu.toml"
 WARMUP_STEPS = 3

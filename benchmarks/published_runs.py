@@ -15,12 +15,12 @@ import statistics
 import sys
 from typing import Any
 
-from simulator.costs.memory import GiB, model_state_bytes, rank_memory
-from simulator.costs.params import stage_parameters
-from simulator.costs.stage import stage_costs
-from simulator.engine import Topology
-from simulator.predict import simulate
-from simulator.scenario import Scenario, parse_scenario
+from plancast.simulator.costs.memory import GiB, model_state_bytes, rank_memory
+from plancast.simulator.costs.params import stage_parameters
+from plancast.simulator.costs.stage import stage_costs
+from plancast.simulator.engine import Topology
+from plancast.simulator.predict import simulate
+from plancast.simulator.scenario import Scenario, parse_scenario
 
 # Table 3: model -> (preset, tp, pp, global batch, micro-batch, virtual stages)
 TABLE3: dict[str, tuple[str, int, int, int, int, int]] = {

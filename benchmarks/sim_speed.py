@@ -17,9 +17,9 @@ from collections.abc import Callable
 from typing import Any
 
 from benchmarks.published_runs import korthikanti
-from simulator.predict import simulate
-from simulator.scenario import Scenario, load_scenario, parse_scenario
-from simulator.sweep import sweep
+from plancast.simulator.predict import simulate
+from plancast.simulator.scenario import Scenario, load_scenario, parse_scenario
+from plancast.simulator.sweep import sweep
 
 
 def gpt3_4096() -> Scenario:

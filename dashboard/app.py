@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from dashboard.app_pages.common import run_picker
+from plancast.dashboard.app_pages.common import run_picker
 
 st.set_page_config(page_title="plancast", page_icon=":material/timer:", layout="wide")
 

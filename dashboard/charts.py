@@ -8,7 +8,7 @@ from __future__ import annotations
 import altair as alt
 import pandas as pd
 
-from dashboard.frames import SOURCES, lane_order
+from plancast.dashboard.frames import SOURCES, lane_order
 
 SOURCE_COLORS = alt.Scale(domain=list(SOURCES), range=["#4c78a8", "#f58518"])
 STREAM_ROW_PX = 14  # height of one stream's row inside a rank's lane

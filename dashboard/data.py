@@ -26,12 +26,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import streamlit as st
 
-from simulator.predict import simulate
-from simulator.scenario import Scenario, ScenarioError, load_scenario
-from simulator.sweep import Plan, sweep
-from traces import schema
-from traces.reconcile import Reconciliation, reconcile
-from traces.store import RANK_FILE_RE, RunDir, TraceReadError, read_events, read_json, read_measured
+from plancast.simulator.predict import simulate
+from plancast.simulator.scenario import Scenario, ScenarioError, load_scenario
+from plancast.simulator.sweep import Plan, sweep
+from plancast.traces import schema
+from plancast.traces.reconcile import Reconciliation, reconcile
+from plancast.traces.store import RANK_FILE_RE, RunDir, TraceReadError, read_events, read_json, read_measured
 
 RUNS_ENV = "PLANCAST_DASHBOARD_RUNS"  # os.pathsep-separated run directories (set by dashboard.serve)
 

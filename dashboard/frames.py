@@ -13,12 +13,12 @@ from typing import Any
 
 import pandas as pd
 
-from simulator.costs.memory import rank_memory
-from simulator.mesh import RankGrid
-from simulator.scenario import Loaded, Scenario, parse_scenario, to_toml_dict
-from simulator.schedules import build_schedule
-from traces import schema
-from traces.reconcile import rank_breakdown_us
+from plancast.simulator.costs.memory import rank_memory
+from plancast.simulator.mesh import RankGrid
+from plancast.simulator.scenario import Loaded, Scenario, parse_scenario, to_toml_dict
+from plancast.simulator.schedules import build_schedule
+from plancast.traces import schema
+from plancast.traces.reconcile import rank_breakdown_us
 
 US_PER_MS = 1e3
 SOURCES = ("predicted", "measured")  # predicted is drawn above / left of measured

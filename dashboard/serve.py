@@ -14,7 +14,7 @@ import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
-from dashboard.data import RUNS_ENV
+from plancast.dashboard.data import RUNS_ENV
 
 APP = Path(__file__).resolve().parent / "app.py"
 DEFAULT_PORT = 8501

@@ -37,14 +37,14 @@ class UserError(Exception):
 
 
 def _user_error_types() -> tuple[type[BaseException], ...]:
-    from simulator.scenario import ScenarioError
+    from plancast.simulator.scenario import ScenarioError
 
     types: list[type[BaseException]] = [UserError, ScenarioError]
     try:
-        from traces.schema import SchemaError
+        from plancast.traces.schema import SchemaError
 
         types.append(SchemaError)
-        from traces.store import TraceReadError
+        from plancast.traces.store import TraceReadError
 
         types.append(TraceReadError)
     except ImportError:  # pragma: no cover - traces.store lands with the compare issue
@@ -72,7 +72,7 @@ ScenarioArg = Annotated[Path, typer.Argument(help="Scenario TOML file (see examp
 
 def load(path: Path) -> Any:
     """Load and resolve a scenario, printing its warnings to stderr."""
-    from simulator.scenario import load_scenario
+    from plancast.simulator.scenario import load_scenario
 
     loaded = load_scenario(path)
     for warning in loaded.warnings:
@@ -85,7 +85,7 @@ def validate(scenario: ScenarioArg) -> None:
     """Check a scenario; print it resolved (every default filled in) as TOML, or the errors."""
     import tomli_w
 
-    from simulator.scenario import to_toml_dict
+    from plancast.simulator.scenario import to_toml_dict
 
     with user_errors():
         s = load(scenario)
@@ -99,7 +99,7 @@ def catalog(
     """List the GPU, cluster and model presets a scenario can name."""
     from rich.table import Column, Table
 
-    from simulator import catalog as cat
+    from plancast.simulator import catalog as cat
 
     kinds = {"gpus", "clusters", "models", "all"}
     with user_errors():
@@ -140,8 +140,8 @@ def catalog(
             table.add_row(name, str(c["gpu"]), str(c["gpus_per_node"]), desc)
         out.print(table)
     if kind in ("models", "all"):
-        from simulator.costs.params import count_parameters
-        from simulator.scenario import Model
+        from plancast.simulator.costs.params import count_parameters
+        from plancast.simulator.scenario import Model
 
         table = Table(
             "model", "params", "hidden", "layers", "heads/kv", "ffn", "vocab", "mlp", title="Models"

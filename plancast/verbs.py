@@ -22,9 +22,9 @@ def _write_predicted(run_path: Path, prediction: Any) -> list[Path]:
     """RUN/scenario.toml, RUN/predicted/{events.parquet, summary.json} and a Chrome trace per rank."""
     import tomli_w
 
-    from simulator.scenario import to_toml_dict
-    from traces.chrome import export_chrome
-    from traces.store import RunDir, atomic_open, write_events, write_json
+    from plancast.simulator.scenario import to_toml_dict
+    from plancast.traces.chrome import export_chrome
+    from plancast.traces.store import RunDir, atomic_open, write_events, write_json
 
     run = RunDir(run_path)
     run.predicted_dir.mkdir(parents=True, exist_ok=True)
@@ -72,7 +72,7 @@ def simulate(
     ] = False,
 ) -> None:
     """Predict one training step: time breakdown, memory, MFU; optionally write RUN/predicted/."""
-    from simulator.predict import simulate as run_simulation
+    from plancast.simulator.predict import simulate as run_simulation
 
     with user_errors():
         s = load(scenario)
@@ -104,8 +104,8 @@ def import_(
     """Turn another tool's configuration into a plancast scenario TOML."""
     import tomli_w
 
-    from simulator import importers
-    from simulator.scenario import parse_scenario, to_toml_dict
+    from plancast.simulator import importers
+    from plancast.simulator.scenario import parse_scenario, to_toml_dict
 
     with user_errors():
         if kind not in ("hf", "megatron", "deepspeed"):
@@ -145,7 +145,7 @@ def sweep(
     from rich.progress import Progress
     from rich.table import Table
 
-    from simulator.sweep import sweep as run_sweep
+    from plancast.simulator.sweep import sweep as run_sweep
 
     with user_errors():
         s = load(scenario)
@@ -206,8 +206,8 @@ RunArg = Annotated[Path, typer.Argument(help="Run directory (from `plancast run`
 
 def _ensure_predicted(run_path: Path) -> None:
     """Simulate RUN/scenario.toml into RUN/predicted/ when the run has no prediction yet."""
-    from simulator.predict import simulate as run_simulation
-    from traces.store import RunDir
+    from plancast.simulator.predict import simulate as run_simulation
+    from plancast.traces.store import RunDir
 
     run = RunDir(run_path)
     if run.predicted_events.exists():
@@ -226,8 +226,8 @@ def reconcile_run(run_path: Path) -> dict[str, Any]:
 
     Damaged inputs (an unreadable or missing rank file, a cut summary) are left out and listed under
     "problems"; everything else is still compared."""
-    from traces.reconcile import reconcile, to_summary
-    from traces.store import RunDir, read_measured, read_predicted, write_json
+    from plancast.traces.reconcile import reconcile, to_summary
+    from plancast.traces.store import RunDir, read_measured, read_predicted, write_json
 
     run = RunDir(run_path)
     if not run.path.is_dir():
@@ -257,7 +257,7 @@ def reconcile_run(run_path: Path) -> dict[str, Any]:
 
 def _optional_json(path: Path, problems: list[str]) -> Any:
     """A summary file, or None with a problem noted when it is unreadable (missing is fine)."""
-    from traces.store import TraceReadError, read_json
+    from plancast.traces.store import TraceReadError, read_json
 
     if not path.exists():
         return None
@@ -331,8 +331,8 @@ def export(
     source: Annotated[str, typer.Option(help="predicted | measured | both")] = "both",
 ) -> None:
     """Write RUN's events as Chrome-trace/Kineto JSON, one file per rank, under RUN/chrome/SOURCE/."""
-    from traces.chrome import export_chrome
-    from traces.store import RunDir, read_measured, read_predicted
+    from plancast.traces.chrome import export_chrome
+    from plancast.traces.store import RunDir, read_measured, read_predicted
 
     with user_errors():
         if format_ != "chrome":
@@ -366,8 +366,8 @@ def import_kineto(
     ] = None,
 ) -> None:
     """Import traces of a job plancast did not launch as RUN/measured/, ready for `plancast compare`."""
-    from traces.kineto import import_kineto as read_traces
-    from traces.store import RankEventWriter, RunDir, write_json
+    from plancast.traces.kineto import import_kineto as read_traces
+    from plancast.traces.store import RankEventWriter, RunDir, write_json
 
     with user_errors():
         frame = read_traces(trace_dir)
@@ -383,7 +383,7 @@ def import_kineto(
     world = int(frame["rank"].max()) + 1
     write_json(run.env_json, {"world_size": world, "source": f"kineto import of {trace_dir}"})
     if s is not None:
-        from simulator.predict import simulate as run_simulation
+        from plancast.simulator.predict import simulate as run_simulation
 
         _write_predicted(out_dir, run_simulation(s))
     out.print(
@@ -405,8 +405,8 @@ def calibrate(
     world: Annotated[int, typer.Option(help="Processes for the link microbenchmark / the base profile.")] = 2,
 ) -> None:
     """Fit a cluster profile; use it with `[cluster] preset = "PROFILE.toml"` in a scenario."""
-    from runtime.calibrate import calibrate as fit_profile
-    from runtime.calibrate import write_profile
+    from plancast.runtime.calibrate import calibrate as fit_profile
+    from plancast.runtime.calibrate import write_profile
 
     with user_errors():
         runs = runs or []
@@ -450,7 +450,7 @@ def run(
 
     Multi-node: on every node run `plancast run S --out RUN --nnodes N --node-rank I --rdzv-endpoint
     NODE0:29500`; each node writes its ranks' files into its own RUN (gather them before comparing)."""
-    from runtime.launch import LaunchError, launch
+    from plancast.runtime.launch import LaunchError, launch
 
     with user_errors():
         load(scenario)  # bad scenarios fail here with key paths, before any process starts
@@ -487,7 +487,7 @@ def dashboard(
 
     RUN directories come from `plancast simulate --out` or `plancast run --out`; without RUN, pick a
     run in the sidebar from a folder (default runs/) or upload a zipped run directory."""
-    from dashboard.serve import serve, url, wait_until_ready
+    from plancast.dashboard.serve import serve, url, wait_until_ready
 
     with user_errors():
         try:
@@ -534,10 +534,10 @@ def demo(
     """The whole loop on this machine: calibrate, simulate, run, compare, and open the dashboard."""
     import time
 
-    from runtime.calibrate import calibrate as fit_profile
-    from runtime.calibrate import write_profile
-    from runtime.launch import launch
-    from simulator.predict import simulate as run_simulation
+    from plancast.runtime.calibrate import calibrate as fit_profile
+    from plancast.runtime.calibrate import write_profile
+    from plancast.runtime.launch import launch
+    from plancast.simulator.predict import simulate as run_simulation
 
     started = time.perf_counter()
     out_dir.mkdir(parents=True, exist_ok=True)

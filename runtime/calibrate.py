@@ -19,18 +19,18 @@ import numpy as np
 import pandas as pd
 import tomli_w
 
-from simulator.calibration import (
+from plancast.simulator.calibration import (
     Measured,
     Observation,
     calibrated_cluster,
     fit_compute,
     optimizer_tensor_overhead_us,
 )
-from simulator.predict import simulate
-from simulator.scenario import GPU, Cluster, Scenario, load_scenario, parse_scenario
-from traces.calibrate import compute_observations, fit_link, median_observations
-from traces.schema import ALIGNMENT_KEY
-from traces.store import RunDir, read_json, read_measured
+from plancast.simulator.predict import simulate
+from plancast.simulator.scenario import GPU, Cluster, Scenario, load_scenario, parse_scenario
+from plancast.traces.calibrate import compute_observations, fit_link, median_observations
+from plancast.traces.schema import ALIGNMENT_KEY
+from plancast.traces.store import RunDir, read_json, read_measured
 
 
 def local_cpu_scenario(world: int = 2) -> Scenario:
@@ -111,7 +111,7 @@ def calibrate(runs: list[Path], *, microbench: bool, world: int = 2) -> tuple[Cl
     base = scenarios[0] if scenarios else local_cpu_scenario(world)
     cluster = base.cluster
     if microbench:
-        from runtime import microbench as mb
+        from plancast.runtime import microbench as mb
 
         device, links = mb.measure_device(), mb.measure_links(world=max(2, min(world, mb.cores())))
         cluster = apply_microbench(cluster, device, links, mb.cores())

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from runtime.plan import Chunk, RankPlan, rank_plan
-from simulator.costs.params import chunk_tensor_bytes
-from simulator.costs.tp_comm import Part, Phase, ddp_bucket_bytes, tp_collectives
-from simulator.scenario import Scenario
+from plancast.runtime.plan import Chunk, RankPlan, rank_plan
+from plancast.simulator.costs.params import chunk_tensor_bytes
+from plancast.simulator.costs.tp_comm import Part, Phase, ddp_bucket_bytes, tp_collectives
+from plancast.simulator.scenario import Scenario
 
 KEY_COLUMNS = ["rank", "step", "stream", "kind", "stage", "chunk", "microbatch", "index", "peer"]
 

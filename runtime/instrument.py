@@ -35,7 +35,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from traces.schema import COLUMNS, Event
+from plancast.traces.schema import COLUMNS, Event
 
 # c10d op (as the profiler names it) -> trace kind. Point-to-point ops are timed by spans instead.
 C10D_KINDS: dict[str, str] = {

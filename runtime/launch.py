@@ -1,7 +1,7 @@
 """Start a measured run of a scenario with torchrun and report how it ended.
 
 ``launch`` checks the plan against the ranks it will start, writes ``RUN/scenario.toml`` (node 0),
-then runs the real launcher, ``python -m torch.distributed.run ... -m runtime.worker``, as a
+then runs the real launcher, ``python -m torch.distributed.run ... -m plancast.runtime.worker``, as a
 subprocess: one node with ``--standalone``, several through the c10d rendezvous (start ``launch``
 once per node with the same ``rdzv_endpoint``). The launcher's output is streamed to stderr. When
 the job fails or runs past ``timeout_s``, ``launch`` names the failed ranks from torchrun's failure
@@ -26,11 +26,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from runtime.plan import PlanError, check_runtime_support
-from simulator.scenario import Scenario, ScenarioError, load_scenario, to_toml_dict
-from traces.store import RunDir, atomic_open, read_measured, write_json
+import plancast
+from plancast.runtime.plan import PlanError, check_runtime_support
+from plancast.simulator.scenario import Scenario, ScenarioError, load_scenario, to_toml_dict
+from plancast.traces.store import RunDir, atomic_open, read_measured, write_json
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+IMPORT_ROOT = Path(plancast.__file__).resolve().parent.parent
+"""The folder holding the ``plancast`` package (the source tree or site-packages): the workers' PYTHONPATH."""
 MONITOR_INTERVAL_S = 0.5
 """How often torchrun checks its workers: a dead rank stops the job within about this long."""
 TERMINATE_GRACE_S = 10.0
@@ -135,7 +137,7 @@ def torchrun_command(
         cmd += ["--rdzv-backend", "c10d", "--rdzv-endpoint", plan.rdzv_endpoint, "--rdzv-id", rdzv_id]
         cmd += ["--rdzv-conf", f"join_timeout={int(timeout_s)}"]
     cmd += ["--max-restarts", "0", "--monitor-interval", str(MONITOR_INTERVAL_S)]
-    cmd += ["-m", "runtime.worker", "--scenario", str(scenario_path), "--out", str(out_dir)]
+    cmd += ["-m", "plancast.runtime.worker", "--scenario", str(scenario_path), "--out", str(out_dir)]
     cmd += ["--steps", str(plan.steps), "--timeout-s", str(timeout_s)]
     return cmd
 
@@ -243,7 +245,7 @@ def _kill_job(proc: subprocess.Popen[str]) -> None:
 def run_streaming(cmd: Sequence[str], timeout_s: float) -> tuple[int, str, bool]:
     """Run ``cmd`` in its own process group, streaming its output; ``(exit code, output, timed out)``."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH")) if p)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(IMPORT_ROOT), env.get("PYTHONPATH")) if p)
     proc = subprocess.Popen(
         list(cmd),
         stdout=subprocess.PIPE,
@@ -354,8 +356,8 @@ def launch(
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """Options of ``python -m runtime.launch`` (the same as ``plancast run``)."""
-    p = argparse.ArgumentParser(prog="python -m runtime.launch", description=__doc__.splitlines()[0])
+    """Options of ``python -m plancast.runtime.launch`` (the same as ``plancast run``)."""
+    p = argparse.ArgumentParser(prog="python -m plancast.runtime.launch", description=__doc__.splitlines()[0])
     p.add_argument("scenario", type=Path, help="scenario TOML file")
     p.add_argument("--out", type=Path, required=True, help="run directory (measured/ is written inside)")
     p.add_argument("--steps", type=int, default=None, help="steps to run (default: training.steps)")
@@ -370,7 +372,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m runtime.launch``: exit 2 on bad input, else the job's exit code."""
+    """``python -m plancast.runtime.launch``: exit 2 on bad input, else the job's exit code."""
     args = build_parser().parse_args(argv)
     try:
         return launch(

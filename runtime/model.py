@@ -23,7 +23,7 @@ import torch.nn.functional as F  # noqa: N812  (the torch convention)
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from simulator.scenario import Scenario
+from plancast.simulator.scenario import Scenario
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from simulator.mesh import Coord, RankGrid
-from simulator.scenario import Scenario
-from simulator.schedules import Action, build_schedule, splits_backward
+from plancast.simulator.mesh import Coord, RankGrid
+from plancast.simulator.scenario import Scenario
+from plancast.simulator.schedules import Action, build_schedule, splits_backward
 
 
 class PlanError(ValueError):

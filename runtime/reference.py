@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import torch
 
-from runtime.model import Decoder, ModelConfig, loss_fn, microbatch, synthetic_batch
-from runtime.trainer import LEARNING_RATE
-from simulator.scenario import Scenario
+from plancast.runtime.model import Decoder, ModelConfig, loss_fn, microbatch, synthetic_batch
+from plancast.runtime.trainer import LEARNING_RATE
+from plancast.simulator.scenario import Scenario
 
 
 class ReferenceRun:

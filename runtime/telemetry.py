@@ -23,7 +23,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from traces.store import atomic_open
+from plancast.traces.store import atomic_open
 
 COLUMNS: dict[str, str] = {
     "node": "int32",  # node rank (torchrun --node-rank)

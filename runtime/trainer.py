@@ -18,20 +18,20 @@ from torch import nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.tensor import DTensor, Partial, Replicate
 
-from runtime.instrument import SpanKey, StepEvents, StepRecorder, default_timer
-from runtime.memory import ActivationAccount, peak_memory
-from runtime.model import Decoder, ModelConfig, microbatch, synthetic_batch
-from runtime.parallel.dp import (
+from plancast.runtime.instrument import SpanKey, StepEvents, StepRecorder, default_timer
+from plancast.runtime.memory import ActivationAccount, peak_memory
+from plancast.runtime.model import Decoder, ModelConfig, microbatch, synthetic_batch
+from plancast.runtime.parallel.dp import (
     backward_with_sync,
     localize_dtensor_params,
     wrap_ddp,
     zero1_optimizer,
 )
-from runtime.parallel.fsdp import apply_fsdp
-from runtime.parallel.pp import PipelineExecutor, StageRunner
-from runtime.parallel.tp import apply_tensor_parallel, local_seq_len
-from runtime.plan import Chunk, RankPlan, rank_plan
-from simulator.scenario import Scenario
+from plancast.runtime.parallel.fsdp import apply_fsdp
+from plancast.runtime.parallel.pp import PipelineExecutor, StageRunner
+from plancast.runtime.parallel.tp import apply_tensor_parallel, local_seq_len
+from plancast.runtime.plan import Chunk, RankPlan, rank_plan
+from plancast.simulator.scenario import Scenario
 
 LEARNING_RATE = 1e-3
 """AdamW learning rate of the synthetic run (the scenario describes cost, not convergence)."""

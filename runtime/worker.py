@@ -1,7 +1,7 @@
 """Per-rank entry of a measured run, started by torchrun (``runtime.launch`` builds the command).
 
     python -m torch.distributed.run --standalone --nproc-per-node 2 \\
-        -m runtime.worker --scenario S.toml --out RUN --steps K
+        -m plancast.runtime.worker --scenario S.toml --out RUN --steps K
 
 Each rank reads ``RANK``/``WORLD_SIZE``/``LOCAL_RANK``/``GROUP_RANK`` from torchrun's environment,
 joins the default process group (NCCL when CUDA is available, else gloo with one CPU thread per
@@ -36,10 +36,10 @@ import torch
 import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 
-from runtime.telemetry import TelemetrySampler, empty_table, make_sampler, write_telemetry
-from runtime.trainer import Trainer
-from simulator.scenario import load_scenario
-from traces.store import RankEventWriter, RunDir, write_json
+from plancast.runtime.telemetry import TelemetrySampler, empty_table, make_sampler, write_telemetry
+from plancast.runtime.trainer import Trainer
+from plancast.simulator.scenario import load_scenario
+from plancast.traces.store import RankEventWriter, RunDir, write_json
 
 WARMUP_STEPS = 1
 """Steps left out of the median step time (step 0 pays for allocator growth and lazy init)."""
@@ -73,8 +73,8 @@ def rank_env(environ: Mapping[str, str]) -> RankEnv:
     missing = [k for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK") if k not in environ]
     if missing:
         raise SystemExit(
-            f"runtime.worker: {', '.join(missing)} not set; start it under torchrun "
-            "(python -m runtime.launch SCENARIO --out RUN, or plancast run)"
+            f"plancast.runtime.worker: {', '.join(missing)} not set; start it under torchrun "
+            "(python -m plancast.runtime.launch SCENARIO --out RUN, or plancast run)"
         )
     return RankEnv(
         rank=int(environ["RANK"]),
@@ -198,7 +198,7 @@ def gather_to_rank0(obj: Any, env: RankEnv) -> list[Any]:
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m runtime.worker", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m plancast.runtime.worker", description=__doc__.splitlines()[0])
     p.add_argument("--scenario", type=Path, required=True, help="scenario TOML file")
     p.add_argument("--out", type=Path, required=True, help="run directory")
     p.add_argument("--steps", type=int, default=None, help="steps to run (default: training.steps)")

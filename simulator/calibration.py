@@ -19,10 +19,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from simulator.costs.ops import Op, Shape, attention_core, embedding_forward, head_forward, layer_forward
-from simulator.costs.stage import MEMORY_BACKWARD_FACTOR, stage_costs
-from simulator.engine import Topology, optimizer_memory_s, optimizer_tensors
-from simulator.scenario import Cluster, ComputeModel, Scenario, Tier
+from plancast.simulator.costs.ops import (
+    Op,
+    Shape,
+    attention_core,
+    embedding_forward,
+    head_forward,
+    layer_forward,
+)
+from plancast.simulator.costs.stage import MEMORY_BACKWARD_FACTOR, stage_costs
+from plancast.simulator.engine import Topology, optimizer_memory_s, optimizer_tensors
+from plancast.simulator.scenario import Cluster, ComputeModel, Scenario, Tier
 
 
 @dataclass(frozen=True, slots=True)

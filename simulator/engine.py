@@ -19,15 +19,15 @@ from typing import Any
 
 import simpy
 
-from simulator.costs.collectives import Level, Link, collective_seconds, group_levels, ring_seconds
-from simulator.costs.ops import DTYPE_BYTES
-from simulator.costs.params import chunk_tensor_bytes
-from simulator.costs.stage import StageCost, stage_costs
-from simulator.costs.tp_comm import sp_grad_all_reduce_bytes
-from simulator.mesh import Coord, RankGrid, span_tier
-from simulator.scenario import Scenario
-from simulator.schedules import Action, build_schedule, splits_backward
-from simulator.units import FsdpState, UnitPlan, dp_plan
+from plancast.simulator.costs.collectives import Level, Link, collective_seconds, group_levels, ring_seconds
+from plancast.simulator.costs.ops import DTYPE_BYTES
+from plancast.simulator.costs.params import chunk_tensor_bytes
+from plancast.simulator.costs.stage import StageCost, stage_costs
+from plancast.simulator.costs.tp_comm import sp_grad_all_reduce_bytes
+from plancast.simulator.mesh import Coord, RankGrid, span_tier
+from plancast.simulator.scenario import Scenario
+from plancast.simulator.schedules import Action, build_schedule, splits_backward
+from plancast.simulator.units import FsdpState, UnitPlan, dp_plan
 
 # One recorded span: rank, stream, kind, stage, chunk, microbatch, index, peer, start_s, dur_s, bytes, flops
 Span = tuple[int, str, str, int, int, int, int, int, float, float, int, float]

@@ -14,12 +14,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from simulator.costs.stage import StageCost
-from simulator.engine import Engine
-from simulator.mesh import Coord
-from simulator.scenario import Scenario
-from simulator.summary import summarize
-from traces.schema import COLUMNS, SCHEMA_VERSION
+from plancast.simulator.costs.stage import StageCost
+from plancast.simulator.engine import Engine
+from plancast.simulator.mesh import Coord
+from plancast.simulator.scenario import Scenario
+from plancast.simulator.summary import summarize
+from plancast.traces.schema import COLUMNS, SCHEMA_VERSION
 
 EXPAND_LIMIT = 256
 

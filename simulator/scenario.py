@@ -19,7 +19,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from simulator import catalog
+from plancast.simulator import catalog
 
 Dtype = Literal["fp32", "fp16", "bf16"]
 Recompute = Literal["none", "selective", "full"]
@@ -460,7 +460,7 @@ def parse_scenario(data: Mapping[str, Any], source: str = "scenario") -> Loaded:
         raw = Scenario.model_validate(data)
     except ValidationError as err:
         raise ScenarioError(_problems_from_pydantic(err), source) from None
-    from simulator.validation import check_plan  # the plan checks live beside the scenario
+    from plancast.simulator.validation import check_plan  # the plan checks live beside the scenario
 
     errors, warnings = check_plan(raw)
     if errors:

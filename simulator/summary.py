@@ -13,11 +13,11 @@ from typing import Any
 
 import numpy as np
 
-from simulator.costs.memory import GiB, peak_memory
-from simulator.costs.ops import model_flops_per_token
-from simulator.costs.params import count_parameters
-from simulator.scenario import Scenario
-from simulator.schedules import Schedule
+from plancast.simulator.costs.memory import GiB, peak_memory
+from plancast.simulator.costs.ops import model_flops_per_token
+from plancast.simulator.costs.params import count_parameters
+from plancast.simulator.scenario import Scenario
+from plancast.simulator.schedules import Schedule
 
 PIPELINE_KINDS = ("forward", "backward", "backward_input", "backward_weight", "recompute")
 

@@ -22,16 +22,16 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from simulator.costs.collectives import collective_seconds, group_levels
-from simulator.costs.memory import GiB, layer_activation_bytes, model_state_bytes, peak_memory
-from simulator.costs.ops import DTYPE_BYTES, Shape
-from simulator.costs.params import layer_params, stage_parameters
-from simulator.costs.stage import StageCost, stage_costs
-from simulator.engine import Topology, optimizer_bytes_per_param
-from simulator.mesh import RankGrid, span_tier
-from simulator.predict import simulate
-from simulator.scenario import Scenario, even_layer_split
-from simulator.validation import check_plan
+from plancast.simulator.costs.collectives import collective_seconds, group_levels
+from plancast.simulator.costs.memory import GiB, layer_activation_bytes, model_state_bytes, peak_memory
+from plancast.simulator.costs.ops import DTYPE_BYTES, Shape
+from plancast.simulator.costs.params import layer_params, stage_parameters
+from plancast.simulator.costs.stage import StageCost, stage_costs
+from plancast.simulator.engine import Topology, optimizer_bytes_per_param
+from plancast.simulator.mesh import RankGrid, span_tier
+from plancast.simulator.predict import simulate
+from plancast.simulator.scenario import Scenario, even_layer_split
+from plancast.simulator.validation import check_plan
 
 SCHEDULES = ("1F1B", "Interleaved1F1B", "ZeroBubble", "GPipe")
 RECOMPUTE = ("none", "selective", "full")

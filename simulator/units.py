@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from simulator.costs.ops import DTYPE_BYTES
-from simulator.costs.params import chunk_tensor_bytes
-from simulator.costs.stage import StageCost
-from simulator.costs.tp_comm import ddp_bucket_bytes
-from simulator.scenario import Scenario
+from plancast.simulator.costs.ops import DTYPE_BYTES
+from plancast.simulator.costs.params import chunk_tensor_bytes
+from plancast.simulator.costs.stage import StageCost
+from plancast.simulator.costs.tp_comm import ddp_bucket_bytes
+from plancast.simulator.scenario import Scenario
 
 
 @dataclass(frozen=True, slots=True)

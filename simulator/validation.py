@@ -6,7 +6,7 @@ simulated with a warning, not refused: seeing how bad they are is part of the po
 
 from __future__ import annotations
 
-from simulator.scenario import Problem, Scenario
+from plancast.simulator.scenario import Problem, Scenario
 
 
 def _divides(errors: list[Problem], path: str, value: int, divisor: int, what: str, fix: str) -> None:

@@ -10,10 +10,10 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from simulator.predict import simulate
-from simulator.scenario import load_scenario
+from plancast.simulator.predict import simulate
+from plancast.simulator.scenario import load_scenario
+from plancast.traces.store import RankEventWriter, RunDir, write_json
 from tests.cli_runner import cli_subprocess
-from traces.store import RankEventWriter, RunDir, write_json
 
 REPO = Path(__file__).resolve().parent.parent
 SCENARIO = REPO / "examples" / "tiny-local-cpu.toml"

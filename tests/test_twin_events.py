@@ -12,9 +12,9 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from runtime.expected import KEY_COLUMNS, expected_event_keys
-from simulator.predict import simulate
-from simulator.scenario import Scenario, parse_scenario
+from plancast.runtime.expected import KEY_COLUMNS, expected_event_keys
+from plancast.simulator.predict import simulate
+from plancast.simulator.scenario import Scenario, parse_scenario
 
 PLANS: dict[str, dict[str, Any]] = {
     "dp2": {"parallelism": {}, "world": 2},

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 import numpy as np
 import pandas as pd
 
-from traces import schema
+from plancast.traces import schema
 
 WAIT_FREE_QUANTILE = 0.1  # a collective rarely waits for its peer in its fastest tenth of samples
 

@@ -26,8 +26,8 @@ from typing import Any
 
 import pandas as pd
 
-from traces import schema
-from traces.store import atomic_open
+from plancast.traces import schema
+from plancast.traces.store import atomic_open
 
 HOST_TID = 0
 KINETO_SCHEMA_VERSION = 1

@@ -32,8 +32,8 @@ from typing import Any
 
 import pandas as pd
 
-from traces import schema
-from traces.store import TraceReadError
+from plancast.traces import schema
+from plancast.traces.store import TraceReadError
 
 STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
 RANK_IN_NAME_RE = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)

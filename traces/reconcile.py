@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from traces import schema
+from plancast.traces import schema
 
 KEY = list(schema.ALIGNMENT_KEY)
 LARGEST_MISMATCHES = 10

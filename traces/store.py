@@ -29,7 +29,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from traces import schema
+from plancast.traces import schema
 
 SCHEMA_VERSION_KEY = b"plancast.schema_version"
 RANK_FILE_RE = re.compile(r"^rank-(\d+)\.parquet$")
@@ -182,7 +182,7 @@ def _check_schema_version(path: Path, metadata: dict[bytes, bytes]) -> None:
     if found is None:
         raise TraceReadError(
             f"{path} has no '{SCHEMA_VERSION_KEY.decode()}' metadata, so it was not written by "
-            "traces.store.write_events: re-create it with plancast"
+            "plancast.traces.store.write_events: re-create it with plancast"
         )
     if found.decode() != str(schema.SCHEMA_VERSION):
         raise TraceReadError(

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import streamlit as st
 
-from dashboard import data
-from dashboard.data import RunData, UploadError
-from traces.reconcile import median_step, scored_steps
+from plancast.dashboard import data
+from plancast.dashboard.data import RunData, UploadError
+from plancast.traces.reconcile import median_step, scored_steps
 
 RUN_KEY = "plancast_run"  # session state: path (str) of the run the pages show
 APP_SCRIPT = Path(__file__).resolve().parents[1] / "app.py"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-from dashboard import charts, frames
-from dashboard.app_pages.common import current_run
+from plancast.dashboard import charts, frames
+from plancast.dashboard.app_pages.common import current_run
 
 LIMIT_IN_VIEW = 0.05  # draw the GPU-memory rule by default when the peak reaches 5% of it
 

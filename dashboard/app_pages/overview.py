@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import streamlit as st
 
-from dashboard import charts, data, frames
-from dashboard.app_pages.common import current_run
-from dashboard.data import RunData
+from plancast.dashboard import charts, data, frames
+from plancast.dashboard.app_pages.common import current_run
+from plancast.dashboard.data import RunData
 
 
 def prediction_only(run: RunData) -> None:

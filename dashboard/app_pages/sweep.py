@@ -8,9 +8,9 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from dashboard import charts, data, frames
-from dashboard.app_pages.common import current_run
-from dashboard.data import UploadError
+from plancast.dashboard import charts, data, frames
+from plancast.dashboard.app_pages.common import current_run
+from plancast.dashboard.data import UploadError
 
 SWEEP_KEY = "plancast_sweep"  # session state: the plans table shown, kept across reruns
 FROM_SCENARIO, FROM_CSV = "Sweep this run's scenario", "Load a sweep CSV"

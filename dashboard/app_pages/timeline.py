@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-from dashboard import charts, frames
-from dashboard.app_pages.common import current_run, measured_step_picker
+from plancast.dashboard import charts, frames
+from plancast.dashboard.app_pages.common import current_run, measured_step_picker
 
 DEFAULT_RANKS = 8
 

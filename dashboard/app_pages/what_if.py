@@ -6,10 +6,10 @@ import math
 
 import streamlit as st
 
-from dashboard import charts, data, frames
-from dashboard.app_pages.common import current_run
-from simulator.scenario import Scenario, ScenarioError
-from simulator.sweep import RECOMPUTE, SCHEDULES
+from plancast.dashboard import charts, data, frames
+from plancast.dashboard.app_pages.common import current_run
+from plancast.simulator.scenario import Scenario, ScenarioError
+from plancast.simulator.sweep import RECOMPUTE, SCHEDULES
 
 NO_CHANGE = 5e-4  # relative step-time change shown as no change
 

@@ -26,7 +26,7 @@ from torch.distributed.tensor import DTensor, Placement, Shard
 from torch.nn.parallel import DistributedDataParallel
 from torch.nn.utils import parametrize
 
-from runtime.instrument import StepRecorder
+from plancast.runtime.instrument import StepRecorder
 
 
 class BucketTiming:

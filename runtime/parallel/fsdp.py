@@ -12,7 +12,7 @@ from __future__ import annotations
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import fully_shard
 
-from runtime.model import Decoder
+from plancast.runtime.model import Decoder
 
 
 def apply_fsdp(model: Decoder, dp_mesh: DeviceMesh, *, zero_stage: int) -> Decoder:

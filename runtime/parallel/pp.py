@@ -23,9 +23,9 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.pipelining._backward import stage_backward_input, stage_backward_weight
 
-from runtime.instrument import SpanKey, StepRecorder
-from runtime.plan import RankPlan
-from simulator.schedules import Action
+from plancast.runtime.instrument import SpanKey, StepRecorder
+from plancast.runtime.plan import RankPlan
+from plancast.simulator.schedules import Action
 
 BackwardFn = Callable[[torch.Tensor, torch.Tensor | None], None]
 
@@ -102,7 +102,7 @@ class PipelineExecutor:
     def _run_stage(
         self, runner: StageRunner, a: Action, inp: torch.Tensor, targets: list[torch.Tensor]
     ) -> torch.Tensor:
-        from runtime.model import loss_fn
+        from plancast.runtime.model import loss_fn
 
         out = runner.forward(inp)
         if a.stage == self.plan.num_stages - 1:

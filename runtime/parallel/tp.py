@@ -27,7 +27,7 @@ from torch.distributed.tensor.parallel import (
 )
 from torch.distributed.tensor.parallel.style import ParallelStyle
 
-from runtime.model import Decoder
+from plancast.runtime.model import Decoder
 
 
 def _block_plan(swiglu: bool, sequence_parallel: bool) -> dict[str, ParallelStyle]:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import copy
 import difflib
 
-from simulator.catalog.clusters import CLUSTERS
-from simulator.catalog.gpus import GPUS
-from simulator.catalog.models import MODELS
+from plancast.simulator.catalog.clusters import CLUSTERS
+from plancast.simulator.catalog.gpus import GPUS
+from plancast.simulator.catalog.models import MODELS
 
 __all__ = ["CLUSTERS", "GPUS", "MODELS", "lookup"]
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from simulator.costs.ops import Op
-from simulator.scenario import GPU, ComputeModel
+from plancast.simulator.costs.ops import Op
+from plancast.simulator.scenario import GPU, ComputeModel
 
 
 def op_seconds(

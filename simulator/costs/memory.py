@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from simulator.costs.ops import DTYPE_BYTES, Shape
-from simulator.costs.params import layer_params, stage_parameters
-from simulator.scenario import Scenario
-from simulator.schedules import Action, Schedule, build_schedule
+from plancast.simulator.costs.ops import DTYPE_BYTES, Shape
+from plancast.simulator.costs.params import layer_params, stage_parameters
+from plancast.simulator.scenario import Scenario
+from plancast.simulator.schedules import Action, Schedule, build_schedule
 
 GiB = 1024**3
 

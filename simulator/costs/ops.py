@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from simulator.scenario import Scenario
+from plancast.simulator.scenario import Scenario
 
 Category = Literal["matmul", "attention", "memory"]
 DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from simulator.scenario import Model
+from plancast.simulator.scenario import Model
 
 
 def _has_bias(m: Model) -> bool:

@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, cast
 
-from simulator.costs.collectives import CollectiveKind, Level, collective_seconds
-from simulator.costs.efficiency import op_seconds
-from simulator.costs.ops import (
+from plancast.simulator.costs.collectives import CollectiveKind, Level, collective_seconds
+from plancast.simulator.costs.efficiency import op_seconds
+from plancast.simulator.costs.ops import (
     DTYPE_BYTES,
     Op,
     Shape,
@@ -23,9 +23,9 @@ from simulator.costs.ops import (
     head_forward,
     layer_forward,
 )
-from simulator.costs.params import stage_parameters
-from simulator.costs.tp_comm import tp_collectives
-from simulator.scenario import Scenario
+from plancast.simulator.costs.params import stage_parameters
+from plancast.simulator.costs.tp_comm import tp_collectives
+from plancast.simulator.scenario import Scenario
 
 MEMORY_BACKWARD_FACTOR = 1.5  # read dy and x, write dx vs read x, write y
 

@@ -12,7 +12,7 @@ import pytest
 from dashboard_runs import DAMAGES, build_run, degrade
 from streamlit.testing.v1 import AppTest
 
-from dashboard.data import RUNS_ENV
+from plancast.dashboard.data import RUNS_ENV
 
 APP = Path(__file__).resolve().parents[2] / "dashboard" / "app.py"
 TIMEOUT_S = 60

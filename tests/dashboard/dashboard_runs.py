@@ -17,11 +17,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import tomli_w
 
-from dashboard.data import TELEMETRY_COLUMNS
-from simulator.predict import Prediction, simulate
-from simulator.scenario import load_scenario, to_toml_dict
-from traces import store
-from traces.store import RankEventWriter, RunDir
+from plancast.dashboard.data import TELEMETRY_COLUMNS
+from plancast.simulator.predict import Prediction, simulate
+from plancast.simulator.scenario import load_scenario, to_toml_dict
+from plancast.traces import store
+from plancast.traces.store import RankEventWriter, RunDir
 
 REPO = Path(__file__).resolve().parents[2]
 TINY_SCENARIO = REPO / "examples" / "tiny-local-cpu.toml"

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from dashboard import frames, serve
-from traces.store import read_json
+from plancast.dashboard import frames, serve
+from plancast.traces.store import read_json
 
 pytestmark = pytest.mark.browser
 

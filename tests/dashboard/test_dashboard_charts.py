@@ -9,9 +9,9 @@ import pandas as pd
 import pytest
 from dashboard_runs import MEASURED_PEAK_GIB, STEP_SCALE
 
-from dashboard import charts, frames
-from dashboard.data import RunData, load_run
-from simulator.costs.memory import GiB, peak_memory
+from plancast.dashboard import charts, frames
+from plancast.dashboard.data import RunData, load_run
+from plancast.simulator.costs.memory import GiB, peak_memory
 
 
 @pytest.fixture(scope="module")
@@ -187,7 +187,7 @@ def test_format_seconds(seconds: float, text: str) -> None:
 
 
 def test_component_rows_put_memory_in_gib_and_time_in_ms(run: RunData) -> None:
-    from dashboard.data import compare_run
+    from plancast.dashboard.data import compare_run
 
     rec = compare_run(run)
     table = frames.component_rows(rec.components).set_index("component")

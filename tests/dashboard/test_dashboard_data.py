@@ -13,9 +13,9 @@ import pandas as pd
 import pytest
 from dashboard_runs import DAMAGES, MEASURED_STEPS, predict_tiny
 
-from dashboard import data, frames
-from simulator.scenario import ScenarioError
-from traces.store import RunDir
+from plancast.dashboard import data, frames
+from plancast.simulator.scenario import ScenarioError
+from plancast.traces.store import RunDir
 
 
 def test_healthy_run_loads_every_part(healthy_run: Path) -> None:

@@ -13,9 +13,9 @@ import pytest
 from conftest import OpenPage, chart_rows, charts, metrics, no_exception, widget
 from dashboard_runs import DAMAGES, MEASURED_PEAK_GIB
 
-from dashboard import frames
-from dashboard.data import compare_run, load_run
-from traces.store import read_json
+from plancast.dashboard import frames
+from plancast.dashboard.data import compare_run, load_run
+from plancast.traces.store import read_json
 
 PAGES = ["overview", "timeline", "breakdown", "memory", "telemetry", "sweep", "what_if"]
 
@@ -161,7 +161,7 @@ def test_sweep_runs_from_the_scenario_and_selects_a_plan(open_page: OpenPage, he
 def test_sweep_loads_a_csv_and_refuses_a_bad_one(
     open_page: OpenPage, healthy_run: Path, tmp_path: Path
 ) -> None:
-    from dashboard.data import sweep_table
+    from plancast.dashboard.data import sweep_table
 
     scenario = load_run(healthy_run).scenario
     assert scenario is not None

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from dashboard import serve
+from plancast.dashboard import serve
 
 
 def test_command_runs_streamlit_with_the_runs_after_the_separator(tmp_path: Path) -> None:

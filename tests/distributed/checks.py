@@ -7,10 +7,10 @@ from typing import Any
 import torch
 from torch.distributed.tensor import DTensor
 
-from runtime.parallel.dp import canonical_name
-from runtime.reference import ReferenceRun
-from runtime.trainer import Trainer
-from simulator.scenario import Scenario, parse_scenario
+from plancast.runtime.parallel.dp import canonical_name
+from plancast.runtime.reference import ReferenceRun
+from plancast.runtime.trainer import Trainer
+from plancast.simulator.scenario import Scenario, parse_scenario
 
 TOLERANCE = 1e-5
 
@@ -83,7 +83,7 @@ def events_match_expected(rank: int, world_size: int, data: dict[str, Any], step
     """The measured events of this rank have exactly the keys ``expected_event_keys`` lists."""
     import pandas as pd
 
-    from runtime.expected import KEY_COLUMNS, expected_event_keys
+    from plancast.runtime.expected import KEY_COLUMNS, expected_event_keys
 
     scenario = load(data)
     trainer = Trainer(scenario, rank, world_size, torch.device("cpu"), instrument=True)
@@ -112,7 +112,7 @@ def events_match_expected(rank: int, world_size: int, data: dict[str, Any], step
 
 def tp_sequence_matches_comm_plan(rank: int, world_size: int, data: dict[str, Any]) -> None:
     """Per micro-batch, the tp collectives seen by the profiler are tp_comm's forward then backward lists."""
-    from simulator.costs.tp_comm import tp_collectives
+    from plancast.simulator.costs.tp_comm import tp_collectives
 
     scenario = load(data)
     trainer = Trainer(scenario, rank, world_size, torch.device("cpu"), instrument=True)

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from runtime.calibrate import fit_overhead, fit_two_overheads, simulated_step_s
-from simulator.scenario import Scenario, parse_scenario
-from traces.store import RunDir, write_json
+from plancast.runtime.calibrate import fit_overhead, fit_two_overheads, simulated_step_s
+from plancast.simulator.scenario import Scenario, parse_scenario
+from plancast.traces.store import RunDir, write_json
 
 
 def scenario(micro_batch: int, **parallelism: Any) -> Scenario:

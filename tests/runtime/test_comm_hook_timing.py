@@ -13,12 +13,12 @@ import pandas as pd
 import pytest
 import torch
 
-from runtime.instrument import CpuTimer, SpanKey, StepRecorder, events_frame
-from runtime.trainer import library_collectives
-from simulator.scenario import parse_scenario
+from plancast.runtime.instrument import CpuTimer, SpanKey, StepRecorder, events_frame
+from plancast.runtime.trainer import library_collectives
+from plancast.simulator.scenario import parse_scenario
+from plancast.traces.schema import Event, to_frame
 from tests.distributed.checks import events_match_expected, tiny_scenario
 from tests.distributed.spawn import run_ranks
-from traces.schema import Event, to_frame
 
 PLANS: dict[str, tuple[dict[str, Any], bool]] = {
     # name: (parallelism, needs the profiler)
@@ -96,7 +96,7 @@ def test_events_frame_keeps_mixed_ranks_steps_and_flops() -> None:
 # --------------------------------------------------------------------------- real gloo ranks
 def hooked_collectives_without_profiler(rank: int, world_size: int, data: dict[str, Any]) -> None:
     """Instrumented steps never start the profiler; the dp events are the hooks' and are well formed."""
-    from runtime import instrument
+    from plancast.runtime import instrument
 
     def no_profiler(*_args: Any, **_kwargs: Any) -> Any:
         raise AssertionError("the profiler was started for a plan whose collectives are hooked")
@@ -104,7 +104,7 @@ def hooked_collectives_without_profiler(rank: int, world_size: int, data: dict[s
     instrument.profile = no_profiler  # type: ignore[assignment]
     events_match_expected(rank, world_size, data)  # exactly the expected keys, profiler-free
 
-    from runtime.trainer import Trainer
+    from plancast.runtime.trainer import Trainer
 
     scenario = parse_scenario(data).scenario
     trainer = Trainer(scenario, rank, world_size, torch.device("cpu"), instrument=True)

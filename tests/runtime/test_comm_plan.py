@@ -7,7 +7,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from simulator.costs.tp_comm import TPCollective, ddp_bucket_bytes, tp_collectives
+from plancast.simulator.costs.tp_comm import TPCollective, ddp_bucket_bytes, tp_collectives
 
 KW = {"micro_batch_size": 2, "seq_len": 16, "hidden_size": 32, "vocab_size": 64, "dtype_bytes": 4}
 FULL = 2 * 16 * 32 * 4

@@ -18,8 +18,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from runtime.instrument import CudaTimer
-from runtime.telemetry import COLUMNS, NvmlSampler, make_sampler
+from plancast.runtime.instrument import CudaTimer
+from plancast.runtime.telemetry import COLUMNS, NvmlSampler, make_sampler
 from tests.distributed.spawn import free_port
 
 pytestmark = [
@@ -91,10 +91,10 @@ def test_nvml_sampler_returns_rows_for_every_gpu() -> None:
 
 @pytest.mark.distributed
 def test_a_measured_run_on_gpus(tmp_path: Path) -> None:
-    from runtime.expected import KEY_COLUMNS, expected_event_keys
-    from runtime.launch import launch
-    from simulator.scenario import load_scenario
-    from traces.store import RunDir, read_measured
+    from plancast.runtime.expected import KEY_COLUMNS, expected_event_keys
+    from plancast.runtime.launch import launch
+    from plancast.simulator.scenario import load_scenario
+    from plancast.traces.store import RunDir, read_measured
 
     ranks = min(gpu_count(), 2)
     data = tomllib.loads(EXAMPLE.read_text())

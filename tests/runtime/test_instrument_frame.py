@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from runtime.instrument import events_frame
-from traces.schema import Event, to_frame
+from plancast.runtime.instrument import events_frame
+from plancast.traces.schema import Event, to_frame
 
 EVENTS = [
     Event("measured", 1, 3, "compute", "forward", 0.0, 12.5, stage=1, chunk=0, microbatch=2),

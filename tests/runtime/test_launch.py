@@ -19,8 +19,8 @@ import pyarrow.parquet as pq
 import pytest
 import tomli_w
 
-from runtime.expected import KEY_COLUMNS, expected_event_keys
-from runtime.launch import (
+from plancast.runtime.expected import KEY_COLUMNS, expected_event_keys
+from plancast.runtime.launch import (
     LaunchError,
     LaunchPlan,
     RankFailure,
@@ -30,9 +30,9 @@ from runtime.launch import (
     plan_launch,
     torchrun_command,
 )
-from runtime.telemetry import COLUMNS as TELEMETRY_COLUMNS
-from simulator.scenario import Scenario, load_scenario, parse_scenario
-from traces.store import RunDir, read_events, read_measured
+from plancast.runtime.telemetry import COLUMNS as TELEMETRY_COLUMNS
+from plancast.simulator.scenario import Scenario, load_scenario, parse_scenario
+from plancast.traces.store import RunDir, read_events, read_measured
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "tiny-local-cpu.toml"
 STEPS = 3
@@ -169,7 +169,8 @@ def test_two_launches_on_loopback_act_as_two_nodes(tmp_path: Path) -> None:
     nodes = [
         subprocess.Popen(
             [
-                *(sys.executable, "-m", "runtime.launch", str(path), "--out", str(out), "--nnodes", "2"),
+                *(sys.executable, "-m", "plancast.runtime.launch", str(path), "--out", str(out)),
+                *("--nnodes", "2"),
                 *("--node-rank", str(node), "--rdzv-endpoint", endpoint, "--timeout", "120"),
             ]
         )
@@ -253,7 +254,8 @@ def test_single_node_command_is_standalone() -> None:
     tail = cmd[cmd.index("--max-restarts") :]
     assert tail == [
         "--max-restarts", "0", "--monitor-interval", "0.5",
-        "-m", "runtime.worker", "--scenario", "/s.toml", "--out", "/run", "--steps", "5", "--timeout-s", "60",
+        "-m", "plancast.runtime.worker",
+        "--scenario", "/s.toml", "--out", "/run", "--steps", "5", "--timeout-s", "60",
     ]  # fmt: skip
 
 

@@ -12,7 +12,14 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from runtime.telemetry import COLUMNS, NullSampler, NvmlSampler, make_sampler, to_table, write_telemetry
+from plancast.runtime.telemetry import (
+    COLUMNS,
+    NullSampler,
+    NvmlSampler,
+    make_sampler,
+    to_table,
+    write_telemetry,
+)
 
 MiB = 1024**2
 

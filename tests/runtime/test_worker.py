@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from runtime.worker import GiB, RankEnv, RankResult, fault_step, rank_env, summarize
+from plancast.runtime.worker import GiB, RankEnv, RankResult, fault_step, rank_env, summarize
 
 
 def result(rank: int, times: list[float], losses: list[float | None], peak_gib: float) -> RankResult:

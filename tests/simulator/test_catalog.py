@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from simulator import catalog
-from simulator.costs.params import count_parameters
-from simulator.scenario import GPU, Cluster, Model, parse_scenario
+from plancast.simulator import catalog
+from plancast.simulator.costs.params import count_parameters
+from plancast.simulator.scenario import GPU, Cluster, Model, parse_scenario
 
 REPO = Path(__file__).parents[2]
 

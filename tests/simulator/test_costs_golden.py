@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from simulator.costs.collectives import (
+from plancast.simulator.costs.collectives import (
     Level,
     Link,
     collective_seconds,
@@ -14,9 +14,9 @@ from simulator.costs.collectives import (
     ring_seconds,
     tree_seconds,
 )
-from simulator.costs.memory import model_state_bytes
-from simulator.costs.params import count_parameters
-from simulator.scenario import Model
+from plancast.simulator.costs.memory import model_state_bytes
+from plancast.simulator.costs.params import count_parameters
+from plancast.simulator.scenario import Model
 
 GB = 1e9
 REL = 1e-9

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from simulator.costs.stage import Segment, StageCost
-from simulator.engine import Engine
-from simulator.scenario import Scenario, parse_scenario
-from simulator.summary import PIPELINE_KINDS
+from plancast.simulator.costs.stage import Segment, StageCost
+from plancast.simulator.engine import Engine
+from plancast.simulator.scenario import Scenario, parse_scenario
+from plancast.simulator.summary import PIPELINE_KINDS
 
 F, B = 1.0, 2.0  # seconds per micro-batch on one rank's whole share of the model
 

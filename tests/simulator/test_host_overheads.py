@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from simulator.calibration import optimizer_tensor_overhead_us
-from simulator.costs.params import chunk_tensor_bytes
-from simulator.engine import optimizer_tensors
-from simulator.predict import simulate
-from simulator.scenario import Scenario, parse_scenario
+from plancast.simulator.calibration import optimizer_tensor_overhead_us
+from plancast.simulator.costs.params import chunk_tensor_bytes
+from plancast.simulator.engine import optimizer_tensors
+from plancast.simulator.predict import simulate
+from plancast.simulator.scenario import Scenario, parse_scenario
 
 
 def scenario(compute: dict[str, float] | None = None, batch: int = 8, **parallelism: Any) -> Scenario:

@@ -12,8 +12,8 @@ import tomli_w
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulator.costs.params import count_parameters
-from simulator.importers import (
+from plancast.simulator.costs.params import count_parameters
+from plancast.simulator.importers import (
     ConfigImportError,
     build_scenario_dict,
     from_deepspeed_config,
@@ -21,7 +21,7 @@ from simulator.importers import (
     from_megatron_args,
     import_file,
 )
-from simulator.scenario import Model, load_scenario, parse_scenario
+from plancast.simulator.scenario import Model, load_scenario, parse_scenario
 
 DATA = Path(__file__).parent.parent / "data" / "importers"
 EXAMPLES = Path(__file__).parents[2] / "examples"

@@ -9,7 +9,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from simulator.mesh import AXES, Axis, Coord, RankGrid, span_tier
+from plancast.simulator.mesh import AXES, Axis, Coord, RankGrid, span_tier
 
 SHAPES = [(1, 1, 1), (2, 1, 1), (1, 2, 1), (1, 1, 2), (2, 2, 2), (2, 3, 4), (4, 2, 1), (3, 1, 5), (1, 4, 8)]
 

@@ -10,10 +10,10 @@ import pandas as pd
 import pytest
 
 from benchmarks.published_runs import figure1, table4, table5
-from simulator.predict import simulate
-from simulator.scenario import Scenario, parse_scenario
-from traces.schema import ALIGNMENT_KEY, validate
-from traces.store import write_events
+from plancast.simulator.predict import simulate
+from plancast.simulator.scenario import Scenario, parse_scenario
+from plancast.traces.schema import ALIGNMENT_KEY, validate
+from plancast.traces.store import write_events
 
 
 def scenario(**parallelism: Any) -> Scenario:

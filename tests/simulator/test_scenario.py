@@ -19,7 +19,7 @@ import tomli_w
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from simulator.scenario import (
+from plancast.simulator.scenario import (
     Loaded,
     ScenarioError,
     even_layer_split,

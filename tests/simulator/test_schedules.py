@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from torch.distributed.pipelining import schedules as torch_schedules
 
-from simulator.schedules import (
+from plancast.simulator.schedules import (
     SCHEDULE_NAMES,
     Action,
     ActionKind,

@@ -6,12 +6,12 @@ from typing import Any
 
 import pytest
 
-from simulator.costs.memory import peak_inflight_layers, peak_memory
-from simulator.predict import simulate
-from simulator.scenario import Scenario, parse_scenario
-from simulator.schedules import build_schedule
-from simulator.sweep import _base_for, _Estimator, _inflight_layers, enumerate_plans, sweep
-from simulator.validation import check_plan
+from plancast.simulator.costs.memory import peak_inflight_layers, peak_memory
+from plancast.simulator.predict import simulate
+from plancast.simulator.scenario import Scenario, parse_scenario
+from plancast.simulator.schedules import build_schedule
+from plancast.simulator.sweep import _base_for, _Estimator, _inflight_layers, enumerate_plans, sweep
+from plancast.simulator.validation import check_plan
 
 
 def small(gpus: int, memory_gib: float, batch: int = 8, layers: int = 4) -> Scenario:
@@ -73,7 +73,7 @@ def test_closed_form_inflight_matches_the_schedule(schedule: str, pp: int, m: in
 def test_estimated_memory_is_the_first_ranks_exact_memory() -> None:
     base = _base_for(small(8, 1.0, batch=16, layers=8), 8)
     est = _Estimator(base, 8)
-    from simulator.costs.memory import rank_memory
+    from plancast.simulator.costs.memory import rank_memory
 
     checked = 0
     for plan in enumerate_plans(base, 8):

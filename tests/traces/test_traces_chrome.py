@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from traces import chrome, schema
+from plancast.traces import chrome, schema
 
 
 def data_parallel_steps(source: str = "predicted", ranks: int = 2, steps: int = 3) -> pd.DataFrame:

@@ -10,9 +10,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from traces import schema
-from traces.kineto import import_kineto
-from traces.store import TraceReadError
+from plancast.traces import schema
+from plancast.traces.kineto import import_kineto
+from plancast.traces.store import TraceReadError
 
 DATA = Path(__file__).parent / "data"
 PARAMETERS = 16 * 32 + 32 + 32 * 4 + 4  # nn.Sequential(Linear(16, 32), ReLU(), Linear(32, 4))
@@ -152,9 +152,9 @@ def test_output_is_schema_valid() -> None:
 def test_real_ddp_profile_reconciles_against_its_simulated_scenario(ddp_trace_dir: Path) -> None:
     """The imported job lines up with a simulated scenario of the same shape (DP 2, one micro-batch,
     one DDP bucket): every event of the scored step is matched, none missing or extra."""
-    from simulator.predict import simulate
-    from simulator.scenario import parse_scenario
-    from traces.reconcile import reconcile
+    from plancast.simulator.predict import simulate
+    from plancast.simulator.scenario import parse_scenario
+    from plancast.traces.reconcile import reconcile
 
     scenario = parse_scenario({
         "model": {"preset": "tiny-gpt"},

@@ -8,8 +8,8 @@ from collections.abc import Mapping
 import pandas as pd
 import pytest
 
-from traces import reconcile, schema
-from traces.schema import Event
+from plancast.traces import reconcile, schema
+from plancast.traces.schema import Event
 
 
 def spans(kind: str, intervals: list[tuple[float, float]], stream: str = "compute") -> list[Event]:

@@ -11,8 +11,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from traces import schema, store
-from traces.store import MeasuredRead, RankEventWriter, RunDir, TraceReadError
+from plancast.traces import schema, store
+from plancast.traces.store import MeasuredRead, RankEventWriter, RunDir, TraceReadError
 
 
 def step_events(rank: int, step: int) -> pd.DataFrame:
