@@ -16,7 +16,7 @@ from __future__ import annotations
 import copy
 import json
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from plancast.simulator import catalog
@@ -45,10 +45,11 @@ class PublishedRun:
     name: str
     source: str
     citation: str
-    model: dict[str, Any]
-    training: dict[str, Any]
-    parallelism: dict[str, Any]
-    cluster: dict[str, Any]
+    model: dict[str, Any] = field(hash=False)
+    """[model] table: a preset and/or Hugging Face config keys (read-only; `scenario_dict` copies)."""
+    training: dict[str, Any] = field(hash=False)
+    parallelism: dict[str, Any] = field(hash=False)
+    cluster: dict[str, Any] = field(hash=False)
     framework: Framework
     measured_step_time_s: float
     reported: Reported
@@ -408,6 +409,7 @@ def _bloom() -> PublishedRun:
         _plan(4, 12, zero_stage=1), _cluster("dgx-a100-80gb", 384, tiers=_OMNIPATH_TIERS), "deepspeed",
         104.70, Reported(104.70, "s"),
         ("ALiBi positions: no parameters, written as 'rope' (plancast's parameter-free option)",
+         "vocabulary 250,680 padded to 250,880 (README 'Sizes of each layer': embedding 250880 x 14336)",
          "Omni-Path latency and efficiency: those of the dgx-a100-80gb InfiniBand tier",
          "DeepSpeed's pipeline schedule (1F1B-like TrainSchedule): 1F1B"),
     )

@@ -74,7 +74,7 @@ def test_narayanan_formula_reproduces_the_papers_training_days() -> None:
 
 def test_rows_are_documented() -> None:
     names = [r.name for r in ALL]
-    assert len(names) == len(set(names))
+    assert len(names) == len(set(names)) == len(set(ALL))
     for run in ALL:
         assert run.citation and run.source and run.measured_step_time_s > 0
         assert "framework" not in scenario_dict(run)["parallelism"]
