@@ -7,7 +7,7 @@ source reports throughput instead, `reported` keeps the raw figure and `derive_s
 the step time from it with the FLOP formula the source itself used (tests check the two agree).
 
 Pure data: no simulation here. `scenario_dict(run)` gives the TOML-shaped tables for
-`plancast.simulator.scenario.parse_scenario` (without the framework key); `groups()` the runs that are
+`plancast.simulator.loader.parse_scenario` (without the framework key); `groups()` the runs that are
 several plans of one model on one cluster.
 """
 

@@ -17,7 +17,7 @@ from benchmarks.published_data import (
     scenario_dict,
     step_flops,
 )
-from plancast.simulator.scenario import parse_scenario
+from plancast.simulator.loader import parse_scenario
 from tests.cli_runner import cli_main
 
 ALL = RUNS + MOE_AND_LONG_CONTEXT_RUNS
