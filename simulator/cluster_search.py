@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from plancast.simulator.goodput import plan_run
+from plancast.simulator.goodput import plan_run, resized
 from plancast.simulator.scenario import Cluster, Scenario
 from plancast.simulator.sweep import Ranked, sweep
 
@@ -119,7 +119,7 @@ def search(
         if not result.finalists:
             skipped.append(f"{label}: no plan fits in {scenario.cluster.gpu.memory_GiB:g} GiB per GPU")
         for ranked in result.finalists:
-            planned = ranked.plan.apply(_resized(scenario, gpus))
+            planned = ranked.plan.apply(resized(scenario, gpus))
             run = plan_run(planned, ranked.step_time_s or 0.0)
             candidates.append(Candidate(name, scenario.cluster.gpu.name, gpus, ranked, run))
     if progress is not None:
@@ -131,11 +131,3 @@ def search(
     for i, row in enumerate(rows):
         row["pareto"] = i in front
     return ClusterSearch(rank_by, rows, enumerated, skipped)
-
-
-def _resized(s: Scenario, gpus: int) -> Scenario:
-    """`s` with num_nodes x gpus_per_node = gpus, as the sweep sized it (its node shape kept); the run
-    figures need only the node and GPU counts, not the link tiers the sweep also resizes."""
-    per_node = min(s.cluster.gpus_per_node, gpus)
-    cluster = s.cluster.model_copy(update={"num_nodes": max(gpus // per_node, 1), "gpus_per_node": per_node})
-    return s.model_copy(update={"cluster": cluster})

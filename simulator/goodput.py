@@ -25,6 +25,7 @@ Pure arithmetic over a scenario and its predicted step time (nothing here simula
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,6 +73,17 @@ def checkpoint(s: Scenario) -> Checkpoint:
     total = checkpoint_parameters(s) * state_bytes_per_parameter(s.training.dtype)
     per_node_s = total / s.cluster.num_nodes / (s.cluster.checkpoint_bandwidth_GBps * 1e9)
     return Checkpoint(total, total / s.world_size, per_node_s, per_node_s)
+
+
+def checkpoint_prediction(s: Scenario) -> dict[str, float]:
+    """The ``checkpoint`` object of ``predicted/summary.json``: what one save of `s` writes and costs."""
+    c = checkpoint(s)
+    return {
+        "bytes": c.total_bytes,
+        "bytes_per_rank": c.per_rank_bytes,
+        "write_s": c.write_s,
+        "read_s": c.read_s,
+    }
 
 
 def young_interval_s(write_s: float, mtbf_s: float) -> float:
@@ -138,3 +150,31 @@ def plan_run(s: Scenario, step_time_s: float) -> dict[str, Any] | None:
         "power_W": gpu.power_W,
         "pue": s.cluster.pue,
     }
+
+
+def resized(s: Scenario, gpus: int) -> Scenario:
+    """`s` on `gpus` GPUs: num_nodes x gpus_per_node = gpus with the node shape kept (what the run-level
+    figures need: node and GPU counts; the plan search also resizes the link tiers)."""
+    per_node = min(s.cluster.gpus_per_node, gpus)
+    cluster = s.cluster.model_copy(update={"num_nodes": max(gpus // per_node, 1), "gpus_per_node": per_node})
+    return s.model_copy(update={"cluster": cluster})
+
+
+def goodput_curve(s: Scenario, gpu_counts: Sequence[int]) -> list[dict[str, float]]:
+    """Goodput of `s`'s checkpoints at Young's interval on each GPU count, at a fixed per-GPU failure
+    rate: the job's MTBF falls as 1 / GPUs while a checkpoint's write time falls only as 1 / nodes."""
+    rows = []
+    for gpus in gpu_counts:
+        sized = resized(s, gpus)
+        ckpt, mtbf_s = checkpoint(sized), job_mtbf_s(sized)
+        interval_s = young_interval_s(ckpt.write_s, mtbf_s)
+        restart_s = s.cluster.restart_overhead_s + ckpt.read_s
+        rows.append(
+            {
+                "gpus": float(gpus),
+                "job_mtbf_hours": mtbf_s / SECONDS_PER_HOUR,
+                "checkpoint_interval_s": interval_s,
+                "goodput_fraction": goodput_fraction(interval_s, ckpt.write_s, restart_s, mtbf_s),
+            }
+        )
+    return rows
