@@ -29,6 +29,7 @@ from plancast.simulator.scenario import Scenario
 from tests.cli_runner import REPO, cli_main
 
 GPT3 = REPO / "examples" / "gpt3-175b-dgx-a100.toml"
+TINY = REPO / "examples" / "tiny-local-cpu.toml"
 
 
 def scenario(nodes: int = 4, **training: Any) -> Scenario:
@@ -170,3 +171,17 @@ def test_cli_rejects_a_negative_total_tokens(tmp_path: Path) -> None:
     code, _, stderr = cli_main("simulate", str(write_gpt3(tmp_path, 192, total_tokens=-1.0)))
     assert code == 2
     assert "training.total_tokens" in stderr
+
+
+def test_cli_simulate_out_writes_the_checkpoint_prediction(tmp_path: Path) -> None:
+    """compare reconciles a checkpointed run against predicted/summary.json's `checkpoint`."""
+    code, _, stderr = cli_main("simulate", str(TINY), "--out", str(tmp_path / "run"))
+    assert code == 0, stderr
+    written = json.loads((tmp_path / "run" / "predicted" / "summary.json").read_text())
+    s = parse_scenario(tomllib.loads(TINY.read_text())).scenario
+    assert written["checkpoint"] == {
+        "bytes": checkpoint(s).total_bytes,
+        "bytes_per_rank": checkpoint(s).per_rank_bytes,
+        "write_s": checkpoint(s).write_s,
+        "read_s": checkpoint(s).read_s,
+    }
