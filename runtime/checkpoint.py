@@ -7,8 +7,8 @@ Layout of a run directory:
                                        state of every chunk of every rank, each tensor written once
     RUN/checkpoints/step-000004/rank-00001.pt
                                        rank 1's progress: steps done, its losses and step times so far,
-                                       torch's RNG state (the data position is the step: the runtime's
-                                       synthetic batches are a function of seed and step)
+                                       torch's CPU and CUDA RNG states (the data position is the step:
+                                       the runtime's synthetic batches are a function of seed and step)
     RUN/checkpoints/step-000004/COMPLETE
                                        written by rank 0 after every rank finished: only complete
                                        checkpoints are resumed from
@@ -160,6 +160,7 @@ class Checkpointer:
                 "losses": progress.losses,
                 "step_times_s": progress.step_times_s,
                 "rng": torch.get_rng_state(),
+                "cuda_rng": torch.cuda.get_rng_state() if torch.cuda.is_available() else None,
             },
             path / f"rank-{self.rank:05d}.pt",
         )
@@ -202,6 +203,8 @@ class Checkpointer:
             )
         saved = torch.load(path / f"rank-{self.rank:05d}.pt", weights_only=False)
         torch.set_rng_state(saved["rng"])
+        if saved.get("cuda_rng") is not None and torch.cuda.is_available():
+            torch.cuda.set_rng_state(saved["cuda_rng"])
         dist.barrier()
         load_s = time.perf_counter() - start
         events_path = self.run.rank_events(self.rank)
