@@ -10,7 +10,7 @@ set of plans no other plan beats on both time to train and cost.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,16 +69,20 @@ def with_cluster(base: Scenario, preset: str) -> Scenario:
     return base.model_copy(update={"cluster": Cluster.model_validate({"preset": preset, **site})})
 
 
-def pareto_front(rows: Sequence[dict[str, Any]], x: str, y: str) -> list[int]:
-    """Indices of the rows no other row beats on both `x` and `y` (lower is better; None rows skipped)."""
-    points = [(r[x], r[y], i) for i, r in enumerate(rows) if r.get(x) is not None and r.get(y) is not None]
-    points.sort()
+def pareto_front(rows: Sequence[Mapping[str, Any]], x: str, y: str) -> list[int]:
+    """Indices of the rows no other row beats on both `x` and `y` (lower is better; identical points
+    kept once; rows missing either value, None or NaN, are left out)."""
+    points = sorted((r[x], r[y], i) for i, r in enumerate(rows) if _known(r.get(x)) and _known(r.get(y)))
     front, best_y = [], math.inf
     for _, value_y, i in points:
         if value_y < best_y:
             front.append(i)
             best_y = value_y
     return sorted(front)
+
+
+def _known(value: Any) -> bool:
+    return value is not None and not (isinstance(value, float) and math.isnan(value))
 
 
 def search(

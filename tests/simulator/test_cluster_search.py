@@ -33,6 +33,8 @@ def base(**training: Any) -> Scenario:
         ([(1, 5), (2, 6), (3, 3)], [0, 2]),  # (2, 6) is beaten by (1, 5)
         ([(1, 1), (2, 2), (3, 3)], [0]),  # one plan beats all
         ([(2, 2), (1, None)], [0]),  # plans without a cost are left out
+        ([(2, 2), (1, float("nan"))], [0]),
+        ([(1, 1), (1, 1), (2, 0)], [0, 2]),  # identical points kept once
     ],
 )
 def test_pareto_front(points: list[tuple[float, float | None]], front: list[int]) -> None:
