@@ -45,21 +45,11 @@ def cluster_sweep(
 ) -> None:
     """Search every (cluster, size), rank all finalists together, print them and the Pareto front."""
     from rich.progress import Progress
-    from rich.table import Table
 
-    from plancast.simulator.catalog import CLUSTERS
     from plancast.simulator.cluster_search import search
 
-    names: list[str | None] = [None]
     with user_errors():
-        if clusters is not None:
-            names = [c.strip() for c in clusters.split(",") if c.strip()]
-            unknown = [c for c in names if c not in CLUSTERS]
-            if unknown or not names:
-                raise UserError(
-                    f"--cluster: unknown preset(s) {', '.join(map(str, unknown)) or '(none given)'}; "
-                    f"choose from {', '.join(CLUSTERS)}"
-                )
+        names = parse_clusters(clusters)
         with Progress(console=err, transient=True) as bar:
             task = bar.add_task("searching", total=len(names) * len(sizes))
 
@@ -91,8 +81,32 @@ def cluster_sweep(
     if not result.rows:
         err.print("no plan fits on any of the clusters and sizes searched", markup=False)
         raise typer.Exit(1)
+    out.print(f"{len(result.rows)} finalists of {result.enumerated:,} plans, ranked by {rank_by}")
+    out.print(ranked_table(result.rows[:top]))
+
+
+def parse_clusters(text: str | None) -> list[str | None]:
+    """`--cluster a,b` -> ["a", "b"] (catalog presets); None -> [None], the scenario's own cluster."""
+    from plancast.simulator.catalog import CLUSTERS
+
+    if text is None:
+        return [None]
+    names = [c.strip() for c in text.split(",") if c.strip()]
+    unknown = [c for c in names if c not in CLUSTERS]
+    if unknown or not names:
+        raise UserError(
+            f"--cluster: unknown preset(s) {', '.join(unknown) or '(none given)'}; "
+            f"choose from {', '.join(CLUSTERS)}"
+        )
+    return list(names)
+
+
+def ranked_table(rows: list[dict[str, Any]]) -> Any:
+    """The rich table of ranked plans across clusters and sizes (Pareto-front plans starred)."""
+    from rich.table import Table
+
     view = Table("#", "cluster", "GPUs", "plan", "step s", "goodput", "days", "cost USD", "MWh", "Pareto")
-    for i, r in enumerate(result.rows[:top], 1):
+    for i, r in enumerate(rows, 1):
         view.add_row(
             str(i),
             r["cluster"],
@@ -105,5 +119,4 @@ def cluster_sweep(
             _fmt(r["energy_MWh"], ",.4g"),
             "*" if r["pareto"] else "",
         )
-    out.print(f"{len(result.rows)} finalists of {result.enumerated:,} plans, ranked by {rank_by}")
-    out.print(view)
+    return view
