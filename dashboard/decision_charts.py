@@ -1,9 +1,21 @@
-"""Pure chart builders of the Decision page: DataFrame -> Altair chart (testable without a browser)."""
+"""Pure helpers of the Decision page: its chart builders (DataFrame -> Altair chart, testable without a
+browser) and the measured power it plans the energy with."""
 
 from __future__ import annotations
 
+import math
+
 import altair as alt
 import pandas as pd
+
+
+def mean_power_W(telemetry: pd.DataFrame | None) -> float | None:
+    """Mean board power of one GPU over a run's telemetry samples (every GPU, every sample); None when
+    nothing was sampled (CPU runs, boards that do not report power)."""
+    if telemetry is None or "power_W" not in telemetry.columns:
+        return None
+    power = float(telemetry["power_W"].mean())
+    return None if math.isnan(power) else power
 
 
 def goodput_scale_chart(curve: pd.DataFrame) -> alt.Chart:

@@ -19,7 +19,8 @@ Pure arithmetic over a scenario and its predicted step time (nothing here simula
   restart R (restart overhead + checkpoint read):
   goodput = tau / (tau + C) * (1 - ((tau + C) / 2 + R) / M);
 - time to train = total_tokens / tokens_per_s / goodput; GPU-hours, cost (price per GPU-hour) and
-  energy (GPU board power x wall time x PUE: an upper bound, GPUs drawn at their TDP throughout).
+  energy (GPU board power x wall time x PUE; the catalog's TDP is an upper bound, a measured run's
+  telemetry gives the power it really drew).
 """
 
 from __future__ import annotations
@@ -104,8 +105,9 @@ def job_mtbf_s(s: Scenario) -> float:
     return s.cluster.gpu.mtbf_hours * SECONDS_PER_HOUR / s.world_size
 
 
-def plan_run(s: Scenario, step_time_s: float) -> dict[str, Any] | None:
-    """The `goodput` object of `simulate --json` (None without training.total_tokens)."""
+def plan_run(s: Scenario, step_time_s: float, *, power_W: float | None = None) -> dict[str, Any] | None:
+    """The `goodput` object of `simulate --json` (None without training.total_tokens). `power_W`, the
+    mean board power a measured run's telemetry saw, replaces the catalog's TDP in the energy."""
     tokens = s.training.total_tokens
     if tokens is None or step_time_s <= 0:
         return None
@@ -119,10 +121,11 @@ def plan_run(s: Scenario, step_time_s: float) -> dict[str, Any] | None:
     useful_s = tokens / tokens_per_step * step_time_s
     wall_s = useful_s / goodput if goodput > 0 else None
     gpu = s.cluster.gpu
+    watts = power_W if power_W is not None else gpu.power_W
     gpu_hours = s.world_size * wall_s / SECONDS_PER_HOUR if wall_s is not None else None
     energy = (
-        s.world_size * gpu.power_W * wall_s * s.cluster.pue / JOULES_PER_MWH
-        if wall_s is not None and gpu.power_W is not None
+        s.world_size * watts * wall_s * s.cluster.pue / JOULES_PER_MWH
+        if wall_s is not None and watts is not None
         else None
     )
     return {
@@ -147,7 +150,8 @@ def plan_run(s: Scenario, step_time_s: float) -> dict[str, Any] | None:
         else None,
         "energy_MWh": energy,
         "price_usd_per_gpu_hour": gpu.price_usd_per_hour,
-        "power_W": gpu.power_W,
+        "power_W": watts,
+        "power_source": "telemetry" if power_W is not None else "catalog",
         "pue": s.cluster.pue,
     }
 

@@ -26,8 +26,8 @@ def cached_search(
     return pd.DataFrame(search(s, list(gpus), list(clusters), rank_by=rank_by, finalists=2).rows)
 
 
-def this_plan(s: Scenario, step_time_s: float | None) -> None:
-    g = plan_run(s, step_time_s or 0.0)
+def this_plan(s: Scenario, step_time_s: float | None, power_W: float | None) -> None:
+    g = plan_run(s, step_time_s or 0.0, power_W=power_W)
     if g is None:
         st.info("This run has no prediction to plan from: run `plancast simulate SCENARIO --out RUN`.")
         return
@@ -41,8 +41,9 @@ def this_plan(s: Scenario, step_time_s: float | None) -> None:
     st.caption(
         f"Checkpoint {g['checkpoint_bytes'] / 1e9:.3g} GB every "
         f"{frames.format_seconds(g['checkpoint_interval_s'])} "
-        f"({g['checkpoint_interval_source']}); job MTBF {g['job_mtbf_hours']:.3g} h. Cost and energy need "
-        "cluster.gpu.price_usd_per_hour and power_W (catalog GPUs have them)."
+        f"({g['checkpoint_interval_source']}); job MTBF {g['job_mtbf_hours']:.3g} h; energy at "
+        f"{'-' if g['power_W'] is None else format(g['power_W'], '.4g')} W per GPU ({g['power_source']}). "
+        "Cost and energy need cluster.gpu.price_usd_per_hour and power_W (catalog GPUs have them)."
     )
 
 
@@ -92,7 +93,9 @@ planned = run.scenario.model_copy(
     update={"training": run.scenario.training.model_copy(update={"total_tokens": float(tokens)})}
 )
 st.subheader("This plan")
-this_plan(planned, (run.predicted_summary or {}).get("step_time_s"))
+this_plan(
+    planned, (run.predicted_summary or {}).get("step_time_s"), decision_charts.mean_power_W(run.telemetry)
+)
 st.subheader("How goodput falls with scale")
 st.altair_chart(
     decision_charts.goodput_scale_chart(pd.DataFrame(goodput_curve(planned, SCALE_GPUS))), width="stretch"

@@ -71,3 +71,26 @@ def test_decision_page_plans_the_run_and_searches_clusters(open_page: OpenPage, 
     assert set(table["gpus"]) == {8, 16}
     assert list(table["cost_usd"]) == sorted(table["cost_usd"])
     assert [c["layer"][1]["mark"]["type"] for c in charts(at) if "layer" in c] == ["circle"]
+
+
+def test_mean_power_of_the_telemetry() -> None:
+    samples = pd.DataFrame({"gpu": [0, 1, 0, 1], "power_W": [300.0, 310.0, float("nan"), 290.0]})
+    assert decision_charts.mean_power_W(samples) == 300.0
+    assert decision_charts.mean_power_W(samples.iloc[2:3]) is None
+    assert decision_charts.mean_power_W(None) is None
+
+
+def test_decision_page_plans_energy_with_the_measured_power(open_page: OpenPage, gpu_run: Path) -> None:
+    at = open_page(gpu_run, "decision")
+    no_exception(at)
+    run = load_run(gpu_run)
+    assert run.scenario is not None and run.predicted_summary is not None
+    power = decision_charts.mean_power_W(run.telemetry)
+    assert power is not None
+    s = run.scenario.model_copy(
+        update={"training": run.scenario.training.model_copy(update={"total_tokens": DEFAULT_TOKENS})}
+    )
+    g = plan_run(s, run.predicted_summary["step_time_s"], power_W=power)
+    assert g is not None
+    assert metrics(at)["Energy"] == f"{g['energy_MWh']:.3g} MWh"
+    assert "(telemetry)" in "\n".join(str(c.value) for c in at.caption)

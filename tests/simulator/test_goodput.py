@@ -185,3 +185,12 @@ def test_cli_simulate_out_writes_the_checkpoint_prediction(tmp_path: Path) -> No
         "write_s": checkpoint(s).write_s,
         "read_s": checkpoint(s).read_s,
     }
+
+
+def test_measured_power_replaces_the_catalog_tdp() -> None:
+    s = scenario(total_tokens=100e9)
+    catalog, measured = plan_run(s, 3.0), plan_run(s, 3.0, power_W=250.0)
+    assert catalog is not None and measured is not None
+    assert (catalog["power_source"], measured["power_source"]) == ("catalog", "telemetry")
+    assert measured["energy_MWh"] == pytest.approx(catalog["energy_MWh"] * 250.0 / 400.0, rel=1e-12)
+    assert measured["cost_usd"] == catalog["cost_usd"]
