@@ -95,9 +95,14 @@ def young_interval_s(write_s: float, mtbf_s: float) -> float:
 def goodput_fraction(interval_s: float, write_s: float, restart_s: float, mtbf_s: float) -> float:
     """Useful fraction of wall time (first-order model, Daly 2006 sec. 2), clamped at 0: a job whose
     failures come faster than it can checkpoint and restart makes no progress."""
-    segment_s = interval_s + write_s
-    lost_per_failure_s = segment_s / 2.0 + restart_s
-    return max(interval_s / segment_s * (1.0 - lost_per_failure_s / mtbf_s), 0.0)
+    lost_s = lost_per_failure_s(interval_s, write_s, restart_s)
+    return max(interval_s / (interval_s + write_s) * (1.0 - lost_s / mtbf_s), 0.0)
+
+
+def lost_per_failure_s(interval_s: float, write_s: float, restart_s: float) -> float:
+    """Expected wall time one failure costs: half a segment of compute and checkpoint (failures land
+    uniformly within it) plus the restart (Daly 2006 sec. 2, first order)."""
+    return (interval_s + write_s) / 2.0 + restart_s
 
 
 def job_mtbf_s(s: Scenario) -> float:
@@ -140,6 +145,7 @@ def plan_run(s: Scenario, step_time_s: float, *, power_W: float | None = None) -
         "checkpoint_interval_source": "training.checkpoint_every_steps" if every is not None else "young",
         "job_mtbf_hours": mtbf_s / SECONDS_PER_HOUR,
         "restart_s": restart_s,
+        "lost_per_failure_s": lost_per_failure_s(interval_s, ckpt.write_s, restart_s),
         "expected_failures": wall_s / mtbf_s if wall_s is not None else None,
         "goodput_fraction": goodput,
         "useful_days": useful_s / SECONDS_PER_DAY,

@@ -194,3 +194,13 @@ def test_measured_power_replaces_the_catalog_tdp() -> None:
     assert (catalog["power_source"], measured["power_source"]) == ("catalog", "telemetry")
     assert measured["energy_MWh"] == pytest.approx(catalog["energy_MWh"] * 250.0 / 400.0, rel=1e-12)
     assert measured["cost_usd"] == catalog["cost_usd"]
+
+
+def test_each_failure_loses_half_a_segment_and_the_restart() -> None:
+    s = scenario(total_tokens=1e11, checkpoint_every_steps=100)
+    g = plan_run(s, 2.0)
+    assert g is not None
+    ckpt = checkpoint(s)
+    assert g["lost_per_failure_s"] == (200.0 + ckpt.write_s) / 2 + s.cluster.restart_overhead_s + ckpt.read_s
+    mtbf_s = job_mtbf_s(s)
+    assert g["goodput_fraction"] == 200.0 / (200.0 + ckpt.write_s) * (1 - g["lost_per_failure_s"] / mtbf_s)
