@@ -138,7 +138,10 @@ def sweep(
         Path | None, typer.Option("--table", help="Write every simulated plan to this CSV.")
     ] = None,
 ) -> None:
-    """Search every valid plan (tp, pp, dp, micro-batch, schedule, virtual stages, recompute, SP, ZeRO)."""
+    """Search every valid plan (tp, pp, dp, micro-batch, schedule, virtual stages, recompute, SP, ZeRO).
+
+    With several --gpus sizes, --cluster presets or a run-level --rank-by, every (cluster, size) is
+    searched and all finalists are ranked together, with the time-to-train vs cost Pareto front."""
     import time
 
     from rich.progress import Progress
