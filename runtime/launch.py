@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import plancast
+from plancast.runtime.checkpoint import checkpoint_arguments
 from plancast.runtime.plan import PlanError, check_runtime_support
 from plancast.simulator.loader import ScenarioError, load_scenario, to_toml_dict
 from plancast.simulator.scenario import Scenario
@@ -319,6 +320,8 @@ def launch(
     rdzv_endpoint: str | None = None,
     timeout_s: float = 600,
     rdzv_id: str = "plancast",
+    checkpoint_every: int | None = None,
+    resume: bool = False,
 ) -> int:
     """Run ``scenario_path`` with torchrun into ``out_dir``; the job's exit code (0: every rank finished).
 
@@ -337,13 +340,17 @@ def launch(
         rdzv_endpoint=rdzv_endpoint,
     )
     run = RunDir(out_dir)
-    if node_rank == 0:
+    try:
+        cmd_extra = checkpoint_arguments(scenario, run, checkpoint_every, resume)
+    except ValueError as e:
+        raise LaunchError(str(e)) from None
+    if node_rank == 0 and not resume:
         if run.measured_dir.is_dir() and any(run.measured_dir.iterdir()):
             raise LaunchError(
                 f"{run.measured_dir} already holds a measured run; pass another --out or delete that folder"
             )
         write_scenario(run, scenario)
-    cmd = torchrun_command(plan, scenario_path, out_dir, timeout_s=timeout_s, rdzv_id=rdzv_id)
+    cmd = torchrun_command(plan, scenario_path, out_dir, timeout_s=timeout_s, rdzv_id=rdzv_id) + cmd_extra
     print(
         f"plancast: node {node_rank}/{nnodes}: {plan.nproc_per_node} ranks x {plan.steps} steps -> {out_dir}",
         file=sys.stderr,

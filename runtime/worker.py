@@ -36,6 +36,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 
+from plancast.runtime.checkpoint import Checkpointer, Progress
 from plancast.runtime.telemetry import TelemetrySampler, empty_table, make_sampler, write_telemetry
 from plancast.runtime.trainer import Trainer
 from plancast.simulator.loader import load_scenario
@@ -170,11 +171,20 @@ def _mean_loss(results: Sequence[RankResult], step: int) -> float | None:
 
 
 def run_steps(
-    trainer: Trainer, writer: RankEventWriter, steps: int, env: RankEnv, fault_at: int | None
+    trainer: Trainer,
+    writer: RankEventWriter,
+    steps: int,
+    env: RankEnv,
+    fault_at: int | None,
+    checkpointer: Checkpointer | None = None,
+    resume: bool = False,
 ) -> RankResult:
-    """Run ``steps`` steps, rewriting the rank file after each; rank 0 reports progress on stderr."""
+    """Run ``steps`` steps, rewriting the rank file after each; rank 0 reports progress on stderr.
+    With a checkpointer: save every K steps, and with ``resume`` start after its newest checkpoint."""
     result = RankResult(env.rank)
-    for step in range(steps):
+    done = checkpointer.restore(writer) if checkpointer is not None and resume else Progress()
+    result.losses, result.step_times_s = done.losses, done.step_times_s
+    for step in range(done.steps_done, steps):
         if step == fault_at:
             os.kill(os.getpid(), signal.SIGKILL)
         start = time.perf_counter()
@@ -186,6 +196,8 @@ def run_steps(
         writer.append_step(out.events)
         if env.rank == 0:
             print(f"plancast: step {step + 1}/{steps} {result.step_times_s[-1]:.3f} s", file=sys.stderr)
+        if checkpointer is not None:
+            checkpointer.maybe_save(step + 1, Progress(step + 1, result.losses, result.step_times_s))
     result.memory_bytes = trainer.memory()
     return result
 
@@ -206,6 +218,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--timeout-s", type=float, default=600.0, help="process-group timeout for joining and collectives"
     )
     p.add_argument("--telemetry-interval-s", type=float, default=0.5, help="GPU sampling period")
+    p.add_argument("--checkpoint-every", type=int, default=None, help="checkpoint every K steps")
+    p.add_argument("--resume", action="store_true", help="resume from the run's newest checkpoint")
     return p.parse_args(argv)
 
 
@@ -230,7 +244,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             write_json(run.env_json, environment(backend, env.world_size, ranks))
         trainer = Trainer(scenario, env.rank, env.world_size, device, instrument=True)
         writer = RankEventWriter(run, env.rank)
-        result = run_steps(trainer, writer, steps, env, fault_step(os.environ, env.rank))
+        every = args.checkpoint_every or scenario.training.checkpoint_every_steps
+        ckpt = Checkpointer(trainer, run, env.rank, every) if every or args.resume else None
+        result = run_steps(trainer, writer, steps, env, fault_step(os.environ, env.rank), ckpt, args.resume)
         result.telemetry = sampler.stop() if sampler is not None else None
         results: list[RankResult] = gather_to_rank0(result, env)
         if env.rank == 0:
