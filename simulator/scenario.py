@@ -19,10 +19,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from pydantic_core import PydanticCustomError
 
 from plancast.simulator import catalog
+from plancast.simulator.schedules import ScheduleName
 
 Dtype = Literal["fp32", "fp16", "bf16"]
 Recompute = Literal["none", "selective", "full"]
-ScheduleName = Literal["GPipe", "1F1B", "Interleaved1F1B", "ZeroBubble"]
 
 
 class _Strict(BaseModel):
@@ -167,7 +167,8 @@ class Parallelism(_Strict):
     zero_stage: Literal[0, 1, 2, 3] = 0
     """0 none | 1 optimizer states | 2 + gradients | 3 + parameters (FSDP), sharded over data parallel."""
     pipeline_parallel_schedule: ScheduleName = "1F1B"
-    """GPipe | 1F1B | Interleaved1F1B | ZeroBubble (ZB-H1)."""
+    """Pipeline schedule: 1F1B, GPipe, Interleaved1F1B, ZeroBubble (ZB-H1), ... (`plancast schema` lists
+    every choice; simulator/schedules.py holds each one's order and rules)."""
     virtual_stages_per_rank: int = Field(default=1, gt=0)
     """Model chunks per pipeline rank (Interleaved1F1B needs >= 2)."""
     pipeline_layer_split: list[int] | None = None
@@ -219,9 +220,14 @@ class GPU(_Strict):
             return {d: float(value) for d in ("fp32", "tf32", "fp16", "bf16")}
         return value
 
+    def peak_dtype(self, dtype: str) -> str:
+        """The ``peak_tflops`` entry that training in ``dtype`` runs at: the one rule for a dtype's peak
+        (fp32 training uses TF32 tensor cores where the GPU has them)."""
+        return "tf32" if dtype == "fp32" and "tf32" in self.peak_tflops else dtype
+
     def peak_flops(self, dtype: str) -> float:
-        """Peak FLOP/s for dtype (fp32 training uses TF32 tensor cores where the GPU has them)."""
-        key = "tf32" if dtype == "fp32" and "tf32" in self.peak_tflops else dtype
+        """Peak FLOP/s for dtype (``peak_dtype``)."""
+        key = self.peak_dtype(dtype)
         if key not in self.peak_tflops:
             raise KeyError(f"cluster.gpu.peak_tflops has no entry for {dtype}")
         return self.peak_tflops[key] * 1e12
