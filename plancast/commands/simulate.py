@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -20,6 +20,9 @@ from plancast.app import (
     user_errors,
     write_predicted,
 )
+
+if TYPE_CHECKING:
+    from plancast.simulator.sweep import SweepResult
 
 
 def print_breakdown(summary: dict[str, Any]) -> None:
@@ -91,7 +94,6 @@ def sweep(
     import time
 
     from rich.progress import Progress
-    from rich.table import Table
 
     from plancast.simulator.sweep import sweep as run_sweep
 
@@ -132,9 +134,16 @@ def sweep(
             f"no plan of {result.enumerated} fits in {s.cluster.gpu.memory_GiB:g} GiB per GPU", markup=False
         )
         raise typer.Exit(1)
+    _print_plans(result, top, elapsed)
+
+
+def _print_plans(result: SweepResult, top: int, elapsed_s: float) -> None:
+    """The search's counts, then its ``top`` ranked plans as a table."""
+    from rich.table import Table
+
     out.print(
         f"{result.enumerated:,} plans enumerated, {result.fits:,} fit in memory, "
-        f"{len(result.finalists)} simulated in full ({elapsed:.1f} s)"
+        f"{len(result.finalists)} simulated in full ({elapsed_s:.1f} s)"
     )
     view = Table("#", "plan", "step s", "MFU", "memory GiB", "tokens/s")
     for i, r in enumerate(result.finalists[:top], 1):
