@@ -173,7 +173,7 @@ class Trainer:
             ddp = wrap_ddp(
                 model,
                 self.mesh["dp"].get_group(),
-                bucket_cap_mb=s.parallelism.ddp_bucket_cap_MB,
+                bucket_cap_mb=s.parallelism.ddp_bucket_cap_MiB,
                 stage=c.stage,
                 chunk=c.chunk,
                 device_ids=ids,

@@ -67,6 +67,12 @@ def _merge_preset(data: Any, table: dict[str, dict[str, object]], what: str) -> 
     return {**base, **data}
 
 
+DEPRECATED_KEYS: dict[tuple[str, str], str] = {
+    ("parallelism", "ddp_bucket_cap_MB"): "ddp_bucket_cap_MiB",  # it always meant MiB
+}
+"""(table, old key) -> the key's new name; the loader renames them with a warning."""
+
+
 # --------------------------------------------------------------------------------------------- model
 class Model(_Strict):
     """A GPT/Llama-style decoder-only transformer."""
@@ -190,8 +196,9 @@ class Parallelism(_Strict):
     slow tier and the receivers all-gather it (Narayanan et al. 2021 sec. 4.1)."""
     tp_comm_overlap: bool = False
     """Hide tensor-parallel collectives behind GEMMs (off: they sit on the critical path)."""
-    ddp_bucket_cap_MB: float = Field(default=25.0, gt=0)
-    """Gradient bucket size in MB (torch DDP's default bucket_cap_mb = 25)."""
+    ddp_bucket_cap_MiB: float = Field(default=25.0, gt=0)
+    """Gradient bucket size in MiB (torch DDP's bucket_cap_mb, default 25, which DDP multiplies by
+    1024 * 1024). The old name ``ddp_bucket_cap_MB`` is still read, with a warning."""
 
     @field_validator("data_parallel_degree")
     @classmethod

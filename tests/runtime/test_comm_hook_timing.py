@@ -130,5 +130,5 @@ def test_ddp_and_zero1_collectives_are_timed_without_the_profiler(name: str) -> 
     parallelism, _ = PLANS[name]
     # two buckets per step: hook order and index over more than one bucket
     data = tiny_scenario(2, **parallelism)
-    data["parallelism"]["ddp_bucket_cap_MB"] = 0.01
+    data["parallelism"]["ddp_bucket_cap_MiB"] = 0.01
     run_ranks(2, hooked_collectives_without_profiler, data)
