@@ -80,7 +80,7 @@ class OffRecorder(StepRecorder):
 
 def uninstrumented(scenario: Scenario, rank: int, world_size: int, device: torch.device) -> Trainer:
     """A trainer recording nothing: ``OffRecorder``, and so no timing hooks in DDP or ZeRO-1."""
-    off = OffRecorder(rank, default_timer(device), profile_collectives=False)
+    off = OffRecorder(rank, default_timer(device))
     return Trainer(scenario, rank, world_size, device, instrument=False, recorder=off)
 
 

@@ -18,7 +18,14 @@ from torch import nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.tensor import DTensor, Partial, Replicate
 
-from plancast.runtime.instrument import SpanKey, StepEvents, StepRecorder, default_timer
+from plancast.runtime.instrument import (
+    CpuCapture,
+    SpanKey,
+    StepEvents,
+    StepRecorder,
+    choose_capture,
+    default_timer,
+)
 from plancast.runtime.memory import ActivationAccount, peak_memory
 from plancast.runtime.model import Decoder, ModelConfig, microbatch, synthetic_batch
 from plancast.runtime.parallel.dp import (
@@ -91,9 +98,11 @@ class Trainer:
         *,
         instrument: bool = True,
         recorder: StepRecorder | None = None,
+        cpu_capture: CpuCapture = "dispatch",
     ) -> None:
         """``instrument=False`` never starts the profiler; ``recorder`` replaces the default recorder
-        (one whose ``enabled`` is False leaves DDP and ZeRO without timing hooks)."""
+        (one whose ``enabled`` is False leaves DDP and ZeRO without timing hooks); ``cpu_capture`` is
+        how a CPU run captures library collectives (runtime/instrument/capture.py)."""
         self.scenario, self.device = scenario, device
         self.plan: RankPlan = rank_plan(scenario, rank, world_size)
         grid = self.plan.grid
@@ -103,7 +112,7 @@ class Trainer:
         self.recorder = recorder or StepRecorder(
             rank,
             default_timer(device),
-            profile_collectives=instrument and library_collectives(scenario),
+            choose_capture(instrument and library_collectives(scenario), device.type, cpu_capture),
             device_type=device.type,
         )
         self.activations = ActivationAccount()
@@ -164,7 +173,7 @@ class Trainer:
             ddp = wrap_ddp(
                 model,
                 self.mesh["dp"].get_group(),
-                bucket_cap_mb=s.parallelism.ddp_bucket_cap_MB,
+                bucket_cap_mb=s.parallelism.ddp_bucket_cap_MiB,
                 stage=c.stage,
                 chunk=c.chunk,
                 device_ids=ids,

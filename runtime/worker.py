@@ -37,6 +37,7 @@ import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from plancast.runtime.checkpoint import Checkpointer, Progress
+from plancast.runtime.instrument import cpu_capture_from
 from plancast.runtime.telemetry import TelemetrySampler, empty_table, make_sampler, write_telemetry
 from plancast.runtime.trainer import Trainer
 from plancast.simulator.loader import load_scenario
@@ -190,7 +191,7 @@ def run_steps(
         start = time.perf_counter()
         out = trainer.step(step)
         # up to the end of the device work (the recorder synchronizes), not the profiler's read-out
-        # after it, which TP/FSDP2 plans need to attribute library collectives (runtime/instrument.py)
+        # after it, which TP/FSDP2 plans need to attribute library collectives (runtime/instrument/)
         result.step_times_s.append((out.work_end_s or time.perf_counter()) - start)
         result.losses.append(out.loss)
         writer.append_step(out.events)
@@ -228,6 +229,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run this rank's share of the measured run; 0 on success."""
     args = parse_args(argv)
     env = rank_env(os.environ)
+    try:  # read once, here, and passed down (runtime/instrument/capture.py)
+        cpu_capture = cpu_capture_from(os.environ)
+    except ValueError as err:
+        raise SystemExit(f"plancast.runtime.worker: {err}") from None
     scenario = load_scenario(args.scenario).scenario
     steps = args.steps or scenario.training.steps
     run = RunDir(args.out)
@@ -242,7 +247,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         ranks = gather_to_rank0({**info, "device": describe_device(device)}, env)
         if env.rank == 0:
             write_json(run.env_json, environment(backend, env.world_size, ranks))
-        trainer = Trainer(scenario, env.rank, env.world_size, device, instrument=True)
+        trainer = Trainer(
+            scenario, env.rank, env.world_size, device, instrument=True, cpu_capture=cpu_capture
+        )
         writer = RankEventWriter(run, env.rank)
         every = args.checkpoint_every or scenario.training.checkpoint_every_steps
         ckpt = Checkpointer(trainer, run, env.rank, every) if every or args.resume else None

@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from plancast.simulator.scenario import Scenario
+from plancast.simulator.scenario import DEPRECATED_KEYS, Scenario
 from plancast.simulator.validation import Problem, check_plan
 
 
@@ -61,6 +61,7 @@ class Loaded:
 
 def parse_scenario(data: Mapping[str, Any], source: str = "scenario") -> Loaded:
     """Validate a scenario dict (TOML tables) and resolve it; raises ScenarioError."""
+    data, renamed = _renamed(data, source)
     try:
         raw = Scenario.model_validate(data)
     except ValidationError as err:
@@ -68,7 +69,25 @@ def parse_scenario(data: Mapping[str, Any], source: str = "scenario") -> Loaded:
     errors, warnings = check_plan(raw)
     if errors:
         raise ScenarioError(errors, source)
-    return Loaded(resolve(raw), tuple(warnings))
+    return Loaded(resolve(raw), (*renamed, *warnings))
+
+
+def _renamed(data: Mapping[str, Any], source: str) -> tuple[Mapping[str, Any], list[str]]:
+    """``data`` with deprecated keys under their new names (``DEPRECATED_KEYS``), and a warning for each."""
+    out, warnings, problems = dict(data), [], []
+    for (table, old), new in DEPRECATED_KEYS.items():
+        section = out.get(table)
+        if not isinstance(section, Mapping) or old not in section:
+            continue
+        if new in section:
+            message = f"is the old name of {new}, which is also given; keep only {new}"
+            problems.append(Problem(f"{table}.{old}", message))
+        else:
+            out[table] = {(new if k == old else k): v for k, v in section.items()}
+            warnings.append(f"{table}.{old} is deprecated: rename it {table}.{new} (same value, same unit)")
+    if problems:
+        raise ScenarioError(problems, source)
+    return out, warnings
 
 
 def load_scenario(path: str | Path) -> Loaded:

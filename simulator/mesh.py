@@ -4,10 +4,13 @@ This module is the single source of truth for how global ranks are laid out; the
 uses it directly and the runtime builds its torch ``DeviceMesh`` from ``mesh_shape`` and
 ``mesh_dim_names`` so both agree on which ranks share a group.
 
-Layout: tp innermost, then dp, then pp, i.e. ``torch.arange(world).view(pp, dp, tp)``
-(the same C-order reshape as picotron's grid and torchtitan's ``init_device_mesh`` call). Keeping
-tp innermost puts each tensor-parallel group on consecutive ranks, hence inside one NVLink node
-whenever ``tp`` divides ``gpus_per_node`` (Megatron-LM, arXiv 2104.04473 section 3.3).
+Layout: tp innermost, then dp, then pp, i.e. ``torch.arange(world).view(pp, dp, tp)``: the order of
+torchtitan's mesh (``ParallelDims``: pp, dp_replicate, dp_shard, cp, tp, outermost first) and of
+Megatron-LM's default ``tp-cp-ep-dp-pp`` (innermost first). picotron differs: its grid puts dp
+outermost (``view(dp, pp, cp, tp)``, picotron/process_group_manager.py). Keeping tp innermost puts
+each tensor-parallel group on consecutive ranks, hence inside one NVLink node whenever ``tp`` divides
+``gpus_per_node`` (Megatron-LM, arXiv 2104.04473 section 3.3); pp outermost keeps each pipeline
+stage's data-parallel group on neighbouring ranks.
 """
 
 from __future__ import annotations

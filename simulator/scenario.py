@@ -19,10 +19,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from pydantic_core import PydanticCustomError
 
 from plancast.simulator import catalog
+from plancast.simulator.schedules import ScheduleName
 
 Dtype = Literal["fp32", "fp16", "bf16"]
 Recompute = Literal["none", "selective", "full"]
-ScheduleName = Literal["GPipe", "1F1B", "Interleaved1F1B", "ZeroBubble"]
 
 
 class _Strict(BaseModel):
@@ -65,6 +65,12 @@ def _merge_preset(data: Any, table: dict[str, dict[str, object]], what: str) -> 
         return {**_profile(name), **{k: v for k, v in data.items() if k != "preset"}, "preset": name}
     base = _lookup(table, name, what, "preset")
     return {**base, **data}
+
+
+DEPRECATED_KEYS: dict[tuple[str, str], str] = {
+    ("parallelism", "ddp_bucket_cap_MB"): "ddp_bucket_cap_MiB",  # it always meant MiB
+}
+"""(table, old key) -> the key's new name; the loader renames them with a warning."""
 
 
 # --------------------------------------------------------------------------------------------- model
@@ -174,7 +180,8 @@ class Parallelism(_Strict):
     zero_stage: Literal[0, 1, 2, 3] = 0
     """0 none | 1 optimizer states | 2 + gradients | 3 + parameters (FSDP), sharded over data parallel."""
     pipeline_parallel_schedule: ScheduleName = "1F1B"
-    """GPipe | 1F1B | Interleaved1F1B | ZeroBubble (ZB-H1)."""
+    """Pipeline schedule: 1F1B, GPipe, Interleaved1F1B, ZeroBubble (ZB-H1), ... (`plancast schema` lists
+    every choice; simulator/schedules.py holds each one's order and rules)."""
     virtual_stages_per_rank: int = Field(default=1, gt=0)
     """Model chunks per pipeline rank (Interleaved1F1B needs >= 2)."""
     pipeline_layer_split: list[int] | None = None
@@ -196,8 +203,9 @@ class Parallelism(_Strict):
     slow tier and the receivers all-gather it (Narayanan et al. 2021 sec. 4.1)."""
     tp_comm_overlap: bool = False
     """Hide tensor-parallel collectives behind GEMMs (off: they sit on the critical path)."""
-    ddp_bucket_cap_MB: float = Field(default=25.0, gt=0)
-    """Gradient bucket size in MB (torch DDP's default bucket_cap_mb = 25)."""
+    ddp_bucket_cap_MiB: float = Field(default=25.0, gt=0)
+    """Gradient bucket size in MiB (torch DDP's bucket_cap_mb, default 25, which DDP multiplies by
+    1024 * 1024). The old name ``ddp_bucket_cap_MB`` is still read, with a warning."""
 
     @field_validator("data_parallel_degree")
     @classmethod
@@ -233,9 +241,14 @@ class GPU(_Strict):
             return {d: float(value) for d in ("fp32", "tf32", "fp16", "bf16")}
         return value
 
+    def peak_dtype(self, dtype: str) -> str:
+        """The ``peak_tflops`` entry that training in ``dtype`` runs at: the one rule for a dtype's peak
+        (fp32 training uses TF32 tensor cores where the GPU has them)."""
+        return "tf32" if dtype == "fp32" and "tf32" in self.peak_tflops else dtype
+
     def peak_flops(self, dtype: str) -> float:
-        """Peak FLOP/s for dtype (fp32 training uses TF32 tensor cores where the GPU has them)."""
-        key = "tf32" if dtype == "fp32" and "tf32" in self.peak_tflops else dtype
+        """Peak FLOP/s for dtype (``peak_dtype``)."""
+        key = self.peak_dtype(dtype)
         if key not in self.peak_tflops:
             raise KeyError(f"cluster.gpu.peak_tflops has no entry for {dtype}")
         return self.peak_tflops[key] * 1e12

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Literal, get_args
+from typing import Literal, NamedTuple, get_args
 
 ScheduleName = Literal["GPipe", "1F1B", "Interleaved1F1B", "ZeroBubble"]
+"""The scenario's ``parallelism.pipeline_parallel_schedule``; each has its rules in ``SCHEDULES``."""
 SCHEDULE_NAMES: tuple[ScheduleName, ...] = get_args(ScheduleName)
 ActionKind = Literal["F", "B", "W"]
 
@@ -42,59 +43,115 @@ Schedule = tuple[tuple[Action, ...], ...]
 """One ordered tuple of actions per pp rank (index = pp rank)."""
 
 
+@dataclass(frozen=True, slots=True)
+class ScheduleRules:
+    """Everything plancast knows about one schedule: how to build it and when it can be built."""
+
+    build: Callable[[int, int, int, int], tuple[Action, ...]]
+    """(pp rank, pp, microbatches, virtual stages) -> that rank's ordered actions."""
+    interleaved: bool = False
+    """Several model chunks per rank: needs virtual_stages_per_rank >= 2 and whole rounds of pp
+    microbatches (Megatron-LM's interleaved schedule assumes them); the others need exactly 1."""
+    splits_backward: bool = False
+    """``B`` is the input-gradient pass only and separate ``W`` actions follow (zero bubble)."""
+
+
+class PlanProblem(NamedTuple):
+    """A schedule rule the plan breaks: the scenario key to change, and how."""
+
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}"
+
+
+def schedule_problems(
+    name: str, pp: int, num_microbatches: int, virtual_stages: int = 1
+) -> list[PlanProblem]:
+    """Every rule of schedule ``name`` that these sizes break (none: ``build_schedule`` can build it).
+
+    The one place the schedule rules live: scenario validation reports these, the builder refuses them.
+    """
+    if name not in SCHEDULES:
+        return [
+            PlanProblem(
+                "parallelism.pipeline_parallel_schedule",
+                f"must be one of {SCHEDULE_NAMES}, got {name!r}",
+            )
+        ]
+    problems = []
+    if pp < 1:
+        problems.append(PlanProblem("parallelism.pipeline_parallel_degree", f"must be >= 1, got {pp}"))
+    if num_microbatches < 1:
+        problems.append(
+            PlanProblem(
+                "training.global_batch_size",
+                f"gives {num_microbatches} microbatches (global_batch_size / (micro_batch_size * "
+                "data_parallel_degree)); a pipeline needs at least 1",
+            )
+        )
+    if SCHEDULES[name].interleaved:
+        problems += _interleaved_problems(name, pp, num_microbatches, virtual_stages)
+    elif virtual_stages != 1:
+        problems.append(
+            PlanProblem(
+                "parallelism.virtual_stages_per_rank",
+                f"{name} runs one stage per rank; set virtual_stages_per_rank = 1 or use "
+                f"{' / '.join(n for n, rules in SCHEDULES.items() if rules.interleaved)}",
+            )
+        )
+    return problems
+
+
+def _interleaved_problems(name: str, pp: int, m: int, virtual_stages: int) -> list[PlanProblem]:
+    problems = []
+    if virtual_stages < 2:
+        problems.append(
+            PlanProblem(
+                "parallelism.virtual_stages_per_rank",
+                f"{name} needs at least 2 virtual stages per rank, got {virtual_stages}; set it to 2 or "
+                "more, or use the 1F1B schedule",
+            )
+        )
+    if pp >= 1 and m >= 1 and m % pp:  # Megatron-LM's interleaved schedule runs whole rounds of pp
+        problems.append(
+            PlanProblem(
+                "training.global_batch_size",
+                f"{name} needs the micro-batch count ({m}) divisible by "
+                f"pipeline_parallel_degree ({pp}); change global_batch_size or micro_batch_size",
+            )
+        )
+    return problems
+
+
+def schedule_warnings(name: ScheduleName, pp: int) -> list[str]:
+    """Legal but pointless: an interleaved or split-backward schedule without pipeline parallelism."""
+    rules = SCHEDULES[name]
+    if pp == 1 and (rules.interleaved or rules.splits_backward):
+        return [f"{name} has no effect without pipeline parallelism"]
+    return []
+
+
 def splits_backward(name: ScheduleName) -> bool:
     """True when ``B`` is the input-gradient pass only and ``W`` actions are separate (ZeroBubble)."""
-    _check_name(name)
-    return name == "ZeroBubble"
+    if name not in SCHEDULES:
+        raise ValueError(str(schedule_problems(name, 1, 1)[0]))
+    return SCHEDULES[name].splits_backward
 
 
 def validate_schedule_args(name: str, pp: int, num_microbatches: int, virtual_stages: int = 1) -> None:
     """Raise ValueError, naming the scenario key, if ``name`` cannot be built with these sizes."""
-    _check_name(name)
-    if pp < 1:
-        raise ValueError(f"parallelism.pipeline_parallel_degree must be >= 1, got {pp}")
-    if num_microbatches < 1:
-        raise ValueError(
-            f"the number of microbatches must be >= 1, got {num_microbatches} "
-            "(global_batch_size / (micro_batch_size * data_parallel_degree))"
-        )
-    if name == "Interleaved1F1B":
-        if virtual_stages < 2:
-            raise ValueError(
-                "parallelism.virtual_stages_per_rank must be >= 2 for Interleaved1F1B, "
-                f"got {virtual_stages}; use 1F1B for one stage per rank"
-            )
-        if num_microbatches % pp != 0:
-            # Megatron-LM's interleaved schedule assumes whole rounds of pp microbatches.
-            raise ValueError(
-                f"Interleaved1F1B needs the number of microbatches ({num_microbatches}) to be a multiple "
-                f"of parallelism.pipeline_parallel_degree ({pp})"
-            )
-    elif virtual_stages != 1:
-        raise ValueError(
-            f"parallelism.virtual_stages_per_rank must be 1 for {name}, got {virtual_stages}; "
-            "only Interleaved1F1B places several stages on one rank"
-        )
+    problems = schedule_problems(name, pp, num_microbatches, virtual_stages)
+    if problems:
+        raise ValueError("; ".join(map(str, problems)))
 
 
 def build_schedule(name: ScheduleName, pp: int, num_microbatches: int, virtual_stages: int = 1) -> Schedule:
     """Ordered actions for each of the ``pp`` ranks under schedule ``name``."""
     validate_schedule_args(name, pp, num_microbatches, virtual_stages)
-    m = num_microbatches
-    builders: dict[ScheduleName, Callable[[int], tuple[Action, ...]]] = {
-        "GPipe": lambda rank: _gpipe(rank, m),
-        "1F1B": lambda rank: _one_f_one_b(rank, pp, m),
-        "Interleaved1F1B": lambda rank: _interleaved(rank, pp, m, virtual_stages),
-        "ZeroBubble": lambda rank: _zero_bubble_h1(rank, pp, m),
-    }
-    return tuple(map(builders[name], range(pp)))
-
-
-def _check_name(name: str) -> None:
-    if name not in SCHEDULE_NAMES:
-        raise ValueError(
-            f"parallelism.pipeline_parallel_schedule must be one of {SCHEDULE_NAMES}, got {name!r}"
-        )
+    build = SCHEDULES[name].build
+    return tuple(build(rank, pp, num_microbatches, virtual_stages) for rank in range(pp))
 
 
 def _gpipe(rank: int, m: int) -> tuple[Action, ...]:
@@ -160,6 +217,15 @@ def _zero_bubble_h1(rank: int, pp: int, m: int) -> tuple[Action, ...]:
             actions.append(Action("W", k - rank, rank, 0))
     actions.extend(Action("W", j, rank, 0) for j in range(max(m - rank, 0), m))
     return tuple(actions)
+
+
+SCHEDULES: dict[ScheduleName, ScheduleRules] = {
+    "GPipe": ScheduleRules(lambda rank, _pp, m, _v: _gpipe(rank, m)),
+    "1F1B": ScheduleRules(lambda rank, pp, m, _v: _one_f_one_b(rank, pp, m)),
+    "Interleaved1F1B": ScheduleRules(_interleaved, interleaved=True),
+    "ZeroBubble": ScheduleRules(lambda rank, pp, m, _v: _zero_bubble_h1(rank, pp, m), splits_backward=True),
+}
+"""Every schedule's rules; adding a schedule is a name in ``ScheduleName``, a builder and an entry here."""
 
 
 _Key = tuple[ActionKind, int, int]

@@ -289,7 +289,7 @@ class _Estimator:
         if plan.dp == 1:
             pass
         elif plan.zero_stage <= 1:  # DDP buckets (ZeRO-1: + one broadcast per owner after the step)
-            cap = self.base.parallelism.ddp_bucket_cap_MB * 2**20
+            cap = self.base.parallelism.ddp_bucket_cap_MiB * 2**20
             buckets = max(math.ceil(grad_bytes / cap), 1)
             comm = buckets * collective_seconds("all_reduce", levels, grad_bytes / buckets)
             tail = per_mb / v if self.base.parallelism.overlap_grad_reduce else 0.0

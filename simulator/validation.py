@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from plancast.simulator.scenario import Scenario
+from plancast.simulator.schedules import schedule_problems, schedule_warnings
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,33 +122,9 @@ def _check_batch(s: Scenario, errors: list[Problem]) -> None:
 
 def _check_pipeline(s: Scenario, errors: list[Problem]) -> None:
     par, pp, v = s.parallelism, s.pp, s.vpp
-    name = par.pipeline_parallel_schedule
     layers = s.model.num_hidden_layers
-    if name == "Interleaved1F1B":
-        if v < 2:
-            errors.append(
-                Problem(
-                    "parallelism.virtual_stages_per_rank",
-                    "Interleaved1F1B needs at least 2 virtual stages per rank; set it to 2 or more, "
-                    "or use the 1F1B schedule",
-                )
-            )
-        m = s.num_microbatches
-        if m > 0 and m % pp:
-            errors.append(
-                Problem(
-                    "training.global_batch_size",
-                    f"Interleaved1F1B needs the micro-batch count ({m}) divisible by "
-                    f"pipeline_parallel_degree ({pp}); change global_batch_size or micro_batch_size",
-                )
-            )
-    elif v != 1:
-        errors.append(
-            Problem(
-                "parallelism.virtual_stages_per_rank",
-                f"{name} runs one stage per rank; set virtual_stages_per_rank = 1 or use Interleaved1F1B",
-            )
-        )
+    rules = schedule_problems(par.pipeline_parallel_schedule, pp, s.num_microbatches, v)
+    errors.extend(Problem(p.path, p.message) for p in rules)
     stages = pp * v
     if layers < stages:
         errors.append(
@@ -222,8 +199,7 @@ def _check_cluster(s: Scenario, errors: list[Problem], warnings: list[str]) -> N
             f"whole cluster ({c.world_size} ranks)"
         )
     dtype = s.training.dtype
-    key = "tf32" if dtype == "fp32" and "tf32" in c.gpu.peak_tflops else dtype
-    if key not in c.gpu.peak_tflops:
+    if c.gpu.peak_dtype(dtype) not in c.gpu.peak_tflops:
         errors.append(
             Problem(
                 "training.dtype",
@@ -243,10 +219,7 @@ def _unwise(s: Scenario, warnings: list[str]) -> None:
         )
     if s.parallelism.zero_stage and s.dp == 1:
         warnings.append(f"zero_stage {s.parallelism.zero_stage} with one data-parallel rank shards nothing")
-    if s.pp == 1 and s.parallelism.pipeline_parallel_schedule not in ("1F1B", "GPipe"):
-        warnings.append(
-            f"{s.parallelism.pipeline_parallel_schedule} has no effect without pipeline parallelism"
-        )
+    warnings.extend(schedule_warnings(s.parallelism.pipeline_parallel_schedule, s.pp))
     if s.pp > 1 and s.num_microbatches < s.pp:
         warnings.append(
             f"{s.num_microbatches} micro-batches on {s.pp} stages: the pipeline bubble exceeds half "

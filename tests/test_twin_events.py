@@ -20,7 +20,7 @@ from plancast.simulator.scenario import Scenario
 PLANS: dict[str, dict[str, Any]] = {
     "dp2": {"parallelism": {}, "world": 2},
     "dp2-bucketed": {
-        "parallelism": {"ddp_bucket_cap_MB": 0.05},
+        "parallelism": {"ddp_bucket_cap_MiB": 0.05},
         "world": 2,
         "model": {"preset": "small-gpt"},
     },

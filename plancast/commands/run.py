@@ -31,6 +31,23 @@ def _inputs(
     return run.scenario_toml, resume, steps
 
 
+CheckpointEveryOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--checkpoint-every",
+        help="Save model and optimizer (torch.distributed.checkpoint) every K steps into "
+        "RUN/checkpoints/, timings and sizes into RUN/measured/checkpoints.json "
+        "(default: training.checkpoint_every_steps).",
+    ),
+]
+ResumeOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--resume", help="Resume the killed run RUN from its newest checkpoint (no SCENARIO or --out)."
+    ),
+]
+
+
 @app.command("run")
 def run(
     scenario: Annotated[
@@ -52,21 +69,8 @@ def run(
     ] = None,
     rdzv_id: Annotated[str, typer.Option("--rdzv-id", help="Job id, the same on every node.")] = "plancast",
     timeout: Annotated[float, typer.Option(help="Seconds before the whole job is stopped.")] = 600.0,
-    checkpoint_every: Annotated[
-        int | None,
-        typer.Option(
-            "--checkpoint-every",
-            help="Save model and optimizer (torch.distributed.checkpoint) every K steps into "
-            "RUN/checkpoints/, timings and sizes into RUN/measured/checkpoints.json "
-            "(default: training.checkpoint_every_steps).",
-        ),
-    ] = None,
-    resume: Annotated[
-        Path | None,
-        typer.Option(
-            "--resume", help="Resume the killed run RUN from its newest checkpoint (no SCENARIO/--out)."
-        ),
-    ] = None,
+    checkpoint_every: CheckpointEveryOpt = None,
+    resume: ResumeOpt = None,
 ) -> None:
     """Run the scenario with torchrun (gloo on CPU, NCCL on GPU), instrumented; writes RUN/measured/.
 

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -20,6 +20,9 @@ from plancast.app import (
     user_errors,
     write_predicted,
 )
+
+if TYPE_CHECKING:
+    from plancast.simulator.sweep import SweepResult
 
 
 def print_breakdown(summary: dict[str, Any]) -> None:
@@ -142,13 +145,7 @@ def sweep(
 
     With several --gpus sizes, --cluster presets or a run-level --rank-by, every (cluster, size) is
     searched and all finalists are ranked together, with the time-to-train vs cost Pareto front."""
-    import time
-
-    from rich.progress import Progress
-    from rich.table import Table
-
     from plancast.commands.cluster_sweep import cluster_sweep, parse_gpus
-    from plancast.simulator.sweep import sweep as run_sweep
 
     with user_errors():
         s = load(scenario)
@@ -156,7 +153,17 @@ def sweep(
     if len(sizes) > 1 or cluster is not None or rank_by != "step":
         cluster_sweep(s, sizes, cluster, rank_by, finalists=finalists or 4, top=top, json_=json_, table=table)
         return
-    finalists, n_gpus = finalists or 24, sizes[0]
+    _single_sweep(s, sizes[0], finalists or 24, top=top, json_=json_, table=table)
+
+
+def _single_sweep(s: Any, n_gpus: int, finalists: int, *, top: int, json_: bool, table: Path | None) -> None:
+    """One cluster, one size: enumerate, rank, simulate the finalists, print (or write) them."""
+    import time
+
+    from rich.progress import Progress
+
+    from plancast.simulator.sweep import sweep as run_sweep
+
     started = time.perf_counter()
     with Progress(console=err, transient=True) as bar:
         task = bar.add_task("enumerating and ranking plans", total=None)
@@ -190,9 +197,16 @@ def sweep(
             f"no plan of {result.enumerated} fits in {s.cluster.gpu.memory_GiB:g} GiB per GPU", markup=False
         )
         raise typer.Exit(1)
+    _print_plans(result, top, elapsed)
+
+
+def _print_plans(result: SweepResult, top: int, elapsed_s: float) -> None:
+    """The search's counts, then its ``top`` ranked plans as a table."""
+    from rich.table import Table
+
     out.print(
         f"{result.enumerated:,} plans enumerated, {result.fits:,} fit in memory, "
-        f"{len(result.finalists)} simulated in full ({elapsed:.1f} s)"
+        f"{len(result.finalists)} simulated in full ({elapsed_s:.1f} s)"
     )
     view = Table("#", "plan", "step s", "MFU", "memory GiB", "tokens/s")
     for i, r in enumerate(result.finalists[:top], 1):

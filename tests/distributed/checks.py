@@ -7,6 +7,7 @@ from typing import Any
 import torch
 from torch.distributed.tensor import DTensor
 
+from plancast.runtime.instrument import CpuCapture
 from plancast.runtime.parallel.dp import canonical_name
 from plancast.runtime.reference import ReferenceRun
 from plancast.runtime.trainer import Trainer
@@ -80,14 +81,18 @@ def train_matches_reference(rank: int, world_size: int, data: dict[str, Any], st
     assert checked > 0, f"rank {rank} checked no parameters"
 
 
-def events_match_expected(rank: int, world_size: int, data: dict[str, Any], steps: int = 2) -> None:
+def events_match_expected(
+    rank: int, world_size: int, data: dict[str, Any], steps: int = 2, cpu_capture: CpuCapture = "dispatch"
+) -> None:
     """The measured events of this rank have exactly the keys ``expected_event_keys`` lists."""
     import pandas as pd
 
     from plancast.runtime.expected import KEY_COLUMNS, expected_event_keys
 
     scenario = load(data)
-    trainer = Trainer(scenario, rank, world_size, torch.device("cpu"), instrument=True)
+    cpu = torch.device("cpu")
+    trainer = Trainer(scenario, rank, world_size, cpu, instrument=True, cpu_capture=cpu_capture)
+    assert trainer.recorder.capture == (cpu_capture if scenario.dtensor_params else "timer")
     frames = [trainer.step(step).events for step in range(steps)]
     measured = pd.concat(frames, ignore_index=True)[KEY_COLUMNS].astype("int64", errors="ignore")
     expected = expected_event_keys(scenario, steps)

@@ -43,7 +43,7 @@ def test_only_dtensor_and_fsdp_plans_need_the_profiler(name: str) -> None:
 # ------------------------------------------------------------------------------ recorder rows
 def test_rows_become_the_schema_table() -> None:
     """Spans, an unobserved send and hooked collectives -> the table ``to_frame`` builds."""
-    rec = StepRecorder(3, CpuTimer(), profile_collectives=False)
+    rec = StepRecorder(3, CpuTimer())
     rec.begin_step()
     with rec.span(SpanKey("forward", 1, 0, 2)):
         pass
@@ -96,12 +96,13 @@ def test_events_frame_keeps_mixed_ranks_steps_and_flops() -> None:
 # --------------------------------------------------------------------------- real gloo ranks
 def hooked_collectives_without_profiler(rank: int, world_size: int, data: dict[str, Any]) -> None:
     """Instrumented steps never start the profiler; the dp events are the hooks' and are well formed."""
-    from plancast.runtime import instrument
+    from plancast.runtime.instrument import profiler, spy
 
-    def no_profiler(*_args: Any, **_kwargs: Any) -> Any:
-        raise AssertionError("the profiler was started for a plan whose collectives are hooked")
+    def no_capture(*_args: Any, **_kwargs: Any) -> Any:
+        raise AssertionError("a collective capture was started for a plan whose collectives are hooked")
 
-    instrument.profile = no_profiler  # type: ignore[assignment]
+    profiler.profile = no_capture  # type: ignore[assignment]
+    spy.CollectiveSpy = no_capture  # type: ignore[assignment,misc]
     events_match_expected(rank, world_size, data)  # exactly the expected keys, profiler-free
 
     from plancast.runtime.trainer import Trainer
@@ -129,5 +130,5 @@ def test_ddp_and_zero1_collectives_are_timed_without_the_profiler(name: str) -> 
     parallelism, _ = PLANS[name]
     # two buckets per step: hook order and index over more than one bucket
     data = tiny_scenario(2, **parallelism)
-    data["parallelism"]["ddp_bucket_cap_MB"] = 0.01
+    data["parallelism"]["ddp_bucket_cap_MiB"] = 0.01
     run_ranks(2, hooked_collectives_without_profiler, data)

@@ -654,7 +654,7 @@ KEYS = {
         "pipeline_layer_split",
         "sequence_parallel",
         "overlap_grad_reduce",
-        "ddp_bucket_cap_MB",
+        "ddp_bucket_cap_MiB",
     ],
     "cluster": ["preset", "gpu", "num_nodes", "gpus_per_node", "tiers", "compute"],
 }
@@ -852,3 +852,22 @@ def test_fuzz_reaches_valid_plans() -> None:
 
     collect()
     assert found
+
+
+# ------------------------------------------------------------------------------ renamed keys
+def test_the_old_bucket_key_is_read_with_a_warning_naming_the_new_one(tmp_path: Path) -> None:
+    path = tmp_path / "old-key.toml"
+    path.write_text(tomli_w.dumps({**BASE, "parallelism": {"ddp_bucket_cap_MB": 0.5}}))
+    code, out, err = cli_main("validate", str(path))
+    assert code == 0
+    assert "parallelism.ddp_bucket_cap_MB is deprecated: rename it parallelism.ddp_bucket_cap_MiB" in err
+    assert "ddp_bucket_cap_MiB = 0.5\n" in out and "ddp_bucket_cap_MB" not in out
+
+
+def test_the_old_and_new_bucket_keys_together_are_refused(tmp_path: Path) -> None:
+    path = tmp_path / "both-keys.toml"
+    path.write_text(tomli_w.dumps({**BASE, "parallelism": {"ddp_bucket_cap_MB": 1, "ddp_bucket_cap_MiB": 2}}))
+    code, out, err = cli_main("validate", str(path))
+    assert code == 2
+    assert "parallelism.ddp_bucket_cap_MB: is the old name of ddp_bucket_cap_MiB" in err
+    assert "Traceback" not in err + out

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
@@ -12,12 +14,14 @@ from torch.distributed.pipelining import schedules as torch_schedules
 
 from plancast.simulator.schedules import (
     SCHEDULE_NAMES,
+    SCHEDULES,
     Action,
     ActionKind,
     Schedule,
     ScheduleName,
     build_schedule,
     check_dependencies,
+    schedule_problems,
     splits_backward,
     unit_time_makespan,
     validate_schedule_args,
@@ -59,20 +63,20 @@ def test_golden_orders(name: ScheduleName, pp: int, m: int, v: int, expected: li
 @pytest.mark.parametrize(
     ("name", "pp", "m", "v", "message"),
     [
-        ("PipeDream", 2, 4, 1, "pipeline_parallel_schedule must be one of"),
-        ("1F1B", 0, 4, 1, "pipeline_parallel_degree must be >= 1, got 0"),
-        ("GPipe", 2, 0, 1, "number of microbatches must be >= 1, got 0"),
-        ("Interleaved1F1B", 2, 4, 1, "virtual_stages_per_rank must be >= 2 for Interleaved1F1B"),
+        ("PipeDream", 2, 4, 1, "pipeline_parallel_schedule: must be one of"),
+        ("1F1B", 0, 4, 1, "pipeline_parallel_degree: must be >= 1, got 0"),
+        ("GPipe", 2, 0, 1, "gives 0 microbatches"),
+        ("Interleaved1F1B", 2, 4, 1, "virtual_stages_per_rank: Interleaved1F1B needs at least 2 virtual"),
         (
             "Interleaved1F1B",
             4,
             6,
             2,
-            r"microbatches \(6\) to be a multiple of .*pipeline_parallel_degree \(4\)",
+            r"micro-batch count \(6\) divisible by pipeline_parallel_degree \(4\)",
         ),
-        ("1F1B", 2, 4, 2, "virtual_stages_per_rank must be 1 for 1F1B"),
-        ("GPipe", 2, 4, 3, "virtual_stages_per_rank must be 1 for GPipe"),
-        ("ZeroBubble", 2, 4, 2, "virtual_stages_per_rank must be 1 for ZeroBubble"),
+        ("1F1B", 2, 4, 2, "virtual_stages_per_rank: 1F1B runs one stage per rank"),
+        ("GPipe", 2, 4, 3, "virtual_stages_per_rank: GPipe runs one stage per rank"),
+        ("ZeroBubble", 2, 4, 2, "virtual_stages_per_rank: ZeroBubble runs one stage per rank"),
     ],
 )
 def test_invalid_arguments(name: str, pp: int, m: int, v: int, message: str) -> None:
@@ -343,3 +347,19 @@ class _TorchZeroBubbleSizes:
     def __init__(self, pp: int, m: int) -> None:
         self.n_local_stages, self.pp_group_size, self._n_microbatches = 1, pp, m
         self.microbatches_per_round = m // max(1, m // pp)
+
+
+def test_every_schedule_name_has_its_rules() -> None:
+    assert tuple(SCHEDULES) == SCHEDULE_NAMES
+
+
+@pytest.mark.parametrize("name", SCHEDULE_NAMES)
+def test_the_rules_are_exactly_what_the_builder_accepts(name: ScheduleName) -> None:
+    """One rule, two users: ``schedule_problems`` is empty exactly when ``build_schedule`` builds."""
+    for pp, m, v in itertools.product(range(1, 5), range(1, 9), range(1, 4)):
+        problems = schedule_problems(name, pp, m, v)
+        if problems:
+            with pytest.raises(ValueError, match=re.escape(str(problems[0]))):
+                build_schedule(name, pp, m, v)
+        else:
+            check_dependencies(build_schedule(name, pp, m, v), pp, v)
