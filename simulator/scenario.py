@@ -1,4 +1,4 @@
-"""The scenario: everything needed to predict or run one training step (DESIGN.md, v1 contract).
+"""The scenario: everything needed to predict or run one training step (docs/scenario.md is its reference).
 
 Model keys use Hugging Face config.json names, parallelism keys follow torchtitan/Megatron-LM
 vocabulary, the cluster is a list of link tiers, innermost first. Unknown keys are errors.
@@ -26,7 +26,9 @@ ScheduleName = Literal["GPipe", "1F1B", "Interleaved1F1B", "ZeroBubble"]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, strict=True)
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, validate_default=True, strict=True, use_attribute_docstrings=True
+    )
 
 
 def _lookup(table: dict[str, dict[str, object]], name: str, what: str, key: str) -> dict[str, object]:
@@ -55,7 +57,7 @@ def _profile(path: str) -> dict[str, object]:
 
 
 def _merge_preset(data: Any, table: dict[str, dict[str, object]], what: str) -> Any:
-    """Explicit keys override the preset's (as DESIGN.md specifies for [model] and [cluster]).
+    """Explicit keys override the preset's (for [model] and [cluster] alike).
 
     A cluster preset may also be a path to a calibrated profile (a TOML file with a [cluster] table)."""
     if not isinstance(data, Mapping) or data.get("preset") is None:
@@ -205,6 +207,7 @@ class GPU(_Strict):
     """One accelerator (or CPU core used as a rank)."""
 
     name: str = "custom"
+    """Catalog name of the GPU this table describes (or `custom`)."""
     peak_tflops: dict[str, Annotated[float, Field(gt=0, allow_inf_nan=False)]]
     """Dense peak TFLOP/s per dtype (fp32, tf32, fp16, bf16, ...)."""
     hbm_GBps: float = Field(gt=0)
@@ -231,6 +234,7 @@ class Tier(_Strict):
     """A level of the network: ranks inside one unit of it talk over its links."""
 
     name: str
+    """Label of the tier in traces and tables (`nvlink`, `infiniband`, `gloo`, ...)."""
     size: int | None = Field(default=None, gt=0)
     """Ranks inside one unit of this tier; the outermost tier always spans the whole cluster."""
     bandwidth_GBps: float = Field(gt=0)
@@ -289,15 +293,25 @@ class ComputeModel(_Strict):
     goes through DTensor's dispatch. Fitted on the optimizer spans of such runs."""
 
 
+def _gpu_table(gpu: Any) -> dict[str, Any]:
+    """A catalog GPU name as its table (`name` included); a table as it is; anything else as no keys."""
+    if isinstance(gpu, str):
+        return {"name": gpu, **_lookup(catalog.GPUS, gpu, "GPU", "gpu")}
+    return dict(gpu) if isinstance(gpu, Mapping) else {}
+
+
 class Cluster(_Strict):
     """The machines: a GPU type, the node shape and the link tiers, innermost first."""
 
     preset: str | None = None
     """Catalog name (`plancast catalog`); explicit keys override it."""
     gpu: GPU
-    """Catalog GPU name, or a table with peak_tflops, hbm_GBps, memory_GiB."""
+    """Catalog GPU name, or a table with peak_tflops, hbm_GBps, memory_GiB; over a preset the table may
+    set only some keys (`[cluster.gpu] memory_GiB = 40`) and keeps the preset GPU's others."""
     num_nodes: int = Field(default=1, gt=0)
+    """Nodes in the cluster; a preset's node count is scaled by setting it."""
     gpus_per_node: int = Field(default=8, gt=0)
+    """GPUs (or CPU ranks) per node."""
     tiers: list[Tier] = Field(min_length=1)
     """Link tiers, innermost first."""
     compute: ComputeModel = ComputeModel()
@@ -309,10 +323,17 @@ class Cluster(_Strict):
     @model_validator(mode="before")
     @classmethod
     def _preset(cls, data: Any) -> Any:
+        explicit_gpu = data.get("gpu") if isinstance(data, Mapping) else None
         data = _merge_preset(data, catalog.CLUSTERS, "cluster")
-        if isinstance(data, Mapping) and isinstance(data.get("gpu"), str):
-            name = data["gpu"]
-            data = {**data, "gpu": {"name": name, **_lookup(catalog.GPUS, name, "GPU", "gpu")}}
+        if not isinstance(data, Mapping):
+            return data
+        if isinstance(explicit_gpu, Mapping) and data.get("preset") is not None:
+            # A partial [cluster.gpu] table overrides only its keys of the preset's GPU
+            # (`memory_GiB = 40` on a dgx-a100-80gb keeps the A100's peaks and bandwidth).
+            preset_gpu = _merge_preset({"preset": data["preset"]}, catalog.CLUSTERS, "cluster").get("gpu")
+            data = {**data, "gpu": {**_gpu_table(preset_gpu), **explicit_gpu}}
+        elif isinstance(data.get("gpu"), str):
+            data = {**data, "gpu": _gpu_table(data["gpu"])}
         return data
 
     @property

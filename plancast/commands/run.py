@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from plancast.app import ScenarioArg, UserError, app, load, out, user_errors
+from plancast.app import ScenarioArg, UserError, app, load, out, require_extra, user_errors
 
 
 @app.command("run")
@@ -38,6 +38,7 @@ def run(
 
     with user_errors():
         load(scenario)  # bad scenarios fail here with key paths, before any process starts
+        require_extra("runtime", "plancast run")
         try:
             code = launch(
                 scenario,
