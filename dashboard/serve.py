@@ -14,8 +14,10 @@ import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
-from plancast.dashboard.data import RUNS_ENV
-
+RUNS_ENV = "PLANCAST_DASHBOARD_RUNS"
+"""os.pathsep-separated run directories for the server (read by dashboard.data). Defined here, not in
+data.py, so that starting the server does not import streamlit in the CLI's process (its caches log
+"No runtime found" there)."""
 APP = Path(__file__).resolve().parent / "app.py"
 DEFAULT_PORT = 8501
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from plancast.app import example_path, sig
-from tests.cli_runner import REPO, cli_main
+from tests.cli_runner import REPO, cli_main, cli_subprocess
 
 LLAMA_ON_A100 = '[model]\npreset = "llama3-8b"\n[cluster]\npreset = "dgx-a100-80gb"\n'
 
@@ -139,3 +139,32 @@ def test_simulate_prints_no_zero_tflops_for_a_tiny_model() -> None:
     code, stdout, _ = cli_main("simulate", str(REPO / "examples" / "tiny-local-cpu.toml"))
     assert code == 0
     assert "0.0 TFLOP/s/GPU" not in stdout and "TFLOP/s/GPU" in stdout
+
+
+def test_a_cpu_run_prints_no_framework_noise(tmp_path: Path) -> None:
+    """No torchrun OMP banner, no NVML notice on CPU ranks: only plancast's own progress lines."""
+    result = cli_subprocess(
+        "run",
+        str(REPO / "examples" / "tiny-local-cpu.toml"),
+        "--out",
+        str(tmp_path / "run"),
+        "--steps",
+        "1",
+        timeout_s=300,
+    )
+    assert result.returncode == 0, result.stderr
+    output = result.stdout + result.stderr
+    assert "OMP_NUM_THREADS" not in output and "*****" not in output
+    assert "NVML" not in output and "telemetry" not in output
+    assert (tmp_path / "run" / "measured" / "telemetry.parquet").exists()  # still written, empty
+
+
+def test_starting_the_dashboard_does_not_import_streamlit_in_the_cli() -> None:
+    """streamlit's caches log "No runtime found" when its pages' module is imported outside a server."""
+    program = "import sys, plancast.dashboard.serve; print('streamlit' in sys.modules)"
+    result = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, cwd=REPO, timeout=120, check=False
+    )
+    assert result.returncode == 0
+    assert result.stdout.strip() == "False"
+    assert result.stderr == ""
