@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from plancast.app import app, example_path, load, out, require_extra, user_errors, write_predicted
+from plancast.app import app, err, example_path, load, out, require_extra, user_errors, write_predicted
 from plancast.commands.dashboard import dashboard
 from plancast.commands.runs import reconcile_run
 from plancast.commands.simulate import print_breakdown
@@ -64,7 +64,11 @@ def demo(
     base = _demo_scenario(plan, out_dir / "calibration.toml", "local-cpu", micro_batch=1)
     if launch(base, calib_run, steps=6) != 0:
         raise typer.Exit(1)
-    cluster, notes = fit_profile([calib_run], microbench=True)
+    try:
+        cluster, notes = fit_profile([calib_run], microbench=True)
+    except ValueError as e:  # timings a busy machine made unusable: say so, no traceback
+        err.print(f"error: calibrating this machine failed: {e}; rerun the demo when it is less busy")
+        raise typer.Exit(1) from None
     write_profile(cluster, profile, notes)
     for note in notes:
         out.print(f"  {note}", markup=False)
