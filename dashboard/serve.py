@@ -43,6 +43,14 @@ def command(runs: Sequence[Path], port: int = DEFAULT_PORT, headless: bool = Tru
         "false",
         "--client.toolbarMode",
         "viewer",
+        # Quiet start: `plancast dashboard` prints the URL itself; a set serverAddress also spares
+        # Streamlit's external-IP lookup (a web request, and a warning when offline: streamlit/net_util.py).
+        "--browser.serverAddress",
+        "localhost",
+        "--logger.hideWelcomeMessage",
+        "true",
+        "--logger.level",
+        "warning",
         "--",
         *(str(Path(r).resolve()) for r in runs),
     ]
