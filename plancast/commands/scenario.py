@@ -33,10 +33,6 @@ def catalog(
     ] = False,
 ) -> None:
     """List the GPU, cluster and model presets a scenario can name."""
-    from rich.table import Column, Table
-
-    from plancast.simulator import catalog as cat
-
     kinds = {"gpus", "clusters", "models", "all"}
     with user_errors():
         if kind not in kinds:
@@ -44,60 +40,71 @@ def catalog(
     if json_:
         print_json(_catalog_json(kind))
         return
-    if kind in ("gpus", "all"):
-        table = Table(
-            Column("GPU", no_wrap=True),
-            "bf16 TFLOP/s",
-            "fp32 TFLOP/s",
-            "HBM GB/s",
-            "memory GiB",
-            title="GPUs",
-        )
-        for name, g in cat.GPUS.items():
-            peak: Any = g["peak_tflops"]
-            table.add_row(
-                name,
-                f"{peak.get('bf16', 0):g}",
-                f"{peak.get('fp32', 0):g}",
-                f"{g['hbm_GBps']:g}",
-                f"{g['memory_GiB']:g}",
-            )
-        out.print(table)
-    if kind in ("clusters", "all"):
-        table = Table(
-            Column("cluster", no_wrap=True),
-            Column("GPU", no_wrap=True),
-            "GPUs/node",
-            "tiers (GB/s per GPU, latency us)",
-            title="Clusters",
-        )
-        for name, c in cat.CLUSTERS.items():
-            tiers: Any = c["tiers"]
-            desc = ", ".join(
-                f"{t['name']} {t['bandwidth_GBps']:g} GB/s {t['latency_us']:g} us" for t in tiers
-            )
-            table.add_row(name, str(c["gpu"]), str(c["gpus_per_node"]), desc)
-        out.print(table)
-    if kind in ("models", "all"):
-        from plancast.simulator.costs.params import count_parameters
-        from plancast.simulator.scenario import Model
+    for name, table in (("gpus", _gpu_table), ("clusters", _cluster_table), ("models", _model_table)):
+        if kind in (name, "all"):
+            out.print(table())
 
-        table = Table(
-            "model", "params", "hidden", "layers", "heads/kv", "ffn", "vocab", "mlp", title="Models"
+
+def _gpu_table() -> Any:
+    from rich.table import Column, Table
+
+    from plancast.simulator import catalog as cat
+
+    table = Table(
+        Column("GPU", no_wrap=True), "bf16 TFLOP/s", "fp32 TFLOP/s", "HBM GB/s", "memory GiB", title="GPUs"
+    )
+    for name, g in cat.GPUS.items():
+        peak: Any = g["peak_tflops"]
+        table.add_row(
+            name,
+            f"{peak.get('bf16', 0):g}",
+            f"{peak.get('fp32', 0):g}",
+            f"{g['hbm_GBps']:g}",
+            f"{g['memory_GiB']:g}",
         )
-        for name in cat.MODELS:
-            m = Model.model_validate({"preset": name})
-            table.add_row(
-                name,
-                _human(count_parameters(m)),
-                str(m.hidden_size),
-                str(m.num_hidden_layers),
-                f"{m.num_attention_heads}/{m.kv_heads}",
-                str(m.ffn_size),
-                str(m.vocab_size),
-                m.activation,
-            )
-        out.print(table)
+    return table
+
+
+def _cluster_table() -> Any:
+    from rich.table import Column, Table
+
+    from plancast.simulator import catalog as cat
+
+    table = Table(
+        Column("cluster", no_wrap=True),
+        Column("GPU", no_wrap=True),
+        "GPUs/node",
+        "tiers (GB/s per GPU, latency us)",
+        title="Clusters",
+    )
+    for name, c in cat.CLUSTERS.items():
+        tiers: Any = c["tiers"]
+        desc = ", ".join(f"{t['name']} {t['bandwidth_GBps']:g} GB/s {t['latency_us']:g} us" for t in tiers)
+        table.add_row(name, str(c["gpu"]), str(c["gpus_per_node"]), desc)
+    return table
+
+
+def _model_table() -> Any:
+    from rich.table import Table
+
+    from plancast.simulator import catalog as cat
+    from plancast.simulator.costs.params import count_parameters
+    from plancast.simulator.scenario import Model
+
+    table = Table("model", "params", "hidden", "layers", "heads/kv", "ffn", "vocab", "mlp", title="Models")
+    for name in cat.MODELS:
+        m = Model.model_validate({"preset": name})
+        table.add_row(
+            name,
+            _human(count_parameters(m)),
+            str(m.hidden_size),
+            str(m.num_hidden_layers),
+            f"{m.num_attention_heads}/{m.kv_heads}",
+            str(m.ffn_size),
+            str(m.vocab_size),
+            m.activation,
+        )
+    return table
 
 
 def _catalog_json(kind: str) -> dict[str, Any]:
