@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean venv
+.PHONY: demo test lint bench docs clean venv
 
 $(STAMP): pyproject.toml scripts/setup_venv.sh
 	bash scripts/setup_venv.sh "$(PY)" "$(VENV)"
@@ -26,6 +26,9 @@ test: lint
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks.published_runs
 	$(BIN)/python -m benchmarks.sim_speed
+
+docs: $(STAMP)
+	$(BIN)/python scripts/gen_scenario_docs.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

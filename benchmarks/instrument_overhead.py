@@ -14,7 +14,7 @@ A step's time is the slowest rank's, from a barrier to the end of the step's wor
 times it (``StepOutput.work_end_s``). The overhead is the ratio of the ``instrumented`` and ``off``
 medians. What the recorder does after the work, before the next step can start (stop and read the
 profiler, build the step's event table for the rank writer), is reported on its own.
-CPU timings vary by tens of percent between runs (DESIGN.md, "Hardware paths"); the ratio of
+CPU timings vary by tens of percent between runs (docs/architecture.md, "Hardware paths"); the ratio of
 interleaved medians in one run is the robust figure.
 
 Run: ``python -m benchmarks.instrument_overhead [--scenario S.toml] [--steps 30]``

@@ -26,6 +26,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import streamlit as st
 
+from plancast.dashboard.serve import RUNS_ENV  # run directories named by `plancast dashboard`
 from plancast.simulator.loader import ScenarioError, load_scenario
 from plancast.simulator.predict import simulate
 from plancast.simulator.scenario import Scenario
@@ -33,8 +34,6 @@ from plancast.simulator.sweep import Plan, sweep
 from plancast.traces import schema
 from plancast.traces.reconcile import Reconciliation, reconcile
 from plancast.traces.store import RANK_FILE_RE, RunDir, TraceReadError, read_events, read_json, read_measured
-
-RUNS_ENV = "PLANCAST_DASHBOARD_RUNS"  # os.pathsep-separated run directories (set by dashboard.serve)
 
 # Columns of measured/telemetry.parquet, written by runtime/telemetry.py (one row per sample per GPU).
 TELEMETRY_COLUMNS: dict[str, str] = {

@@ -14,8 +14,10 @@ import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
-from plancast.dashboard.data import RUNS_ENV
-
+RUNS_ENV = "PLANCAST_DASHBOARD_RUNS"
+"""os.pathsep-separated run directories for the server (read by dashboard.data). Defined here, not in
+data.py, so that starting the server does not import streamlit in the CLI's process (its caches log
+"No runtime found" there)."""
 APP = Path(__file__).resolve().parent / "app.py"
 DEFAULT_PORT = 8501
 
@@ -41,6 +43,14 @@ def command(runs: Sequence[Path], port: int = DEFAULT_PORT, headless: bool = Tru
         "false",
         "--client.toolbarMode",
         "viewer",
+        # Quiet start: `plancast dashboard` prints the URL itself; a set serverAddress also spares
+        # Streamlit's external-IP lookup (a web request, and a warning when offline: streamlit/net_util.py).
+        "--browser.serverAddress",
+        "localhost",
+        "--logger.hideWelcomeMessage",
+        "true",
+        "--logger.level",
+        "warning",
         "--",
         *(str(Path(r).resolve()) for r in runs),
     ]

@@ -32,6 +32,24 @@ err = Console(stderr=True, highlight=False, soft_wrap=True)
 EXIT_BAD_INPUT = 2
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        sys.stdout.write(f"plancast {version()}\n")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    _version: Annotated[
+        bool,
+        typer.Option(
+            "--version", help="Print plancast's version and exit.", is_eager=True, callback=_print_version
+        ),
+    ] = False,
+) -> None:
+    pass
+
+
 class UserError(Exception):
     """Bad input from the user: printed without a traceback, exit code 2."""
 
@@ -48,8 +66,6 @@ def user_error_types() -> tuple[type[BaseException], ...]:
 
 
 @contextmanager
-
-
 def user_errors() -> Iterator[None]:
     """Turn known bad-input errors into a message and exit 2."""
     try:
@@ -57,6 +73,68 @@ def user_errors() -> Iterator[None]:
     except user_error_types() as e:
         err.print(f"error: {e}", markup=False)
         raise typer.Exit(EXIT_BAD_INPUT) from None
+
+
+# The optional parts and what each needs importable (pyproject.toml [project.optional-dependencies]).
+EXTRAS: dict[str, tuple[str, ...]] = {"runtime": ("torch",), "dashboard": ("streamlit", "altair")}
+
+
+def _importable(module: str) -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # ValueError: blocked with sys.modules[module] = None
+        return False
+
+
+def require_extra(extra: str, needed_by: str) -> None:
+    """UserError (exit 2) naming the install line when an optional part of plancast is missing.
+
+    Called before anything starts (torchrun, streamlit), so a missing part never surfaces as a
+    crashed subprocess or an import traceback."""
+    missing = [name for name in EXTRAS[extra] if not _importable(name)]
+    if missing:
+        raise UserError(
+            f"{needed_by} needs {' and '.join(missing)} (not installed); "
+            f"install it with: pip install 'plancast[{extra}]'"
+        )
+
+
+def example_path(name: str) -> Path:
+    """A scenario shipped in `examples/` (package data `plancast.examples`: there after `pip install`)."""
+    from importlib.resources import files
+
+    path = Path(str(files("plancast.examples").joinpath(name)))
+    if not path.is_file():
+        raise UserError(f"example {name!r} is missing from this installation; reinstall plancast")
+    return path
+
+
+def version() -> str:
+    """The installed distribution's version (pyproject.toml [project] version)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+
+    try:
+        return dist_version("plancast")
+    except PackageNotFoundError:  # a source tree that was never installed
+        return "unknown (not installed)"
+
+
+def sig(value: float, digits: int = 3) -> str:
+    """A figure for people: `digits` significant digits, no exponent in the usual range, thousands
+    separated (0.000412, 0.0412, 41.2, 4,120); never 0.0 for a small non-zero number."""
+    magnitude = abs(value)
+    if 0 < magnitude < 1e-4:
+        return f"{value:.{digits - 1}e}"
+    text = f"{value:.{digits}g}"  # g drops trailing zeros; it turns to an exponent from 10**digits on
+    return f"{value:,.0f}" if magnitude >= 10 ** (digits - 1) or "e" in text else text
+
+
+def pct(fraction: float) -> str:
+    """A fraction as a percentage with `sig`'s digits (0.04%, 12.3%, 100%)."""
+    return f"{sig(fraction * 100)}%"
 
 
 def print_json(obj: Any) -> None:

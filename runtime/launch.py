@@ -247,6 +247,9 @@ def _kill_job(proc: subprocess.Popen[str]) -> None:
 def run_streaming(cmd: Sequence[str], timeout_s: float) -> tuple[int, str, bool]:
     """Run ``cmd`` in its own process group, streaming its output; ``(exit code, output, timed out)``."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    # torchrun's own default (torch/distributed/run.py sets 1 and prints a banner when it is unset);
+    # set here, the value is the same and the banner is gone.
+    env.setdefault("OMP_NUM_THREADS", "1")
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(IMPORT_ROOT), env.get("PYTHONPATH")) if p)
     proc = subprocess.Popen(
         list(cmd),

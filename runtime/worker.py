@@ -240,7 +240,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     dist.init_process_group(backend, timeout=timedelta(seconds=args.timeout_s))
     try:
         sampler: TelemetrySampler | None = None
-        if env.local_rank == 0:
+        if env.local_rank == 0 and device.type == "cuda":  # CPU ranks: no GPUs to sample, nothing to say
             sampler = make_sampler(env.node, args.telemetry_interval_s)
             sampler.start()
         info = {"rank": env.rank, "node": env.node, "hostname": socket.gethostname()}

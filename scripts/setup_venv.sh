@@ -25,7 +25,9 @@ if ! "$venv/bin/python" -c "import torch" >/dev/null 2>&1; then
 fi
 "${pip[@]}" -e ".[runtime,dashboard,dev]"
 # HolisticTraceAnalysis (tests load exported traces with it): its package metadata pulls in jupyterlab,
-# which it does not need to analyse traces, so install it without dependencies plus what it imports.
-"${pip[@]}" --no-deps "holistictraceanalysis>=0.5"
+# which it does not need to analyse traces. Install what it imports first, then HTA itself with
+# --no-deps as the last step: pip checks for missing requirements only when it resolves dependencies,
+# so no later install reports HTA's unused jupyterlab as an ERROR.
 "${pip[@]}" plotly pydot psutil pyyaml networkx
+"${pip[@]}" --no-deps "holistictraceanalysis>=0.5"
 echo "setup: done ($venv)"

@@ -93,8 +93,10 @@ def search(
     rank_by: str = "step",
     finalists: int = 4,
     progress: Callable[[int, int, str], None] | None = None,
+    max_memory_gib: float | None = None,
 ) -> ClusterSearch:
-    """Search `gpu_counts` x `clusters` (None: the base scenario's own cluster) and rank every finalist.
+    """Search `gpu_counts` x `clusters` (None: the base scenario's own cluster) and rank every finalist;
+    `max_memory_gib` caps each plan's memory per GPU as in `sweep`.
 
     Raises ValueError for an unknown rank key, or a run-level key without training.total_tokens."""
     if rank_by not in RANK_KEYS:
@@ -115,7 +117,7 @@ def search(
             progress(done, len(combos), label)
         scenario = base if preset is None else with_cluster(base, preset)
         try:
-            result = sweep(scenario, gpus, finalists=finalists)
+            result = sweep(scenario, gpus, finalists=finalists, max_memory_gib=max_memory_gib)
         except ValueError as e:
             skipped.append(f"{label}: {e}")
             continue

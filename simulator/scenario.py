@@ -1,4 +1,4 @@
-"""The scenario: everything needed to predict or run one training step (DESIGN.md, v1 contract).
+"""The scenario: everything needed to predict or run one training step (docs/scenario.md is its reference).
 
 Model keys use Hugging Face config.json names, parallelism keys follow torchtitan/Megatron-LM
 vocabulary, the cluster is a list of link tiers, innermost first. Unknown keys are errors.
@@ -10,15 +10,13 @@ problem with its key path and a fix.
 from __future__ import annotations
 
 import math
-import tomllib
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
-from pydantic_core import PydanticCustomError
 
 from plancast.simulator import catalog
+from plancast.simulator.presets import lookup_preset, merge_preset
 from plancast.simulator.schedules import ScheduleName
 
 Dtype = Literal["fp32", "fp16", "bf16"]
@@ -26,45 +24,9 @@ Recompute = Literal["none", "selective", "full"]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, strict=True)
-
-
-def _lookup(table: dict[str, dict[str, object]], name: str, what: str, key: str) -> dict[str, object]:
-    """A preset, or a validation error located at `key` (so the message names the key path)."""
-    try:
-        return catalog.lookup(table, name, what)
-    except KeyError as err:
-        message = str(err).strip("'\"")
-        raise PydanticCustomError("unknown_preset", "{message}", {"message": message, "key": key}) from None
-
-
-def _profile(path: str) -> dict[str, object]:
-    """The [cluster] table of a calibrated profile file (`plancast calibrate -o FILE`)."""
-    try:
-        table = tomllib.loads(Path(path).read_text(encoding="utf-8")).get("cluster")
-    except (OSError, tomllib.TOMLDecodeError) as err:
-        raise PydanticCustomError(
-            "unknown_preset", "{message}", {"message": f"cannot read profile {path}: {err}", "key": "preset"}
-        ) from None
-    if not isinstance(table, dict):
-        raise PydanticCustomError(
-            "unknown_preset", "{message}", {"message": f"{path} has no [cluster] table", "key": "preset"}
-        )
-    table.pop("preset", None)
-    return table
-
-
-def _merge_preset(data: Any, table: dict[str, dict[str, object]], what: str) -> Any:
-    """Explicit keys override the preset's (as DESIGN.md specifies for [model] and [cluster]).
-
-    A cluster preset may also be a path to a calibrated profile (a TOML file with a [cluster] table)."""
-    if not isinstance(data, Mapping) or data.get("preset") is None:
-        return data
-    name = str(data["preset"])
-    if what == "cluster" and name.endswith(".toml"):
-        return {**_profile(name), **{k: v for k, v in data.items() if k != "preset"}, "preset": name}
-    base = _lookup(table, name, what, "preset")
-    return {**base, **data}
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, validate_default=True, strict=True, use_attribute_docstrings=True
+    )
 
 
 DEPRECATED_KEYS: dict[tuple[str, str], str] = {
@@ -105,7 +67,7 @@ class Model(_Strict):
     @model_validator(mode="before")
     @classmethod
     def _preset(cls, data: Any) -> Any:
-        return _merge_preset(data, catalog.MODELS, "model")
+        return merge_preset(data, catalog.MODELS, "model")
 
     @model_validator(mode="after")
     def _defaults(self) -> Model:
@@ -220,6 +182,7 @@ class GPU(_Strict):
     """One accelerator (or CPU core used as a rank)."""
 
     name: str = "custom"
+    """Catalog name of the GPU this table describes (or `custom`)."""
     peak_tflops: dict[str, Annotated[float, Field(gt=0, allow_inf_nan=False)]]
     """Dense peak TFLOP/s per dtype (fp32, tf32, fp16, bf16, ...)."""
     hbm_GBps: float = Field(gt=0)
@@ -258,6 +221,7 @@ class Tier(_Strict):
     """A level of the network: ranks inside one unit of it talk over its links."""
 
     name: str
+    """Label of the tier in traces and tables (`nvlink`, `infiniband`, `gloo`, ...)."""
     size: int | None = Field(default=None, gt=0)
     """Ranks inside one unit of this tier; the outermost tier always spans the whole cluster."""
     bandwidth_GBps: float = Field(gt=0)
@@ -316,15 +280,25 @@ class ComputeModel(_Strict):
     goes through DTensor's dispatch. Fitted on the optimizer spans of such runs."""
 
 
+def _gpu_table(gpu: Any) -> dict[str, Any]:
+    """A catalog GPU name as its table (`name` included); a table as it is; anything else as no keys."""
+    if isinstance(gpu, str):
+        return {"name": gpu, **lookup_preset(catalog.GPUS, gpu, "GPU", "gpu")}
+    return dict(gpu) if isinstance(gpu, Mapping) else {}
+
+
 class Cluster(_Strict):
     """The machines: a GPU type, the node shape and the link tiers, innermost first."""
 
     preset: str | None = None
     """Catalog name (`plancast catalog`); explicit keys override it."""
     gpu: GPU
-    """Catalog GPU name, or a table with peak_tflops, hbm_GBps, memory_GiB."""
+    """Catalog GPU name, or a table with peak_tflops, hbm_GBps, memory_GiB; over a preset the table may
+    set only some keys (`[cluster.gpu] memory_GiB = 40`) and keeps the preset GPU's others."""
     num_nodes: int = Field(default=1, gt=0)
+    """Nodes in the cluster; a preset's node count is scaled by setting it."""
     gpus_per_node: int = Field(default=8, gt=0)
+    """GPUs (or CPU ranks) per node."""
     tiers: list[Tier] = Field(min_length=1)
     """Link tiers, innermost first."""
     compute: ComputeModel = ComputeModel()
@@ -345,10 +319,17 @@ class Cluster(_Strict):
     @model_validator(mode="before")
     @classmethod
     def _preset(cls, data: Any) -> Any:
-        data = _merge_preset(data, catalog.CLUSTERS, "cluster")
-        if isinstance(data, Mapping) and isinstance(data.get("gpu"), str):
-            name = data["gpu"]
-            data = {**data, "gpu": {"name": name, **_lookup(catalog.GPUS, name, "GPU", "gpu")}}
+        explicit_gpu = data.get("gpu") if isinstance(data, Mapping) else None
+        data = merge_preset(data, catalog.CLUSTERS, "cluster")
+        if not isinstance(data, Mapping):
+            return data
+        if isinstance(explicit_gpu, Mapping) and data.get("preset") is not None:
+            # A partial [cluster.gpu] table overrides only its keys of the preset's GPU
+            # (`memory_GiB = 40` on a dgx-a100-80gb keeps the A100's peaks and bandwidth).
+            preset_gpu = merge_preset({"preset": data["preset"]}, catalog.CLUSTERS, "cluster").get("gpu")
+            data = {**data, "gpu": {**_gpu_table(preset_gpu), **explicit_gpu}}
+        elif isinstance(data.get("gpu"), str):
+            data = {**data, "gpu": _gpu_table(data["gpu"])}
         return data
 
     @property

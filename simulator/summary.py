@@ -61,7 +61,7 @@ def summarize(
     hardware_flops: float,
     schedule: Schedule | None = None,
 ) -> dict[str, Any]:
-    """The summary object of DESIGN.md's CLI contract (plus breakdown details).
+    """The summary object of the CLI contract (docs/cli.md; plus breakdown details).
 
     `tp_comm_s[rank]`: tensor-parallel time inside that rank's compute spans (on the critical path
     unless overlapped); `p2p_s(rank, peer)`: one pipeline transfer's duration; `hardware_flops`: FLOPs

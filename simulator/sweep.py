@@ -362,12 +362,20 @@ def _base_for(base: Scenario, gpus: int) -> Scenario:
 
 
 def sweep(
-    base: Scenario, gpus: int, *, finalists: int = 24, progress: Callable[[int, int], None] | None = None
+    base: Scenario,
+    gpus: int,
+    *,
+    finalists: int = 24,
+    progress: Callable[[int, int], None] | None = None,
+    max_memory_gib: float | None = None,
 ) -> SweepResult:
-    """Search all plans of `base`'s model and training on `gpus` GPUs; the best `finalists`, simulated."""
+    """Search all plans of `base`'s model and training on `gpus` GPUs; the best `finalists`, simulated.
+
+    `max_memory_gib` caps the memory a plan may use per GPU below the GPU's own (headroom for the
+    framework, or a smaller card of the same kind)."""
     base = _base_for(base, gpus)
     est = _Estimator(base, gpus)
-    limit = base.cluster.gpu.memory_GiB * GiB
+    limit = min(base.cluster.gpu.memory_GiB, max_memory_gib or math.inf) * GiB
     candidates: list[Ranked] = []
     enumerated = pruned = 0
     smallest_fits: dict[tuple[int, int], bool] = {}

@@ -1,6 +1,6 @@
 """`plancast validate`: the resolved scenario on stdout (exit 0), or "error:" lines on stderr (exit 2).
 
-Never a traceback for bad input (DESIGN.md, CLI contract). A handful of cases run the real command in
+Never a traceback for bad input (docs/cli.md, the CLI contract). A handful of cases run the real command in
 a subprocess; the many cases run `cli.main` in-process (tests/simulator/test_scenario.py), and the
 fuzzing here does too, because a subprocess per example would be slow.
 """

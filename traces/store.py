@@ -1,6 +1,6 @@
 """The run directory on disk: where each table and summary lives, atomic writers, forgiving readers.
 
-Layout (DESIGN.md, "Run directory")::
+Layout (docs/run-directory.md)::
 
     RUN/scenario.toml
     RUN/predicted/events.parquet, predicted/summary.json

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from plancast.app import UserError, app, out, user_errors
+from plancast.app import UserError, app, out, require_extra, user_errors
 
 
 @app.command("calibrate")
@@ -32,6 +32,8 @@ def calibrate(
         runs = runs or []
         if not runs and not microbench:
             raise UserError("give measured RUNs to fit, or --microbench to measure this machine (or both)")
+        if microbench:
+            require_extra("runtime", "plancast calibrate --microbench")
         for run in runs:
             if not (run / "scenario.toml").is_file():
                 raise UserError(

@@ -42,6 +42,7 @@ def cluster_sweep(
     top: int,
     json_: bool,
     table: Path | None,
+    max_memory_gib: float | None = None,
 ) -> None:
     """Search every (cluster, size), rank all finalists together, print them and the Pareto front."""
     from rich.progress import Progress
@@ -57,7 +58,10 @@ def cluster_sweep(
                 bar.update(task, description=f"searching plans on {label}", completed=done, total=total)
 
             try:
-                result = search(s, sizes, names, rank_by=rank_by, finalists=finalists, progress=progress)
+                result = search(
+                    s, sizes, names, rank_by=rank_by, finalists=finalists, progress=progress,
+                    max_memory_gib=max_memory_gib,
+                )
             except ValueError as e:
                 raise UserError(str(e)) from None
     for why in result.skipped:

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from plancast.app import UserError, app, out, user_errors
+from plancast.app import UserError, app, out, require_extra, user_errors
 
 
 @app.command("dashboard")
@@ -23,6 +23,8 @@ def dashboard(
 
     RUN directories come from `plancast simulate --out` or `plancast run --out`; without RUN, pick a
     run in the sidebar from a folder (default runs/) or upload a zipped run directory."""
+    with user_errors():
+        require_extra("dashboard", "plancast dashboard")
     from plancast.dashboard.serve import serve, url, wait_until_ready
 
     with user_errors():

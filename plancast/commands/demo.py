@@ -8,12 +8,13 @@ from typing import Annotated
 
 import typer
 
-from plancast.app import app, load, out, user_errors, write_predicted
+from plancast.app import app, err, example_path, load, out, require_extra, user_errors, write_predicted
 from plancast.commands.dashboard import dashboard
 from plancast.commands.runs import reconcile_run
 from plancast.commands.simulate import print_breakdown
 
-DEMO_SCENARIO = Path(__file__).resolve().parents[2] / "examples" / "tiny-local-cpu.toml"
+DEMO_SCENARIO = "tiny-local-cpu.toml"
+"""The demo plan, shipped as package data (examples/ installs as `plancast.examples`)."""
 
 
 def _demo_scenario(source: Path, target: Path, cluster: str, micro_batch: int | None = None) -> Path:
@@ -44,6 +45,10 @@ def demo(
     """The whole loop on this machine: calibrate, simulate, run, compare, and open the dashboard."""
     import time
 
+    with user_errors():
+        require_extra("runtime", "plancast demo")
+        if serve_dashboard:
+            require_extra("dashboard", "plancast demo (or pass --no-dashboard)")
     from plancast.runtime.calibrate import calibrate as fit_profile
     from plancast.runtime.calibrate import write_profile
     from plancast.runtime.launch import launch
@@ -55,16 +60,21 @@ def demo(
     calib_run = out_dir / "calibration-run"
     # 1. calibrate: this machine's microbenchmarks + a short run of another shape (not the scored one)
     out.rule("1/5 calibrate this machine")
-    base = _demo_scenario(DEMO_SCENARIO, out_dir / "calibration.toml", "local-cpu", micro_batch=1)
+    plan = example_path(DEMO_SCENARIO)
+    base = _demo_scenario(plan, out_dir / "calibration.toml", "local-cpu", micro_batch=1)
     if launch(base, calib_run, steps=6) != 0:
         raise typer.Exit(1)
-    cluster, notes = fit_profile([calib_run], microbench=True)
+    try:
+        cluster, notes = fit_profile([calib_run], microbench=True)
+    except ValueError as e:  # timings a busy machine made unusable: say so, no traceback
+        err.print(f"error: calibrating this machine failed: {e}; rerun the demo when it is less busy")
+        raise typer.Exit(1) from None
     write_profile(cluster, profile, notes)
     for note in notes:
         out.print(f"  {note}", markup=False)
     # 2. simulate the demo plan on the calibrated cluster
     out.rule("2/5 simulate")
-    scenario_path = _demo_scenario(DEMO_SCENARIO, out_dir / "scenario.toml", str(profile.resolve()))
+    scenario_path = _demo_scenario(plan, out_dir / "scenario.toml", str(profile.resolve()))
     run_dir = out_dir / "run"
     with user_errors():
         prediction = run_simulation(load(scenario_path))

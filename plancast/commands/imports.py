@@ -21,30 +21,49 @@ def import_(
     output: Annotated[
         Path | None, typer.Option("--out", "-o", help="Scenario TOML to write (default: stdout)")
     ] = None,
-    cluster: Annotated[str, typer.Option(help="Cluster preset for the scenario")] = "dgx-a100-80gb",
+    cluster: Annotated[
+        str, typer.Option(help="Cluster preset (`plancast catalog clusters`) or calibrated profile TOML")
+    ] = "dgx-a100-80gb",
+    model: Annotated[
+        str | None,
+        typer.Option(help="deepspeed only: the model, as a Hugging Face config.json or a model preset"),
+    ] = None,
+    num_nodes: Annotated[
+        int | None,
+        typer.Option(
+            "--num-nodes", min=1, help="Nodes of the cluster (default: just enough for tp * pp * dp GPUs)"
+        ),
+    ] = None,
 ) -> None:
-    """Turn another tool's configuration into a plancast scenario TOML."""
+    """Turn another tool's configuration into a plancast scenario TOML that `simulate` accepts.
+
+    What the file sets that plancast does not model is listed on stderr as warnings."""
     import tomli_w
 
-    from plancast.simulator import importers
-    from plancast.simulator.loader import parse_scenario, to_toml_dict
+    from plancast.simulator.importers import ConfigImportError, imported_scenario
+    from plancast.simulator.loader import parse_scenario
 
     with user_errors():
         if kind not in ("hf", "megatron", "deepspeed"):
             raise UserError(f"unknown import kind {kind!r}; choose hf, megatron or deepspeed")
         try:
-            data = importers.import_file(kind, path)  # type: ignore[arg-type]
-        except (ValueError, OSError) as e:
+            imported = imported_scenario(
+                kind,  # type: ignore[arg-type]
+                path,
+                cluster=cluster,
+                model=model,
+                num_nodes=num_nodes,
+            )
+        except ConfigImportError as e:
             raise UserError(str(e)) from None
-        data.setdefault("cluster", {"preset": cluster})
-        if data["cluster"] == {"preset": "local-cpu"}:
-            data["cluster"] = {"preset": cluster}
-        loaded = parse_scenario(data, str(path))
-    text = tomli_w.dumps(to_toml_dict(loaded.scenario))
+        loaded = parse_scenario(imported.scenario, f"the scenario imported from {path}")
+    for note in (*imported.warnings, *loaded.warnings):  # after validation: an error comes alone
+        err.print(f"warning: {note}", markup=False)
+    text = f"# imported from {path.name} by `plancast import {kind}`\n" + tomli_w.dumps(imported.scenario)
     if output is None:
         sys.stdout.write(text)
     else:
-        output.write_text(text)
+        output.write_text(text, encoding="utf-8")
         err.print(f"wrote {output}", markup=False)
 
 

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from plancast.app import UserError, app, load, out, user_errors
+from plancast.app import UserError, app, load, out, require_extra, user_errors
 
 
 def _inputs(
@@ -81,6 +81,7 @@ def run(
     with user_errors():
         scenario, out_dir, steps = _inputs(scenario, out_dir, steps, resume)
         load(scenario)  # bad scenarios fail here with key paths, before any process starts
+        require_extra("runtime", "plancast run")
         try:
             code = launch(
                 scenario,

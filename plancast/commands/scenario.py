@@ -1,4 +1,5 @@
-"""`plancast validate` and `plancast catalog`: what a scenario resolves to, and what it can name.
+"""`plancast validate`, `plancast catalog` and `plancast schema`: what a scenario resolves to, what it
+can name, and the schema editors check it against.
 """
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from plancast.app import ScenarioArg, UserError, app, load, out, user_errors
+from plancast.app import ScenarioArg, UserError, app, load, out, print_json, user_errors
 
 
 @app.command("validate")
@@ -26,70 +27,121 @@ def validate(scenario: ScenarioArg) -> None:
 @app.command("catalog")
 def catalog(
     kind: Annotated[str, typer.Argument(help="gpus | clusters | models | all")] = "all",
+    json_: Annotated[
+        bool,
+        typer.Option("--json", help='One JSON object: {"gpus": {NAME: {...}}, "clusters": ..., ...}'),
+    ] = False,
 ) -> None:
     """List the GPU, cluster and model presets a scenario can name."""
-    from rich.table import Column, Table
-
-    from plancast.simulator import catalog as cat
-
     kinds = {"gpus", "clusters", "models", "all"}
     with user_errors():
         if kind not in kinds:
             raise UserError(f"unknown catalog {kind!r}; choose one of {sorted(kinds)}")
-    if kind in ("gpus", "all"):
-        table = Table(
-            Column("GPU", no_wrap=True),
-            "bf16 TFLOP/s",
-            "fp32 TFLOP/s",
-            "HBM GB/s",
-            "memory GiB",
-            title="GPUs",
-        )
-        for name, g in cat.GPUS.items():
-            peak: Any = g["peak_tflops"]
-            table.add_row(
-                name,
-                f"{peak.get('bf16', 0):g}",
-                f"{peak.get('fp32', 0):g}",
-                f"{g['hbm_GBps']:g}",
-                f"{g['memory_GiB']:g}",
-            )
-        out.print(table)
-    if kind in ("clusters", "all"):
-        table = Table(
-            Column("cluster", no_wrap=True),
-            Column("GPU", no_wrap=True),
-            "GPUs/node",
-            "tiers (GB/s per GPU, latency us)",
-            title="Clusters",
-        )
-        for name, c in cat.CLUSTERS.items():
-            tiers: Any = c["tiers"]
-            desc = ", ".join(
-                f"{t['name']} {t['bandwidth_GBps']:g} GB/s {t['latency_us']:g} us" for t in tiers
-            )
-            table.add_row(name, str(c["gpu"]), str(c["gpus_per_node"]), desc)
-        out.print(table)
-    if kind in ("models", "all"):
-        from plancast.simulator.costs.params import count_parameters
-        from plancast.simulator.scenario import Model
+    if json_:
+        print_json(_catalog_json(kind))
+        return
+    for name, table in (("gpus", _gpu_table), ("clusters", _cluster_table), ("models", _model_table)):
+        if kind in (name, "all"):
+            out.print(table())
 
-        table = Table(
-            "model", "params", "hidden", "layers", "heads/kv", "ffn", "vocab", "mlp", title="Models"
+
+def _gpu_table() -> Any:
+    from rich.table import Column, Table
+
+    from plancast.simulator import catalog as cat
+
+    table = Table(
+        Column("GPU", no_wrap=True), "bf16 TFLOP/s", "fp32 TFLOP/s", "HBM GB/s", "memory GiB", title="GPUs"
+    )
+    for name, g in cat.GPUS.items():
+        peak: Any = g["peak_tflops"]
+        table.add_row(
+            name,
+            f"{peak.get('bf16', 0):g}",
+            f"{peak.get('fp32', 0):g}",
+            f"{g['hbm_GBps']:g}",
+            f"{g['memory_GiB']:g}",
         )
+    return table
+
+
+def _cluster_table() -> Any:
+    from rich.table import Column, Table
+
+    from plancast.simulator import catalog as cat
+
+    table = Table(
+        Column("cluster", no_wrap=True),
+        Column("GPU", no_wrap=True),
+        "GPUs/node",
+        "tiers (GB/s per GPU, latency us)",
+        title="Clusters",
+    )
+    for name, c in cat.CLUSTERS.items():
+        tiers: Any = c["tiers"]
+        desc = ", ".join(f"{t['name']} {t['bandwidth_GBps']:g} GB/s {t['latency_us']:g} us" for t in tiers)
+        table.add_row(name, str(c["gpu"]), str(c["gpus_per_node"]), desc)
+    return table
+
+
+def _model_table() -> Any:
+    from rich.table import Table
+
+    from plancast.simulator import catalog as cat
+    from plancast.simulator.costs.params import count_parameters
+    from plancast.simulator.scenario import Model
+
+    table = Table("model", "params", "hidden", "layers", "heads/kv", "ffn", "vocab", "mlp", title="Models")
+    for name in cat.MODELS:
+        m = Model.model_validate({"preset": name})
+        table.add_row(
+            name,
+            _human(count_parameters(m)),
+            str(m.hidden_size),
+            str(m.num_hidden_layers),
+            f"{m.num_attention_heads}/{m.kv_heads}",
+            str(m.ffn_size),
+            str(m.vocab_size),
+            m.activation,
+        )
+    return table
+
+
+def _catalog_json(kind: str) -> dict[str, Any]:
+    """The presets as they appear in scenario tables; models resolved, with their parameter count."""
+    from plancast.simulator import catalog as cat
+    from plancast.simulator.costs.params import count_parameters
+    from plancast.simulator.scenario import Model
+
+    result: dict[str, Any] = {}
+    if kind in ("gpus", "all"):
+        result["gpus"] = {name: dict(g) for name, g in cat.GPUS.items()}
+    if kind in ("clusters", "all"):
+        result["clusters"] = {name: dict(c) for name, c in cat.CLUSTERS.items()}
+    if kind in ("models", "all"):
+        result["models"] = {}
         for name in cat.MODELS:
             m = Model.model_validate({"preset": name})
-            table.add_row(
-                name,
-                _human(count_parameters(m)),
-                str(m.hidden_size),
-                str(m.num_hidden_layers),
-                f"{m.num_attention_heads}/{m.kv_heads}",
-                str(m.ffn_size),
-                str(m.vocab_size),
-                m.activation,
-            )
-        out.print(table)
+            result["models"][name] = {**m.model_dump(), "num_parameters": count_parameters(m)}
+    return result
+
+
+@app.command("schema")
+def schema(
+    markdown: Annotated[
+        bool, typer.Option("--markdown", help="Print the scenario reference (docs/scenario.md) instead.")
+    ] = False,
+) -> None:
+    """Print the scenario file's JSON Schema, for editors: save it (`plancast schema > scenario.schema.json`)
+    and point Even Better TOML / taplo at it with a first line `#:schema ./scenario.schema.json`."""
+    import json
+
+    from plancast.simulator.scenario_docs import scenario_json_schema, scenario_markdown
+
+    if markdown:
+        sys.stdout.write(scenario_markdown())
+    else:
+        sys.stdout.write(json.dumps(scenario_json_schema(), indent=2) + "\n")
 
 
 def _human(n: float) -> str:

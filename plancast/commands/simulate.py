@@ -16,7 +16,9 @@ from plancast.app import (
     err,
     load,
     out,
+    pct,
     print_json,
+    sig,
     user_errors,
     write_predicted,
 )
@@ -34,18 +36,18 @@ def print_breakdown(summary: dict[str, Any]) -> None:
     rows += [(f"exposed {k} comm", v) for k, v in summary["exposed_comm_s"].items()]
     rows += [("optimizer", summary["optimizer_time_s"]), ("pipeline bubble", summary["bubble_time_s"])]
     for name, seconds in rows:
-        table.add_row(name, f"{seconds:.4g}", f"{seconds / step:.1%}" if step else "-")
+        table.add_row(name, f"{seconds:.4g}", pct(seconds / step) if step else "-")
     out.print(table)
     mem = summary["memory_gib"]
     fit = "fits" if summary["fits_in_memory"] else "[bold red]does NOT fit[/]"
     out.print(
-        f"peak memory {summary['peak_memory_gib']:.2f} GiB of {summary['gpu_memory_gib']:g} GiB ({fit}): "
-        + ", ".join(f"{k} {v:.2f}" for k, v in mem.items())
+        f"peak memory {sig(summary['peak_memory_gib'])} GiB of {summary['gpu_memory_gib']:g} GiB ({fit}): "
+        + ", ".join(f"{k} {sig(v)}" for k, v in mem.items())
     )
     out.print(
-        f"MFU {summary['mfu']:.1%}  model {summary['model_tflops_per_gpu']:.1f} TFLOP/s/GPU  "
-        f"hardware {summary['hardware_tflops_per_gpu']:.1f}  tokens/s {summary['tokens_per_s']:.4g}  "
-        f"bubble {summary['bubble_fraction']:.1%}  micro-batches {summary['num_microbatches']}"
+        f"MFU {pct(summary['mfu'])}  model {sig(summary['model_tflops_per_gpu'])} TFLOP/s/GPU  "
+        f"hardware {sig(summary['hardware_tflops_per_gpu'])}  tokens/s {sig(summary['tokens_per_s'])}  "
+        f"bubble {pct(summary['bubble_fraction'])}  micro-batches {summary['num_microbatches']}"
     )
 
 
@@ -140,6 +142,10 @@ def sweep(
     table: Annotated[
         Path | None, typer.Option("--table", help="Write every simulated plan to this CSV.")
     ] = None,
+    max_memory_gib: Annotated[
+        float | None,
+        typer.Option("--max-memory-gib", min=0.001, help="Only plans needing at most this many GiB per GPU."),
+    ] = None,
 ) -> None:
     """Search every valid plan (tp, pp, dp, micro-batch, schedule, virtual stages, recompute, SP, ZeRO).
 
@@ -151,12 +157,26 @@ def sweep(
         s = load(scenario)
         sizes = parse_gpus(gpus)
     if len(sizes) > 1 or cluster is not None or rank_by != "step":
-        cluster_sweep(s, sizes, cluster, rank_by, finalists=finalists or 4, top=top, json_=json_, table=table)
+        cluster_sweep(
+            s, sizes, cluster, rank_by, finalists=finalists or 4, top=top, json_=json_, table=table,
+            max_memory_gib=max_memory_gib,
+        )
         return
-    _single_sweep(s, sizes[0], finalists or 24, top=top, json_=json_, table=table)
+    _single_sweep(
+        s, sizes[0], finalists or 24, top=top, json_=json_, table=table, max_memory_gib=max_memory_gib
+    )
 
 
-def _single_sweep(s: Any, n_gpus: int, finalists: int, *, top: int, json_: bool, table: Path | None) -> None:
+def _single_sweep(
+    s: Any,
+    n_gpus: int,
+    finalists: int,
+    *,
+    top: int,
+    json_: bool,
+    table: Path | None,
+    max_memory_gib: float | None,
+) -> None:
     """One cluster, one size: enumerate, rank, simulate the finalists, print (or write) them."""
     import time
 
@@ -172,7 +192,9 @@ def _single_sweep(s: Any, n_gpus: int, finalists: int, *, top: int, json_: bool,
             bar.update(task, description="simulating finalists", completed=done, total=total)
 
         try:
-            result = run_sweep(s, n_gpus, finalists=finalists, progress=progress)
+            result = run_sweep(
+                s, n_gpus, finalists=finalists, progress=progress, max_memory_gib=max_memory_gib
+            )
         except ValueError as e:
             raise UserError(str(e)) from None
     elapsed = time.perf_counter() - started
@@ -193,9 +215,8 @@ def _single_sweep(s: Any, n_gpus: int, finalists: int, *, top: int, json_: bool,
         )
         return
     if not result.finalists:
-        err.print(
-            f"no plan of {result.enumerated} fits in {s.cluster.gpu.memory_GiB:g} GiB per GPU", markup=False
-        )
+        limit_gib = min(s.cluster.gpu.memory_GiB, max_memory_gib or s.cluster.gpu.memory_GiB)
+        err.print(f"no plan of {result.enumerated} fits in {limit_gib:g} GiB per GPU", markup=False)
         raise typer.Exit(1)
     _print_plans(result, top, elapsed)
 

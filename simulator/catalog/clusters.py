@@ -2,8 +2,8 @@
 
 Tier bandwidth is per GPU, one direction, in GB/s (10^9 bytes/s). `efficiency` is the fraction of
 that bandwidth a large collective achieves on the tier (nccl-tests bus bandwidth / link peak), taken
-from ../shared/reference/published_runs.md. `size` of the outermost tier is the whole cluster and is
-filled in from num_nodes * gpus_per_node.
+from nccl-tests all_reduce reports (NVIDIA/nccl-tests issues #175, #178, #212, #228, #290). `size` of
+the outermost tier is the whole cluster and is filled in from num_nodes * gpus_per_node.
 """
 
 from __future__ import annotations

@@ -19,6 +19,9 @@ def test_command_runs_streamlit_with_the_runs_after_the_separator(tmp_path: Path
         "--server.port": "9123",
         "--browser.gatherUsageStats": "false",
         "--client.toolbarMode": "viewer",
+        "--browser.serverAddress": "localhost",
+        "--logger.hideWelcomeMessage": "true",
+        "--logger.level": "warning",
     }
     assert command[command.index("--") + 1 :] == [str(tmp_path / "a"), str(Path("relative").resolve())]
     assert serve.APP.is_file()

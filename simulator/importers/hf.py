@@ -1,0 +1,120 @@
+"""A Hugging Face `config.json` -> the scenario's `[model]` table (Llama, Mistral, Qwen2, GPT-2, GPT-NeoX)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from plancast.simulator.importers._common import ConfigImportError
+from plancast.simulator.importers._common import positive_int as _positive_int
+
+# model_type -> (MLP gated, i.e. SwiGLU with silu; tie_word_embeddings default of its config class).
+# Defaults from transformers' Llama/Mistral/Qwen2/GPT2/GPTNeoX configuration_*.py.
+_HF_ARCHS: dict[str, tuple[bool, bool]] = {
+    "llama": (True, False),
+    "mistral": (True, False),
+    "qwen2": (True, False),
+    "gpt2": (False, True),
+    "gpt_neox": (False, False),
+}
+_HF_ARCH_NAMES = {
+    "LlamaForCausalLM": "llama",
+    "MistralForCausalLM": "mistral",
+    "Qwen2ForCausalLM": "qwen2",
+    "GPT2LMHeadModel": "gpt2",
+    "GPTNeoXForCausalLM": "gpt_neox",
+}
+# GPT-2 keeps its own key names (transformers GPT2Config.attribute_map).
+_GPT2_KEYS = {
+    "hidden_size": "n_embd",
+    "num_hidden_layers": "n_layer",
+    "num_attention_heads": "n_head",
+    "max_position_embeddings": "n_positions",
+    "intermediate_size": "n_inner",
+}
+# Keys that change the model in ways plancast does not represent (noted, not refused).
+_HF_NOT_MODELLED = ("sliding_window", "rope_scaling", "attention_bias", "mlp_bias")
+
+
+def _hf_model_type(config: Mapping[str, Any]) -> str:
+    for key in ("num_local_experts", "num_experts"):
+        if config.get(key):
+            raise ConfigImportError(
+                f"{key}: a mixture-of-experts model ({config[key]} experts); "
+                "plancast models dense decoders only"
+            )
+    model_type = config.get("model_type")
+    if model_type is None:
+        archs = config.get("architectures")
+        names = archs if isinstance(archs, list) else []
+        known = [_HF_ARCH_NAMES[a] for a in names if isinstance(a, str) and a in _HF_ARCH_NAMES]
+        if not known:
+            raise ConfigImportError(
+                f"model_type: missing, and architectures {archs!r} names no supported model; "
+                f"supported model_type values: {sorted(_HF_ARCHS)}"
+            )
+        return known[0]
+    if not isinstance(model_type, str) or model_type not in _HF_ARCHS:
+        supported = sorted(_HF_ARCHS)
+        raise ConfigImportError(f"model_type: {model_type!r} is not supported; supported: {supported}")
+    return model_type
+
+
+def _hf_activation(config: Mapping[str, Any], gated: bool) -> str:
+    key = "activation_function" if "activation_function" in config else "hidden_act"
+    act = config.get(key, "silu" if gated else "gelu")
+    if gated and act in ("silu", "swish"):
+        return "swiglu"  # silu gating: Shazeer 2020, "GLU Variants Improve Transformer"
+    if not gated and isinstance(act, str) and act.startswith("gelu"):
+        return "gelu"  # gelu, gelu_new, gelu_fast, gelu_pytorch_tanh: the same two matrices
+    mlp = "gated (SwiGLU) MLP expects silu" if gated else "two-matrix MLP expects a gelu variant"
+    raise ConfigImportError(f"{key}: {act!r} is not supported; this model's {mlp}")
+
+
+def hf_model(config: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """The `[model]` table and notes on what it does not model."""
+    model_type = _hf_model_type(config)
+    gated, tie_default = _HF_ARCHS[model_type]
+    names = _GPT2_KEYS if model_type == "gpt2" else {}
+
+    def get(key: str) -> object:
+        return config.get(names.get(key, key))
+
+    model: dict[str, Any] = {}
+    for key in ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size"):
+        if get(key) is None:
+            raise ConfigImportError(f"{names.get(key, key)}: required key is missing from the config")
+        model[key] = _positive_int(get(key), names.get(key, key))
+    for key in ("num_key_value_heads", "intermediate_size", "max_position_embeddings"):
+        if get(key) is not None:  # GPT-2's n_inner = null means 4h, as plancast's default
+            model[key] = _positive_int(get(key), names.get(key, key))
+    model["activation"] = _hf_activation(config, gated)
+    model["norm"] = "rmsnorm" if "rms_norm_eps" in config else "layernorm"
+    rotary = any(k in config for k in ("rope_theta", "rotary_emb_base", "rotary_pct"))
+    model["position_embedding"] = "rope" if rotary else "learned"
+    tie = config.get("tie_word_embeddings", tie_default)
+    if not isinstance(tie, bool):
+        raise ConfigImportError(f"tie_word_embeddings: expected true or false, got {tie!r}")
+    model["tie_word_embeddings"] = tie
+    # Qwen2 configs carry a sliding_window that is off unless use_sliding_window (Qwen2Config).
+    unused = {"sliding_window"} if config.get("use_sliding_window") is False else set()
+    notes = [
+        f"{k} = {config[k]!r} is not modelled"
+        for k in _HF_NOT_MODELLED
+        if k not in unused and config.get(k) not in (None, False)
+    ]
+    if config.get("rotary_pct", 1.0) != 1.0:
+        notes.append(
+            f"rotary_pct = {config['rotary_pct']!r}: partial rotary is modelled as full "
+            "(neither has parameters)"
+        )
+    if model_type == "qwen2":
+        notes.append(
+            "Qwen2's query/key/value biases are not counted (plancast gives biases to LayerNorm models only)"
+        )
+    return model, notes
+
+
+def from_hf_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The `[model]` table for a Hugging Face `config.json` (Llama, Mistral, Qwen2, GPT-2, GPT-NeoX)."""
+    return hf_model(config)[0]

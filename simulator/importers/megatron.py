@@ -1,0 +1,213 @@
+"""Megatron-LM `pretrain_gpt.py` arguments -> the scenario's model, training and parallelism tables."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import shlex
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
+from plancast.simulator.importers._common import ConfigImportError
+from plancast.simulator.importers._common import positive_int as _positive_int
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises instead of printing usage and exiting."""
+
+    def error(self, message: str) -> NoReturn:
+        raise ConfigImportError(f"Megatron-LM arguments: {message}")
+
+
+_MEGATRON_SIZES = (
+    "--num-layers",
+    "--hidden-size",
+    "--num-attention-heads",
+    "--ffn-hidden-size",
+    "--num-query-groups",
+    "--seq-length",
+    "--max-position-embeddings",
+    "--micro-batch-size",
+    "--global-batch-size",
+    "--tensor-model-parallel-size",
+    "--pipeline-model-parallel-size",
+    "--num-layers-per-virtual-pipeline-stage",
+    "--num-virtual-stages-per-pipeline-rank",
+    "--vocab-size",
+    "--num-experts",
+    "--make-vocab-size-divisible-by",
+)
+
+
+def _megatron_parser() -> _Parser:
+    """The subset of megatron/training/arguments.py that shapes one training step."""
+    p = _Parser(prog="pretrain_gpt.py", allow_abbrev=False, add_help=False)
+    for flag in _MEGATRON_SIZES:
+        p.add_argument(flag, type=int)
+    p.set_defaults(make_vocab_size_divisible_by=128)  # Megatron-LM's default
+    p.add_argument("--seed", type=int)
+    for flag in (
+        "--group-query-attention",
+        "--sequence-parallel",
+        "--recompute-activations",
+        "--fp16",
+        "--bf16",
+        "--swiglu",
+        "--untie-embeddings-and-output-weights",
+        "--use-rotary-position-embeddings",
+        "--use-distributed-optimizer",
+        "--overlap-grad-reduce",
+        "--tp-comm-overlap",
+    ):
+        p.add_argument(flag, action="store_true")
+    p.add_argument("--recompute-granularity", choices=["full", "selective"])
+    p.add_argument("--normalization", choices=["LayerNorm", "RMSNorm"], default="LayerNorm")
+    p.add_argument("--position-embedding-type", default="learned_absolute")
+    p.add_argument("--tokenizer-type")
+    p.add_argument("--vocab-file")
+    return p
+
+
+def _split_args(args: str | Sequence[str]) -> list[str]:
+    if not isinstance(args, str):
+        return list(args)
+    # A launch script: join continued lines, drop comments.
+    try:
+        return shlex.split(args.replace("\\\n", " "), comments=True)
+    except ValueError as err:  # unbalanced quotes
+        raise ConfigImportError(f"Megatron-LM arguments: cannot split them as a shell would: {err}") from None
+
+
+def _padded_vocab(ns: argparse.Namespace, notes: list[str]) -> int:
+    """Megatron-LM pads the vocabulary to a multiple of make_vocab_size_divisible_by * tp
+    (`_vocab_size_with_padding` in megatron/training/tokenizer)."""
+    vocab = ns.vocab_size
+    if vocab is None:
+        if ns.vocab_file is None or ns.tokenizer_type not in (None, "GPT2BPETokenizer"):
+            raise ConfigImportError(
+                "--vocab-size: missing, and plancast cannot read the tokenizer; pass --vocab-size"
+            )
+        vocab = 50257  # the GPT-2 BPE vocabulary (Radford et al. 2019) that --vocab-file names
+        notes.append(f"--vocab-file {ns.vocab_file}: assumed the GPT-2 BPE vocabulary of 50257 tokens")
+    multiple = ns.make_vocab_size_divisible_by * (ns.tensor_model_parallel_size or 1)
+    return math.ceil(_positive_int(vocab, "--vocab-size") / multiple) * multiple
+
+
+def _megatron_model(ns: argparse.Namespace, notes: list[str]) -> dict[str, Any]:
+    if ns.num_experts and ns.num_experts > 1:
+        raise ConfigImportError(
+            f"--num-experts: {ns.num_experts} experts; plancast models dense decoders only"
+        )
+    model: dict[str, Any] = {}
+    for key, flag in (
+        ("hidden_size", "--hidden-size"),
+        ("num_hidden_layers", "--num-layers"),
+        ("num_attention_heads", "--num-attention-heads"),
+    ):
+        value = getattr(ns, flag[2:].replace("-", "_"))
+        if value is None:
+            raise ConfigImportError(f"{flag}: required argument is missing")
+        model[key] = _positive_int(value, flag)
+    if ns.group_query_attention:
+        if ns.num_query_groups is None:
+            raise ConfigImportError("--num-query-groups: required with --group-query-attention")
+        model["num_key_value_heads"] = _positive_int(ns.num_query_groups, "--num-query-groups")
+    else:
+        model["num_key_value_heads"] = model["num_attention_heads"]
+        if ns.num_query_groups is not None:
+            notes.append("--num-query-groups ignored without --group-query-attention (as Megatron-LM does)")
+    h = model["hidden_size"]
+    # Megatron-LM's default ffn_hidden_size: 4h, or int(4h * 2/3 / 64) * 64 with --swiglu.
+    ffn_default = int(4 * h * 2 / 3 / 64) * 64 if ns.swiglu else 4 * h
+    model["intermediate_size"] = _positive_int(ns.ffn_hidden_size or ffn_default, "--ffn-hidden-size")
+    model["vocab_size"] = _padded_vocab(ns, notes)
+    model["activation"] = "swiglu" if ns.swiglu else "gelu"
+    model["norm"] = "rmsnorm" if ns.normalization == "RMSNorm" else "layernorm"
+    kind = "rope" if ns.use_rotary_position_embeddings else ns.position_embedding_type
+    if kind not in ("rope", "learned_absolute"):
+        raise ConfigImportError(
+            f"--position-embedding-type: {kind!r} is not supported; use rope or learned_absolute"
+        )
+    model["position_embedding"] = "rope" if kind == "rope" else "learned"
+    positions = ns.max_position_embeddings or ns.seq_length
+    if positions is not None:
+        model["max_position_embeddings"] = _positive_int(positions, "--max-position-embeddings")
+    model["tie_word_embeddings"] = not ns.untie_embeddings_and_output_weights
+    return model
+
+
+def _megatron_training(ns: argparse.Namespace, notes: list[str]) -> dict[str, Any]:
+    if ns.fp16 and ns.bf16:
+        raise ConfigImportError("--fp16 and --bf16: pass only one")
+    training: dict[str, Any] = {"dtype": "fp16" if ns.fp16 else "bf16" if ns.bf16 else "fp32"}
+    for key, flag in (
+        ("seq_len", "--seq-length"),
+        ("micro_batch_size", "--micro-batch-size"),
+        ("global_batch_size", "--global-batch-size"),
+    ):
+        value = getattr(ns, flag[2:].replace("-", "_"))
+        if value is not None:
+            training[key] = _positive_int(value, flag)
+    if "global_batch_size" not in training:
+        notes.append(
+            "--global-batch-size missing: Megatron-LM uses micro-batch-size * data-parallel size; "
+            "set training.global_batch_size"
+        )
+    # --recompute-activations is Megatron-LM's shorthand for --recompute-granularity selective.
+    granularity = ns.recompute_granularity or ("selective" if ns.recompute_activations else None)
+    training["recompute"] = granularity or "none"
+    if ns.seed is not None:
+        training["seed"] = ns.seed
+    return training
+
+
+def _megatron_parallelism(ns: argparse.Namespace, num_layers: int, notes: list[str]) -> dict[str, Any]:
+    tp = _positive_int(ns.tensor_model_parallel_size or 1, "--tensor-model-parallel-size")
+    pp = _positive_int(ns.pipeline_model_parallel_size or 1, "--pipeline-model-parallel-size")
+    par: dict[str, Any] = {"tensor_parallel_degree": tp, "pipeline_parallel_degree": pp}
+    virtual = 1
+    if ns.num_layers_per_virtual_pipeline_stage is not None:
+        flag = "--num-layers-per-virtual-pipeline-stage"
+        per_chunk = _positive_int(ns.num_layers_per_virtual_pipeline_stage, flag)
+        if num_layers % (pp * per_chunk):
+            raise ConfigImportError(
+                f"--num-layers-per-virtual-pipeline-stage: {per_chunk} layers per chunk on {pp} stages does "
+                f"not divide --num-layers {num_layers}"
+            )
+        virtual = num_layers // (pp * per_chunk)
+    elif ns.num_virtual_stages_per_pipeline_rank is not None:
+        flag = "--num-virtual-stages-per-pipeline-rank"
+        virtual = _positive_int(ns.num_virtual_stages_per_pipeline_rank, flag)
+    par["virtual_stages_per_rank"] = virtual
+    par["pipeline_parallel_schedule"] = "Interleaved1F1B" if virtual > 1 else "1F1B"
+    if ns.sequence_parallel and tp == 1:
+        notes.append("--sequence-parallel dropped: it needs tensor parallelism (Megatron-LM disables it too)")
+    par["sequence_parallel"] = ns.sequence_parallel and tp > 1
+    # Megatron-LM's distributed optimizer shards the optimizer state over data parallel: ZeRO-1.
+    par["zero_stage"] = 1 if ns.use_distributed_optimizer else 0
+    par["overlap_grad_reduce"] = ns.overlap_grad_reduce  # off unless asked, as in Megatron-LM
+    par["tp_comm_overlap"] = ns.tp_comm_overlap
+    return par
+
+
+def from_megatron_args(args: str | Sequence[str]) -> dict[str, Any]:
+    """`{"model", "training", "parallelism", "warnings"}` from Megatron-LM (`pretrain_gpt.py`) arguments.
+
+    `args` is a command line (a string, continued lines and `#` comments allowed) or its tokens.
+    Arguments that do not shape a step (learning rate, data paths, ...) are listed in `warnings`.
+    The data-parallel degree is left to the cluster (Megatron-LM derives it from the world size).
+    """
+    ns, unknown = _megatron_parser().parse_known_args(_split_args(args))
+    for flag in _MEGATRON_SIZES:  # every size is positive when given, so `or default` below is safe
+        value = getattr(ns, flag[2:].replace("-", "_"))
+        if value is not None:
+            _positive_int(value, flag)
+    notes: list[str] = []
+    model = _megatron_model(ns, notes)
+    training = _megatron_training(ns, notes)
+    parallelism = _megatron_parallelism(ns, model["num_hidden_layers"], notes)
+    ignored = [tok.split("=", 1)[0] for tok in unknown if tok.startswith("--")]
+    if ignored:
+        notes.append(f"ignored arguments plancast does not model: {', '.join(ignored)}")
+    return {"model": model, "training": training, "parallelism": parallelism, "warnings": notes}
+

@@ -1,0 +1,180 @@
+"""`plancast import` end to end: real-shaped configs -> a scenario file -> `plancast simulate --json`.
+
+The importer's notes go to stderr as warnings, never into the scenario (the scenario schema forbids
+unknown keys, so a `warnings` entry in the file would make `simulate` reject it).
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from tests.cli_runner import cli_main, cli_subprocess
+
+DATA = Path(__file__).parent / "data" / "importers"
+
+# (kind, file, extra flags, what the imported scenario must hold, a warning it must print)
+CASES = [
+    (
+        "hf",
+        "llama3-8b.config.json",
+        [],
+        {"model": {"hidden_size": 4096, "num_key_value_heads": 8, "vocab_size": 128256}},
+        None,
+    ),
+    (
+        "hf",
+        "mistral-7b.config.json",
+        [],
+        {"model": {"intermediate_size": 14336, "vocab_size": 32000}},
+        "sliding_window = 4096 is not modelled",
+    ),
+    (
+        "hf",
+        "qwen2-7b.config.json",
+        [],
+        {"model": {"hidden_size": 3584, "num_key_value_heads": 4, "vocab_size": 152064}},
+        "query/key/value biases",
+    ),
+    ("hf", "gpt2.config.json", [], {"model": {"hidden_size": 768, "tie_word_embeddings": True}}, None),
+    (
+        "megatron",
+        "gpt3-175b.megatron.sh",
+        ["--num-nodes", "24"],
+        {
+            "parallelism": {"tensor_parallel_degree": 8, "pipeline_parallel_degree": 8, "zero_stage": 1},
+            "cluster": {"preset": "dgx-a100-80gb", "num_nodes": 24},
+        },
+        "ignored arguments plancast does not model",
+    ),
+    (
+        "deepspeed",
+        "zero3.deepspeed.json",
+        ["--model", str(DATA / "llama3-8b.config.json")],
+        {
+            "parallelism": {"zero_stage": 3, "data_parallel_degree": 64},
+            "cluster": {"preset": "dgx-a100-80gb", "num_nodes": 8},
+        },
+        "ignored keys plancast does not model",
+    ),
+    (
+        "deepspeed",
+        "zero3.deepspeed.json",
+        ["--model", "llama3-8b"],
+        {"model": {"preset": "llama3-8b"}, "training": {"dtype": "bf16", "recompute": "full"}},
+        None,
+    ),
+]
+
+
+def _contains(table: dict[str, object], expected: dict[str, object]) -> bool:
+    return all(
+        _contains(table[k], v) if isinstance(v, dict) else table.get(k) == v  # type: ignore[arg-type]
+        for k, v in expected.items()
+    )
+
+
+@pytest.mark.parametrize(
+    ("kind", "name", "flags", "expected", "warning"), CASES, ids=[f"{c[0]}-{c[1]}-{len(c[2])}" for c in CASES]
+)
+def test_import_then_simulate(
+    tmp_path: Path, kind: str, name: str, flags: list[str], expected: dict[str, object], warning: str | None
+) -> None:
+    scenario = tmp_path / "imported.toml"
+    code, stdout, stderr = cli_main("import", kind, str(DATA / name), "-o", str(scenario), *flags)
+    assert code == 0, stderr
+    assert stdout == ""
+    text = scenario.read_text()
+    assert text.startswith(f"# imported from {name} by `plancast import {kind}`")
+    data = tomllib.loads(text)
+    assert "warnings" not in data
+    assert _contains(data, expected), data
+    if warning is not None:
+        assert "warning: " in stderr and warning in stderr
+    code, stdout, stderr = cli_main("simulate", str(scenario), "--json")
+    assert code == 0, stderr
+    summary = json.loads(stdout)
+    assert summary["step_time_s"] > 0
+    assert summary["num_parameters"] > 0
+
+
+def test_imported_llama3_has_the_catalog_preset_parameter_count(tmp_path: Path) -> None:
+    """The HF import and the catalog's llama3-8b are one model: 8.03B parameters (model card)."""
+    imported = tmp_path / "llama.toml"
+    assert cli_main("import", "hf", str(DATA / "llama3-8b.config.json"), "-o", str(imported))[0] == 0
+    preset = tmp_path / "preset.toml"
+    preset.write_text('[model]\npreset = "llama3-8b"\n[cluster]\npreset = "dgx-a100-80gb"\n')
+    counts = [
+        json.loads(cli_main("simulate", str(p), "--json")[1])["num_parameters"] for p in (imported, preset)
+    ]
+    assert counts[0] == counts[1]
+    assert counts[0] == pytest.approx(8.03e9, rel=0.005)
+
+
+def test_megatron_without_num_nodes_sizes_the_cluster_and_says_so(tmp_path: Path) -> None:
+    out = tmp_path / "gpt3.toml"
+    code, _, stderr = cli_main("import", "megatron", str(DATA / "gpt3-175b.megatron.sh"), "-o", str(out))
+    assert code == 0, stderr
+    assert tomllib.loads(out.read_text())["cluster"] == {"preset": "dgx-a100-80gb", "num_nodes": 8}
+    assert "8 nodes of dgx-a100-80gb for the plan's 64 GPUs (data parallel 1); pass --num-nodes" in stderr
+
+
+def test_import_to_stdout_is_only_the_scenario() -> None:
+    code, stdout, stderr = cli_main("import", "hf", str(DATA / "mistral-7b.config.json"))
+    assert code == 0
+    assert tomllib.loads(stdout)["model"]["vocab_size"] == 32000
+    assert "warning:" in stderr and "warning" not in stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["deepspeed", str(DATA / "zero3.deepspeed.json")],
+            "--model: a DeepSpeed config does not describe the model; pass --model",
+        ),
+        (
+            ["deepspeed", str(DATA / "zero3.deepspeed.json"), "--model", "llama3-8bb"],
+            "model.preset: unknown model preset 'llama3-8bb'",
+        ),
+        (
+            ["hf", str(DATA / "llama3-8b.config.json"), "--model", "llama3-8b"],
+            "--model: only `import deepspeed`",
+        ),
+        (
+            ["deepspeed", str(DATA / "malformed.deepspeed.json"), "--model", "llama3-8b"],
+            "malformed JSON at line 3",
+        ),
+        (["hf", str(DATA / "mixtral-8x7b.config.json")], "num_local_experts: a mixture-of-experts model"),
+        (["nemo", str(DATA / "gpt2.config.json")], "unknown import kind 'nemo'"),
+        (["hf", str(DATA / "missing.json")], "file not found"),
+        (["hf", str(DATA / "gpt2.config.json"), "--cluster", "dgx-a100"], "did you mean"),
+    ],
+    ids=[
+        "ds-no-model",
+        "ds-unknown-preset",
+        "hf-with-model",
+        "ds-malformed",
+        "moe",
+        "kind",
+        "missing",
+        "cluster",
+    ],
+)
+def test_import_bad_input_is_exit_2_with_the_reason(tmp_path: Path, args: list[str], message: str) -> None:
+    out = tmp_path / "never.toml"
+    code, stdout, stderr = cli_main("import", *args, "-o", str(out))
+    assert code == 2
+    assert stderr.startswith("error: ") and message in stderr
+    assert "Traceback" not in stderr and stdout == ""
+    assert not out.exists()
+
+
+def test_import_in_a_real_process(tmp_path: Path) -> None:
+    out = tmp_path / "qwen.toml"
+    result = cli_subprocess("import", "hf", str(DATA / "qwen2-7b.config.json"), "-o", str(out))
+    assert result.returncode == 0, result.stderr
+    assert cli_subprocess("validate", str(out)).returncode == 0
