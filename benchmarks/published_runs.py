@@ -49,7 +49,8 @@ FIGURE1 = {
 
 
 def korthikanti(model: str, *, sp: bool, recompute: str) -> Scenario:
-    """The Table 3 configuration of `model` on DGX A100 nodes (Selene), fp16, DP 1."""
+    """The Table 3 configuration of `model` on DGX A100 nodes (Selene), fp16, DP 1, written as a user
+    knows the run: shape, degrees, batch, recompute, sequence parallel, cluster and the framework."""
     preset, tp, pp, batch, micro, v = TABLE3[model]
     data: dict[str, Any] = {
         "model": {"preset": preset},
@@ -59,7 +60,6 @@ def korthikanti(model: str, *, sp: bool, recompute: str) -> Scenario:
             "global_batch_size": batch,
             "dtype": "fp16",
             "recompute": recompute,
-            "grad_accumulation_fp32": True,
         },
         "parallelism": {
             "tensor_parallel_degree": tp,
@@ -67,10 +67,7 @@ def korthikanti(model: str, *, sp: bool, recompute: str) -> Scenario:
             "pipeline_parallel_schedule": "Interleaved1F1B" if v > 1 else "1F1B",
             "virtual_stages_per_rank": v,
             "sequence_parallel": sp,
-            # Megatron-LM 2022 waited for every pipeline transfer (p2p_communication._communicate)
-            "overlap_p2p_comm": False,
-            "vocab_parallel": True,  # Megatron-LM splits the embedding and output layer over tp
-            "scatter_gather_p2p": True,
+            "framework": "megatron-lm",
         },
         "cluster": {"preset": "dgx-a100-80gb", "num_nodes": tp * pp // 8},
     }

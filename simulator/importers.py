@@ -296,7 +296,12 @@ def _megatron_training(ns: argparse.Namespace, notes: list[str]) -> dict[str, An
 def _megatron_parallelism(ns: argparse.Namespace, num_layers: int, notes: list[str]) -> dict[str, Any]:
     tp = _positive_int(ns.tensor_model_parallel_size or 1, "--tensor-model-parallel-size")
     pp = _positive_int(ns.pipeline_model_parallel_size or 1, "--pipeline-model-parallel-size")
-    par: dict[str, Any] = {"tensor_parallel_degree": tp, "pipeline_parallel_degree": pp}
+    # framework: vocab-parallel layers, fp32 gradients under bf16, scatter/gather p2p, Megatron's buckets
+    par: dict[str, Any] = {
+        "tensor_parallel_degree": tp,
+        "pipeline_parallel_degree": pp,
+        "framework": "megatron-lm",
+    }
     virtual = 1
     if ns.num_layers_per_virtual_pipeline_stage is not None:
         flag = "--num-layers-per-virtual-pipeline-stage"
@@ -408,7 +413,7 @@ def _ds_zero(config: Mapping[str, Any], notes: list[str]) -> dict[str, Any]:
     overlap = zero.get("overlap_comm", stage == 3)
     if not isinstance(overlap, bool):
         raise ConfigImportError(f"zero_optimization.overlap_comm: expected true or false, got {overlap!r}")
-    par: dict[str, Any] = {"zero_stage": stage, "overlap_grad_reduce": overlap}
+    par: dict[str, Any] = {"zero_stage": stage, "overlap_grad_reduce": overlap, "framework": "deepspeed"}
     if stage == 3 and zero.get("stage3_prefetch_bucket_size") == 0:
         par["overlap_param_gather"] = False  # a zero prefetch bucket turns parameter prefetch off
     for key in ("offload_optimizer", "offload_param"):

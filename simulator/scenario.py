@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic_core import PydanticCustomError
 
 from plancast.simulator import catalog
+from plancast.simulator.catalog.frameworks import DEFAULT_FRAMEWORK, Framework, framework_defaults
 
 Dtype = Literal["fp32", "fp16", "bf16"]
 Recompute = Literal["none", "selective", "full"]
@@ -146,9 +147,10 @@ class Training(_Strict):
     """Activation recompute: none, selective (attention core, Korthikanti et al. 2022) or full."""
     flash_attention: bool = False
     """Fused attention (Dao et al. 2022): no s x s scores in memory; off reproduces Megatron-LM 2022."""
-    grad_accumulation_fp32: bool = False
+    grad_accumulation_fp32: bool | None = None
     """Keep gradients in fp32 (Megatron-LM `--accumulate-allreduce-grads-in-fp32`): 18 bytes per parameter
-    for mixed-precision Adam instead of the ZeRO paper's 16."""
+    for mixed-precision Adam instead of the ZeRO paper's 16. Default: parallelism.framework's (on for
+    bf16 under megatron-lm and deepspeed, off otherwise)."""
     steps: int = Field(default=10, gt=0)
     """Optimizer steps the runtime executes (the simulator predicts one)."""
     seed: int = 0
@@ -175,23 +177,45 @@ class Parallelism(_Strict):
     """Layers per (virtual) stage, in stage order; default: as even as possible."""
     sequence_parallel: bool = False
     """Shard LayerNorm/dropout activations over tensor parallel (Korthikanti et al. 2022); needs tp > 1."""
-    vocab_parallel: bool = False
-    """Split the embedding and output layer over tensor parallel (Megatron-LM); off: replicated on
-    every tp rank, as plancast's runtime does."""
+    framework: Framework = DEFAULT_FRAMEWORK
+    """Whose behaviour to model where frameworks differ in step time: megatron-lm | torchtitan |
+    deepspeed. It sets the defaults of vocab_parallel, overlap_p2p_comm, scatter_gather_p2p,
+    ddp_bucket_cap_MB and training.grad_accumulation_fp32 (simulator/catalog/frameworks.py cites
+    each); keys written in the scenario override it. Default torchtitan: plancast's runtime is built
+    on the same torch stack (DTensor tensor parallel, FSDP2, torch.distributed.pipelining), so a
+    scenario's prediction and its `plancast run` measure the same behaviour."""
+    vocab_parallel: bool | None = None
+    """Split the embedding and output layer over tensor parallel, with a vocab-parallel loss
+    (Megatron-LM, DeepSpeed and torchtitan do). Default: the framework's (on for megatron-lm and
+    deepspeed; off for torchtitan while plancast's runtime keeps them replicated); off: replicated on
+    every tp rank."""
     overlap_grad_reduce: bool = True
     """Reduce gradient buckets while the backward pass runs (DDP / ZeRO)."""
     overlap_param_gather: bool = True
     """ZeRO-3: prefetch the next layer's parameters while the current one computes."""
-    overlap_p2p_comm: bool = True
+    overlap_p2p_comm: bool | None = None
     """Pipeline sends run asynchronously (torch.distributed.pipelining, Megatron-LM
-    `--overlap-p2p-communication`); off: the sender waits for each transfer (Megatron-LM 2022)."""
-    scatter_gather_p2p: bool = False
+    `--overlap-p2p-communication`); off: the sender waits for each transfer (Megatron-LM 2022,
+    DeepSpeed). Default: the framework's."""
+    scatter_gather_p2p: bool | None = None
     """Megatron-LM's scatter/gather pipeline sends: each tp rank sends 1/tp of the activation over the
-    slow tier and the receivers all-gather it (Narayanan et al. 2021 sec. 4.1)."""
+    slow tier and the receivers all-gather it (Narayanan et al. 2021 sec. 4.1). Default: the
+    framework's (megatron-lm and deepspeed on, torchtitan off)."""
     tp_comm_overlap: bool = False
     """Hide tensor-parallel collectives behind GEMMs (off: they sit on the critical path)."""
-    ddp_bucket_cap_MB: float = Field(default=25.0, gt=0)
-    """Gradient bucket size in MB (torch DDP's default bucket_cap_mb = 25)."""
+    ddp_bucket_cap_MB: float | None = Field(default=None, gt=0)
+    """Data-parallel gradient bucket size in MiB. Default: the framework's (Megatron-LM max(40M, 1M x dp)
+    parameters, DeepSpeed 5e8 elements, in gradient bytes); under torchtitan none: torch DDP's reducer
+    puts every gradient of a chunk in one bucket (find_unused_parameters=False) and rebuilds
+    [1 MiB, bucket_cap_mb] buckets only in a forward through DDP, which plancast's runtime (gradient
+    accumulation through the bare module, as pipelining) never runs, so under torchtitan a value
+    here only reaches DDP's bucket_cap_mb and the simulated chunk keeps one bucket."""
+
+    @property
+    def bucket_cap_MB(self) -> float | None:
+        """The cap gradient buckets follow: none under torchtitan, whose torch DDP (as plancast's runtime
+        drives it) keeps one bucket per chunk whatever bucket_cap_mb it is given."""
+        return None if self.framework == "torchtitan" else self.ddp_bucket_cap_MB
 
     @field_validator("data_parallel_degree")
     @classmethod
@@ -335,6 +359,31 @@ class Scenario(_Strict):
     training: Training = Training()
     parallelism: Parallelism = Parallelism()
     cluster: Cluster
+
+    @model_validator(mode="after")
+    def _framework_defaults(self) -> Scenario:
+        """Fill the framework-dependent keys the scenario left unset (explicit keys win)."""
+        par, t = self.parallelism, self.training
+        defaults = framework_defaults(par.framework, dtype=t.dtype, dp=max(self.dp, 1))
+        grad_fp32 = (
+            defaults["grad_accumulation_fp32"]
+            if t.grad_accumulation_fp32 is None
+            else t.grad_accumulation_fp32
+        )
+        updates = {
+            k: defaults[k]
+            for k in ("vocab_parallel", "overlap_p2p_comm", "scatter_gather_p2p")
+            if getattr(par, k) is None
+        }
+        bucket_params = defaults["ddp_bucket_params"]
+        if par.ddp_bucket_cap_MB is None and isinstance(bucket_params, int):
+            grad_bytes = 4 if grad_fp32 or t.dtype == "fp32" else 2
+            updates["ddp_bucket_cap_MB"] = bucket_params * grad_bytes / 2**20
+        if updates:
+            object.__setattr__(self, "parallelism", par.model_copy(update=updates))
+        if t.grad_accumulation_fp32 is None:
+            object.__setattr__(self, "training", t.model_copy(update={"grad_accumulation_fp32": grad_fp32}))
+        return self
 
     @property
     def world_size(self) -> int:

@@ -255,7 +255,7 @@ class _Estimator:
             dp=plan.dp,
             zero_stage=plan.zero_stage,
             dtype=t.dtype,
-            grad_fp32=t.grad_accumulation_fp32,
+            grad_fp32=bool(t.grad_accumulation_fp32),
         )
         if plan.zero_stage >= 3 and plan.dp > 1:
             p += 2 * layer_params(self.base.model).per_rank(plan.tp) * DTYPE_BYTES[t.dtype]
@@ -289,8 +289,8 @@ class _Estimator:
         if plan.dp == 1:
             pass
         elif plan.zero_stage <= 1:  # DDP buckets (ZeRO-1: + one broadcast per owner after the step)
-            cap = self.base.parallelism.ddp_bucket_cap_MB * 2**20
-            buckets = max(math.ceil(grad_bytes / cap), 1)
+            cap_MB = self.base.parallelism.ddp_bucket_cap_MB  # None: one bucket per chunk (torch DDP)
+            buckets = 1 if cap_MB is None else max(math.ceil(grad_bytes / (cap_MB * 2**20)), 1)
             comm = buckets * collective_seconds("all_reduce", levels, grad_bytes / buckets)
             tail = per_mb / v if self.base.parallelism.overlap_grad_reduce else 0.0
             exposed += max(comm - tail, 0.0)

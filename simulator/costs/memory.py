@@ -110,7 +110,7 @@ def rank_memory(s: Scenario, pp_rank: int, schedule: Schedule | None = None) -> 
         for v in owned
     )
     p_b, g_b, o_b = model_state_bytes(
-        params, dp=s.dp, zero_stage=par.zero_stage, dtype=t.dtype, grad_fp32=t.grad_accumulation_fp32
+        params, dp=s.dp, zero_stage=par.zero_stage, dtype=t.dtype, grad_fp32=bool(t.grad_accumulation_fp32)
     )
     if par.zero_stage >= 3:  # the layer being computed is gathered in full (plus one prefetched)
         p_b += 2 * layer_params(m).per_rank(s.tp) * DTYPE_BYTES[t.dtype] * (1 if s.dp > 1 else 0)

@@ -146,7 +146,7 @@ def _collectives(
         vocab_size=s.model.vocab_size,
         tp=s.tp,
         dtype_bytes=DTYPE_BYTES[s.training.dtype],
-        vocab_parallel=s.parallelism.vocab_parallel,
+        vocab_parallel=bool(s.parallelism.vocab_parallel),
     )
     # tp_comm gives an all-gather's per-rank shard; the cost formulas take the gathered tensor.
     compute = s.cluster.compute
