@@ -106,6 +106,7 @@ class Engine:
         self._indices: dict[tuple[int, str, str, int, int, int], int] = {}
         self._fsdp: dict[tuple[int, int], FsdpState] = {}
         self._meetings: dict[tuple[int, int], simpy.Event] = {}
+        self.dp_wait_s: dict[int, float] = {}  # per rank: compute-stream time spent waiting for gathers
         # host cost of FSDP2's unit hooks per collective (DDP buckets and ZeRO-1 broadcasts have none)
         self._dp_host_s = s.cluster.compute.dp_collective_overhead_us * 1e-6 if self.fsdp else 0.0
         # per-step host work of FSDP2 and of tensor-parallel DTensors (ComputeModel's *_step_overhead_us)
@@ -332,35 +333,44 @@ class Engine:
     ) -> Generator[Any, Any, None]:
         """A pass under ZeRO-2/3: units wait for their all-gathers (FSDP2 state rules, simulator/units.py).
 
-        With overlap_param_gather every needed gather is queued at once on the dp stream (prefetch),
-        so the next unit's parameters arrive while the current one computes; otherwise each unit's
-        gather is issued when the unit is reached."""
+        With overlap_param_gather a unit's gather is issued when the unit before it starts (one unit
+        of prefetch: FSDP2's backward prefetch and torchtitan's forward prefetch, DeepSpeed's bounded
+        `stage3_prefetch_bucket_size`), so it arrives while that unit computes; otherwise when the unit
+        is reached. The time spent waiting for a gather is data-parallel communication, kept apart
+        from the compute in `dp_wait_s`. A backward unit's reduce-scatter is issued once its gradients
+        exist (overlap_grad_reduce), else after the whole backward."""
         state = self._fsdp[(st.rank, a.stage)]
         backward = kind in ("backward", "backward_input", "backward_weight")
         steps = state.backward() if backward else state.forward()
-        prefetch = self.s.parallelism.overlap_param_gather
+        ahead = 1 if self.s.parallelism.overlap_param_gather else 0
+        overlap_rs = self.s.parallelism.overlap_grad_reduce
         start = self.env.now
-        queued = [
-            self._dp_collective(st, "all_gather", u.param_bytes, a.stage, a.chunk, a.microbatch)
-            if need and prefetch
-            else None
-            for u, need in steps
-        ]
-        for (unit, need), prefetched in zip(steps, queued, strict=True):
-            gathered = prefetched
-            if need and not prefetch:
-                gathered = self._dp_collective(
+        gathers: list[simpy.Event | None] = [None] * len(steps)
+
+        def issue(i: int) -> None:
+            if i < len(steps) and steps[i][1] and gathers[i] is None:
+                unit = steps[i][0]
+                gathers[i] = self._dp_collective(
                     st, "all_gather", unit.param_bytes, a.stage, a.chunk, a.microbatch
                 )
+
+        for i, (unit, _need) in enumerate(steps):
+            for j in range(i, i + 1 + ahead):
+                issue(j)
+            gathered = gathers[i]
             if gathered is not None and not gathered.processed:
+                waited_from = self.env.now
                 yield gathered
+                self.dp_wait_s[st.rank] = self.dp_wait_s.get(st.rank, 0.0) + self.env.now - waited_from
             share = unit.backward_share if backward else unit.forward_share
             if share:
                 yield self._busy(st, seconds * share)
+            if backward and overlap_rs:
+                self._dp_collective(st, "reduce_scatter", unit.param_bytes, a.stage, a.chunk, a.microbatch)
         self._record(
             st.rank, "compute", kind, a.stage, a.chunk, a.microbatch, start, self.env.now - start, flops=flops
         )
-        if backward:
+        if backward and not overlap_rs:
             for unit, _ in steps:
                 self._dp_collective(st, "reduce_scatter", unit.param_bytes, a.stage, a.chunk, a.microbatch)
 
@@ -423,13 +433,13 @@ class Engine:
                 if self.fsdp:
                     yield from self._fsdp_phase(st, d.backward_kind, a, d.backward_s, d.backward_flops)
                 else:
+                    if a in last_b:
+                        self._reduce_gradients(st, a, d.backward_s)
                     yield self._busy(st, d.backward_s) if self.slots else env.timeout(d.backward_s)
                     kind, dur = d.backward_kind, env.now - start
                     spans.append(
                         (rank, "compute", kind, stage, chunk, mb, 0, -1, start, dur, 0, d.backward_flops)
                     )
-                if a in last_b and not self.fsdp:
-                    self._reduce_gradients(st, a, start)
                 if prev != rank:
                     if self._p2p_host_s:
                         yield self._busy(st, self._p2p_host_s)
@@ -445,19 +455,20 @@ class Engine:
         yield from self._step_end(st)
         yield from self._optimizer(st)
 
-    def _reduce_gradients(self, st: _RankState, a: Action, start: float) -> None:
-        """DDP / ZeRO-1: the chunk's gradient buckets, ready as the last backward produces them."""
+    def _reduce_gradients(self, st: _RankState, a: Action, backward_s: float) -> None:
+        """DDP / ZeRO-1, called as the chunk's last backward starts: each gradient bucket is reduced as
+        soon as the backward has produced it (DDP's autograd hooks, Megatron-LM's overlap_grad_reduce),
+        at its share of the backward in reduction order; without overlap all wait for its end."""
         if self.s.dp == 1:
             return
         buckets = self.units[a.stage].bucket_bytes
-        now = self.env.now
         total = sum(buckets) or 1
         done = 0.0
         overlap = self.s.parallelism.overlap_grad_reduce
         for nbytes in buckets:
             done += nbytes
-            at = start + (now - start) * done / total if overlap else now
-            ready = self.env.timeout(at - now) if at > now else None
+            after_s = backward_s * done / total if overlap else backward_s
+            ready = self.env.timeout(after_s)
             self._dp_collective(st, "all_reduce", nbytes, a.stage, a.chunk, -1, ready)
 
     def _step_end(self, st: _RankState) -> Generator[Any, Any, None]:

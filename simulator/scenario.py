@@ -236,6 +236,15 @@ class GPU(_Strict):
     """Memory bandwidth, GB/s."""
     memory_GiB: float = Field(gt=0)
     """Device memory, GiB."""
+    reserved_GiB: float = Field(default=0.0, ge=0)
+    """Memory no tensor can use: the CUDA context and the communication library's buffers (catalog)."""
+    fragmentation: float = Field(default=0.0, ge=0, lt=1)
+    """Fraction of the rest lost to the caching allocator's fragmentation (catalog)."""
+
+    @property
+    def usable_memory_GiB(self) -> float:
+        """What a training job's tensors can fill: (memory - reserved) x (1 - fragmentation)."""
+        return (self.memory_GiB - self.reserved_GiB) * (1 - self.fragmentation)
 
     @field_validator("peak_tflops", mode="before")
     @classmethod

@@ -367,7 +367,7 @@ def sweep(
     """Search all plans of `base`'s model and training on `gpus` GPUs; the best `finalists`, simulated."""
     base = _base_for(base, gpus)
     est = _Estimator(base, gpus)
-    limit = base.cluster.gpu.memory_GiB * GiB
+    limit = base.cluster.gpu.usable_memory_GiB * GiB  # headroom for context, NCCL, fragmentation
     candidates: list[Ranked] = []
     enumerated = pruned = 0
     smallest_fits: dict[tuple[int, int], bool] = {}
