@@ -30,8 +30,8 @@ import tomli_w
 
 from plancast.runtime.calibrate import calibrate, write_profile
 from plancast.runtime.launch import launch
+from plancast.simulator.loader import load_scenario
 from plancast.simulator.predict import simulate
-from plancast.simulator.scenario import load_scenario
 from plancast.traces.store import RunDir, read_json
 
 BASE: dict[str, Any] = {

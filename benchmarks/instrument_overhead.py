@@ -38,7 +38,8 @@ import torch.multiprocessing as mp
 
 from plancast.runtime.instrument import SpanKey, StepEvents, StepRecorder, default_timer
 from plancast.runtime.trainer import Trainer
-from plancast.simulator.scenario import Scenario, load_scenario
+from plancast.simulator.loader import load_scenario
+from plancast.simulator.scenario import Scenario
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "tiny-local-cpu.toml"
 WARMUP_STEPS = 3

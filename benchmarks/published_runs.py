@@ -19,8 +19,9 @@ from plancast.simulator.costs.memory import GiB, model_state_bytes, rank_memory
 from plancast.simulator.costs.params import stage_parameters
 from plancast.simulator.costs.stage import stage_costs
 from plancast.simulator.engine import Topology
+from plancast.simulator.loader import parse_scenario
 from plancast.simulator.predict import simulate
-from plancast.simulator.scenario import Scenario, parse_scenario
+from plancast.simulator.scenario import Scenario
 
 # Table 3: model -> (preset, tp, pp, global batch, micro-batch, virtual stages)
 TABLE3: dict[str, tuple[str, int, int, int, int, int]] = {

@@ -17,8 +17,9 @@ from collections.abc import Callable
 from typing import Any
 
 from benchmarks.published_runs import korthikanti
+from plancast.simulator.loader import load_scenario, parse_scenario
 from plancast.simulator.predict import simulate
-from plancast.simulator.scenario import Scenario, load_scenario, parse_scenario
+from plancast.simulator.scenario import Scenario
 from plancast.simulator.sweep import sweep
 
 

@@ -26,8 +26,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import streamlit as st
 
+from plancast.simulator.loader import ScenarioError, load_scenario
 from plancast.simulator.predict import simulate
-from plancast.simulator.scenario import Scenario, ScenarioError, load_scenario
+from plancast.simulator.scenario import Scenario
 from plancast.simulator.sweep import Plan, sweep
 from plancast.traces import schema
 from plancast.traces.reconcile import Reconciliation, reconcile

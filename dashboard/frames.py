@@ -14,8 +14,9 @@ from typing import Any
 import pandas as pd
 
 from plancast.simulator.costs.memory import rank_memory
+from plancast.simulator.loader import Loaded, parse_scenario, to_toml_dict
 from plancast.simulator.mesh import RankGrid
-from plancast.simulator.scenario import Loaded, Scenario, parse_scenario, to_toml_dict
+from plancast.simulator.scenario import Scenario
 from plancast.simulator.schedules import build_schedule
 from plancast.traces import schema
 from plancast.traces.reconcile import rank_breakdown_us

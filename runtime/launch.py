@@ -28,7 +28,8 @@ from typing import IO, Any
 
 import plancast
 from plancast.runtime.plan import PlanError, check_runtime_support
-from plancast.simulator.scenario import Scenario, ScenarioError, load_scenario, to_toml_dict
+from plancast.simulator.loader import ScenarioError, load_scenario, to_toml_dict
+from plancast.simulator.scenario import Scenario
 from plancast.traces.store import RunDir, atomic_open, read_measured, write_json
 
 IMPORT_ROOT = Path(plancast.__file__).resolve().parent.parent

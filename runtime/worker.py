@@ -38,7 +38,7 @@ from torch.distributed.elastic.multiprocessing.errors import record
 
 from plancast.runtime.telemetry import TelemetrySampler, empty_table, make_sampler, write_telemetry
 from plancast.runtime.trainer import Trainer
-from plancast.simulator.scenario import load_scenario
+from plancast.simulator.loader import load_scenario
 from plancast.traces.store import RankEventWriter, RunDir, write_json
 
 WARMUP_STEPS = 1

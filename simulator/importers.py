@@ -3,7 +3,7 @@
 - `from_hf_config`: a Hugging Face `config.json` -> the `[model]` table.
 - `from_megatron_args`: a Megatron-LM `pretrain_gpt.py` command line -> model, training, parallelism.
 - `from_deepspeed_config`: a DeepSpeed JSON config -> training, parallelism.
-- `build_scenario_dict`: parts -> one dict that `simulator.scenario.parse_scenario` accepts.
+- `build_scenario_dict`: parts -> one dict that `simulator.loader.parse_scenario` accepts.
 - `import_file`: read one of those files; every problem is a `ConfigImportError` naming the key.
 
 Importers translate and check what a translation needs (a key present, a number positive, batch

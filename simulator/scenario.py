@@ -12,11 +12,10 @@ from __future__ import annotations
 import math
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from plancast.simulator import catalog
@@ -457,106 +456,3 @@ def even_layer_split(num_layers: int, num_stages: int) -> tuple[int, ...]:
     for stage in order[:extra]:
         split[stage] += 1
     return tuple(split)
-
-
-# ------------------------------------------------------------------------------------------ problems
-@dataclass(frozen=True, slots=True)
-class Problem:
-    """One thing wrong with a scenario: where, and what to do about it."""
-
-    path: str
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.path}: {self.message}" if self.path else self.message
-
-
-class ScenarioError(ValueError):
-    """A scenario that cannot be simulated or run; `problems` lists every reason."""
-
-    def __init__(self, problems: list[Problem], source: str = "scenario") -> None:
-        self.problems = problems
-        self.source = source
-        lines = "\n".join(f"  - {p}" for p in problems)
-        super().__init__(f"{source} is not valid ({len(problems)} problem(s)):\n{lines}")
-
-
-def _loc(loc: tuple[int | str, ...]) -> str:
-    out = ""
-    for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out
-
-
-def _problems_from_pydantic(err: ValidationError) -> list[Problem]:
-    problems = []
-    for e in err.errors():
-        loc = tuple(p for p in e["loc"] if not (isinstance(p, str) and p.startswith("function-")))
-        msg = e["msg"].removeprefix("Value error, ")
-        if e["type"] == "unknown_preset":
-            loc = (*loc, e["ctx"]["key"])
-        elif e["type"] == "extra_forbidden":
-            msg = "unknown key; remove it or check the spelling against DESIGN.md's scenario file"
-        elif e["type"] == "missing":
-            msg = "required key is missing"
-        problems.append(Problem(_loc(loc), msg))
-    return problems
-
-
-# ------------------------------------------------------------------------------------------- loading
-@dataclass(frozen=True, slots=True)
-class Loaded:
-    """A resolved scenario and the warnings about legal but unwise choices."""
-
-    scenario: Scenario
-    warnings: tuple[str, ...]
-
-
-def parse_scenario(data: Mapping[str, Any], source: str = "scenario") -> Loaded:
-    """Validate a scenario dict (TOML tables) and resolve it; raises ScenarioError."""
-    try:
-        raw = Scenario.model_validate(data)
-    except ValidationError as err:
-        raise ScenarioError(_problems_from_pydantic(err), source) from None
-    from plancast.simulator.validation import check_plan  # the plan checks live beside the scenario
-
-    errors, warnings = check_plan(raw)
-    if errors:
-        raise ScenarioError(errors, source)
-    return Loaded(resolve(raw), tuple(warnings))
-
-
-def load_scenario(path: str | Path) -> Loaded:
-    """Read a TOML scenario file; raises ScenarioError (with the file name) on any problem."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ScenarioError([Problem("", f"file not found: {path}")], str(path)) from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise ScenarioError([Problem("", f"cannot read {path}: {err}")], str(path)) from None
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as err:
-        raise ScenarioError([Problem("", f"TOML syntax error: {err}")], str(path)) from None
-    return parse_scenario(data, str(path))
-
-
-def resolve(raw: Scenario) -> Scenario:
-    """Fill every default: data-parallel degree, layer split, outermost tier size."""
-    par = raw.parallelism.model_copy(
-        update={"data_parallel_degree": raw.dp, "pipeline_layer_split": list(raw.layer_split)}
-    )
-    tiers = [
-        t.model_copy(update={"size": s})
-        for t, s in zip(raw.cluster.tiers, raw.cluster.tier_sizes, strict=True)
-    ]
-    cluster = raw.cluster.model_copy(update={"tiers": tiers, "preset": None})
-    model = raw.model.model_copy(update={"preset": None})
-    return raw.model_copy(update={"parallelism": par, "cluster": cluster, "model": model})
-
-
-def to_toml_dict(scenario: Scenario) -> dict[str, Any]:
-    """The scenario as TOML-ready tables (None values dropped; TOML has no null)."""
-    data = scenario.model_dump(mode="json", exclude_none=True)
-    return data

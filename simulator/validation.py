@@ -6,7 +6,20 @@ simulated with a warning, not refused: seeing how bad they are is part of the po
 
 from __future__ import annotations
 
-from plancast.simulator.scenario import Problem, Scenario
+from dataclasses import dataclass
+
+from plancast.simulator.scenario import Scenario
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """One thing wrong with a scenario: where, and what to do about it."""
+
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}" if self.path else self.message
 
 
 def _divides(errors: list[Problem], path: str, value: int, divisor: int, what: str, fix: str) -> None:

@@ -10,8 +10,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from plancast.simulator.loader import load_scenario
 from plancast.simulator.predict import simulate
-from plancast.simulator.scenario import load_scenario
 from plancast.traces.store import RankEventWriter, RunDir, write_json
 from tests.cli_runner import cli_subprocess
 

@@ -18,7 +18,7 @@ import tomli_w
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from plancast.simulator.scenario import load_scenario, to_toml_dict
+from plancast.simulator.loader import load_scenario, to_toml_dict
 from tests.cli_runner import cli_main, cli_subprocess
 
 REPO = Path(__file__).parents[1]

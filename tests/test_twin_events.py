@@ -13,8 +13,9 @@ import pandas as pd
 import pytest
 
 from plancast.runtime.expected import KEY_COLUMNS, expected_event_keys
+from plancast.simulator.loader import parse_scenario
 from plancast.simulator.predict import simulate
-from plancast.simulator.scenario import Scenario, parse_scenario
+from plancast.simulator.scenario import Scenario
 
 PLANS: dict[str, dict[str, Any]] = {
     "dp2": {"parallelism": {}, "world": 2},

@@ -8,7 +8,8 @@ import streamlit as st
 
 from plancast.dashboard import charts, data, frames
 from plancast.dashboard.app_pages.common import current_run
-from plancast.simulator.scenario import Scenario, ScenarioError
+from plancast.simulator.loader import ScenarioError
+from plancast.simulator.scenario import Scenario
 from plancast.simulator.sweep import RECOMPUTE, SCHEDULES
 
 NO_CHANGE = 5e-4  # relative step-time change shown as no change

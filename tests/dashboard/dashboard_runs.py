@@ -18,8 +18,8 @@ import pyarrow.parquet as pq
 import tomli_w
 
 from plancast.dashboard.data import TELEMETRY_COLUMNS
+from plancast.simulator.loader import load_scenario, to_toml_dict
 from plancast.simulator.predict import Prediction, simulate
-from plancast.simulator.scenario import load_scenario, to_toml_dict
 from plancast.traces import store
 from plancast.traces.store import RankEventWriter, RunDir
 

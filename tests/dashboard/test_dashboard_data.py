@@ -14,7 +14,7 @@ import pytest
 from dashboard_runs import DAMAGES, MEASURED_STEPS, predict_tiny
 
 from plancast.dashboard import data, frames
-from plancast.simulator.scenario import ScenarioError
+from plancast.simulator.loader import ScenarioError
 from plancast.traces.store import RunDir
 
 

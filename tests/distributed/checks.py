@@ -10,7 +10,8 @@ from torch.distributed.tensor import DTensor
 from plancast.runtime.parallel.dp import canonical_name
 from plancast.runtime.reference import ReferenceRun
 from plancast.runtime.trainer import Trainer
-from plancast.simulator.scenario import Scenario, parse_scenario
+from plancast.simulator.loader import parse_scenario
+from plancast.simulator.scenario import Scenario
 
 TOLERANCE = 1e-5
 

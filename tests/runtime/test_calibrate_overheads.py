@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from plancast.runtime.calibrate import fit_overhead, fit_two_overheads, simulated_step_s
-from plancast.simulator.scenario import Scenario, parse_scenario
+from plancast.simulator.loader import parse_scenario
+from plancast.simulator.scenario import Scenario
 from plancast.traces.store import RunDir, write_json
 
 

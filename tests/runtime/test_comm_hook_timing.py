@@ -15,7 +15,7 @@ import torch
 
 from plancast.runtime.instrument import CpuTimer, SpanKey, StepRecorder, events_frame
 from plancast.runtime.trainer import library_collectives
-from plancast.simulator.scenario import parse_scenario
+from plancast.simulator.loader import parse_scenario
 from plancast.traces.schema import Event, to_frame
 from tests.distributed.checks import events_match_expected, tiny_scenario
 from tests.distributed.spawn import run_ranks

@@ -93,7 +93,7 @@ def test_nvml_sampler_returns_rows_for_every_gpu() -> None:
 def test_a_measured_run_on_gpus(tmp_path: Path) -> None:
     from plancast.runtime.expected import KEY_COLUMNS, expected_event_keys
     from plancast.runtime.launch import launch
-    from plancast.simulator.scenario import load_scenario
+    from plancast.simulator.loader import load_scenario
     from plancast.traces.store import RunDir, read_measured
 
     ranks = min(gpu_count(), 2)

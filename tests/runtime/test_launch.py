@@ -31,7 +31,8 @@ from plancast.runtime.launch import (
     torchrun_command,
 )
 from plancast.runtime.telemetry import COLUMNS as TELEMETRY_COLUMNS
-from plancast.simulator.scenario import Scenario, load_scenario, parse_scenario
+from plancast.simulator.loader import load_scenario, parse_scenario
+from plancast.simulator.scenario import Scenario
 from plancast.traces.store import RunDir, read_events, read_measured
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "tiny-local-cpu.toml"

@@ -11,7 +11,7 @@ import tomli_w
 from plancast.simulator.calibration import Measured, Observation, calibrated_cluster, fit_compute, stage_row
 from plancast.simulator.costs.stage import stage_costs
 from plancast.simulator.engine import Topology
-from plancast.simulator.scenario import load_scenario, parse_scenario
+from plancast.simulator.loader import load_scenario, parse_scenario
 from plancast.traces.calibrate import fit_link, ring_terms
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "tiny-local-cpu.toml"
@@ -90,7 +90,7 @@ def test_a_profile_file_is_a_cluster_preset(tmp_path: Path) -> None:
 
 
 def test_a_missing_profile_names_the_key(tmp_path: Path) -> None:
-    from plancast.simulator.scenario import ScenarioError
+    from plancast.simulator.loader import ScenarioError
 
     with pytest.raises(ScenarioError, match=r"cluster\.preset: cannot read profile"):
         parse_scenario({"model": {"preset": "tiny-gpt"}, "cluster": {"preset": str(tmp_path / "no.toml")}})

@@ -11,7 +11,8 @@ import pytest
 
 from plancast.simulator import catalog
 from plancast.simulator.costs.params import count_parameters
-from plancast.simulator.scenario import GPU, Cluster, Model, parse_scenario
+from plancast.simulator.loader import parse_scenario
+from plancast.simulator.scenario import GPU, Cluster, Model
 
 REPO = Path(__file__).parents[2]
 

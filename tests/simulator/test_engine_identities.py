@@ -12,7 +12,8 @@ import pytest
 
 from plancast.simulator.costs.stage import Segment, StageCost
 from plancast.simulator.engine import Engine
-from plancast.simulator.scenario import Scenario, parse_scenario
+from plancast.simulator.loader import parse_scenario
+from plancast.simulator.scenario import Scenario
 from plancast.simulator.summary import PIPELINE_KINDS
 
 F, B = 1.0, 2.0  # seconds per micro-batch on one rank's whole share of the model

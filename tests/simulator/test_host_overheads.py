@@ -13,8 +13,9 @@ import pytest
 from plancast.simulator.calibration import optimizer_tensor_overhead_us
 from plancast.simulator.costs.params import chunk_tensor_bytes
 from plancast.simulator.engine import optimizer_tensors
+from plancast.simulator.loader import parse_scenario
 from plancast.simulator.predict import simulate
-from plancast.simulator.scenario import Scenario, parse_scenario
+from plancast.simulator.scenario import Scenario
 
 
 def scenario(compute: dict[str, float] | None = None, batch: int = 8, **parallelism: Any) -> Scenario:

@@ -21,7 +21,8 @@ from plancast.simulator.importers import (
     from_megatron_args,
     import_file,
 )
-from plancast.simulator.scenario import Model, load_scenario, parse_scenario
+from plancast.simulator.loader import load_scenario, parse_scenario
+from plancast.simulator.scenario import Model
 
 DATA = Path(__file__).parent.parent / "data" / "importers"
 EXAMPLES = Path(__file__).parents[2] / "examples"

@@ -10,8 +10,9 @@ import pandas as pd
 import pytest
 
 from benchmarks.published_runs import figure1, table4, table5
+from plancast.simulator.loader import parse_scenario
 from plancast.simulator.predict import simulate
-from plancast.simulator.scenario import Scenario, parse_scenario
+from plancast.simulator.scenario import Scenario
 from plancast.traces.schema import ALIGNMENT_KEY, validate
 from plancast.traces.store import write_events
 

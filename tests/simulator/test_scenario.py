@@ -19,14 +19,8 @@ import tomli_w
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from plancast.simulator.scenario import (
-    Loaded,
-    ScenarioError,
-    even_layer_split,
-    load_scenario,
-    parse_scenario,
-    to_toml_dict,
-)
+from plancast.simulator.loader import Loaded, ScenarioError, load_scenario, parse_scenario, to_toml_dict
+from plancast.simulator.scenario import even_layer_split
 from tests.cli_runner import cli_main
 
 EXAMPLES = Path(__file__).parents[2] / "examples"

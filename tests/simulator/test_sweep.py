@@ -7,8 +7,9 @@ from typing import Any
 import pytest
 
 from plancast.simulator.costs.memory import peak_inflight_layers, peak_memory
+from plancast.simulator.loader import parse_scenario
 from plancast.simulator.predict import simulate
-from plancast.simulator.scenario import Scenario, parse_scenario
+from plancast.simulator.scenario import Scenario
 from plancast.simulator.schedules import build_schedule
 from plancast.simulator.sweep import _base_for, _Estimator, _inflight_layers, enumerate_plans, sweep
 from plancast.simulator.validation import check_plan

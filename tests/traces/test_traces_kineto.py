@@ -152,8 +152,8 @@ def test_output_is_schema_valid() -> None:
 def test_real_ddp_profile_reconciles_against_its_simulated_scenario(ddp_trace_dir: Path) -> None:
     """The imported job lines up with a simulated scenario of the same shape (DP 2, one micro-batch,
     one DDP bucket): every event of the scored step is matched, none missing or extra."""
+    from plancast.simulator.loader import parse_scenario
     from plancast.simulator.predict import simulate
-    from plancast.simulator.scenario import parse_scenario
     from plancast.traces.reconcile import reconcile
 
     scenario = parse_scenario({

@@ -1,0 +1,122 @@
+"""The `plancast` typer app and what every verb shares: consoles, bad-input errors, scenario loading,
+writing a prediction into a run directory.
+
+Verb modules (`plancast/commands/`) import `app` from here and register on it; `plancast.cli` imports
+them all, so `plancast.cli.app` always has every command. Nothing here imports a verb module.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+app = typer.Typer(
+    name="plancast",
+    help="Simulate a parallel training plan, run it, and compare the two.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # help texts show [cluster] and friends literally
+)
+# Piped output (a file, grep) gets a wide console so tables are never cut to 80 columns.
+out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+EXIT_BAD_INPUT = 2
+
+
+class UserError(Exception):
+    """Bad input from the user: printed without a traceback, exit code 2."""
+
+
+def user_error_types() -> tuple[type[BaseException], ...]:
+    from plancast.simulator.loader import ScenarioError
+
+    types: list[type[BaseException]] = [UserError, ScenarioError]
+    from plancast.traces.schema import SchemaError
+    from plancast.traces.store import TraceReadError
+
+    types += [SchemaError, TraceReadError]
+    return tuple(types)
+
+
+@contextmanager
+
+
+def user_errors() -> Iterator[None]:
+    """Turn known bad-input errors into a message and exit 2."""
+    try:
+        yield
+    except user_error_types() as e:
+        err.print(f"error: {e}", markup=False)
+        raise typer.Exit(EXIT_BAD_INPUT) from None
+
+
+def print_json(obj: Any) -> None:
+    """Machine-readable output on stdout, one object."""
+    sys.stdout.write(json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n")
+
+
+ScenarioArg = Annotated[Path, typer.Argument(help="Scenario TOML file (see examples/).", show_default=False)]
+
+
+OutArg = Annotated[
+    Path | None, typer.Option("--out", "-o", help="Run directory to write (created if needed).")
+]
+
+
+RunArg = Annotated[Path, typer.Argument(help="Run directory (from `plancast run` or `simulate --out`).")]
+
+
+def load(path: Path) -> Any:
+    """Load and resolve a scenario, printing its warnings to stderr."""
+    from plancast.simulator.loader import load_scenario
+
+    loaded = load_scenario(path)
+    for warning in loaded.warnings:
+        err.print(f"warning: {warning}", markup=False)
+    return loaded.scenario
+
+
+def write_predicted(run_path: Path, prediction: Any) -> list[Path]:
+    """RUN/scenario.toml, RUN/predicted/{events.parquet, summary.json} and a Chrome trace per rank."""
+    import tomli_w
+
+    from plancast.simulator.loader import to_toml_dict
+    from plancast.traces.chrome import export_chrome
+    from plancast.traces.store import RunDir, atomic_open, write_events, write_json
+
+    run = RunDir(run_path)
+    run.predicted_dir.mkdir(parents=True, exist_ok=True)
+    with atomic_open(run.scenario_toml, "wb") as f:
+        f.write(tomli_w.dumps(to_toml_dict(prediction.scenario)).encode())
+    write_events(run.predicted_events, prediction.events)
+    write_json(run.predicted_summary, prediction.summary)
+    backend = "gloo" if prediction.scenario.cluster.gpu.name.startswith("cpu") else "nccl"
+    return export_chrome(
+        prediction.events, run.path / "chrome" / "predicted", prediction.scenario.world_size, backend=backend
+    )
+
+
+def ensure_predicted(run_path: Path) -> None:
+    """Simulate RUN/scenario.toml into RUN/predicted/ when the run has no prediction yet."""
+    from plancast.simulator.predict import simulate as run_simulation
+    from plancast.traces.store import RunDir
+
+    run = RunDir(run_path)
+    if run.predicted_events.exists():
+        return
+    if not run.scenario_toml.exists():
+        raise UserError(
+            f"{run_path} has neither predicted/events.parquet nor scenario.toml; "
+            f"run `plancast simulate SCENARIO --out {run_path}` first"
+        )
+    err.print(f"{run_path}/predicted/ is missing: simulating {run.scenario_toml}", markup=False)
+    write_predicted(run_path, run_simulation(load(run.scenario_toml)))

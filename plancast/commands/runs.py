@@ -1,0 +1,110 @@
+"""`plancast compare` and `plancast export`: read a run directory back.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from plancast.app import RunArg, UserError, app, ensure_predicted, err, out, print_json, user_errors
+
+
+def reconcile_run(run_path: Path) -> dict[str, Any]:
+    """Compare RUN (simulating its scenario first when it has no prediction); RUN/compare/summary.json."""
+    from plancast.traces.compare import CompareError, compare_run_dir
+
+    try:
+        return compare_run_dir(run_path, ensure_predicted)
+    except CompareError as e:
+        raise UserError(str(e)) from None
+
+
+def _exit_on_problems(problems: list[str]) -> None:
+    """Damaged inputs: the rest of the run was compared and shown; say what was left out, exit 2."""
+    for problem in problems:
+        err.print(f"error: {problem}", markup=False)
+    if problems:
+        raise typer.Exit(2)
+
+
+@app.command("compare")
+def compare(
+    run: RunArg,
+    json_: Annotated[
+        bool, typer.Option("--json", help="Print the reconciliation as one JSON object.")
+    ] = False,
+) -> None:
+    """Align predicted and measured events one to one; step-time and per-component errors."""
+    from rich.table import Table
+
+    with user_errors():
+        summary = reconcile_run(run)
+    if json_:
+        print_json(summary)
+        _exit_on_problems(summary["problems"])
+        return
+    error = summary["step_time_error"]
+    out.print(
+        f"step time: predicted {summary['step_time_predicted_s']:.4g} s, measured "
+        f"{summary['step_time_measured_s']:.4g} s (error {error:+.1%})"
+        if error is not None
+        else "step time: no measured step"
+    )
+    out.print(
+        f"events: {summary['events_matched']} matched, {summary['events_missing']} missing, "
+        f"{summary['events_extra']} extra (step {summary['step']})"
+    )
+    table = Table("component", "predicted", "measured", "error")
+    for c in summary["components"]:
+        unit = "GiB" if "predicted_gib" in c else "s"
+        pred, meas = (
+            c.get(f"predicted_{'gib' if unit == 'GiB' else 's'}"),
+            c.get(f"measured_{'gib' if unit == 'GiB' else 's'}"),
+        )
+        err_text = f"{c['error']:+.1%}" if c.get("error") is not None else "-"
+        table.add_row(
+            c["component"],
+            f"{pred:.4g} {unit}" if pred is not None else "-",
+            f"{meas:.4g} {unit}" if meas is not None else "-",
+            err_text,
+        )
+    out.print(table)
+    err.print(f"wrote {run}/compare/summary.json", markup=False)
+    _exit_on_problems(summary["problems"])
+
+
+@app.command("export")
+def export(
+    run: RunArg,
+    format_: Annotated[
+        str, typer.Option("--format", help="chrome (Perfetto / HolisticTraceAnalysis JSON)")
+    ] = "chrome",
+    source: Annotated[str, typer.Option(help="predicted | measured | both")] = "both",
+) -> None:
+    """Write RUN's events as Chrome-trace/Kineto JSON, one file per rank, under RUN/chrome/SOURCE/."""
+    from plancast.traces.chrome import export_chrome
+    from plancast.traces.store import RunDir, read_measured, read_predicted
+
+    with user_errors():
+        if format_ != "chrome":
+            raise UserError(f"unknown format {format_!r}; only 'chrome' is supported")
+        if source not in ("predicted", "measured", "both"):
+            raise UserError("--source must be predicted, measured or both")
+        rd = RunDir(run)
+        frames = {}
+        if source in ("predicted", "both") and rd.predicted_events.exists():
+            frames["predicted"] = read_predicted(rd)
+        if source in ("measured", "both"):
+            measured = read_measured(rd)
+            for problem in measured.problems:
+                err.print(f"warning: {problem}", markup=False)
+            if not measured.events.empty:
+                frames["measured"] = measured.events
+        if not frames:
+            raise UserError(f"{run} has no {source} events to export")
+    for name, frame in frames.items():
+        world = int(frame["rank"].max()) + 1
+        files = export_chrome(frame, rd.path / "chrome" / name, world)
+        out.print(f"{name}: {len(files)} file(s) in {rd.path / 'chrome' / name}")

@@ -1,0 +1,61 @@
+"""Compare one run directory: reconcile its predicted and measured events and write RUN/compare/.
+
+Shared by `plancast compare`, the demo and anything else that compares a run on disk; the
+dashboard reconciles in memory with the same `reconcile` underneath.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from plancast.traces.reconcile import reconcile, to_summary
+from plancast.traces.store import RunDir, TraceReadError, read_json, read_measured, read_predicted, write_json
+
+
+class CompareError(ValueError):
+    """A run directory that cannot be compared at all (missing, or no measured events)."""
+
+
+def compare_run_dir(run_path: Path, ensure_predicted: Callable[[Path], None]) -> dict[str, Any]:
+    """Reconcile RUN's predicted and measured events; writes RUN/compare/summary.json and returns it.
+
+    ``ensure_predicted(run_path)`` is called first: the caller decides how a missing prediction is made
+    (the CLI simulates RUN/scenario.toml onto disk). Damaged inputs (an unreadable or missing rank file,
+    a cut summary) are left out and listed under "problems"; everything else is still compared."""
+    run = RunDir(run_path)
+    if not run.path.is_dir():
+        raise CompareError(f"run directory not found: {run_path}")
+    ensure_predicted(run_path)
+    measured = read_measured(run)
+    problems = list(measured.problems)
+    if measured.events.empty:
+        reasons = "; ".join(problems) or "no rank files"
+        raise CompareError(
+            f"{run_path}/measured/ has no readable events ({reasons}); "
+            f"run `plancast run SCENARIO --out {run_path}`"
+        )
+    predicted_summary = optional_json(run.predicted_summary, problems)
+    measured_summary = optional_json(run.measured_summary, problems)
+    rec = reconcile(
+        read_predicted(run),
+        measured.events,
+        predicted_summary=predicted_summary,
+        measured_summary=measured_summary,
+    )
+    summary = {**to_summary(rec), "problems": problems}
+    run.compare_dir.mkdir(parents=True, exist_ok=True)
+    write_json(run.compare_summary, summary)
+    return summary
+
+
+def optional_json(path: Path, problems: list[str]) -> Any:
+    """A summary file, or None with a problem noted when it is unreadable (missing is fine)."""
+    if not path.exists():
+        return None
+    try:
+        return read_json(path)
+    except TraceReadError as e:
+        problems.append(f"{e} (compared without it)")
+        return None
