@@ -15,6 +15,7 @@ import statistics
 import sys
 from typing import Any
 
+from benchmarks.published_data import RUNS, PublishedRun
 from plancast.simulator.costs.memory import GiB, model_state_bytes, rank_memory
 from plancast.simulator.costs.params import stage_parameters
 from plancast.simulator.costs.stage import stage_costs
@@ -164,11 +165,105 @@ def figure1() -> list[dict[str, Any]]:
     return rows
 
 
+# Sources whose numbers the default constants (ComputeModel, the NVLink efficiency) were fitted on:
+# Korthikanti et al. Tables 4 and 5 (benchmarks/fit_published.py). Every other source is held out
+# of that fit already; Korthikanti's rows are scored held out by refitting on another source.
+FITTED_ON = frozenset({"korthikanti2022"})
+# The refit that scores Korthikanti held out: Narayanan et al. 2021 Table 1 up to 145B (A100, Megatron-LM).
+REFIT_SOURCE, REFIT_MAX_S = "narayanan2021", 25.0
+
+
+def _diagnosis(run: PublishedRun, s: Scenario, error: float) -> str:
+    """One sentence on why a row is off by more than 10%."""
+    direction = "slower" if error > 0 else "faster"
+    if run.framework not in ("megatron-lm", "torchtitan", "deepspeed"):
+        return (
+            f"{run.framework} stack: plancast models it as torchtitan, whose overlap and kernels differ; "
+            f"predicted {direction} than measured."
+        )
+    if s.parallelism.zero_stage >= 2 and s.dp > s.cluster.gpus_per_node:
+        return (
+            "ZeRO/FSDP over nodes: gathers and reduce-scatters are priced as NIC-bound rings re-issued per "
+            f"micro-batch, without the framework's reuse of gathered parameters; predicted {direction}."
+        )
+    if s.cluster.gpu.name.startswith("H100"):
+        return (
+            "H100: the compute constants are the A100 fit scaled by peak, never fitted on an H100 "
+            f"measurement; predicted {direction} than measured."
+        )
+    return f"per-GPU work is small, so fixed per-op and host costs dominate; predicted {direction}."
+
+
+def score_runs() -> list[dict[str, Any]]:
+    """Every dense published run: in-sample (default constants) and held-out (refit without its source)."""
+    from benchmarks.fit_published import fit_on_runs, run_scenario, with_params  # scipy: dev extra
+
+    refit = [r for r in RUNS if r.source == REFIT_SOURCE and r.measured_step_time_s <= REFIT_MAX_S]
+    refit = [r for r in refit if r.parallelism.get("zero_stage", 0) == 0]
+    held_params = fit_on_runs(refit)
+    rows = []
+    for run in RUNS:
+        s = run_scenario(run)
+        pred = simulate(s, events=False).summary["step_time_s"]
+        held = pred
+        if run.source in FITTED_ON:
+            held = simulate(with_params(s, held_params), events=False).summary["step_time_s"]
+        error, held_error = pred / run.measured_step_time_s - 1, held / run.measured_step_time_s - 1
+        rows.append(
+            {
+                "source": run.source,
+                "run": run.name,
+                "framework": run.framework,
+                "gpus": run.num_gpus,
+                "measured_s": run.measured_step_time_s,
+                "predicted_s": pred,
+                "error": error,
+                "held_out_s": held,
+                "held_out_error": held_error,
+                "diagnosis": _diagnosis(run, s, held_error) if abs(held_error) > 0.10 else "",
+            }
+        )
+    return rows
+
+
+def _mape(errors: list[float]) -> tuple[float, float]:
+    return statistics.fmean(abs(e) for e in errors), max(abs(e) for e in errors)
+
+
+def print_scores(rows: list[dict[str, Any]]) -> None:
+    print(
+        "Published runs: in-sample (default constants) and held out (constants refitted without the source)"
+    )
+    print(f"{'source':18} {'run':44} {'meas s':>8} {'pred s':>8} {'in':>7} {'held':>7}")
+    for r in rows:
+        print(
+            f"{r['source'][:18]:18} {r['run'][:44]:44} {r['measured_s']:8.2f} {r['predicted_s']:8.2f} "
+            f"{r['error']:+7.1%} {r['held_out_error']:+7.1%}"
+        )
+        if r["diagnosis"]:
+            print(f"{'':19}-> {r['diagnosis']}")
+    print(f"\n{'source':20} {'rows':>4} {'in-sample MAPE':>15} {'held-out MAPE':>14} {'held-out worst':>15}")
+    for source in sorted({r["source"] for r in rows}):
+        mine = [r for r in rows if r["source"] == source]
+        in_m, _ = _mape([r["error"] for r in mine])
+        held_m, held_w = _mape([r["held_out_error"] for r in mine])
+        print(f"{source:20} {len(mine):4d} {in_m:15.1%} {held_m:14.1%} {held_w:15.1%}")
+    in_m, in_w = _mape([r["error"] for r in rows])
+    held_m, held_w = _mape([r["held_out_error"] for r in rows])
+    sources = len({r["source"] for r in rows})
+    print(
+        f"\n{len(rows)} rows, {sources} sources: in-sample MAPE {in_m:.1%} (worst {in_w:.1%}); "
+        f"leave-one-source-out MAPE {held_m:.1%} (worst {held_w:.1%})\n"
+    )
+
+
 def main() -> int:
     t5, t4, f1 = table5(), table4(), figure1()
+    scores = score_runs()
     if "--json" in sys.argv:
-        print(json.dumps({"table5": t5, "table4": t4, "figure1": f1}, indent=2))
+        print(json.dumps({"runs": scores, "table5": t5, "table4": t4, "figure1": f1}, indent=2))
         return 0
+    print_scores(scores)
     print("Korthikanti et al. 2022, Table 5: iteration time (s)")
     print(f"{'model':6} {'setup':16} {'measured':>9} {'predicted':>10} {'error':>8} {'MFU':>6}")
     for r in t5:

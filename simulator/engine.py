@@ -19,15 +19,25 @@ from typing import Any
 
 import simpy
 
-from plancast.simulator.costs.collectives import Level, Link, collective_seconds, group_levels, ring_seconds
+from plancast.simulator.costs.collectives import (
+    Algorithm,
+    Level,
+    Link,
+    collective_seconds,
+    group_levels,
+    ring_seconds,
+)
 from plancast.simulator.costs.ops import DTYPE_BYTES
+from plancast.simulator.costs.optimizer import optimizer_bytes_per_param, optimizer_memory_s
 from plancast.simulator.costs.params import chunk_tensor_bytes
-from plancast.simulator.costs.stage import StageCost, stage_costs
+from plancast.simulator.costs.stage import Durations, StageCost, stage_costs
 from plancast.simulator.costs.tp_comm import sp_grad_all_reduce_bytes
 from plancast.simulator.mesh import Coord, RankGrid, span_tier
 from plancast.simulator.scenario import Scenario
 from plancast.simulator.schedules import Action, build_schedule, splits_backward
 from plancast.simulator.units import FsdpState, UnitPlan, dp_plan
+
+__all__ = ["Engine", "Topology", "optimizer_bytes_per_param", "optimizer_memory_s", "optimizer_tensors"]
 
 # One recorded span: rank, stream, kind, stage, chunk, microbatch, index, peer, start_s, dur_s, bytes, flops
 Span = tuple[int, str, str, int, int, int, int, int, float, float, int, float]
@@ -80,7 +90,7 @@ class Engine:
         self.schedule = build_schedule(s.parallelism.pipeline_parallel_schedule, s.pp, self.m, s.vpp)
         self.split_backward = splits_backward(s.parallelism.pipeline_parallel_schedule)
         self.costs: tuple[StageCost, ...] = self.costs_override or stage_costs(s, self.topo.levels("tp"))
-        self.durations = tuple(_Durations.of(c, self.split_backward) for c in self.costs)
+        self.durations = tuple(Durations.of(c, self.split_backward) for c in self.costs)
         self.dp_levels = self.topo.levels("dp")
         self.units: tuple[UnitPlan, ...] = tuple(dp_plan(s, c) for c in self.costs)
         self.spans: list[Span] = []
@@ -282,7 +292,11 @@ class Engine:
             if ready is not None and not ready.processed:
                 yield ready
             # all-gathers move the gathered tensor: nbytes is this rank's full (unsharded) unit
-            seconds = collective_seconds(kind, self.dp_levels, nbytes) + self._dp_host_s
+            # ZeRO-2/3 gathers and reduce-scatters are NCCL rings (its only algorithm for them): over
+            # nodes every GPU's share crosses its own NIC, so the outer tier's per-GPU bandwidth bounds
+            # them (published ZeRO-3 runs stop scaling there: Narayanan et al. 2021 Table 2)
+            algorithm: Algorithm = "ring" if kind in ("all_gather", "reduce_scatter") else "auto"
+            seconds = collective_seconds(kind, self.dp_levels, nbytes, algorithm) + self._dp_host_s
             if self.share_links:
                 with self._link(st.rank, tier).request() as req:
                     yield req
@@ -562,15 +576,6 @@ class Engine:
         return self.spans
 
 
-def optimizer_memory_s(s: Scenario, params: float) -> float:
-    """Memory-bound time of an optimizer step over `params` local parameters."""
-    return (
-        params
-        * optimizer_bytes_per_param(s)
-        / (s.cluster.gpu.hbm_GBps * 1e9 * s.cluster.compute.memory_efficiency)
-    )
-
-
 def optimizer_tensors(s: Scenario, stages: Iterable[int]) -> float:
     """Parameter tensors one rank's optimizer updates for its virtual `stages`: every tensor of the
     chunks (FSDP2 and DTensor shard each tensor), a 1/dp share under ZeRO-1 (ZeroRedundancyOptimizer
@@ -595,61 +600,8 @@ def optimizer_host_s(s: Scenario, stages: Iterable[int]) -> float:
     return optimizer_tensors(s, stages) * per_tensor_us * 1e-6 if per_tensor_us else 0.0
 
 
-def optimizer_bytes_per_param(s: Scenario) -> float:
-    """HBM bytes one optimizer step moves per parameter.
-
-    Fused Adam (apex / torch `fused=True`) reads the gradient and reads and writes the fp32 parameter,
-    momentum and variance (g + 24 bytes); zeroing the gradient writes g again. Mixed precision adds
-    Megatron-LM's MixedPrecisionOptimizer passes: unscale and inf check (read + write g), gradient
-    norm (read g) and the copy of fp32 parameters to the model's 16-bit ones (4 + 2)."""
-    if s.training.dtype == "fp32":
-        return 4 + 24 + 4
-    g = 4.0 if s.training.grad_accumulation_fp32 else 2.0
-    return g + 24 + g + 2 * g + g + 6
-
-
 def _succeed(event: simpy.Event) -> None:
     event.succeed()
-
-
-@dataclass(frozen=True, slots=True)
-class _Durations:
-    """A stage's per-micro-batch durations, computed once (the engine reads them per action)."""
-
-    forward_s: float
-    recompute_s: float
-    backward_s: float  # full backward, or the input-gradient part when the schedule splits it
-    backward_weight_s: float
-    forward_flops: float
-    backward_flops: float
-    weight_flops: float
-    backward_kind: str
-
-    @classmethod
-    def of(cls, cost: StageCost, split: bool) -> _Durations:
-        """With a split backward the first stage has no input gradient to produce: its B is empty and
-        W runs its whole backward (as torch's stage_backward_input/weight do)."""
-        if split and cost.stage == 0:
-            b_s, w_s, b_flops, w_flops = 0.0, cost.backward_s, 0.0, 2 * cost.forward_flops
-        elif split:
-            b_s, w_s, b_flops, w_flops = (
-                cost.backward_input_s,
-                cost.backward_weight_s,
-                cost.forward_flops,
-                cost.forward_flops,
-            )
-        else:
-            b_s, w_s, b_flops, w_flops = cost.backward_s, 0.0, 2 * cost.forward_flops, 0.0
-        return cls(
-            forward_s=cost.forward_s,
-            recompute_s=cost.recompute_s,
-            backward_s=b_s,
-            backward_weight_s=w_s,
-            forward_flops=cost.forward_flops,
-            backward_flops=b_flops,
-            weight_flops=w_flops,
-            backward_kind="backward_input" if split else "backward",
-        )
 
 
 def _last_actions(actions: tuple[Action, ...], kind: str) -> set[Action]:

@@ -25,9 +25,10 @@ from typing import Any
 from plancast.simulator.costs.collectives import collective_seconds, group_levels
 from plancast.simulator.costs.memory import GiB, layer_activation_bytes, model_state_bytes, peak_memory
 from plancast.simulator.costs.ops import DTYPE_BYTES, Shape
+from plancast.simulator.costs.optimizer import optimizer_bytes_per_param
 from plancast.simulator.costs.params import layer_params, stage_parameters
 from plancast.simulator.costs.stage import StageCost, stage_costs
-from plancast.simulator.engine import Topology, optimizer_bytes_per_param
+from plancast.simulator.engine import Topology
 from plancast.simulator.mesh import RankGrid, span_tier
 from plancast.simulator.predict import simulate
 from plancast.simulator.scenario import Scenario, even_layer_split

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from plancast.simulator.scenario import parse_scenario
+from plancast.simulator.loader import parse_scenario
 from tests.cli_runner import cli_main
 
 

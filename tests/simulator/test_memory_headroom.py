@@ -10,8 +10,8 @@ import pytest
 from plancast.simulator.catalog import GPUS
 from plancast.simulator.costs.memory import GiB, peak_memory, rank_memory
 from plancast.simulator.costs.params import stage_parameters
+from plancast.simulator.loader import parse_scenario
 from plancast.simulator.predict import simulate
-from plancast.simulator.scenario import parse_scenario
 from plancast.simulator.sweep import _base_for, sweep
 from tests.simulator.test_sweep import exhaustive_best, small
 

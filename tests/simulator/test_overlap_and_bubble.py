@@ -8,8 +8,9 @@ from typing import Any
 import pytest
 
 from plancast.simulator.engine import Engine
+from plancast.simulator.loader import parse_scenario
 from plancast.simulator.predict import simulate
-from plancast.simulator.scenario import Scenario, parse_scenario
+from plancast.simulator.scenario import Scenario
 from plancast.simulator.summary import pipeline_bubble, summarize
 from tests.simulator.test_engine_identities import ideal, uniform_costs
 
