@@ -13,6 +13,7 @@ one representative per pipeline position is simulated and its events copied to i
 
 from __future__ import annotations
 
+import math
 from collections.abc import Generator, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,6 +39,9 @@ from plancast.simulator.schedules import Action, build_schedule, splits_backward
 from plancast.simulator.units import FsdpState, UnitPlan, dp_plan
 
 __all__ = ["Engine", "Topology", "optimizer_bytes_per_param", "optimizer_memory_s", "optimizer_tensors"]
+
+LINK_SLICE_BYTES = 8 * 4 * 2**20  # NCCL_BUFFSIZE (4 MiB) x 8 channels: one slice of a collective
+MAX_LINK_SLICES = 256  # bounds the SimPy events per collective
 
 # One recorded span: rank, stream, kind, stage, chunk, microbatch, index, peer, start_s, dur_s, bytes, flops
 Span = tuple[int, str, str, int, int, int, int, int, float, float, int, float]
@@ -298,10 +302,16 @@ class Engine:
             algorithm: Algorithm = "ring" if kind in ("all_gather", "reduce_scatter") else "auto"
             seconds = collective_seconds(kind, self.dp_levels, nbytes, algorithm) + self._dp_host_s
             if self.share_links:
-                with self._link(st.rank, tier).request() as req:
-                    yield req
-                    start = self.env.now
-                    yield self.env.timeout(seconds)
+                # NCCL moves a collective in chunks (NCCL_BUFFSIZE, 4 MiB per channel), so pipeline
+                # transfers on the same link interleave with it rather than wait for all of it: the link
+                # is held one slice at a time.
+                slices = max(1, min(math.ceil(nbytes / LINK_SLICE_BYTES), MAX_LINK_SLICES))
+                start = -1.0
+                for _ in range(slices):
+                    with self._link(st.rank, tier).request() as req:
+                        yield req
+                        start = self.env.now if start < 0 else start
+                        yield self.env.timeout(seconds / slices)
             else:
                 start = self.env.now
                 yield self.env.timeout(seconds)
