@@ -3,7 +3,10 @@
 Parameters: GEMM, attention and memory efficiency, per-op overhead (ComputeModel) and the in-training
 efficiency of the NVLink tier. Data: Korthikanti et al. 2022 Table 4 (ten per-layer times) and Table 5
 (eight iteration times), relative residuals. The cross-validation refits without one model's Table 5
-rows and predicts them, so the reported held-out error is on runs the fit never saw.
+rows, each refit starting from the same fixed START (never from the full-data fit, which has seen
+the held-out rows), and predicts them, so the reported held-out error is on runs the fit never saw.
+`fit_on_runs` fits the same constants on other published runs (benchmarks/published_data.py): the
+leave-one-source-out refit of benchmarks/published_runs.py.
 
 Run: `python -m benchmarks.fit_published` (a few minutes; prints the fit and the held-out errors).
 """
@@ -16,11 +19,14 @@ from typing import Any
 import numpy as np
 from scipy.optimize import least_squares
 
+from benchmarks.published_data import PublishedRun, scenario_dict
 from benchmarks.published_runs import TABLE4, TABLE5, korthikanti
+from plancast.simulator.cluster import ComputeModel
 from plancast.simulator.costs.stage import stage_costs
 from plancast.simulator.engine import Topology
+from plancast.simulator.loader import parse_scenario
 from plancast.simulator.predict import simulate
-from plancast.simulator.scenario import ComputeModel, Scenario
+from plancast.simulator.scenario import Scenario
 
 NAMES = (
     "matmul_efficiency",
@@ -79,6 +85,26 @@ def fit(rows: list[tuple[str, bool, str, float]], start: np.ndarray) -> np.ndarr
     return least_squares(residuals, start, bounds=(LOWER, UPPER), diff_step=1e-3, max_nfev=40).x
 
 
+def run_scenario(run: PublishedRun) -> Scenario:
+    """A published run as a scenario, its framework named where plancast models it."""
+    data = scenario_dict(run)
+    if run.framework in ("megatron-lm", "torchtitan", "deepspeed"):
+        data["parallelism"]["framework"] = run.framework
+    return parse_scenario(data, run.name).scenario
+
+
+def fit_on_runs(runs: list[PublishedRun]) -> np.ndarray:
+    """The five constants fitted on `runs` alone (relative step-time residuals), from START."""
+    scenarios = [(run_scenario(r), r.measured_step_time_s) for r in runs]
+
+    def residuals(x: np.ndarray) -> list[float]:
+        return [
+            simulate(with_params(s, x), events=False).summary["step_time_s"] / t - 1 for s, t in scenarios
+        ]
+
+    return least_squares(residuals, START, bounds=(LOWER, UPPER), diff_step=1e-3, max_nfev=40).x
+
+
 def main() -> dict[str, Any]:
     full = fit(ROWS, START)
     print(
@@ -92,7 +118,7 @@ def main() -> dict[str, Any]:
     )
     held_out = []
     for model in TABLE5:
-        x = fit([r for r in ROWS if r[0] != model], full)
+        x = fit([r for r in ROWS if r[0] != model], START)
         for r in (r for r in ROWS if r[0] == model):
             err = table5_residual(x, r)
             held_out.append(err)

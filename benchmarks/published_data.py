@@ -123,8 +123,14 @@ def _plan(tp: int = 1, pp: int = 1, v: int = 1, **extra: Any) -> dict[str, Any]:
 
 
 def _train(seq: int, mbs: int, gbs: int, dtype: str, recompute: str, **extra: Any) -> dict[str, Any]:
-    return {"seq_len": seq, "micro_batch_size": mbs, "global_batch_size": gbs, "dtype": dtype,
-            "recompute": recompute, **extra}
+    return {
+        "seq_len": seq,
+        "micro_batch_size": mbs,
+        "global_batch_size": gbs,
+        "dtype": dtype,
+        "recompute": recompute,
+        **extra,
+    }
 
 
 def _cluster(preset: str, gpus: int, **extra: Any) -> dict[str, Any]:
@@ -145,13 +151,22 @@ _KORTHIKANTI_ROWS = (
 def _korthikanti() -> list[PublishedRun]:
     runs = []
     for preset, tp, pp, gbs, mbs, v, full_s, selective_s in _KORTHIKANTI_ROWS:
-        for label, sp, recompute, step_s in (("full", False, "full", full_s), ("sp-selective", True,
-                                             "selective", selective_s)):
+        for label, sp, recompute, step_s in (
+            ("full", False, "full", full_s),
+            ("sp-selective", True, "selective", selective_s),
+        ):
             runs.append(
                 PublishedRun(
-                    f"korthikanti2022-{preset}-{label}", "korthikanti2022", KORTHIKANTI, {"preset": preset},
-                    _train(2048, mbs, gbs, "fp16", recompute), _plan(tp, pp, v, sequence_parallel=sp),
-                    _cluster("dgx-a100-80gb", tp * pp), "megatron-lm", step_s, Reported(step_s, "s"),
+                    f"korthikanti2022-{preset}-{label}",
+                    "korthikanti2022",
+                    KORTHIKANTI,
+                    {"preset": preset},
+                    _train(2048, mbs, gbs, "fp16", recompute),
+                    _plan(tp, pp, v, sequence_parallel=sp),
+                    _cluster("dgx-a100-80gb", tp * pp),
+                    "megatron-lm",
+                    step_s,
+                    Reported(step_s, "s"),
                 )
             )
     return runs
@@ -204,28 +219,66 @@ _PTD_NOTE = (
 _ZERO3_NOTE = "ZeRO-3 through the DeepSpeed library integrated into Megatron-LM (sec. 5.2)"
 
 
-def _narayanan_run(name: str, where: str, preset: str, mbs: int, gbs: int, plan: dict[str, Any],
-                   gpus: int, tflops: float, step_s: float, note: str) -> PublishedRun:
+def _narayanan_run(
+    name: str,
+    where: str,
+    preset: str,
+    mbs: int,
+    gbs: int,
+    plan: dict[str, Any],
+    gpus: int,
+    tflops: float,
+    step_s: float,
+    note: str,
+) -> PublishedRun:
     return PublishedRun(
-        name, "narayanan2021", f"{NARAYANAN}, {where}", {"preset": preset},
-        _train(2048, mbs, gbs, "fp16", "full"), plan, _cluster("dgx-a100-80gb", gpus),
-        "deepspeed" if plan.get("zero_stage") == 3 else "megatron-lm", step_s,
-        Reported(tflops, "TFLOP/s/GPU", "narayanan2021-eq3"), (*_NARAYANAN_COMMON, note),
+        name,
+        "narayanan2021",
+        f"{NARAYANAN}, {where}",
+        {"preset": preset},
+        _train(2048, mbs, gbs, "fp16", "full"),
+        plan,
+        _cluster("dgx-a100-80gb", gpus),
+        "deepspeed" if plan.get("zero_stage") == 3 else "megatron-lm",
+        step_s,
+        Reported(tflops, "TFLOP/s/GPU", "narayanan2021-eq3"),
+        (*_NARAYANAN_COMMON, note),
     )
 
 
 def _narayanan() -> list[PublishedRun]:
     runs = [
-        _narayanan_run(f"narayanan2021-t1-{preset.removeprefix('megatron-')}", "Table 1 (weak scaling)",
-                       preset, mbs, gbs, _plan(tp, pp, v), gpus, tflops, step_s, _SC21)
+        _narayanan_run(
+            f"narayanan2021-t1-{preset.removeprefix('megatron-')}",
+            "Table 1 (weak scaling)",
+            preset,
+            mbs,
+            gbs,
+            _plan(tp, pp, v),
+            gpus,
+            tflops,
+            step_s,
+            _SC21,
+        )
         for preset, tp, pp, gpus, gbs, tflops, mbs, v, step_s in _TABLE1
     ]
     for preset, scheme, pp, v, gpus, gbs, mbs, tflops, step_s in _TABLE2:
         zero3 = scheme == "zero3"
         plan = _plan(zero_stage=3) if zero3 else _plan(8, pp, v)
-        runs.append(_narayanan_run(f"narayanan2021-t2-{scheme}-{preset}-{gpus}", f"Table 2 ({scheme})",
-                                   preset, mbs, gbs, plan, gpus, tflops, step_s,
-                                   _ZERO3_NOTE if zero3 else _PTD_NOTE))
+        runs.append(
+            _narayanan_run(
+                f"narayanan2021-t2-{scheme}-{preset}-{gpus}",
+                f"Table 2 ({scheme})",
+                preset,
+                mbs,
+                gbs,
+                plan,
+                gpus,
+                tflops,
+                step_s,
+                _ZERO3_NOTE if zero3 else _PTD_NOTE,
+            )
+        )
     return runs
 
 
@@ -237,8 +290,14 @@ MEGASCALE = (
 )
 # GPUs, batch, Megatron-LM iteration time (s)
 _MEGASCALE_ROWS = (
-    (256, 768, 40.0), (512, 768, 21.2), (768, 768, 15.2), (1024, 768, 11.9),
-    (3072, 6144, 29.02), (6144, 6144, 14.78), (8192, 6144, 12.24), (12288, 6144, 8.57),
+    (256, 768, 40.0),
+    (512, 768, 21.2),
+    (768, 768, 15.2),
+    (1024, 768, 11.9),
+    (3072, 6144, 29.02),
+    (6144, 6144, 14.78),
+    (8192, 6144, 12.24),
+    (12288, 6144, 8.57),
 )
 
 
@@ -253,9 +312,17 @@ def _megascale() -> list[PublishedRun]:
     )
     return [
         PublishedRun(
-            f"megascale2024-megatron-{gpus}", "megascale2024", MEGASCALE, model,
-            _train(2048, 1, gbs, "bf16", "selective"), _plan(8, 8, 6, sequence_parallel=True),
-            _cluster("dgx-a100-80gb", gpus), "megatron-lm", step_s, Reported(step_s, "s"), assumptions,
+            f"megascale2024-megatron-{gpus}",
+            "megascale2024",
+            MEGASCALE,
+            model,
+            _train(2048, 1, gbs, "bf16", "selective"),
+            _plan(8, 8, 6, sequence_parallel=True),
+            _cluster("dgx-a100-80gb", gpus),
+            "megatron-lm",
+            step_s,
+            Reported(step_s, "s"),
+            assumptions,
         )
         for gpus, gbs, step_s in _MEGASCALE_ROWS
     ]
@@ -277,16 +344,23 @@ _LLAMA3_ASSUMPTIONS = (
 )
 
 
-def _llama3_row(gpus: int, tp: int, pp: int, cp: int, seq: int, gbs: int, tflops: float,
-                step_s: float) -> PublishedRun:
+def _llama3_row(
+    gpus: int, tp: int, pp: int, cp: int, seq: int, gbs: int, tflops: float, step_s: float
+) -> PublishedRun:
     extra = {"context_parallel_degree": cp} if cp > 1 else {}
     return PublishedRun(
-        f"llama3-405b-{gpus}" + (f"-cp{cp}-{seq}" if cp > 1 else ""), "llama3-2024", LLAMA3,
+        f"llama3-405b-{gpus}" + (f"-cp{cp}-{seq}" if cp > 1 else ""),
+        "llama3-2024",
+        LLAMA3,
         {"preset": "llama3-405b"},
         # no activation checkpointing at 8K (sec. 3.3.2); fp32 gradient accumulation ("numerical stability")
         _train(seq, 1, gbs, "bf16", "none", flash_attention=True, grad_accumulation_fp32=True),
-        _plan(tp, pp, 2, sequence_parallel=True, zero_stage=1, **extra), _cluster("dgx-h100-80gb", gpus),
-        "other", step_s, Reported(tflops, "TFLOP/s/GPU", "palm-appendix-b", 405e9), _LLAMA3_ASSUMPTIONS,
+        _plan(tp, pp, 2, sequence_parallel=True, zero_stage=1, **extra),
+        _cluster("dgx-h100-80gb", gpus),
+        "other",
+        step_s,
+        Reported(tflops, "TFLOP/s/GPU", "palm-appendix-b", 405e9),
+        _LLAMA3_ASSUMPTIONS,
     )
 
 
@@ -311,8 +385,12 @@ _TORCHTITAN_ROWS = (
     ("h100-llama3-8b-128gpu", "llama3-8b", 8192, 128, 2, "selective", 5605, 2.923),
 )
 # The source's H100s: 96 GB HBM2e at 2.4 TB/s, 500 W (peak between SXM and NVL, so SXM's is kept).
-_H100_96GB = {**catalog.GPUS["H100-SXM5-80GB"], "name": "H100-96GB-HBM2e", "hbm_GBps": 2400.0,
-              "memory_GiB": 96e9 / 2**30}
+_H100_96GB = {
+    **catalog.GPUS["H100-SXM5-80GB"],
+    "name": "H100-96GB-HBM2e",
+    "hbm_GBps": 2400.0,
+    "memory_GiB": 96e9 / 2**30,
+}
 
 
 def _torchtitan() -> list[PublishedRun]:
@@ -323,16 +401,23 @@ def _torchtitan() -> list[PublishedRun]:
             "selective = per-op selective checkpointing (torchtitan's default 'op'); full = full AC",
             f"seq_len {seq}: torchtitan's train config for {preset} (the MFU column checks with it)",
             "FSDP2 shards parameters (reshard after forward): zero_stage 3; SDPA fused attention",
-            "500 W HBM2e H100s: peak kept at SXM's, so the prediction is expected to be fast" if h100
+            "500 W HBM2e H100s: peak kept at SXM's, so the prediction is expected to be fast"
+            if h100
             else "network of the 64-A100 cluster not stated: dgx-a100-80gb",
         )
         runs.append(
             PublishedRun(
-                f"torchtitan-{name}", "torchtitan", TORCHTITAN_H100 if h100 else TORCHTITAN_A100,
-                {"preset": preset}, _train(seq, local, local * gpus, "bf16", recompute, flash_attention=True),
+                f"torchtitan-{name}",
+                "torchtitan",
+                TORCHTITAN_H100 if h100 else TORCHTITAN_A100,
+                {"preset": preset},
+                _train(seq, local, local * gpus, "bf16", recompute, flash_attention=True),
                 _plan(zero_stage=3),
                 _cluster("dgx-h100-80gb", gpus, gpu=_H100_96GB) if h100 else _cluster("dgx-a100-80gb", gpus),
-                "torchtitan", step_s, Reported(tps, "tokens/s/GPU"), assumptions,
+                "torchtitan",
+                step_s,
+                Reported(tps, "tokens/s/GPU"),
+                assumptions,
             )
         )
     return runs
@@ -365,21 +450,36 @@ def _mosaic() -> list[PublishedRun]:
     runs = []
     for gpu, size, gpus, mbs, gbs, ac, tokens_s, step_s in _MOSAIC_ROWS:
         d, heads, layers = _MPT[size]
-        model = {"hidden_size": d, "num_attention_heads": heads, "num_hidden_layers": layers,
-                 "vocab_size": 50368, "activation": "gelu", "norm": "layernorm",
-                 "position_embedding": "learned", "max_position_embeddings": 2048}
+        model = {
+            "hidden_size": d,
+            "num_attention_heads": heads,
+            "num_hidden_layers": layers,
+            "vocab_size": 50368,
+            "activation": "gelu",
+            "norm": "layernorm",
+            "position_embedding": "learned",
+            "max_position_embeddings": 2048,
+        }
         assumptions = (
             "FSDP FULL_SHARD = zero_stage 3; the yamls' flash/triton attention = flash_attention",
-            "the H100 table names no network: dgx-h100-80gb" if gpu == "h100" else "1600 Gb/s RoCE per "
-            "node = 8 x 200 Gb/s: dgx-a100-80gb",
+            "the H100 table names no network: dgx-h100-80gb"
+            if gpu == "h100"
+            else "1600 Gb/s RoCE per node = 8 x 200 Gb/s: dgx-a100-80gb",
             "Composer's DEFAULT mixed precision (amp_bf16 rows) keeps fp32 parameters; not expressible",
         )
         runs.append(
             PublishedRun(
-                f"mosaic-{gpu}-mpt-{size}-{gpus}gpu", "mosaicml-llm-foundry", MOSAIC, model,
+                f"mosaic-{gpu}-mpt-{size}-{gpus}gpu",
+                "mosaicml-llm-foundry",
+                MOSAIC,
+                model,
                 _train(2048, mbs, gbs, "bf16", "full" if ac else "none", flash_attention=True),
-                _plan(zero_stage=3), _cluster(f"dgx-{gpu}-80gb", gpus), "fsdp", step_s,
-                Reported(tokens_s, "tokens/s"), assumptions,
+                _plan(zero_stage=3),
+                _cluster(f"dgx-{gpu}-80gb", gpus),
+                "fsdp",
+                step_s,
+                Reported(tokens_s, "tokens/s"),
+                assumptions,
             )
         )
     return runs
@@ -399,19 +499,34 @@ _OMNIPATH_TIERS = [
 
 
 def _bloom() -> PublishedRun:
-    model = {"hidden_size": 14336, "num_hidden_layers": 70, "num_attention_heads": 112, "vocab_size": 250880,
-             "activation": "gelu", "norm": "layernorm", "position_embedding": "rope",
-             "tie_word_embeddings": True}
+    model = {
+        "hidden_size": 14336,
+        "num_hidden_layers": 70,
+        "num_attention_heads": 112,
+        "vocab_size": 250880,
+        "activation": "gelu",
+        "norm": "layernorm",
+        "position_embedding": "rope",
+        "tie_word_embeddings": True,
+    }
     return PublishedRun(
-        "bloom-176b-384gpu", "bloom2022", BLOOM, model,
+        "bloom-176b-384gpu",
+        "bloom2022",
+        BLOOM,
+        model,
         # BF16Optimizer accumulates gradients in fp32; DeepSpeed activation checkpointing
         _train(2048, 2, 2048, "bf16", "full", grad_accumulation_fp32=True),
-        _plan(4, 12, zero_stage=1), _cluster("dgx-a100-80gb", 384, tiers=_OMNIPATH_TIERS), "deepspeed",
-        104.70, Reported(104.70, "s"),
-        ("ALiBi positions: no parameters, written as 'rope' (plancast's parameter-free option)",
-         "vocabulary 250,680 padded to 250,880 (README 'Sizes of each layer': embedding 250880 x 14336)",
-         "Omni-Path latency and efficiency: those of the dgx-a100-80gb InfiniBand tier",
-         "DeepSpeed's pipeline schedule (1F1B-like TrainSchedule): 1F1B"),
+        _plan(4, 12, zero_stage=1),
+        _cluster("dgx-a100-80gb", 384, tiers=_OMNIPATH_TIERS),
+        "deepspeed",
+        104.70,
+        Reported(104.70, "s"),
+        (
+            "ALiBi positions: no parameters, written as 'rope' (plancast's parameter-free option)",
+            "vocabulary 250,680 padded to 250,880 (README 'Sizes of each layer': embedding 250880 x 14336)",
+            "Omni-Path latency and efficiency: those of the dgx-a100-80gb InfiniBand tier",
+            "DeepSpeed's pipeline schedule (1F1B-like TrainSchedule): 1F1B",
+        ),
     )
 
 
@@ -429,49 +544,104 @@ GPT_OSS = (
 
 def _moe_and_long_context() -> tuple[PublishedRun, ...]:
     deepseek = {
-        "hidden_size": 7168, "num_hidden_layers": 61, "num_attention_heads": 128, "vocab_size": 129280,
-        "intermediate_size": 18432, "moe_intermediate_size": 2048, "n_routed_experts": 256,
-        "n_shared_experts": 1, "num_experts_per_tok": 8, "first_k_dense_replace": 3, "q_lora_rank": 1536,
-        "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128,
-        "activation": "swiglu", "norm": "rmsnorm", "position_embedding": "rope", "tie_word_embeddings": False,
+        "hidden_size": 7168,
+        "num_hidden_layers": 61,
+        "num_attention_heads": 128,
+        "vocab_size": 129280,
+        "intermediate_size": 18432,
+        "moe_intermediate_size": 2048,
+        "n_routed_experts": 256,
+        "n_shared_experts": 1,
+        "num_experts_per_tok": 8,
+        "first_k_dense_replace": 3,
+        "q_lora_rank": 1536,
+        "kv_lora_rank": 512,
+        "qk_nope_head_dim": 128,
+        "qk_rope_head_dim": 64,
+        "v_head_dim": 128,
+        "activation": "swiglu",
+        "norm": "rmsnorm",
+        "position_embedding": "rope",
+        "tie_word_embeddings": False,
     }
     # H800: H100 SXM compute; NVLink 160 GB/s and IB 50 GB/s per GPU as DeepSeek-V3 sec. 3.2.2 measures.
-    h800 = {"preset": "dgx-h100-80gb", "num_nodes": 256, "tiers": [
-        {**catalog.CLUSTERS["dgx-h100-80gb"]["tiers"][0], "bandwidth_GBps": 160.0},  # type: ignore[index]
-        catalog.CLUSTERS["dgx-h100-80gb"]["tiers"][1]]}  # type: ignore[index]
+    h800 = {
+        "preset": "dgx-h100-80gb",
+        "num_nodes": 256,
+        "tiers": [
+            {**catalog.CLUSTERS["dgx-h100-80gb"]["tiers"][0], "bandwidth_GBps": 160.0},  # type: ignore[index]
+            catalog.CLUSTERS["dgx-h100-80gb"]["tiers"][1],
+        ],
+    }  # type: ignore[index]
     gpt_oss = {
-        "hidden_size": 2880, "num_hidden_layers": 36, "num_attention_heads": 64, "num_key_value_heads": 8,
-        "intermediate_size": 2880, "num_local_experts": 128, "num_experts_per_tok": 4, "vocab_size": 201088,
-        "activation": "swiglu", "norm": "rmsnorm", "position_embedding": "rope", "tie_word_embeddings": False,
+        "hidden_size": 2880,
+        "num_hidden_layers": 36,
+        "num_attention_heads": 64,
+        "num_key_value_heads": 8,
+        "intermediate_size": 2880,
+        "num_local_experts": 128,
+        "num_experts_per_tok": 4,
+        "vocab_size": 201088,
+        "activation": "swiglu",
+        "norm": "rmsnorm",
+        "position_embedding": "rope",
+        "tie_word_embeddings": False,
     }
     return (
         PublishedRun(
-            "deepseek-v3-2048xh800", "deepseek-v3-2024", DEEPSEEK_V3, deepseek,
+            "deepseek-v3-2048xh800",
+            "deepseek-v3-2024",
+            DEEPSEEK_V3,
+            deepseek,
             _train(4096, 1, 15360, "fp8", "selective"),
-            {"tensor_parallel_degree": 1, "pipeline_parallel_degree": 16, "expert_parallel_degree": 64,
-             "zero_stage": 1, "pipeline_parallel_schedule": "DualPipe"},
-            h800, "other", 19.91, Reported(180_000, "GPU-h/1T tokens"),
-            ("FP8 mixed precision as the report trains (plancast has no fp8 dtype yet)",
-             "micro-batch 1: not stated; 'selective' = the report's recompute of RMSNorm and MLA "
-             "up-projections", "the batch after its ramp (15360 sequences) for the whole run's rate"),
+            {
+                "tensor_parallel_degree": 1,
+                "pipeline_parallel_degree": 16,
+                "expert_parallel_degree": 64,
+                "zero_stage": 1,
+                "pipeline_parallel_schedule": "DualPipe",
+            },
+            h800,
+            "other",
+            19.91,
+            Reported(180_000, "GPU-h/1T tokens"),
+            (
+                "FP8 mixed precision as the report trains (plancast has no fp8 dtype yet)",
+                "micro-batch 1: not stated; 'selective' = the report's recompute of RMSNorm and MLA "
+                "up-projections",
+                "the batch after its ramp (15360 sequences) for the whole run's rate",
+            ),
         ),
         _llama3_row(16384, 8, 16, 16, 131072, 128, 380, 15.30),
         PublishedRun(
-            "nemo-gpt-oss-120b-64xh100", "megatron-bridge-2026", GPT_OSS, gpt_oss,
+            "nemo-gpt-oss-120b-64xh100",
+            "megatron-bridge-2026",
+            GPT_OSS,
+            gpt_oss,
             _train(4096, 1, 1280, "bf16", "none", flash_attention=True),
-            {**_plan(1, 4), "expert_parallel_degree": 8}, _cluster("dgx-h100-80gb", 64), "megatron-lm",
-            13.67, Reported(5993, "tokens/s/GPU"),
-            ("shapes from openai/gpt-oss-120b config.json (alternating 128-token sliding-window attention "
-             "not expressible); recompute none and no virtual stages (VP n/a): not stated otherwise",
-             "the benchmark force-balances tokens over experts (page footnote)"),
+            {**_plan(1, 4), "expert_parallel_degree": 8},
+            _cluster("dgx-h100-80gb", 64),
+            "megatron-lm",
+            13.67,
+            Reported(5993, "tokens/s/GPU"),
+            (
+                "shapes from openai/gpt-oss-120b config.json (alternating 128-token sliding-window attention "
+                "not expressible); recompute none and no virtual stages (VP n/a): not stated otherwise",
+                "the benchmark force-balances tokens over experts (page footnote)",
+            ),
         ),
     )
 
 
 RUNS: tuple[PublishedRun, ...] = (
-    *_korthikanti(), *_narayanan(), *_megascale(),
-    _llama3_row(8192, 8, 16, 1, 8192, 2048, 430, 12.54), _llama3_row(16384, 8, 16, 1, 8192, 2048, 400, 6.740),
-    *_torchtitan(), *_mosaic(), _bloom(),
+    *_korthikanti(),
+    *_narayanan(),
+    *_megascale(),
+    _llama3_row(8192, 8, 16, 1, 8192, 2048, 430, 12.54),
+    _llama3_row(16384, 8, 16, 1, 8192, 2048, 400, 6.740),
+    *_torchtitan(),
+    *_mosaic(),
+    _bloom(),
 )
 """Dense runs that parse on today's simulator."""
 

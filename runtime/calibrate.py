@@ -26,9 +26,10 @@ from plancast.simulator.calibration import (
     fit_compute,
     optimizer_tensor_overhead_us,
 )
+from plancast.simulator.cluster import GPU, Cluster
 from plancast.simulator.loader import load_scenario, parse_scenario
 from plancast.simulator.predict import simulate
-from plancast.simulator.scenario import GPU, Cluster, Scenario
+from plancast.simulator.scenario import Scenario
 from plancast.traces.calibrate import compute_observations, fit_link, median_observations
 from plancast.traces.schema import ALIGNMENT_KEY
 from plancast.traces.store import RunDir, read_json, read_measured

@@ -135,7 +135,7 @@ def _rank_keys(plan: RankPlan) -> list[_Key]:
                 comm(_tp_pass(plan, c, "backward"), "tp", a.stage, a.chunk, a.microbatch)
             comm(states[a.stage].backward() if fsdp else [], "dp", a.stage, a.chunk, a.microbatch)
             if s.dp > 1 and not fsdp and last_b[a.stage] == i:
-                n = len(ddp_bucket_bytes(chunk_param_bytes(s, c), s.parallelism.ddp_bucket_cap_MiB))
+                n = len(ddp_bucket_bytes(chunk_param_bytes(s, c), None))  # torch DDP, never rebuilt
                 comm(["all_reduce"] * n, "dp", a.stage, a.chunk, -1)
             if a.stage > 0 and plan.holder(a.stage - 1) != plan.rank:
                 keys.append(_Key("pp", "send", a.stage, a.chunk, a.microbatch, plan.holder(a.stage - 1), 1))

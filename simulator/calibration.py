@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from plancast.simulator.cluster import Cluster, ComputeModel, Tier
 from plancast.simulator.costs.ops import (
     Op,
     Shape,
@@ -29,7 +30,7 @@ from plancast.simulator.costs.ops import (
 )
 from plancast.simulator.costs.stage import MEMORY_BACKWARD_FACTOR, stage_costs
 from plancast.simulator.engine import Topology, optimizer_memory_s, optimizer_tensors
-from plancast.simulator.scenario import Cluster, ComputeModel, Scenario, Tier
+from plancast.simulator.scenario import Scenario
 
 
 @dataclass(frozen=True, slots=True)

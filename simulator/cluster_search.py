@@ -14,8 +14,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from plancast.simulator.cluster import Cluster
 from plancast.simulator.goodput import plan_run, resized
-from plancast.simulator.scenario import Cluster, Scenario
+from plancast.simulator.scenario import Scenario
 from plancast.simulator.sweep import Ranked, sweep
 
 RANK_KEYS: dict[str, str] = {

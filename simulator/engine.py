@@ -13,21 +13,35 @@ one representative per pipeline position is simulated and its events copied to i
 
 from __future__ import annotations
 
+import math
 from collections.abc import Generator, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 import simpy
 
-from plancast.simulator.costs.collectives import Level, Link, collective_seconds, group_levels, ring_seconds
+from plancast.simulator.costs.collectives import (
+    Algorithm,
+    Level,
+    Link,
+    collective_seconds,
+    group_levels,
+    ring_seconds,
+)
 from plancast.simulator.costs.ops import DTYPE_BYTES
+from plancast.simulator.costs.optimizer import optimizer_bytes_per_param, optimizer_memory_s
 from plancast.simulator.costs.params import chunk_tensor_bytes
-from plancast.simulator.costs.stage import StageCost, stage_costs
+from plancast.simulator.costs.stage import Durations, StageCost, stage_costs
 from plancast.simulator.costs.tp_comm import sp_grad_all_reduce_bytes
 from plancast.simulator.mesh import Coord, RankGrid, span_tier
 from plancast.simulator.scenario import Scenario
 from plancast.simulator.schedules import Action, build_schedule, splits_backward
 from plancast.simulator.units import FsdpState, UnitPlan, dp_plan
+
+__all__ = ["Engine", "Topology", "optimizer_bytes_per_param", "optimizer_memory_s", "optimizer_tensors"]
+
+LINK_SLICE_BYTES = 8 * 4 * 2**20  # NCCL_BUFFSIZE (4 MiB) x 8 channels: one slice of a collective
+MAX_LINK_SLICES = 256  # bounds the SimPy events per collective
 
 # One recorded span: rank, stream, kind, stage, chunk, microbatch, index, peer, start_s, dur_s, bytes, flops
 Span = tuple[int, str, str, int, int, int, int, int, float, float, int, float]
@@ -80,7 +94,7 @@ class Engine:
         self.schedule = build_schedule(s.parallelism.pipeline_parallel_schedule, s.pp, self.m, s.vpp)
         self.split_backward = splits_backward(s.parallelism.pipeline_parallel_schedule)
         self.costs: tuple[StageCost, ...] = self.costs_override or stage_costs(s, self.topo.levels("tp"))
-        self.durations = tuple(_Durations.of(c, self.split_backward) for c in self.costs)
+        self.durations = tuple(Durations.of(c, self.split_backward) for c in self.costs)
         self.dp_levels = self.topo.levels("dp")
         self.units: tuple[UnitPlan, ...] = tuple(dp_plan(s, c) for c in self.costs)
         self.spans: list[Span] = []
@@ -106,6 +120,7 @@ class Engine:
         self._indices: dict[tuple[int, str, str, int, int, int], int] = {}
         self._fsdp: dict[tuple[int, int], FsdpState] = {}
         self._meetings: dict[tuple[int, int], simpy.Event] = {}
+        self.dp_wait_s: dict[int, float] = {}  # per rank: compute-stream time spent waiting for gathers
         # host cost of FSDP2's unit hooks per collective (DDP buckets and ZeRO-1 broadcasts have none)
         self._dp_host_s = s.cluster.compute.dp_collective_overhead_us * 1e-6 if self.fsdp else 0.0
         # per-step host work of FSDP2 and of tensor-parallel DTensors (ComputeModel's *_step_overhead_us)
@@ -281,12 +296,22 @@ class Engine:
             if ready is not None and not ready.processed:
                 yield ready
             # all-gathers move the gathered tensor: nbytes is this rank's full (unsharded) unit
-            seconds = collective_seconds(kind, self.dp_levels, nbytes) + self._dp_host_s
+            # ZeRO-2/3 gathers and reduce-scatters are NCCL rings (its only algorithm for them): over
+            # nodes every GPU's share crosses its own NIC, so the outer tier's per-GPU bandwidth bounds
+            # them (published ZeRO-3 runs stop scaling there: Narayanan et al. 2021 Table 2)
+            algorithm: Algorithm = "ring" if kind in ("all_gather", "reduce_scatter") else "auto"
+            seconds = collective_seconds(kind, self.dp_levels, nbytes, algorithm) + self._dp_host_s
             if self.share_links:
-                with self._link(st.rank, tier).request() as req:
-                    yield req
-                    start = self.env.now
-                    yield self.env.timeout(seconds)
+                # NCCL moves a collective in chunks (NCCL_BUFFSIZE, 4 MiB per channel), so pipeline
+                # transfers on the same link interleave with it rather than wait for all of it: the link
+                # is held one slice at a time.
+                slices = max(1, min(math.ceil(nbytes / LINK_SLICE_BYTES), MAX_LINK_SLICES))
+                start = -1.0
+                for _ in range(slices):
+                    with self._link(st.rank, tier).request() as req:
+                        yield req
+                        start = self.env.now if start < 0 else start
+                        yield self.env.timeout(seconds / slices)
             else:
                 start = self.env.now
                 yield self.env.timeout(seconds)
@@ -332,35 +357,44 @@ class Engine:
     ) -> Generator[Any, Any, None]:
         """A pass under ZeRO-2/3: units wait for their all-gathers (FSDP2 state rules, simulator/units.py).
 
-        With overlap_param_gather every needed gather is queued at once on the dp stream (prefetch),
-        so the next unit's parameters arrive while the current one computes; otherwise each unit's
-        gather is issued when the unit is reached."""
+        With overlap_param_gather a unit's gather is issued when the unit before it starts (one unit
+        of prefetch: FSDP2's backward prefetch and torchtitan's forward prefetch, DeepSpeed's bounded
+        `stage3_prefetch_bucket_size`), so it arrives while that unit computes; otherwise when the unit
+        is reached. The time spent waiting for a gather is data-parallel communication, kept apart
+        from the compute in `dp_wait_s`. A backward unit's reduce-scatter is issued once its gradients
+        exist (overlap_grad_reduce), else after the whole backward."""
         state = self._fsdp[(st.rank, a.stage)]
         backward = kind in ("backward", "backward_input", "backward_weight")
         steps = state.backward() if backward else state.forward()
-        prefetch = self.s.parallelism.overlap_param_gather
+        ahead = 1 if self.s.parallelism.overlap_param_gather else 0
+        overlap_rs = self.s.parallelism.overlap_grad_reduce
         start = self.env.now
-        queued = [
-            self._dp_collective(st, "all_gather", u.param_bytes, a.stage, a.chunk, a.microbatch)
-            if need and prefetch
-            else None
-            for u, need in steps
-        ]
-        for (unit, need), prefetched in zip(steps, queued, strict=True):
-            gathered = prefetched
-            if need and not prefetch:
-                gathered = self._dp_collective(
+        gathers: list[simpy.Event | None] = [None] * len(steps)
+
+        def issue(i: int) -> None:
+            if i < len(steps) and steps[i][1] and gathers[i] is None:
+                unit = steps[i][0]
+                gathers[i] = self._dp_collective(
                     st, "all_gather", unit.param_bytes, a.stage, a.chunk, a.microbatch
                 )
+
+        for i, (unit, _need) in enumerate(steps):
+            for j in range(i, i + 1 + ahead):
+                issue(j)
+            gathered = gathers[i]
             if gathered is not None and not gathered.processed:
+                waited_from = self.env.now
                 yield gathered
+                self.dp_wait_s[st.rank] = self.dp_wait_s.get(st.rank, 0.0) + self.env.now - waited_from
             share = unit.backward_share if backward else unit.forward_share
             if share:
                 yield self._busy(st, seconds * share)
+            if backward and overlap_rs:
+                self._dp_collective(st, "reduce_scatter", unit.param_bytes, a.stage, a.chunk, a.microbatch)
         self._record(
             st.rank, "compute", kind, a.stage, a.chunk, a.microbatch, start, self.env.now - start, flops=flops
         )
-        if backward:
+        if backward and not overlap_rs:
             for unit, _ in steps:
                 self._dp_collective(st, "reduce_scatter", unit.param_bytes, a.stage, a.chunk, a.microbatch)
 
@@ -423,13 +457,13 @@ class Engine:
                 if self.fsdp:
                     yield from self._fsdp_phase(st, d.backward_kind, a, d.backward_s, d.backward_flops)
                 else:
+                    if a in last_b:
+                        self._reduce_gradients(st, a, d.backward_s)
                     yield self._busy(st, d.backward_s) if self.slots else env.timeout(d.backward_s)
                     kind, dur = d.backward_kind, env.now - start
                     spans.append(
                         (rank, "compute", kind, stage, chunk, mb, 0, -1, start, dur, 0, d.backward_flops)
                     )
-                if a in last_b and not self.fsdp:
-                    self._reduce_gradients(st, a, start)
                 if prev != rank:
                     if self._p2p_host_s:
                         yield self._busy(st, self._p2p_host_s)
@@ -445,19 +479,20 @@ class Engine:
         yield from self._step_end(st)
         yield from self._optimizer(st)
 
-    def _reduce_gradients(self, st: _RankState, a: Action, start: float) -> None:
-        """DDP / ZeRO-1: the chunk's gradient buckets, ready as the last backward produces them."""
+    def _reduce_gradients(self, st: _RankState, a: Action, backward_s: float) -> None:
+        """DDP / ZeRO-1, called as the chunk's last backward starts: each gradient bucket is reduced as
+        soon as the backward has produced it (DDP's autograd hooks, Megatron-LM's overlap_grad_reduce),
+        at its share of the backward in reduction order; without overlap all wait for its end."""
         if self.s.dp == 1:
             return
         buckets = self.units[a.stage].bucket_bytes
-        now = self.env.now
         total = sum(buckets) or 1
         done = 0.0
         overlap = self.s.parallelism.overlap_grad_reduce
         for nbytes in buckets:
             done += nbytes
-            at = start + (now - start) * done / total if overlap else now
-            ready = self.env.timeout(at - now) if at > now else None
+            after_s = backward_s * done / total if overlap else backward_s
+            ready = self.env.timeout(after_s)
             self._dp_collective(st, "all_reduce", nbytes, a.stage, a.chunk, -1, ready)
 
     def _step_end(self, st: _RankState) -> Generator[Any, Any, None]:
@@ -551,15 +586,6 @@ class Engine:
         return self.spans
 
 
-def optimizer_memory_s(s: Scenario, params: float) -> float:
-    """Memory-bound time of an optimizer step over `params` local parameters."""
-    return (
-        params
-        * optimizer_bytes_per_param(s)
-        / (s.cluster.gpu.hbm_GBps * 1e9 * s.cluster.compute.memory_efficiency)
-    )
-
-
 def optimizer_tensors(s: Scenario, stages: Iterable[int]) -> float:
     """Parameter tensors one rank's optimizer updates for its virtual `stages`: every tensor of the
     chunks (FSDP2 and DTensor shard each tensor), a 1/dp share under ZeRO-1 (ZeroRedundancyOptimizer
@@ -584,61 +610,8 @@ def optimizer_host_s(s: Scenario, stages: Iterable[int]) -> float:
     return optimizer_tensors(s, stages) * per_tensor_us * 1e-6 if per_tensor_us else 0.0
 
 
-def optimizer_bytes_per_param(s: Scenario) -> float:
-    """HBM bytes one optimizer step moves per parameter.
-
-    Fused Adam (apex / torch `fused=True`) reads the gradient and reads and writes the fp32 parameter,
-    momentum and variance (g + 24 bytes); zeroing the gradient writes g again. Mixed precision adds
-    Megatron-LM's MixedPrecisionOptimizer passes: unscale and inf check (read + write g), gradient
-    norm (read g) and the copy of fp32 parameters to the model's 16-bit ones (4 + 2)."""
-    if s.training.dtype == "fp32":
-        return 4 + 24 + 4
-    g = 4.0 if s.training.grad_accumulation_fp32 else 2.0
-    return g + 24 + g + 2 * g + g + 6
-
-
 def _succeed(event: simpy.Event) -> None:
     event.succeed()
-
-
-@dataclass(frozen=True, slots=True)
-class _Durations:
-    """A stage's per-micro-batch durations, computed once (the engine reads them per action)."""
-
-    forward_s: float
-    recompute_s: float
-    backward_s: float  # full backward, or the input-gradient part when the schedule splits it
-    backward_weight_s: float
-    forward_flops: float
-    backward_flops: float
-    weight_flops: float
-    backward_kind: str
-
-    @classmethod
-    def of(cls, cost: StageCost, split: bool) -> _Durations:
-        """With a split backward the first stage has no input gradient to produce: its B is empty and
-        W runs its whole backward (as torch's stage_backward_input/weight do)."""
-        if split and cost.stage == 0:
-            b_s, w_s, b_flops, w_flops = 0.0, cost.backward_s, 0.0, 2 * cost.forward_flops
-        elif split:
-            b_s, w_s, b_flops, w_flops = (
-                cost.backward_input_s,
-                cost.backward_weight_s,
-                cost.forward_flops,
-                cost.forward_flops,
-            )
-        else:
-            b_s, w_s, b_flops, w_flops = cost.backward_s, 0.0, 2 * cost.forward_flops, 0.0
-        return cls(
-            forward_s=cost.forward_s,
-            recompute_s=cost.recompute_s,
-            backward_s=b_s,
-            backward_weight_s=w_s,
-            forward_flops=cost.forward_flops,
-            backward_flops=b_flops,
-            weight_flops=w_flops,
-            backward_kind="backward_input" if split else "backward",
-        )
 
 
 def _last_actions(actions: tuple[Action, ...], kind: str) -> set[Action]:

@@ -213,7 +213,13 @@ def simulate(
     else:
         tp_events, tp_time = pd.DataFrame(), _tp_time(spans, engine.costs)
     summary = summarize(
-        s, spans, tp_time, engine.p2p_seconds, _hardware_flops(s, engine.costs), engine.schedule
+        s,
+        spans,
+        tp_time,
+        engine.p2p_seconds,
+        _hardware_flops(s, engine.costs),
+        engine.schedule,
+        dp_wait_s=engine.dp_wait_s,
     )
     summary["schema_version"] = SCHEMA_VERSION
     summary["simulated_ranks"] = len(engine.ranks)

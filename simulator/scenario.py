@@ -10,24 +10,16 @@ problem with its key path and a fix.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from plancast.simulator import catalog
-from plancast.simulator.presets import lookup_preset, merge_preset
+from plancast.simulator.catalog.frameworks import DEFAULT_FRAMEWORK, Framework, framework_defaults
+from plancast.simulator.cluster import Cluster
+from plancast.simulator.fields import Dtype, Recompute, Strict
+from plancast.simulator.presets import merge_preset
 from plancast.simulator.schedules import ScheduleName
-
-Dtype = Literal["fp32", "fp16", "bf16"]
-Recompute = Literal["none", "selective", "full"]
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(
-        extra="forbid", frozen=True, validate_default=True, strict=True, use_attribute_docstrings=True
-    )
-
 
 DEPRECATED_KEYS: dict[tuple[str, str], str] = {
     ("parallelism", "ddp_bucket_cap_MB"): "ddp_bucket_cap_MiB",  # it always meant MiB
@@ -36,7 +28,7 @@ DEPRECATED_KEYS: dict[tuple[str, str], str] = {
 
 
 # --------------------------------------------------------------------------------------------- model
-class Model(_Strict):
+class Model(Strict):
     """A GPT/Llama-style decoder-only transformer."""
 
     preset: str | None = None
@@ -98,7 +90,7 @@ class Model(_Strict):
 
 
 # ------------------------------------------------------------------------------------------ training
-class Training(_Strict):
+class Training(Strict):
     """One optimizer step: batch shape, precision and activation recompute."""
 
     seq_len: int = Field(default=2048, gt=0)
@@ -113,9 +105,10 @@ class Training(_Strict):
     """Activation recompute: none, selective (attention core, Korthikanti et al. 2022) or full."""
     flash_attention: bool = False
     """Fused attention (Dao et al. 2022): no s x s scores in memory; off reproduces Megatron-LM 2022."""
-    grad_accumulation_fp32: bool = False
+    grad_accumulation_fp32: bool | None = None
     """Keep gradients in fp32 (Megatron-LM `--accumulate-allreduce-grads-in-fp32`): 18 bytes per parameter
-    for mixed-precision Adam instead of the ZeRO paper's 16."""
+    for mixed-precision Adam instead of the ZeRO paper's 16. Default: parallelism.framework's (on for
+    bf16 under megatron-lm and deepspeed, off otherwise)."""
     steps: int = Field(default=10, gt=0)
     """Optimizer steps the runtime executes (the simulator predicts one)."""
     seed: int = 0
@@ -130,7 +123,7 @@ class Training(_Strict):
 
 
 # --------------------------------------------------------------------------------------- parallelism
-class Parallelism(_Strict):
+class Parallelism(Strict):
     """How the model is split over the ranks (torchtitan / Megatron-LM vocabulary)."""
 
     tensor_parallel_degree: int = Field(default=1, gt=0)
@@ -150,24 +143,46 @@ class Parallelism(_Strict):
     """Layers per (virtual) stage, in stage order; default: as even as possible."""
     sequence_parallel: bool = False
     """Shard LayerNorm/dropout activations over tensor parallel (Korthikanti et al. 2022); needs tp > 1."""
-    vocab_parallel: bool = False
-    """Split the embedding and output layer over tensor parallel (Megatron-LM); off: replicated on
-    every tp rank, as plancast's runtime does."""
+    framework: Framework = DEFAULT_FRAMEWORK
+    """Whose behaviour to model where frameworks differ in step time: megatron-lm | torchtitan |
+    deepspeed. It sets the defaults of vocab_parallel, overlap_p2p_comm, scatter_gather_p2p,
+    ddp_bucket_cap_MiB and training.grad_accumulation_fp32 (simulator/catalog/frameworks.py cites
+    each); keys written in the scenario override it. Default torchtitan: plancast's runtime is built
+    on the same torch stack (DTensor tensor parallel, FSDP2, torch.distributed.pipelining), so a
+    scenario's prediction and its `plancast run` measure the same behaviour."""
+    vocab_parallel: bool | None = None
+    """Split the embedding and output layer over tensor parallel, with a vocab-parallel loss
+    (Megatron-LM, DeepSpeed and torchtitan do). Default: the framework's (on for megatron-lm and
+    deepspeed; off for torchtitan while plancast's runtime keeps them replicated); off: replicated on
+    every tp rank."""
     overlap_grad_reduce: bool = True
     """Reduce gradient buckets while the backward pass runs (DDP / ZeRO)."""
     overlap_param_gather: bool = True
     """ZeRO-3: prefetch the next layer's parameters while the current one computes."""
-    overlap_p2p_comm: bool = True
+    overlap_p2p_comm: bool | None = None
     """Pipeline sends run asynchronously (torch.distributed.pipelining, Megatron-LM
-    `--overlap-p2p-communication`); off: the sender waits for each transfer (Megatron-LM 2022)."""
-    scatter_gather_p2p: bool = False
+    `--overlap-p2p-communication`); off: the sender waits for each transfer (Megatron-LM 2022,
+    DeepSpeed). Default: the framework's."""
+    scatter_gather_p2p: bool | None = None
     """Megatron-LM's scatter/gather pipeline sends: each tp rank sends 1/tp of the activation over the
-    slow tier and the receivers all-gather it (Narayanan et al. 2021 sec. 4.1)."""
+    slow tier and the receivers all-gather it (Narayanan et al. 2021 sec. 4.1). Default: the
+    framework's (megatron-lm and deepspeed on, torchtitan off)."""
     tp_comm_overlap: bool = False
     """Hide tensor-parallel collectives behind GEMMs (off: they sit on the critical path)."""
-    ddp_bucket_cap_MiB: float = Field(default=25.0, gt=0)
-    """Gradient bucket size in MiB (torch DDP's bucket_cap_mb, default 25, which DDP multiplies by
-    1024 * 1024). The old name ``ddp_bucket_cap_MB`` is still read, with a warning."""
+    ddp_bucket_cap_MiB: float | None = Field(default=None, gt=0)
+    """Data-parallel gradient bucket size in MiB. Default: the framework's (Megatron-LM max(40M, 1M x dp)
+    parameters, DeepSpeed 5e8 elements, in gradient bytes); under torchtitan none: torch DDP's reducer
+    puts every gradient of a chunk in one bucket (find_unused_parameters=False) and rebuilds
+    [1 MiB, bucket_cap_mb] buckets only in a forward through DDP, which plancast's runtime (gradient
+    accumulation through the bare module, as pipelining) never runs, so under torchtitan a value
+    here only reaches DDP's bucket_cap_mb and the simulated chunk keeps one bucket. The old name
+    ``ddp_bucket_cap_MB`` is still read, with a warning."""
+
+    @property
+    def bucket_cap_MiB(self) -> float | None:
+        """The cap gradient buckets follow: none under torchtitan, whose torch DDP (as plancast's runtime
+        drives it) keeps one bucket per chunk whatever bucket_cap_mb it is given."""
+        return None if self.framework == "torchtitan" else self.ddp_bucket_cap_MiB
 
     @field_validator("data_parallel_degree")
     @classmethod
@@ -177,180 +192,39 @@ class Parallelism(_Strict):
         return value
 
 
-# ------------------------------------------------------------------------------------------- cluster
-class GPU(_Strict):
-    """One accelerator (or CPU core used as a rank)."""
-
-    name: str = "custom"
-    """Catalog name of the GPU this table describes (or `custom`)."""
-    peak_tflops: dict[str, Annotated[float, Field(gt=0, allow_inf_nan=False)]]
-    """Dense peak TFLOP/s per dtype (fp32, tf32, fp16, bf16, ...)."""
-    hbm_GBps: float = Field(gt=0)
-    """Memory bandwidth, GB/s."""
-    memory_GiB: float = Field(gt=0)
-    """Device memory, GiB."""
-    price_usd_per_hour: float | None = Field(default=None, gt=0)
-    """Rental price per GPU-hour, USD (catalog: cited on-demand list prices); unset: no cost reported."""
-    power_W: float | None = Field(default=None, gt=0)
-    """Board power at full load, W (catalog: datasheet TDP); unset: no energy reported."""
-    mtbf_hours: float = Field(default=50677.0, gt=0)
-    """Mean time between job-interrupting failures per GPU, hours. Default: Llama 3 (Dubey et al. 2024,
-    sec. 3.3.4): 419 unexpected interruptions in 54 days on 16,384 H100 = 16,384 x 54 x 24 / 419 h."""
-
-    @field_validator("peak_tflops", mode="before")
-    @classmethod
-    def _peak(cls, value: Any) -> Any:
-        if isinstance(value, int | float):  # one number: the same peak for every dtype
-            return {d: float(value) for d in ("fp32", "tf32", "fp16", "bf16")}
-        return value
-
-    def peak_dtype(self, dtype: str) -> str:
-        """The ``peak_tflops`` entry that training in ``dtype`` runs at: the one rule for a dtype's peak
-        (fp32 training uses TF32 tensor cores where the GPU has them)."""
-        return "tf32" if dtype == "fp32" and "tf32" in self.peak_tflops else dtype
-
-    def peak_flops(self, dtype: str) -> float:
-        """Peak FLOP/s for dtype (``peak_dtype``)."""
-        key = self.peak_dtype(dtype)
-        if key not in self.peak_tflops:
-            raise KeyError(f"cluster.gpu.peak_tflops has no entry for {dtype}")
-        return self.peak_tflops[key] * 1e12
-
-
-class Tier(_Strict):
-    """A level of the network: ranks inside one unit of it talk over its links."""
-
-    name: str
-    """Label of the tier in traces and tables (`nvlink`, `infiniband`, `gloo`, ...)."""
-    size: int | None = Field(default=None, gt=0)
-    """Ranks inside one unit of this tier; the outermost tier always spans the whole cluster."""
-    bandwidth_GBps: float = Field(gt=0)
-    """Per rank, one direction, GB/s."""
-    latency_us: float = Field(default=0.0, ge=0)
-    """Per message (alpha), microseconds."""
-    efficiency: float = Field(default=1.0, gt=0, le=1)
-    """Achieved fraction of bandwidth_GBps for large collectives (nccl-tests busbw / peak)."""
-
-
-class ComputeModel(_Strict):
-    """Achieved compute as a function of op shape (see simulator/costs/efficiency.py).
-
-    Defaults: bounded least-squares fit (benchmarks/fit_published.py) on Korthikanti et al. 2022
-    Table 4 (ten per-layer times of the 22B model) and Table 5 (eight iteration times, 22B to 1T) on
-    A100, together with the NVLink tier's in-training efficiency. Leave-one-model-out
-    cross-validation of that fit is reported by the same script. `plancast calibrate` refits them.
-    """
-
-    matmul_efficiency: float = Field(default=0.79, gt=0, le=1)
-    """Fraction of peak reached by very large GEMMs."""
-    matmul_half_gflop: float = Field(default=0.35, ge=0)
-    """GEMM size (GFLOP) at which achieved efficiency is half of matmul_efficiency's headroom."""
-    attention_efficiency: float = Field(default=0.54, gt=0, le=1)
-    """Fraction of peak reached by the attention core (QK^T, softmax-V)."""
-    memory_efficiency: float = Field(default=0.95, gt=0, le=1)
-    """Fraction of HBM bandwidth reached by memory-bound ops (norms, activations, optimizer)."""
-    op_overhead_us: float = Field(default=26.0, ge=0)
-    """Fixed time per operator (kernel launch, framework dispatch)."""
-    tp_collective_overhead_us: float = Field(default=0.0, ge=0)
-    """Host time per tensor-parallel collective beyond the link's alpha-beta (framework dispatch, e.g.
-    DTensor redistributes on CPU); ~0 on GPUs, whose host runs ahead. Fitted by `plancast calibrate`."""
-    tp_step_overhead_us: float = Field(default=0.0, ge=0)
-    """Host time per step of a tensor-parallel plan beyond its collectives (DTensor bookkeeping around
-    the step); fitted with the per-collective overhead on two runs with different micro-batch counts."""
-    sp_collective_overhead_us: float = Field(default=0.0, ge=0)
-    """The same for the all-gathers and reduce-scatters of sequence parallelism (DTensor redistributes
-    between sequence shards and replicas); fitted on sequence-parallel runs."""
-    sp_step_overhead_us: float = Field(default=0.0, ge=0)
-    """Per-step host time of a sequence-parallel plan (in place of tp_step_overhead_us); fitted with
-    sp_collective_overhead_us like the tensor-parallel pair."""
-    dp_collective_overhead_us: float = Field(default=0.0, ge=0)
-    """Host time per ZeRO-2/3 (FSDP2) collective: its unit hooks run in Python; fitted like the above."""
-    fsdp_step_overhead_us: float = Field(default=0.0, ge=0)
-    """Host time per step of FSDP2 beyond its collectives (root hooks, the post-backward callback that
-    finalizes the gradients); fitted with the per-collective overhead on two ZeRO-2/3 runs."""
-    p2p_overhead_us: float = Field(default=0.0, ge=0)
-    """Host time per pipeline transfer on each side (the pipelining runtime's per-action bookkeeping,
-    posting the send or receive); ~0 on GPUs, whose host runs ahead. Fitted like the above."""
-    optimizer_overhead_us: float = Field(default=0.0, ge=0)
-    """Host time per parameter tensor per optimizer step (a per-tensor update loop: torch's Adam on
-    CPU; ~0 with the fused/foreach kernels on GPU). Fitted by `plancast calibrate` on the optimizer
-    spans of runs with plain tensors."""
-    dtensor_optimizer_overhead_us: float = Field(default=0.0, ge=0)
-    """The same when the parameters are DTensors (tensor parallel, ZeRO-2/3 with FSDP2): each update op
-    goes through DTensor's dispatch. Fitted on the optimizer spans of such runs."""
-
-
-def _gpu_table(gpu: Any) -> dict[str, Any]:
-    """A catalog GPU name as its table (`name` included); a table as it is; anything else as no keys."""
-    if isinstance(gpu, str):
-        return {"name": gpu, **lookup_preset(catalog.GPUS, gpu, "GPU", "gpu")}
-    return dict(gpu) if isinstance(gpu, Mapping) else {}
-
-
-class Cluster(_Strict):
-    """The machines: a GPU type, the node shape and the link tiers, innermost first."""
-
-    preset: str | None = None
-    """Catalog name (`plancast catalog`); explicit keys override it."""
-    gpu: GPU
-    """Catalog GPU name, or a table with peak_tflops, hbm_GBps, memory_GiB; over a preset the table may
-    set only some keys (`[cluster.gpu] memory_GiB = 40`) and keeps the preset GPU's others."""
-    num_nodes: int = Field(default=1, gt=0)
-    """Nodes in the cluster; a preset's node count is scaled by setting it."""
-    gpus_per_node: int = Field(default=8, gt=0)
-    """GPUs (or CPU ranks) per node."""
-    tiers: list[Tier] = Field(min_length=1)
-    """Link tiers, innermost first."""
-    compute: ComputeModel = ComputeModel()
-    """Compute efficiency model (calibratable)."""
-    checkpoint_bandwidth_GBps: float = Field(default=1.0, gt=0)
-    """Write (and read) bandwidth to checkpoint storage per node, GB/s. Default: Llama 3's Tectonic store
-    sustains 2 TB/s for 2,048 nodes (Dubey et al. 2024, sec. 3.3.1), ~1 GB/s per node."""
-    restart_overhead_s: float = Field(default=600.0, ge=0)
-    """Time from a failure to training again, checkpoint read excluded (detect, reschedule, initialise).
-    Default 10 min, the restart time R of Daly 2006 (FGCS 22(3), Fig. 3-5)."""
-    pue: float = Field(default=1.1, ge=1)
-    """Power usage effectiveness (facility / IT energy). Default 1.10: Google's 2023 fleet average
-    (Google 2024 Environmental Report)."""
-    compute_slots_per_node: int | None = Field(default=None, gt=0)
-    """Ranks of a node share this many compute units (CPU cores when ranks are CPU processes);
-    None: every rank has its own device. `plancast calibrate` sets it to this machine's cores."""
-
-    @model_validator(mode="before")
-    @classmethod
-    def _preset(cls, data: Any) -> Any:
-        explicit_gpu = data.get("gpu") if isinstance(data, Mapping) else None
-        data = merge_preset(data, catalog.CLUSTERS, "cluster")
-        if not isinstance(data, Mapping):
-            return data
-        if isinstance(explicit_gpu, Mapping) and data.get("preset") is not None:
-            # A partial [cluster.gpu] table overrides only its keys of the preset's GPU
-            # (`memory_GiB = 40` on a dgx-a100-80gb keeps the A100's peaks and bandwidth).
-            preset_gpu = merge_preset({"preset": data["preset"]}, catalog.CLUSTERS, "cluster").get("gpu")
-            data = {**data, "gpu": {**_gpu_table(preset_gpu), **explicit_gpu}}
-        elif isinstance(data.get("gpu"), str):
-            data = {**data, "gpu": _gpu_table(data["gpu"])}
-        return data
-
-    @property
-    def world_size(self) -> int:
-        return self.num_nodes * self.gpus_per_node
-
-    @property
-    def tier_sizes(self) -> tuple[int, ...]:
-        """Ranks per unit of each tier, innermost first; the outermost spans the cluster."""
-        sizes = [t.size or self.world_size for t in self.tiers[:-1]]
-        return (*sizes, self.world_size)
-
-
 # ------------------------------------------------------------------------------------------ scenario
-class Scenario(_Strict):
+class Scenario(Strict):
     """Model + training + parallelism + cluster: one training step to predict or run."""
 
     model: Model
     training: Training = Training()
     parallelism: Parallelism = Parallelism()
     cluster: Cluster
+
+    @model_validator(mode="after")
+    def _framework_defaults(self) -> Scenario:
+        """Fill the framework-dependent keys the scenario left unset (explicit keys win)."""
+        par, t = self.parallelism, self.training
+        defaults = framework_defaults(par.framework, dtype=t.dtype, dp=max(self.dp, 1))
+        grad_fp32 = (
+            defaults["grad_accumulation_fp32"]
+            if t.grad_accumulation_fp32 is None
+            else t.grad_accumulation_fp32
+        )
+        updates = {
+            k: defaults[k]
+            for k in ("vocab_parallel", "overlap_p2p_comm", "scatter_gather_p2p")
+            if getattr(par, k) is None
+        }
+        bucket_params = defaults["ddp_bucket_params"]
+        if par.ddp_bucket_cap_MiB is None and isinstance(bucket_params, int):
+            grad_bytes = 4 if grad_fp32 or t.dtype == "fp32" else 2
+            updates["ddp_bucket_cap_MiB"] = bucket_params * grad_bytes / 2**20
+        if updates:
+            object.__setattr__(self, "parallelism", par.model_copy(update=updates))
+        if t.grad_accumulation_fp32 is None:
+            object.__setattr__(self, "training", t.model_copy(update={"grad_accumulation_fp32": grad_fp32}))
+        return self
 
     @property
     def world_size(self) -> int:

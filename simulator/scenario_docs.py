@@ -20,7 +20,8 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
-from plancast.simulator.scenario import GPU, Scenario
+from plancast.simulator.cluster import GPU
+from plancast.simulator.scenario import Scenario
 
 SCHEMA_DRAFT = "https://json-schema.org/draft/2020-12/schema"
 _PRESET_FILLED = ("Model", "Cluster", "GPU")

@@ -1,8 +1,9 @@
 """Step-level figures from the simulated spans: where the time goes, throughput, memory, fit.
 
 Per simulated rank, step time = compute + exposed communication (tp, dp, pp) + optimizer + bubble,
-where the bubble is what is left: time the compute stream waits for other stages. The reported
-breakdown is that of the rank whose compute stream is busiest (the pipeline's bottleneck).
+where the bubble is what is left: time the compute stream waits for other stages (`pipeline_bubble`,
+the one definition every report uses). The reported breakdown is that of the rank whose compute
+stream is busiest (the pipeline's bottleneck).
 """
 
 from __future__ import annotations
@@ -42,6 +43,19 @@ def _exposed(comm: np.ndarray, busy: np.ndarray) -> float:
     )
 
 
+def pipeline_bubble(step_time_s: float, compute_s: float, exposed_comm_s: float) -> tuple[float, float]:
+    """(bubble_time_s, bubble_fraction) of one rank: the one definition of the pipeline bubble.
+
+    The bubble is the part of the step in which the rank's compute stream neither computes (forward,
+    backward, recompute, optimizer: `compute_s`) nor waits on communication that nothing hides
+    (`exposed_comm_s`): it waits for other pipeline stages. bubble_fraction = bubble_time_s /
+    step_time_s. With uniform stages, no communication cost and no optimizer it is GPipe's
+    (p - 1)/(m + p - 1) (Huang et al. 2019 sec. 2.3). `simulate` reports it for the critical rank
+    (the busiest compute stream); a measured step's per-rank breakdown uses the same function."""
+    bubble_s = max(step_time_s - compute_s - exposed_comm_s, 0.0)
+    return bubble_s, (bubble_s / step_time_s if step_time_s > 0 else 0.0)
+
+
 @dataclass(frozen=True, slots=True)
 class _Breakdown:
     """Where one rank's step goes (seconds)."""
@@ -60,12 +74,14 @@ def summarize(
     p2p_s: Callable[[int, int], float],
     hardware_flops: float,
     schedule: Schedule | None = None,
+    dp_wait_s: dict[int, float] | None = None,
 ) -> dict[str, Any]:
     """The summary object of the CLI contract (docs/cli.md; plus breakdown details).
 
     `tp_comm_s[rank]`: tensor-parallel time inside that rank's compute spans (on the critical path
     unless overlapped); `p2p_s(rank, peer)`: one pipeline transfer's duration; `hardware_flops`: FLOPs
-    the whole cluster executes in the step (recompute included)."""
+    the whole cluster executes in the step (recompute included); `dp_wait_s[rank]`: time inside that
+    rank's compute spans spent waiting for ZeRO-2/3 gathers (communication, not compute)."""
     rank_col = np.fromiter((sp[0] for sp in spans), dtype=np.int64, count=len(spans))
     start = np.fromiter((sp[8] for sp in spans), dtype=np.float64, count=len(spans))
     dur = np.fromiter((sp[9] for sp in spans), dtype=np.float64, count=len(spans))
@@ -75,7 +91,6 @@ def summarize(
     is_dp = np.fromiter((sp[1] == "dp" for sp in spans), dtype=bool, count=len(spans))
     ranks = sorted(set(rank_col.tolist()))
     step_time = float((start + dur).max()) if spans else 0.0
-    pipeline_end = float((start + dur)[is_pipe].max()) if is_pipe.any() else 0.0
     size = max(ranks, default=0) + 1
     pipe_busy = np.bincount(rank_col[is_pipe], weights=dur[is_pipe], minlength=size)
     opt_busy = np.bincount(rank_col[is_opt], weights=dur[is_opt], minlength=size)
@@ -89,17 +104,16 @@ def summarize(
         mine = rank_col == r
         busy = np.column_stack([start, start + dur])[mine & is_compute]
         dp = np.column_stack([start, start + dur])[mine & is_dp] if is_dp.any() else np.empty((0, 2))
-        tp = tp_comm_s.get(r, 0.0)
-        exposed = {"tp": tp, "dp": _exposed(dp, busy) if len(dp) else 0.0, "pp": float(recv_exposed[r])}
+        tp, wait = tp_comm_s.get(r, 0.0), (dp_wait_s or {}).get(r, 0.0)
+        dp_exposed = (_exposed(dp, busy) if len(dp) else 0.0) + wait
+        exposed = {"tp": tp, "dp": dp_exposed, "pp": float(recv_exposed[r])}
         pipe, opt = float(pipe_busy[r]), float(opt_busy[r])
-        compute = pipe - tp
-        bubble = max(step_time - compute - sum(exposed.values()) - opt, 0.0)
+        compute = pipe - tp - wait
+        bubble, _ = pipeline_bubble(step_time, compute + opt, sum(exposed.values()))
         per_rank[r] = _Breakdown(compute, opt, exposed, bubble, pipe)
     critical = max(per_rank, key=lambda r: per_rank[r].busy) if per_rank else 0
     c = per_rank.get(critical, _Breakdown(0.0, 0.0, {}, 0.0, 0.0))
-    bubble_fraction = (
-        float(np.mean([1 - per_rank[r].busy / pipeline_end for r in ranks])) if pipeline_end else 0.0
-    )
+    _, bubble_fraction = pipeline_bubble(step_time, c.compute + c.optimizer, sum(c.exposed.values()))
 
     tokens = s.training.global_batch_size * s.training.seq_len
     model_flops = model_flops_per_token(s) * tokens
@@ -108,6 +122,7 @@ def summarize(
     hw_tflops = hardware_flops / s.world_size / step_time / 1e12 if step_time else 0.0
     pp_rank, mem = peak_memory(s, schedule)
     limit = s.cluster.gpu.memory_GiB
+    usable = s.cluster.gpu.usable_memory_GiB
     return {
         "step_time_s": step_time,
         "bubble_fraction": bubble_fraction,
@@ -121,7 +136,8 @@ def summarize(
         "peak_memory_pp_rank": pp_rank,
         "memory_gib": mem.gib(),
         "gpu_memory_gib": limit,
-        "fits_in_memory": mem.total / GiB <= limit,
+        "usable_memory_gib": usable,
+        "fits_in_memory": mem.total / GiB <= usable,
         "num_parameters": count_parameters(s.model),
         "model_tflops_per_gpu": model_tflops,
         "hardware_tflops_per_gpu": hw_tflops,

@@ -25,9 +25,10 @@ from typing import Any
 from plancast.simulator.costs.collectives import collective_seconds, group_levels
 from plancast.simulator.costs.memory import GiB, layer_activation_bytes, model_state_bytes, peak_memory
 from plancast.simulator.costs.ops import DTYPE_BYTES, Shape
+from plancast.simulator.costs.optimizer import optimizer_bytes_per_param
 from plancast.simulator.costs.params import layer_params, stage_parameters
 from plancast.simulator.costs.stage import StageCost, stage_costs
-from plancast.simulator.engine import Topology, optimizer_bytes_per_param
+from plancast.simulator.engine import Topology
 from plancast.simulator.mesh import RankGrid, span_tier
 from plancast.simulator.predict import simulate
 from plancast.simulator.scenario import Scenario, even_layer_split
@@ -255,7 +256,7 @@ class _Estimator:
             dp=plan.dp,
             zero_stage=plan.zero_stage,
             dtype=t.dtype,
-            grad_fp32=t.grad_accumulation_fp32,
+            grad_fp32=bool(t.grad_accumulation_fp32),
         )
         if plan.zero_stage >= 3 and plan.dp > 1:
             p += 2 * layer_params(self.base.model).per_rank(plan.tp) * DTYPE_BYTES[t.dtype]
@@ -289,8 +290,8 @@ class _Estimator:
         if plan.dp == 1:
             pass
         elif plan.zero_stage <= 1:  # DDP buckets (ZeRO-1: + one broadcast per owner after the step)
-            cap = self.base.parallelism.ddp_bucket_cap_MiB * 2**20
-            buckets = max(math.ceil(grad_bytes / cap), 1)
+            cap_MiB = self.base.parallelism.bucket_cap_MiB  # None: one bucket per chunk (torch DDP)
+            buckets = 1 if cap_MiB is None else max(math.ceil(grad_bytes / (cap_MiB * 2**20)), 1)
             comm = buckets * collective_seconds("all_reduce", levels, grad_bytes / buckets)
             tail = per_mb / v if self.base.parallelism.overlap_grad_reduce else 0.0
             exposed += max(comm - tail, 0.0)
@@ -375,7 +376,8 @@ def sweep(
     framework, or a smaller card of the same kind)."""
     base = _base_for(base, gpus)
     est = _Estimator(base, gpus)
-    limit = min(base.cluster.gpu.memory_GiB, max_memory_gib or math.inf) * GiB
+    # headroom for context, NCCL, fragmentation; --max-memory-gib caps it further
+    limit = min(base.cluster.gpu.usable_memory_GiB, max_memory_gib or math.inf) * GiB
     candidates: list[Ranked] = []
     enumerated = pruned = 0
     smallest_fits: dict[tuple[int, int], bool] = {}

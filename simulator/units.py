@@ -71,7 +71,7 @@ def dp_plan(s: Scenario, cost: StageCost) -> UnitPlan:
     tensors = chunk_tensor_bytes(
         s.model, s.tp, layers=layers, has_embedding=first, has_head=last, dtype_bytes=4
     )
-    buckets = tuple(ddp_bucket_bytes(tensors, s.parallelism.ddp_bucket_cap_MiB))
+    buckets = tuple(ddp_bucket_bytes(tensors, s.parallelism.bucket_cap_MiB))
 
     dtype_bytes = DTYPE_BYTES[s.training.dtype]
     layer_tensors = chunk_tensor_bytes(

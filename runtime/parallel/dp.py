@@ -63,7 +63,7 @@ def wrap_ddp(
     module: nn.Module,
     group: dist.ProcessGroup,
     *,
-    bucket_cap_mb: float,
+    bucket_cap_mb: float | None,
     stage: int,
     chunk: int,
     device_ids: list[int] | None = None,

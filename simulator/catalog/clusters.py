@@ -8,6 +8,11 @@ the outermost tier is the whole cluster and is filled in from num_nodes * gpus_p
 
 from __future__ import annotations
 
+# Hopper runs attention as FlashAttention-2 kernels at about 35% of peak ("FlashAttention-2 achieves
+# only 35% utilization on H100", Shah et al. 2024, FlashAttention-3, abstract), not the A100 fit's 0.54;
+# the GEMM efficiency stays the A100 fit's 0.79 (cuBLAS bf16 8192^3 on an H100: 798 of 989 TFLOP/s).
+HOPPER_COMPUTE = {"attention_efficiency": 0.35}
+
 CLUSTERS: dict[str, dict[str, object]] = {
     # DGX A100 (NVIDIA DGX A100 user guide): 8 GPUs on NVSwitch, NVLink3 600 GB/s bidirectional =
     # 300 GB/s per direction; 8 x HDR 200 Gb/s InfiniBand = 25 GB/s per GPU.
@@ -39,6 +44,7 @@ CLUSTERS: dict[str, dict[str, object]] = {
         "gpu": "H100-SXM5-80GB",
         "gpus_per_node": 8,
         "num_nodes": 1,
+        "compute": HOPPER_COMPUTE,
         "tiers": [
             {"name": "nvlink", "size": 8, "bandwidth_GBps": 450.0, "latency_us": 2.0, "efficiency": 0.69},
             {"name": "infiniband", "bandwidth_GBps": 50.0, "latency_us": 5.0, "efficiency": 0.94},
@@ -49,6 +55,7 @@ CLUSTERS: dict[str, dict[str, object]] = {
         "gpu": "H200-SXM-141GB",
         "gpus_per_node": 8,
         "num_nodes": 1,
+        "compute": HOPPER_COMPUTE,
         "tiers": [
             {"name": "nvlink", "size": 8, "bandwidth_GBps": 450.0, "latency_us": 2.0, "efficiency": 0.69},
             {"name": "infiniband", "bandwidth_GBps": 50.0, "latency_us": 5.0, "efficiency": 0.94},
@@ -72,6 +79,7 @@ CLUSTERS: dict[str, dict[str, object]] = {
         "gpu": "H100-SXM5-80GB",
         "gpus_per_node": 8,
         "num_nodes": 1,
+        "compute": HOPPER_COMPUTE,
         "tiers": [
             {"name": "nvlink", "size": 8, "bandwidth_GBps": 450.0, "latency_us": 2.0, "efficiency": 0.69},
             {"name": "ethernet", "bandwidth_GBps": 12.5, "latency_us": 10.0, "efficiency": 0.85},

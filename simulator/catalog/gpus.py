@@ -6,9 +6,19 @@ Peaks are dense (no structured sparsity) tensor-core TFLOP/s per dtype; HBM band
 `power_W` is the datasheet's maximum board power (TDP). `price_usd_per_hour` is an on-demand rental list
 price per GPU-hour in USD, from the public listing named beside it (as of the date given; prices move,
 so set `cluster.gpu.price_usd_per_hour` to what you pay). GPUs without a cited price leave it unset.
+Headroom (`reserved_GiB`, `fragmentation`): a job never fills all of it. The first CUDA call creates
+the context, ~0.7 GiB with PyTorch's kernels loaded (723 MiB for a one-element tensor,
+discuss.pytorch.org/t/73021); NCCL keeps NCCL_BUFFSIZE = 4 MiB per channel and peer connection
+(NCCL environment-variable docs), ~1 GiB over a 3D plan's tp, pp, dp and embedding communicators,
+more on Hopper/Blackwell where NVLink SHARP (NVLS) registers its own buffers; the caching
+allocator's split blocks leave part of the rest unusable (PyTorch "CUDA semantics", memory
+management and `expandable_segments`), taken as 5%. CPU ranks: no device context, no headroom.
 """
 
 from __future__ import annotations
+
+_HEADROOM = {"reserved_GiB": 1.7, "fragmentation": 0.05}  # context 0.7 + NCCL 1.0
+_HEADROOM_NVLS = {"reserved_GiB": 2.2, "fragmentation": 0.05}  # context 0.7 + NCCL with NVLS 1.5
 
 GPUS: dict[str, dict[str, object]] = {
     # NVIDIA A100 Tensor Core GPU datasheet (2021): FP32 19.5, TF32 156, FP16/BF16 312 TFLOP/s dense;
@@ -19,6 +29,7 @@ GPUS: dict[str, dict[str, object]] = {
         "memory_GiB": 40.0,
         "power_W": 400.0,  # A100 datasheet: 400 W (SXM)
         "price_usd_per_hour": 1.29,  # Jarvislabs on-demand list, April 2026
+        **_HEADROOM,
     },
     "A100-SXM4-80GB": {
         "peak_tflops": {"fp32": 19.5, "tf32": 156.0, "fp16": 312.0, "bf16": 312.0},
@@ -26,6 +37,7 @@ GPUS: dict[str, dict[str, object]] = {
         "memory_GiB": 80.0,
         "power_W": 400.0,
         "price_usd_per_hour": 1.49,  # Jarvislabs on-demand list, April 2026
+        **_HEADROOM,
     },
     # A100 80GB PCIe, same datasheet: same tensor peaks, HBM2e 1,935 GB/s.
     "A100-PCIE-80GB": {
@@ -33,6 +45,7 @@ GPUS: dict[str, dict[str, object]] = {
         "hbm_GBps": 1935.0,
         "memory_GiB": 80.0,
         "power_W": 300.0,  # A100 datasheet: 300 W (PCIe 80GB)
+        **_HEADROOM,
     },
     # NVIDIA H100 Tensor Core GPU datasheet (2023), SXM5: FP32 67, TF32 494.7, BF16/FP16 989.4,
     # FP8 1,978.9 TFLOP/s dense; HBM3 3.35 TB/s; 80 GB (nvidia-smi: 81,559 MiB).
@@ -42,6 +55,7 @@ GPUS: dict[str, dict[str, object]] = {
         "memory_GiB": 79.6,
         "power_W": 700.0,  # H100 datasheet: up to 700 W (SXM)
         "price_usd_per_hour": 2.99,  # Lambda on-demand list, May 2026
+        **_HEADROOM_NVLS,
     },
     # Same datasheet, H100 PCIe: FP32 51, TF32 378, BF16/FP16 756, FP8 1,513 TFLOP/s; HBM2e 2 TB/s.
     "H100-PCIE-80GB": {
@@ -49,6 +63,7 @@ GPUS: dict[str, dict[str, object]] = {
         "hbm_GBps": 2000.0,
         "memory_GiB": 79.6,
         "power_W": 350.0,  # H100 datasheet: 300-350 W (PCIe)
+        **_HEADROOM_NVLS,
     },
     # NVIDIA H200 datasheet (2024): H100 SXM compute; HBM3e 4.8 TB/s; 141 GB (nvidia-smi: 143,771 MiB).
     "H200-SXM-141GB": {
@@ -57,6 +72,7 @@ GPUS: dict[str, dict[str, object]] = {
         "memory_GiB": 140.4,
         "power_W": 700.0,  # H200 datasheet: up to 700 W (SXM)
         "price_usd_per_hour": 4.54,  # Spheron on-demand list, 17 March 2026
+        **_HEADROOM_NVLS,
     },
     # NVIDIA DGX B200 datasheet (2024): 72 PF FP8 training per 8 GPUs = 9 PF sparse -> 4.5 PF dense FP8,
     # 2.25 PF dense BF16 per GPU; HBM3e 8 TB/s; 1,440 GB per 8 GPUs = 180 GB.
@@ -66,6 +82,7 @@ GPUS: dict[str, dict[str, object]] = {
         "memory_GiB": 179.1,
         "power_W": 1000.0,  # HGX B200 datasheet: 1,000 W per GPU
         "price_usd_per_hour": 6.03,  # Spheron on-demand list, 17 March 2026
+        **_HEADROOM_NVLS,
     },
     # AMD Instinct MI300X datasheet (2023): FP32 163.4, TF32 653.7, FP16/BF16 1,307.4, FP8 2,614.9 TFLOP/s
     # dense; HBM3 5.3 TB/s; 192 GB.
@@ -75,6 +92,7 @@ GPUS: dict[str, dict[str, object]] = {
         "memory_GiB": 192.0,
         "power_W": 750.0,  # MI300X datasheet: 750 W
         "price_usd_per_hour": 1.99,  # median of neocloud on-demand listings, May 2026 (cliffcenter.com)
+        **_HEADROOM,
     },
     # One x86 core as a rank (gloo on CPU). Nominal: AVX2 with two FMA ports at ~3 GHz =
     # 2 ports x 8 fp32 lanes x 2 FLOP x 3e9 = 96 GFLOP/s (Intel 64 and IA-32 Optimization Reference

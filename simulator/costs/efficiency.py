@@ -4,7 +4,7 @@ time = max(FLOPs / (peak * efficiency(op)), bytes / (HBM bandwidth * memory_effi
 
 GEMM efficiency saturates with size, e(F) = e_max * F / (F + F_half): small GEMMs cannot fill the
 GPU (tile quantisation, launch latency), large ones approach e_max. The constants live in the
-cluster's `compute` table (simulator.scenario.ComputeModel), fitted on Korthikanti et al. 2022
+cluster's `compute` table (simulator.cluster.ComputeModel), fitted on Korthikanti et al. 2022
 Table 4 for A100 and refitted by `plancast calibrate` from measured runs.
 """
 
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from plancast.simulator.cluster import GPU, ComputeModel
 from plancast.simulator.costs.ops import Op
-from plancast.simulator.scenario import GPU, ComputeModel
 
 
 def op_seconds(

@@ -27,10 +27,11 @@ class MemoryBreakdown:
     gradients: float
     optimizer: float
     activations: float
+    gathered: float = 0.0  # ZeRO-3: the unit being computed and the one prefetched, gathered in full
 
     @property
     def total(self) -> float:
-        return self.parameters + self.gradients + self.optimizer + self.activations
+        return self.parameters + self.gradients + self.optimizer + self.activations + self.gathered
 
     def gib(self) -> dict[str, float]:
         """The breakdown in GiB, as the CLI's summary reports it."""
@@ -39,6 +40,7 @@ class MemoryBreakdown:
             "gradients": self.gradients / GiB,
             "optimizer": self.optimizer / GiB,
             "activations": self.activations / GiB,
+            "gathered": self.gathered / GiB,
         }
 
 
@@ -110,10 +112,13 @@ def rank_memory(s: Scenario, pp_rank: int, schedule: Schedule | None = None) -> 
         for v in owned
     )
     p_b, g_b, o_b = model_state_bytes(
-        params, dp=s.dp, zero_stage=par.zero_stage, dtype=t.dtype, grad_fp32=t.grad_accumulation_fp32
+        params, dp=s.dp, zero_stage=par.zero_stage, dtype=t.dtype, grad_fp32=bool(t.grad_accumulation_fp32)
     )
-    if par.zero_stage >= 3:  # the layer being computed is gathered in full (plus one prefetched)
-        p_b += 2 * layer_params(m).per_rank(s.tp) * DTYPE_BYTES[t.dtype] * (1 if s.dp > 1 else 0)
+    # ZeRO-3 keeps its own category, so each of the others keeps its textbook identity (16P/N in all):
+    # the layer being computed is gathered in full, plus the one prefetched.
+    gathered = 0.0
+    if par.zero_stage >= 3 and s.dp > 1:
+        gathered = 2 * layer_params(m).per_rank(s.tp) * DTYPE_BYTES[t.dtype]
     x = Shape.of(s)
     if schedule is None:
         schedule = build_schedule(par.pipeline_parallel_schedule, s.pp, s.num_microbatches, s.vpp)
@@ -124,7 +129,7 @@ def rank_memory(s: Scenario, pp_rank: int, schedule: Schedule | None = None) -> 
         acts += layer_activation_bytes(x, "none")
     if stages - 1 in owned:  # fp32 logits and their gradient for one micro-batch (vocab-parallel)
         acts += 2 * 4 * x.s * x.b * x.vocab / s.tp
-    return MemoryBreakdown(p_b, g_b, o_b, acts)
+    return MemoryBreakdown(p_b, g_b, o_b, acts, gathered)
 
 
 def peak_memory(s: Scenario, schedule: Schedule | None = None) -> tuple[int, MemoryBreakdown]:

@@ -146,7 +146,7 @@ def _collectives(
         vocab_size=s.model.vocab_size,
         tp=s.tp,
         dtype_bytes=DTYPE_BYTES[s.training.dtype],
-        vocab_parallel=s.parallelism.vocab_parallel,
+        vocab_parallel=bool(s.parallelism.vocab_parallel),
     )
     # tp_comm gives an all-gather's per-rank shard; the cost formulas take the gathered tensor.
     compute = s.cluster.compute
@@ -204,3 +204,43 @@ def stage_costs(s: Scenario, tp_levels: tuple[Level, ...]) -> tuple[StageCost, .
             StageCost(v, segments, params, s.parallelism.tp_comm_overlap, s.training.recompute == "full")
         )
     return tuple(out)
+
+
+@dataclass(frozen=True, slots=True)
+class Durations:
+    """A stage's per-micro-batch durations, computed once (the engine reads them per action)."""
+
+    forward_s: float
+    recompute_s: float
+    backward_s: float  # full backward, or the input-gradient part when the schedule splits it
+    backward_weight_s: float
+    forward_flops: float
+    backward_flops: float
+    weight_flops: float
+    backward_kind: str
+
+    @classmethod
+    def of(cls, cost: StageCost, split: bool) -> Durations:
+        """With a split backward the first stage has no input gradient to produce: its B is empty and
+        W runs its whole backward (as torch's stage_backward_input/weight do)."""
+        if split and cost.stage == 0:
+            b_s, w_s, b_flops, w_flops = 0.0, cost.backward_s, 0.0, 2 * cost.forward_flops
+        elif split:
+            b_s, w_s, b_flops, w_flops = (
+                cost.backward_input_s,
+                cost.backward_weight_s,
+                cost.forward_flops,
+                cost.forward_flops,
+            )
+        else:
+            b_s, w_s, b_flops, w_flops = cost.backward_s, 0.0, 2 * cost.forward_flops, 0.0
+        return cls(
+            forward_s=cost.forward_s,
+            recompute_s=cost.recompute_s,
+            backward_s=b_s,
+            backward_weight_s=w_s,
+            forward_flops=cost.forward_flops,
+            backward_flops=b_flops,
+            weight_flops=w_flops,
+            backward_kind="backward_input" if split else "backward",
+        )

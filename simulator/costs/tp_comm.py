@@ -92,18 +92,27 @@ def sp_grad_all_reduce_bytes(
 
 def ddp_bucket_bytes(
     param_bytes_in_registration_order: list[int],
-    bucket_cap_mb: float,
+    bucket_cap_mb: float | None,
     first_bucket_mb: float = DDP_FIRST_BUCKET_MB,
 ) -> list[int]:
-    """Bytes of each DDP gradient bucket, in reduction order (torch ``_compute_bucket_assignment_by_size``).
+    """Bytes of each data-parallel gradient bucket, in reduction order.
 
-    DDP walks parameters in reverse registration order, filling a bucket until it reaches its limit:
-    ``first_bucket_mb`` for the first bucket, ``bucket_cap_mb`` after (MiB, as torch computes them).
+    ``bucket_cap_mb=None``: torch DDP as plancast's runtime drives it. The reducer's first assignment
+    (torch/nn/parallel/distributed.py, ``BucketCapacityConfig.compute_bucket_size_limits``) uses one
+    unlimited bucket when ``find_unused_parameters`` is False, and only a forward through DDP
+    rebuilds the buckets; gradient accumulation through the bare module never does, so all of a
+    chunk's gradients form one bucket. A cap: buckets filled in reverse registration order up to
+    ``first_bucket_mb`` for the first, ``bucket_cap_mb`` after (MiB; torch's rebuilt buckets,
+    ``_compute_bucket_assignment_by_size``; Megatron-core and DeepSpeed fill fixed-size buckets the
+    same way, with a first bucket as large as the others).
     """
-    if bucket_cap_mb <= 0 or first_bucket_mb <= 0:
+    if (bucket_cap_mb is not None and bucket_cap_mb <= 0) or first_bucket_mb <= 0:
         raise ValueError("bucket_cap_mb and first_bucket_mb must be > 0")
     if any(b < 0 for b in param_bytes_in_registration_order):
         raise ValueError("parameter byte counts must be >= 0")
+    if bucket_cap_mb is None:
+        total = sum(param_bytes_in_registration_order)
+        return [total] if total else []
     limits = [int(first_bucket_mb * 1024 * 1024), int(bucket_cap_mb * 1024 * 1024)]
     buckets: list[int] = []
     current, limit = 0, limits[0]

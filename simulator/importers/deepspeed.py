@@ -71,7 +71,7 @@ def _ds_zero(config: Mapping[str, Any], notes: list[str]) -> dict[str, Any]:
     overlap = zero.get("overlap_comm", stage == 3)
     if not isinstance(overlap, bool):
         raise ConfigImportError(f"zero_optimization.overlap_comm: expected true or false, got {overlap!r}")
-    par: dict[str, Any] = {"zero_stage": stage, "overlap_grad_reduce": overlap}
+    par: dict[str, Any] = {"zero_stage": stage, "overlap_grad_reduce": overlap, "framework": "deepspeed"}
     if stage == 3 and zero.get("stage3_prefetch_bucket_size") == 0:
         par["overlap_param_gather"] = False  # a zero prefetch bucket turns parameter prefetch off
     for key in ("offload_optimizer", "offload_param"):

@@ -164,7 +164,12 @@ def _megatron_training(ns: argparse.Namespace, notes: list[str]) -> dict[str, An
 def _megatron_parallelism(ns: argparse.Namespace, num_layers: int, notes: list[str]) -> dict[str, Any]:
     tp = _positive_int(ns.tensor_model_parallel_size or 1, "--tensor-model-parallel-size")
     pp = _positive_int(ns.pipeline_model_parallel_size or 1, "--pipeline-model-parallel-size")
-    par: dict[str, Any] = {"tensor_parallel_degree": tp, "pipeline_parallel_degree": pp}
+    # framework: vocab-parallel layers, fp32 gradients under bf16, scatter/gather p2p, Megatron's buckets
+    par: dict[str, Any] = {
+        "tensor_parallel_degree": tp,
+        "pipeline_parallel_degree": pp,
+        "framework": "megatron-lm",
+    }
     virtual = 1
     if ns.num_layers_per_virtual_pipeline_stage is not None:
         flag = "--num-layers-per-virtual-pipeline-stage"

@@ -36,3 +36,11 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
 def test_measured_events_equal_expected_keys(name: str) -> None:
     parallelism, training = CASES[name]
     run_ranks(2, events_match_expected, tiny_scenario(2, training=training, **parallelism))
+
+
+def test_ddp_reduces_one_bucket_per_chunk_above_the_first_bucket_size() -> None:
+    """3 MiB of gradients and a 0.05 MiB cap: torch DDP driven through the bare module keeps its first
+    assignment (one bucket), so the prediction (tests/test_twin_events.py) must say one bucket too;
+    the old 1 MiB-first-bucket rule predicted many (issue 9, defect 3)."""
+    scenario = tiny_scenario(2, model={"hidden_size": 128}, data_parallel_degree=2, ddp_bucket_cap_MiB=0.05)
+    run_ranks(2, events_match_expected, scenario)

@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 from plancast.simulator import catalog
+from plancast.simulator.cluster import GPU, Cluster
 from plancast.simulator.costs.params import count_parameters
 from plancast.simulator.loader import parse_scenario
-from plancast.simulator.scenario import GPU, Cluster, Model
+from plancast.simulator.scenario import Model
 
 REPO = Path(__file__).parents[2]
 

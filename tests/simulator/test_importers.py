@@ -180,7 +180,7 @@ def test_megatron_llama3_70b_interleaved() -> None:
         "tensor_parallel_degree": 8, "pipeline_parallel_degree": 4,
         "virtual_stages_per_rank": 4,  # 80 layers / (4 stages * 5 layers per chunk)
         "pipeline_parallel_schedule": "Interleaved1F1B", "sequence_parallel": True, "zero_stage": 1,
-        "overlap_grad_reduce": True, "tp_comm_overlap": False,
+        "overlap_grad_reduce": True, "tp_comm_overlap": False, "framework": "megatron-lm",
     }
     assert parts["warnings"] == []
     scenario = parse_scenario(build_scenario_dict(
@@ -244,7 +244,9 @@ def test_deepspeed_zero3() -> None:
     parts = import_file("deepspeed", DATA / "zero3.deepspeed.json")
     assert parts["training"] == {"global_batch_size": 1024, "micro_batch_size": 4, "dtype": "bf16",
                                  "recompute": "full"}
-    assert parts["parallelism"] == {"data_parallel_degree": 64, "zero_stage": 3, "overlap_grad_reduce": True}
+    assert parts["parallelism"] == {
+        "data_parallel_degree": 64, "zero_stage": 3, "overlap_grad_reduce": True, "framework": "deepspeed"
+    }
     assert parts["warnings"] == [
         "ignored keys plancast does not model: "
         "gradient_clipping, optimizer, steps_per_print, wall_clock_breakdown"
@@ -263,11 +265,13 @@ def test_deepspeed_zero3_with_llama3_8b_is_a_valid_scenario() -> None:
 
 
 @pytest.mark.parametrize(("config", "part", "expected"), [
-    ({"zero_optimization": {"stage": 3}}, "parallelism", {"zero_stage": 3, "overlap_grad_reduce": True}),
-    ({"zero_optimization": {"stage": 2}}, "parallelism", {"zero_stage": 2, "overlap_grad_reduce": False}),
-    ({}, "parallelism", {"zero_stage": 0, "overlap_grad_reduce": False}),
+    ({"zero_optimization": {"stage": 3}}, "parallelism",
+     {"zero_stage": 3, "overlap_grad_reduce": True, "framework": "deepspeed"}),
+    ({"zero_optimization": {"stage": 2}}, "parallelism",
+     {"zero_stage": 2, "overlap_grad_reduce": False, "framework": "deepspeed"}),
+    ({}, "parallelism", {"zero_stage": 0, "overlap_grad_reduce": False, "framework": "deepspeed"}),
     ({"zero_optimization": {"stage": 3, "stage3_prefetch_bucket_size": 0}}, "parallelism",
-     {"zero_stage": 3, "overlap_grad_reduce": True, "overlap_param_gather": False}),
+     {"zero_stage": 3, "overlap_grad_reduce": True, "overlap_param_gather": False, "framework": "deepspeed"}),
     ({"fp16": {"enabled": True}}, "training", {"dtype": "fp16", "recompute": "none"}),
     ({"train_batch_size": 64, "train_micro_batch_size_per_gpu": 2}, "training",
      {"global_batch_size": 64, "micro_batch_size": 2, "dtype": "fp32", "recompute": "none"}),

@@ -96,7 +96,7 @@ def test_summary_has_the_cli_contract_keys() -> None:
         "fits_in_memory",
     ):
         assert key in summary
-    assert set(summary["memory_gib"]) == {"parameters", "gradients", "optimizer", "activations"}
+    assert set(summary["memory_gib"]) == {"parameters", "gradients", "optimizer", "activations", "gathered"}
 
 
 def test_figure1_memory_within_10_percent() -> None:

@@ -1,0 +1,63 @@
+"""Training frameworks whose behaviour a scenario can model (`parallelism.framework`).
+
+Each entry sets the defaults of the keys where frameworks differ in a way that changes step time.
+A key written in the scenario always wins; these only fill what the scenario leaves out.
+
+- vocab_parallel: all three split the embedding and output layer over tensor parallel (Megatron-LM
+  `VocabParallelEmbedding` / `ColumnParallelLinear` + `vocab_parallel_cross_entropy`; torchtitan
+  `parallelize_llama`: `RowwiseParallel` embedding, `ColwiseParallel` output and `loss_parallel`;
+  Megatron-DeepSpeed uses Megatron's layers). The torchtitan entry stays off until plancast's
+  runtime (which it models) splits the vocabulary as well.
+- overlap_p2p_comm: Megatron-LM's `--no-overlap-p2p-communication` is a store_false flag (overlap on;
+  megatron/training/arguments.py); torch.distributed.pipelining posts every send asynchronously;
+  DeepSpeed's PipelineEngine sends synchronously (deepspeed/runtime/pipe/p2p.py).
+- scatter_gather_p2p: Megatron-LM sends 1/tp of an activation per rank and all-gathers it
+  (Narayanan et al. 2021 sec. 4.1, on by default); DeepSpeed partitions pipeline activations over
+  model-parallel ranks (`PipelineEngine.is_pipe_partitioned`); torchtitan sends the full tensor.
+- grad_accumulation_fp32: Megatron-LM sets `accumulate_allreduce_grads_in_fp32` for bf16
+  (arguments.py: "if args.bf16: ... = True"); DeepSpeed's bf16 optimizer accumulates in fp32
+  (`BF16_Optimizer`); fp16 keeps 16-bit gradients in both. torchtitan (and plancast's runtime) keep
+  gradients in the parameter dtype.
+- ddp_bucket_cap_MiB: Megatron-core's DDP buckets hold max(40M, 1M x dp) parameters
+  (megatron/core/distributed/distributed_data_parallel.py); DeepSpeed's `reduce_bucket_size` is 5e8
+  elements (deepspeed/runtime/zero/config.py); torch DDP as plancast's runtime drives it keeps the
+  reducer's first assignment, one bucket per chunk (`None`, see Parallelism.ddp_bucket_cap_MiB).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+Framework = Literal["megatron-lm", "torchtitan", "deepspeed"]
+
+DEFAULT_FRAMEWORK: Framework = "torchtitan"
+
+
+def framework_defaults(framework: Framework, *, dtype: str, dp: int) -> dict[str, object]:
+    """The framework's values for the step-time keys a scenario leaves unset.
+
+    `ddp_bucket_params` is the gradient bucket in parameters (None: one bucket per chunk); the
+    scenario turns it into `ddp_bucket_cap_MiB` with its gradient dtype."""
+    if framework == "megatron-lm":
+        return {
+            "vocab_parallel": True,
+            "overlap_p2p_comm": True,
+            "scatter_gather_p2p": True,
+            "grad_accumulation_fp32": dtype == "bf16",
+            "ddp_bucket_params": max(40_000_000, 1_000_000 * dp),
+        }
+    if framework == "deepspeed":
+        return {
+            "vocab_parallel": True,
+            "overlap_p2p_comm": False,
+            "scatter_gather_p2p": True,
+            "grad_accumulation_fp32": dtype == "bf16",
+            "ddp_bucket_params": 500_000_000,
+        }
+    return {  # torchtitan splits the vocabulary too; plancast's runtime does not yet (runtime/plan.py)
+        "vocab_parallel": False,
+        "overlap_p2p_comm": True,
+        "scatter_gather_p2p": False,
+        "grad_accumulation_fp32": False,
+        "ddp_bucket_params": None,
+    }

@@ -1,0 +1,191 @@
+"""The [cluster] table: GPUs, link tiers (innermost first) and the compute model, with presets.
+
+A cluster preset (catalog name or a calibrated profile file) fills what the table leaves out; a
+[cluster.gpu] table over a preset keeps the preset GPU's other numbers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Annotated, Any
+
+from pydantic import Field, field_validator, model_validator
+
+from plancast.simulator import catalog
+from plancast.simulator.fields import Strict
+from plancast.simulator.presets import lookup_preset, merge_preset
+
+
+class GPU(Strict):
+    """One accelerator (or CPU core used as a rank)."""
+
+    name: str = "custom"
+    """Catalog name of the GPU this table describes (or `custom`)."""
+    peak_tflops: dict[str, Annotated[float, Field(gt=0, allow_inf_nan=False)]]
+    """Dense peak TFLOP/s per dtype (fp32, tf32, fp16, bf16, ...)."""
+    hbm_GBps: float = Field(gt=0)
+    """Memory bandwidth, GB/s."""
+    memory_GiB: float = Field(gt=0)
+    """Device memory, GiB."""
+    price_usd_per_hour: float | None = Field(default=None, gt=0)
+    """Rental price per GPU-hour, USD (catalog: cited on-demand list prices); unset: no cost reported."""
+    power_W: float | None = Field(default=None, gt=0)
+    """Board power at full load, W (catalog: datasheet TDP); unset: no energy reported."""
+    mtbf_hours: float = Field(default=50677.0, gt=0)
+    """Mean time between job-interrupting failures per GPU, hours. Default: Llama 3 (Dubey et al. 2024,
+    sec. 3.3.4): 419 unexpected interruptions in 54 days on 16,384 H100 = 16,384 x 54 x 24 / 419 h."""
+
+    reserved_GiB: float = Field(default=0.0, ge=0)
+    """Memory no tensor can use: the CUDA context and the communication library's buffers (catalog)."""
+    fragmentation: float = Field(default=0.0, ge=0, lt=1)
+    """Fraction of the rest lost to the caching allocator's fragmentation (catalog)."""
+
+    @property
+    def usable_memory_GiB(self) -> float:
+        """What a training job's tensors can fill: (memory - reserved) x (1 - fragmentation)."""
+        return (self.memory_GiB - self.reserved_GiB) * (1 - self.fragmentation)
+
+    @field_validator("peak_tflops", mode="before")
+    @classmethod
+    def _peak(cls, value: Any) -> Any:
+        if isinstance(value, int | float):  # one number: the same peak for every dtype
+            return {d: float(value) for d in ("fp32", "tf32", "fp16", "bf16")}
+        return value
+
+    def peak_dtype(self, dtype: str) -> str:
+        """The ``peak_tflops`` entry that training in ``dtype`` runs at: the one rule for a dtype's peak
+        (fp32 training uses TF32 tensor cores where the GPU has them)."""
+        return "tf32" if dtype == "fp32" and "tf32" in self.peak_tflops else dtype
+
+    def peak_flops(self, dtype: str) -> float:
+        """Peak FLOP/s for dtype (``peak_dtype``)."""
+        key = self.peak_dtype(dtype)
+        if key not in self.peak_tflops:
+            raise KeyError(f"cluster.gpu.peak_tflops has no entry for {dtype}")
+        return self.peak_tflops[key] * 1e12
+
+
+class Tier(Strict):
+    """A level of the network: ranks inside one unit of it talk over its links."""
+
+    name: str
+    """Label of the tier in traces and tables (`nvlink`, `infiniband`, `gloo`, ...)."""
+    size: int | None = Field(default=None, gt=0)
+    """Ranks inside one unit of this tier; the outermost tier always spans the whole cluster."""
+    bandwidth_GBps: float = Field(gt=0)
+    """Per rank, one direction, GB/s."""
+    latency_us: float = Field(default=0.0, ge=0)
+    """Per message (alpha), microseconds."""
+    efficiency: float = Field(default=1.0, gt=0, le=1)
+    """Achieved fraction of bandwidth_GBps for large collectives (nccl-tests busbw / peak)."""
+
+
+class ComputeModel(Strict):
+    """Achieved compute as a function of op shape (see simulator/costs/efficiency.py).
+
+    Defaults: bounded least-squares fit (benchmarks/fit_published.py) on Korthikanti et al. 2022
+    Table 4 (ten per-layer times of the 22B model) and Table 5 (eight iteration times, 22B to 1T) on
+    A100, together with the NVLink tier's in-training efficiency. Leave-one-model-out
+    cross-validation of that fit is reported by the same script. `plancast calibrate` refits them.
+    """
+
+    matmul_efficiency: float = Field(default=0.79, gt=0, le=1)
+    """Fraction of peak reached by very large GEMMs."""
+    matmul_half_gflop: float = Field(default=0.35, ge=0)
+    """GEMM size (GFLOP) at which achieved efficiency is half of matmul_efficiency's headroom."""
+    attention_efficiency: float = Field(default=0.54, gt=0, le=1)
+    """Fraction of peak reached by the attention core (QK^T, softmax-V)."""
+    memory_efficiency: float = Field(default=0.95, gt=0, le=1)
+    """Fraction of HBM bandwidth reached by memory-bound ops (norms, activations, optimizer)."""
+    op_overhead_us: float = Field(default=26.0, ge=0)
+    """Fixed time per operator (kernel launch, framework dispatch)."""
+    tp_collective_overhead_us: float = Field(default=0.0, ge=0)
+    """Host time per tensor-parallel collective beyond the link's alpha-beta (framework dispatch, e.g.
+    DTensor redistributes on CPU); ~0 on GPUs, whose host runs ahead. Fitted by `plancast calibrate`."""
+    tp_step_overhead_us: float = Field(default=0.0, ge=0)
+    """Host time per step of a tensor-parallel plan beyond its collectives (DTensor bookkeeping around
+    the step); fitted with the per-collective overhead on two runs with different micro-batch counts."""
+    sp_collective_overhead_us: float = Field(default=0.0, ge=0)
+    """The same for the all-gathers and reduce-scatters of sequence parallelism (DTensor redistributes
+    between sequence shards and replicas); fitted on sequence-parallel runs."""
+    sp_step_overhead_us: float = Field(default=0.0, ge=0)
+    """Per-step host time of a sequence-parallel plan (in place of tp_step_overhead_us); fitted with
+    sp_collective_overhead_us like the tensor-parallel pair."""
+    dp_collective_overhead_us: float = Field(default=0.0, ge=0)
+    """Host time per ZeRO-2/3 (FSDP2) collective: its unit hooks run in Python; fitted like the above."""
+    fsdp_step_overhead_us: float = Field(default=0.0, ge=0)
+    """Host time per step of FSDP2 beyond its collectives (root hooks, the post-backward callback that
+    finalizes the gradients); fitted with the per-collective overhead on two ZeRO-2/3 runs."""
+    p2p_overhead_us: float = Field(default=0.0, ge=0)
+    """Host time per pipeline transfer on each side (the pipelining runtime's per-action bookkeeping,
+    posting the send or receive); ~0 on GPUs, whose host runs ahead. Fitted like the above."""
+    optimizer_overhead_us: float = Field(default=0.0, ge=0)
+    """Host time per parameter tensor per optimizer step (a per-tensor update loop: torch's Adam on
+    CPU; ~0 with the fused/foreach kernels on GPU). Fitted by `plancast calibrate` on the optimizer
+    spans of runs with plain tensors."""
+    dtensor_optimizer_overhead_us: float = Field(default=0.0, ge=0)
+    """The same when the parameters are DTensors (tensor parallel, ZeRO-2/3 with FSDP2): each update op
+    goes through DTensor's dispatch. Fitted on the optimizer spans of such runs."""
+
+
+def _gpu_table(gpu: Any) -> dict[str, Any]:
+    """A catalog GPU name as its table (`name` included); a table as it is; anything else as no keys."""
+    if isinstance(gpu, str):
+        return {"name": gpu, **lookup_preset(catalog.GPUS, gpu, "GPU", "gpu")}
+    return dict(gpu) if isinstance(gpu, Mapping) else {}
+
+
+class Cluster(Strict):
+    """The machines: a GPU type, the node shape and the link tiers, innermost first."""
+
+    preset: str | None = None
+    """Catalog name (`plancast catalog`); explicit keys override it."""
+    gpu: GPU
+    """Catalog GPU name, or a table with peak_tflops, hbm_GBps, memory_GiB; over a preset the table may
+    set only some keys (`[cluster.gpu] memory_GiB = 40`) and keeps the preset GPU's others."""
+    num_nodes: int = Field(default=1, gt=0)
+    """Nodes in the cluster; a preset's node count is scaled by setting it."""
+    gpus_per_node: int = Field(default=8, gt=0)
+    """GPUs (or CPU ranks) per node."""
+    tiers: list[Tier] = Field(min_length=1)
+    """Link tiers, innermost first."""
+    compute: ComputeModel = ComputeModel()
+    """Compute efficiency model (calibratable)."""
+    checkpoint_bandwidth_GBps: float = Field(default=1.0, gt=0)
+    """Write (and read) bandwidth to checkpoint storage per node, GB/s. Default: Llama 3's Tectonic store
+    sustains 2 TB/s for 2,048 nodes (Dubey et al. 2024, sec. 3.3.1), ~1 GB/s per node."""
+    restart_overhead_s: float = Field(default=600.0, ge=0)
+    """Time from a failure to training again, checkpoint read excluded (detect, reschedule, initialise).
+    Default 10 min, the restart time R of Daly 2006 (FGCS 22(3), Fig. 3-5)."""
+    pue: float = Field(default=1.1, ge=1)
+    """Power usage effectiveness (facility / IT energy). Default 1.10: Google's 2023 fleet average
+    (Google 2024 Environmental Report)."""
+    compute_slots_per_node: int | None = Field(default=None, gt=0)
+    """Ranks of a node share this many compute units (CPU cores when ranks are CPU processes);
+    None: every rank has its own device. `plancast calibrate` sets it to this machine's cores."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _preset(cls, data: Any) -> Any:
+        explicit_gpu = data.get("gpu") if isinstance(data, Mapping) else None
+        data = merge_preset(data, catalog.CLUSTERS, "cluster")
+        if not isinstance(data, Mapping):
+            return data
+        if isinstance(explicit_gpu, Mapping) and data.get("preset") is not None:
+            # A partial [cluster.gpu] table overrides only its keys of the preset's GPU
+            # (`memory_GiB = 40` on a dgx-a100-80gb keeps the A100's peaks and bandwidth).
+            preset_gpu = merge_preset({"preset": data["preset"]}, catalog.CLUSTERS, "cluster").get("gpu")
+            data = {**data, "gpu": {**_gpu_table(preset_gpu), **explicit_gpu}}
+        elif isinstance(data.get("gpu"), str):
+            data = {**data, "gpu": _gpu_table(data["gpu"])}
+        return data
+
+    @property
+    def world_size(self) -> int:
+        return self.num_nodes * self.gpus_per_node
+
+    @property
+    def tier_sizes(self) -> tuple[int, ...]:
+        """Ranks per unit of each tier, innermost first; the outermost spans the cluster."""
+        sizes = [t.size or self.world_size for t in self.tiers[:-1]]
+        return (*sizes, self.world_size)

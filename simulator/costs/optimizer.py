@@ -1,0 +1,27 @@
+"""Memory-bound time of the optimizer step (the engine's `optimizer` span, the calibration's fit)."""
+
+from __future__ import annotations
+
+from plancast.simulator.scenario import Scenario
+
+
+def optimizer_memory_s(s: Scenario, params: float) -> float:
+    """Memory-bound time of an optimizer step over `params` local parameters."""
+    return (
+        params
+        * optimizer_bytes_per_param(s)
+        / (s.cluster.gpu.hbm_GBps * 1e9 * s.cluster.compute.memory_efficiency)
+    )
+
+
+def optimizer_bytes_per_param(s: Scenario) -> float:
+    """HBM bytes one optimizer step moves per parameter.
+
+    Fused Adam (apex / torch `fused=True`) reads the gradient and reads and writes the fp32 parameter,
+    momentum and variance (g + 24 bytes); zeroing the gradient writes g again. Mixed precision adds
+    Megatron-LM's MixedPrecisionOptimizer passes: unscale and inf check (read + write g), gradient
+    norm (read g) and the copy of fp32 parameters to the model's 16-bit ones (4 + 2)."""
+    if s.training.dtype == "fp32":
+        return 4 + 24 + 4
+    g = 4.0 if s.training.grad_accumulation_fp32 else 2.0
+    return g + 24 + g + 2 * g + g + 6

@@ -1,0 +1,128 @@
+"""`parallelism.framework`: framework-dependent defaults, explicit keys win, and Korthikanti et al. 2022
+Table 5 written as a user writes it (plus the framework name) through `plancast simulate --json`."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from plancast.simulator.loader import parse_scenario
+from tests.cli_runner import cli_main
+
+
+def _scenario(**parallelism: Any) -> dict[str, Any]:
+    return {
+        "model": {"preset": "gpt3-175b"},
+        "training": {"dtype": "bf16", "global_batch_size": 64},
+        "parallelism": {"tensor_parallel_degree": 8, "pipeline_parallel_degree": 8, **parallelism},
+        "cluster": {"preset": "dgx-a100-80gb", "num_nodes": 16},
+    }
+
+
+@pytest.mark.parametrize(
+    ("framework", "expected"),
+    [
+        ("megatron-lm", (True, True, True, True, 40_000_000 * 4 / 2**20)),
+        ("deepspeed", (True, False, True, True, 500_000_000 * 4 / 2**20)),
+        ("torchtitan", (False, True, False, False, None)),
+    ],
+)
+def test_framework_sets_the_defaults(framework: str, expected: tuple[Any, ...]) -> None:
+    s = parse_scenario(_scenario(framework=framework)).scenario
+    par = s.parallelism
+    got = (
+        par.vocab_parallel,
+        par.overlap_p2p_comm,
+        par.scatter_gather_p2p,
+        s.training.grad_accumulation_fp32,
+        par.ddp_bucket_cap_MiB,
+    )
+    # dp = 2: Megatron's bucket is max(40M, 1M x dp) parameters; bf16 -> fp32 gradients (4 bytes)
+    assert got[:4] == expected[:4]
+    assert got[4] == (None if expected[4] is None else pytest.approx(expected[4]))
+
+
+def test_explicit_keys_override_the_framework() -> None:
+    s = parse_scenario(
+        _scenario(
+            framework="megatron-lm", vocab_parallel=False, overlap_p2p_comm=False, ddp_bucket_cap_MiB=25.0
+        )
+    ).scenario
+    assert (
+        s.parallelism.vocab_parallel,
+        s.parallelism.overlap_p2p_comm,
+        s.parallelism.ddp_bucket_cap_MiB,
+    ) == (
+        False,
+        False,
+        25.0,
+    )
+
+
+def test_validate_shows_the_resolved_framework_defaults(tmp_path: Path) -> None:
+    path = tmp_path / "s.toml"
+    path.write_text(
+        '[model]\npreset = "gpt3-175b"\n[training]\ndtype = "bf16"\nglobal_batch_size = 64\n'
+        '[parallelism]\ntensor_parallel_degree = 8\npipeline_parallel_degree = 8\nframework = "megatron-lm"\n'
+        '[cluster]\npreset = "dgx-a100-80gb"\nnum_nodes = 16\n'
+    )
+    code, out, err = cli_main("validate", str(path))
+    assert code == 0, err
+    text = out[out.index("[model]") :] if "[model]" in out else out
+    resolved = tomllib.loads(text)
+    assert resolved["parallelism"]["vocab_parallel"] is True
+    assert resolved["parallelism"]["scatter_gather_p2p"] is True
+    assert resolved["training"]["grad_accumulation_fp32"] is True
+
+
+def test_unknown_framework_is_a_clear_error(tmp_path: Path) -> None:
+    path = tmp_path / "s.toml"
+    path.write_text(
+        '[model]\npreset = "tiny-gpt"\n[parallelism]\nframework = "nemo"\n[cluster]\npreset = "local-cpu"\n'
+    )
+    code, _, err = cli_main("validate", str(path))
+    assert code == 2
+    assert "parallelism.framework" in err and "Traceback" not in err
+
+
+# Korthikanti et al. 2022 (arXiv 2205.05198) Table 3 configurations and Table 5 iteration times (s):
+# model -> (preset, tp, pp, global batch, micro-batch, virtual stages, full recompute, SP + selective)
+TABLE5 = {
+    "22B": ("megatron-22b", 8, 1, 4, 4, 1, 1.42, 1.10),
+    "175B": ("gpt3-175b", 8, 8, 64, 1, 3, 18.13, 13.75),
+    "530B": ("megatron-530b", 8, 35, 280, 1, 3, 49.05, 37.83),
+    "1T": ("megatron-1t", 8, 64, 512, 1, 1, 94.42, 71.49),
+}
+
+
+def _table5_toml(preset: str, tp: int, pp: int, batch: int, micro: int, v: int, selective: bool) -> str:
+    schedule = "Interleaved1F1B" if v > 1 else "1F1B"
+    return (
+        f'[model]\npreset = "{preset}"\n'
+        f"[training]\nseq_len = 2048\nmicro_batch_size = {micro}\nglobal_batch_size = {batch}\n"
+        f'dtype = "fp16"\nrecompute = "{"selective" if selective else "full"}"\n'
+        f"[parallelism]\ntensor_parallel_degree = {tp}\npipeline_parallel_degree = {pp}\n"
+        f'pipeline_parallel_schedule = "{schedule}"\nvirtual_stages_per_rank = {v}\n'
+        f'sequence_parallel = {"true" if selective else "false"}\nframework = "megatron-lm"\n'
+        f'[cluster]\npreset = "dgx-a100-80gb"\nnum_nodes = {tp * pp // 8}\n'
+    )
+
+
+def test_korthikanti_table5_as_a_user_writes_it(tmp_path: Path) -> None:
+    """Model, degrees, batch, recompute, sequence parallel, cluster preset and the framework name: no
+    hand-set behaviour keys. Acceptance: MAPE <= 5%, worst row <= 10%."""
+    errors = []
+    for model, (preset, tp, pp, batch, micro, v, full_s, selective_s) in TABLE5.items():
+        for selective, measured in ((False, full_s), (True, selective_s)):
+            path = tmp_path / f"{model}-{selective}.toml"
+            path.write_text(_table5_toml(preset, tp, pp, batch, micro, v, selective))
+            code, out, err = cli_main("simulate", str(path), "--json")
+            assert code == 0, err
+            errors.append(json.loads(out)["step_time_s"] / measured - 1)
+    assert statistics.fmean(abs(e) for e in errors) <= 0.05, errors
+    assert max(abs(e) for e in errors) <= 0.10, errors
