@@ -26,7 +26,9 @@ ScheduleName = Literal["GPipe", "1F1B", "Interleaved1F1B", "ZeroBubble"]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, strict=True)
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, validate_default=True, strict=True, allow_inf_nan=False
+    )
 
 
 def _lookup(table: dict[str, dict[str, object]], name: str, what: str, key: str) -> dict[str, object]:

@@ -31,7 +31,7 @@ from plancast.simulator.engine import Topology, optimizer_bytes_per_param
 from plancast.simulator.mesh import RankGrid, span_tier
 from plancast.simulator.predict import simulate
 from plancast.simulator.scenario import Scenario, even_layer_split
-from plancast.simulator.validation import check_plan
+from plancast.simulator.validation import MAX_WORLD_SIZE, check_plan
 
 SCHEDULES = ("1F1B", "Interleaved1F1B", "ZeroBubble", "GPipe")
 RECOMPUTE = ("none", "selective", "full")
@@ -365,6 +365,8 @@ def sweep(
     base: Scenario, gpus: int, *, finalists: int = 24, progress: Callable[[int, int], None] | None = None
 ) -> SweepResult:
     """Search all plans of `base`'s model and training on `gpus` GPUs; the best `finalists`, simulated."""
+    if not 0 < gpus <= MAX_WORLD_SIZE:  # ValueError: the CLI and the dashboard show it as bad input
+        raise ValueError(f"--gpus must be between 1 and {MAX_WORLD_SIZE:,}, got {gpus:,}")
     base = _base_for(base, gpus)
     est = _Estimator(base, gpus)
     limit = base.cluster.gpu.memory_GiB * GiB

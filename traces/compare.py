@@ -11,7 +11,14 @@ from pathlib import Path
 from typing import Any
 
 from plancast.traces.reconcile import reconcile, to_summary
-from plancast.traces.store import RunDir, TraceReadError, read_json, read_measured, read_predicted, write_json
+from plancast.traces.store import (
+    RunDir,
+    TraceReadError,
+    read_json_object,
+    read_measured,
+    read_predicted,
+    write_json,
+)
 
 
 class CompareError(ValueError):
@@ -44,18 +51,30 @@ def compare_run_dir(run_path: Path, ensure_predicted: Callable[[Path], None]) ->
         predicted_summary=predicted_summary,
         measured_summary=measured_summary,
     )
-    summary = {**to_summary(rec), "problems": problems}
+    summary = {**to_summary(rec), **measured_status(measured_summary), "problems": problems}
     run.compare_dir.mkdir(parents=True, exist_ok=True)
     write_json(run.compare_summary, summary)
     return summary
 
 
-def optional_json(path: Path, problems: list[str]) -> Any:
+def measured_status(measured_summary: dict[str, Any] | None) -> dict[str, Any]:
+    """How the measured run ended: ``ok``, ``failed``, ``interrupted``, or ``unknown`` (no summary:
+    the run is still going, or was killed before it could write one), with its reason if any."""
+    if measured_summary is None:
+        return {"measured_status": "unknown", "measured_reason": None}
+    status = measured_summary.get("status")
+    return {
+        "measured_status": status if isinstance(status, str) else "unknown",
+        "measured_reason": measured_summary.get("reason"),
+    }
+
+
+def optional_json(path: Path, problems: list[str]) -> dict[str, Any] | None:
     """A summary file, or None with a problem noted when it is unreadable (missing is fine)."""
     if not path.exists():
         return None
     try:
-        return read_json(path)
+        return read_json_object(path)
     except TraceReadError as e:
         problems.append(f"{e} (compared without it)")
         return None

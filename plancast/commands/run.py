@@ -1,8 +1,8 @@
-"""`plancast run`: the scenario under torchrun, instrumented, into RUN/measured/.
-"""
+"""`plancast run`: the scenario under torchrun, instrumented, into RUN/measured/."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated
 
@@ -32,12 +32,19 @@ def run(
 ) -> None:
     """Run the scenario with torchrun (gloo on CPU, NCCL on GPU), instrumented; writes RUN/measured/.
 
+    Exit codes: 0 every rank finished; 2 bad input, a launch this machine cannot hold, another
+    writer on RUN, or a failed rank (the paragraph names the first and its log, RUN/logs/); 124 timed
+    out; 130 stopped by Ctrl-C or SIGTERM (measured/summary.json says "interrupted").
+
     Multi-node: on every node run `plancast run S --out RUN --nnodes N --node-rank I --rdzv-endpoint
     NODE0:29500`; each node writes its ranks' files into its own RUN (gather them before comparing)."""
     from plancast.runtime.launch import LaunchError, launch
+    from plancast.traces.lock import RunLockedError
 
     with user_errors():
         load(scenario)  # bad scenarios fail here with key paths, before any process starts
+        if timeout <= 0 or not math.isfinite(timeout):
+            raise UserError(f"--timeout must be a positive number of seconds, got {timeout:g}")
         try:
             code = launch(
                 scenario,
@@ -50,9 +57,9 @@ def run(
                 timeout_s=timeout,
                 rdzv_id=rdzv_id,
             )
-        except LaunchError as e:
+        except (LaunchError, RunLockedError) as e:
             raise UserError(str(e)) from None
-    if code != 0:
+    if code != 0:  # the launcher has printed why (one paragraph) and written measured/summary.json
         raise typer.Exit(code)
     out.print(
         f"measured run written to {out_dir}; compare it with `plancast compare {out_dir}`", markup=False

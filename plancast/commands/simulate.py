@@ -1,10 +1,9 @@
-"""`plancast simulate` and `plancast sweep`: predict one plan, or search every plan.
-"""
+"""`plancast simulate` and `plancast sweep`: predict one plan, or search every plan."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -20,6 +19,9 @@ from plancast.app import (
     user_errors,
     write_predicted,
 )
+
+if TYPE_CHECKING:
+    from plancast.traces.lock import RunLock
 
 
 def print_breakdown(summary: dict[str, Any]) -> None:
@@ -46,6 +48,26 @@ def print_breakdown(summary: dict[str, Any]) -> None:
     )
 
 
+def claim_out(out_dir: Path, force: bool) -> RunLock:
+    """The lock of RUN for writing a prediction; UserError if another process writes RUN, or if RUN
+    holds a measured run (whose scenario.toml and prediction would be replaced) without --force."""
+    from plancast.traces.lock import RunLock, RunLockedError
+    from plancast.traces.store import RunDir
+
+    lock = RunLock(out_dir, "plancast simulate --out")
+    try:
+        lock.acquire()
+    except RunLockedError as e:
+        raise UserError(str(e)) from None
+    if RunDir(out_dir).rank_files() and not force:
+        lock.release()
+        raise UserError(
+            f"{out_dir} holds a measured run; its scenario.toml and predicted/ belong to it. Pass another "
+            "--out, or --force to replace them (compare will then judge the new scenario)"
+        )
+    return lock
+
+
 @app.command("simulate")
 def simulate(
     scenario: ScenarioArg,
@@ -54,15 +76,28 @@ def simulate(
     full_fidelity: Annotated[
         bool, typer.Option("--full-fidelity", help="Simulate every rank, not one per symmetric class.")
     ] = False,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="With --out: replace scenario.toml and predicted/ of a run that holds a measured run.",
+        ),
+    ] = False,
 ) -> None:
     """Predict one training step: time breakdown, memory, MFU; optionally write RUN/predicted/."""
+    from contextlib import ExitStack
+
     from plancast.simulator.predict import simulate as run_simulation
 
     with user_errors():
         s = load(scenario)
-    prediction = run_simulation(s, full_fidelity=full_fidelity, events=out_dir is not None)
+    with ExitStack() as held:
+        if out_dir is not None:
+            with user_errors():
+                held.callback(claim_out(out_dir, force).release)
+        prediction = run_simulation(s, full_fidelity=full_fidelity, events=out_dir is not None)
+        files = write_predicted(out_dir, prediction) if out_dir is not None else []
     if out_dir is not None:
-        files = write_predicted(out_dir, prediction)
         err.print(
             f"wrote {out_dir}/predicted/ and {len(files)} Chrome trace file(s) in {out_dir}/chrome/predicted "
             f"(open in https://ui.perfetto.dev)",
