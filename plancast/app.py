@@ -48,8 +48,6 @@ def user_error_types() -> tuple[type[BaseException], ...]:
 
 
 @contextmanager
-
-
 def user_errors() -> Iterator[None]:
     """Turn known bad-input errors into a message and exit 2."""
     try:

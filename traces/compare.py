@@ -69,12 +69,14 @@ def measured_status(measured_summary: dict[str, Any] | None) -> dict[str, Any]:
     }
 
 
-def optional_json(path: Path, problems: list[str]) -> dict[str, Any] | None:
+def optional_json(
+    path: Path, problems: list[str], note: str = "compared without it"
+) -> dict[str, Any] | None:
     """A summary file, or None with a problem noted when it is unreadable (missing is fine)."""
     if not path.exists():
         return None
     try:
         return read_json_object(path)
     except TraceReadError as e:
-        problems.append(f"{e} (compared without it)")
+        problems.append(f"{e} ({note})")
         return None

@@ -92,8 +92,12 @@ def export(
     ] = "chrome",
     source: Annotated[str, typer.Option(help="predicted | measured | both")] = "both",
 ) -> None:
-    """Write RUN's events as Chrome-trace/Kineto JSON, one file per rank, under RUN/chrome/SOURCE/."""
+    """Write RUN's events as Chrome-trace/Kineto JSON, one file per rank, under RUN/chrome/SOURCE/.
+
+    Damaged files are named and left out, the rest is exported, and the exit code is then 2 (as for
+    `compare`)."""
     from plancast.traces.chrome import export_chrome
+    from plancast.traces.compare import optional_json
     from plancast.traces.store import RunDir, TraceReadError, read_measured, read_predicted
 
     problems: list[str] = []
@@ -114,6 +118,8 @@ def export(
         if source in ("measured", "both"):
             measured = read_measured(rd)
             problems += measured.problems
+        for summary in (rd.predicted_summary, rd.measured_summary):  # as compare reads them
+            optional_json(summary, problems, "the run is damaged; its events were exported")
             if not measured.events.empty:
                 frames["measured"] = measured.events
         if not frames:

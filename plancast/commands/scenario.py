@@ -1,5 +1,4 @@
-"""`plancast validate` and `plancast catalog`: what a scenario resolves to, and what it can name.
-"""
+"""`plancast validate` and `plancast catalog`: what a scenario resolves to, and what it can name."""
 
 from __future__ import annotations
 
