@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import tomli_w
 
+from plancast.runtime.failures import RankError, RankFailure, first_failure
 from plancast.runtime.machine import Machine, RANK_BASE_GiB, check_machine
 from plancast.traces.lock import RunLock, RunLockedError
 from plancast.traces.store import RunDir, read_measured
@@ -219,3 +220,25 @@ def test_a_killed_launcher_takes_its_job_with_it(tmp_path: Path) -> None:
     job.kill()  # SIGKILL: no handler runs; the kernel tells torchrun (PR_SET_PDEATHSIG)
     job.communicate(timeout=30)
     assert_nothing_left(out)
+
+
+@pytest.mark.parametrize(
+    ("failures", "errors", "first"),
+    [
+        # rank 1 SIGKILLed; rank 0's broken collective raised; torchrun blamed rank 0 as root cause
+        ([RankFailure(0, 0, "h", 1, None, True), RankFailure(1, 1, "h", -9, "SIGKILL", False)],
+         {0: RankError(0, 5.0, "RuntimeError: Connection closed by peer")}, (1, "killed by SIGKILL, on h")),
+        # rank 2 raised first (earliest record); rank 0 raised later on its broken connection
+        ([RankFailure(0, 0, "h", 1, None, True), RankFailure(2, 2, "h", 1, None, False)],
+         {0: RankError(0, 7.5, "RuntimeError: gloo"), 2: RankError(2, 7.1, "ValueError: bad shape")},
+         (2, "ValueError: bad shape")),
+        # ranks torchrun stopped itself (SIGTERM) are never the first
+        ([RankFailure(0, 0, "h", -15, "SIGTERM", False), RankFailure(1, 1, "h", 1, None, True)], {},
+         (1, "exit code 1, on h")),
+        ([], {}, None),
+    ],
+)  # fmt: skip
+def test_the_first_failed_rank_is_the_cause_not_the_collateral(
+    failures: list[RankFailure], errors: dict[int, RankError], first: tuple[int, str] | None
+) -> None:
+    assert first_failure(failures, errors) == first
