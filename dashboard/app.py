@@ -19,6 +19,7 @@ PAGES = [
     st.Page("app_pages/telemetry.py", title="Telemetry", icon=":material/monitor_heart:"),
     st.Page("app_pages/sweep.py", title="Sweep", icon=":material/scatter_plot:"),
     st.Page("app_pages/what_if.py", title="What-if", icon=":material/tune:"),
+    st.Page("app_pages/decision.py", title="Decision", icon=":material/paid:"),
 ]
 
 page = st.navigation(PAGES)

@@ -13,6 +13,7 @@ from typing import Any
 
 import pandas as pd
 
+from plancast.simulator import cluster_search
 from plancast.simulator.costs.memory import rank_memory
 from plancast.simulator.loader import Loaded, parse_scenario, to_toml_dict
 from plancast.simulator.mesh import RankGrid
@@ -272,15 +273,9 @@ def telemetry(samples: pd.DataFrame) -> pd.DataFrame:
 
 # --------------------------------------------------------------------------------------------- sweep
 def pareto_front(frame: pd.DataFrame, x: str = "peak_memory_gib", y: str = "step_time_s") -> pd.Series:
-    """True for rows no other row beats on both ``x`` and ``y`` (lower is better; ties kept once)."""
-    order = frame.sort_values([x, y], kind="stable").index
-    best = math.inf
-    on_front = pd.Series(False, index=frame.index)
-    for i in order:
-        if frame.at[i, y] < best:
-            on_front.at[i] = True
-            best = float(frame.at[i, y])
-    return on_front
+    """True for rows no other row beats on both ``x`` and ``y`` (simulator.cluster_search's rule)."""
+    front = set(cluster_search.pareto_front(frame[[x, y]].to_dict("records"), x, y))
+    return pd.Series([i in front for i in range(len(frame))], index=frame.index)
 
 
 # ------------------------------------------------------------------------------------------- what-if

@@ -87,6 +87,7 @@ def write_predicted(run_path: Path, prediction: Any) -> list[Path]:
     """RUN/scenario.toml, RUN/predicted/{events.parquet, summary.json} and a Chrome trace per rank."""
     import tomli_w
 
+    from plancast.simulator.goodput import checkpoint_prediction
     from plancast.simulator.loader import to_toml_dict
     from plancast.traces.chrome import export_chrome
     from plancast.traces.store import RunDir, atomic_open, write_events, write_json
@@ -96,7 +97,8 @@ def write_predicted(run_path: Path, prediction: Any) -> list[Path]:
     with atomic_open(run.scenario_toml, "wb") as f:
         f.write(tomli_w.dumps(to_toml_dict(prediction.scenario)).encode())
     write_events(run.predicted_events, prediction.events)
-    write_json(run.predicted_summary, prediction.summary)
+    checkpoint = checkpoint_prediction(prediction.scenario)  # compare reconciles it with a checkpointed run
+    write_json(run.predicted_summary, {**prediction.summary, "checkpoint": checkpoint})
     backend = "gloo" if prediction.scenario.cluster.gpu.name.startswith("cpu") else "nccl"
     return export_chrome(
         prediction.events, run.path / "chrome" / "predicted", prediction.scenario.world_size, backend=backend

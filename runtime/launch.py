@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from plancast.runtime.checkpoint import checkpoint_arguments
 from plancast.runtime.failures import (
     RankFailure,
     first_failure,
@@ -240,6 +241,8 @@ def launch(
     rdzv_endpoint: str | None = None,
     timeout_s: float = 600,
     rdzv_id: str | None = None,
+    checkpoint_every: int | None = None,
+    resume: bool = False,
 ) -> int:
     """Run ``scenario_path`` with torchrun into ``out_dir``; the job's exit code (0: every rank finished).
 
@@ -261,9 +264,13 @@ def launch(
     )
     check_this_machine(scenario, plan)
     run = RunDir(out_dir)
+    try:
+        cmd_extra = checkpoint_arguments(scenario, run, checkpoint_every, resume)
+    except ValueError as e:
+        raise LaunchError(str(e)) from None
     lock = LOCK_NAME if node_rank == 0 else f".plancast-node{node_rank}.lock"
     with RunLock(out_dir, "plancast run", lock), stop_on_signals():
-        if node_rank == 0:
+        if node_rank == 0 and not resume:
             if run.measured_dir.is_dir() and any(run.measured_dir.iterdir()):
                 raise LaunchError(
                     f"{run.measured_dir} already holds a measured run; pass another --out or delete "
@@ -271,7 +278,7 @@ def launch(
                 )
             write_scenario(run, scenario)
         job_id = rdzv_id or ("plancast" if nnodes > 1 else f"plancast-{uuid.uuid4().hex[:12]}")
-        cmd = torchrun_command(plan, scenario_path, out_dir, timeout_s=timeout_s, rdzv_id=job_id)
+        cmd = torchrun_command(plan, scenario_path, out_dir, timeout_s=timeout_s, rdzv_id=job_id) + cmd_extra
         print(
             f"plancast: node {node_rank}/{nnodes}: {plan.nproc_per_node} ranks x {plan.steps} steps "
             f"-> {out_dir}",

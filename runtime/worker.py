@@ -39,6 +39,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 
+from plancast.runtime.checkpoint import Checkpointer, Progress
 from plancast.runtime.telemetry import TelemetrySampler, empty_table, make_sampler, write_telemetry
 from plancast.runtime.trainer import Trainer
 from plancast.simulator.loader import load_scenario
@@ -173,11 +174,20 @@ def _mean_loss(results: Sequence[RankResult], step: int) -> float | None:
 
 
 def run_steps(
-    trainer: Trainer, writer: RankEventWriter, steps: int, env: RankEnv, fault_at: int | None
+    trainer: Trainer,
+    writer: RankEventWriter,
+    steps: int,
+    env: RankEnv,
+    fault_at: int | None,
+    checkpointer: Checkpointer | None = None,
+    resume: bool = False,
 ) -> RankResult:
-    """Run ``steps`` steps, rewriting the rank file after each; rank 0 reports progress on stderr."""
+    """Run ``steps`` steps, rewriting the rank file after each; rank 0 reports progress on stderr.
+    With a checkpointer: save every K steps, and with ``resume`` start after its newest checkpoint."""
     result = RankResult(env.rank)
-    for step in range(steps):
+    done = checkpointer.restore(writer) if checkpointer is not None and resume else Progress()
+    result.losses, result.step_times_s = done.losses, done.step_times_s
+    for step in range(done.steps_done, steps):
         if step == fault_at:
             os.kill(os.getpid(), signal.SIGKILL)
         start = time.perf_counter()
@@ -189,6 +199,8 @@ def run_steps(
         writer.append_step(out.events)
         if env.rank == 0:
             say(f"step {step + 1}/{steps} {result.step_times_s[-1]:.3f} s")
+        if checkpointer is not None:
+            checkpointer.maybe_save(step + 1, Progress(step + 1, result.losses, result.step_times_s))
     result.memory_bytes = trainer.memory()
     return result
 
@@ -209,17 +221,22 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--timeout-s", type=float, default=600.0, help="process-group timeout for joining and collectives"
     )
     p.add_argument("--telemetry-interval-s", type=float, default=0.5, help="GPU sampling period")
+    p.add_argument("--checkpoint-every", type=int, default=None, help="checkpoint every K steps")
+    p.add_argument("--resume", action="store_true", help="resume from the run's newest checkpoint")
     return p.parse_args(argv)
 
 
-def log_to_file(run: RunDir, rank: int) -> None:
-    """Send this process's stdout and stderr (tracebacks included) to ``logs/rank-NNNNN.log``.
+def log_to_file(run: RunDir, rank: int, append: bool = False) -> None:
+    """Send this process's stdout and stderr (tracebacks included) to ``logs/rank-NNNNN.log``
+    (appended to when resuming); a previous attempt's error record is removed.
 
     What the user should see on the console goes through ``say`` to the original stderr."""
     global _console  # noqa: PLW0603 - one per process, set once before anything prints
     run.logs_dir.mkdir(parents=True, exist_ok=True)
     _console = os.fdopen(os.dup(2), "w", buffering=1)
-    log_fd = os.open(run.rank_log(rank), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    run.rank_error(rank).unlink(missing_ok=True)
+    mode = os.O_APPEND if append else os.O_TRUNC
+    log_fd = os.open(run.rank_log(rank), os.O_WRONLY | os.O_CREAT | mode, 0o644)
     sys.stdout.flush()
     sys.stderr.flush()
     os.dup2(log_fd, 1)
@@ -251,7 +268,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     env = rank_env(os.environ)
     run = RunDir(args.out)
-    log_to_file(run, env.rank)
+    log_to_file(run, env.rank, append=args.resume)
     try:
         return run_rank(args, env, run)
     except BaseException as error:
@@ -277,7 +294,9 @@ def run_rank(args: argparse.Namespace, env: RankEnv, run: RunDir) -> int:
             write_json(run.env_json, environment(backend, env.world_size, ranks))
         trainer = Trainer(scenario, env.rank, env.world_size, device, instrument=True)
         writer = RankEventWriter(run, env.rank)
-        result = run_steps(trainer, writer, steps, env, fault_step(os.environ, env.rank))
+        every = args.checkpoint_every or scenario.training.checkpoint_every_steps
+        ckpt = Checkpointer(trainer, run, env.rank, every) if every or args.resume else None
+        result = run_steps(trainer, writer, steps, env, fault_step(os.environ, env.rank), ckpt, args.resume)
         result.telemetry = sampler.stop() if sampler is not None else None
         results: list[RankResult] = gather_to_rank0(result, env)
         if env.rank == 0:

@@ -154,6 +154,13 @@ class Training(_Strict):
     """Optimizer steps the runtime executes (the simulator predicts one)."""
     seed: int = 0
     """Seed of the runtime's synthetic tokens and weights."""
+    total_tokens: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    """Tokens of the whole run to plan for (e.g. 15e12); set, `simulate` adds time-to-train, goodput under
+    failures, GPU-hours, cost and energy (simulator/goodput.py). Unset: step-level output only."""
+    checkpoint_every_steps: int | None = Field(default=None, gt=0)
+    """Checkpoint every K steps (the runtime saves with torch.distributed.checkpoint; `plancast run
+    --checkpoint-every K` overrides it). Unset: the runtime does not checkpoint and the planner uses the
+    optimal interval (Young 1974)."""
 
 
 # --------------------------------------------------------------------------------------- parallelism
@@ -213,6 +220,13 @@ class GPU(_Strict):
     """Memory bandwidth, GB/s."""
     memory_GiB: float = Field(gt=0)
     """Device memory, GiB."""
+    price_usd_per_hour: float | None = Field(default=None, gt=0)
+    """Rental price per GPU-hour, USD (catalog: cited on-demand list prices); unset: no cost reported."""
+    power_W: float | None = Field(default=None, gt=0)
+    """Board power at full load, W (catalog: datasheet TDP); unset: no energy reported."""
+    mtbf_hours: float = Field(default=50677.0, gt=0)
+    """Mean time between job-interrupting failures per GPU, hours. Default: Llama 3 (Dubey et al. 2024,
+    sec. 3.3.4): 419 unexpected interruptions in 54 days on 16,384 H100 = 16,384 x 54 x 24 / 419 h."""
 
     @field_validator("peak_tflops", mode="before")
     @classmethod
@@ -304,6 +318,15 @@ class Cluster(_Strict):
     """Link tiers, innermost first."""
     compute: ComputeModel = ComputeModel()
     """Compute efficiency model (calibratable)."""
+    checkpoint_bandwidth_GBps: float = Field(default=1.0, gt=0)
+    """Write (and read) bandwidth to checkpoint storage per node, GB/s. Default: Llama 3's Tectonic store
+    sustains 2 TB/s for 2,048 nodes (Dubey et al. 2024, sec. 3.3.1), ~1 GB/s per node."""
+    restart_overhead_s: float = Field(default=600.0, ge=0)
+    """Time from a failure to training again, checkpoint read excluded (detect, reschedule, initialise).
+    Default 10 min, the restart time R of Daly 2006 (FGCS 22(3), Fig. 3-5)."""
+    pue: float = Field(default=1.1, ge=1)
+    """Power usage effectiveness (facility / IT energy). Default 1.10: Google's 2023 fleet average
+    (Google 2024 Environmental Report)."""
     compute_slots_per_node: int | None = Field(default=None, gt=0)
     """Ranks of a node share this many compute units (CPU cores when ranks are CPU processes);
     None: every rank has its own device. `plancast calibrate` sets it to this machine's cores."""

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from plancast.traces.checkpoints import checkpoint_components
 from plancast.traces.reconcile import reconcile, to_summary
 from plancast.traces.store import (
     RunDir,
@@ -52,6 +53,8 @@ def compare_run_dir(run_path: Path, ensure_predicted: Callable[[Path], None]) ->
         measured_summary=measured_summary,
     )
     summary = {**to_summary(rec), **measured_status(measured_summary), "problems": problems}
+    checkpoints = optional_json(run.measured_dir / "checkpoints.json", problems)
+    summary["components"] += checkpoint_components((predicted_summary or {}).get("checkpoint"), checkpoints)
     run.compare_dir.mkdir(parents=True, exist_ok=True)
     write_json(run.compare_summary, summary)
     return summary

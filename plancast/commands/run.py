@@ -8,15 +8,38 @@ from typing import Annotated
 
 import typer
 
-from plancast.app import ScenarioArg, UserError, app, load, out, user_errors
+from plancast.app import UserError, app, load, out, user_errors
+
+
+def _inputs(
+    scenario: Path | None, out_dir: Path | None, steps: int | None, resume: Path | None
+) -> tuple[Path, Path, int | None]:
+    """(scenario, run directory, steps): as given, or those of the run `--resume RUN` continues."""
+    if resume is None:
+        if scenario is None or out_dir is None:
+            raise UserError("give a SCENARIO and --out RUN (or --resume RUN to continue a killed run)")
+        return scenario, out_dir, steps
+    if scenario is not None or (out_dir is not None and out_dir.resolve() != resume.resolve()):
+        raise UserError("--resume RUN takes the scenario and run directory from RUN: drop SCENARIO and --out")
+    from plancast.traces.store import RunDir, read_json
+
+    run = RunDir(resume)
+    if not run.scenario_toml.exists():
+        raise UserError(f"--resume {resume}: no scenario.toml there; pass the directory of a `plancast run`")
+    if steps is None and run.measured_summary.exists():  # the killed run's step count
+        steps = read_json(run.measured_summary).get("steps")
+    return run.scenario_toml, resume, steps
 
 
 @app.command("run")
 def run(
-    scenario: ScenarioArg,
+    scenario: Annotated[
+        Path | None,
+        typer.Argument(help="Scenario TOML file (see examples/); omitted with --resume.", show_default=False),
+    ] = None,
     out_dir: Annotated[
-        Path, typer.Option("--out", "-o", help="Run directory to write (measured/ and scenario.toml).")
-    ],
+        Path | None, typer.Option("--out", "-o", help="Run directory to write (measured/ and scenario.toml).")
+    ] = None,
     steps: Annotated[int | None, typer.Option(help="Optimizer steps (default: training.steps).")] = None,
     nproc_per_node: Annotated[
         int | None,
@@ -29,6 +52,21 @@ def run(
     ] = None,
     rdzv_id: Annotated[str, typer.Option("--rdzv-id", help="Job id, the same on every node.")] = "plancast",
     timeout: Annotated[float, typer.Option(help="Seconds before the whole job is stopped.")] = 600.0,
+    checkpoint_every: Annotated[
+        int | None,
+        typer.Option(
+            "--checkpoint-every",
+            help="Save model and optimizer (torch.distributed.checkpoint) every K steps into "
+            "RUN/checkpoints/, timings and sizes into RUN/measured/checkpoints.json "
+            "(default: training.checkpoint_every_steps).",
+        ),
+    ] = None,
+    resume: Annotated[
+        Path | None,
+        typer.Option(
+            "--resume", help="Resume the killed run RUN from its newest checkpoint (no SCENARIO/--out)."
+        ),
+    ] = None,
 ) -> None:
     """Run the scenario with torchrun (gloo on CPU, NCCL on GPU), instrumented; writes RUN/measured/.
 
@@ -42,6 +80,7 @@ def run(
     from plancast.traces.lock import RunLockedError
 
     with user_errors():
+        scenario, out_dir, steps = _inputs(scenario, out_dir, steps, resume)
         load(scenario)  # bad scenarios fail here with key paths, before any process starts
         if timeout <= 0 or not math.isfinite(timeout):
             raise UserError(f"--timeout must be a positive number of seconds, got {timeout:g}")
@@ -56,6 +95,8 @@ def run(
                 rdzv_endpoint=rdzv_endpoint,
                 timeout_s=timeout,
                 rdzv_id=rdzv_id,
+                checkpoint_every=checkpoint_every,
+                resume=resume is not None,
             )
         except (LaunchError, RunLockedError) as e:
             raise UserError(str(e)) from None

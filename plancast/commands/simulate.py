@@ -68,6 +68,28 @@ def claim_out(out_dir: Path, force: bool) -> RunLock:
     return lock
 
 
+def print_goodput(g: dict[str, Any]) -> None:
+    """The whole run (training.total_tokens): checkpoints, failures, time, money, energy."""
+
+    def maybe(value: float | None, fmt: str) -> str:
+        return "n/a (no catalog value; set it in [cluster.gpu])" if value is None else format(value, fmt)
+
+    days = g["time_to_train_days"]
+    out.print(
+        f"checkpoint {g['checkpoint_bytes'] / 1e9:.4g} GB, write {g['checkpoint_write_s']:.3g} s, every "
+        f"{g['checkpoint_interval_s']:.4g} s ({g['checkpoint_interval_source']}); job MTBF "
+        f"{g['job_mtbf_hours']:.3g} h, restart {g['restart_s']:.3g} s",
+        markup=False,
+    )
+    out.print(
+        f"goodput {g['goodput_fraction']:.1%}  time to train "
+        f"{'never (failures outpace checkpoints)' if days is None else format(days, '.4g') + ' days'}  "
+        f"GPU-hours {maybe(g['gpu_hours'], ',.0f')}  cost USD {maybe(g['cost_usd'], ',.0f')}  "
+        f"energy MWh {maybe(g['energy_MWh'], ',.4g')}",
+        markup=False,
+    )
+
+
 @app.command("simulate")
 def simulate(
     scenario: ScenarioArg,
@@ -87,6 +109,7 @@ def simulate(
     """Predict one training step: time breakdown, memory, MFU; optionally write RUN/predicted/."""
     from contextlib import ExitStack
 
+    from plancast.simulator.goodput import plan_run
     from plancast.simulator.predict import simulate as run_simulation
 
     with user_errors():
@@ -103,37 +126,72 @@ def simulate(
             f"(open in https://ui.perfetto.dev)",
             markup=False,
         )
+    goodput = plan_run(s, prediction.summary["step_time_s"])
     if json_:
-        print_json(prediction.summary)
+        print_json(prediction.summary if goodput is None else {**prediction.summary, "goodput": goodput})
     else:
         print_breakdown(prediction.summary)
+        if goodput is not None:
+            print_goodput(goodput)
 
 
 @app.command("sweep")
 def sweep(
     scenario: ScenarioArg,
     gpus: Annotated[
-        int, typer.Option("--gpus", help="GPUs to plan for (a multiple of cluster.gpus_per_node).")
+        str,
+        typer.Option(
+            "--gpus",
+            help="GPUs to plan for (a multiple of cluster.gpus_per_node); a comma list (512,1024,2048) "
+            "searches each size.",
+        ),
     ],
     top: Annotated[int, typer.Option(help="Plans to print.")] = 10,
-    finalists: Annotated[int, typer.Option(help="Best estimated plans to run through the full engine.")] = 24,
+    finalists: Annotated[
+        int | None,
+        typer.Option(
+            help="Best estimated plans to run through the full engine (default 24; 4 per size and cluster "
+            "when searching several)."
+        ),
+    ] = None,
+    cluster: Annotated[
+        str | None,
+        typer.Option(
+            "--cluster",
+            help="Catalog cluster presets to compare, comma-separated (dgx-a100-80gb,dgx-h100-80gb).",
+        ),
+    ] = None,
+    rank_by: Annotated[
+        str,
+        typer.Option(
+            "--rank-by",
+            help="step | time-to-train | cost | energy (the last three need training.total_tokens).",
+        ),
+    ] = "step",
     json_: Annotated[bool, typer.Option("--json", help="Print the ranked plans as JSON.")] = False,
     table: Annotated[
         Path | None, typer.Option("--table", help="Write every simulated plan to this CSV.")
     ] = None,
 ) -> None:
-    """Search every valid plan (tp, pp, dp, micro-batch, schedule, virtual stages, recompute, SP, ZeRO)."""
+    """Search every valid plan (tp, pp, dp, micro-batch, schedule, virtual stages, recompute, SP, ZeRO).
+
+    With several --gpus sizes, --cluster presets or a run-level --rank-by, every (cluster, size) is
+    searched and all finalists are ranked together, with the time-to-train vs cost Pareto front."""
     import time
 
     from rich.progress import Progress
     from rich.table import Table
 
+    from plancast.commands.cluster_sweep import cluster_sweep, parse_gpus
     from plancast.simulator.sweep import sweep as run_sweep
 
     with user_errors():
         s = load(scenario)
-        if gpus <= 0:
-            raise UserError("--gpus must be positive")
+        sizes = parse_gpus(gpus)
+    if len(sizes) > 1 or cluster is not None or rank_by != "step":
+        cluster_sweep(s, sizes, cluster, rank_by, finalists=finalists or 4, top=top, json_=json_, table=table)
+        return
+    finalists, n_gpus = finalists or 24, sizes[0]
     started = time.perf_counter()
     with Progress(console=err, transient=True) as bar:
         task = bar.add_task("enumerating and ranking plans", total=None)
@@ -142,7 +200,7 @@ def sweep(
             bar.update(task, description="simulating finalists", completed=done, total=total)
 
         try:
-            result = run_sweep(s, gpus, finalists=finalists, progress=progress)
+            result = run_sweep(s, n_gpus, finalists=finalists, progress=progress)
         except ValueError as e:
             raise UserError(str(e)) from None
     elapsed = time.perf_counter() - started

@@ -2,6 +2,10 @@
 
 Peaks are dense (no structured sparsity) tensor-core TFLOP/s per dtype; HBM bandwidth in GB/s
 (10^9 bytes/s); memory in GiB as the driver reports it (nvidia-smi total).
+
+`power_W` is the datasheet's maximum board power (TDP). `price_usd_per_hour` is an on-demand rental list
+price per GPU-hour in USD, from the public listing named beside it (as of the date given; prices move,
+so set `cluster.gpu.price_usd_per_hour` to what you pay). GPUs without a cited price leave it unset.
 """
 
 from __future__ import annotations
@@ -13,17 +17,22 @@ GPUS: dict[str, dict[str, object]] = {
         "peak_tflops": {"fp32": 19.5, "tf32": 156.0, "fp16": 312.0, "bf16": 312.0},
         "hbm_GBps": 1555.0,
         "memory_GiB": 40.0,
+        "power_W": 400.0,  # A100 datasheet: 400 W (SXM)
+        "price_usd_per_hour": 1.29,  # Jarvislabs on-demand list, April 2026
     },
     "A100-SXM4-80GB": {
         "peak_tflops": {"fp32": 19.5, "tf32": 156.0, "fp16": 312.0, "bf16": 312.0},
         "hbm_GBps": 2039.0,
         "memory_GiB": 80.0,
+        "power_W": 400.0,
+        "price_usd_per_hour": 1.49,  # Jarvislabs on-demand list, April 2026
     },
     # A100 80GB PCIe, same datasheet: same tensor peaks, HBM2e 1,935 GB/s.
     "A100-PCIE-80GB": {
         "peak_tflops": {"fp32": 19.5, "tf32": 156.0, "fp16": 312.0, "bf16": 312.0},
         "hbm_GBps": 1935.0,
         "memory_GiB": 80.0,
+        "power_W": 300.0,  # A100 datasheet: 300 W (PCIe 80GB)
     },
     # NVIDIA H100 Tensor Core GPU datasheet (2023), SXM5: FP32 67, TF32 494.7, BF16/FP16 989.4,
     # FP8 1,978.9 TFLOP/s dense; HBM3 3.35 TB/s; 80 GB (nvidia-smi: 81,559 MiB).
@@ -31,18 +40,23 @@ GPUS: dict[str, dict[str, object]] = {
         "peak_tflops": {"fp32": 67.0, "tf32": 494.7, "fp16": 989.4, "bf16": 989.4, "fp8": 1978.9},
         "hbm_GBps": 3350.0,
         "memory_GiB": 79.6,
+        "power_W": 700.0,  # H100 datasheet: up to 700 W (SXM)
+        "price_usd_per_hour": 2.99,  # Lambda on-demand list, May 2026
     },
     # Same datasheet, H100 PCIe: FP32 51, TF32 378, BF16/FP16 756, FP8 1,513 TFLOP/s; HBM2e 2 TB/s.
     "H100-PCIE-80GB": {
         "peak_tflops": {"fp32": 51.0, "tf32": 378.0, "fp16": 756.0, "bf16": 756.0, "fp8": 1513.0},
         "hbm_GBps": 2000.0,
         "memory_GiB": 79.6,
+        "power_W": 350.0,  # H100 datasheet: 300-350 W (PCIe)
     },
     # NVIDIA H200 datasheet (2024): H100 SXM compute; HBM3e 4.8 TB/s; 141 GB (nvidia-smi: 143,771 MiB).
     "H200-SXM-141GB": {
         "peak_tflops": {"fp32": 67.0, "tf32": 494.7, "fp16": 989.4, "bf16": 989.4, "fp8": 1978.9},
         "hbm_GBps": 4800.0,
         "memory_GiB": 140.4,
+        "power_W": 700.0,  # H200 datasheet: up to 700 W (SXM)
+        "price_usd_per_hour": 4.54,  # Spheron on-demand list, 17 March 2026
     },
     # NVIDIA DGX B200 datasheet (2024): 72 PF FP8 training per 8 GPUs = 9 PF sparse -> 4.5 PF dense FP8,
     # 2.25 PF dense BF16 per GPU; HBM3e 8 TB/s; 1,440 GB per 8 GPUs = 180 GB.
@@ -50,6 +64,8 @@ GPUS: dict[str, dict[str, object]] = {
         "peak_tflops": {"fp32": 80.0, "tf32": 1100.0, "fp16": 2250.0, "bf16": 2250.0, "fp8": 4500.0},
         "hbm_GBps": 8000.0,
         "memory_GiB": 179.1,
+        "power_W": 1000.0,  # HGX B200 datasheet: 1,000 W per GPU
+        "price_usd_per_hour": 6.03,  # Spheron on-demand list, 17 March 2026
     },
     # AMD Instinct MI300X datasheet (2023): FP32 163.4, TF32 653.7, FP16/BF16 1,307.4, FP8 2,614.9 TFLOP/s
     # dense; HBM3 5.3 TB/s; 192 GB.
@@ -57,6 +73,8 @@ GPUS: dict[str, dict[str, object]] = {
         "peak_tflops": {"fp32": 163.4, "tf32": 653.7, "fp16": 1307.4, "bf16": 1307.4, "fp8": 2614.9},
         "hbm_GBps": 5300.0,
         "memory_GiB": 192.0,
+        "power_W": 750.0,  # MI300X datasheet: 750 W
+        "price_usd_per_hour": 1.99,  # median of neocloud on-demand listings, May 2026 (cliffcenter.com)
     },
     # One x86 core as a rank (gloo on CPU). Nominal: AVX2 with two FMA ports at ~3 GHz =
     # 2 ports x 8 fp32 lanes x 2 FLOP x 3e9 = 96 GFLOP/s (Intel 64 and IA-32 Optimization Reference

@@ -18,7 +18,7 @@ from plancast.dashboard import frames
 from plancast.dashboard.data import compare_run, load_run
 from plancast.traces.store import read_json, write_json
 
-PAGES = ["overview", "timeline", "breakdown", "memory", "telemetry", "sweep", "what_if"]
+PAGES = ["overview", "timeline", "breakdown", "memory", "telemetry", "sweep", "what_if", "decision"]
 
 
 def texts(elements: Iterable[Any]) -> str:

@@ -1,0 +1,122 @@
+"""`plancast sweep` across GPU counts and cluster types (`--gpus 512,1024 --cluster a,b --rank-by cost`).
+
+Not a verb of its own: `sweep` (plancast/commands/simulate.py) hands over here when it is asked for
+more than one size, another cluster or a run-level ranking.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from plancast.app import UserError, err, out, print_json, user_errors
+
+
+def parse_gpus(text: str) -> list[int]:
+    """`--gpus 512,1024,2048` -> [512, 1024, 2048]; a UserError naming the bad entry otherwise."""
+    sizes = []
+    for part in text.split(","):
+        try:
+            n = int(part.strip())
+        except ValueError:
+            raise UserError(f"--gpus {text}: {part.strip()!r} is not a whole number of GPUs") from None
+        if n <= 0:
+            raise UserError(f"--gpus {text}: {n} must be positive")
+        sizes.append(n)
+    return sizes
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def cluster_sweep(
+    s: Any,
+    sizes: list[int],
+    clusters: str | None,
+    rank_by: str,
+    *,
+    finalists: int,
+    top: int,
+    json_: bool,
+    table: Path | None,
+) -> None:
+    """Search every (cluster, size), rank all finalists together, print them and the Pareto front."""
+    from rich.progress import Progress
+
+    from plancast.simulator.cluster_search import search
+
+    with user_errors():
+        names = parse_clusters(clusters)
+        with Progress(console=err, transient=True) as bar:
+            task = bar.add_task("searching", total=len(names) * len(sizes))
+
+            def progress(done: int, total: int, label: str) -> None:
+                bar.update(task, description=f"searching plans on {label}", completed=done, total=total)
+
+            try:
+                result = search(s, sizes, names, rank_by=rank_by, finalists=finalists, progress=progress)
+            except ValueError as e:
+                raise UserError(str(e)) from None
+    for why in result.skipped:
+        err.print(f"skipped {why}", markup=False)
+    if table is not None:
+        import pandas as pd
+
+        pd.DataFrame(result.rows).to_csv(table, index=False)
+        err.print(f"wrote {table}", markup=False)
+    if json_:
+        front = [r for r in result.rows if r["pareto"]]
+        print_json(
+            {
+                "rank_by": rank_by,
+                "plans_enumerated": result.enumerated,
+                "plans": result.rows[:top],
+                "pareto": front,
+            }
+        )
+        return
+    if not result.rows:
+        err.print("no plan fits on any of the clusters and sizes searched", markup=False)
+        raise typer.Exit(1)
+    out.print(f"{len(result.rows)} finalists of {result.enumerated:,} plans, ranked by {rank_by}")
+    out.print(ranked_table(result.rows[:top]))
+
+
+def parse_clusters(text: str | None) -> list[str | None]:
+    """`--cluster a,b` -> ["a", "b"] (catalog presets); None -> [None], the scenario's own cluster."""
+    from plancast.simulator.catalog import CLUSTERS
+
+    if text is None:
+        return [None]
+    names = [c.strip() for c in text.split(",") if c.strip()]
+    unknown = [c for c in names if c not in CLUSTERS]
+    if unknown or not names:
+        raise UserError(
+            f"--cluster: unknown preset(s) {', '.join(unknown) or '(none given)'}; "
+            f"choose from {', '.join(CLUSTERS)}"
+        )
+    return list(names)
+
+
+def ranked_table(rows: list[dict[str, Any]]) -> Any:
+    """The rich table of ranked plans across clusters and sizes (Pareto-front plans starred)."""
+    from rich.table import Table
+
+    view = Table("#", "cluster", "GPUs", "plan", "step s", "goodput", "days", "cost USD", "MWh", "Pareto")
+    for i, r in enumerate(rows, 1):
+        view.add_row(
+            str(i),
+            r["cluster"],
+            str(r["gpus"]),
+            r["plan"],
+            _fmt(r["step_time_s"], ".3f"),
+            _fmt(r["goodput_fraction"], ".1%"),
+            _fmt(r["time_to_train_days"], ".3g"),
+            _fmt(r["cost_usd"], ",.0f"),
+            _fmt(r["energy_MWh"], ",.4g"),
+            "*" if r["pareto"] else "",
+        )
+    return view
