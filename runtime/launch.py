@@ -152,10 +152,12 @@ def failure_summary(
     steps: dict[int, list[int]],
     reason: str,
     status: str = "failed",
+    first_failed_rank: int | None = None,
 ) -> dict[str, Any]:
     """The content of ``measured/summary.json`` for a run that did not finish (pure).
 
-    ``status`` is ``failed``, or ``interrupted`` when the run was stopped (Ctrl-C, SIGTERM).
+    ``status`` is ``failed``, or ``interrupted`` when the run was stopped (Ctrl-C, SIGTERM);
+    ``first_failed_rank`` the rank that failed first (``runtime.failures.first_failure``).
     ``failed_ranks`` are the ranks torchrun reports as failed (not the ones it stopped because of
     them); when it reports none (a timeout, a lost node, an interrupt), the ranks that did not
     finish every step.
@@ -170,6 +172,7 @@ def failure_summary(
         "world_size": plan.world_size,
         "steps": plan.steps,
         "failed_ranks": failed,
+        "first_failed_rank": first_failed_rank,
         "failures": [asdict(f) for f in failures],
         "steps_finished": {str(r): done for r, done in steps.items()},
     }
@@ -203,7 +206,9 @@ def report_failure(run: RunDir, plan: LaunchPlan, exit_code: int, output: str, e
         reason = f"torchrun exited with code {exit_code}; ranks without every step's results: {missing}"
     status = "interrupted" if ended is not None and not ended.startswith("timed out") else "failed"
     if plan.node_rank == 0:
-        write_json(run.measured_summary, failure_summary(plan, exit_code, failures, steps, reason, status))
+        first_rank = first[0] if first is not None and ended is None else None
+        summary = failure_summary(plan, exit_code, failures, steps, reason, status, first_rank)
+        write_json(run.measured_summary, summary)
     done = ", ".join(f"rank {r}: {len(s)}/{plan.steps}" for r, s in list(steps.items())[:8])
     more = f" and {len(steps) - 8} more ranks" if len(steps) > 8 else ""
     print(

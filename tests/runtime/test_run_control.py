@@ -191,7 +191,8 @@ def test_killing_one_rank_mid_run_names_it_and_compare_shows_failed(tmp_path: Pa
     assert "rank 1 failed first (killed by SIGKILL" in paragraph
     assert str(run.rank_log(1)) in paragraph
     summary = json.loads(run.measured_summary.read_text())
-    assert summary["status"] == "failed" and summary["failed_ranks"] == [1]
+    assert summary["status"] == "failed" and summary["first_failed_rank"] == 1
+    assert 1 in summary["failed_ranks"]  # rank 0 may also have raised on its broken connection
     finished = read_measured(run).events
     assert len(set(finished.loc[finished["rank"] == 1, "step"])) >= 1  # the finished steps are intact
     _, stdout, stderr = cli_main("compare", str(out))
