@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import streamlit as st
 
-from plancast.dashboard.serve import RUNS_ENV  # run directories named by `plancast dashboard`
+from plancast.dashboard.serve import ROOT_ENV, RUNS_ENV
 from plancast.simulator.loader import ScenarioError, load_scenario
 from plancast.simulator.predict import simulate
 from plancast.simulator.scenario import Scenario
@@ -34,6 +34,13 @@ from plancast.simulator.sweep import Plan, sweep
 from plancast.traces import schema
 from plancast.traces.reconcile import Reconciliation, reconcile
 from plancast.traces.store import RANK_FILE_RE, RunDir, TraceReadError, read_events, read_json, read_measured
+
+MAX_EXTRACTED_BYTES = 2 * 1024**3
+"""Largest total size a run upload may expand to (a zip of a big measured run is a few hundred MB)."""
+MAX_ZIP_MEMBERS = 100_000
+"""Most files a run upload may hold (a run has a few per rank)."""
+MAX_CSV_BYTES = 64 * 1024**2
+"""Largest sweep CSV read (`plancast sweep --table` writes about 200 bytes per plan)."""
 
 # Columns of measured/telemetry.parquet, written by runtime/telemetry.py (one row per sample per GPU).
 TELEMETRY_COLUMNS: dict[str, str] = {
@@ -190,7 +197,25 @@ def command_line_runs(argv: Sequence[str], script: Path, environ: Mapping[str, s
 
 # ------------------------------------------------------------------------------------------ uploads
 class UploadError(ValueError):
-    """Uploaded files that do not form a run; the message names the file."""
+    """Uploaded files that do not form a run, or a path the browser may not open; the message says why."""
+
+
+def allowed_root(environ: Mapping[str, str]) -> Path:
+    """The folder the browser may name (``$PLANCAST_DASHBOARD_ROOT``, else ``./runs``), resolved."""
+    return Path(environ.get(ROOT_ENV) or "runs").resolve()
+
+
+def confined(typed: str, roots: Sequence[Path]) -> Path:
+    """``typed`` (relative paths are taken inside the first root) if it lies inside one of ``roots``
+    once resolved (symbolic links and ``..`` followed); else UploadError naming the allowed folder."""
+    first = roots[0]
+    path = (first / typed).resolve() if not Path(typed).is_absolute() else Path(typed).resolve()
+    if any(path.is_relative_to(root) for root in roots):
+        return path
+    raise UploadError(
+        f"{typed} is outside {first}: the dashboard only opens what lies under the runs folder it was "
+        "started with (`plancast dashboard --runs-folder DIR`)"
+    )
 
 
 def _safe_member(name: str) -> PurePosixPath:
@@ -206,13 +231,34 @@ def _extract_zip(name: str, content: bytes, target: Path) -> None:
     except zipfile.BadZipFile as err:
         raise UploadError(f"{name} is not a valid zip file ({err})") from err
     with archive:
-        for info in archive.infolist():
+        members = archive.infolist()
+        if len(members) > MAX_ZIP_MEMBERS:
+            raise UploadError(f"{name} holds {len(members):,} files, more than a run ({MAX_ZIP_MEMBERS:,})")
+        budget = MAX_EXTRACTED_BYTES
+        for info in members:
             member = _safe_member(info.filename)
             if info.is_dir() or member.name.startswith("."):
                 continue
             out = target.joinpath(*member.parts)
             out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_bytes(archive.read(info))
+            budget = _extract_member(archive, info, out, budget, name)
+
+
+def _extract_member(
+    archive: zipfile.ZipFile, info: zipfile.ZipInfo, out: Path, budget: int, name: str
+) -> int:
+    """Copy one member in chunks, counting what it really expands to (the sizes a zip declares can
+    lie); UploadError once the upload passes ``MAX_EXTRACTED_BYTES``. Returns the budget left."""
+    limit = f"{name} expands to more than {MAX_EXTRACTED_BYTES / 1024**3:g} GiB; upload a smaller run"
+    if info.file_size > budget:
+        raise UploadError(limit)
+    with archive.open(info) as source, out.open("wb") as sink:
+        while chunk := source.read(1024**2):
+            budget -= len(chunk)
+            if budget < 0:
+                raise UploadError(limit)
+            sink.write(chunk)
+    return budget
 
 
 def _upload_destination(name: str, run: RunDir) -> Path:
@@ -273,6 +319,13 @@ PLAN_FIELDS = tuple(Plan.__dataclass_fields__)
 
 def read_sweep_csv(source: Path | io.BytesIO, name: str) -> pd.DataFrame:
     """A ``plancast sweep --table`` CSV, with a ``plan`` label column; UploadError says what is wrong."""
+    if isinstance(source, Path):
+        if not source.is_file():
+            raise UploadError(f"{name} is not a regular file")
+        if source.stat().st_size > MAX_CSV_BYTES:
+            raise UploadError(f"{name} is larger than {MAX_CSV_BYTES // 1024**2} MiB: not a sweep table")
+    elif source.getbuffer().nbytes > MAX_CSV_BYTES:
+        raise UploadError(f"{name} is larger than {MAX_CSV_BYTES // 1024**2} MiB: not a sweep table")
     try:
         frame = pd.read_csv(source)
     except (OSError, ValueError, pd.errors.ParserError) as err:

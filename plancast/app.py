@@ -138,8 +138,8 @@ def pct(fraction: float) -> str:
 
 
 def print_json(obj: Any) -> None:
-    """Machine-readable output on stdout, one object."""
-    sys.stdout.write(json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n")
+    """Machine-readable output on stdout, one object: strict JSON (NaN or infinity is a bug, refused)."""
+    sys.stdout.write(json.dumps(obj, indent=2, sort_keys=False, default=str, allow_nan=False) + "\n")
 
 
 ScenarioArg = Annotated[Path, typer.Argument(help="Scenario TOML file (see examples/).", show_default=False)]

@@ -1,12 +1,14 @@
 """Start a measured run of a scenario with torchrun and report how it ended.
 
-``launch`` checks the plan against the ranks it will start, writes ``RUN/scenario.toml`` (node 0),
-then runs the real launcher, ``python -m torch.distributed.run ... -m plancast.runtime.worker``, as a
-subprocess: one node with ``--standalone``, several through the c10d rendezvous (start ``launch``
-once per node with the same ``rdzv_endpoint``). The launcher's output is streamed to stderr. When
-the job fails or runs past ``timeout_s``, ``launch`` names the failed ranks from torchrun's failure
-summary (or from the ranks whose results are missing) and writes ``measured/summary.json`` with
-``status = "failed"`` and the steps each rank finished; the rank files are left as they are.
+``launch`` checks the plan against the ranks it will start and against this machine (GPUs, cores,
+memory), takes the run directory's lock (one writer), writes ``RUN/scenario.toml`` (node 0), then
+runs the real launcher, ``python -m torch.distributed.run ... -m plancast.runtime.worker``, as a
+subprocess (``runtime.process``): one node through a c10d store on loopback, several through the c10d
+rendezvous (start ``launch`` once per node with the same ``rdzv_endpoint``). Each rank logs to
+``RUN/logs/rank-NNNNN.log``, torchrun to ``RUN/logs/torchrun.log``. When the job fails, runs past
+``timeout_s`` or is stopped, ``launch`` prints one paragraph naming the rank that failed first, its
+error and its log, and writes ``measured/summary.json`` with ``status = "failed"`` (or
+``"interrupted"``) and the steps each rank finished; the rank files are left as they are.
 
 Importing this module does not import torch, so the CLI stays quick.
 """
@@ -14,33 +16,37 @@ Importing this module does not import torch, so the CLI stays quick.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import os
 import re
-import signal
-import subprocess
 import sys
-import threading
+import uuid
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
-import plancast
 from plancast.runtime.checkpoint import checkpoint_arguments
+from plancast.runtime.failures import (
+    RankFailure,
+    first_failure,
+    is_collateral,
+    last_error_line,
+    parse_failures,
+    read_rank_errors,
+)
+from plancast.runtime.machine import Machine, check_machine, this_machine
 from plancast.runtime.plan import PlanError, check_runtime_support
+from plancast.runtime.process import TIMEOUT_EXIT_CODE, Stopped, run_streaming, stop_on_signals
 from plancast.simulator.loader import ScenarioError, load_scenario, to_toml_dict
 from plancast.simulator.scenario import Scenario
+from plancast.traces.lock import LOCK_NAME, RunLock, RunLockedError
 from plancast.traces.store import RunDir, atomic_open, read_measured, write_json
 
-IMPORT_ROOT = Path(plancast.__file__).resolve().parent.parent
-"""The folder holding the ``plancast`` package (the source tree or site-packages): the workers' PYTHONPATH."""
 MONITOR_INTERVAL_S = 0.5
 """How often torchrun checks its workers: a dead rank stops the job within about this long."""
-TERMINATE_GRACE_S = 10.0
-"""After a timeout, how long torchrun gets to stop its workers before everything is killed."""
-TIMEOUT_EXIT_CODE = 124
-"""Exit code of a run stopped at ``timeout_s`` (as coreutils ``timeout``)."""
+FAILED_EXIT_CODE = 2
+"""Exit code of a run in which a rank failed (``plancast``'s code for "fix something and re-run")."""
+INTERRUPTED_EXIT_CODE = 130
+"""Exit code of a run stopped by Ctrl-C or SIGTERM (128 + SIGINT, as shells report it)."""
 
 
 class LaunchError(ValueError):
@@ -57,22 +63,6 @@ class LaunchPlan:
     node_rank: int
     steps: int
     rdzv_endpoint: str | None
-
-
-@dataclass(frozen=True)
-class RankFailure:
-    """One entry of torchrun's failure summary."""
-
-    rank: int
-    local_rank: int
-    host: str
-    exitcode: int
-    signal: str | None
-    root_cause: bool
-
-    def describe(self) -> str:
-        how = f"killed by {self.signal}" if self.signal else f"exit code {self.exitcode}"
-        return f"{how}, on {self.host}"
 
 
 def plan_launch(
@@ -130,7 +120,9 @@ def torchrun_command(
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(plan.nnodes)]
     cmd += ["--nproc-per-node", str(plan.nproc_per_node)]
     if plan.nnodes == 1:
-        cmd += ["--standalone"]
+        # What --standalone does (a c10d store on a free port, a fresh job id), but bound to loopback
+        # rather than every interface: a single-node job is nobody else's business.
+        cmd += ["--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:0", "--rdzv-id", rdzv_id]
     else:
         if plan.rdzv_endpoint is None:
             raise LaunchError(f"--nnodes {plan.nnodes} needs --rdzv-endpoint HOST:PORT")
@@ -142,36 +134,6 @@ def torchrun_command(
     cmd += ["-m", "plancast.runtime.worker", "--scenario", str(scenario_path), "--out", str(out_dir)]
     cmd += ["--steps", str(plan.steps), "--timeout-s", str(timeout_s)]
     return cmd
-
-
-_FAILURE_RE = re.compile(
-    r"host\s*:\s*(?P<host>\S+)\s*\n"
-    r"\s*rank\s*:\s*(?P<rank>\d+) \(local_rank: (?P<local_rank>\d+)\)\s*\n"
-    r"\s*exitcode\s*:\s*(?P<exitcode>-?\d+) \(pid: \d+\)[ \t]*(?:\((?P<signal>SIG\w+)\))?"
-)
-_ROOT_CAUSE = "Root Cause (first observed failure):"
-
-
-def parse_failures(output: str) -> list[RankFailure]:
-    """The ranks torchrun's failure summary (``ChildFailedError``) lists, root cause first (pure)."""
-    root_at = output.rfind(_ROOT_CAUSE)
-    failures = [
-        RankFailure(
-            rank=int(m["rank"]),
-            local_rank=int(m["local_rank"]),
-            host=m["host"],
-            exitcode=int(m["exitcode"]),
-            signal=m["signal"],
-            root_cause=root_at >= 0 and m.start() > root_at,
-        )
-        for m in _FAILURE_RE.finditer(output)
-    ]
-    return sorted(failures, key=lambda f: (not f.root_cause, f.rank))
-
-
-def is_collateral(failure: RankFailure) -> bool:
-    """A rank torchrun itself stopped (SIGTERM) because another rank failed first."""
-    return not failure.root_cause and failure.signal == "SIGTERM"
 
 
 def finished_steps(run: RunDir, world_size: int) -> dict[int, list[int]]:
@@ -189,92 +151,31 @@ def failure_summary(
     failures: Sequence[RankFailure],
     steps: dict[int, list[int]],
     reason: str,
+    status: str = "failed",
+    first_failed_rank: int | None = None,
 ) -> dict[str, Any]:
     """The content of ``measured/summary.json`` for a run that did not finish (pure).
 
+    ``status`` is ``failed``, or ``interrupted`` when the run was stopped (Ctrl-C, SIGTERM);
+    ``first_failed_rank`` the rank that failed first (``runtime.failures.first_failure``).
     ``failed_ranks`` are the ranks torchrun reports as failed (not the ones it stopped because of
-    them); when it reports none (a timeout, a lost node), the ranks that did not finish every step.
+    them); when it reports none (a timeout, a lost node, an interrupt), the ranks that did not
+    finish every step.
     """
     failed = sorted({f.rank for f in failures if not is_collateral(f)})
     if not failed:
         failed = [r for r, done in steps.items() if len(done) < plan.steps]
     return {
-        "status": "failed",
+        "status": status,
         "reason": reason,
         "exit_code": exit_code,
         "world_size": plan.world_size,
         "steps": plan.steps,
         "failed_ranks": failed,
+        "first_failed_rank": first_failed_rank,
         "failures": [asdict(f) for f in failures],
         "steps_finished": {str(r): done for r, done in steps.items()},
     }
-
-
-def _forward(stream: IO[str], lines: list[str]) -> None:
-    """Copy the launcher's output to our stderr line by line, keeping it for the failure summary."""
-    for line in stream:
-        lines.append(line)
-        sys.stderr.write(line)
-        sys.stderr.flush()
-
-
-def _children(pid: int) -> list[int]:
-    """Direct children of ``pid`` (Linux /proc; empty elsewhere): torchrun's workers."""
-    try:
-        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
-    except OSError:
-        return []
-    return [int(p) for p in text.split()]
-
-
-def _kill_job(proc: subprocess.Popen[str]) -> None:
-    """Stop torchrun (SIGTERM lets it stop its workers), then SIGKILL what is left.
-
-    torchrun starts each worker in its own session, so the workers' process groups are killed too.
-    """
-    workers = _children(proc.pid)
-    os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(TERMINATE_GRACE_S)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-    for pid in workers:
-        with contextlib.suppress(ProcessLookupError):  # already gone with torchrun
-            os.killpg(pid, signal.SIGKILL)
-
-
-def run_streaming(cmd: Sequence[str], timeout_s: float) -> tuple[int, str, bool]:
-    """Run ``cmd`` in its own process group, streaming its output; ``(exit code, output, timed out)``."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    # torchrun's own default (torch/distributed/run.py sets 1 and prints a banner when it is unset);
-    # set here, the value is the same and the banner is gone.
-    env.setdefault("OMP_NUM_THREADS", "1")
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(IMPORT_ROOT), env.get("PYTHONPATH")) if p)
-    proc = subprocess.Popen(
-        list(cmd),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        errors="replace",
-        start_new_session=True,
-        env=env,
-    )
-    assert proc.stdout is not None
-    lines: list[str] = []
-    reader = threading.Thread(target=_forward, args=(proc.stdout, lines), daemon=True)
-    reader.start()
-    timed_out = False
-    try:
-        proc.wait(timeout_s)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        _kill_job(proc)
-    except BaseException:  # Ctrl-C while waiting: never leave the job running
-        _kill_job(proc)
-        raise
-    reader.join(TERMINATE_GRACE_S)
-    return (TIMEOUT_EXIT_CODE if timed_out else proc.returncode), "".join(lines), timed_out
 
 
 def write_scenario(run: RunDir, scenario: Scenario) -> None:
@@ -285,31 +186,53 @@ def write_scenario(run: RunDir, scenario: Scenario) -> None:
         handle.write(tomli_w.dumps(to_toml_dict(scenario)).encode())
 
 
-def report_failure(
-    run: RunDir, plan: LaunchPlan, exit_code: int, output: str, timed_out_after_s: float | None
-) -> str:
-    """Print which ranks failed and, on node 0, write the failed ``measured/summary.json``; the reason."""
+def report_failure(run: RunDir, plan: LaunchPlan, exit_code: int, output: str, ended: str | None) -> str:
+    """Print one paragraph on why the run ended early and, on node 0, write ``measured/summary.json``.
+
+    ``ended`` is None for a failed job, else how it was stopped (a timeout, Ctrl-C, SIGTERM)."""
     failures = parse_failures(output)
-    for f in failures:
-        if is_collateral(f):
-            print(
-                f"plancast: rank {f.rank} stopped by torchrun ({f.signal}) after the failure", file=sys.stderr
-            )
-        else:
-            print(f"plancast: rank {f.rank} failed ({f.describe()})", file=sys.stderr)
     steps = finished_steps(run, plan.world_size)
-    if timed_out_after_s is not None:
-        reason = f"timed out after {timed_out_after_s:g} s; every rank was stopped"
-    elif any(not is_collateral(f) for f in failures):
-        reason = "; ".join(f"rank {f.rank} failed ({f.describe()})" for f in failures if not is_collateral(f))
+    first = first_failure(failures, read_rank_errors(run, plan.world_size))
+    log_hint = f"full logs: {run.logs_dir}/rank-NNNNN.log and torchrun.log"
+    if ended is not None:
+        reason = ended
+    elif first is not None:
+        rank, how = first
+        error = last_error_line(run.rank_log(rank))
+        reason = f"rank {rank} failed first ({how})" + (f"; its last error: {error}" if error else "")
+        log_hint = f"its full log: {run.rank_log(rank)} (every rank's and torchrun's in {run.logs_dir})"
     else:
         missing = [r for r, done in steps.items() if len(done) < plan.steps]
         reason = f"torchrun exited with code {exit_code}; ranks without every step's results: {missing}"
+    status = "interrupted" if ended is not None and not ended.startswith("timed out") else "failed"
     if plan.node_rank == 0:
-        write_json(run.measured_summary, failure_summary(plan, exit_code, failures, steps, reason))
-    done = ", ".join(f"rank {r}: {len(s)}/{plan.steps}" for r, s in steps.items())
-    print(f"plancast: run failed: {reason}. Steps written: {done} (in {run.measured_dir})", file=sys.stderr)
+        first_rank = first[0] if first is not None and ended is None else None
+        summary = failure_summary(plan, exit_code, failures, steps, reason, status, first_rank)
+        write_json(run.measured_summary, summary)
+    done = ", ".join(f"rank {r}: {len(s)}/{plan.steps}" for r, s in list(steps.items())[:8])
+    more = f" and {len(steps) - 8} more ranks" if len(steps) > 8 else ""
+    print(
+        f"plancast: run {status}: {reason}. Finished steps are kept in {run.measured_dir} ({done}{more}); "
+        f"{log_hint}.",
+        file=sys.stderr,
+    )
     return reason
+
+
+def check_this_machine(scenario: Scenario, plan: LaunchPlan, machine: Machine | None = None) -> None:
+    """LaunchError when this node cannot hold its ranks (GPUs, cores, memory); see ``runtime.machine``."""
+    from plancast.simulator.costs.memory import peak_memory
+
+    machine = machine or this_machine()
+    fix = (
+        "run a smaller scenario (fewer ranks: cluster.num_nodes x cluster.gpus_per_node; a smaller "
+        "model), or spread the ranks over more machines with --nnodes N --node-rank I"
+    )
+    why = check_machine(machine, plan.nproc_per_node, 0.0, fix)  # no simulation for hopeless launches
+    if why is None and not machine.gpus:
+        why = check_machine(machine, plan.nproc_per_node, peak_memory(scenario)[1].total / 1024**3, fix)
+    if why is not None:
+        raise LaunchError(f"this run cannot start on this machine: {why}")
 
 
 def launch(
@@ -322,14 +245,16 @@ def launch(
     node_rank: int = 0,
     rdzv_endpoint: str | None = None,
     timeout_s: float = 600,
-    rdzv_id: str = "plancast",
+    rdzv_id: str | None = None,
     checkpoint_every: int | None = None,
     resume: bool = False,
 ) -> int:
     """Run ``scenario_path`` with torchrun into ``out_dir``; the job's exit code (0: every rank finished).
 
-    Raises LaunchError (or ScenarioError) before starting anything when the options do not fit the
-    scenario. On failure the reasons are printed on stderr and node 0 writes a failed summary.
+    Raises LaunchError, ScenarioError or RunLockedError before starting anything when the options
+    do not fit the scenario or this machine, or another process writes ``out_dir``. A failed job
+    returns ``FAILED_EXIT_CODE``, a timeout ``TIMEOUT_EXIT_CODE``, Ctrl-C/SIGTERM
+    ``INTERRUPTED_EXIT_CODE``: each after one paragraph on stderr and, on node 0, a summary.
     ``rdzv_id`` must be the same on every node of one multi-node run.
     """
     scenario_path, out_dir = Path(scenario_path).resolve(), Path(out_dir).resolve()
@@ -342,28 +267,44 @@ def launch(
         node_rank=node_rank,
         rdzv_endpoint=rdzv_endpoint,
     )
+    check_this_machine(scenario, plan)
     run = RunDir(out_dir)
     try:
         cmd_extra = checkpoint_arguments(scenario, run, checkpoint_every, resume)
     except ValueError as e:
         raise LaunchError(str(e)) from None
-    if node_rank == 0 and not resume:
-        if run.measured_dir.is_dir() and any(run.measured_dir.iterdir()):
-            raise LaunchError(
-                f"{run.measured_dir} already holds a measured run; pass another --out or delete that folder"
-            )
-        write_scenario(run, scenario)
-    cmd = torchrun_command(plan, scenario_path, out_dir, timeout_s=timeout_s, rdzv_id=rdzv_id) + cmd_extra
-    print(
-        f"plancast: node {node_rank}/{nnodes}: {plan.nproc_per_node} ranks x {plan.steps} steps -> {out_dir}",
-        file=sys.stderr,
-    )
-    exit_code, output, timed_out = run_streaming(cmd, timeout_s)
+    lock = LOCK_NAME if node_rank == 0 else f".plancast-node{node_rank}.lock"
+    with RunLock(out_dir, "plancast run", lock), stop_on_signals():
+        if node_rank == 0 and not resume:
+            if run.measured_dir.is_dir() and any(run.measured_dir.iterdir()):
+                raise LaunchError(
+                    f"{run.measured_dir} already holds a measured run; pass another --out or delete "
+                    "that folder"
+                )
+            write_scenario(run, scenario)
+        job_id = rdzv_id or ("plancast" if nnodes > 1 else f"plancast-{uuid.uuid4().hex[:12]}")
+        cmd = torchrun_command(plan, scenario_path, out_dir, timeout_s=timeout_s, rdzv_id=job_id) + cmd_extra
+        print(
+            f"plancast: node {node_rank}/{nnodes}: {plan.nproc_per_node} ranks x {plan.steps} steps "
+            f"-> {out_dir}",
+            file=sys.stderr,
+        )
+        return _run_job(run, plan, cmd, timeout_s)
+
+
+def _run_job(run: RunDir, plan: LaunchPlan, cmd: Sequence[str], timeout_s: float) -> int:
+    try:
+        exit_code, output, timed_out = run_streaming(cmd, timeout_s, run.logs_dir / "torchrun.log")
+    except (KeyboardInterrupt, Stopped) as stop:
+        how = "Ctrl-C" if isinstance(stop, KeyboardInterrupt) else str(stop)
+        report_failure(run, plan, INTERRUPTED_EXIT_CODE, "", f"stopped by {how}; every rank was stopped")
+        return INTERRUPTED_EXIT_CODE
     if exit_code == 0:
-        print(f"plancast: run finished: {out_dir}", file=sys.stderr)
-    else:
-        report_failure(run, plan, exit_code, output, timeout_s if timed_out else None)
-    return exit_code
+        print(f"plancast: run finished: {run.path}", file=sys.stderr)
+        return 0
+    ended = f"timed out after {timeout_s:g} s; every rank was stopped" if timed_out else None
+    report_failure(run, plan, exit_code, output, ended)
+    return TIMEOUT_EXIT_CODE if timed_out else FAILED_EXIT_CODE
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -396,7 +337,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             rdzv_endpoint=args.rdzv_endpoint,
             timeout_s=args.timeout,
         )
-    except (LaunchError, ScenarioError) as err:
+    except (LaunchError, ScenarioError, RunLockedError) as err:
         print(f"plancast: error: {err}", file=sys.stderr)
         return 2
 

@@ -10,6 +10,8 @@ rank), builds its ``Trainer`` and runs K steps. After every step it rewrites its
 of every node samples that node's GPUs (``runtime.telemetry``). Rank 0 writes ``measured/env.json``
 once every rank has joined, and ``measured/summary.json`` plus ``measured/telemetry.parquet`` at
 the end, from what every rank sends it (``gather_object``; no shared file system is needed for them).
+Each rank's output goes to ``logs/rank-NNNNN.log``; a rank that raises also writes when and what
+(``logs/rank-NNNNN.error.json``), so the launcher can name the rank that failed first.
 
 Test hook: with ``PLANCAST_FAULT_RANK=r PLANCAST_FAULT_STEP=k`` in the environment, rank ``r`` kills
 itself with SIGKILL at the start of step ``k`` (tests of the failure path use it).
@@ -25,6 +27,7 @@ import socket
 import statistics
 import sys
 import time
+import traceback
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -37,7 +40,7 @@ import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from plancast.runtime.checkpoint import Checkpointer, Progress
-from plancast.runtime.instrument import cpu_capture_from
+from plancast.runtime.instrument import CpuCapture, cpu_capture_from
 from plancast.runtime.telemetry import TelemetrySampler, empty_table, make_sampler, write_telemetry
 from plancast.runtime.trainer import Trainer
 from plancast.simulator.loader import load_scenario
@@ -196,7 +199,7 @@ def run_steps(
         result.losses.append(out.loss)
         writer.append_step(out.events)
         if env.rank == 0:
-            print(f"plancast: step {step + 1}/{steps} {result.step_times_s[-1]:.3f} s", file=sys.stderr)
+            say(f"step {step + 1}/{steps} {result.step_times_s[-1]:.3f} s")
         if checkpointer is not None:
             checkpointer.maybe_save(step + 1, Progress(step + 1, result.losses, result.step_times_s))
     result.memory_bytes = trainer.memory()
@@ -224,6 +227,42 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def log_to_file(run: RunDir, rank: int, append: bool = False) -> None:
+    """Send this process's stdout and stderr (tracebacks included) to ``logs/rank-NNNNN.log``
+    (appended to when resuming); a previous attempt's error record is removed.
+
+    What the user should see on the console goes through ``say`` to the original stderr."""
+    global _console  # noqa: PLW0603 - one per process, set once before anything prints
+    run.logs_dir.mkdir(parents=True, exist_ok=True)
+    _console = os.fdopen(os.dup(2), "w", buffering=1)
+    run.rank_error(rank).unlink(missing_ok=True)
+    mode = os.O_APPEND if append else os.O_TRUNC
+    log_fd = os.open(run.rank_log(rank), os.O_WRONLY | os.O_CREAT | mode, 0o644)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(log_fd, 1)
+    os.dup2(log_fd, 2)
+    os.close(log_fd)
+
+
+_console = sys.stderr
+
+
+def say(message: str) -> None:
+    """A ``plancast:`` line on the console (the launcher shows these) and in this rank's log."""
+    line = f"plancast: {message}"
+    print(line, file=sys.stderr, flush=True)
+    if _console is not sys.stderr:
+        print(line, file=_console, flush=True)
+
+
+def record_error(run: RunDir, rank: int, error: BaseException) -> None:
+    """``logs/rank-NNNNN.error.json``: when this rank raised and its exception's last line, so the
+    launcher can name the rank that failed first (``runtime.failures``)."""
+    text = "".join(traceback.format_exception_only(type(error), error)).strip().splitlines()
+    write_json(run.rank_error(rank), {"time_s": time.time(), "error": text[-1] if text else repr(error)})
+
+
 @record  # an exception's traceback reaches torchrun's failure summary
 def main(argv: Sequence[str] | None = None) -> int:
     """Run this rank's share of the measured run; 0 on success."""
@@ -233,9 +272,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         cpu_capture = cpu_capture_from(os.environ)
     except ValueError as err:
         raise SystemExit(f"plancast.runtime.worker: {err}") from None
+    run = RunDir(args.out)
+    log_to_file(run, env.rank, append=args.resume)
+    try:
+        return run_rank(args, env, run, cpu_capture)
+    except BaseException as error:
+        if not isinstance(error, SystemExit | KeyboardInterrupt):
+            record_error(run, env.rank, error)
+        raise
+
+
+def run_rank(args: argparse.Namespace, env: RankEnv, run: RunDir, cpu_capture: CpuCapture) -> int:
+    """Join the job, run the steps, write this rank's results; 0 on success."""
     scenario = load_scenario(args.scenario).scenario
     steps = args.steps or scenario.training.steps
-    run = RunDir(args.out)
     device, backend = select_device(env.local_rank)
     dist.init_process_group(backend, timeout=timedelta(seconds=args.timeout_s))
     try:

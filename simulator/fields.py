@@ -16,5 +16,10 @@ class Strict(BaseModel):
 
 
     model_config = ConfigDict(
-        extra="forbid", frozen=True, validate_default=True, strict=True, use_attribute_docstrings=True
+        extra="forbid",
+        frozen=True,
+        validate_default=True,
+        strict=True,
+        use_attribute_docstrings=True,
+        allow_inf_nan=False,  # inf/nan anywhere is bad input, never a NaN prediction
     )

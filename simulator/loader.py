@@ -103,6 +103,11 @@ def load_scenario(path: str | Path) -> Loaded:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
         raise ScenarioError([Problem("", f"TOML syntax error: {err}")], str(path)) from None
+    except RecursionError:  # tomllib recurses once per nested array or inline table
+        raise ScenarioError(
+            [Problem("", "arrays or tables nested too deeply to read; a scenario needs two levels at most")],
+            str(path),
+        ) from None
     return parse_scenario(data, str(path))
 
 

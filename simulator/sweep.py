@@ -32,7 +32,7 @@ from plancast.simulator.engine import Topology
 from plancast.simulator.mesh import RankGrid, span_tier
 from plancast.simulator.predict import simulate
 from plancast.simulator.scenario import Scenario, even_layer_split
-from plancast.simulator.validation import check_plan
+from plancast.simulator.validation import MAX_WORLD_SIZE, check_plan
 
 SCHEDULES = ("1F1B", "Interleaved1F1B", "ZeroBubble", "GPipe")
 RECOMPUTE = ("none", "selective", "full")
@@ -374,6 +374,8 @@ def sweep(
 
     `max_memory_gib` caps the memory a plan may use per GPU below the GPU's own (headroom for the
     framework, or a smaller card of the same kind)."""
+    if not 0 < gpus <= MAX_WORLD_SIZE:  # ValueError: the CLI and the dashboard show it as bad input
+        raise ValueError(f"--gpus must be between 1 and {MAX_WORLD_SIZE:,}, got {gpus:,}")
     base = _base_for(base, gpus)
     est = _Estimator(base, gpus)
     # headroom for context, NCCL, fragmentation; --max-memory-gib caps it further

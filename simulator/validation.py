@@ -2,14 +2,80 @@
 
 Legal but unwise plans (tensor parallel across nodes, ZeRO with one data-parallel rank) are
 simulated with a warning, not refused: seeing how bad they are is part of the point.
+
+Every number of a scenario is also bounded (``BOUNDS``, published in the scenario reference), and
+the work one simulated step costs is bounded (``MAX_SIMULATED_WORK``), so a scenario that validates
+simulates: no overflow, no memory exhaustion, no step that takes hours to simulate.
 """
 
 from __future__ import annotations
 
+import math
+import re
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from plancast.simulator.scenario import Scenario
 from plancast.simulator.schedules import schedule_problems, schedule_warnings
+
+Bound = tuple[float, float, str]
+
+BOUNDS: dict[str, Bound] = {
+    # key path ("[*]" any list item, ".*" any key of a table) -> (min, max, why)
+    "model.hidden_size": (1, 1_000_000, "100x the widest published model (PaLM-540B: 18,432)"),
+    "model.num_hidden_layers": (1, 10_000, "100x the deepest published model (PaLM-540B: 118 layers)"),
+    "model.num_attention_heads": (1, 100_000, "at least one head_dim per head of the widest model"),
+    "model.num_key_value_heads": (1, 100_000, "as num_attention_heads"),
+    "model.intermediate_size": (1, 10_000_000, "100x the widest published MLP"),
+    "model.vocab_size": (1, 100_000_000, "100x the largest published vocabularies (~256k)"),
+    "model.max_position_embeddings": (1, 100_000_000, "as training.seq_len"),
+    "training.seq_len": (1, 100_000_000, "10x the longest published contexts (10M tokens)"),
+    "training.micro_batch_size": (1, 1_000_000, "samples held by one rank at once"),
+    "training.global_batch_size": (1, 100_000_000, "100x the largest published batches (~16M tokens)"),
+    "training.steps": (1, 10_000_000, "steps one measured run executes"),
+    "training.seed": (0, 2**32 - 1, "a 32-bit seed, the range every random generator accepts"),
+    "parallelism.tensor_parallel_degree": (1, 1_000_000, "at most the largest world size"),
+    "parallelism.pipeline_parallel_degree": (1, 1_000_000, "at most the largest world size"),
+    "parallelism.data_parallel_degree": (-1, 10_000_000, "-1 (inferred) or at most the world size"),
+    "parallelism.virtual_stages_per_rank": (1, 10_000, "at most one chunk per layer"),
+    "parallelism.pipeline_layer_split[*]": (1, 10_000, "every stage needs at least one layer"),
+    "parallelism.ddp_bucket_cap_MiB": (1e-3, 1e6, "1 KB to 1 TB; torch DDP's default is 25"),
+    "cluster.num_nodes": (1, 1_000_000, "10x the largest published clusters (~100k GPUs)"),
+    "cluster.gpus_per_node": (1, 1_024, "ranks one node launches"),
+    "cluster.compute_slots_per_node": (1, 1_024, "as gpus_per_node"),
+    "cluster.gpu.peak_tflops.*": (1e-3, 1e6, "1 GFLOP/s (a slow CPU core) to 100x a B200"),
+    "cluster.gpu.hbm_GBps": (1e-3, 1e6, "1 MB/s to 100x HBM3e"),
+    "cluster.gpu.memory_GiB": (1e-9, 1e6, "1 byte to ~5000x an H100's 80 GiB"),
+    "cluster.tiers[*].size": (1, 10_000_000, "at most the world size"),
+    "cluster.tiers[*].bandwidth_GBps": (
+        1e-6,
+        1e15,
+        "1 KB/s up to effectively unbounded (ideal-case studies)",
+    ),
+    "cluster.tiers[*].latency_us": (0, 1e7, "up to 10 s per message"),
+    "cluster.tiers[*].efficiency": (1e-3, 1, "a fraction of the link's bandwidth"),
+    "cluster.compute.matmul_efficiency": (1e-3, 1, "a fraction of peak"),
+    "cluster.compute.matmul_half_gflop": (0, 1e6, "a GEMM size in GFLOP (1 PFLOP at most)"),
+    "cluster.compute.attention_efficiency": (1e-3, 1, "a fraction of peak"),
+    "cluster.compute.memory_efficiency": (1e-3, 1, "a fraction of HBM bandwidth"),
+    "cluster.compute.*": (0, 1e7, "host overheads in microseconds: up to 10 s each"),
+}
+"""Bounds of every number in a scenario (inclusive). A number without its own entry gets
+``DEFAULT_BOUND``. Published in the scenario reference; every example and preset lies inside."""
+
+DEFAULT_BOUND: Bound = (-1e15, 1e15, "any other number: magnitude up to 1e15")
+
+MAX_WORLD_SIZE = 1_000_000
+"""Ranks (cluster.num_nodes x cluster.gpus_per_node, or `sweep --gpus`) plancast plans for: 10x the
+largest published clusters (~100k GPUs). Process-group membership is built per rank, about 50 s per
+million ranks per simulated step (measured: 80,000 ranks in 4.3 s)."""
+
+MAX_SIMULATED_WORK = 1_000_000
+"""Pipeline actions one simulated step schedules (micro-batches x stages x virtual stages), at most.
+The engine runs about 7,000-10,000 of them per second on one core (measured on this project's 2-core
+machine: 8,192 micro-batches x 8 stages of 1F1B in 9 s), so this caps a step at a few minutes;
+per-layer work is vectorized and does not count."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,10 +298,72 @@ def _unwise(s: Scenario, warnings: list[str]) -> None:
         )
 
 
+def _numbers(value: Any, path: str) -> Iterator[tuple[str, float]]:
+    """Every number in a scenario dump, with its key path (``cluster.tiers[0].latency_us``)."""
+    if isinstance(value, bool):
+        return
+    if isinstance(value, int | float):
+        yield path, value
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            yield from _numbers(item, f"{path}.{key}" if path else str(key))
+    elif isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            yield from _numbers(item, f"{path}[{i}]")
+
+
+def bound_of(path: str) -> Bound:
+    """The bound of one key path: its own entry, else its table's ``.*`` entry, else the default."""
+    pattern = re.sub(r"\[\d+\]", "[*]", path)
+    parent = pattern.rsplit(".", 1)[0]
+    return BOUNDS.get(pattern) or BOUNDS.get(f"{parent}.*") or DEFAULT_BOUND
+
+
+def check_bounds(s: Scenario) -> list[Problem]:
+    """Numbers outside ``BOUNDS`` (non-finite ones are refused earlier, by the schema)."""
+    errors = []
+    if s.world_size > MAX_WORLD_SIZE:
+        errors.append(
+            Problem(
+                "cluster.num_nodes",
+                f"num_nodes x gpus_per_node = {s.world_size:,} ranks, more than the {MAX_WORLD_SIZE:,} "
+                "plancast plans for; use fewer nodes",
+            )
+        )
+    for path, value in _numbers(s.model_dump(), ""):
+        low, high, why = bound_of(path)
+        if not (math.isfinite(value) and low <= value <= high):
+            item = re.fullmatch(r"(.*)\[(\d+)\]", path)  # a list entry: the list's key, then which one
+            where, what = (item[1], f"entry {item[2]} ({value:g})") if item else (path, f"{value:g}")
+            errors.append(Problem(where, f"{what} is outside [{low:g}, {high:g}] ({why})"))
+    return errors
+
+
+def simulated_work(s: Scenario) -> int:
+    """Pipeline actions one simulated step schedules (see ``MAX_SIMULATED_WORK``)."""
+    return s.num_microbatches * s.pp * s.vpp
+
+
+def _check_work(s: Scenario, errors: list[Problem]) -> None:
+    work = simulated_work(s)
+    if work > MAX_SIMULATED_WORK:
+        errors.append(
+            Problem(
+                "training.global_batch_size",
+                f"one step is {s.num_microbatches:,} micro-batches x {s.pp * s.vpp} (virtual) pipeline "
+                f"stages = {work:,} pipeline actions to simulate, more than the {MAX_SIMULATED_WORK:,} "
+                "plancast simulates (minutes); lower global_batch_size, or raise micro_batch_size or "
+                "the data-parallel degree",
+            )
+        )
+
+
 def check_plan(s: Scenario) -> tuple[list[Problem], list[str]]:
     """All errors (impossible plans) and warnings (unwise ones) of a field-valid scenario."""
-    errors: list[Problem] = []
+    errors: list[Problem] = check_bounds(s)
     warnings: list[str] = []
+    if errors:  # later checks compute with these numbers
+        return errors, warnings
     _check_cluster(s, errors, warnings)
     _check_model(s, errors)
     if _check_degrees(s, errors):
@@ -243,6 +371,8 @@ def check_plan(s: Scenario) -> tuple[list[Problem], list[str]]:
         if not errors:
             _check_pipeline(s, errors)
     _check_sequence_parallel(s, errors)
+    if not errors:
+        _check_work(s, errors)
     if not errors:
         _unwise(s, warnings)
     return errors, warnings

@@ -12,7 +12,14 @@ from typing import Any
 
 from plancast.traces.checkpoints import checkpoint_components
 from plancast.traces.reconcile import reconcile, to_summary
-from plancast.traces.store import RunDir, TraceReadError, read_json, read_measured, read_predicted, write_json
+from plancast.traces.store import (
+    RunDir,
+    TraceReadError,
+    read_json_object,
+    read_measured,
+    read_predicted,
+    write_json,
+)
 
 
 class CompareError(ValueError):
@@ -45,7 +52,7 @@ def compare_run_dir(run_path: Path, ensure_predicted: Callable[[Path], None]) ->
         predicted_summary=predicted_summary,
         measured_summary=measured_summary,
     )
-    summary = {**to_summary(rec), "problems": problems}
+    summary = {**to_summary(rec), **measured_status(measured_summary), "problems": problems}
     checkpoints = optional_json(run.measured_dir / "checkpoints.json", problems)
     summary["components"] += checkpoint_components((predicted_summary or {}).get("checkpoint"), checkpoints)
     run.compare_dir.mkdir(parents=True, exist_ok=True)
@@ -53,12 +60,26 @@ def compare_run_dir(run_path: Path, ensure_predicted: Callable[[Path], None]) ->
     return summary
 
 
-def optional_json(path: Path, problems: list[str]) -> Any:
+def measured_status(measured_summary: dict[str, Any] | None) -> dict[str, Any]:
+    """How the measured run ended: ``ok``, ``failed``, ``interrupted``, or ``unknown`` (no summary:
+    the run is still going, or was killed before it could write one), with its reason if any."""
+    if measured_summary is None:
+        return {"measured_status": "unknown", "measured_reason": None}
+    status = measured_summary.get("status")
+    return {
+        "measured_status": status if isinstance(status, str) else "unknown",
+        "measured_reason": measured_summary.get("reason"),
+    }
+
+
+def optional_json(
+    path: Path, problems: list[str], note: str = "compared without it"
+) -> dict[str, Any] | None:
     """A summary file, or None with a problem noted when it is unreadable (missing is fine)."""
     if not path.exists():
         return None
     try:
-        return read_json(path)
+        return read_json_object(path)
     except TraceReadError as e:
-        problems.append(f"{e} (compared without it)")
+        problems.append(f"{e} ({note})")
         return None

@@ -33,6 +33,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 SCHEMA_VERSION = 1
@@ -134,6 +135,13 @@ def validate(frame: pd.DataFrame) -> pd.DataFrame:
         )
     if out[["source", "stream", "kind"]].isna().any().any():
         raise SchemaError("columns 'source', 'stream' and 'kind' must not be empty")
+    for column in ("start_us", "dur_us", "flops"):
+        finite = np.isfinite(out[column].to_numpy(dtype="float64", na_value=np.nan))
+        if not finite.all():
+            raise SchemaError(
+                f"column {column!r} has {int((~finite).sum())} non-finite value(s) (NaN or infinity); "
+                "every span needs a finite time: re-create the table"
+            )
     if (out["dur_us"] < 0).any():
         raise SchemaError("column 'dur_us' has negative durations")
     return out.reset_index(drop=True)

@@ -6,6 +6,7 @@ Layout (docs/run-directory.md)::
     RUN/predicted/events.parquet, predicted/summary.json
     RUN/measured/rank-00000.parquet (one per rank), measured/telemetry.parquet,
     RUN/measured/summary.json, measured/env.json
+    RUN/logs/rank-00000.log (one per rank), logs/torchrun.log
     RUN/compare/summary.json
 
 Every write goes to a temporary file in the same directory and is then renamed over the target
@@ -93,6 +94,19 @@ class RunDir:
         return self.measured_dir / "env.json"
 
     @property
+    def logs_dir(self) -> Path:
+        """Per-rank logs of a measured run (each rank's stdout and stderr, tracebacks included)."""
+        return self.path / "logs"
+
+    def rank_log(self, rank: int) -> Path:
+        """One rank's log, e.g. ``logs/rank-00003.log``."""
+        return self.logs_dir / f"rank-{rank:05d}.log"
+
+    def rank_error(self, rank: int) -> Path:
+        """What a rank that raised wrote before exiting: ``{"time_s", "error"}`` (JSON)."""
+        return self.logs_dir / f"rank-{rank:05d}.error.json"
+
+    @property
     def compare_dir(self) -> Path:
         """Folder of the reconciliation output."""
         return self.path / "compare"
@@ -161,11 +175,10 @@ def read_events(path: Path) -> pd.DataFrame:
     schema version, or does not have the schema's columns.
     """
     path = Path(path)
-    if not path.is_file():
-        raise TraceReadError(f"{path} is missing: run the step that writes it (simulate or run) first")
+    _require_file(path)
     try:
         table = pq.read_table(path)
-    except (pa.ArrowException, OSError) as err:
+    except (pa.ArrowException, OSError, ValueError) as err:
         raise TraceReadError(
             f"{path} is truncated or not a parquet file ({err}); the run was probably killed while "
             "writing it: delete the file and re-run"
@@ -173,8 +186,18 @@ def read_events(path: Path) -> pd.DataFrame:
     _check_schema_version(path, table.schema.metadata or {})
     try:
         return schema.validate(table.to_pandas())
-    except schema.SchemaError as err:
+    except (schema.SchemaError, pa.ArrowException) as err:
         raise TraceReadError(f"{path} does not follow the trace schema: {err}") from err
+
+
+def _require_file(path: Path) -> None:
+    """TraceReadError when ``path`` is absent or is not a regular file (a folder in its place)."""
+    if path.is_dir():
+        raise TraceReadError(
+            f"{path} is a directory, not a file: remove it and re-run the step that writes it"
+        )
+    if not path.is_file():
+        raise TraceReadError(f"{path} is missing: run the step that writes it (simulate or run) first")
 
 
 def _check_schema_version(path: Path, metadata: dict[bytes, bytes]) -> None:
@@ -199,20 +222,49 @@ def write_json(path: Path, obj: Any) -> None:
         handle.write(text)
 
 
+MAX_JSON_BYTES = 64 * 1024**2
+"""Largest summary/env JSON read (the ones plancast writes are kilobytes; a bigger one is not ours)."""
+
+
 def read_json(path: Path) -> Any:
-    """Read a JSON file; TraceReadError names the file when it is missing or not valid JSON."""
+    """Read a JSON file; TraceReadError names the file when it is missing, damaged or not JSON."""
     path = Path(path)
+    _require_file(path)
+    redo = "delete it and re-run the step that writes it"
     try:
-        text = path.read_text()
-    except FileNotFoundError as err:
-        raise TraceReadError(f"{path} is missing: run the step that writes it first") from err
+        if path.stat().st_size > MAX_JSON_BYTES:
+            raise TraceReadError(
+                f"{path} is larger than {MAX_JSON_BYTES // 1024**2} MiB, so not plancast's: {redo}"
+            )
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise TraceReadError(f"{path} is not UTF-8 text ({err.reason}): the file is damaged; {redo}") from err
+    except OSError as err:
+        raise TraceReadError(f"{path} cannot be read ({err.strerror or err}); {redo}") from err
     try:
-        return json.loads(text)
+        return json.loads(text, parse_constant=_reject_constant)
     except json.JSONDecodeError as err:
         raise TraceReadError(
             f"{path} is not valid JSON ({err.msg} at line {err.lineno}, column {err.colno}); it was "
-            "probably cut off while being written: delete it and re-run the step that writes it"
+            f"probably cut off while being written: {redo}"
         ) from err
+    except (ValueError, RecursionError) as err:
+        raise TraceReadError(f"{path} is not plancast's JSON ({err}); {redo}") from err
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"it holds {name}, which strict JSON does not allow")
+
+
+def read_json_object(path: Path) -> dict[str, Any]:
+    """``read_json`` of a file that must hold one JSON object (a summary, env.json)."""
+    value = read_json(path)
+    if not isinstance(value, dict):
+        raise TraceReadError(
+            f"{path} should hold a JSON object, found a {type(value).__name__}: the file is damaged; "
+            "delete it and re-run the step that writes it"
+        )
+    return value
 
 
 def read_predicted(run: RunDir) -> pd.DataFrame:
@@ -228,41 +280,71 @@ class MeasuredRead:
     problems: list[str] = field(default_factory=list)
 
 
-def measured_world_size(run: RunDir) -> int | None:
-    """``world_size`` from ``measured/env.json``, or None when the file or key is absent or unreadable."""
-    if not run.env_json.is_file():
+def measured_world_size(run: RunDir, problems: list[str] | None = None) -> int | None:
+    """``world_size`` from ``measured/env.json``, or None when the file or key is absent or unusable.
+
+    An env.json that cannot be read, or whose world size is not a positive integer, adds a sentence to
+    ``problems`` (when given)."""
+    if not run.env_json.exists():
         return None
     try:
-        env = read_json(run.env_json)
-    except TraceReadError:
+        value = read_json_object(run.env_json).get("world_size")
+    except TraceReadError as err:
+        if problems is not None:
+            problems.append(f"{err} (world size taken from the rank files)")
         return None
-    value = env.get("world_size") if isinstance(env, dict) else None
-    return value if isinstance(value, int) and value > 0 else None
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    if problems is not None and value is not None:
+        problems.append(
+            f"{run.relative(run.env_json)} has world_size {value!r}, not a positive integer "
+            "(world size taken from the rank files)"
+        )
+    return None
+
+
+def _missing_ranks(present: list[int], size: int) -> list[tuple[int, int]]:
+    """Gaps ``(first, last)`` of ``range(size)`` not in ``present`` (sorted), without listing them all."""
+    gaps: list[tuple[int, int]] = []
+    expected = 0
+    for rank in (r for r in present if r < size):
+        if rank > expected:
+            gaps.append((expected, rank - 1))
+        expected = rank + 1
+    if expected < size:
+        gaps.append((expected, size - 1))
+    return gaps
 
 
 def read_measured(run: RunDir, world_size: int | None = None) -> MeasuredRead:
     """Read every measured rank file; a missing or unreadable rank is reported, not fatal.
 
     ``world_size`` comes from the argument, else ``measured/env.json``, else the highest rank file + 1.
+    Ranks the world size claims but no file holds are reported as ranges (never read one by one).
     """
     files = run.rank_files()
-    size = world_size or measured_world_size(run) or (max(files) + 1 if files else 0)
-    frames: list[pd.DataFrame] = []
     problems: list[str] = []
-    for rank in range(size):
-        path = files.get(rank, run.rank_events(rank))
-        name = run.relative(path)
-        if rank not in files:
-            problems.append(f"{name} is missing (world size {size}): rank {rank} is left out")
+    size = world_size or measured_world_size(run, problems) or (max(files) + 1 if files else 0)
+    frames: list[pd.DataFrame] = []
+    by_rank: list[tuple[int, str]] = []  # problems in rank order
+    for first, last in _missing_ranks(list(files), size):
+        count = last - first + 1
+        if count == 1:
+            what, who = run.relative(run.rank_events(first)), f"rank {first} is"
+        else:
+            what, who = f"measured/rank-*.parquet of ranks {first}-{last}", f"{count} ranks are"
+        by_rank.append((first, f"{what} is missing (world size {size}): {who} left out"))
+    for rank, path in files.items():
+        if rank >= size:
+            by_rank.append(
+                (rank, f"{run.relative(path)} is beyond the world size {size}: rank {rank} is left out")
+            )
             continue
         try:
             frames.append(read_events(path))
         except TraceReadError as err:
-            problems.append(f"{name} could not be read ({err}): rank {rank} is left out")
-    for rank in (r for r in files if r >= size):
-        problems.append(
-            f"{run.relative(files[rank])} is beyond the world size {size}: rank {rank} is left out"
-        )
+            by_rank.append((rank, f"{run.relative(path)} could not be read ({err}): rank {rank} is left out"))
+    problems += [message for _, message in sorted(by_rank, key=lambda item: item[0])]
     events = pd.concat(frames, ignore_index=True) if frames else schema.empty_frame()
     return MeasuredRead(events=schema.validate(events), problems=problems)
 

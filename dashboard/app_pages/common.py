@@ -14,7 +14,6 @@ from plancast.traces.reconcile import median_step, scored_steps
 
 RUN_KEY = "plancast_run"  # session state: path (str) of the run the pages show
 APP_SCRIPT = Path(__file__).resolve().parents[1] / "app.py"
-DEFAULT_FOLDER = "runs/"
 
 
 def _uploaded_run() -> Path | None:
@@ -38,11 +37,19 @@ def run_picker() -> None:
     """Sidebar: choose a run from the command line, a folder, or an upload; remember it in RUN_KEY."""
     with st.sidebar:
         st.subheader("Run")
+        root = data.allowed_root(os.environ)
         folder = st.text_input(
-            "Runs folder", value=DEFAULT_FOLDER, help="A run directory, or a folder of them."
+            "Runs folder",
+            value=str(root),
+            help=f"A run directory, or a folder of them, under {root} (the folder the dashboard was "
+            "started with: `plancast dashboard --runs-folder DIR`).",
         )
         uploaded = _uploaded_run()
-        found = data.command_line_runs(sys.argv, APP_SCRIPT, os.environ) + data.runs_in_folder(Path(folder))
+        found = data.command_line_runs(sys.argv, APP_SCRIPT, os.environ)
+        try:
+            found += data.runs_in_folder(data.confined(folder, [root, data.upload_root()]))
+        except UploadError as err:
+            st.error(str(err))
         choices = list(dict.fromkeys([uploaded, *found] if uploaded else found))
         if not choices:
             st.info(

@@ -77,8 +77,21 @@ def comparison(run: RunData) -> None:
     st.dataframe(frames.critical_path_rows(path), hide_index=True)
 
 
+def measured_status(run: RunData) -> None:
+    """A failed or interrupted measured run says so above everything else (its steps are partial)."""
+    summary = run.measured_summary or {}
+    status = summary.get("status")
+    if run.has_measured and status not in (None, "ok"):
+        reason = summary.get("reason") or "no reason recorded"
+        st.error(
+            f"The measured run {status}: {reason}. Only the steps it finished are shown.",
+            icon=":material/error:",
+        )
+
+
 run = current_run()
 st.title(f"Run {run.name}")
+measured_status(run)
 if run.has_measured and run.has_predicted:
     comparison(run)
 elif run.has_predicted or run.predicted_summary is not None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import io
-from pathlib import Path
+import os
 
 import pandas as pd
 import streamlit as st
@@ -11,6 +11,7 @@ import streamlit as st
 from plancast.dashboard import charts, data, frames
 from plancast.dashboard.app_pages.common import current_run
 from plancast.dashboard.data import UploadError
+from plancast.simulator.validation import MAX_WORLD_SIZE
 
 SWEEP_KEY = "plancast_sweep"  # session state: the plans table shown, kept across reruns
 FROM_SCENARIO, FROM_CSV = "Sweep this run's scenario", "Load a sweep CSV"
@@ -23,7 +24,9 @@ def sweep_from_scenario() -> None:
         return
     s = run.scenario
     cols = st.columns(2)
-    gpus = cols[0].number_input("GPUs", min_value=1, value=s.world_size, step=s.cluster.gpus_per_node)
+    gpus = cols[0].number_input(
+        "GPUs", min_value=1, max_value=MAX_WORLD_SIZE, value=s.world_size, step=s.cluster.gpus_per_node
+    )
     finalists = cols[1].number_input("Plans simulated in full", min_value=1, max_value=200, value=24)
     if st.button("Run sweep", type="primary"):
         try:
@@ -34,14 +37,17 @@ def sweep_from_scenario() -> None:
 
 def sweep_from_csv() -> None:
     path = st.text_input(
-        "CSV path", placeholder="sweep.csv", help="Written by `plancast sweep SCENARIO --gpus N --table FILE`"
+        "CSV path",
+        placeholder="sweep.csv",
+        help="Written by `plancast sweep SCENARIO --gpus N --table FILE`, under the dashboard's runs folder.",
     )
     upload = st.file_uploader("…or upload the CSV", type=["csv"])
     try:
         if upload is not None:
             st.session_state[SWEEP_KEY] = data.read_sweep_csv(io.BytesIO(upload.getvalue()), upload.name)
         elif path:
-            st.session_state[SWEEP_KEY] = data.read_sweep_csv(Path(path), path)
+            root = data.allowed_root(os.environ)
+            st.session_state[SWEEP_KEY] = data.read_sweep_csv(data.confined(path, [root]), path)
     except UploadError as err:
         st.error(str(err))
 

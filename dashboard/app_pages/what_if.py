@@ -11,6 +11,7 @@ from plancast.dashboard.app_pages.common import current_run
 from plancast.simulator.loader import ScenarioError
 from plancast.simulator.scenario import Scenario
 from plancast.simulator.sweep import RECOMPUTE, SCHEDULES
+from plancast.simulator.validation import BOUNDS
 
 NO_CHANGE = 5e-4  # relative step-time change shown as no change
 
@@ -26,11 +27,21 @@ def knobs(s: Scenario) -> frames.WhatIf:
     cols = st.columns(4)
     tp = cols[0].selectbox("Tensor parallel (tp)", degrees, index=degrees.index(now.tp))
     pp = cols[1].selectbox("Pipeline parallel (pp)", degrees, index=degrees.index(now.pp))
-    mbs = cols[2].number_input("Micro-batch size", min_value=1, value=now.micro_batch_size)
+    mbs = cols[2].number_input(
+        "Micro-batch size",
+        min_value=1,
+        max_value=int(BOUNDS["training.micro_batch_size"][1]),
+        value=now.micro_batch_size,
+    )
     zero = cols[3].selectbox("ZeRO stage", [0, 1, 2, 3], index=now.zero_stage)
     left, middle, right = st.columns(3)
     schedule = left.selectbox("Pipeline schedule", SCHEDULES, index=SCHEDULES.index(now.schedule))
-    virtual = middle.number_input("Virtual stages per rank", min_value=1, value=now.virtual_stages)
+    virtual = middle.number_input(
+        "Virtual stages per rank",
+        min_value=1,
+        max_value=int(BOUNDS["parallelism.virtual_stages_per_rank"][1]),
+        value=now.virtual_stages,
+    )
     recompute = right.selectbox("Recompute", RECOMPUTE, index=RECOMPUTE.index(now.recompute))
     st.caption(f"World size {s.world_size}: data parallel = {s.world_size} / (tp · pp).")
     return frames.WhatIf(int(mbs), int(tp), int(pp), int(zero), str(schedule), int(virtual), str(recompute))

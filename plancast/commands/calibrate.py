@@ -1,5 +1,4 @@
-"""`plancast calibrate`: fit a cluster profile from measured runs and/or microbenchmarks.
-"""
+"""`plancast calibrate`: fit a cluster profile from measured runs and/or microbenchmarks."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""`plancast demo`: the whole loop on this machine (calibrate, simulate, run, compare, dashboard).
-"""
+"""`plancast demo`: the whole loop on this machine (calibrate, simulate, run, compare, dashboard)."""
 
 from __future__ import annotations
 

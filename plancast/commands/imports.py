@@ -1,5 +1,4 @@
-"""`plancast import` (HF, Megatron-LM, DeepSpeed configs -> scenario) and `plancast import-kineto`.
-"""
+"""`plancast import` (HF, Megatron-LM, DeepSpeed configs -> scenario) and `plancast import-kineto`."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
-"""`plancast run`: the scenario under torchrun, instrumented, into RUN/measured/.
-"""
+"""`plancast run`: the scenario under torchrun, instrumented, into RUN/measured/."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated
 
@@ -31,6 +31,9 @@ def _inputs(
     return run.scenario_toml, resume, steps
 
 
+RdzvEndpointOpt = Annotated[
+    str | None, typer.Option("--rdzv-endpoint", help="HOST:PORT of node 0's rendezvous (multi-node).")
+]
 CheckpointEveryOpt = Annotated[
     int | None,
     typer.Option(
@@ -64,9 +67,7 @@ def run(
     ] = None,
     nnodes: Annotated[int, typer.Option(help="Nodes in the job; run the same command on each node.")] = 1,
     node_rank: Annotated[int, typer.Option("--node-rank", help="This node's index, 0..nnodes-1.")] = 0,
-    rdzv_endpoint: Annotated[
-        str | None, typer.Option("--rdzv-endpoint", help="HOST:PORT of node 0's rendezvous (multi-node).")
-    ] = None,
+    rdzv_endpoint: RdzvEndpointOpt = None,
     rdzv_id: Annotated[str, typer.Option("--rdzv-id", help="Job id, the same on every node.")] = "plancast",
     timeout: Annotated[float, typer.Option(help="Seconds before the whole job is stopped.")] = 600.0,
     checkpoint_every: CheckpointEveryOpt = None,
@@ -74,14 +75,21 @@ def run(
 ) -> None:
     """Run the scenario with torchrun (gloo on CPU, NCCL on GPU), instrumented; writes RUN/measured/.
 
+    Exit codes: 0 every rank finished; 2 bad input, a launch this machine cannot hold, another
+    writer on RUN, or a failed rank (the paragraph names the first and its log, RUN/logs/); 124 timed
+    out; 130 stopped by Ctrl-C or SIGTERM (measured/summary.json says "interrupted").
+
     Multi-node: on every node run `plancast run S --out RUN --nnodes N --node-rank I --rdzv-endpoint
     NODE0:29500`; each node writes its ranks' files into its own RUN (gather them before comparing)."""
     from plancast.runtime.launch import LaunchError, launch
+    from plancast.traces.lock import RunLockedError
 
     with user_errors():
         scenario, out_dir, steps = _inputs(scenario, out_dir, steps, resume)
         load(scenario)  # bad scenarios fail here with key paths, before any process starts
         require_extra("runtime", "plancast run")
+        if timeout <= 0 or not math.isfinite(timeout):
+            raise UserError(f"--timeout must be a positive number of seconds, got {timeout:g}")
         try:
             code = launch(
                 scenario,
@@ -96,9 +104,9 @@ def run(
                 checkpoint_every=checkpoint_every,
                 resume=resume is not None,
             )
-        except LaunchError as e:
+        except (LaunchError, RunLockedError) as e:
             raise UserError(str(e)) from None
-    if code != 0:
+    if code != 0:  # the launcher has printed why (one paragraph) and written measured/summary.json
         raise typer.Exit(code)
     out.print(
         f"measured run written to {out_dir}; compare it with `plancast compare {out_dir}`", markup=False

@@ -1,5 +1,4 @@
-"""`plancast compare` and `plancast export`: read a run directory back.
-"""
+"""`plancast compare` and `plancast export`: read a run directory back."""
 
 from __future__ import annotations
 
@@ -41,6 +40,15 @@ def compare(
 
     with user_errors():
         summary = reconcile_run(run)
+    status = summary.get("measured_status", "unknown")
+    if status != "ok":
+        reason = summary.get("measured_reason")
+        err.print(
+            f"warning: the measured run's status is {status}"
+            + (f": {reason}" if reason else " (measured/summary.json is absent: still running, or killed)")
+            + "; only the steps it finished are compared",
+            markup=False,
+        )
     if json_:
         print_json(summary)
         _exit_on_problems(summary["problems"])
@@ -52,6 +60,7 @@ def compare(
         if error is not None
         else "step time: no measured step"
     )
+    out.print(f"measured run status: {status}")
     out.print(
         f"events: {summary['events_matched']} matched, {summary['events_missing']} missing, "
         f"{summary['events_extra']} extra (step {summary['step']})"
@@ -83,28 +92,41 @@ def export(
     ] = "chrome",
     source: Annotated[str, typer.Option(help="predicted | measured | both")] = "both",
 ) -> None:
-    """Write RUN's events as Chrome-trace/Kineto JSON, one file per rank, under RUN/chrome/SOURCE/."""
-    from plancast.traces.chrome import export_chrome
-    from plancast.traces.store import RunDir, read_measured, read_predicted
+    """Write RUN's events as Chrome-trace/Kineto JSON, one file per rank, under RUN/chrome/SOURCE/.
 
+    Damaged files are named and left out, the rest is exported, and the exit code is then 2 (as for
+    `compare`)."""
+    from plancast.traces.chrome import export_chrome
+    from plancast.traces.compare import optional_json
+    from plancast.traces.store import RunDir, TraceReadError, read_measured, read_predicted
+
+    problems: list[str] = []
     with user_errors():
         if format_ != "chrome":
             raise UserError(f"unknown format {format_!r}; only 'chrome' is supported")
         if source not in ("predicted", "measured", "both"):
             raise UserError("--source must be predicted, measured or both")
         rd = RunDir(run)
+        if not rd.path.is_dir():
+            raise UserError(f"run directory not found: {run}")
         frames = {}
         if source in ("predicted", "both") and rd.predicted_events.exists():
-            frames["predicted"] = read_predicted(rd)
+            try:
+                frames["predicted"] = read_predicted(rd)
+            except TraceReadError as e:
+                problems.append(f"{e} (predicted events not exported)")
         if source in ("measured", "both"):
             measured = read_measured(rd)
-            for problem in measured.problems:
-                err.print(f"warning: {problem}", markup=False)
+            problems += measured.problems
+        for summary in (rd.predicted_summary, rd.measured_summary):  # as compare reads them
+            optional_json(summary, problems, "the run is damaged; its events were exported")
             if not measured.events.empty:
                 frames["measured"] = measured.events
         if not frames:
+            _exit_on_problems(problems)
             raise UserError(f"{run} has no {source} events to export")
     for name, frame in frames.items():
         world = int(frame["rank"].max()) + 1
         files = export_chrome(frame, rd.path / "chrome" / name, world)
         out.print(f"{name}: {len(files)} file(s) in {rd.path / 'chrome' / name}")
+    _exit_on_problems(problems)

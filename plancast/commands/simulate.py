@@ -1,5 +1,4 @@
-"""`plancast simulate` and `plancast sweep`: predict one plan, or search every plan.
-"""
+"""`plancast simulate` and `plancast sweep`: predict one plan, or search every plan."""
 
 from __future__ import annotations
 
@@ -25,6 +24,7 @@ from plancast.app import (
 
 if TYPE_CHECKING:
     from plancast.simulator.sweep import SweepResult
+    from plancast.traces.lock import RunLock
 
 
 def print_breakdown(summary: dict[str, Any]) -> None:
@@ -49,6 +49,26 @@ def print_breakdown(summary: dict[str, Any]) -> None:
         f"hardware {sig(summary['hardware_tflops_per_gpu'])}  tokens/s {sig(summary['tokens_per_s'])}  "
         f"bubble {pct(summary['bubble_fraction'])}  micro-batches {summary['num_microbatches']}"
     )
+
+
+def claim_out(out_dir: Path, force: bool) -> RunLock:
+    """The lock of RUN for writing a prediction; UserError if another process writes RUN, or if RUN
+    holds a measured run (whose scenario.toml and prediction would be replaced) without --force."""
+    from plancast.traces.lock import RunLock, RunLockedError
+    from plancast.traces.store import RunDir
+
+    lock = RunLock(out_dir, "plancast simulate --out")
+    try:
+        lock.acquire()
+    except RunLockedError as e:
+        raise UserError(str(e)) from None
+    if RunDir(out_dir).rank_files() and not force:
+        lock.release()
+        raise UserError(
+            f"{out_dir} holds a measured run; its scenario.toml and predicted/ belong to it. Pass another "
+            "--out, or --force to replace them (compare will then judge the new scenario)"
+        )
+    return lock
 
 
 def print_goodput(g: dict[str, Any]) -> None:
@@ -81,16 +101,29 @@ def simulate(
     full_fidelity: Annotated[
         bool, typer.Option("--full-fidelity", help="Simulate every rank, not one per symmetric class.")
     ] = False,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="With --out: replace scenario.toml and predicted/ of a run that holds a measured run.",
+        ),
+    ] = False,
 ) -> None:
     """Predict one training step: time breakdown, memory, MFU; optionally write RUN/predicted/."""
+    from contextlib import ExitStack
+
     from plancast.simulator.goodput import plan_run
     from plancast.simulator.predict import simulate as run_simulation
 
     with user_errors():
         s = load(scenario)
-    prediction = run_simulation(s, full_fidelity=full_fidelity, events=out_dir is not None)
+    with ExitStack() as held:
+        if out_dir is not None:
+            with user_errors():
+                held.callback(claim_out(out_dir, force).release)
+        prediction = run_simulation(s, full_fidelity=full_fidelity, events=out_dir is not None)
+        files = write_predicted(out_dir, prediction) if out_dir is not None else []
     if out_dir is not None:
-        files = write_predicted(out_dir, prediction)
         err.print(
             f"wrote {out_dir}/predicted/ and {len(files)} Chrome trace file(s) in {out_dir}/chrome/predicted "
             f"(open in https://ui.perfetto.dev)",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import shutil
 import tempfile
 import zipfile
 from collections.abc import Iterable
@@ -15,7 +16,7 @@ from dashboard_runs import DAMAGES, MEASURED_PEAK_GIB
 
 from plancast.dashboard import frames
 from plancast.dashboard.data import compare_run, load_run
-from plancast.traces.store import read_json
+from plancast.traces.store import read_json, write_json
 
 PAGES = ["overview", "timeline", "breakdown", "memory", "telemetry", "sweep", "what_if", "decision"]
 
@@ -165,17 +166,43 @@ def test_sweep_loads_a_csv_and_refuses_a_bad_one(
 
     scenario = load_run(healthy_run).scenario
     assert scenario is not None
-    csv = tmp_path / "sweep.csv"
+    (tmp_path / "runs").mkdir()  # the runs folder of the dashboard started in tmp_path
+    csv = tmp_path / "runs" / "sweep.csv"
     sweep_table(scenario, 2, 5).drop(columns="plan").to_csv(csv, index=False)
     at = open_page(healthy_run, "sweep")
     widget(at.radio, "Plans").set_value("Load a sweep CSV").run()
     widget(at.text_input, "CSV path").set_value(str(csv)).run()
     no_exception(at)
     assert len(widget(at.selectbox, "Plan").options) == 5 and len(charts(at)) == 1
-    bad = tmp_path / "bad.csv"
+    bad = tmp_path / "runs" / "bad.csv"
     bad.write_text("a,b\n1,2\n")
     widget(at.text_input, "CSV path").set_value(str(bad)).run()
     assert "lacks column(s)" in texts(at.error)
+    for outside in ("/dev/zero", "../sweep-elsewhere.csv", "/etc/passwd"):
+        widget(at.text_input, "CSV path").set_value(outside).run()
+        no_exception(at)
+        assert "is outside" in texts(at.error), outside
+
+
+def test_the_runs_folder_is_confined_to_the_one_given_at_start(
+    open_page: OpenPage, healthy_run: Path
+) -> None:
+    at = open_page(healthy_run, "overview")
+    widget(at.sidebar.text_input, "Runs folder").set_value("/").run()
+    no_exception(at)
+    assert "is outside" in texts(at.sidebar.error)
+    assert at.title[0].value == f"Run {healthy_run.name}"  # the run given at start is still shown
+
+
+def test_overview_shows_a_failed_measured_run(open_page: OpenPage, healthy_run: Path, tmp_path: Path) -> None:
+    failed = Path(shutil.copytree(healthy_run, tmp_path / "failed-run"))
+    summary = read_json(failed / "measured" / "summary.json")
+    write_json(
+        failed / "measured" / "summary.json", {**summary, "status": "failed", "reason": "rank 1 failed first"}
+    )
+    at = open_page(failed, "overview")
+    no_exception(at)
+    assert "measured run failed: rank 1 failed first" in texts(at.error)
 
 
 def test_what_if_resimulates_and_reports_invalid_plans(open_page: OpenPage, healthy_run: Path) -> None:

@@ -11,14 +11,16 @@ from plancast.dashboard import serve
 
 
 def test_command_runs_streamlit_with_the_runs_after_the_separator(tmp_path: Path) -> None:
-    command = serve.command([tmp_path / "a", Path("relative")], port=9123, headless=True)
+    command = serve.command([tmp_path / "a", Path("relative")], port=9123, headless=True, environ={})
     assert command[:5] == [sys.executable, "-m", "streamlit", "run", str(serve.APP)]
     options = command[5 : command.index("--")]
     assert dict(zip(options[::2], options[1::2], strict=True)) == {
         "--server.headless": "true",
         "--server.port": "9123",
+        "--server.address": "127.0.0.1",
         "--browser.gatherUsageStats": "false",
         "--client.toolbarMode": "viewer",
+        "--server.maxUploadSize": "200",
         "--browser.serverAddress": "localhost",
         "--logger.hideWelcomeMessage": "true",
         "--logger.level": "warning",

@@ -140,8 +140,11 @@ def test_a_killed_rank_fails_the_run_and_keeps_finished_steps(
     monkeypatch.setenv("PLANCAST_FAULT_STEP", "2")
     run = RunDir(tmp_path / "run")
     code = launch(scenario_file(tmp_path, steps=4), run.path, timeout_s=120)
-    assert code != 0
-    assert "rank 1 failed (killed by SIGKILL" in capfd.readouterr().err
+    assert code == 2
+    err = capfd.readouterr().err
+    assert "rank 1 failed first (killed by SIGKILL" in err
+    assert "Traceback" not in err
+    assert str(run.rank_log(1)) in err
     events = read_measured(run).events
     for rank in (0, 1):
         assert sorted(set(events.loc[events["rank"] == rank, "step"])) == [0, 1], f"rank {rank}"
@@ -247,11 +250,12 @@ def test_default_ranks_per_node_split_the_world() -> None:
 
 
 # ------------------------------------------------------------------------------- command lines
-def test_single_node_command_is_standalone() -> None:
+def test_single_node_command_binds_its_store_to_loopback() -> None:
     plan = LaunchPlan(2, 1, 2, 0, 5, None)
     cmd = torchrun_command(plan, Path("/s.toml"), Path("/run"), timeout_s=60, rdzv_id="x")
     assert cmd[1:3] == ["-m", "torch.distributed.run"]
-    assert "--standalone" in cmd and "--rdzv-backend" not in cmd
+    assert "--standalone" not in cmd
+    assert cmd[cmd.index("--rdzv-endpoint") + 1] == "127.0.0.1:0"
     tail = cmd[cmd.index("--max-restarts") :]
     assert tail == [
         "--max-restarts", "0", "--monitor-interval", "0.5",

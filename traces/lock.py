@@ -1,0 +1,88 @@
+"""One writer per run directory: an exclusive lock on ``RUN/.plancast.lock``.
+
+The lock is ``fcntl.flock`` on a file inside the run directory, so the kernel releases it when its
+holder exits however it exits (a killed writer never leaves a stale lock behind); the file keeps the
+holder's pid, host and command so a refused writer can say who holds it. The file name starts with a
+dot, so readers of the run ignore it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+from types import TracebackType
+
+LOCK_NAME = ".plancast.lock"
+
+
+class RunLockedError(ValueError):
+    """Another process is writing the run directory; the message names it and what to do."""
+
+
+def lock_path(run_path: Path, name: str = LOCK_NAME) -> Path:
+    """Where the lock of a run directory lives."""
+    return Path(run_path) / name
+
+
+def _describe_holder(path: Path) -> str:
+    try:
+        holder = json.loads(path.read_text(encoding="utf-8"))
+        return f"pid {holder['pid']} on {holder['host']} ({holder['command']}, since {holder['since']})"
+    except (OSError, ValueError, KeyError, TypeError):
+        return "another process"
+
+
+class RunLock:
+    """``with RunLock(RUN, "plancast run"):`` holds the run directory's lock for the block.
+
+    A second writer gets ``RunLockedError`` at once (no waiting). ``name`` lets the nodes of one
+    multi-node job that share a file system take one lock each.
+    """
+
+    def __init__(self, run_path: Path, command: str, name: str = LOCK_NAME) -> None:
+        self.path = lock_path(run_path, name)
+        self.command = command
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise RunLockedError(
+                f"{self.path.parent} is being written by {_describe_holder(self.path)}; wait for it to "
+                "finish or stop it, or pick another run directory"
+            ) from None
+        holder = {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "command": self.command,
+            "since": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "argv": sys.argv,
+        }
+        os.ftruncate(fd, 0)
+        os.write(fd, json.dumps(holder).encode())
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.ftruncate(self._fd, 0)
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> RunLock:
+        self.acquire()
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, value: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.release()
