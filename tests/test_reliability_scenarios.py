@@ -83,7 +83,9 @@ CASES = [
         "cluster.gpu.peak_tflops.fp32",
     ),
     Bad(
-        "bucket-1e308", tiny_with("parallelism", "ddp_bucket_cap_MiB = 1e308"), "parallelism.ddp_bucket_cap_MiB"
+        "bucket-1e308",
+        tiny_with("parallelism", "ddp_bucket_cap_MiB = 1e308"),
+        "parallelism.ddp_bucket_cap_MiB",
     ),
     Bad("bucket-inf", tiny_with("parallelism", "ddp_bucket_cap_MiB = inf"), "parallelism.ddp_bucket_cap_MiB"),
     Bad(
