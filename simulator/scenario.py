@@ -263,20 +263,20 @@ class ComputeModel(_Strict):
     tp_collective_overhead_us: float = Field(default=0.0, ge=0)
     """Host time per tensor-parallel collective beyond the link's alpha-beta (framework dispatch, e.g.
     DTensor redistributes on CPU); ~0 on GPUs, whose host runs ahead. Fitted by `plancast calibrate`."""
-    tp_step_overhead_us: float = Field(default=0.0, ge=0)
-    """Host time per step of a tensor-parallel plan beyond its collectives (DTensor bookkeeping around
-    the step); fitted with the per-collective overhead on two runs with different micro-batch counts."""
     sp_collective_overhead_us: float = Field(default=0.0, ge=0)
     """The same for the all-gathers and reduce-scatters of sequence parallelism (DTensor redistributes
     between sequence shards and replicas); fitted on sequence-parallel runs."""
-    sp_step_overhead_us: float = Field(default=0.0, ge=0)
-    """Per-step host time of a sequence-parallel plan (in place of tp_step_overhead_us); fitted with
-    sp_collective_overhead_us like the tensor-parallel pair."""
     dp_collective_overhead_us: float = Field(default=0.0, ge=0)
     """Host time per ZeRO-2/3 (FSDP2) collective: its unit hooks run in Python; fitted like the above."""
-    fsdp_step_overhead_us: float = Field(default=0.0, ge=0)
-    """Host time per step of FSDP2 beyond its collectives (root hooks, the post-backward callback that
-    finalizes the gradients); fitted with the per-collective overhead on two ZeRO-2/3 runs."""
+    tp_layer_overhead_us: float = Field(default=0.0, ge=0)
+    """Host time per tensor-parallel transformer block and micro-batch, forward + backward, beyond its
+    collectives (DTensor dispatch and sharding propagation; simulator/costs/host.py); ~0 on GPUs.
+    Measured on this machine by the microbenchmarks (one block, tensor-parallel vs plain)."""
+    sp_layer_overhead_us: float = Field(default=0.0, ge=0)
+    """The same for a sequence-parallel block (in place of tp_layer_overhead_us)."""
+    fsdp_unit_overhead_us: float = Field(default=0.0, ge=0)
+    """Host time per FSDP2 unit (each block and the root) and micro-batch beyond its collectives (its
+    pre/post forward and backward hooks run in Python); measured by the microbenchmarks."""
     p2p_overhead_us: float = Field(default=0.0, ge=0)
     """Host time per pipeline transfer on each side (the pipelining runtime's per-action bookkeeping,
     posting the send or receive); ~0 on GPUs, whose host runs ahead. Fitted like the above."""

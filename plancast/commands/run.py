@@ -3,12 +3,14 @@
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from plancast.app import ScenarioArg, UserError, app, load, out, user_errors
+from plancast.commands.calibrate import NoCacheOpt, measured_local, write_scenario_file
 
 
 @app.command("run")
@@ -29,6 +31,7 @@ def run(
     ] = None,
     rdzv_id: Annotated[str, typer.Option("--rdzv-id", help="Job id, the same on every node.")] = "plancast",
     timeout: Annotated[float, typer.Option(help="Seconds before the whole job is stopped.")] = 600.0,
+    no_cache: NoCacheOpt = False,
 ) -> None:
     """Run the scenario with torchrun (gloo on CPU, NCCL on GPU), instrumented; writes RUN/measured/.
 
@@ -36,8 +39,11 @@ def run(
     NODE0:29500`; each node writes its ranks' files into its own RUN (gather them before comparing)."""
     from plancast.runtime.launch import LaunchError, launch
 
-    with user_errors():
-        load(scenario)  # bad scenarios fail here with key paths, before any process starts
+    with user_errors(), tempfile.TemporaryDirectory() as tmp:
+        loaded = load(scenario)  # bad scenarios fail here with key paths, before any process starts
+        measured = measured_local(scenario, loaded, no_cache=no_cache)
+        if measured is not loaded:  # the run (and RUN/scenario.toml) on this machine's measured cluster
+            scenario = write_scenario_file(Path(tmp) / scenario.name, measured)
         try:
             code = launch(
                 scenario,

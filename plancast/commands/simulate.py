@@ -20,6 +20,7 @@ from plancast.app import (
     user_errors,
     write_predicted,
 )
+from plancast.commands.calibrate import NoCacheOpt, measured_local
 
 
 def print_breakdown(summary: dict[str, Any]) -> None:
@@ -54,12 +55,13 @@ def simulate(
     full_fidelity: Annotated[
         bool, typer.Option("--full-fidelity", help="Simulate every rank, not one per symmetric class.")
     ] = False,
+    no_cache: NoCacheOpt = False,
 ) -> None:
     """Predict one training step: time breakdown, memory, MFU; optionally write RUN/predicted/."""
     from plancast.simulator.predict import simulate as run_simulation
 
     with user_errors():
-        s = load(scenario)
+        s = measured_local(scenario, load(scenario), no_cache=no_cache)
     prediction = run_simulation(s, full_fidelity=full_fidelity, events=out_dir is not None)
     if out_dir is not None:
         files = write_predicted(out_dir, prediction)
