@@ -54,18 +54,20 @@ def demo(
     started = time.perf_counter()
     out_dir.mkdir(parents=True, exist_ok=True)
     profile = out_dir / "local-cpu-calibrated.toml"
-    # 1. calibrate: this machine measured (cached), then two short runs of the demo plan at other
-    #    micro-batch sizes (1 and 4; the scored run uses 2), so the scored run is held out
+    # 1. calibrate: this machine measured at the demo plan's shapes (cached), then two short runs of the
+    #    plan at other micro-batch sizes (1 and 4; the scored run uses 2), so the scored run is held out
     out.rule("1/5 calibrate this machine")
+    with user_errors():
+        machine = measured_local(DEMO_SCENARIO, load(DEMO_SCENARIO)).cluster
     calib_runs = []
     for micro_batch in (1, 4):
         source = _demo_scenario(
             DEMO_SCENARIO, out_dir / f"calibration-mb{micro_batch}.toml", "local-cpu", micro_batch
         )
         with user_errors():
-            measured = measured_local(source, load(source))
+            s = load(source).model_copy(update={"cluster": machine})
         calib_run = out_dir / f"calibration-mb{micro_batch}"
-        if launch(write_scenario_file(source, measured), calib_run, steps=8) != 0:
+        if launch(write_scenario_file(source, s), calib_run, steps=8) != 0:
             raise typer.Exit(1)
         calib_runs.append(calib_run)
     with user_errors():
