@@ -1,7 +1,7 @@
 """Predicted vs measured step time on this machine's CPU, after calibration (issue 10 target: every plan
 within 15%, mean <= 8%; no fitted parameter outside its bound).
 
-1. calibrate: this machine's microbenchmarks (the local-cpu profile, cached in `--out`/cache) + eight
+1. calibrate: this machine's microbenchmarks (once, at the scored plans' shapes, cached in --out) + eight
    calibration runs (tiny-gpt: DP 2 at micro-batch 4, PP 2 at micro-batch 1, TP 2, TP 2 + SP and ZeRO-3
    each at micro-batch 4 and 1) that are NOT among the scored runs (those use micro-batch 2); the
    calibration's own in-sample / held-out table is printed too;
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import os
 import statistics
 import sys
@@ -31,14 +32,14 @@ from typing import Any
 
 import tomli_w
 
-from plancast.runtime.calibrate import calibrate, write_profile
+from plancast.runtime.calibrate import adopt, calibrate, write_profile
 from plancast.runtime.launch import launch
 from plancast.runtime.local_profile import localize
 from plancast.simulator.calibration.microbench import bound_violations
 from plancast.simulator.calibration.runs import COMPUTE_FIELDS, score_table, with_fields
 from plancast.simulator.loader import parse_scenario, to_toml_dict
 from plancast.simulator.predict import simulate
-from plancast.simulator.scenario import Scenario
+from plancast.simulator.scenario import Cluster, Scenario
 from plancast.traces.store import RunDir, read_json
 
 BASE: dict[str, Any] = {
@@ -91,9 +92,17 @@ def scenario_data(plan: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
+@functools.cache
+def machine() -> Cluster:
+    """This machine measured once, at the scored plans' shapes (runtime/local_profile.py, cached): one
+    device, link and host model for every run, so the fitted efficiencies are relative to one peak."""
+    return localize(parse_scenario(scenario_data(MATRIX["DP 2"])).scenario, say=print).cluster
+
+
 def measured_scenario(plan: dict[str, Any]) -> Scenario:
-    """The plan on this machine's measured local-cpu cluster (runtime/local_profile.py, cached)."""
-    return localize(parse_scenario(scenario_data(plan)).scenario, say=print)
+    """The plan on this machine's measured cluster (its own node shape and tier sizes)."""
+    s = parse_scenario(scenario_data(plan)).scenario
+    return s.model_copy(update={"cluster": adopt(s.cluster, machine())})
 
 
 def scenario_file(path: Path, plan: dict[str, Any]) -> Path:

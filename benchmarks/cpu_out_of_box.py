@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     cache = args.cache or Path(tempfile.mkdtemp(prefix="plancast-cache-"))
     env = {**os.environ, "PLANCAST_CACHE_DIR": str(cache)}
-    print(f"PLANCAST_CACHE_DIR={cache} (fresh: {not any(cache.iterdir())})")
+    print(f"PLANCAST_CACHE_DIR={cache} (fresh: {not cache.exists() or not any(cache.iterdir())})")
     predicted, measured = {}, {name: [] for name in PLANS}
     for name, plan in PLANS.items():
         path = _scenario(args.out, name, plan)

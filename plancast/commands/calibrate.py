@@ -13,7 +13,10 @@ import typer
 
 from plancast.app import UserError, app, err, out, user_errors
 
-NO_CACHE_HELP = "Measure this machine again for the local-cpu preset instead of using the cached profile."
+NO_CACHE_HELP = (
+    "local-cpu: measure this machine again instead of reading the cached measurements "
+    "($PLANCAST_CACHE_DIR, else the user cache directory; PLANCAST_LOCAL_CPU=shipped measures nothing)."
+)
 NoCacheOpt = Annotated[bool, typer.Option("--no-cache", help=NO_CACHE_HELP)]
 
 LOCAL_PRESET = "local-cpu"
