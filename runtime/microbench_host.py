@@ -50,7 +50,7 @@ def measure_compute(s: Scenario) -> dict[str, dict[str, float]]:
             holder.pop("loss").backward()
 
         fns[f"{layers}/forward"], fns[f"{layers}/backward"] = forward, backward
-    medians = interleaved_medians(fns)  # forward then backward of each depth, in turns
+    medians = interleaved_medians(fns, repeat=15)  # forward then backward of each depth, in turns
     out: dict[str, dict[str, float]] = {}
     for name, seconds in medians.items():
         depth, kind = name.split("/")
