@@ -97,3 +97,16 @@ def test_a_scenario_that_sets_cluster_values_by_hand_is_not_measured(
     code, _, stderr = cli_main("simulate", str(pinned), "--json")
     assert code == 0 and "local-cpu:" not in stderr
     assert not fresh_cache.exists()
+
+
+@pytest.mark.distributed
+def test_a_run_on_local_cpu_records_the_measured_machine(fresh_cache: Path, tmp_path: Path) -> None:
+    """`plancast run` measures too (first use), and RUN/scenario.toml holds the measured cluster, so
+    `plancast compare RUN` predicts on what was measured."""
+    run = tmp_path / "run"
+    done = cli_subprocess("run", str(SCENARIO), "--out", str(run), "--steps", "2", timeout_s=900)
+    assert done.returncode == 0, done.stderr
+    assert len(_measured_lines(done.stderr)) == 1
+    s = load_scenario(run / "scenario.toml").scenario
+    assert s.cluster.gpu.name.endswith("(measured)")
+    assert s.cluster.compute_slots_per_node is not None
