@@ -25,6 +25,7 @@ import argparse
 import copy
 import functools
 import os
+import shutil
 import statistics
 import sys
 from pathlib import Path
@@ -144,7 +145,11 @@ def main(argv: list[str] | None = None) -> int:
         for name, plan in [*CALIBRATION.items(), *MATRIX.items()]:
             run = folder / _slug(name)
             path = scenario_file(folder / f"{run.name}.toml", plan)
-            code = 0 if args.reuse and _finished(run) else launch(path, run, steps=args.steps)
+            if args.reuse and _finished(run):
+                code = 0
+            else:
+                shutil.rmtree(run, ignore_errors=True)  # an interrupted run of an earlier attempt
+                code = launch(path, run, steps=args.steps)
             if code:
                 print(f"round {r}: {name}: run failed (exit {code})", file=sys.stderr)
                 if name in CALIBRATION:
