@@ -1,21 +1,25 @@
-"""Short microbenchmarks of this machine for `plancast calibrate --microbench`.
+"""Microbenchmarks of this machine: what the local-cpu profile and `plancast calibrate --microbench` use.
 
-- device: fp32 matmul FLOP/s at a few sizes (peak = the best of them) and memory bandwidth from a
-  large tensor copy (read + write);
-- links: gloo all-reduce, all-gather and send/recv between `world` local processes at sizes from 1 KiB
-  to 4 MiB, timed after a barrier so the samples carry as little waiting as possible.
+One gloo job of `world` local processes (the rank count the scenario uses), every rank measuring at
+once, as ranks of a run share the cores:
 
-Every result is a plain dict; traces.calibrate.fit_link and simulator.calibration turn them into a
-cluster profile. On a GPU the device part times CUDA matmuls with CUDA events.
+- device: fp32 matmul FLOP/s at the GEMM shapes the scenario uses, memory bandwidth from a large copy;
+- compute: the scenario's model (embedding, 1 or 3 blocks, head) forward and backward, plain;
+- links: gloo all-reduce, all-gather and send/recv at sizes from 1 KiB to 4 MiB;
+- host costs, each isolated (runtime/microbench_host.py): posting an empty send, a 1-element
+  all-reduce / all-gather plain and through DTensor, one block plain vs tensor-parallel vs FSDP2 (1 and 3
+  blocks: the slope is per block), AdamW's step over 8 and 32 tensors plain and as DTensors.
+
+Every result is a plain dict (JSON-able); `plancast.simulator.calibration.microbench` turns it into a
+cluster profile. Measurement only: no fitting here.
 """
 
 from __future__ import annotations
 
 import functools
 import os
-import statistics
+import platform
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -24,94 +28,54 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-MATMUL_SIZES = (128, 256, 512, 1024)
+from plancast.runtime.timing import REPEAT, median_seconds
+from plancast.simulator.scenario import Scenario
+
 MESSAGE_BYTES = (1024, 16 * 1024, 256 * 1024, 1024 * 1024, 4 * 1024 * 1024)
+def gemm_shapes(s: Scenario) -> list[tuple[int, int, int]]:
+    """(m, k, n) of the scenario's GEMMs per micro-batch: projections, MLP, head (simulator/costs/ops.py)."""
+    rows = s.training.micro_batch_size * s.training.seq_len
+    h, f, v = s.model.hidden_size, s.model.ffn_size, s.model.vocab_size
+    return sorted({(rows, h, h), (rows, h, f), (rows, f, h), (rows, h, v)})
 
 
-def _median_seconds(fn: Callable[[], Any], repeat: int, sync: Callable[[], None]) -> float:
-    fn()  # warm-up
-    sync()
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        sync()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
-def measure_device(threads: int = 1, repeat: int = 5) -> dict[str, Any]:
-    """fp32 matmul FLOP/s per size, the best of them as the peak, and memory bandwidth (B/s)."""
-    torch.set_num_threads(threads)
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+def measure_device(s: Scenario, repeat: int = REPEAT) -> dict[str, Any]:
+    """fp32 matmul FLOP/s per GEMM shape of `s`, the best of them as the peak, and memory bandwidth."""
     flops = {}
-    for n in MATMUL_SIZES:
-        a = torch.randn(n, n, device=device)
-        b = torch.randn(n, n, device=device)
-        flops[n] = 2.0 * n**3 / _median_seconds(functools.partial(torch.matmul, a, b), repeat, sync)
-    src = torch.empty(16 * 1024 * 1024, device=device)  # 64 MiB of fp32
+    for m, k, n in gemm_shapes(s):
+        a, b = torch.randn(m, k), torch.randn(k, n)
+        flops[f"{m}x{k}x{n}"] = (
+            2.0 * m * k * n / median_seconds(functools.partial(torch.matmul, a, b), repeat)
+        )
+    src = torch.empty(16 * 1024 * 1024)  # 64 MiB of fp32: far beyond the caches
     dst = torch.empty_like(src)
-    copy_s = _median_seconds(lambda: dst.copy_(src), repeat, sync)
+    copy_s = median_seconds(lambda: dst.copy_(src), repeat)
     return {
-        "device": device,
         "matmul_flops": flops,
         "peak_flops": max(flops.values()),
         "memory_Bps": 2 * src.numel() * 4 / copy_s,
-        "threads": threads,
     }
 
 
-def _link_worker(rank: int, world: int, init_file: str, repeat: int, results: Any) -> None:
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
-    try:
-        samples = []
-        for nbytes in MESSAGE_BYTES:
-            x = torch.zeros(nbytes // 4)
-            gathered = [torch.zeros_like(x) for _ in range(world)]
-            ops: dict[str, Callable[[], Any]] = {
-                "all_reduce": functools.partial(dist.all_reduce, x),
-                "all_gather": functools.partial(dist.all_gather, gathered, x),
-                "send": functools.partial(dist.send, x, 1)
-                if rank == 0
-                else functools.partial(dist.recv, x, 0),
-            }
-            for kind, op in ops.items():
-                if kind == "send" and rank > 1:
-                    continue
-                seconds = _median_seconds(op, repeat, dist.barrier if kind != "send" else (lambda: None))
-                size = nbytes * world if kind == "all_gather" else nbytes  # the gathered tensor
-                samples.append(
-                    {"kind": kind, "ranks": world if kind != "send" else 2, "bytes": size, "seconds": seconds}
-                )
-        if rank == 0:
-            results.put(samples)
-    finally:
-        dist.destroy_process_group()
-
-
-def measure_links(world: int = 2, repeat: int = 9) -> list[dict[str, Any]]:
-    """Collective timings between `world` gloo processes on this machine (rows for fit_link)."""
-    ctx = mp.get_context("spawn")
-    results = ctx.SimpleQueue()
-    with tempfile.TemporaryDirectory() as tmp:
-        init_file = str(Path(tmp) / "init")
-        procs = [
-            ctx.Process(target=_link_worker, args=(r, world, init_file, repeat, results))
-            for r in range(world)
-        ]
-        for p in procs:
-            p.start()
-        for p in procs:
-            p.join(timeout=300)
-        failed = [r for r, p in enumerate(procs) if p.exitcode != 0]
-        if failed:
-            raise RuntimeError(
-                f"link microbenchmark rank(s) {failed} failed (exit codes "
-                f"{[procs[r].exitcode for r in failed]})"
+def measure_links(world: int, repeat: int = REPEAT) -> list[dict[str, Any]]:
+    """Rows (kind, ranks, bytes, seconds) of gloo collectives between this job's ranks (rank 0's view)."""
+    rank, samples = dist.get_rank(), []
+    for nbytes in MESSAGE_BYTES:
+        x = torch.zeros(nbytes // 4)
+        gathered = [torch.zeros_like(x) for _ in range(world)]
+        ops: dict[str, Callable[[], Any]] = {
+            "all_reduce": functools.partial(dist.all_reduce, x),
+            "all_gather": functools.partial(dist.all_gather, gathered, x),
+        }
+        for kind, op in ops.items():
+            seconds = median_seconds(op, repeat, dist.barrier)
+            size = nbytes * world if kind == "all_gather" else nbytes  # the gathered tensor
+            samples.append({"kind": kind, "ranks": world, "bytes": size, "seconds": seconds})
+        if rank < 2:
+            op = functools.partial(dist.send, x, 1) if rank == 0 else functools.partial(dist.recv, x, 0)
+            samples.append(
+                {"kind": "send", "ranks": 2, "bytes": nbytes, "seconds": median_seconds(op, repeat)}
             )
-        samples: list[dict[str, Any]] = results.get()
     return samples
 
 
@@ -120,3 +84,55 @@ def cores() -> int:
     if torch.cuda.is_available():
         return torch.cuda.device_count()
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo on Linux), else the platform's processor string."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _worker(rank: int, world: int, init_file: str, s: Scenario, results: Any) -> None:
+    from plancast.runtime import microbench_host as host
+
+    torch.set_num_threads(1)  # as the runtime's CPU ranks (docs/architecture.md, hardware paths)
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    try:
+        record: dict[str, Any] = {"device": measure_device(s), "compute": host.measure_compute(s)}
+        dist.barrier()
+        record["links"] = measure_links(world)
+        record["host"] = host.measure_host(s, world)
+        if rank == 0:
+            results.put(record)
+    finally:
+        dist.destroy_process_group()
+
+
+def measure(s: Scenario, world: int = 2, timeout_s: float = 300) -> dict[str, Any]:
+    """Every microbenchmark above on `world` gloo processes of this machine, as one JSON-able dict."""
+    world = max(2, world)
+    ctx = mp.get_context("spawn")
+    results = ctx.SimpleQueue()
+    with tempfile.TemporaryDirectory() as tmp:
+        init_file = str(Path(tmp) / "init")
+        procs = [ctx.Process(target=_worker, args=(r, world, init_file, s, results)) for r in range(world)]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join(timeout=timeout_s)
+        failed = [r for r, p in enumerate(procs) if p.exitcode != 0]
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+        if failed:
+            raise RuntimeError(
+                f"microbenchmark rank(s) {failed} failed (exit codes {[procs[r].exitcode for r in failed]})"
+            )
+        record: dict[str, Any] = results.get()
+    record.update(world=world, cores=cores(), threads=1, cpu=cpu_model(), torch=torch.__version__)
+    return record

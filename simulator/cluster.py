@@ -101,31 +101,33 @@ class ComputeModel(Strict):
     """Fixed time per operator (kernel launch, framework dispatch)."""
     tp_collective_overhead_us: float = Field(default=0.0, ge=0)
     """Host time per tensor-parallel collective beyond the link's alpha-beta (framework dispatch, e.g.
-    DTensor redistributes on CPU); ~0 on GPUs, whose host runs ahead. Fitted by `plancast calibrate`."""
-    tp_step_overhead_us: float = Field(default=0.0, ge=0)
-    """Host time per step of a tensor-parallel plan beyond its collectives (DTensor bookkeeping around
-    the step); fitted with the per-collective overhead on two runs with different micro-batch counts."""
+    DTensor redistributes on CPU); ~0 on GPUs, whose host runs ahead. Measured on the local machine: a
+    1-element DTensor all-reduce minus a plain one (runtime/microbench_host.py)."""
     sp_collective_overhead_us: float = Field(default=0.0, ge=0)
     """The same for the all-gathers and reduce-scatters of sequence parallelism (DTensor redistributes
-    between sequence shards and replicas); fitted on sequence-parallel runs."""
-    sp_step_overhead_us: float = Field(default=0.0, ge=0)
-    """Per-step host time of a sequence-parallel plan (in place of tp_step_overhead_us); fitted with
-    sp_collective_overhead_us like the tensor-parallel pair."""
+    between sequence shards and replicas); measured as a 1-element DTensor all-gather minus a plain one."""
     dp_collective_overhead_us: float = Field(default=0.0, ge=0)
-    """Host time per ZeRO-2/3 (FSDP2) collective: its unit hooks run in Python; fitted like the above."""
-    fsdp_step_overhead_us: float = Field(default=0.0, ge=0)
-    """Host time per step of FSDP2 beyond its collectives (root hooks, the post-backward callback that
-    finalizes the gradients); fitted with the per-collective overhead on two ZeRO-2/3 runs."""
+    """Host time per ZeRO-2/3 (FSDP2) collective; the local-cpu measurement counts it in
+    fsdp_unit_overhead_us (the hooks issue the collectives) and leaves this 0."""
+    tp_layer_overhead_us: float = Field(default=0.0, ge=0)
+    """Host time per tensor-parallel transformer block and micro-batch, forward + backward, beyond its
+    collectives (DTensor dispatch and sharding propagation; simulator/costs/host.py); ~0 on GPUs.
+    Measured on this machine by the microbenchmarks (one block, tensor-parallel vs plain)."""
+    sp_layer_overhead_us: float = Field(default=0.0, ge=0)
+    """The same for a sequence-parallel block (in place of tp_layer_overhead_us)."""
+    fsdp_unit_overhead_us: float = Field(default=0.0, ge=0)
+    """Host time per FSDP2 unit (each block and the root) and micro-batch beyond its collectives (its
+    pre/post forward and backward hooks run in Python); measured by the microbenchmarks."""
     p2p_overhead_us: float = Field(default=0.0, ge=0)
     """Host time per pipeline transfer on each side (the pipelining runtime's per-action bookkeeping,
-    posting the send or receive); ~0 on GPUs, whose host runs ahead. Fitted like the above."""
+    posting the send or receive); ~0 on GPUs, whose host runs ahead. Measured: posting a 1-element isend."""
     optimizer_overhead_us: float = Field(default=0.0, ge=0)
     """Host time per parameter tensor per optimizer step (a per-tensor update loop: torch's Adam on
-    CPU; ~0 with the fused/foreach kernels on GPU). Fitted by `plancast calibrate` on the optimizer
-    spans of runs with plain tensors."""
+    CPU; ~0 with the fused/foreach kernels on GPU). Measured (AdamW over 32 vs 8 tensors); refitted by
+    `plancast calibrate` on the optimizer spans of >= 2 runs with different tensor counts per rank."""
     dtensor_optimizer_overhead_us: float = Field(default=0.0, ge=0)
     """The same when the parameters are DTensors (tensor parallel, ZeRO-2/3 with FSDP2): each update op
-    goes through DTensor's dispatch. Fitted on the optimizer spans of such runs."""
+    goes through DTensor's dispatch. Measured and refitted as optimizer_overhead_us, on DTensors."""
 
 
 def _gpu_table(gpu: Any) -> dict[str, Any]:

@@ -14,7 +14,7 @@ one representative per pipeline position is simulated and its events copied to i
 from __future__ import annotations
 
 import math
-from collections.abc import Generator, Iterable
+from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,9 +28,9 @@ from plancast.simulator.costs.collectives import (
     group_levels,
     ring_seconds,
 )
+from plancast.simulator.costs.host import HostCosts, optimizer_host_s
 from plancast.simulator.costs.ops import DTYPE_BYTES
 from plancast.simulator.costs.optimizer import optimizer_bytes_per_param, optimizer_memory_s
-from plancast.simulator.costs.params import chunk_tensor_bytes
 from plancast.simulator.costs.stage import Durations, StageCost, stage_costs
 from plancast.simulator.costs.tp_comm import sp_grad_all_reduce_bytes
 from plancast.simulator.mesh import Coord, RankGrid, span_tier
@@ -38,7 +38,7 @@ from plancast.simulator.scenario import Scenario
 from plancast.simulator.schedules import Action, build_schedule, splits_backward
 from plancast.simulator.units import FsdpState, UnitPlan, dp_plan
 
-__all__ = ["Engine", "Topology", "optimizer_bytes_per_param", "optimizer_memory_s", "optimizer_tensors"]
+__all__ = ["Engine", "Topology", "optimizer_bytes_per_param", "optimizer_memory_s"]
 
 LINK_SLICE_BYTES = 8 * 4 * 2**20  # NCCL_BUFFSIZE (4 MiB) x 8 channels: one slice of a collective
 MAX_LINK_SLICES = 256  # bounds the SimPy events per collective
@@ -121,18 +121,11 @@ class Engine:
         self._fsdp: dict[tuple[int, int], FsdpState] = {}
         self._meetings: dict[tuple[int, int], simpy.Event] = {}
         self.dp_wait_s: dict[int, float] = {}  # per rank: compute-stream time spent waiting for gathers
-        # host cost of FSDP2's unit hooks per collective (DDP buckets and ZeRO-1 broadcasts have none)
-        self._dp_host_s = s.cluster.compute.dp_collective_overhead_us * 1e-6 if self.fsdp else 0.0
-        # per-step host work of FSDP2 and of tensor-parallel DTensors (ComputeModel's *_step_overhead_us)
-        compute = s.cluster.compute
-        tp_step_us = (
-            compute.sp_step_overhead_us if s.parallelism.sequence_parallel else compute.tp_step_overhead_us
-        )
-        self._step_host_s = (
-            (compute.fsdp_step_overhead_us if self.fsdp else 0.0) + (tp_step_us if s.tp > 1 else 0.0)
-        ) * 1e-6
-        # host cost of posting one pipeline transfer, on each side (ComputeModel.p2p_overhead_us)
-        self._p2p_host_s = s.cluster.compute.p2p_overhead_us * 1e-6
+        # host costs (simulator/costs/host.py): FSDP2 hooks per collective, pipeline transfer posts,
+        # per-step DTensor / FSDP2 unit work
+        self.host = HostCosts.of(s)
+        self._dp_host_s = self.host.dp_collective_s
+        self._p2p_host_s = self.host.p2p_s
         slots = s.cluster.compute_slots_per_node
         # Shared compute only matters when a node runs more ranks than it has compute units; symmetric
         # simulation would hide the contention, so every rank is simulated then.
@@ -474,8 +467,9 @@ class Engine:
                 yield from self._compute(st, "backward_weight", a, d.backward_weight_s, d.weight_flops)
         if st.pending_dp:
             yield st.dp_done
-        if self._step_host_s:  # per-step host work (no event: a measured trace shows a gap)
-            yield self._busy(st, self._step_host_s)
+        step_host_s = self.host.step_s(self.s, st.coord.pp)
+        if step_host_s:  # per-step host work (no event: a measured trace shows a gap)
+            yield self._busy(st, step_host_s)
         yield from self._step_end(st)
         yield from self._optimizer(st)
 
@@ -586,28 +580,6 @@ class Engine:
         return self.spans
 
 
-def optimizer_tensors(s: Scenario, stages: Iterable[int]) -> float:
-    """Parameter tensors one rank's optimizer updates for its virtual `stages`: every tensor of the
-    chunks (FSDP2 and DTensor shard each tensor), a 1/dp share under ZeRO-1 (ZeroRedundancyOptimizer
-    gives each rank whole tensors)."""
-    last = s.pp * s.vpp - 1
-    count = sum(
-        len(
-            chunk_tensor_bytes(
-                s.model, s.tp, layers=s.layer_split[v], has_embedding=v == 0, has_head=v == last
-            )
-        )
-        for v in stages
-    )
-    return count / s.dp if s.parallelism.zero_stage == 1 else float(count)
-
-
-def optimizer_host_s(s: Scenario, stages: Iterable[int]) -> float:
-    """Host time of the optimizer's per-tensor loop (ComputeModel.optimizer_overhead_us); DTensor
-    parameters (tp > 1, or FSDP2 under ZeRO-2/3 with dp > 1) take the DTensor rate."""
-    c = s.cluster.compute
-    per_tensor_us = c.dtensor_optimizer_overhead_us if s.dtensor_params else c.optimizer_overhead_us
-    return optimizer_tensors(s, stages) * per_tensor_us * 1e-6 if per_tensor_us else 0.0
 
 
 def _succeed(event: simpy.Event) -> None:

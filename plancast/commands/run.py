@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import math
+import tempfile
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from plancast.app import UserError, app, load, out, require_extra, user_errors
+from plancast.commands.calibrate import NoCacheOpt, measured_local, write_scenario_file
 
 
 def _inputs(
@@ -29,6 +31,19 @@ def _inputs(
     if steps is None and run.measured_summary.exists():  # the killed run's step count
         steps = read_json(run.measured_summary).get("steps")
     return run.scenario_toml, resume, steps
+
+
+def _checked(scenario: Path, timeout: float, no_cache: bool, tmp: Path) -> Path:
+    """The scenario file to launch, after every check that needs no process: the scenario itself (key
+    paths), the runtime extra, the timeout; local-cpu measured on this machine (written into `tmp`)."""
+    loaded = load(scenario)  # bad scenarios fail here with key paths, before any process starts
+    require_extra("runtime", "plancast run")
+    if timeout <= 0 or not math.isfinite(timeout):
+        raise UserError(f"--timeout must be a positive number of seconds, got {timeout:g}")
+    measured = measured_local(scenario, loaded, no_cache=no_cache)
+    if measured is not loaded:  # the run (and RUN/scenario.toml) on this machine's measured cluster
+        return write_scenario_file(tmp / scenario.name, measured)
+    return scenario
 
 
 RdzvEndpointOpt = Annotated[
@@ -72,6 +87,7 @@ def run(
     timeout: Annotated[float, typer.Option(help="Seconds before the whole job is stopped.")] = 600.0,
     checkpoint_every: CheckpointEveryOpt = None,
     resume: ResumeOpt = None,
+    no_cache: NoCacheOpt = False,
 ) -> None:
     """Run the scenario with torchrun (gloo on CPU, NCCL on GPU), instrumented; writes RUN/measured/.
 
@@ -84,12 +100,9 @@ def run(
     from plancast.runtime.launch import LaunchError, launch
     from plancast.traces.lock import RunLockedError
 
-    with user_errors():
+    with user_errors(), tempfile.TemporaryDirectory() as tmp:
         scenario, out_dir, steps = _inputs(scenario, out_dir, steps, resume)
-        load(scenario)  # bad scenarios fail here with key paths, before any process starts
-        require_extra("runtime", "plancast run")
-        if timeout <= 0 or not math.isfinite(timeout):
-            raise UserError(f"--timeout must be a positive number of seconds, got {timeout:g}")
+        scenario = _checked(scenario, timeout, no_cache, Path(tmp))
         try:
             code = launch(
                 scenario,

@@ -21,6 +21,7 @@ from plancast.app import (
     user_errors,
     write_predicted,
 )
+from plancast.commands.calibrate import NoCacheOpt, measured_local
 
 if TYPE_CHECKING:
     from plancast.simulator.sweep import SweepResult
@@ -108,6 +109,7 @@ def simulate(
             help="With --out: replace scenario.toml and predicted/ of a run that holds a measured run.",
         ),
     ] = False,
+    no_cache: NoCacheOpt = False,
 ) -> None:
     """Predict one training step: time breakdown, memory, MFU; optionally write RUN/predicted/."""
     from contextlib import ExitStack
@@ -116,7 +118,7 @@ def simulate(
     from plancast.simulator.predict import simulate as run_simulation
 
     with user_errors():
-        s = load(scenario)
+        s = measured_local(scenario, load(scenario), no_cache=no_cache)
     with ExitStack() as held:
         if out_dir is not None:
             with user_errors():

@@ -8,11 +8,17 @@ import pandas as pd
 import pytest
 import tomli_w
 
-from plancast.simulator.calibration import Measured, Observation, calibrated_cluster, fit_compute, stage_row
+from plancast.simulator.calibration.compute import (
+    Measured,
+    Observation,
+    calibrated_cluster,
+    fit_compute,
+    stage_row,
+)
+from plancast.simulator.calibration.links import fit_link, ring_terms
 from plancast.simulator.costs.stage import stage_costs
 from plancast.simulator.engine import Topology
 from plancast.simulator.loader import load_scenario, parse_scenario
-from plancast.traces.calibrate import fit_link, ring_terms
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "tiny-local-cpu.toml"
 

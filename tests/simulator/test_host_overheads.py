@@ -1,4 +1,5 @@
-"""Host overheads of the compute model: pipeline transfers and the optimizer's per-tensor loop.
+"""Host overheads of the compute model (simulator/costs/host.py): pipeline transfers, DTensor blocks,
+FSDP2 units and the optimizer's per-tensor loop.
 
 Each is checked against an exact identity of the engine, and the calibration inverse recovers the
 constant a simulation was made with.
@@ -10,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from plancast.simulator.calibration import optimizer_tensor_overhead_us
+from plancast.simulator.calibration.compute import optimizer_tensor_overhead_us
+from plancast.simulator.costs.host import HostCosts, optimizer_tensors
 from plancast.simulator.costs.params import chunk_tensor_bytes
-from plancast.simulator.engine import optimizer_tensors
 from plancast.simulator.loader import parse_scenario
 from plancast.simulator.predict import simulate
 from plancast.simulator.scenario import Scenario
@@ -87,21 +88,44 @@ def test_the_dtensor_rate_applies_only_to_dtensor_parameters() -> None:
 
 
 @pytest.mark.parametrize(
-    ("field", "plan", "other"),
+    ("field", "plan", "other", "per_step"),
     [
-        ("tp_step_overhead_us", {"tensor_parallel_degree": 2}, "sp_step_overhead_us"),
+        # tp 2, dp 1: 8 micro-batches through 4 tensor-parallel layers
+        ("tp_layer_overhead_us", {"tensor_parallel_degree": 2}, "sp_layer_overhead_us", 8 * 4),
         (
-            "sp_step_overhead_us",
+            "sp_layer_overhead_us",
             {"tensor_parallel_degree": 2, "sequence_parallel": True},
-            "tp_step_overhead_us",
+            "tp_layer_overhead_us",
+            8 * 4,
         ),
-        ("fsdp_step_overhead_us", {"zero_stage": 3}, "tp_step_overhead_us"),
+        # ZeRO-3 over dp 2: 4 micro-batches per rank through 4 block units and the root unit
+        ("fsdp_unit_overhead_us", {"zero_stage": 3}, "tp_layer_overhead_us", 4 * (4 + 1)),
     ],
 )
-def test_a_step_overhead_adds_once_to_its_own_plans(field: str, plan: dict[str, Any], other: str) -> None:
-    """Per-step host time sits between the last backward and the optimizer, after every wait: it adds
-    exactly once; the other families' constants leave the plan alone."""
+def test_a_block_overhead_adds_once_per_block_and_microbatch(
+    field: str, plan: dict[str, Any], other: str, per_step: int
+) -> None:
+    """Per-block host time sits between the last backward and the optimizer, after every wait: it adds
+    exactly (micro-batches x blocks) times; the other families' constants leave the plan alone."""
     base = step_s(scenario(**plan))
-    assert step_s(scenario({field: 7000.0}, **plan)) - base == pytest.approx(7e-3, rel=1e-9)
-    assert step_s(scenario({other: 7000.0}, **plan)) == base
-    assert step_s(scenario({field: 7000.0})) == step_s(scenario())  # plain DDP: none of them
+    assert step_s(scenario({field: 700.0}, **plan)) - base == pytest.approx(per_step * 700e-6, rel=1e-9)
+    assert step_s(scenario({other: 700.0}, **plan)) == base
+    assert step_s(scenario({field: 700.0})) == step_s(scenario())  # plain DDP: none of them
+
+
+def test_block_overheads_follow_the_layers_each_pipeline_rank_holds() -> None:
+    """tp 2 x pp 2 over 4 ranks: each pipeline rank holds 2 of the 4 layers, 8 micro-batches each."""
+    s = parse_scenario(
+        {
+            "model": {"preset": "tiny-gpt"},
+            "training": {"seq_len": 32, "micro_batch_size": 1, "global_batch_size": 8, "dtype": "fp32"},
+            "parallelism": {"tensor_parallel_degree": 2, "pipeline_parallel_degree": 2},
+            "cluster": {
+                "preset": "local-cpu",
+                "gpus_per_node": 4,
+                "compute": {"tp_layer_overhead_us": 100.0},
+            },
+        }
+    ).scenario
+    host = HostCosts.of(s)
+    assert host.step_s(s, 0) == host.step_s(s, 1) == pytest.approx(8 * 2 * 100e-6)

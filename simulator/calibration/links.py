@@ -1,8 +1,4 @@
-"""Turn measured events into calibration data: compute durations per pass and link alpha/beta.
-
-Pure pandas/numpy. The simulator-side fit of the compute model lives in simulator/calibration.py
-(it needs the cost model, and traces must not import the simulator); the link fit is here because
-it needs nothing but bytes and seconds.
+"""Link latency and bandwidth from collective timings (microbenchmarks or a run's collectives).
 
 Link model (Hockney's alpha-beta): a collective's time t = steps * alpha + volume / B, where steps
 and volume depend on the algorithm (ring all-reduce over n ranks: 2(n-1) steps, 2(n-1)/n * X bytes).
@@ -12,12 +8,8 @@ summarised by a low quantile before fitting.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 import numpy as np
 import pandas as pd
-
-from plancast.traces import schema
 
 WAIT_FREE_QUANTILE = 0.1  # a collective rarely waits for its peer in its fastest tenth of samples
 
@@ -58,36 +50,3 @@ def fit_link(samples: pd.DataFrame) -> tuple[float, float]:
     if inverse_bw <= 0:
         raise ValueError("measured collectives do not grow with size; cannot fit a bandwidth")
     return max(alpha, 0.0), 1.0 / inverse_bw
-
-
-def compute_observations(measured: pd.DataFrame) -> pd.DataFrame:
-    """Per measured compute span: (stage, kind, seconds) with the tensor-parallel collectives issued
-    inside it subtracted (they are communication, fitted as links). Steps < 1 (warm-up) are dropped
-    when later steps exist."""
-    frame = schema.validate(measured)
-    if frame["step"].nunique() > 1:
-        frame = frame[frame["step"] >= 1]
-    compute = frame[frame["stream"] == "compute"]
-    tp = frame[frame["stream"] == "tp"]
-    key = ["rank", "step", "stage", "microbatch"]
-    tp_time = tp.groupby(key)["dur_us"].sum() if not tp.empty else pd.Series(dtype=float)
-    rows = []
-    for r in compute.itertuples(index=False):
-        inside = (
-            float(tp_time.get((r.rank, r.step, r.stage, r.microbatch), 0.0)) if r.kind != "optimizer" else 0.0
-        )
-        seconds = r.dur_us - (
-            inside if r.kind in ("forward", "backward", "backward_input", "recompute") else 0.0
-        )
-        rows.append({"rank": r.rank, "stage": r.stage, "kind": r.kind, "seconds": max(seconds, 0.0) * 1e-6})
-    return pd.DataFrame(rows, columns=["rank", "stage", "kind", "seconds"])
-
-
-def median_observations(obs: pd.DataFrame) -> pd.DataFrame:
-    """One row per (stage, kind): the median measured seconds (what the fit targets)."""
-    return obs.groupby(["stage", "kind"], as_index=False)["seconds"].median()
-
-
-def collective_samples(events: Iterable[dict[str, object]]) -> pd.DataFrame:
-    """Rows (kind, ranks, bytes, seconds) from microbenchmark records."""
-    return pd.DataFrame(list(events), columns=["kind", "ranks", "bytes", "seconds"])

@@ -4,7 +4,7 @@ Compute: every op's time is linear in (1/matmul_efficiency, 1/attention_efficien
 1/memory_efficiency, op_overhead_s) once the roofline's max() is dropped (GEMMs are compute-bound,
 elementwise ops memory-bound at the sizes that matter), so a forward, backward or recompute pass of
 a stage is a row of coefficients; the measured durations fit a common scale of the efficiencies
-and the per-op overhead by least squares on relative error. Links: `traces.calibrate.fit_link`
+and the per-op overhead by least squares on relative error. Links: `links.fit_link`
 gives a tier's latency and bandwidth from collective timings; they replace the tier's values with
 efficiency 1.
 
@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from plancast.simulator.cluster import Cluster, ComputeModel, Tier
+from plancast.simulator.costs.host import optimizer_tensors
 from plancast.simulator.costs.ops import (
     Op,
     Shape,
@@ -29,7 +30,7 @@ from plancast.simulator.costs.ops import (
     layer_forward,
 )
 from plancast.simulator.costs.stage import MEMORY_BACKWARD_FACTOR, stage_costs
-from plancast.simulator.engine import Topology, optimizer_memory_s, optimizer_tensors
+from plancast.simulator.engine import Topology, optimizer_memory_s
 from plancast.simulator.scenario import Scenario
 
 
@@ -72,6 +73,23 @@ def _pass_row(ops: Iterable[Op], s: Scenario, kind: str) -> np.ndarray:
     return row
 
 
+def layer_row(s: Scenario, kind: str) -> np.ndarray:
+    """Coefficients of one pass of one transformer layer (as sharded by `s`'s tensor parallelism)."""
+    return _pass_row(layer_forward(Shape.of(s)), s, kind)
+
+
+def model_x(compute: ComputeModel) -> np.ndarray:
+    """The unknowns the rows multiply: 1/efficiencies and the per-op overhead in seconds."""
+    return np.array(
+        [
+            1 / compute.matmul_efficiency,
+            1 / compute.attention_efficiency,
+            1 / compute.memory_efficiency,
+            compute.op_overhead_us * 1e-6,
+        ]
+    )
+
+
 def stage_row(s: Scenario, stage: int, kind: str) -> np.ndarray:
     """Coefficients of one pass of virtual `stage` (same op lists as simulator/costs/stage.py)."""
     x = Shape.of(s)
@@ -90,7 +108,7 @@ def stage_row(s: Scenario, stage: int, kind: str) -> np.ndarray:
 def optimizer_tensor_overhead_us(s: Scenario, seconds: float) -> float:
     """The per-tensor host time (us) one measured optimizer step implies on `s`'s cluster.
 
-    `seconds` is the median over ranks (traces.calibrate.median_observations), so the rank's memory-
+    `seconds` is the median over ranks (observations.median_observations), so the rank's memory-
     bound time and tensor count are the means over pipeline ranks: what is left of the measured step
     after moving the optimizer's bytes is spread over its tensors (engine.optimizer_host_s)."""
     costs = stage_costs(s, Topology.of(s).levels("tp"))
@@ -144,12 +162,13 @@ def fit_compute(runs: Iterable[Measured]) -> ComputeModel:
     if overhead < 0 or scale <= 0:  # no room for a per-op cost: fit the scale alone
         overhead = 0.0
         scale = float(np.sum(base) / np.sum(base * base))
-    return ComputeModel(
-        matmul_efficiency=_efficiency(current.matmul_efficiency / scale),
-        attention_efficiency=_efficiency(current.attention_efficiency / scale),
-        memory_efficiency=_efficiency(current.memory_efficiency / scale),
-        op_overhead_us=float(overhead) * 1e6,
-        matmul_half_gflop=current.matmul_half_gflop,
+    return current.model_copy(  # host costs (measured apart) are kept
+        update={
+            "matmul_efficiency": _efficiency(current.matmul_efficiency / scale),
+            "attention_efficiency": _efficiency(current.attention_efficiency / scale),
+            "memory_efficiency": _efficiency(current.memory_efficiency / scale),
+            "op_overhead_us": float(overhead) * 1e6,
+        }
     )
 
 

@@ -1,0 +1,116 @@
+"""The measured `local-cpu` machine: microbenchmarks run once per machine and scenario shape, cached.
+
+The cache holds measurements (runtime/microbench.py's dict as JSON), not fits: the profile is derived
+from them on every use (plancast.simulator.calibration.microbench.profile_cluster), so a newer
+plancast reads an older cache correctly. Location: $PLANCAST_CACHE_DIR, else the user's cache
+directory (platformdirs: ~/.cache/plancast on Linux); one folder per machine, keyed by hostname, CPU
+model, core count and torch version; one file per scenario shape (model sizes, sequence, micro-batch,
+dtype, ranks), since the microbenchmarks run at the scenario's GEMM shapes and rank count.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import socket
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from plancast.simulator.calibration.microbench import profile_cluster
+from plancast.simulator.cluster import Cluster
+from plancast.simulator.scenario import Scenario
+
+CACHE_ENV = "PLANCAST_CACHE_DIR"
+MAX_RANKS = 4  # microbenchmark ranks on one machine (tests and small machines: 2-4 gloo processes)
+
+
+def cache_dir() -> Path:
+    """$PLANCAST_CACHE_DIR, else platformdirs' user cache directory for plancast."""
+    override = os.environ.get(CACHE_ENV)
+    if override:
+        return Path(override)
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("plancast", appauthor=False))
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9.]+", "-", text).strip("-")[:60]
+
+
+def machine_key() -> str:
+    """hostname, CPU model, core count and torch version: what the measurements depend on."""
+    import torch
+
+    from plancast.runtime.microbench import cores, cpu_model
+
+    parts = [socket.gethostname(), cpu_model(), f"{cores()}cores", f"torch{torch.__version__}"]
+    return "_".join(_slug(p) for p in parts)
+
+
+def shape_key(s: Scenario) -> str:
+    """What the microbenchmarks' results depend on in the scenario (sizes, dtype, ranks)."""
+    m, t = s.model, s.training
+    shape = [
+        m.hidden_size,
+        m.ffn_size,
+        m.num_attention_heads,
+        m.kv_heads,
+        m.vocab_size,
+        m.activation,
+        m.norm,
+        m.position_embedding,
+        t.seq_len,
+        t.micro_batch_size,
+        t.dtype,
+        bench_world(s),
+    ]
+    digest = hashlib.sha256(json.dumps(shape, default=str).encode()).hexdigest()[:12]
+    return f"h{m.hidden_size}-s{t.seq_len}-b{t.micro_batch_size}-r{bench_world(s)}-{digest}"
+
+
+def bench_world(s: Scenario) -> int:
+    """Ranks of the microbenchmark job: the scenario's ranks on this node, 2..MAX_RANKS."""
+    return max(2, min(s.cluster.gpus_per_node, MAX_RANKS))
+
+
+def record_path(s: Scenario) -> Path:
+    return cache_dir() / machine_key() / f"{shape_key(s)}.json"
+
+
+def measured_cluster(
+    s: Scenario, *, refresh: bool = False, say: Callable[[str], None] = lambda _: None
+) -> tuple[Cluster, list[str]]:
+    """`s`'s local-cpu cluster as measured on this machine (from the cache, or measured and cached now:
+    then `say` gets one line). Returns the cluster and the profile's notes."""
+    path = record_path(s)
+    record: dict[str, Any] | None = None
+    if path.is_file() and not refresh:
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            record = None  # a damaged cache entry is measured again
+    if record is None:
+        from plancast.runtime.microbench import measure
+
+        started = time.perf_counter()
+        record = measure(s, world=bench_world(s))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(record, indent=1), encoding="utf-8")
+        tmp.replace(path)
+        say(
+            f"local-cpu: measured this machine ({time.perf_counter() - started:.0f} s of microbenchmarks, "
+            f"{record['world']} ranks); cached in {path} (refresh with --no-cache)"
+        )
+    return profile_cluster(s, record)
+
+
+def localize(s: Scenario, *, refresh: bool = False, say: Callable[[str], None] = lambda _: None) -> Scenario:
+    """`s` with its (local-cpu) cluster measured on this machine."""
+    cluster, _ = measured_cluster(s, refresh=refresh, say=say)
+    return s.model_copy(update={"cluster": cluster})

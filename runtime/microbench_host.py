@@ -1,0 +1,156 @@
+"""The host-cost and compute microbenchmarks of runtime/microbench.py, each isolating one cost.
+
+Run inside an initialised gloo job (every rank calls them together). The blocks are the runtime's own
+(runtime/model.py), parallelized by the runtime's own functions (runtime/parallel/tp.py, fsdp.py), so
+what is measured is what a run executes; only the number of blocks and what wraps them change.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
+
+from plancast.runtime.model import Decoder, ModelConfig
+from plancast.runtime.parallel.fsdp import apply_fsdp
+from plancast.runtime.parallel.tp import apply_tensor_parallel
+from plancast.runtime.timing import interleaved_medians
+from plancast.simulator.scenario import Scenario
+
+BLOCK_COUNTS = (1, 3)  # two model depths: the difference is per block, the rest cancels
+
+OPTIMIZER_TENSORS = (8, 32)  # two tensor counts: the difference is per tensor
+
+
+def _config(s: Scenario, layers: int) -> ModelConfig:
+    return dataclasses.replace(ModelConfig.from_scenario(s), num_layers=layers)
+
+
+def measure_compute(s: Scenario) -> dict[str, dict[str, float]]:
+    """Median forward and backward seconds of the plain model with 1 and 3 blocks (embedding and head
+    included, cross-entropy loss as the runtime's last stage), keyed by block count."""
+    tokens = torch.randint(0, s.model.vocab_size, (s.training.micro_batch_size, s.training.seq_len))
+    fns: dict[str, Callable[[], Any]] = {}
+    for layers in BLOCK_COUNTS:
+        model = Decoder(_config(s, layers), 0, layers, has_embedding=True, has_head=True)
+        holder: dict[str, torch.Tensor] = {}
+
+        def forward(model: nn.Module = model, holder: dict[str, torch.Tensor] = holder) -> None:
+            model.zero_grad(set_to_none=True)
+            logits = model(tokens)
+            holder["loss"] = nn.functional.cross_entropy(logits.flatten(0, 1), tokens.flatten())
+
+        def backward(holder: dict[str, torch.Tensor] = holder) -> None:
+            holder.pop("loss").backward()
+
+        fns[f"{layers}/forward"], fns[f"{layers}/backward"] = forward, backward
+    medians = interleaved_medians(fns, repeat=15)  # forward then backward of each depth, in turns
+    out: dict[str, dict[str, float]] = {}
+    for name, seconds in medians.items():
+        depth, kind = name.split("/")
+        out.setdefault(depth, {})[kind] = seconds
+    return out
+
+
+def _block_step(s: Scenario, mesh: DeviceMesh, variant: str, layers: int) -> Callable[[], None]:
+    """fwd + bwd of `layers` blocks: plain, tp / sp (tensor-parallel over the job), or fsdp."""
+    world = mesh.size()
+    model = Decoder(_config(s, layers), 0, layers, has_embedding=False, has_head=False)
+    seq = s.training.seq_len // world if variant == "sp" else s.training.seq_len
+    x = torch.randn(s.training.micro_batch_size, seq, s.model.hidden_size, requires_grad=True)
+    if variant in ("tp", "sp"):
+        apply_tensor_parallel(model, mesh, sequence_parallel=variant == "sp")
+    elif variant == "fsdp":
+        apply_fsdp(model, mesh, zero_stage=3)  # ZeRO-3's hooks: a superset of ZeRO-2's
+
+    def step() -> None:
+        model(x).sum().backward()
+
+    return step
+
+
+def _optimizer_step(s: Scenario, mesh: DeviceMesh, tensors: int, dtensor: bool) -> Callable[[], Any]:
+    """One AdamW step over `tensors` hidden x hidden parameters (sharded DTensors or plain tensors)."""
+    h = s.model.hidden_size
+    params = []
+    for _ in range(tensors):
+        if dtensor:
+            p = nn.Parameter(distribute_tensor(torch.randn(h, h), mesh, [Shard(0)]))
+            p.grad = distribute_tensor(torch.randn(h, h), mesh, [Shard(0)])
+        else:
+            p = nn.Parameter(torch.randn(h // mesh.size(), h))
+            p.grad = torch.randn_like(p)
+        params.append(p)
+    optimizer = torch.optim.AdamW(params, lr=1e-4)
+    return optimizer.step
+
+
+def _post_seconds() -> float:
+    """Rank 0's time to post one 1-element isend to rank 1 (returns before the transfer completes)."""
+    x, posts = torch.zeros(1), []
+    for i in range(REPEAT_POSTS):
+        dist.barrier()
+        if dist.get_rank() == 0:
+            start = time.perf_counter()
+            work = dist.isend(x, 1)
+            posts.append(time.perf_counter() - start)
+            if work is not None:
+                work.wait()
+        elif dist.get_rank() == 1:
+            received = dist.irecv(x, 0)
+            if received is not None:
+                received.wait()
+        if i == 0:
+            posts.clear()
+    return sorted(posts)[len(posts) // 2] if posts else 0.0
+
+
+REPEAT_POSTS = 16
+
+
+def _collectives(mesh: DeviceMesh) -> dict[str, float]:
+    """1-element collectives, plain and through DTensor's redistribute (what tensor parallelism calls)."""
+    world = mesh.size()
+    x = torch.ones(1)
+    gathered = [torch.zeros(1) for _ in range(world)]
+
+    def dtensor_all_reduce() -> None:
+        DTensor.from_local(x, mesh, [Partial()]).redistribute(mesh, [Replicate()]).to_local()
+
+    def dtensor_all_gather() -> None:
+        DTensor.from_local(x, mesh, [Shard(0)]).redistribute(mesh, [Replicate()]).to_local()
+
+    ops: dict[str, Callable[[], Any]] = {
+        "all_reduce": functools.partial(dist.all_reduce, x),
+        "all_gather": functools.partial(dist.all_gather, gathered, x),
+        "dtensor_all_reduce": dtensor_all_reduce,
+        "dtensor_all_gather": dtensor_all_gather,
+    }
+    return interleaved_medians(ops, sync=dist.barrier)
+
+
+def measure_host(s: Scenario, world: int) -> dict[str, Any]:
+    """Each host cost in isolation (see the module docstring), rank 0's medians in seconds."""
+    mesh = init_device_mesh("cpu", (world,))
+    blocks: dict[str, dict[str, float]] = {}
+    for variant in ("plain", "tp", "sp", "fsdp"):
+        steps = {str(n): _block_step(s, mesh, variant, n) for n in BLOCK_COUNTS}
+        blocks[variant] = interleaved_medians(steps, sync=dist.barrier)
+    optimizer: dict[str, dict[str, float]] = {}
+    for kind in ("plain", "dtensor"):
+        steps = {str(n): _optimizer_step(s, mesh, n, kind == "dtensor") for n in OPTIMIZER_TENSORS}
+        optimizer[kind] = interleaved_medians(steps, sync=dist.barrier)
+    return {
+        "post_s": _post_seconds(),
+        "collective_s": _collectives(mesh),
+        "block_s": blocks,
+        "optimizer_s": optimizer,
+    }

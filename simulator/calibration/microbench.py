@@ -1,0 +1,222 @@
+"""A cluster profile from this machine's microbenchmarks (the dict runtime/microbench.py measures).
+
+Pure: every number comes from the measurement dict; nothing is fitted to a step time.
+
+- GPU entry: peak = the best fp32 matmul FLOP/s at the scenario's GEMM shapes, HBM bandwidth = a
+  64 MiB copy; `matmul_half_gflop` from how much slower the smaller GEMMs run (e(F) = F / (F + F_half)).
+- Link (innermost tier): alpha-beta fitted on gloo all-reduce / all-gather / send timings (links.py).
+- Compute model: efficiency scale and per-op overhead fitted (compute.fit_compute) on the plain model's
+  forward and backward with 1 and with 3 blocks: two "runs" that differ in what the overhead scales
+  with (op count) and what the efficiencies scale with (FLOPs, bytes).
+- Host costs (simulator/costs/host.py), each from the microbenchmark that isolates it; a difference of
+  two measurements (3 blocks minus 1, 32 tensors minus 8) so the fixed parts cancel, minus what the
+  simulator already charges for the same work (compute and collectives), clipped to its bound.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from plancast.simulator.calibration.compute import Measured, Observation, fit_compute, layer_row, model_x
+from plancast.simulator.calibration.links import fit_link, ring_terms
+from plancast.simulator.cluster import GPU, Cluster, ComputeModel
+from plancast.simulator.costs.ops import DTYPE_BYTES
+from plancast.simulator.costs.params import chunk_tensor_bytes
+from plancast.simulator.costs.tp_comm import tp_collectives
+from plancast.simulator.engine import optimizer_bytes_per_param
+from plancast.simulator.scenario import Scenario
+
+
+@dataclass(frozen=True, slots=True)
+class Bound:
+    """The physically possible range of a host parameter (us) and why."""
+
+    high_us: float
+    why: str
+
+
+# Upper bounds for host costs on one CPU core, loose enough for a busy shared machine (a Python-level op
+# ~10-50 us idle, a few times that when the core is shared) and tight enough to catch a value that is
+# not the cost it names (e.g. a step's leftovers); a measurement beyond one is clipped and reported.
+BOUNDS: dict[str, Bound] = {
+    "op_overhead_us": Bound(500.0, "a PyTorch CPU operator's dispatch costs ~5-50 us (torch dispatcher)"),
+    "p2p_overhead_us": Bound(
+        1_000.0, "posting a loopback gloo send queues a buffer on a pair: tens of us, never 1 ms"
+    ),
+    "tp_collective_overhead_us": Bound(10_000.0, "one DTensor redistribute: ~50 Python-level ops"),
+    "sp_collective_overhead_us": Bound(10_000.0, "one DTensor redistribute: ~50 Python-level ops"),
+    "tp_layer_overhead_us": Bound(
+        100_000.0, "a block's forward + backward: ~100 DTensor ops at <= 1 ms each"
+    ),
+    "sp_layer_overhead_us": Bound(100_000.0, "as tp_layer_overhead_us"),
+    "fsdp_unit_overhead_us": Bound(50_000.0, "four hooks per unit, each ~100 Python-level ops"),
+    "optimizer_overhead_us": Bound(1_000.0, "AdamW's per-tensor loop: ~10 ops per tensor"),
+    "dtensor_optimizer_overhead_us": Bound(10_000.0, "the same ~10 ops, each through DTensor dispatch"),
+}
+
+
+def bounded(field: str, value_us: float) -> tuple[float, str | None]:
+    """`value_us` within [0, BOUNDS[field]]; a note when it had to be clipped."""
+    bound = BOUNDS[field]
+    if value_us > bound.high_us:
+        return (
+            bound.high_us,
+            f"{field}: measured {value_us:.0f} us > bound {bound.high_us:.0f} us ({bound.why}); clipped",
+        )
+    return max(value_us, 0.0), None
+
+
+def _variant(s: Scenario, layers: int, tp: int = 1) -> Scenario:
+    """`s` as the microbenchmark's single-process model: `layers` blocks, no parallelism but `tp`."""
+    model = s.model.model_copy(update={"num_hidden_layers": layers})
+    parallelism = s.parallelism.model_copy(
+        update={
+            "tensor_parallel_degree": tp,
+            "pipeline_parallel_degree": 1,
+            "data_parallel_degree": 1,
+            "virtual_stages_per_rank": 1,
+            "pipeline_layer_split": None,
+            "zero_stage": 0,
+        }
+    )
+    return s.model_copy(update={"model": model, "parallelism": parallelism})
+
+
+def _gpu(cluster: Cluster, device: dict[str, Any]) -> tuple[GPU, float]:
+    """The measured device and the GEMM size (GFLOP) at which a GEMM reaches half the peak."""
+    peak = float(device["peak_flops"])
+    gpu = GPU(
+        name=f"{cluster.gpu.name} (measured)",
+        peak_tflops=dict.fromkeys(cluster.gpu.peak_tflops, peak / 1e12),
+        hbm_GBps=float(device["memory_Bps"]) / 1e9,
+        memory_GiB=cluster.gpu.memory_GiB,
+    )
+    halves = []
+    for shape, flops in device["matmul_flops"].items():
+        m, k, n = (int(d) for d in shape.split("x"))
+        size = 2.0 * m * k * n
+        if flops < peak:  # e(F) = F / (F + F_half) relative to the best shape
+            halves.append(size * (peak / flops - 1))
+    return gpu, (statistics.median(halves) / 1e9 if halves else 0.0)
+
+
+def _fit_compute(s: Scenario, compute: dict[str, dict[str, float]]) -> ComputeModel:
+    runs = [
+        Measured(
+            _variant(s, int(layers)),
+            tuple(Observation(0, kind, float(seconds)) for kind, seconds in passes.items()),
+        )
+        for layers, passes in compute.items()
+    ]
+    return fit_compute(runs)
+
+
+def _link_s(kind: str, ranks: int, nbytes: float, link: tuple[float, float]) -> float:
+    steps, volume = ring_terms(kind, ranks, nbytes)
+    return steps * link[0] + volume / link[1]
+
+
+def _slope_s(by_count: dict[str, float]) -> float:
+    """Seconds per extra unit between the two counts measured (e.g. blocks 1 and 3)."""
+    (n0, t0), (n1, t1) = sorted((int(n), float(t)) for n, t in by_count.items())
+    return (t1 - t0) / (n1 - n0)
+
+
+def _layer_s(s: Scenario, compute: ComputeModel, tp: int) -> float:
+    """The simulator's compute seconds of one block, forward + backward, on one of `tp` ranks."""
+    variant = _variant(s, 1, tp)
+    x = model_x(compute)
+    return float((layer_row(variant, "forward") + layer_row(variant, "backward")) @ x)
+
+
+def host_costs(
+    s: Scenario, host: dict[str, Any], compute: ComputeModel, link: tuple[float, float], world: int
+) -> dict[str, float]:
+    """Every host-cost field (us) from the host microbenchmarks, before bounds (module docstring)."""
+    coll = host["collective_s"]
+    blocks = {variant: _slope_s(by) for variant, by in host["block_s"].items()}
+    dtype_bytes = DTYPE_BYTES[s.training.dtype]
+    shape = {
+        "micro_batch_size": s.training.micro_batch_size,
+        "seq_len": s.training.seq_len,
+        "hidden_size": s.model.hidden_size,
+        "vocab_size": s.model.vocab_size,
+        "tp": world,
+        "dtype_bytes": dtype_bytes,
+    }
+    fields = {
+        "p2p_overhead_us": host["post_s"] * 1e6,
+        "tp_collective_overhead_us": (coll["dtensor_all_reduce"] - coll["all_reduce"]) * 1e6,
+        "sp_collective_overhead_us": (coll["dtensor_all_gather"] - coll["all_gather"]) * 1e6,
+    }
+    for name, sp in (("tp", False), ("sp", True)):
+        collectives = [
+            c
+            for phase in ("forward", "backward")
+            for c in tp_collectives("layer", phase, sequence_parallel=sp, **shape)  # type: ignore[arg-type]
+        ]
+        per = fields[f"{name}_collective_overhead_us"] * 1e-6
+        comm_s = sum(_link_s(c.kind, world, c.bytes, link) + per for c in collectives)
+        fields[f"{name}_layer_overhead_us"] = (blocks[name] - _layer_s(s, compute, world) - comm_s) * 1e6
+    # one FSDP2 unit per block, measured under ZeRO-3: it gathers its parameters twice (forward and
+    # backward) and reduce-scatters the gradients once (gloo runs it as an all-reduce, runtime/parallel/
+    # fsdp.py); ZeRO-2 plans use the same per-unit host time
+    unit_bytes = sum(chunk_tensor_bytes(s.model, 1, layers=1, has_embedding=False, has_head=False))
+    fsdp_comm_s = 2 * _link_s("all_gather", world, unit_bytes, link) + _link_s(
+        "all_reduce", world, unit_bytes, link
+    )
+    fields["fsdp_unit_overhead_us"] = (blocks["fsdp"] - _layer_s(s, compute, 1) - fsdp_comm_s) * 1e6
+    # per tensor: an optimizer step moves each parameter's bytes (engine.optimizer_bytes_per_param)
+    h = s.model.hidden_size
+    for field, kind in (("optimizer_overhead_us", "plain"), ("dtensor_optimizer_overhead_us", "dtensor")):
+        params = h * h / world
+        memory_s = (
+            params * optimizer_bytes_per_param(s) / (s.cluster.gpu.hbm_GBps * 1e9 * compute.memory_efficiency)
+        )
+        fields[field] = (_slope_s(host["optimizer_s"][kind]) - memory_s) * 1e6
+    return fields
+
+
+def profile_cluster(s: Scenario, record: dict[str, Any]) -> tuple[Cluster, list[str]]:
+    """`s`'s cluster measured: device, innermost link, compute model, host costs, cores; and notes."""
+    cluster = s.cluster
+    gpu, half_gflop = _gpu(cluster, record["device"])
+    link = fit_link(pd.DataFrame(record["links"]))
+    tiers = list(cluster.tiers)
+    tiers[0] = tiers[0].model_copy(
+        update={"bandwidth_GBps": link[1] / 1e9, "latency_us": link[0] * 1e6, "efficiency": 1.0}
+    )
+    base = cluster.compute.model_copy(update={"matmul_half_gflop": half_gflop})
+    measured = cluster.model_copy(update={"gpu": gpu, "tiers": tiers, "compute": base, "preset": None})
+    compute = _fit_compute(s.model_copy(update={"cluster": measured}), record["compute"])
+    notes = [
+        f"device: peak {gpu.peak_tflops['fp32'] * 1e3:.1f} GFLOP/s (best GEMM of the scenario's shapes), "
+        f"memory {gpu.hbm_GBps:.1f} GB/s; link {link[0] * 1e6:.0f} us + {link[1] / 1e9:.2f} GB/s; "
+        f"{record['cores']} core(s)",
+        f"compute model (plain model, 1 and 3 blocks): matmul {compute.matmul_efficiency:.2f}, attention "
+        f"{compute.attention_efficiency:.2f}, memory {compute.memory_efficiency:.2f}, "
+        f"{compute.op_overhead_us:.1f} us/op",
+    ]
+    update = {}
+    for field, value in host_costs(
+        s.model_copy(update={"cluster": measured}), record["host"], compute, link, int(record["world"])
+    ).items():
+        update[field], clipped = bounded(field, value)
+        notes.append(clipped or f"{field} = {update[field]:.0f} us (bound {BOUNDS[field].high_us:.0f})")
+    compute = compute.model_copy(update=update)
+    return measured.model_copy(
+        update={"compute": compute, "compute_slots_per_node": int(record["cores"])}
+    ), notes
+
+
+def bound_violations(compute: ComputeModel) -> list[str]:
+    """Host fields of `compute` outside their bounds (none after profile_cluster / calibration)."""
+    return [
+        f"{field} = {getattr(compute, field):.0f} us > {bound.high_us:.0f} us"
+        for field, bound in BOUNDS.items()
+        if getattr(compute, field) > bound.high_us
+    ]

@@ -1,0 +1,178 @@
+"""Calibration on measured runs, and how well it generalises.
+
+A parameter is fitted only from runs that vary what it scales with, so that the fit is a measurement
+of the parameter and not of one run's leftovers:
+
+- the compute model's efficiency scale and per-op overhead: compute spans of >= 2 runs without DTensor
+  parameters at different micro-batch sizes (the FLOPs per op differ, which separates the two);
+- the optimizer's per-tensor host time (plain and DTensor): optimizer spans of >= 2 runs of that kind
+  whose ranks update different numbers of tensors.
+
+Host costs of collectives, transfers, DTensor blocks and FSDP2 units are never fitted to step times:
+they come from the microbenchmarks (microbench.py). `evaluate` scores each run in-sample (fitted on
+all runs) and held out (fitted on the other runs only, leave-one-run-out).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from plancast.simulator.calibration.compute import (
+    Measured,
+    Observation,
+    fit_compute,
+    optimizer_tensor_overhead_us,
+)
+from plancast.simulator.calibration.microbench import bounded
+from plancast.simulator.costs.host import optimizer_tensors, rank_stages
+from plancast.simulator.predict import simulate
+from plancast.simulator.cluster import Cluster
+from plancast.simulator.scenario import Scenario
+
+COMPUTE_FIELDS = ("matmul_efficiency", "attention_efficiency", "memory_efficiency", "op_overhead_us")
+
+
+@dataclass(frozen=True)
+class RunData:
+    """What calibration needs of one measured run (built at the edge, runtime/calibrate.py)."""
+
+    name: str
+    scenario: Scenario
+    observations: tuple[Observation, ...]  # median seconds per (stage, pass), compute only
+    step_s: float  # the measured median step time
+
+
+@dataclass(frozen=True)
+class Fit:
+    """Fitted ComputeModel fields, and per parameter group what determined it or why it was not fitted."""
+
+    fields: dict[str, float]
+    notes: tuple[str, ...]
+
+
+def with_fields(s: Scenario, fields: dict[str, float], cluster: Cluster | None = None) -> Scenario:
+    """`s` on `cluster` (default: its own) with some ComputeModel fields replaced."""
+    base = cluster or s.cluster
+    compute = base.compute.model_copy(update=fields)
+    return s.model_copy(update={"cluster": base.model_copy(update={"compute": compute})})
+
+
+def _compute_fit(runs: Sequence[RunData]) -> tuple[dict[str, float], str]:
+    usable = [r for r in runs if not r.scenario.dtensor_params and r.observations]
+    sizes = {r.scenario.training.micro_batch_size for r in usable}
+    if len(usable) < 2 or len(sizes) < 2:
+        return {}, (
+            "compute model not fitted: its efficiency scale and per-op overhead separate only over >= 2 "
+            "runs without tensor parallelism or ZeRO-2/3 at different micro-batch sizes (given: "
+            f"{len(usable)} such run(s), micro-batch size(s) {sorted(sizes) or '-'}); kept from the "
+            "microbenchmarks"
+        )
+    compute = fit_compute(Measured(r.scenario, r.observations) for r in usable)
+    fields = {f: float(getattr(compute, f)) for f in COMPUTE_FIELDS}
+    return fields, (
+        f"compute model fitted on {len(usable)} runs (micro-batch sizes {sorted(sizes)}): matmul "
+        f"{compute.matmul_efficiency:.2f}, attention {compute.attention_efficiency:.2f}, memory "
+        f"{compute.memory_efficiency:.2f}, {compute.op_overhead_us:.1f} us/op"
+    )
+
+
+def _optimizer_point(r: RunData, fields: dict[str, float]) -> tuple[float, float] | None:
+    """(tensors, host us per tensor) of a run's optimizer span, the median over ranks: tensors and
+    memory time are the means over pipeline ranks (compute.optimizer_tensor_overhead_us)."""
+    seconds = [ob.seconds for ob in r.observations if ob.kind == "optimizer"]
+    if not seconds:
+        return None
+    s = with_fields(r.scenario, fields)
+    tensors = float(np.mean([optimizer_tensors(s, rank_stages(s, p)) for p in range(s.pp)]))
+    return tensors, optimizer_tensor_overhead_us(s, statistics.median(seconds))
+
+
+def _optimizer_fit(runs: Sequence[RunData], fields: dict[str, float]) -> tuple[dict[str, float], list[str]]:
+    out, notes = {}, []
+    for field, dtensor in (("optimizer_overhead_us", False), ("dtensor_optimizer_overhead_us", True)):
+        chosen = [
+            r
+            for r in runs
+            if r.scenario.dtensor_params == dtensor
+            and not (r.scenario.dp > 1 and r.scenario.parallelism.zero_stage == 1)  # ZeRO-1 also broadcasts
+        ]
+        points = [p for p in (_optimizer_point(r, fields) for r in chosen) if p is not None]
+        counts = {round(n, 3) for n, _ in points}
+        if len(points) < 2 or len(counts) < 2:
+            notes.append(
+                f"{field} not fitted: needs the optimizer spans of >= 2 such runs that update different "
+                f"numbers of tensors per rank (given {len(points)} run(s), {len(counts)} count(s)); kept "
+                "from the microbenchmarks"
+            )
+            continue
+        per_tensor_us = statistics.median(us for _, us in points)
+        out[field], clipped = bounded(field, per_tensor_us)
+        notes.append(clipped or f"{field} = {out[field]:.0f} us per tensor, from {len(chosen)} runs")
+    return out, notes
+
+
+def fit_runs(runs: Sequence[RunData]) -> Fit:
+    """Fit every parameter the runs determine (module docstring); the rest keep the clusters' values."""
+    fields, note = _compute_fit(runs)
+    optimizer, notes = _optimizer_fit(runs, fields)
+    return Fit({**fields, **optimizer}, (note, *notes))
+
+
+@dataclass(frozen=True)
+class Score:
+    """One run's measured step time against its in-sample and held-out predictions."""
+
+    name: str
+    measured_s: float
+    in_sample_s: float
+    held_out_s: float
+
+    @property
+    def in_sample_error(self) -> float:
+        return self.in_sample_s / self.measured_s - 1
+
+    @property
+    def held_out_error(self) -> float:
+        return self.held_out_s / self.measured_s - 1
+
+
+def predicted_step_s(s: Scenario) -> float:
+    return float(simulate(s, events=False).summary["step_time_s"])
+
+
+def evaluate(runs: Sequence[RunData], fit: Callable[[Sequence[RunData]], Fit] = fit_runs) -> list[Score]:
+    """Each run predicted with the fit on all runs and with the fit on the other runs (held out)."""
+    full = fit(runs).fields
+    scores = []
+    for i, r in enumerate(runs):
+        others = fit([o for j, o in enumerate(runs) if j != i]).fields
+        scores.append(
+            Score(
+                r.name,
+                r.step_s,
+                predicted_step_s(with_fields(r.scenario, full)),
+                predicted_step_s(with_fields(r.scenario, others)),
+            )
+        )
+    return scores
+
+
+def score_table(scores: Sequence[Score]) -> list[str]:
+    """Lines of a table: measured, in-sample and held-out prediction and error per run, and the means."""
+    width = max([len(s.name) for s in scores] + [3])
+    head = f"{'measured s':>10}  {'in-sample s':>11} {'error':>7}  {'held-out s':>10} {'error':>7}"
+    lines = [f"{'run':{width}}  {head}"]
+    for s in scores:
+        lines.append(
+            f"{s.name:{width}}  {s.measured_s:10.4f}  {s.in_sample_s:11.4f} {s.in_sample_error:+7.1%}  "
+            f"{s.held_out_s:10.4f} {s.held_out_error:+7.1%}"
+        )
+    if scores:
+        mean_in = float(np.mean([abs(s.in_sample_error) for s in scores]))
+        mean_out = float(np.mean([abs(s.held_out_error) for s in scores]))
+        lines.append(f"{'mean |error|':{width}}  {'':10}  {'':11} {mean_in:7.1%}  {'':10} {mean_out:7.1%}")
+    return lines

@@ -1,0 +1,112 @@
+"""The measured local-cpu machine through the real CLI: the first simulate measures this machine once
+(one line on stderr) into the cache, later ones read it, --no-cache measures again; without torch one
+line says so and the shipped numbers are used. Each test has its own cache directory."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from plancast.runtime.local_profile import cache_dir, machine_key, shape_key
+from plancast.runtime.microbench import cores
+from plancast.simulator.loader import load_scenario, parse_scenario
+from tests.cli_runner import cli_main, cli_subprocess
+
+REPO = Path(__file__).resolve().parents[2]
+SCENARIO = REPO / "examples" / "tiny-local-cpu.toml"
+
+
+@pytest.fixture
+def fresh_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("PLANCAST_CACHE_DIR", str(cache))
+    monkeypatch.delenv("PLANCAST_LOCAL_CPU", raising=False)  # tests/conftest.py pins the shipped numbers
+    return cache
+
+
+def _measured_lines(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith("local-cpu: measured this machine")]
+
+
+@pytest.mark.distributed
+def test_the_first_simulate_measures_once_and_later_ones_read_the_cache(fresh_cache: Path) -> None:
+    first = cli_subprocess("simulate", str(SCENARIO), "--json", timeout_s=600)
+    assert first.returncode == 0, first.stderr
+    assert len(_measured_lines(first.stderr)) == 1
+    records = list(fresh_cache.glob("*/*.json"))
+    assert len(records) == 1
+    record = json.loads(records[0].read_text())
+    assert record["world"] == 2 and record["cores"] >= 1 and record["threads"] == 1
+    assert set(record["host"]["block_s"]) == {"plain", "tp", "sp", "fsdp"}
+
+    second = cli_subprocess("simulate", str(SCENARIO), "--json", timeout_s=600)
+    assert second.returncode == 0 and _measured_lines(second.stderr) == []
+    assert json.loads(second.stdout) == json.loads(first.stdout)  # the same cached measurement
+
+    again = cli_subprocess("simulate", str(SCENARIO), "--json", "--no-cache", timeout_s=600)
+    assert again.returncode == 0 and len(_measured_lines(again.stderr)) == 1
+
+
+def test_the_cache_location_and_keys(fresh_cache: Path) -> None:
+    assert cache_dir() == fresh_cache
+    key = machine_key()  # hostname, CPU model, cores, torch version
+    assert f"_{cores()}cores_torch" in key
+    s = load_scenario(SCENARIO).scenario
+    other = parse_scenario(
+        {
+            "model": {"preset": "tiny-gpt"},
+            "training": {"seq_len": 128, "micro_batch_size": 4, "global_batch_size": 8, "dtype": "fp32"},
+            "parallelism": {"pipeline_parallel_degree": 2},
+            "cluster": {"preset": "local-cpu"},
+        }
+    ).scenario
+    assert shape_key(s) != shape_key(other)  # the microbenchmarks run at the scenario's shapes
+
+
+def test_without_torch_one_line_says_so_and_the_shipped_numbers_are_used(
+    fresh_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PLANCAST_LOCAL_CPU", "shipped")
+    code, shipped, _ = cli_main("simulate", str(SCENARIO), "--json")
+    assert code == 0
+    monkeypatch.delenv("PLANCAST_LOCAL_CPU")
+    monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` raises ImportError
+    code, stdout, stderr = cli_main("simulate", str(SCENARIO), "--json")
+    assert code == 0
+    assert [line for line in stderr.splitlines() if line.startswith("local-cpu:")] == [
+        "local-cpu: torch is not installed, so this machine cannot be measured; using the shipped "
+        "local-cpu defaults (install plancast[runtime] for a measured profile)"
+    ]
+    assert json.loads(stdout) == json.loads(shipped)
+    assert not fresh_cache.exists()
+
+
+def test_a_scenario_that_sets_cluster_values_by_hand_is_not_measured(
+    fresh_cache: Path, tmp_path: Path
+) -> None:
+    pinned = tmp_path / "pinned.toml"
+    pinned.write_text(
+        SCENARIO.read_text(encoding="utf-8").replace(
+            'preset = "local-cpu"', 'preset = "local-cpu"\ncompute_slots_per_node = 2'
+        ),
+        encoding="utf-8",
+    )
+    code, _, stderr = cli_main("simulate", str(pinned), "--json")
+    assert code == 0 and "local-cpu:" not in stderr
+    assert not fresh_cache.exists()
+
+
+@pytest.mark.distributed
+def test_a_run_on_local_cpu_records_the_measured_machine(fresh_cache: Path, tmp_path: Path) -> None:
+    """`plancast run` measures too (first use), and RUN/scenario.toml holds the measured cluster, so
+    `plancast compare RUN` predicts on what was measured."""
+    run = tmp_path / "run"
+    done = cli_subprocess("run", str(SCENARIO), "--out", str(run), "--steps", "2", timeout_s=900)
+    assert done.returncode == 0, done.stderr
+    assert len(_measured_lines(done.stderr)) == 1
+    s = load_scenario(run / "scenario.toml").scenario
+    assert s.cluster.gpu.name.endswith("(measured)")
+    assert s.cluster.compute_slots_per_node is not None

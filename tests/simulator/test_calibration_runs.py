@@ -1,0 +1,84 @@
+"""Calibration on runs (simulator/calibration/runs.py): what runs determine a parameter, the inverse
+(runs simulated with known constants give those constants back), and leave-one-run-out scores."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from plancast.simulator.calibration.compute import Observation
+from plancast.simulator.calibration.observations import compute_observations, median_observations
+from plancast.simulator.calibration.runs import RunData, evaluate, fit_runs, score_table, with_fields
+from plancast.simulator.loader import parse_scenario
+from plancast.simulator.predict import simulate
+from plancast.simulator.scenario import Scenario
+
+TRUE = {
+    "matmul_efficiency": 0.4,
+    "attention_efficiency": 0.25,
+    "memory_efficiency": 0.4,
+    "op_overhead_us": 30.0,
+}
+
+
+def scenario(micro_batch: int, **parallelism: Any) -> Scenario:
+    data = {
+        "model": {"preset": "tiny-gpt"},
+        "training": {"seq_len": 64, "micro_batch_size": micro_batch, "global_batch_size": 8, "dtype": "fp32"},
+        "parallelism": parallelism,
+        "cluster": {"preset": "local-cpu", "gpus_per_node": 2},
+    }
+    return parse_scenario(data).scenario
+
+
+def measured_run(name: str, s: Scenario, truth: dict[str, float]) -> RunData:
+    """A run 'measured' on a machine whose compute model is `truth` (its simulation, relabelled)."""
+    prediction = simulate(with_fields(s, truth))
+    events = prediction.events.assign(source="measured")
+    obs = median_observations(compute_observations(events))
+    observations = tuple(Observation(int(r.stage), str(r.kind), float(r.seconds)) for r in obs.itertuples())
+    return RunData(name, s, observations, float(prediction.summary["step_time_s"]))
+
+
+def test_two_runs_at_different_micro_batch_sizes_recover_the_compute_model() -> None:
+    runs = [measured_run(f"pp2 mb{b}", scenario(b, pipeline_parallel_degree=2), TRUE) for b in (1, 4)]
+    fit = fit_runs(runs)
+    assert fit.fields["op_overhead_us"] == pytest.approx(TRUE["op_overhead_us"], rel=0.05)
+    # one common scale on the shipped efficiency ratios: the matmul efficiency moves the most
+    assert fit.fields["matmul_efficiency"] < 0.8
+    scores = evaluate(runs)
+    assert [s.name for s in scores] == ["pp2 mb1", "pp2 mb4"]
+    for score in scores:
+        assert abs(score.in_sample_error) < 0.1
+    # held out, each run's compute model comes from one run only: not fitted, the shipped one stays
+    shipped = [simulate(r.scenario, events=False).summary["step_time_s"] for r in runs]
+    assert [s.held_out_s for s in scores] == pytest.approx(shipped)
+
+
+def test_a_parameter_one_run_determines_is_not_fitted_and_the_notes_say_why() -> None:
+    runs = [
+        measured_run("pp2 mb1", scenario(1, pipeline_parallel_degree=2), TRUE),
+        measured_run("pp2 mb1 again", scenario(1, pipeline_parallel_degree=2), TRUE),
+    ]
+    fit = fit_runs(runs)
+    assert "op_overhead_us" not in fit.fields
+    assert any("compute model not fitted" in note and "micro-batch" in note for note in fit.notes)
+
+
+def test_the_optimizer_per_tensor_time_is_fitted_from_runs_with_different_tensor_counts() -> None:
+    truth = {**TRUE, "optimizer_overhead_us": 80.0}
+    runs = [  # every tensor on one rank (dp), about half of them per rank (pp)
+        measured_run("dp2", scenario(2, data_parallel_degree=2), truth),
+        measured_run("pp2", scenario(1, pipeline_parallel_degree=2), truth),
+    ]
+    fit = fit_runs(runs)
+    assert fit.fields["optimizer_overhead_us"] == pytest.approx(80.0, rel=0.02)
+
+
+def test_the_score_table_prints_in_sample_and_held_out_per_run() -> None:
+    runs = [measured_run(f"dp2 mb{b}", scenario(b, data_parallel_degree=2), TRUE) for b in (1, 2, 4)]
+    lines = score_table(evaluate(runs))
+    assert "in-sample s" in lines[0] and "held-out s" in lines[0]
+    assert [line.split()[0] for line in lines[1:4]] == ["dp2", "dp2", "dp2"]
+    assert lines[-1].startswith("mean |error|")
