@@ -38,9 +38,9 @@ from plancast.runtime.launch import launch
 from plancast.runtime.local_profile import localize
 from plancast.simulator.calibration.microbench import bound_violations
 from plancast.simulator.calibration.runs import COMPUTE_FIELDS, score_table, with_fields
+from plancast.simulator.cluster import Cluster
 from plancast.simulator.loader import parse_scenario, to_toml_dict
 from plancast.simulator.predict import simulate
-from plancast.simulator.cluster import Cluster
 from plancast.simulator.scenario import Scenario
 from plancast.traces.store import RunDir, read_json
 

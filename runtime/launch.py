@@ -99,10 +99,6 @@ def plan_launch(
             f"{'' if world % nnodes == 0 else ' with another --nnodes'}, or change "
             "parallelism.data_parallel_degree / cluster.gpus_per_node in the scenario"
         )
-    try:
-        check_runtime_support(scenario, world)
-    except PlanError as err:
-        raise LaunchError(str(err)) from err
     steps = scenario.training.steps if steps is None else steps
     if steps < 1:
         raise LaunchError(f"--steps must be at least 1, got {steps}")
@@ -267,7 +263,11 @@ def launch(
         node_rank=node_rank,
         rdzv_endpoint=rdzv_endpoint,
     )
-    check_this_machine(scenario, plan)
+    check_this_machine(scenario, plan)  # first: a launch this machine cannot hold is the bigger problem
+    try:
+        check_runtime_support(scenario, plan.world_size)
+    except PlanError as err:
+        raise LaunchError(str(err)) from err
     run = RunDir(out_dir)
     try:
         cmd_extra = checkpoint_arguments(scenario, run, checkpoint_every, resume)

@@ -28,9 +28,9 @@ from plancast.simulator.calibration.compute import (
     optimizer_tensor_overhead_us,
 )
 from plancast.simulator.calibration.microbench import bounded
+from plancast.simulator.cluster import Cluster
 from plancast.simulator.costs.host import optimizer_tensors, rank_stages
 from plancast.simulator.predict import simulate
-from plancast.simulator.cluster import Cluster
 from plancast.simulator.scenario import Scenario
 
 COMPUTE_FIELDS = ("matmul_efficiency", "attention_efficiency", "memory_efficiency", "op_overhead_us")

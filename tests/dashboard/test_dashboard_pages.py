@@ -124,9 +124,10 @@ def test_memory_shows_predicted_and_measured_peaks_against_the_gpu(
     assert [layer["mark"]["type"] for layer in spec["layer"]] == ["bar", "rule"]
     # the tiny run's peak is far below 8 GiB: the rule is off until asked for, so the bars stay visible
     limit = widget(at.toggle, "Draw the GPU's memory")
-    assert limit.value is False and chart_rows(at) == [8 + 2, 0]
+    # 2 ranks x 5 predicted categories (parameters, gradients, optimizer, activations, gathered) + 2 measured
+    assert limit.value is False and chart_rows(at) == [2 * 5 + 2, 0]
     limit.set_value(True).run()
-    assert chart_rows(at) == [8 + 2, 1]
+    assert chart_rows(at) == [2 * 5 + 2, 1]
 
 
 def test_telemetry_without_gpu_says_so(open_page: OpenPage, healthy_run: Path) -> None:
