@@ -24,7 +24,7 @@ ALLOWED_LONG_FILES: dict[str, str] = {
 ALLOWED_LONG_FUNCTIONS: dict[str, str] = {
     "simulator/engine.py::_rank": "open (issue 15): to be split into small SimPy processes",
     "simulator/summary.py::summarize": "open: split with the engine restructure (issue 15)",
-    "plancast/commands/demo.py::demo": "open: the demo's five steps as functions of their own (issue 10 follow-up)",
+    "plancast/commands/demo.py::demo": "open: the demo steps as functions (issue 10)",
 }
 
 
