@@ -10,6 +10,7 @@ import simpy
 
 from plancast.simulator.costs.stage import StageCost
 from plancast.simulator.engine import data_parallel, processes
+from plancast.simulator.engine.link import Link
 from plancast.simulator.engine.plan import StepPlan
 from plancast.simulator.engine.spans import Span
 from plancast.simulator.mesh import Coord
@@ -32,6 +33,8 @@ class RankState:
     dp_done: simpy.Event
     """Fires when the dp stream has drained (replaced by a fresh event each time)."""
     pending_dp: int = 0
+    dp_process: simpy.Process | None = None
+    """The rank's dp stream (data_parallel.dp_stream)."""
     fsdp: dict[int, FsdpState] = field(default_factory=dict)
     """Per owned virtual stage under ZeRO-2/3: which units are gathered."""
 
@@ -54,7 +57,7 @@ class Engine:
         self.landed: dict[TransferKey, float] = {}  # transfers landed (or landing) at a time
         self.meetings: dict[tuple[int, int], simpy.Event] = {}  # tied-embedding holders waiting
         self.dp_wait_s: dict[int, float] = {}  # per rank: compute-stream time spent waiting for gathers
-        self._links: dict[tuple[int, int], simpy.Resource] = {}
+        self._links: dict[tuple[int, int], Link] = {}
         self._slots: dict[int, simpy.Resource] = {}
         self._indices: dict[tuple[int, str, str, int, int, int], int] = {}
 
@@ -68,18 +71,18 @@ class Engine:
                 for stage in plan.owned_stages(coord.pp):
                     st.fsdp[stage] = FsdpState(plan.units[stage], zero3=plan.zero_stage == 3)
             if plan.s.dp > 1:
-                self.env.process(data_parallel.dp_stream(self, st))
+                st.dp_process = self.env.process(data_parallel.dp_stream(self, st))
             self.env.process(processes.rank_step(self, st))
         self.env.run()
         return self.spans
 
     # ------------------------------------------------------------------------------------ resources
-    def link(self, rank: int, tier: int) -> simpy.Resource:
-        """The rank's link on `tier`, shared by its pipeline transfers and dp collectives."""
-        res = self._links.get((rank, tier))
-        if res is None:
-            res = self._links[(rank, tier)] = simpy.Resource(self.env, capacity=1)
-        return res
+    def link(self, rank: int, tier: int) -> Link:
+        """The rank's link on `tier`, shared by its pipeline sends and its dp collectives."""
+        link = self._links.get((rank, tier))
+        if link is None:
+            link = self._links[(rank, tier)] = Link()
+        return link
 
     def busy(self, rank: int, seconds: float) -> simpy.Event:
         """An event that fires after `seconds` of compute, queued for one of the node's compute slots
@@ -104,13 +107,14 @@ class Engine:
             done = self.env.timeout(seconds)
             done.callbacks.append(lambda _ev: _succeed(waiting))
 
-    def land_now(self, key: TransferKey) -> None:
-        """A transfer has landed: wake its receiver, or note the time for it."""
+    def land_at(self, key: TransferKey, at_s: float) -> None:
+        """A transfer lands at `at_s` (not before now): as `land_after`, at an absolute time."""
         waiting = self.arrivals.pop(key, None)
         if waiting is None:
-            self.landed[key] = self.env.now
+            self.landed[key] = at_s
         else:
-            waiting.succeed()
+            done = self.env.timeout(at_s - self.env.now)
+            done.callbacks.append(lambda _ev: _succeed(waiting))
 
     # ------------------------------------------------------------------------------ data parallel
     def dp_collective(

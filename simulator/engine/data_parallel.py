@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Generator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import simpy
 
-from plancast.simulator.costs.collectives import Algorithm, collective_seconds
 from plancast.simulator.engine.spans import Process, Span
 from plancast.simulator.schedules import Action
 
@@ -28,12 +27,7 @@ def dp_stream(sim: Engine, st: RankState) -> Process:
         kind, nbytes, (stage, chunk, mb), index, ready, done = yield st.dp_queue.get()
         if ready is not None and not ready.processed:
             yield ready
-        # all-gathers move the gathered tensor: nbytes is this rank's full (unsharded) unit
-        # ZeRO-2/3 gathers and reduce-scatters are NCCL rings (its only algorithm for them): over
-        # nodes every GPU's share crosses its own NIC, so the outer tier's per-GPU bandwidth bounds
-        # them (published ZeRO-3 runs stop scaling there: Narayanan et al. 2021 Table 2)
-        algorithm: Algorithm = "ring" if kind in ("all_gather", "reduce_scatter") else "auto"
-        seconds = collective_seconds(kind, plan.dp_levels, nbytes, algorithm) + plan.dp_host_s
+        seconds = plan.dp_collective_s(kind, nbytes)
         if plan.share_links:
             start = yield from _sliced(sim, st, nbytes, seconds)
         else:
@@ -51,18 +45,33 @@ def dp_stream(sim: Engine, st: RankState) -> Process:
 
 
 def _sliced(sim: Engine, st: RankState, nbytes: float, seconds: float) -> Generator[Any, Any, float]:
-    """A collective on a link pipeline transfers share; returns when it started.
-
-    NCCL moves a collective in chunks (NCCL_BUFFSIZE, 4 MiB per channel), so pipeline transfers on the
-    same link interleave with it rather than wait for all of it: the link is held one slice at a time."""
+    """A collective on a link pipeline sends share (link.py): its slices go through the link's FIFO;
+    while nothing else waits, the remaining slices run as one timeout, which a send cuts short
+    (pipeline.send interrupts it: the link is released at the end of the current slice). Returns when
+    the collective started."""
+    env = sim.env
     slices = max(1, min(math.ceil(nbytes / LINK_SLICE_BYTES), MAX_LINK_SLICES))
-    start = -1.0
+    slice_s = seconds / slices
     link = sim.link(st.rank, sim.plan.dp_tier)
-    for _ in range(slices):
-        with link.request() as req:
-            yield req
-            start = sim.env.now if start < 0 else start
-            yield sim.env.timeout(seconds / slices)
+    start = -1.0
+    left = slices
+    while left:
+        slot = link.queue_slice(env.now, slice_s)
+        if slot > env.now:
+            yield env.timeout(slot - env.now)
+        start = env.now if start < 0 else start
+        if not link.hold(st.dp_process, slot, slice_s, left):  # a send waits behind this slice
+            yield env.timeout(slot + slice_s - env.now)
+            left -= 1
+            continue
+        try:
+            yield env.timeout(left * slice_s)
+            link.run = None
+            left = 0
+        except simpy.Interrupt as cut:  # a send was posted: stop after the slice in progress
+            done = cast(int, cut.cause)
+            yield env.timeout(max(slot + done * slice_s - env.now, 0.0))
+            left -= done
     return start
 
 

@@ -6,62 +6,59 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from plancast.simulator.engine.spans import Process, Span
+import simpy
+
+from plancast.simulator.engine.spans import Process, new_span
 from plancast.simulator.schedules import Action
 
 if TYPE_CHECKING:
     from plancast.simulator.engine.core import Engine, RankState
 
 
-def send(sim: Engine, st: RankState, kind: str, a: Action, to_stage: int) -> Process:
-    """Post a pipeline transfer to the holder of `to_stage`; wait for it unless the plan overlaps
-    pipeline communication.
+def send(sim: Engine, st: RankState, kind: str, a: Action, to_stage: int) -> simpy.Event | None:
+    """Post a pipeline transfer to the holder of `to_stage` (after its host cost, `plan.p2p_host_s`,
+    which the caller spends); returns what a blocking send waits for, None when the plan overlaps
+    pipeline communication. A plain function, not a process: the hot path creates no generator.
 
-    Without link sharing the landing time is known at once (core.Engine.land_after); with it the
-    transfer queues for the rank's link on its tier."""
+    The landing time is known at once: without link sharing the transfer starts now; with it, it
+    queues for the rank's link on its tier (link.py), behind what was posted before it."""
     plan = sim.plan
-    if plan.p2p_host_s:
-        yield sim.busy(st.rank, plan.p2p_host_s)
     dst = st.holders[to_stage]
     seconds = plan.p2p_seconds(st.rank, dst)
     key = (dst, kind, to_stage, a.microbatch)
     index = 0 if kind == "F" else 1
-    if plan.share_links and dst in plan.simulated:
-        sim.env.process(shared_send(sim, st, seconds, key, a, index))
+    if plan.share_links and dst in plan.simulated:  # queued on the rank's link (link.py)
+        start, cut = sim.link(st.rank, plan.tier(st.rank, dst)).post(sim.env.now, seconds)
+        if cut is not None:
+            collective, slices_done = cut
+            collective.interrupt(slices_done)
+        _record_send(sim, st, a, index, dst, start, seconds)
+        sim.land_at(key, start + seconds)
     else:
-        _record_send(sim, st, a, index, dst, seconds)
+        _record_send(sim, st, a, index, dst, sim.env.now, seconds)
         sim.land_after(key, seconds)
-    if not plan.s.parallelism.overlap_p2p_comm:
-        yield sim.env.timeout(seconds)
+    return None if plan.overlap_p2p else sim.env.timeout(seconds)
 
 
-def shared_send(
-    sim: Engine, st: RankState, seconds: float, key: tuple[int, str, int, int], a: Action, index: int
-) -> Process:
-    """A pipeline transfer over a link that data-parallel collectives also use: it waits its turn."""
-    dst = key[0]
-    with sim.link(st.rank, sim.plan.tier(st.rank, dst)).request() as req:
-        yield req
-        _record_send(sim, st, a, index, dst, seconds)
-        yield sim.env.timeout(seconds)
-    sim.land_now(key)
-
-
-def _record_send(sim: Engine, st: RankState, a: Action, index: int, dst: int, seconds: float) -> None:
+def _record_send(
+    sim: Engine, st: RankState, a: Action, index: int, dst: int, start_s: float, seconds: float
+) -> None:
     sim.spans.append(
-        Span(
-            st.rank,
-            "pp",
-            "send",
-            a.stage,
-            a.chunk,
-            a.microbatch,
-            index,
-            dst,
-            sim.env.now,
-            seconds,
-            sim.plan.p2p_bytes,
-            0.0,
+        new_span(
+            (
+                st.rank,
+                "pp",
+                "send",
+                a.stage,
+                a.chunk,
+                a.microbatch,
+                index,
+                dst,
+                start_s,
+                seconds,
+                sim.plan.p2p_bytes,
+                0.0,
+            )
         )
     )
 
@@ -81,18 +78,20 @@ def recv(sim: Engine, st: RankState, kind: str, a: Action, from_stage: int) -> P
         yield sim.busy(st.rank, sim.plan.p2p_host_s)
     index = 0 if kind == "F" else 1
     sim.spans.append(
-        Span(
-            st.rank,
-            "pp",
-            "recv",
-            a.stage,
-            a.chunk,
-            a.microbatch,
-            index,
-            st.holders[from_stage],
-            start,
-            env.now - start,
-            sim.plan.p2p_bytes,
-            0.0,
+        new_span(
+            (
+                st.rank,
+                "pp",
+                "recv",
+                a.stage,
+                a.chunk,
+                a.microbatch,
+                index,
+                st.holders[from_stage],
+                start,
+                env.now - start,
+                sim.plan.p2p_bytes,
+                0.0,
+            )
         )
     )

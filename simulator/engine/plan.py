@@ -9,9 +9,17 @@ only the event state, so these numbers are unit-tested without running a simulat
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
 
-from plancast.simulator.costs.collectives import Level, Link, collective_seconds, group_levels, ring_seconds
+from plancast.simulator.costs.collectives import (
+    Algorithm,
+    CollectiveKind,
+    Level,
+    Link,
+    collective_seconds,
+    group_levels,
+    ring_seconds,
+)
 from plancast.simulator.costs.host import HostCosts, optimizer_host_s
 from plancast.simulator.costs.ops import DTYPE_BYTES
 from plancast.simulator.costs.optimizer import optimizer_memory_s
@@ -70,6 +78,8 @@ class StepPlan:
     """Every rank simulated (asked for, or forced by shared compute slots)."""
     p2p_bytes: int
     """Bytes one rank sends per pipeline transfer."""
+    overlap_p2p: bool
+    """Pipeline sends do not block the sender (parallelism.overlap_p2p_comm)."""
     share_links: bool
     """Pipeline transfers and dp collectives can meet on one tier: a rank's link there is shared."""
     dp_tier: int
@@ -77,6 +87,10 @@ class StepPlan:
     compute_slots: int | None
     """Compute units per node when ranks share them (fewer than ranks per node), else None."""
     _tiers: dict[tuple[int, int], int] = field(default_factory=dict, compare=False, repr=False)
+    _p2p_seconds: dict[tuple[int, int], float] = field(default_factory=dict, compare=False, repr=False)
+    _dp_seconds: dict[tuple[CollectiveKind, float], float] = field(
+        default_factory=dict, compare=False, repr=False
+    )
 
     @classmethod
     def of(
@@ -99,7 +113,7 @@ class StepPlan:
         return cls(
             s=s,
             topo=topo,
-            schedule=build_schedule(name, s.pp, s.num_microbatches, s.vpp),
+            schedule=_schedule(name, s.pp, s.num_microbatches, s.vpp),
             split_backward=split,
             costs=costs,
             durations=tuple(Durations.of(c, split) for c in costs),
@@ -110,6 +124,7 @@ class StepPlan:
             ranks=tuple(ranks),
             full_fidelity=full,
             p2p_bytes=p2p_bytes(s),
+            overlap_p2p=bool(s.parallelism.overlap_p2p_comm),
             share_links=s.pp > 1 and bool(dp_levels),
             dp_tier=span_tier(grid.group("dp", 0), topo.tier_sizes),
             host=HostCosts.of(s),
@@ -121,7 +136,7 @@ class StepPlan:
     def grid(self) -> RankGrid:
         return self.topo.grid
 
-    @property
+    @cached_property
     def stages(self) -> int:
         """Virtual pipeline stages (pp x v)."""
         return self.s.pp * self.s.vpp
@@ -163,9 +178,12 @@ class StepPlan:
         return tier
 
     def p2p_seconds(self, rank: int, peer: int) -> float:
-        """Duration of one pipeline transfer between two ranks."""
-        link = self.topo.links[self.tier(rank, peer)]
-        return self.p2p_bytes / link.bandwidth_Bps + link.latency_s
+        """Duration of one pipeline transfer between two ranks (memoised: it is read per transfer)."""
+        seconds = self._p2p_seconds.get((rank, peer))
+        if seconds is None:
+            link = self.topo.links[self.tier(rank, peer)]
+            seconds = self._p2p_seconds[(rank, peer)] = self.p2p_bytes / link.bandwidth_Bps + link.latency_s
+        return seconds
 
     def tie_peer(self, coord: Coord, rank: int, stage: int) -> int | None:
         """The other holder of the tied embedding, if `stage` holds one copy and another rank the other."""
@@ -194,13 +212,28 @@ class StepPlan:
         nbytes = sp_grad_all_reduce_bytes(layers, s.model.hidden_size, layernorm=s.model.norm == "layernorm")
         return nbytes, collective_seconds("all_reduce", self.tp_levels, nbytes)
 
+    def dp_collective_s(self, kind: CollectiveKind, nbytes: float) -> float:
+        """One data-parallel collective of this rank, its host cost included (memoised: the same
+        buckets and units recur every micro-batch).
+
+        All-gathers move the gathered tensor: nbytes is this rank's full (unsharded) unit. ZeRO-2/3
+        gathers and reduce-scatters are NCCL rings (its only algorithm for them): over nodes every GPU's
+        share crosses its own NIC, so the outer tier's per-GPU bandwidth bounds them (published ZeRO-3
+        runs stop scaling there: Narayanan et al. 2021 Table 2)."""
+        seconds = self._dp_seconds.get((kind, nbytes))
+        if seconds is None:
+            algorithm: Algorithm = "ring" if kind in ("all_gather", "reduce_scatter") else "auto"
+            seconds = collective_seconds(kind, self.dp_levels, nbytes, algorithm) + self.dp_host_s
+            self._dp_seconds[(kind, nbytes)] = seconds
+        return seconds
+
     # ------------------------------------------------------------------------------ host and optimizer
-    @property
+    @cached_property
     def dp_host_s(self) -> float:
         """Host cost of one data-parallel collective (FSDP2's hooks)."""
         return self.host.dp_collective_s
 
-    @property
+    @cached_property
     def p2p_host_s(self) -> float:
         """Host cost of posting one pipeline transfer."""
         return self.host.p2p_s
@@ -219,6 +252,11 @@ class StepPlan:
     def broadcast_shard_bytes(self, stage: int) -> float:
         """ZeRO-1: the updated parameter shard each data-parallel owner broadcasts for virtual `stage`."""
         return self.costs[stage].params * DTYPE_BYTES[self.s.training.dtype] / self.s.dp
+
+
+# Schedules are immutable data (tuples of frozen Actions) and the same few recur call after call (a
+# sweep's finalists, a What-if slider): built once per (name, pp, m, v), as pure-function memoisation.
+_schedule = lru_cache(maxsize=64)(build_schedule)
 
 
 def p2p_bytes(s: Scenario) -> int:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from plancast.simulator.engine.data_parallel import fsdp_pass, reduce_gradients
 from plancast.simulator.engine.pipeline import recv, send
-from plancast.simulator.engine.spans import Process, Span
+from plancast.simulator.engine.spans import Process, Span, new_span
 from plancast.simulator.schedules import Action
 
 if TYPE_CHECKING:
@@ -44,12 +44,22 @@ def rank_step(sim: Engine, st: RankState) -> Process:
 
 def forward(sim: Engine, st: RankState, a: Action) -> Process:
     """Receive the activation, run the forward pass, send its output to the next stage."""
-    d = sim.plan.durations[a.stage]
+    plan = sim.plan
+    d = plan.durations[a.stage]
     if a.stage > 0 and st.holders[a.stage - 1] != st.rank:
         yield from recv(sim, st, "F", a, a.stage - 1)
-    yield from run_pass(sim, st, "forward", a, d.forward_s, d.forward_flops)
-    if a.stage < sim.plan.stages - 1 and st.holders[a.stage + 1] != st.rank:
-        yield from send(sim, st, "F", a, a.stage + 1)
+    if plan.fsdp:
+        yield from fsdp_pass(sim, st, "forward", a, d.forward_s, d.forward_flops)
+    else:
+        start = sim.env.now
+        yield sim.busy(st.rank, d.forward_s)
+        record_compute(sim, st, "forward", a, start, d.forward_flops)
+    if a.stage < plan.stages - 1 and st.holders[a.stage + 1] != st.rank:
+        if plan.p2p_host_s:
+            yield sim.busy(st.rank, plan.p2p_host_s)
+        blocking = send(sim, st, "F", a, a.stage + 1)
+        if blocking is not None:
+            yield blocking
 
 
 def backward(sim: Engine, st: RankState, a: Action, last: bool) -> Process:
@@ -59,47 +69,58 @@ def backward(sim: Engine, st: RankState, a: Action, last: bool) -> Process:
     d = plan.durations[a.stage]
     if a.stage < plan.stages - 1 and st.holders[a.stage + 1] != st.rank:
         yield from recv(sim, st, "B", a, a.stage + 1)
-    if d.recompute_s:
-        yield from run_pass(sim, st, "recompute", a, d.recompute_s, d.forward_flops)
     if plan.fsdp:
+        if d.recompute_s:
+            yield from fsdp_pass(sim, st, "recompute", a, d.recompute_s, d.forward_flops)
         yield from fsdp_pass(sim, st, d.backward_kind, a, d.backward_s, d.backward_flops)
     else:
+        if d.recompute_s:
+            start = sim.env.now
+            yield sim.busy(st.rank, d.recompute_s)
+            record_compute(sim, st, "recompute", a, start, d.forward_flops)
         if last:
             reduce_gradients(sim, st, a, d.backward_s)
-        yield from compute(sim, st, d.backward_kind, a, d.backward_s, d.backward_flops)
+        start = sim.env.now
+        yield sim.busy(st.rank, d.backward_s)
+        record_compute(sim, st, d.backward_kind, a, start, d.backward_flops)
     if a.stage > 0 and st.holders[a.stage - 1] != st.rank:
-        yield from send(sim, st, "B", a, a.stage - 1)
-
-
-def run_pass(sim: Engine, st: RankState, kind: str, a: Action, seconds: float, flops: float) -> Process:
-    if sim.plan.fsdp:
-        yield from fsdp_pass(sim, st, kind, a, seconds, flops)
-    else:
-        yield from compute(sim, st, kind, a, seconds, flops)
+        if plan.p2p_host_s:
+            yield sim.busy(st.rank, plan.p2p_host_s)
+        blocking = send(sim, st, "B", a, a.stage - 1)
+        if blocking is not None:
+            yield blocking
 
 
 def compute(sim: Engine, st: RankState, kind: str, a: Action, seconds: float, flops: float) -> Process:
     """One pass on the compute stream, recorded as one span."""
     start = sim.env.now
     yield sim.busy(st.rank, seconds)
+    record_compute(sim, st, kind, a, start, flops)
+
+
+def record_compute(sim: Engine, st: RankState, kind: str, a: Action, start: float, flops: float) -> None:
+    """The span of a pass that started at `start` and ends now."""
     sim.spans.append(
-        Span(
-            st.rank,
-            "compute",
-            kind,
-            a.stage,
-            a.chunk,
-            a.microbatch,
-            0,
-            -1,
-            start,
-            sim.env.now - start,
-            0,
-            flops,
+        new_span(
+            (
+                st.rank,
+                "compute",
+                kind,
+                a.stage,
+                a.chunk,
+                a.microbatch,
+                0,
+                -1,
+                start,
+                sim.env.now - start,
+                0,
+                flops,
+            )
         )
     )
 
 
+# ------------------------------------------------------------------------------ after the flush
 def step_end(sim: Engine, st: RankState) -> Process:
     """Per-chunk reductions after the pipeline flush: sequence-parallel norm gradients over tp, and
     the tied embedding's two copies (first and last stage) over the pipeline."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Generator
+from functools import partial
 from typing import Any, NamedTuple
 
 Process = Generator[Any, Any, None]
@@ -31,3 +32,8 @@ class Span(NamedTuple):
     dur_s: float
     bytes: int
     flops: float
+
+
+new_span = partial(tuple.__new__, Span)
+"""Span from one tuple of its fields in order: the engine's hot paths build spans this way (C calls
+only; `Span(...)` and `Span._make` run Python-level code per span)."""
