@@ -12,25 +12,14 @@ from plancast.simulator.loader import load_scenario, parse_scenario
 from plancast.simulator.mesh import Coord
 from plancast.simulator.schedules import Action
 from tests.cli_runner import REPO
+from tests.simulator.test_predict import scenario
 
 GPT3 = REPO / "examples" / "gpt3-175b-dgx-a100.toml"
 
 
 def tiny(**parallelism: Any) -> StepPlan:
-    data: dict[str, Any] = {
-        "model": {"preset": "tiny-gpt"},
-        "training": {"seq_len": 32, "micro_batch_size": 2, "global_batch_size": 16, "dtype": "fp32"},
-        "parallelism": parallelism,
-        "cluster": {
-            "preset": "local-cpu",
-            "gpus_per_node": 8,
-            "tiers": [
-                {"name": "loopback", "size": 4, "bandwidth_GBps": 1.0, "latency_us": 50.0},
-                {"name": "tcp", "bandwidth_GBps": 0.5, "latency_us": 100.0},
-            ],
-        },
-    }
-    return StepPlan.of(parse_scenario(data).scenario)
+    """The plan of test_predict's tiny GPT on 8 local ranks (two tiers of 4)."""
+    return StepPlan.of(scenario(**parallelism))
 
 
 def test_the_plan_module_needs_no_simpy() -> None:
