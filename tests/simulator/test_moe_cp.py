@@ -10,8 +10,9 @@ import pytest
 
 from plancast.simulator.costs.collectives import Level, Link, all_to_all_seconds
 from plancast.simulator.costs.memory import rank_memory
+from plancast.simulator.costs.model_flops import model_flops_per_token
 from plancast.simulator.costs.moe import DROPLESS_IMBALANCE, moe_block_forward
-from plancast.simulator.costs.ops import Shape, model_flops_per_token
+from plancast.simulator.costs.ops import Shape
 from plancast.simulator.loader import parse_scenario
 from plancast.simulator.predict import simulate
 from plancast.simulator.scenario import Scenario
