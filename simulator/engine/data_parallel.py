@@ -25,7 +25,7 @@ def dp_stream(sim: Engine, st: RankState) -> Process:
     """The rank's dp stream: collectives run one after another, each once its data is ready."""
     plan = sim.plan
     while True:
-        kind, nbytes, (stage, chunk, mb), index, ready, done = yield st.dp_queue.get()
+        kind, nbytes, (stage, chunk, mb), index, ready, done, levels = yield st.dp_queue.get()
         if ready is not None and not ready.processed:
             yield ready
         # all-gathers move the gathered tensor: nbytes is this rank's full (unsharded) unit
@@ -33,7 +33,7 @@ def dp_stream(sim: Engine, st: RankState) -> Process:
         # nodes every GPU's share crosses its own NIC, so the outer tier's per-GPU bandwidth bounds
         # them (published ZeRO-3 runs stop scaling there: Narayanan et al. 2021 Table 2)
         algorithm: Algorithm = "ring" if kind in ("all_gather", "reduce_scatter") else "auto"
-        seconds = collective_seconds(kind, plan.dp_levels, nbytes, algorithm) + plan.dp_host_s
+        seconds = collective_seconds(kind, levels or plan.dp_levels, nbytes, algorithm) + plan.dp_host_s
         if plan.share_links:
             start = yield from _sliced(sim, st, nbytes, seconds)
         else:
@@ -82,6 +82,11 @@ def reduce_gradients(sim: Engine, st: RankState, a: Action, backward_s: float) -
         after_s = backward_s * done / total if overlap else backward_s
         ready = sim.env.timeout(after_s)
         sim.dp_collective(st, "all_reduce", nbytes, (a.stage, a.chunk, -1), ready)
+    # routed experts: a second reducer over the expert-data-parallel group, after the dense buckets
+    # (docs/moe.md); its one bucket per chunk is complete when the backward is
+    for nbytes in plan.units[a.stage].expert_bucket_bytes:
+        ready = sim.env.timeout(backward_s)
+        sim.dp_collective(st, "all_reduce", nbytes, (a.stage, a.chunk, -1), ready, plan.topo.levels("edp"))
 
 
 def fsdp_pass(sim: Engine, st: RankState, kind: str, a: Action, seconds: float, flops: float) -> Process:
