@@ -1,26 +1,38 @@
-"""The rank grid: rank <-> (pp, dp, tp) coordinates and process-group membership.
+"""The rank grid: rank <-> (pp, dp, cp, tp) coordinates and process-group membership.
 
 This module is the single source of truth for how global ranks are laid out; the simulator
 uses it directly and the runtime builds its torch ``DeviceMesh`` from ``mesh_shape`` and
 ``mesh_dim_names`` so both agree on which ranks share a group.
 
-Layout: tp innermost, then dp, then pp, i.e. ``torch.arange(world).view(pp, dp, tp)``: the order of
-torchtitan's mesh (``ParallelDims``: pp, dp_replicate, dp_shard, cp, tp, outermost first) and of
-Megatron-LM's default ``tp-cp-ep-dp-pp`` (innermost first). picotron differs: its grid puts dp
-outermost (``view(dp, pp, cp, tp)``, picotron/process_group_manager.py). Keeping tp innermost puts
-each tensor-parallel group on consecutive ranks, hence inside one NVLink node whenever ``tp`` divides
-``gpus_per_node`` (Megatron-LM, arXiv 2104.04473 section 3.3); pp outermost keeps each pipeline
-stage's data-parallel group on neighbouring ranks.
+Layout: tp innermost, then cp, then dp, then pp, i.e. ``torch.arange(world).view(pp, dp, cp, tp)``:
+the order of torchtitan's mesh (``ParallelDims``: pp, dp_replicate, dp_shard, cp, tp, outermost
+first) and of Megatron-LM's default ``tp-cp-ep-dp-pp`` (innermost first). picotron differs: its grid
+puts dp outermost (``view(dp, pp, cp, tp)``, picotron/process_group_manager.py). Keeping tp innermost
+puts each tensor-parallel group on consecutive ranks, hence inside one NVLink node whenever ``tp``
+divides ``gpus_per_node`` (Megatron-LM, arXiv 2104.04473 section 3.3); pp outermost keeps each
+pipeline stage's data-parallel group on neighbouring ranks. The mesh is always 4-D (cp = 1 when
+context parallelism is unused).
+
+Expert parallelism is carved out of data parallelism, as in Megatron-Core and torchtitan: the ``ep``
+group of a rank holds the ranks with the same pp/cp/tp whose dp index lies in the same block of
+``ep`` consecutive dp indices (``dp_i = edp_i * ep + ep_i``); the expert-data-parallel group ``edp``
+holds those with the same ``ep_i``, and ``dp_cp`` (the dense-gradient group, Megatron-LM's
+``get_data_parallel_group(with_context_parallel=True)``) the ranks differing only in dp or cp.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Literal, get_args
 
-Axis = Literal["pp", "dp", "tp"]
+Axis = Literal["pp", "dp", "cp", "tp"]
+"""The grid's dimensions, outermost first."""
 AXES: tuple[Axis, ...] = get_args(Axis)
+GroupName = Literal["pp", "dp", "cp", "tp", "ep", "edp", "dp_cp"]
+"""Process groups: one per grid axis, plus the expert-parallel (ep), expert-data-parallel (edp) and
+dense-gradient (dp_cp) groups derived from them."""
+GROUPS: tuple[GroupName, ...] = get_args(GroupName)
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,21 +45,23 @@ class Coord:
     """Data-parallel replica index."""
     tp: int
     """Tensor-parallel shard index."""
+    cp: int = field(default=0, kw_only=True)
+    """Context-parallel shard index (which sequence chunks the rank holds)."""
 
     def along(self, axis: Axis) -> int:
         """This coordinate's component on ``axis``."""
-        return {"pp": self.pp, "dp": self.dp, "tp": self.tp}[axis]
+        return {"pp": self.pp, "dp": self.dp, "cp": self.cp, "tp": self.tp}[axis]
 
 
-def _check_axis(axis: str) -> Axis:
-    if axis not in AXES:
-        raise ValueError(f"axis must be one of {AXES}, got {axis!r}")
-    return axis
+def _check_group(name: str) -> GroupName:
+    if name not in GROUPS:
+        raise ValueError(f"axis must be one of {GROUPS}, got {name!r}")
+    return name
 
 
 @dataclass(frozen=True, slots=True)
 class RankGrid:
-    """A 3D grid of ``pp * dp * tp`` ranks, tp innermost (see the module docstring)."""
+    """A 4D grid of ``pp * dp * cp * tp`` ranks, tp innermost (see the module docstring)."""
 
     pp: int
     """Pipeline-parallel degree (number of pipeline stages)."""
@@ -55,68 +69,102 @@ class RankGrid:
     """Data-parallel degree (number of model replicas)."""
     tp: int
     """Tensor-parallel degree (shards per layer)."""
+    cp: int = field(default=1, kw_only=True)
+    """Context-parallel degree (shards of each sequence)."""
+    ep: int = field(default=1, kw_only=True)
+    """Expert-parallel degree, carved out of dp (divides it)."""
 
     def __post_init__(self) -> None:
-        for axis in AXES:
-            degree = self.size(axis)
+        for axis in (*AXES, "ep"):
+            degree = getattr(self, axis)
             if isinstance(degree, bool) or not isinstance(degree, int) or degree < 1:
                 raise ValueError(f"RankGrid.{axis} must be an integer >= 1, got {degree!r}")
+        if self.dp % self.ep:
+            raise ValueError(
+                f"RankGrid.ep={self.ep} must divide RankGrid.dp={self.dp} (ep is carved out of dp)"
+            )
 
     @property
     def world_size(self) -> int:
-        """Total number of ranks, ``pp * dp * tp``."""
-        return self.pp * self.dp * self.tp
+        """Total number of ranks, ``pp * dp * cp * tp``."""
+        return self.pp * self.dp * self.cp * self.tp
 
     @property
-    def mesh_shape(self) -> tuple[int, int, int]:
+    def mesh_shape(self) -> tuple[int, int, int, int]:
         """Shape for ``torch.distributed.device_mesh.init_device_mesh``, outermost first."""
-        return (self.pp, self.dp, self.tp)
+        return (self.pp, self.dp, self.cp, self.tp)
 
     @property
-    def mesh_dim_names(self) -> tuple[str, str, str]:
+    def mesh_dim_names(self) -> tuple[str, str, str, str]:
         """Dimension names matching ``mesh_shape``."""
-        return ("pp", "dp", "tp")
+        return ("pp", "dp", "cp", "tp")
 
-    def size(self, axis: Axis) -> int:
-        """Degree of ``axis``."""
-        return {"pp": self.pp, "dp": self.dp, "tp": self.tp}[_check_axis(axis)]
+    def size(self, axis: GroupName) -> int:
+        """Ranks in one group named ``axis``."""
+        name = _check_group(axis)
+        sizes = {"pp": self.pp, "dp": self.dp, "cp": self.cp, "tp": self.tp, "ep": self.ep}
+        sizes.update(edp=self.dp // self.ep, dp_cp=self.dp * self.cp)
+        return sizes[name]
 
     def coord(self, rank: int) -> Coord:
-        """Grid coordinate of ``rank``: the inverse of ``rank = (pp_i * dp + dp_i) * tp + tp_i``."""
+        """Grid coordinate of ``rank``; inverse of ``((pp_i * dp + dp_i) * cp + cp_i) * tp + tp_i``."""
         self._check_rank(rank)
         outer, tp_i = divmod(rank, self.tp)
+        outer, cp_i = divmod(outer, self.cp)
         pp_i, dp_i = divmod(outer, self.dp)
-        return Coord(pp=pp_i, dp=dp_i, tp=tp_i)
+        return Coord(pp=pp_i, dp=dp_i, tp=tp_i, cp=cp_i)
 
     def rank(self, coord: Coord) -> int:
-        """Global rank at ``coord`` (C order over ``(pp, dp, tp)``)."""
+        """Global rank at ``coord`` (C order over ``(pp, dp, cp, tp)``)."""
         for axis in AXES:
-            value, degree = coord.along(axis), self.size(axis)
+            value, degree = coord.along(axis), getattr(self, axis)
             if not 0 <= value < degree:
                 raise ValueError(f"Coord.{axis}={value} is out of range for a grid with {axis}={degree}")
-        return (coord.pp * self.dp + coord.dp) * self.tp + coord.tp
+        return ((coord.pp * self.dp + coord.dp) * self.cp + coord.cp) * self.tp + coord.tp
 
     def stage_of(self, rank: int) -> int:
         """Pipeline stage (pp coordinate) that ``rank`` belongs to."""
         return self.coord(rank).pp
 
-    def group(self, axis: Axis, rank: int) -> tuple[int, ...]:
-        """Sorted members of ``rank``'s process group on ``axis`` (ranks differing only on ``axis``)."""
-        axis = _check_axis(axis)
-        here = self.coord(rank)
-        return tuple(self.rank(replace(here, **{axis: i})) for i in range(self.size(axis)))
+    def ep_index(self, rank: int) -> tuple[int, int]:
+        """``(edp_i, ep_i)`` of ``rank``: its dp index is ``edp_i * ep + ep_i``."""
+        return divmod(self.coord(rank).dp, self.ep)
 
-    def groups(self, axis: Axis) -> tuple[tuple[int, ...], ...]:
-        """Every process group on ``axis``, ordered by first member; together they partition the world."""
-        axis = _check_axis(axis)
-        leaders = (r for r in range(self.world_size) if self.coord(r).along(axis) == 0)
-        return tuple(self.group(axis, r) for r in leaders)
+    def group(self, axis: GroupName, rank: int) -> tuple[int, ...]:
+        """Sorted members of ``rank``'s process group named ``axis``."""
+        name, here = _check_group(axis), self.coord(rank)
+        if name in AXES:  # ranks differing only on that axis
+            return tuple(self.rank(replace(here, **{name: i})) for i in range(getattr(self, name)))
+        if name == "dp_cp":
+            return tuple(self.rank(replace(here, dp=d, cp=c)) for d in range(self.dp) for c in range(self.cp))
+        edp_i, ep_i = divmod(here.dp, self.ep)
+        dps = (
+            [edp_i * self.ep + j for j in range(self.ep)]
+            if name == "ep"
+            else [k * self.ep + ep_i for k in range(self.dp // self.ep)]
+        )
+        return tuple(self.rank(replace(here, dp=d)) for d in dps)
+
+    def groups(self, axis: GroupName) -> tuple[tuple[int, ...], ...]:
+        """Every process group named ``axis``, ordered by first member; together they partition the world."""
+        name = _check_group(axis)
+        leaders = (r for r in range(self.world_size) if self._leads(name, self.coord(r)))
+        return tuple(self.group(name, r) for r in leaders)
+
+    def _leads(self, name: GroupName, c: Coord) -> bool:
+        """Whether ``c`` is the first (lowest) member of its group ``name``."""
+        if name in AXES:
+            return c.along(name) == 0
+        if name == "dp_cp":
+            return c.dp == 0 and c.cp == 0
+        return c.dp % self.ep == 0 if name == "ep" else c.dp < self.ep
 
     def _check_rank(self, rank: int) -> None:
         if not 0 <= rank < self.world_size:
             raise ValueError(
                 f"rank {rank} is out of range for a grid of world size {self.world_size} "
-                f"(pp={self.pp}, dp={self.dp}, tp={self.tp}); valid ranks are 0..{self.world_size - 1}"
+                f"(pp={self.pp}, dp={self.dp}, cp={self.cp}, tp={self.tp}); "
+                f"valid ranks are 0..{self.world_size - 1}"
             )
 
 

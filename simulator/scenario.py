@@ -55,6 +55,24 @@ class Model(Strict):
     """Rows of the learned position table."""
     tie_word_embeddings: bool = True
     """Output projection shares the input embedding matrix."""
+    num_local_experts: int | None = Field(default=None, ge=0)
+    """Routed experts per MoE layer (Mixtral's name; the HF importer maps DeepSeek's `n_routed_experts`
+    and Qwen-MoE's `num_experts` onto it). Unset or 0: a dense model (docs/moe.md)."""
+    num_experts_per_tok: int = Field(default=2, gt=0)
+    """Top-k: routed experts each token visits (Mixtral 2, DeepSeek-V3 8)."""
+    moe_intermediate_size: int | None = Field(default=None, gt=0)
+    """FFN width of one routed or shared expert; default: intermediate_size."""
+    n_shared_experts: int = Field(default=0, ge=0)
+    """Always-on shared experts of width moe_intermediate_size each (DeepSeek-MoE, Dai et al. 2024)."""
+    first_k_dense_replace: int = Field(default=0, ge=0)
+    """The first k layers keep a dense MLP of width intermediate_size (DeepSeek-V3: 3)."""
+    router_aux_loss_coef: float = Field(default=0.0, ge=0)
+    """Load-balancing loss weight (Switch Transformer, Fedus et al. 2021 eq. 4); the runtime adds it to
+    the loss; it does not change step time."""
+    moe_capacity_factor: float | None = Field(default=None, gt=0)
+    """Unset: dropless routing (the simulator prices the mean load times a cited imbalance factor). A
+    number: GShard/Switch capacity, each rank sends ceil(factor * tokens * top_k / experts) token slots
+    per expert (padded, overflow dropped; Lepikhin et al. 2020, Fedus et al. 2021 sec. 2.2)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -87,6 +105,24 @@ class Model(Strict):
     @property
     def head_dim(self) -> int:
         return self.hidden_size // self.num_attention_heads
+
+    @property
+    def num_experts(self) -> int:
+        """Routed experts per MoE layer; 0 for a dense model."""
+        return self.num_local_experts or 0
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    @property
+    def expert_ffn_size(self) -> int:
+        """FFN width of one expert: moe_intermediate_size, else intermediate_size."""
+        return self.moe_intermediate_size or self.ffn_size
+
+    def is_moe_layer(self, layer: int) -> bool:
+        """Whether global layer index ``layer`` (0-based) has an MoE block instead of a dense MLP."""
+        return self.is_moe and layer >= self.first_k_dense_replace
 
 
 # ------------------------------------------------------------------------------------------ training
@@ -131,7 +167,7 @@ class Parallelism(Strict):
     pipeline_parallel_degree: int = Field(default=1, gt=0)
     """Pipeline stages (ranks along the pipeline)."""
     data_parallel_degree: int = -1
-    """Model replicas; -1 infers world_size / (tp * pp)."""
+    """Model replicas; -1 infers world_size / (tp * pp * cp)."""
     zero_stage: Literal[0, 1, 2, 3] = 0
     """0 none | 1 optimizer states | 2 + gradients | 3 + parameters (FSDP), sharded over data parallel."""
     pipeline_parallel_schedule: ScheduleName = "1F1B"
@@ -141,6 +177,14 @@ class Parallelism(Strict):
     """Model chunks per pipeline rank (Interleaved1F1B needs >= 2)."""
     pipeline_layer_split: list[int] | None = None
     """Layers per (virtual) stage, in stage order; default: as even as possible."""
+    expert_parallel_degree: int = Field(default=1, gt=0)
+    """Ranks the routed experts of each MoE layer are split over (ep; Megatron-Core
+    `--expert-model-parallel-size`, torchtitan `expert_parallel_degree`); carved out of data parallel:
+    it divides data_parallel_degree and num_local_experts. Experts use tensor parallel tp."""
+    context_parallel_degree: int = Field(default=1, gt=0)
+    """Ranks each sequence is split over (cp; Megatron-LM `--context-parallel-size`, torchtitan
+    `context_parallel_degree`): 2 * cp chunks, rank i keeps chunks i and 2cp-1-i (causal load balance),
+    K/V all-gathered per attention layer (Llama 3 paper sec. 3.3.2). World = pp * dp * cp * tp."""
     sequence_parallel: bool = False
     """Shard LayerNorm/dropout activations over tensor parallel (Korthikanti et al. 2022); needs tp > 1."""
     framework: Framework = DEFAULT_FRAMEWORK
@@ -188,7 +232,7 @@ class Parallelism(Strict):
     @classmethod
     def _dp(cls, value: int) -> int:
         if value == 0 or value < -1:
-            raise ValueError("must be a positive integer, or -1 to infer world_size / (tp * pp)")
+            raise ValueError("must be a positive integer, or -1 to infer world_size / (tp * pp * cp)")
         return value
 
 
@@ -239,10 +283,24 @@ class Scenario(Strict):
         return self.parallelism.pipeline_parallel_degree
 
     @property
+    def cp(self) -> int:
+        return self.parallelism.context_parallel_degree
+
+    @property
+    def ep(self) -> int:
+        """Expert-parallel degree (1 for a dense model)."""
+        return self.parallelism.expert_parallel_degree
+
+    @property
+    def edp(self) -> int:
+        """Expert-data-parallel degree: replicas of each expert, dp / ep."""
+        return max(self.dp // self.ep, 1)
+
+    @property
     def dp(self) -> int:
         """Data-parallel degree, resolved (load_scenario fills -1 in)."""
         dp = self.parallelism.data_parallel_degree
-        return dp if dp > 0 else self.world_size // (self.tp * self.pp)
+        return dp if dp > 0 else self.world_size // (self.tp * self.pp * self.cp)
 
     @property
     def vocab_tp(self) -> int:

@@ -18,6 +18,7 @@ from typing import Any
 
 from plancast.simulator.scenario import Scenario
 from plancast.simulator.schedules import schedule_problems, schedule_warnings
+from plancast.simulator.validation_moe import model_moe_problems, moe_cp_warnings, plan_moe_cp_problems
 
 Bound = tuple[float, float, str]
 
@@ -30,6 +31,13 @@ BOUNDS: dict[str, Bound] = {
     "model.intermediate_size": (1, 10_000_000, "100x the widest published MLP"),
     "model.vocab_size": (1, 100_000_000, "100x the largest published vocabularies (~256k)"),
     "model.max_position_embeddings": (1, 100_000_000, "as training.seq_len"),
+    "model.num_local_experts": (0, 100_000, "100x the most experts published (DeepSeek-V3: 256)"),
+    "model.num_experts_per_tok": (1, 100_000, "at most num_local_experts"),
+    "model.moe_intermediate_size": (1, 10_000_000, "as intermediate_size"),
+    "model.n_shared_experts": (0, 100_000, "as num_local_experts"),
+    "model.first_k_dense_replace": (0, 10_000, "at most num_hidden_layers"),
+    "model.router_aux_loss_coef": (0, 1e3, "a loss weight (Switch Transformer: 0.01)"),
+    "model.moe_capacity_factor": (1e-3, 1e3, "slots per expert over the mean load (Switch: 1.0-2.0)"),
     "training.seq_len": (1, 100_000_000, "10x the longest published contexts (10M tokens)"),
     "training.micro_batch_size": (1, 1_000_000, "samples held by one rank at once"),
     "training.global_batch_size": (1, 100_000_000, "100x the largest published batches (~16M tokens)"),
@@ -37,6 +45,8 @@ BOUNDS: dict[str, Bound] = {
     "training.seed": (0, 2**32 - 1, "a 32-bit seed, the range every random generator accepts"),
     "parallelism.tensor_parallel_degree": (1, 1_000_000, "at most the largest world size"),
     "parallelism.pipeline_parallel_degree": (1, 1_000_000, "at most the largest world size"),
+    "parallelism.expert_parallel_degree": (1, 1_000_000, "at most the largest world size"),
+    "parallelism.context_parallel_degree": (1, 1_000_000, "at most the largest world size"),
     "parallelism.data_parallel_degree": (-1, 10_000_000, "-1 (inferred) or at most the world size"),
     "parallelism.virtual_stages_per_rank": (1, 10_000, "at most one chunk per layer"),
     "parallelism.pipeline_layer_split[*]": (1, 10_000, "every stage needs at least one layer"),
@@ -95,25 +105,26 @@ def _divides(errors: list[Problem], path: str, value: int, divisor: int, what: s
 
 
 def _check_degrees(s: Scenario, errors: list[Problem]) -> bool:
-    """World size = tp * pp * dp. Returns False when later checks would be meaningless."""
+    """World size = tp * pp * cp * dp. Returns False when later checks would be meaningless."""
     par, world = s.parallelism, s.world_size
-    tp, pp = s.tp, s.pp
-    if world % (tp * pp):
+    tp, pp, cp = s.tp, s.pp, s.cp
+    names, degrees = ("tp * pp", f"{tp} * {pp}") if cp == 1 else ("tp * pp * cp", f"{tp} * {pp} * {cp}")
+    if world % (tp * pp * cp):
         errors.append(
             Problem(
                 "parallelism.tensor_parallel_degree",
-                f"tp * pp = {tp} * {pp} = {tp * pp} does not divide the world size {world} "
+                f"{names} = {degrees} = {tp * pp * cp} does not divide the world size {world} "
                 f"(cluster.num_nodes * cluster.gpus_per_node); pick degrees whose product divides it",
             )
         )
         return False
     dp = par.data_parallel_degree
-    if dp > 0 and tp * pp * dp != world:
+    if dp > 0 and tp * pp * cp * dp != world:
         errors.append(
             Problem(
                 "parallelism.data_parallel_degree",
-                f"tp * pp * dp = {tp} * {pp} * {dp} = {tp * pp * dp} but the cluster has {world} ranks; "
-                f"set it to {world // (tp * pp)} or -1 to infer it",
+                f"{names} * dp = {degrees} * {dp} = {tp * pp * cp * dp} but the cluster has {world} ranks; "
+                f"set it to {world // (tp * pp * cp)} or -1 to infer it",
             )
         )
         return False
@@ -283,7 +294,7 @@ def _unwise(s: Scenario, warnings: list[str]) -> None:
             f"({inner} ranks): every layer's collectives cross the slower "
             f"{s.cluster.tiers[1].name} links"
         )
-    if s.parallelism.zero_stage and s.dp == 1:
+    if s.parallelism.zero_stage and s.dp * s.cp == 1:  # ZeRO shards over dp x cp (costs/memory.py)
         warnings.append(f"zero_stage {s.parallelism.zero_stage} with one data-parallel rank shards nothing")
     warnings.extend(schedule_warnings(s.parallelism.pipeline_parallel_schedule, s.pp))
     if s.pp > 1 and s.num_microbatches < s.pp:
@@ -366,7 +377,9 @@ def check_plan(s: Scenario) -> tuple[list[Problem], list[str]]:
         return errors, warnings
     _check_cluster(s, errors, warnings)
     _check_model(s, errors)
+    errors.extend(Problem(p.path, p.message) for p in model_moe_problems(s))
     if _check_degrees(s, errors):
+        errors.extend(Problem(p.path, p.message) for p in plan_moe_cp_problems(s))
         _check_batch(s, errors)
         if not errors:
             _check_pipeline(s, errors)
@@ -375,4 +388,5 @@ def check_plan(s: Scenario) -> tuple[list[Problem], list[str]]:
         _check_work(s, errors)
     if not errors:
         _unwise(s, warnings)
+        warnings.extend(moe_cp_warnings(s))
     return errors, warnings

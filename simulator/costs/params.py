@@ -30,16 +30,35 @@ class LayerParams:
         return self.sharded / tp + self.replicated
 
 
-def layer_params(m: Model) -> LayerParams:
-    """One block: QKV (GQA-aware), output projection, MLP (GELU: 2 matrices, SwiGLU: 3), two norms."""
-    h, f, kv_dim = m.hidden_size, m.ffn_size, m.kv_heads * m.head_dim
+def _mlp_params(m: Model, width: int) -> int:
+    """One MLP (or expert) of `width`: GELU 2 matrices, SwiGLU 3, plus the column-parallel bias."""
+    return (2 if m.activation == "gelu" else 3) * m.hidden_size * width + (width if _has_bias(m) else 0)
+
+
+def layer_params(m: Model, moe: bool = False) -> LayerParams:
+    """One block: QKV (GQA-aware), output projection, MLP (GELU: 2 matrices, SwiGLU: 3), two norms.
+    With `moe` the MLP is replaced by the shared experts (sharded like it), the router (replicated, a
+    [h, E] matrix) and the routed experts, which expert_params counts apart (they shard over ep too)."""
+    h, kv_dim = m.hidden_size, m.kv_heads * m.head_dim
     bias = _has_bias(m)
     qkv = h * (h + 2 * kv_dim) + (h + 2 * kv_dim if bias else 0)
     out = h * h
-    mlp = (2 if m.activation == "gelu" else 3) * h * f + (f if bias else 0)
+    mlp = m.n_shared_experts * _mlp_params(m, m.expert_ffn_size) if moe else _mlp_params(m, m.ffn_size)
     norm = 2 * (2 * h if m.norm == "layernorm" else h)
     row_bias = 2 * h if bias else 0  # biases of the row-parallel out-projection and second MLP matrix
-    return LayerParams(sharded=qkv + out + mlp, replicated=norm + row_bias)
+    router = h * m.num_experts if moe else 0
+    return LayerParams(sharded=qkv + out + mlp, replicated=norm + row_bias + router)
+
+
+def expert_params(m: Model) -> int:
+    """Routed experts of one MoE layer (0 for a dense layer's model): E MLPs of moe_intermediate_size."""
+    return m.num_experts * _mlp_params(m, m.expert_ffn_size)
+
+
+def moe_layer_count(m: Model, first: int = 0, count: int | None = None) -> int:
+    """MoE layers among global layers [first, first + count) (all layers by default)."""
+    end = m.num_hidden_layers if count is None else first + count
+    return sum(m.is_moe_layer(i) for i in range(first, end))
 
 
 def embedding_params(m: Model) -> int:
@@ -55,21 +74,42 @@ def head_params(m: Model) -> int:
 
 
 def count_parameters(m: Model) -> int:
-    """All parameters of the model (tied embeddings counted once)."""
-    return embedding_params(m) + m.num_hidden_layers * layer_params(m).total + head_params(m)
+    """All parameters of the model (tied embeddings counted once; every expert of an MoE)."""
+    moe = moe_layer_count(m)
+    layers = (m.num_hidden_layers - moe) * layer_params(m).total
+    layers += moe * (layer_params(m, moe=True).total + expert_params(m))
+    return embedding_params(m) + layers + head_params(m)
+
+
+def stage_expert_parameters(m: Model, first_layer: int, layers: int, *, tp: int, ep: int) -> float:
+    """Routed-expert parameters one rank holds for `layers` blocks from global layer `first_layer`:
+    E / ep experts per MoE layer, each split over tp (Megatron-Core expert_tensor_parallel_size = tp)."""
+    return moe_layer_count(m, first_layer, layers) * expert_params(m) / (tp * ep)
 
 
 def stage_parameters(
-    m: Model, layers: int, *, first: bool, last: bool, tp: int, pipelined: bool, vocab_tp: int
+    m: Model,
+    layers: int,
+    *,
+    first: bool,
+    last: bool,
+    tp: int,
+    pipelined: bool,
+    vocab_tp: int,
+    first_layer: int = 0,
+    ep: int = 1,
 ) -> float:
-    """Parameters one rank holds for one (virtual) stage of `layers` blocks under tensor parallel `tp`.
+    """Parameters one rank holds for one (virtual) stage of `layers` blocks under tensor parallel `tp`
+    (for an MoE, global layers from `first_layer`, routed experts split over `ep` as well).
 
     The embedding lives on the first stage and the head on the last, split over `vocab_tp` ranks
     (tp for Megatron-LM's vocab-parallel layers, 1 when replicated);
     with tied embeddings and more than one stage, the last stage keeps its own copy of the embedding
     matrix for the output layer (Megatron-LM, Narayanan et al. 2021 sec. 2.2 / `shared_embedding`).
     """
-    total = layers * layer_params(m).per_rank(tp)
+    moe = moe_layer_count(m, first_layer, layers)
+    total = (layers - moe) * layer_params(m).per_rank(tp) + moe * layer_params(m, moe=True).per_rank(tp)
+    total += stage_expert_parameters(m, first_layer, layers, tp=tp, ep=ep)
     vocab_matrix = m.vocab_size * m.hidden_size / vocab_tp
     if first:
         total += vocab_matrix + (embedding_params(m) - m.vocab_size * m.hidden_size)
@@ -82,11 +122,20 @@ def stage_parameters(
 
 
 def chunk_tensor_bytes(
-    m: Model, tp: int, *, layers: int, has_embedding: bool, has_head: bool, dtype_bytes: int = 4
+    m: Model,
+    tp: int,
+    *,
+    layers: int,
+    has_embedding: bool,
+    has_head: bool,
+    dtype_bytes: int = 4,
+    first_layer: int = 0,
 ) -> list[int]:
-    """Bytes of each parameter tensor of a model chunk on one tp rank, in registration order, as
+    """Bytes of each dense parameter tensor of a model chunk on one tp rank, in registration order, as
     runtime/model.py builds it (bias-free linears; embedding and head replicated over tp). DDP's
-    gradient buckets are formed over this list (simulator/costs/tp_comm.py, `ddp_bucket_bytes`)."""
+    gradient buckets are formed over this list (simulator/costs/tp_comm.py, `ddp_bucket_bytes`). An
+    MoE layer (global index from `first_layer`) holds its router and shared experts here; its routed
+    experts are reduced by a second reducer over the expert-data-parallel group (`chunk_expert_bytes`)."""
     h, d = m.hidden_size, m.head_dim
     norm = [h, h] if m.norm == "layernorm" else [h]
     sizes: list[int] = []
@@ -94,12 +143,28 @@ def chunk_tensor_bytes(
         sizes.append(m.vocab_size * h)
         if m.position_embedding == "learned":
             sizes.append(m.max_position_embeddings * h)
-    mlp = [h * m.ffn_size // tp] * (2 if m.activation == "swiglu" else 1) + [m.ffn_size * h // tp]
-    for _ in range(layers):
+    mlp = _mlp_tensors(m, m.ffn_size, tp)
+    moe = [h * m.num_experts] + _mlp_tensors(m, m.expert_ffn_size, tp) * m.n_shared_experts
+    for layer in range(first_layer, first_layer + layers):
         sizes += [*norm, h * h // tp, h * m.kv_heads * d // tp, h * m.kv_heads * d // tp, h * h // tp]
-        sizes += norm + mlp
+        sizes += norm + (moe if m.is_moe_layer(layer) else mlp)
     if has_head:
         sizes += norm
         if not (m.tie_word_embeddings and has_embedding):
             sizes.append(m.vocab_size * h)
     return [n * dtype_bytes for n in sizes]
+
+
+def _mlp_tensors(m: Model, width: int, tp: int) -> list[int]:
+    """One MLP's matrices on one tp rank (SwiGLU: gate, up, down; GELU: fc1, fc2)."""
+    h = m.hidden_size
+    return [h * width // tp] * (2 if m.activation == "swiglu" else 1) + [width * h // tp]
+
+
+def chunk_expert_bytes(
+    m: Model, tp: int, ep: int, *, first_layer: int, layers: int, dtype_bytes: int = 4
+) -> int:
+    """Bytes of the routed-expert gradients of a chunk on one rank (E / ep experts per MoE layer, each split
+    over tp): one bucket of the expert reducer (torch DDP's one-bucket-per-chunk rule, `ddp_bucket_bytes`)."""
+    moe_layers = moe_layer_count(m, first_layer, layers)
+    return moe_layers * (m.num_experts // ep) * sum(_mlp_tensors(m, m.expert_ffn_size, tp)) * dtype_bytes

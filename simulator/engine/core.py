@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 import simpy
 
+from plancast.simulator.costs.collectives import Level
 from plancast.simulator.costs.stage import StageCost
 from plancast.simulator.engine import data_parallel, processes
 from plancast.simulator.engine.link import Link
@@ -124,14 +125,16 @@ class Engine:
         nbytes: float,
         where: tuple[int, int, int],
         ready: simpy.Event | None = None,
+        levels: tuple[Level, ...] | None = None,
     ) -> simpy.Event:
         """Queue a collective on the rank's dp stream (`where`: stage, chunk, micro-batch); returns the
-        event fired when it completes. It starts once `ready` has fired (its data exists)."""
+        event fired when it completes. It starts once `ready` has fired (its data exists). `levels`: the
+        group's tiers when it is not the dense-gradient group (expert gradients over edp)."""
         done = self.env.event()
         key = (st.rank, "dp", kind, *where)
         index = self._indices.get(key, 0)
         self._indices[key] = index + 1
-        st.dp_queue.put((kind, nbytes, where, index, ready, done))
+        st.dp_queue.put((kind, nbytes, where, index, ready, done, levels))
         st.pending_dp += 1
         return done
 

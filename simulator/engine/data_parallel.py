@@ -24,10 +24,10 @@ def dp_stream(sim: Engine, st: RankState) -> Process:
     """The rank's dp stream: collectives run one after another, each once its data is ready."""
     plan = sim.plan
     while True:
-        kind, nbytes, (stage, chunk, mb), index, ready, done = yield st.dp_queue.get()
+        kind, nbytes, (stage, chunk, mb), index, ready, done, levels = yield st.dp_queue.get()
         if ready is not None and not ready.processed:
             yield ready
-        seconds = plan.dp_collective_s(kind, nbytes)
+        seconds = plan.dp_collective_s(kind, nbytes, levels)
         if plan.share_links:
             start = yield from _sliced(sim, st, nbytes, seconds)
         else:
@@ -91,6 +91,11 @@ def reduce_gradients(sim: Engine, st: RankState, a: Action, backward_s: float) -
         after_s = backward_s * done / total if overlap else backward_s
         ready = sim.env.timeout(after_s)
         sim.dp_collective(st, "all_reduce", nbytes, (a.stage, a.chunk, -1), ready)
+    # routed experts: a second reducer over the expert-data-parallel group, after the dense buckets
+    # (docs/moe.md); its one bucket per chunk is complete when the backward is
+    for nbytes in plan.units[a.stage].expert_bucket_bytes:
+        ready = sim.env.timeout(backward_s)
+        sim.dp_collective(st, "all_reduce", nbytes, (a.stage, a.chunk, -1), ready, plan.topo.levels("edp"))
 
 
 def fsdp_pass(sim: Engine, st: RankState, kind: str, a: Action, seconds: float, flops: float) -> Process:

@@ -25,7 +25,7 @@ from plancast.simulator.costs.ops import DTYPE_BYTES
 from plancast.simulator.costs.optimizer import optimizer_memory_s
 from plancast.simulator.costs.stage import Durations, StageCost, stage_costs
 from plancast.simulator.costs.tp_comm import sp_grad_all_reduce_bytes
-from plancast.simulator.mesh import Axis, Coord, RankGrid, span_tier
+from plancast.simulator.mesh import Coord, GroupName, RankGrid, span_tier
 from plancast.simulator.scenario import Scenario
 from plancast.simulator.schedules import Action, Schedule, build_schedule, splits_backward
 from plancast.simulator.units import UnitPlan, dp_plan
@@ -46,9 +46,9 @@ class Topology:
     @classmethod
     def of(cls, s: Scenario) -> Topology:
         links = tuple(Link.of(t.bandwidth_GBps, t.latency_us, t.efficiency) for t in s.cluster.tiers)
-        return cls(s.cluster.tier_sizes, links, RankGrid(s.pp, s.dp, s.tp))
+        return cls(s.cluster.tier_sizes, links, RankGrid(s.pp, s.dp, s.tp, cp=s.cp, ep=s.ep))
 
-    def levels(self, axis: Axis, rank: int = 0) -> tuple[Level, ...]:
+    def levels(self, axis: GroupName, rank: int = 0) -> tuple[Level, ...]:
         return group_levels(self.grid.group(axis, rank), self.tier_sizes, self.links)
 
     def tier(self, a: int, b: int) -> int:
@@ -88,7 +88,7 @@ class StepPlan:
     """Compute units per node when ranks share them (fewer than ranks per node), else None."""
     _tiers: dict[tuple[int, int], int] = field(default_factory=dict, compare=False, repr=False)
     _p2p_seconds: dict[tuple[int, int], float] = field(default_factory=dict, compare=False, repr=False)
-    _dp_seconds: dict[tuple[CollectiveKind, float], float] = field(
+    _dp_seconds: dict[tuple[CollectiveKind, float, tuple[Level, ...] | None], float] = field(
         default_factory=dict, compare=False, repr=False
     )
 
@@ -102,7 +102,7 @@ class StepPlan:
         split = splits_backward(name)
         tp_levels = topo.levels("tp")
         costs = costs_override or stage_costs(s, tp_levels)
-        dp_levels = topo.levels("dp")
+        dp_levels = topo.levels("dp_cp")  # dense gradients: dp x cp (simulator/mesh.py)
         slots = s.cluster.compute_slots_per_node
         # Shared compute only matters when a node runs more ranks than it has compute units; symmetric
         # simulation would hide the contention, so every rank is simulated then.
@@ -126,7 +126,7 @@ class StepPlan:
             p2p_bytes=p2p_bytes(s),
             overlap_p2p=bool(s.parallelism.overlap_p2p_comm),
             share_links=s.pp > 1 and bool(dp_levels),
-            dp_tier=span_tier(grid.group("dp", 0), topo.tier_sizes),
+            dp_tier=span_tier(grid.group("dp_cp", 0), topo.tier_sizes),
             host=HostCosts.of(s),
             compute_slots=shared,
         )
@@ -152,7 +152,7 @@ class StepPlan:
 
     def holder(self, coord: Coord, stage: int) -> int:
         """The rank holding virtual `stage` in `coord`'s data- and tensor-parallel replica."""
-        return self.grid.rank(Coord(stage % self.s.pp, coord.dp, coord.tp))
+        return self.grid.rank(Coord(stage % self.s.pp, coord.dp, coord.tp, cp=coord.cp))
 
     def holders(self, coord: Coord) -> tuple[int, ...]:
         """Per virtual stage, its holder in `coord`'s replica."""
@@ -212,19 +212,23 @@ class StepPlan:
         nbytes = sp_grad_all_reduce_bytes(layers, s.model.hidden_size, layernorm=s.model.norm == "layernorm")
         return nbytes, collective_seconds("all_reduce", self.tp_levels, nbytes)
 
-    def dp_collective_s(self, kind: CollectiveKind, nbytes: float) -> float:
+    def dp_collective_s(
+        self, kind: CollectiveKind, nbytes: float, levels: tuple[Level, ...] | None = None
+    ) -> float:
         """One data-parallel collective of this rank, its host cost included (memoised: the same
         buckets and units recur every micro-batch).
 
         All-gathers move the gathered tensor: nbytes is this rank's full (unsharded) unit. ZeRO-2/3
         gathers and reduce-scatters are NCCL rings (its only algorithm for them): over nodes every GPU's
         share crosses its own NIC, so the outer tier's per-GPU bandwidth bounds them (published ZeRO-3
-        runs stop scaling there: Narayanan et al. 2021 Table 2)."""
-        seconds = self._dp_seconds.get((kind, nbytes))
+        runs stop scaling there: Narayanan et al. 2021 Table 2). `levels`: another group's (the
+        routed experts' edp group); default the dense gradients' group."""
+        key = (kind, nbytes, levels)
+        seconds = self._dp_seconds.get(key)
         if seconds is None:
             algorithm: Algorithm = "ring" if kind in ("all_gather", "reduce_scatter") else "auto"
-            seconds = collective_seconds(kind, self.dp_levels, nbytes, algorithm) + self.dp_host_s
-            self._dp_seconds[(kind, nbytes)] = seconds
+            seconds = collective_seconds(kind, levels or self.dp_levels, nbytes, algorithm) + self.dp_host_s
+            self._dp_seconds[key] = seconds
         return seconds
 
     # ------------------------------------------------------------------------------ host and optimizer
@@ -261,7 +265,7 @@ _schedule = lru_cache(maxsize=64)(build_schedule)
 
 def p2p_bytes(s: Scenario) -> int:
     """Bytes one rank sends per pipeline transfer: its activation (micro-batch x sequence x hidden)."""
-    act_elements = s.training.micro_batch_size * s.training.seq_len * s.model.hidden_size
+    act_elements = s.training.micro_batch_size * s.training.seq_len // s.cp * s.model.hidden_size
     # Each tp rank sends its activation; sequence parallelism shards it, and Megatron-LM's
     # scatter/gather optimisation (Narayanan et al. 2021 sec. 4.1) sends 1/t of it per rank.
     sharded = s.parallelism.sequence_parallel or s.parallelism.scatter_gather_p2p

@@ -1,4 +1,4 @@
-"""The rank grid agrees with ``torch.arange(world).view(pp, dp, tp)``, the runtime's DeviceMesh layout."""
+"""The rank grid agrees with ``torch.arange(world).view(pp, dp, cp, tp)``, the runtime's DeviceMesh layout."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from plancast.simulator.mesh import AXES, Axis, Coord, RankGrid, span_tier
+from plancast.simulator.mesh import AXES, Axis, Coord, GroupName, RankGrid, span_tier
 
 SHAPES = [(1, 1, 1), (2, 1, 1), (1, 2, 1), (1, 1, 2), (2, 2, 2), (2, 3, 4), (4, 2, 1), (3, 1, 5), (1, 4, 8)]
 
@@ -18,21 +18,36 @@ def _torch_grid(grid: RankGrid) -> torch.Tensor:
     return torch.arange(grid.world_size).view(grid.mesh_shape)
 
 
-@pytest.mark.parametrize("shape", SHAPES)
-def test_coord_is_the_index_in_torch_grid(shape: tuple[int, int, int]) -> None:
-    grid = RankGrid(*shape)
+SHAPES_4D = [(*shape, 1) for shape in SHAPES] + [
+    (1, 1, 1, 2),
+    (2, 2, 2, 2),
+    (1, 4, 2, 1),
+    (2, 3, 4, 2),
+    (1, 2, 3, 4),
+]
+"""(pp, dp, tp, cp)."""
+
+
+def _grid(shape: tuple[int, ...], ep: int = 1) -> RankGrid:
+    pp, dp, tp, cp = shape
+    return RankGrid(pp, dp, tp, cp=cp, ep=ep)
+
+
+@pytest.mark.parametrize("shape", SHAPES_4D)
+def test_coord_is_the_index_in_torch_grid(shape: tuple[int, int, int, int]) -> None:
+    grid = _grid(shape)
     reference = _torch_grid(grid)
     for rank in range(grid.world_size):
-        pp_i, dp_i, tp_i = (int(i) for i in (reference == rank).nonzero()[0])
-        assert grid.coord(rank) == Coord(pp=pp_i, dp=dp_i, tp=tp_i)
-        assert grid.rank(Coord(pp_i, dp_i, tp_i)) == rank == int(reference[pp_i, dp_i, tp_i])
+        pp_i, dp_i, cp_i, tp_i = (int(i) for i in (reference == rank).nonzero()[0])
+        assert grid.coord(rank) == Coord(pp=pp_i, dp=dp_i, tp=tp_i, cp=cp_i)
+        assert grid.rank(Coord(pp_i, dp_i, tp_i, cp=cp_i)) == rank == int(reference[pp_i, dp_i, cp_i, tp_i])
         assert grid.stage_of(rank) == pp_i
 
 
-@pytest.mark.parametrize("shape", SHAPES)
-@pytest.mark.parametrize("dim", range(3))
-def test_groups_are_torch_rows_along_the_axis(shape: tuple[int, int, int], dim: int) -> None:
-    grid = RankGrid(*shape)
+@pytest.mark.parametrize("shape", SHAPES_4D)
+@pytest.mark.parametrize("dim", range(4))
+def test_groups_are_torch_rows_along_the_axis(shape: tuple[int, int, int, int], dim: int) -> None:
+    grid = _grid(shape)
     axis = AXES[dim]
     rows = _torch_grid(grid).movedim(dim, -1).reshape(-1, grid.size(axis)).tolist()
     assert grid.groups(axis) == tuple(tuple(row) for row in rows)
@@ -43,7 +58,37 @@ def test_groups_are_torch_rows_along_the_axis(shape: tuple[int, int, int], dim: 
 
 def test_grid_describes_the_device_mesh() -> None:
     grid = RankGrid(pp=2, dp=3, tp=4)
-    assert (grid.world_size, grid.mesh_shape, grid.mesh_dim_names) == (24, (2, 3, 4), ("pp", "dp", "tp"))
+    assert (grid.world_size, grid.mesh_shape, grid.mesh_dim_names) == (
+        24,
+        (2, 3, 1, 4),
+        ("pp", "dp", "cp", "tp"),
+    )
+    grid = RankGrid(pp=2, dp=3, tp=4, cp=2)
+    assert (grid.world_size, grid.mesh_shape) == (48, (2, 3, 2, 4))
+
+
+@pytest.mark.parametrize(
+    ("shape", "ep"), [((1, 4, 1, 1), 2), ((2, 4, 2, 2), 2), ((1, 8, 1, 2), 4), ((2, 6, 2, 1), 3)]
+)
+def test_expert_groups_are_blocks_of_the_torch_dp_axis(shape: tuple[int, int, int, int], ep: int) -> None:
+    """ep: same pp/cp/tp, dp indices edp_i * ep + (0..ep-1); edp: same ep_i; dp_cp: every dp and cp."""
+    grid = _grid(shape, ep)
+    reference = _torch_grid(grid)  # [pp, dp, cp, tp]
+    pp, dp, cp, tp = reference.shape
+    blocks = reference.view(pp, dp // ep, ep, cp, tp)  # dp_i = edp_i * ep + ep_i
+    ep_rows = blocks.permute(0, 1, 3, 4, 2).reshape(-1, ep).tolist()
+    edp_rows = blocks.permute(0, 2, 3, 4, 1).reshape(-1, dp // ep).tolist()
+    dp_cp_rows = reference.permute(0, 3, 1, 2).reshape(-1, dp * cp).tolist()
+    for name, rows in (("ep", ep_rows), ("edp", edp_rows), ("dp_cp", dp_cp_rows)):
+        assert sorted(grid.groups(name)) == sorted(tuple(row) for row in rows), name
+        assert grid.groups(name) == tuple(sorted(grid.groups(name)))
+        for row in rows:
+            for rank in row:
+                assert grid.group(name, rank) == tuple(row)
+                assert grid.size(name) == len(row)
+    for rank in range(grid.world_size):
+        edp_i, ep_i = grid.ep_index(rank)
+        assert grid.group("ep", rank)[ep_i] == rank and grid.group("edp", rank)[edp_i] == rank
 
 
 @pytest.mark.parametrize(
@@ -57,7 +102,10 @@ def test_grid_describes_the_device_mesh() -> None:
         (lambda: RankGrid(2, 2, 2).group("tp", 9), "rank 9 is out of range"),
         (lambda: RankGrid(2, 2, 2).rank(Coord(0, 2, 0)), "Coord.dp=2 is out of range for a grid with dp=2"),
         (lambda: RankGrid(2, 2, 2).rank(Coord(0, 0, -1)), "Coord.tp=-1 is out of range"),
-        (lambda: RankGrid(2, 2, 2).group("ep", 0), "axis must be one of"),  # type: ignore[arg-type]
+        (lambda: RankGrid(2, 2, 2).group("xp", 0), "axis must be one of"),  # type: ignore[arg-type]
+        (lambda: RankGrid(1, 1, 1, cp=0), "RankGrid.cp must be an integer >= 1"),
+        (lambda: RankGrid(1, 6, 1, ep=4), "RankGrid.ep=4 must divide RankGrid.dp=6"),
+        (lambda: RankGrid(2, 2, 2, cp=2).rank(Coord(0, 0, 0, cp=2)), "Coord.cp=2 is out of range"),
         (lambda: RankGrid(2, 2, 2).groups("x"), "axis must be one of"),  # type: ignore[arg-type]
     ],
 )
@@ -109,15 +157,23 @@ def test_span_tier_rejects_bad_input(ranks: list[int], tier_sizes: list[int], me
 degrees = st.integers(min_value=1, max_value=6)
 
 
-@given(pp=degrees, dp=degrees, tp=degrees)
-def test_coord_rank_round_trip(pp: int, dp: int, tp: int) -> None:
-    grid = RankGrid(pp, dp, tp)
+@given(pp=degrees, dp=degrees, tp=degrees, cp=degrees)
+def test_coord_rank_round_trip(pp: int, dp: int, tp: int, cp: int) -> None:
+    grid = RankGrid(pp, dp, tp, cp=cp)
     assert [grid.rank(grid.coord(r)) for r in range(grid.world_size)] == list(range(grid.world_size))
 
 
-@given(pp=degrees, dp=degrees, tp=degrees, axis=st.sampled_from(AXES))
-def test_groups_partition_the_world(pp: int, dp: int, tp: int, axis: Axis) -> None:
-    grid = RankGrid(pp, dp, tp)
+@given(pp=degrees, edp=degrees, ep=degrees, cp=degrees, name=st.sampled_from(["ep", "edp", "dp_cp"]))
+def test_derived_groups_partition_the_world(pp: int, edp: int, ep: int, cp: int, name: GroupName) -> None:
+    grid = RankGrid(pp, edp * ep, 2, cp=cp, ep=ep)
+    groups = grid.groups(name)
+    assert sorted(r for g in groups for r in g) == list(range(grid.world_size))
+    assert {len(g) for g in groups} == {grid.size(name)}
+
+
+@given(pp=degrees, dp=degrees, tp=degrees, cp=st.integers(1, 3), axis=st.sampled_from(AXES))
+def test_groups_partition_the_world(pp: int, dp: int, tp: int, cp: int, axis: Axis) -> None:
+    grid = RankGrid(pp, dp, tp, cp=cp)
     groups = grid.groups(axis)
     assert sorted(r for g in groups for r in g) == list(range(grid.world_size))
     assert len(groups) == grid.world_size // grid.size(axis)

@@ -1,0 +1,107 @@
+"""Cross-field checks of mixture-of-experts models and expert / context parallel plans.
+
+Each problem names its key path and the fix, as the dense checks in validation.py do; they are
+returned as ``PlanProblem`` (path, message) and validation.check_plan reports them with the rest.
+"""
+
+from __future__ import annotations
+
+from plancast.simulator.scenario import Scenario
+from plancast.simulator.schedules import PlanProblem
+
+
+def model_moe_problems(s: Scenario) -> list[PlanProblem]:
+    """MoE keys that contradict each other or the model's shape."""
+    m, out = s.model, list[PlanProblem]()
+    if not m.is_moe:
+        return out
+    if m.num_experts_per_tok > m.num_experts:
+        out.append(
+            PlanProblem(
+                "model.num_experts_per_tok",
+                f"{m.num_experts_per_tok} exceeds num_local_experts ({m.num_experts}); each token "
+                "visits at most every expert once: lower it or add experts",
+            )
+        )
+    if m.first_k_dense_replace > m.num_hidden_layers:
+        out.append(
+            PlanProblem(
+                "model.first_k_dense_replace",
+                f"{m.first_k_dense_replace} exceeds num_hidden_layers ({m.num_hidden_layers}); "
+                "use at most the number of layers (or unset num_local_experts for a dense model)",
+            )
+        )
+    if m.expert_ffn_size % s.tp:
+        out.append(
+            PlanProblem(
+                "model.moe_intermediate_size",
+                f"{m.expert_ffn_size} is not divisible by parallelism.tensor_parallel_degree ({s.tp}); "
+                "experts are split column-wise over tensor parallel (Megatron-Core's default "
+                "expert_tensor_parallel_size = tp)",
+            )
+        )
+    return out
+
+
+def plan_moe_cp_problems(s: Scenario) -> list[PlanProblem]:
+    """Expert- and context-parallel degrees that the model, batch or data-parallel degree cannot take
+    (called once the degrees multiply to the world size)."""
+    m, ep, cp, out = s.model, s.ep, s.cp, list[PlanProblem]()
+    if ep > 1 and not m.is_moe:
+        out.append(
+            PlanProblem(
+                "parallelism.expert_parallel_degree",
+                f"{ep} needs a mixture-of-experts model (model.num_local_experts > 0); set it to 1",
+            )
+        )
+    if ep > 1 and s.dp % ep:
+        out.append(
+            PlanProblem(
+                "parallelism.expert_parallel_degree",
+                f"{ep} does not divide the data-parallel degree ({s.dp}); expert parallelism is carved "
+                "out of data parallelism (Megatron-Core, torchtitan): pick a divisor of dp",
+            )
+        )
+    if ep > 1 and m.is_moe and m.num_experts % ep:
+        out.append(
+            PlanProblem(
+                "parallelism.expert_parallel_degree",
+                f"{ep} does not divide model.num_local_experts ({m.num_experts}); every expert-parallel "
+                "rank holds the same number of experts: pick a divisor of the expert count",
+            )
+        )
+    seq = s.training.seq_len
+    if cp > 1 and seq % (2 * cp):
+        out.append(
+            PlanProblem(
+                "training.seq_len",
+                f"{seq} is not divisible by 2 * context_parallel_degree = {2 * cp}; the sequence is cut "
+                "into 2 * cp chunks (causal load balance): use a multiple of it",
+            )
+        )
+    elif cp > 1 and s.parallelism.sequence_parallel and (seq // cp) % s.tp:
+        out.append(
+            PlanProblem(
+                "training.seq_len",
+                f"{seq} / cp = {seq // cp} tokens per context-parallel rank is not divisible by "
+                f"tensor_parallel_degree ({s.tp}) for sequence parallel; use a multiple of {cp * s.tp}",
+            )
+        )
+    return out
+
+
+def moe_cp_warnings(s: Scenario) -> list[str]:
+    """Legal but probably unintended MoE / CP settings."""
+    m, out = s.model, list[str]()
+    moe_only = ("num_experts_per_tok", "moe_intermediate_size", "n_shared_experts", "first_k_dense_replace")
+    set_keys = [k for k in moe_only if k in m.model_fields_set]
+    if not m.is_moe and set_keys:
+        out.append(f"model.{set_keys[0]} is ignored: num_local_experts is unset, so the model is dense")
+    if m.is_moe and m.first_k_dense_replace >= m.num_hidden_layers:
+        out.append("model.first_k_dense_replace covers every layer: the model has no MoE layer")
+    if s.cp > 1 and s.training.seq_len // s.cp < 1024:
+        out.append(
+            f"context_parallel_degree {s.cp} leaves {s.training.seq_len // s.cp} tokens per rank: the K/V "
+            "exchange will outweigh the attention it splits (context parallelism pays off on long sequences)"
+        )
+    return out
