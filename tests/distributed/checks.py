@@ -7,7 +7,7 @@ from typing import Any
 import torch
 from torch.distributed.tensor import DTensor
 
-from plancast.runtime.instrument import CpuCapture
+from plancast.runtime.instrument import CaptureMode, CpuCapture, CpuTimer, StepRecorder
 from plancast.runtime.parallel.dp import canonical_name
 from plancast.runtime.reference import ReferenceRun
 from plancast.runtime.trainer import Trainer
@@ -82,17 +82,29 @@ def train_matches_reference(rank: int, world_size: int, data: dict[str, Any], st
 
 
 def events_match_expected(
-    rank: int, world_size: int, data: dict[str, Any], steps: int = 2, cpu_capture: CpuCapture = "dispatch"
+    rank: int,
+    world_size: int,
+    data: dict[str, Any],
+    steps: int = 2,
+    cpu_capture: CpuCapture = "dispatch",
+    force_capture: CaptureMode | None = None,
 ) -> None:
-    """The measured events of this rank have exactly the keys ``expected_event_keys`` lists."""
+    """The measured events of this rank have exactly the keys ``expected_event_keys`` lists.
+
+    ``force_capture``: record through that capture path even where the plan would not need it (the
+    expert all-to-alls and K/V exchanges must keep their keys on every path)."""
     import pandas as pd
 
     from plancast.runtime.expected import KEY_COLUMNS, expected_event_keys
 
     scenario = load(data)
     cpu = torch.device("cpu")
-    trainer = Trainer(scenario, rank, world_size, cpu, instrument=True, cpu_capture=cpu_capture)
-    assert trainer.recorder.capture == (cpu_capture if scenario.dtensor_params else "timer")
+    recorder = None if force_capture is None else StepRecorder(rank, CpuTimer(), force_capture)
+    trainer = Trainer(
+        scenario, rank, world_size, cpu, instrument=True, cpu_capture=cpu_capture, recorder=recorder
+    )
+    if force_capture is None:
+        assert trainer.recorder.capture == (cpu_capture if scenario.dtensor_params else "timer")
     frames = [trainer.step(step).events for step in range(steps)]
     measured = pd.concat(frames, ignore_index=True)[KEY_COLUMNS].astype("int64", errors="ignore")
     expected = expected_event_keys(scenario, steps)
@@ -106,7 +118,7 @@ def events_match_expected(
         f"missing: {missing[:12]}\nextra: {extra[:12]}\ncolumns: {KEY_COLUMNS}"
     )
     for frame in frames:  # collectives are timed from issue to completion, inside their step
-        comm = frame[frame["stream"].isin(["tp", "dp"])]
+        comm = frame[frame["stream"].isin(["tp", "dp", "ep", "cp"])]
         assert (comm["dur_us"] > 0).all(), comm[comm["dur_us"] <= 0]
         assert (comm["start_us"] >= 0).all()
         # all but ZeRO-1's broadcasts (issued by the optimizer) complete before the optimizer starts
@@ -114,6 +126,24 @@ def events_match_expected(
         before = comm[comm["kind"] != "broadcast"]
         late = before[before["start_us"] + before["dur_us"] > optimizer_start + 500.0]
         assert late.empty, f"rank {rank}: collectives ending after the optimizer started:\n{late}"
+        inside_compute_spans(frame)
+
+
+def inside_compute_spans(frame: Any) -> None:
+    """Expert all-to-alls and K/V exchanges are blocking: each lies inside a compute span of its key
+    (forward, recompute or backward of the same stage, chunk and micro-batch) and carries its bytes."""
+    compute = frame[frame["stream"] == "compute"]
+    for row in frame[frame["stream"].isin(["ep", "cp"])].itertuples():
+        spans = compute[
+            (compute["stage"] == row.stage)
+            & (compute["chunk"] == row.chunk)
+            & (compute["microbatch"] == row.microbatch)
+        ]
+        end = row.start_us + row.dur_us
+        holds = (spans["start_us"] <= row.start_us) & (spans["start_us"] + spans["dur_us"] >= end)
+        what = f"{row.stream}/{row.kind} {row.index} of micro-batch {row.microbatch}"
+        assert holds.any(), f"{what} lies outside its compute span"
+        assert row.bytes > 0, f"{row.stream}/{row.kind} without bytes"
 
 
 def tp_sequence_matches_comm_plan(rank: int, world_size: int, data: dict[str, Any]) -> None:
