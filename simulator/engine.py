@@ -58,7 +58,7 @@ class Topology:
     @classmethod
     def of(cls, s: Scenario) -> Topology:
         links = tuple(Link.of(t.bandwidth_GBps, t.latency_us, t.efficiency) for t in s.cluster.tiers)
-        return cls(s.cluster.tier_sizes, links, RankGrid(s.pp, s.dp, s.tp))
+        return cls(s.cluster.tier_sizes, links, RankGrid(s.pp, s.dp, s.tp, cp=s.cp, ep=s.ep))
 
     def levels(self, axis: str, rank: int = 0) -> tuple[Level, ...]:
         return group_levels(self.grid.group(axis, rank), self.tier_sizes, self.links)  # type: ignore[arg-type]
@@ -95,7 +95,7 @@ class Engine:
         self.split_backward = splits_backward(s.parallelism.pipeline_parallel_schedule)
         self.costs: tuple[StageCost, ...] = self.costs_override or stage_costs(s, self.topo.levels("tp"))
         self.durations = tuple(Durations.of(c, self.split_backward) for c in self.costs)
-        self.dp_levels = self.topo.levels("dp")
+        self.dp_levels = self.topo.levels("dp_cp")  # dense gradients: dp x cp (simulator/mesh.py)
         self.units: tuple[UnitPlan, ...] = tuple(dp_plan(s, c) for c in self.costs)
         self.spans: list[Span] = []
         self.arrivals: dict[tuple[int, str, int, int], simpy.Event] = {}  # receivers already waiting
@@ -107,7 +107,7 @@ class Engine:
             self.ranks = list(range(self.grid.world_size))
         else:
             self.ranks = [self.grid.rank(Coord(p, 0, 0)) for p in range(s.pp)]
-        act_bytes = s.training.micro_batch_size * s.training.seq_len * s.model.hidden_size
+        act_bytes = s.training.micro_batch_size * s.training.seq_len // s.cp * s.model.hidden_size
         # Each tp rank sends its activation; sequence parallelism shards it, and Megatron-LM's
         # scatter/gather optimisation (Narayanan et al. 2021 sec. 4.1) sends 1/t of it per rank.
         sharded = s.parallelism.sequence_parallel or s.parallelism.scatter_gather_p2p
@@ -163,7 +163,9 @@ class Engine:
         key = (coord, stage % self.s.pp)
         rank = self._holders.get(key)
         if rank is None:
-            rank = self._holders[key] = self.grid.rank(Coord(stage % self.s.pp, coord.dp, coord.tp))
+            rank = self._holders[key] = self.grid.rank(
+                Coord(stage % self.s.pp, coord.dp, coord.tp, cp=coord.cp)
+            )
         return rank
 
     # ---------------------------------------------------------------------------------- transfers
@@ -318,7 +320,7 @@ class Engine:
 
     @property
     def _dp_tier(self) -> int:
-        return span_tier(self.grid.group("dp", 0), self.topo.tier_sizes)
+        return span_tier(self.grid.group("dp_cp", 0), self.topo.tier_sizes)
 
     # -------------------------------------------------------------------------------------- compute
     def _busy(self, st: _RankState, seconds: float) -> simpy.Event:
@@ -578,8 +580,6 @@ class Engine:
             self.env.process(self._rank(st))
         self.env.run()
         return self.spans
-
-
 
 
 def _succeed(event: simpy.Event) -> None:

@@ -17,6 +17,7 @@ import pandas as pd
 from plancast.simulator.costs.stage import StageCost
 from plancast.simulator.engine import Engine
 from plancast.simulator.mesh import Coord
+from plancast.simulator.moe_cp_spans import ep_cp_events, ep_cp_times
 from plancast.simulator.scenario import Scenario
 from plancast.simulator.summary import summarize
 from plancast.traces.schema import COLUMNS, SCHEMA_VERSION
@@ -161,27 +162,26 @@ def _frame(spans: list[tuple[Any, ...]], tp: pd.DataFrame) -> pd.DataFrame:
 
 
 def _expand(df: pd.DataFrame, s: Scenario, engine: Engine) -> pd.DataFrame:
-    """Copy representative ranks' events to every symmetric rank (other dp/tp coordinates)."""
-    if engine.full_fidelity or s.dp * s.tp == 1:
+    """Copy representative ranks' events to every symmetric rank (other dp/cp/tp coordinates)."""
+    if engine.full_fidelity or s.dp * s.cp * s.tp == 1:
         return df
     grid = engine.grid
     pieces = []
     pp_of = {r: grid.coord(r).pp for r in engine.ranks}
-    for dp in range(s.dp):
-        for tp in range(s.tp):
-            part = df.copy()
-            rank_map = {r: grid.rank(Coord(pp_of[r], dp, tp)) for r in engine.ranks}
-            peer_map = {-1: -1, **rank_map}
-            part["rank"] = part["rank"].map(rank_map)
-            part["peer"] = part["peer"].map(peer_map)
-            pieces.append(part)
+    for dp, cp, tp in ((d, c, t) for d in range(s.dp) for c in range(s.cp) for t in range(s.tp)):
+        part = df.copy()
+        rank_map = {r: grid.rank(Coord(pp_of[r], dp, tp, cp=cp)) for r in engine.ranks}
+        peer_map = {-1: -1, **rank_map}
+        part["rank"] = part["rank"].map(rank_map)
+        part["peer"] = part["peer"].map(peer_map)
+        pieces.append(part)
     return pd.concat(pieces, ignore_index=True)
 
 
 def _hardware_flops(s: Scenario, costs: tuple[StageCost, ...]) -> float:
     """FLOPs all ranks execute in one step: per micro-batch forward x (1 + 2 backward + recompute)."""
     per_mb = sum(c.forward_flops * (4 if c.recompute_full else 3) for c in costs)
-    return per_mb * s.num_microbatches * s.dp * s.tp
+    return per_mb * s.num_microbatches * s.dp * s.cp * s.tp
 
 
 def _tp_time(spans: list[tuple[Any, ...]], costs: tuple[StageCost, ...]) -> dict[int, float]:
@@ -220,12 +220,13 @@ def simulate(
         _hardware_flops(s, engine.costs),
         engine.schedule,
         dp_wait_s=engine.dp_wait_s,
+        stream_comm_s=ep_cp_times(spans, engine.costs),
     )
     summary["schema_version"] = SCHEMA_VERSION
     summary["simulated_ranks"] = len(engine.ranks)
     if not events:
         return Prediction(s, summary, pd.DataFrame(columns=list(COLUMNS)))
-    df = _frame(spans, tp_events)
+    df = _frame(spans, pd.concat([tp_events, ep_cp_events(spans, engine.costs)], ignore_index=True))
     if s.world_size <= expand_limit:
         df = _expand(df, s, engine)
     df = df.sort_values(["rank", "start_us", "stream", "kind", "stage", "microbatch", "index"], kind="stable")

@@ -1,6 +1,7 @@
 """Step-level figures from the simulated spans: where the time goes, throughput, memory, fit.
 
-Per simulated rank, step time = compute + exposed communication (tp, dp, pp) + optimizer + bubble,
+Per simulated rank, step time = compute + exposed communication (tp, dp, pp; ep for MoE models, cp
+under context parallel) + optimizer + bubble,
 where the bubble is what is left: time the compute stream waits for other stages (`pipeline_bubble`,
 the one definition every report uses). The reported breakdown is that of the rank whose compute
 stream is busiest (the pipeline's bottleneck).
@@ -75,13 +76,17 @@ def summarize(
     hardware_flops: float,
     schedule: Schedule | None = None,
     dp_wait_s: dict[int, float] | None = None,
+    stream_comm_s: dict[str, dict[int, float]] | None = None,
 ) -> dict[str, Any]:
     """The summary object of the CLI contract (docs/cli.md; plus breakdown details).
 
     `tp_comm_s[rank]`: tensor-parallel time inside that rank's compute spans (on the critical path
     unless overlapped); `p2p_s(rank, peer)`: one pipeline transfer's duration; `hardware_flops`: FLOPs
     the whole cluster executes in the step (recompute included); `dp_wait_s[rank]`: time inside that
-    rank's compute spans spent waiting for ZeRO-2/3 gathers (communication, not compute)."""
+    rank's compute spans spent waiting for ZeRO-2/3 gathers (communication, not compute);
+    `stream_comm_s["ep"|"cp"][rank]`: blocking MoE all-to-all / context-parallel K/V time inside that
+    rank's compute spans (simulator/moe_cp_spans.py), reported as exposed "ep" / "cp" communication
+    (the keys appear for MoE models and for cp > 1)."""
     rank_col = np.fromiter((sp[0] for sp in spans), dtype=np.int64, count=len(spans))
     start = np.fromiter((sp[8] for sp in spans), dtype=np.float64, count=len(spans))
     dur = np.fromiter((sp[9] for sp in spans), dtype=np.float64, count=len(spans))
@@ -99,6 +104,7 @@ def summarize(
         if sp[2] == "recv" and sp[9] > 0:
             recv_exposed[sp[0]] += min(sp[9], p2p_s(sp[0], sp[7]))
 
+    extra_streams = [k for k, on in (("ep", s.model.is_moe), ("cp", s.cp > 1)) if on]
     per_rank: dict[int, _Breakdown] = {}
     for r in ranks:
         mine = rank_col == r
@@ -107,8 +113,10 @@ def summarize(
         tp, wait = tp_comm_s.get(r, 0.0), (dp_wait_s or {}).get(r, 0.0)
         dp_exposed = (_exposed(dp, busy) if len(dp) else 0.0) + wait
         exposed = {"tp": tp, "dp": dp_exposed, "pp": float(recv_exposed[r])}
+        inner = {k: (stream_comm_s or {}).get(k, {}).get(r, 0.0) for k in extra_streams}
+        exposed.update(inner)
         pipe, opt = float(pipe_busy[r]), float(opt_busy[r])
-        compute = pipe - tp - wait
+        compute = pipe - tp - wait - sum(inner.values())
         bubble, _ = pipeline_bubble(step_time, compute + opt, sum(exposed.values()))
         per_rank[r] = _Breakdown(compute, opt, exposed, bubble, pipe)
     critical = max(per_rank, key=lambda r: per_rank[r].busy) if per_rank else 0
@@ -146,5 +154,7 @@ def summarize(
         "tokens_per_s": tokens / step_time if step_time else 0.0,
         "num_microbatches": s.num_microbatches,
         "world_size": s.world_size,
-        "degrees": {"tp": s.tp, "pp": s.pp, "dp": s.dp, "vpp": s.vpp},
+        "degrees": {"tp": s.tp, "pp": s.pp, "dp": s.dp, "vpp": s.vpp}
+        | ({"ep": s.ep} if s.model.is_moe else {})
+        | ({"cp": s.cp} if s.cp > 1 else {}),
     }

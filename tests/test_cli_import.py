@@ -41,6 +41,42 @@ CASES = [
     ),
     ("hf", "gpt2.config.json", [], {"model": {"hidden_size": 768, "tie_word_embeddings": True}}, None),
     (
+        "hf",
+        "mixtral-8x7b.config.json",
+        [],
+        {"model": {"num_local_experts": 8, "num_experts_per_tok": 2, "router_aux_loss_coef": 0.02}},
+        None,
+    ),
+    (
+        "hf",
+        "qwen1.5-moe-a2.7b.config.json",
+        [],
+        {
+            "model": {
+                "num_local_experts": 60,
+                "num_experts_per_tok": 4,
+                "moe_intermediate_size": 1408,
+                "n_shared_experts": 4,
+            }
+        },
+        "query/key/value biases",
+    ),
+    (
+        "hf",
+        "deepseek-v3.config.json",
+        [],
+        {
+            "model": {
+                "num_local_experts": 256,
+                "num_experts_per_tok": 8,
+                "moe_intermediate_size": 2048,
+                "n_shared_experts": 1,
+                "first_k_dense_replace": 3,
+            }
+        },
+        "multi-head latent attention",
+    ),
+    (
         "megatron",
         "gpt3-175b.megatron.sh",
         ["--num-nodes", "24"],
@@ -114,6 +150,31 @@ def test_imported_llama3_has_the_catalog_preset_parameter_count(tmp_path: Path) 
     assert counts[0] == pytest.approx(8.03e9, rel=0.005)
 
 
+@pytest.mark.parametrize(
+    ("name", "total", "active"),
+    [  # model cards: Mixtral 46.7B total / 12.9B active; Qwen1.5-MoE 14.3B / 2.7B; DeepSeek-V3 671B / 37B
+        ("mixtral-8x7b.config.json", 46.7e9, 12.9e9),
+        ("qwen1.5-moe-a2.7b.config.json", 14.3e9, 2.7e9),
+        ("deepseek-v3.config.json", 671e9, 37e9),
+    ],
+)
+def test_imported_moe_counts_all_experts_and_mfu_counts_the_active_ones(
+    tmp_path: Path, name: str, total: float, active: float
+) -> None:
+    """num_parameters counts every expert; model FLOPs per token are those of the active parameters
+    (6 x active within -15%/+25%: the input embedding's share of "active" has no FLOPs, attention's come
+    on top, MLA is modelled as MHA)."""
+    imported = tmp_path / "moe.toml"
+    assert cli_main("import", "hf", str(DATA / name), "-o", str(imported))[0] == 0
+    code, stdout, stderr = cli_main("simulate", str(imported), "--json")
+    assert code == 0, stderr
+    summary = json.loads(stdout)
+    assert summary["num_parameters"] == pytest.approx(total, rel=0.04)
+    flops_per_token = summary["model_tflops_per_gpu"] * 1e12 * summary["world_size"] / summary["tokens_per_s"]
+    assert 0.85 * 6 * active <= flops_per_token <= 1.25 * 6 * active  # 6 x total would be 3.6-18x more
+    assert "ep" in summary["exposed_comm_s"]
+
+
 def test_megatron_without_num_nodes_sizes_the_cluster_and_says_so(tmp_path: Path) -> None:
     out = tmp_path / "gpt3.toml"
     code, _, stderr = cli_main("import", "megatron", str(DATA / "gpt3-175b.megatron.sh"), "-o", str(out))
@@ -148,7 +209,10 @@ def test_import_to_stdout_is_only_the_scenario() -> None:
             ["deepspeed", str(DATA / "malformed.deepspeed.json"), "--model", "llama3-8b"],
             "malformed JSON at line 3",
         ),
-        (["hf", str(DATA / "mixtral-8x7b.config.json")], "num_local_experts: a mixture-of-experts model"),
+        (
+            ["hf", str(DATA / "llama-with-experts.config.json")],
+            "num_local_experts: a mixture-of-experts model (8 experts) of model_type 'llama'",
+        ),
         (["nemo", str(DATA / "gpt2.config.json")], "unknown import kind 'nemo'"),
         (["hf", str(DATA / "missing.json")], "file not found"),
         (["hf", str(DATA / "gpt2.config.json"), "--cluster", "dgx-a100"], "did you mean"),

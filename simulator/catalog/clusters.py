@@ -61,6 +61,19 @@ CLUSTERS: dict[str, dict[str, object]] = {
             {"name": "infiniband", "bandwidth_GBps": 50.0, "latency_us": 5.0, "efficiency": 0.94},
         ],
     },
+    # HGX H800 as DeepSeek trained V3 on it (arXiv 2412.19437 sec. 3.2.2): NVLink 400 GB/s bidirectional =
+    # 200 GB/s per direction, of which "NVLink (160 GB/s)" is achieved -> 0.8; "IB (50 GB/s)" per GPU
+    # (8 x NDR 400 Gb/s), NDR efficiency as the DGX H100's.
+    "hgx-h800": {
+        "gpu": "H800-SXM5-80GB",
+        "gpus_per_node": 8,
+        "num_nodes": 1,
+        "compute": HOPPER_COMPUTE,
+        "tiers": [
+            {"name": "nvlink", "size": 8, "bandwidth_GBps": 200.0, "latency_us": 2.0, "efficiency": 0.8},
+            {"name": "infiniband", "bandwidth_GBps": 50.0, "latency_us": 5.0, "efficiency": 0.94},
+        ],
+    },
     # A PCIe server without NVLink: PCIe Gen4 x16 = 32 GB/s per direction raw, ~25 GB/s achieved
     # (PCI-SIG Gen4 spec; nccl-tests on PCIe boxes reach ~0.75-0.8 of raw), one 100 GbE NIC per node
     # shared by 8 GPUs = 1.5625 GB/s per GPU.

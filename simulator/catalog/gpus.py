@@ -57,6 +57,16 @@ GPUS: dict[str, dict[str, object]] = {
         "price_usd_per_hour": 2.99,  # Lambda on-demand list, May 2026
         **_HEADROOM_NVLS,
     },
+    # H800 SXM5: the export variant of the H100 SXM5, same tensor cores and HBM3, NVLink cut to 400 GB/s
+    # bidirectional (NVIDIA H800 product brief 2023; DeepSeek-V3 technical report, arXiv 2412.19437,
+    # sec. 3.1-3.2: H800 nodes, NVLink + IB); the link lives in the hgx-h800 cluster preset.
+    "H800-SXM5-80GB": {
+        "peak_tflops": {"fp32": 67.0, "tf32": 494.7, "fp16": 989.4, "bf16": 989.4, "fp8": 1978.9},
+        "hbm_GBps": 3350.0,
+        "memory_GiB": 79.6,
+        "power_W": 700.0,  # as the H100 SXM5 it derives from
+        **_HEADROOM_NVLS,
+    },
     # Same datasheet, H100 PCIe: FP32 51, TF32 378, BF16/FP16 756, FP8 1,513 TFLOP/s; HBM2e 2 TB/s.
     "H100-PCIE-80GB": {
         "peak_tflops": {"fp32": 51.0, "tf32": 378.0, "fp16": 756.0, "bf16": 756.0, "fp8": 1513.0},

@@ -39,6 +39,11 @@ def _llama(
     }
 
 
+def _moe(base: dict[str, object], **moe: object) -> dict[str, object]:
+    """A Llama-style decoder whose MLPs are mixture-of-experts blocks (docs/moe.md keys)."""
+    return {**base, **moe}
+
+
 MODELS: dict[str, dict[str, object]] = {
     # GPT-3 family: Brown et al. 2020, Table 2.1 (vocab 50,257 padded to 51,200 as in Megatron-LM).
     "gpt3-125m": _gpt(768, 12, 12),
@@ -71,8 +76,60 @@ MODELS: dict[str, dict[str, object]] = {
     "llama3-8b": _llama(4096, 32, 32, 8, 14336, 128256, 8192),
     "llama3-70b": _llama(8192, 80, 64, 8, 28672, 128256, 8192),
     "llama3-405b": _llama(16384, 126, 128, 8, 53248, 128256, 8192),
+    # Mixture of experts, from each model's Hugging Face config.json. Multi-head latent attention
+    # (DeepSeek) is modelled as multi-head attention (docs/moe.md).
+    # mistralai/Mixtral-8x7B-v0.1: 46.7B total, 12.9B active (Jiang et al. 2024).
+    "mixtral-8x7b": _moe(
+        _llama(4096, 32, 32, 8, 14336, 32000, 32768),
+        num_local_experts=8,
+        num_experts_per_tok=2,
+        router_aux_loss_coef=0.02,
+    ),
+    # mistralai/Mixtral-8x22B-v0.1: 141B total, 39B active.
+    "mixtral-8x22b": _moe(
+        _llama(6144, 56, 48, 8, 16384, 32000, 65536),
+        num_local_experts=8,
+        num_experts_per_tok=2,
+        router_aux_loss_coef=0.001,
+    ),
+    # deepseek-ai/DeepSeek-V3: 671B total, 37B active (arXiv 2412.19437); the MTP module is left out.
+    "deepseek-v3": _moe(
+        _llama(7168, 61, 128, 128, 18432, 129280, 163840),
+        num_local_experts=256,
+        num_experts_per_tok=8,
+        moe_intermediate_size=2048,
+        n_shared_experts=1,
+        first_k_dense_replace=3,
+        router_aux_loss_coef=0.001,
+    ),
+    # deepseek-ai/DeepSeek-V2-Lite: 15.7B total, 2.4B active (arXiv 2405.04434).
+    "deepseek-v2-lite": _moe(
+        _llama(2048, 27, 16, 16, 10944, 102400, 163840),
+        num_local_experts=64,
+        num_experts_per_tok=6,
+        moe_intermediate_size=1408,
+        n_shared_experts=2,
+        first_k_dense_replace=1,
+        router_aux_loss_coef=0.001,
+    ),
+    # Qwen/Qwen1.5-MoE-A2.7B: 14.3B total, 2.7B active; one shared expert of 5632 = 4 x 1408.
+    "qwen1.5-moe-a2.7b": _moe(
+        _llama(2048, 24, 16, 16, 5632, 151936, 8192),
+        num_local_experts=60,
+        num_experts_per_tok=4,
+        moe_intermediate_size=1408,
+        n_shared_experts=4,
+        router_aux_loss_coef=0.001,
+    ),
     # Tiny models that train on a CPU in seconds (plancast's own test sizes).
     "tiny-gpt": _gpt(64, 4, 4, vocab=256, positions=256),
     "tiny-llama": _llama(64, 4, 4, 2, 176, 256, 256),
     "small-gpt": _gpt(256, 8, 8, vocab=1024, positions=512),
+    "tiny-moe": _moe(
+        _llama(64, 4, 4, 2, 176, 256, 256),
+        num_local_experts=4,
+        num_experts_per_tok=2,
+        moe_intermediate_size=64,
+        first_k_dense_replace=1,
+    ),
 }

@@ -9,6 +9,8 @@ per-message latency alpha. For N ranks and X bytes (the full tensor on each rank
 - hierarchical (two or more levels): reduce-scatter inside the inner tier, all-reduce of the shard
   across the outer tier, all-gather inside again (Jia et al. 2018; NCCL's intra/inter-node rings).
 - point-to-point:       X / B + alpha
+- all-to-all (X sent per rank): (N-1)/N * X / B + (N-1) alpha on one tier; over tiers, the share
+  each tier carries, the slowest tier setting the time (`all_to_all_seconds`).
 
 The seeds' identities hold exactly with efficiency 1 and zero latency, e.g. N = 8, X = 2 GB, 25 GB/s:
 2 * 7/8 * 2 / 25 = 0.14 s.
@@ -114,6 +116,26 @@ def group_levels(ranks: Sequence[int], tier_sizes: Sequence[int], links: Sequenc
         if per_unit == n:
             break
     return tuple(levels)
+
+
+def all_to_all_seconds(levels: Sequence[Level], nbytes: float) -> float:
+    """All-to-all in which each rank sends `nbytes` in total, 1/N of it to every member (N = product of
+    the fans). NCCL runs it as one group of concurrent sends/receives (NCCL docs, "Point-to-point
+    communication: all-to-all"), so each tier carries the share addressed to ranks in the same unit of
+    that tier but another unit of the tier inside it, and the tiers work at once: the slowest tier sets
+    the time. This is the hierarchical dispatch of DeepSpeed-MoE (Rajbhandari et al. 2022 sec. 5.2) and
+    DeepSeek-V3 (sec. 3.2.2: IB to the node, NVLink inside it), one alpha per peer reached on a tier."""
+    levels = [lv for lv in levels if lv.fan > 1]
+    if not levels or nbytes <= 0:
+        return 0.0
+    n = math.prod(lv.fan for lv in levels)
+    inner, slowest = 1, 0.0
+    for level in levels:
+        outer = inner * level.fan
+        share = nbytes * (outer - inner) / n  # bytes to ranks first reached at this level
+        slowest = max(slowest, share / level.link.bandwidth_Bps + (level.fan - 1) * level.link.latency_s)
+        inner = outer
+    return slowest
 
 
 def collective_seconds(

@@ -11,8 +11,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from plancast.simulator.costs.moe import moe_activation_bytes
 from plancast.simulator.costs.ops import DTYPE_BYTES, Shape
-from plancast.simulator.costs.params import layer_params, stage_parameters
+from plancast.simulator.costs.params import (
+    layer_params,
+    moe_layer_count,
+    stage_expert_parameters,
+    stage_parameters,
+)
 from plancast.simulator.scenario import Scenario
 from plancast.simulator.schedules import Action, Schedule, build_schedule
 
@@ -59,10 +65,11 @@ def model_state_bytes(
     return parameters, gradients, optimizer
 
 
-def layer_activation_bytes(x: Shape, recompute: str) -> float:
+def layer_activation_bytes(x: Shape, recompute: str, mlp_bytes: float | None = None) -> float:
     """Bytes one transformer block keeps for backward, per micro-batch (Korthikanti et al. 2022, sec. 4.1;
     e.g. tensor parallel: s*b*h*(10 + 24/t + 5*a*s/(h*t)) for fp16 GPT). Generalised to GQA, SwiGLU,
-    fp32 and fused attention."""
+    fp32 and fused attention; `mlp_bytes` replaces the MLP's share (an MoE block, costs/moe.py). Under
+    context parallel x.s is the rank's s / cp tokens, so everything but the K/V-length scores is /cp."""
     d, t = x.dtype_bytes, x.tp
     sbh = x.s * x.b * x.h
     sp = t if x.sp else 1  # sequence parallel shards the otherwise replicated tensors
@@ -71,10 +78,10 @@ def layer_activation_bytes(x: Shape, recompute: str) -> float:
     replicated = (4 * d + 2) * sbh / sp  # two norm inputs, QKV input, FC1 input, two 1-byte dropout masks
     qkv = d * x.s * x.b * (x.h + 2 * x.kv_dim) / t
     out_proj = d * sbh / t
-    mlp = (3 if x.swiglu else 2) * d * x.s * x.b * x.ffn / t
+    mlp = (3 if x.swiglu else 2) * d * x.s * x.b * x.ffn / t if mlp_bytes is None else mlp_bytes
     scores = 0.0
-    if recompute == "none" and not x.flash:
-        scores = (2 * d + 1) * x.b * x.heads * x.s * x.s / t  # softmax out, dropout mask, dropout out
+    if recompute == "none" and not x.flash:  # softmax out, dropout mask, dropout out
+        scores = (2 * d + 1) * x.b * x.heads * x.s * (x.kv_s or x.s) / t
     return replicated + qkv + out_proj + mlp + scores
 
 
@@ -99,6 +106,7 @@ def rank_memory(s: Scenario, pp_rank: int, schedule: Schedule | None = None) -> 
     split = s.layer_split
     stages = s.pp * s.vpp
     owned = [c * s.pp + pp_rank for c in range(s.vpp)]  # virtual stages on this rank (loop placement)
+    starts = [sum(split[:v]) for v in range(stages)]
     params = sum(
         stage_parameters(
             m,
@@ -108,12 +116,13 @@ def rank_memory(s: Scenario, pp_rank: int, schedule: Schedule | None = None) -> 
             tp=s.tp,
             pipelined=stages > 1,
             vocab_tp=s.vocab_tp,
+            first_layer=starts[v],
+            ep=s.ep,
         )
         for v in owned
     )
-    p_b, g_b, o_b = model_state_bytes(
-        params, dp=s.dp, zero_stage=par.zero_stage, dtype=t.dtype, grad_fp32=bool(t.grad_accumulation_fp32)
-    )
+    experts = sum(stage_expert_parameters(m, starts[v], split[v], tp=s.tp, ep=s.ep) for v in owned)
+    p_b, g_b, o_b = _model_states(s, params - experts, experts)
     # ZeRO-3 keeps its own category, so each of the others keeps its textbook identity (16P/N in all):
     # the layer being computed is gathered in full, plus the one prefetched.
     gathered = 0.0
@@ -124,12 +133,27 @@ def rank_memory(s: Scenario, pp_rank: int, schedule: Schedule | None = None) -> 
         schedule = build_schedule(par.pipeline_parallel_schedule, s.pp, s.num_microbatches, s.vpp)
     chunk_layers = {c: split[c * s.pp + pp_rank] for c in range(s.vpp)}
     inflight = peak_inflight_layers(schedule[pp_rank], chunk_layers)
-    acts = inflight * layer_activation_bytes(x, t.recompute)
+    has_moe = any(moe_layer_count(m, starts[v], split[v]) for v in owned)
+    mlp = moe_activation_bytes(x, m) if has_moe else None  # the rank's largest block, conservatively
+    acts = inflight * layer_activation_bytes(x, t.recompute, mlp)
     if t.recompute == "full":  # one block's activations are rebuilt at a time during backward
-        acts += layer_activation_bytes(x, "none")
+        acts += layer_activation_bytes(x, "none", mlp)
     if stages - 1 in owned:  # fp32 logits and their gradient for one micro-batch (vocab-parallel)
         acts += 2 * 4 * x.s * x.b * x.vocab / s.tp
     return MemoryBreakdown(p_b, g_b, o_b, acts, gathered)
+
+
+def _model_states(s: Scenario, dense: float, experts: float) -> tuple[float, float, float]:
+    """(parameters, gradients, optimizer) bytes: ZeRO shards dense states over the dense-gradient group
+    dp * cp (Megatron-LM's data-parallel group with context parallel) and the routed experts' over the
+    expert-data-parallel group dp / ep (Megatron-Core's expert_data_parallel_group), simulator/mesh.py."""
+    t, zero = s.training, s.parallelism.zero_stage
+    grad_fp32 = bool(t.grad_accumulation_fp32)
+    d = model_state_bytes(dense, dp=s.dp * s.cp, zero_stage=zero, dtype=t.dtype, grad_fp32=grad_fp32)
+    if not experts:
+        return d
+    e = model_state_bytes(experts, dp=s.edp, zero_stage=zero, dtype=t.dtype, grad_fp32=grad_fp32)
+    return d[0] + e[0], d[1] + e[1], d[2] + e[2]
 
 
 def peak_memory(s: Scenario, schedule: Schedule | None = None) -> tuple[int, MemoryBreakdown]:

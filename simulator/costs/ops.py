@@ -34,7 +34,7 @@ class Shape:
     """What the op formulas need, read off a scenario once."""
 
     b: int  # micro-batch size
-    s: int  # sequence length
+    s: int  # sequence length on this rank: seq_len / cp (context parallel splits it)
     h: int
     heads: int
     kv_dim: int  # kv_heads * head_dim
@@ -47,13 +47,15 @@ class Shape:
     swiglu: bool
     rope: bool
     flash: bool
+    kv_s: int = 0  # keys each query attends over: the whole sequence under context parallel; 0: s
 
     @classmethod
     def of(cls, s: Scenario) -> Shape:
         m, t = s.model, s.training
         return cls(
             b=t.micro_batch_size,
-            s=t.seq_len,
+            s=t.seq_len // s.cp,
+            kv_s=t.seq_len,
             h=m.hidden_size,
             heads=m.num_attention_heads,
             kv_dim=m.kv_heads * m.head_dim,
@@ -94,12 +96,15 @@ def layer_forward(x: Shape) -> tuple[Op, ...]:
     if x.rope:
         ops.append(_elementwise("rope", tokens * (x.h + x.kv_dim) / t, d))
     head_dim = x.h / x.heads
-    score_flops = 2.0 * x.b * heads * x.s * x.s * head_dim
+    # context parallel: s / cp local queries against all s keys, 1/cp of the work under the causal
+    # load balance (costs/cp.py)
+    kv_s = x.kv_s or x.s
+    score_flops = 2.0 * x.b * heads * x.s * kv_s * head_dim
     if x.flash:  # fused kernel: no s x s tensor in HBM (Dao et al. 2022)
         io = d * tokens * (2 * x.h + 2 * x.kv_dim) / t
         ops.append(Op("attention", "attention", 2 * score_flops, io))
     else:
-        probs = x.b * heads * x.s * x.s
+        probs = x.b * heads * x.s * kv_s
         ops += [
             Op("scores", "attention", score_flops, d * (tokens * (x.h + x.kv_dim) / t + probs)),
             _elementwise("softmax", probs, d),
@@ -152,12 +157,20 @@ def head_forward(x: Shape) -> tuple[Op, ...]:
 
 def model_flops_per_token(s: Scenario) -> float:
     """Model FLOPs per token for forward + backward, no recompute: 3x the forward GEMMs and attention
-    of every layer plus the logits (Narayanan et al. 2021 eq. 3 generalised; PaLM appendix B)."""
+    of every layer plus the logits (Narayanan et al. 2021 eq. 3 generalised; PaLM appendix B). MoE
+    layers count the active parameters only: router, top-k experts at the mean load, shared experts
+    (as DeepSeek-V3's MFU counts 37B of 671B), never capacity padding or imbalance."""
+    from plancast.simulator.costs.moe import moe_layer_forward  # moe builds on this module
+
     x = Shape.of(s)
-    flat = Shape(
-        **{**{f: getattr(x, f) for f in x.__dataclass_fields__}, "tp": 1, "vocab_tp": 1, "sp": False}
-    )
-    per_layer = sum(op.flops for op in layer_forward(flat))
+    fields = {f: getattr(x, f) for f in x.__dataclass_fields__}
+    seq = s.training.seq_len
+    flat = Shape(**{**fields, "tp": 1, "vocab_tp": 1, "sp": False, "s": seq, "kv_s": seq})
+    m = s.model
+    dense = sum(op.flops for op in layer_forward(flat))
+    moe = sum(op.flops for op in moe_layer_forward(flat, m, 1, factor=1.0)) if m.is_moe else dense
+    moe_layers = sum(m.is_moe_layer(i) for i in range(m.num_hidden_layers))
+    layers = (m.num_hidden_layers - moe_layers) * dense + moe_layers * moe
     head = sum(op.flops for op in head_forward(flat))
-    tokens = x.b * x.s
-    return 3.0 * (s.model.num_hidden_layers * per_layer + head) / tokens
+    tokens = x.b * seq
+    return 3.0 * (layers + head) / tokens

@@ -30,16 +30,35 @@ class LayerParams:
         return self.sharded / tp + self.replicated
 
 
-def layer_params(m: Model) -> LayerParams:
-    """One block: QKV (GQA-aware), output projection, MLP (GELU: 2 matrices, SwiGLU: 3), two norms."""
-    h, f, kv_dim = m.hidden_size, m.ffn_size, m.kv_heads * m.head_dim
+def _mlp_params(m: Model, width: int) -> int:
+    """One MLP (or expert) of `width`: GELU 2 matrices, SwiGLU 3, plus the column-parallel bias."""
+    return (2 if m.activation == "gelu" else 3) * m.hidden_size * width + (width if _has_bias(m) else 0)
+
+
+def layer_params(m: Model, moe: bool = False) -> LayerParams:
+    """One block: QKV (GQA-aware), output projection, MLP (GELU: 2 matrices, SwiGLU: 3), two norms.
+    With `moe` the MLP is replaced by the shared experts (sharded like it), the router (replicated, a
+    [h, E] matrix) and the routed experts, which expert_params counts apart (they shard over ep too)."""
+    h, kv_dim = m.hidden_size, m.kv_heads * m.head_dim
     bias = _has_bias(m)
     qkv = h * (h + 2 * kv_dim) + (h + 2 * kv_dim if bias else 0)
     out = h * h
-    mlp = (2 if m.activation == "gelu" else 3) * h * f + (f if bias else 0)
+    mlp = m.n_shared_experts * _mlp_params(m, m.expert_ffn_size) if moe else _mlp_params(m, m.ffn_size)
     norm = 2 * (2 * h if m.norm == "layernorm" else h)
     row_bias = 2 * h if bias else 0  # biases of the row-parallel out-projection and second MLP matrix
-    return LayerParams(sharded=qkv + out + mlp, replicated=norm + row_bias)
+    router = h * m.num_experts if moe else 0
+    return LayerParams(sharded=qkv + out + mlp, replicated=norm + row_bias + router)
+
+
+def expert_params(m: Model) -> int:
+    """Routed experts of one MoE layer (0 for a dense layer's model): E MLPs of moe_intermediate_size."""
+    return m.num_experts * _mlp_params(m, m.expert_ffn_size)
+
+
+def moe_layer_count(m: Model, first: int = 0, count: int | None = None) -> int:
+    """MoE layers among global layers [first, first + count) (all layers by default)."""
+    end = m.num_hidden_layers if count is None else first + count
+    return sum(m.is_moe_layer(i) for i in range(first, end))
 
 
 def embedding_params(m: Model) -> int:
@@ -55,21 +74,42 @@ def head_params(m: Model) -> int:
 
 
 def count_parameters(m: Model) -> int:
-    """All parameters of the model (tied embeddings counted once)."""
-    return embedding_params(m) + m.num_hidden_layers * layer_params(m).total + head_params(m)
+    """All parameters of the model (tied embeddings counted once; every expert of an MoE)."""
+    moe = moe_layer_count(m)
+    layers = (m.num_hidden_layers - moe) * layer_params(m).total
+    layers += moe * (layer_params(m, moe=True).total + expert_params(m))
+    return embedding_params(m) + layers + head_params(m)
+
+
+def stage_expert_parameters(m: Model, first_layer: int, layers: int, *, tp: int, ep: int) -> float:
+    """Routed-expert parameters one rank holds for `layers` blocks from global layer `first_layer`:
+    E / ep experts per MoE layer, each split over tp (Megatron-Core expert_tensor_parallel_size = tp)."""
+    return moe_layer_count(m, first_layer, layers) * expert_params(m) / (tp * ep)
 
 
 def stage_parameters(
-    m: Model, layers: int, *, first: bool, last: bool, tp: int, pipelined: bool, vocab_tp: int
+    m: Model,
+    layers: int,
+    *,
+    first: bool,
+    last: bool,
+    tp: int,
+    pipelined: bool,
+    vocab_tp: int,
+    first_layer: int = 0,
+    ep: int = 1,
 ) -> float:
-    """Parameters one rank holds for one (virtual) stage of `layers` blocks under tensor parallel `tp`.
+    """Parameters one rank holds for one (virtual) stage of `layers` blocks under tensor parallel `tp`
+    (for an MoE, global layers from `first_layer`, routed experts split over `ep` as well).
 
     The embedding lives on the first stage and the head on the last, split over `vocab_tp` ranks
     (tp for Megatron-LM's vocab-parallel layers, 1 when replicated);
     with tied embeddings and more than one stage, the last stage keeps its own copy of the embedding
     matrix for the output layer (Megatron-LM, Narayanan et al. 2021 sec. 2.2 / `shared_embedding`).
     """
-    total = layers * layer_params(m).per_rank(tp)
+    moe = moe_layer_count(m, first_layer, layers)
+    total = (layers - moe) * layer_params(m).per_rank(tp) + moe * layer_params(m, moe=True).per_rank(tp)
+    total += stage_expert_parameters(m, first_layer, layers, tp=tp, ep=ep)
     vocab_matrix = m.vocab_size * m.hidden_size / vocab_tp
     if first:
         total += vocab_matrix + (embedding_params(m) - m.vocab_size * m.hidden_size)

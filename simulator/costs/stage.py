@@ -14,6 +14,8 @@ from typing import Literal, cast
 
 from plancast.simulator.costs.collectives import CollectiveKind, Level, collective_seconds
 from plancast.simulator.costs.efficiency import op_seconds
+from plancast.simulator.costs.moe import moe_layer_forward
+from plancast.simulator.costs.moe_cp_comm import InnerCollective, layer_collectives
 from plancast.simulator.costs.ops import (
     DTYPE_BYTES,
     Op,
@@ -34,11 +36,13 @@ Part = Literal["embedding", "layer", "head"]
 
 @dataclass(frozen=True, slots=True)
 class Collective:
-    """One tensor-parallel collective inside a compute span."""
+    """One collective inside a compute span: tensor parallel, or (stream "ep"/"cp") an MoE all-to-all
+    or a context-parallel K/V exchange, which always block (costs/moe_cp_comm.py)."""
 
     kind: str
     bytes: int
     seconds: float
+    stream: str = "tp"
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +56,8 @@ class Segment:
     tp_forward: tuple[Collective, ...]
     tp_backward: tuple[Collective, ...]
     forward_flops: float = 0.0
+    ep_cp_forward: tuple[Collective, ...] = ()  # in issue order: cp all-gather, ep dispatch, ep combine
+    ep_cp_backward: tuple[Collective, ...] = ()  # ep combine-grad, ep dispatch-grad, cp reduce-scatter
 
     @property
     def tp_forward_s(self) -> float:
@@ -60,6 +66,11 @@ class Segment:
     @property
     def tp_backward_s(self) -> float:
         return sum(c.seconds for c in self.tp_backward)
+
+    def stream_s(self, stream: str, phase: Literal["forward", "backward"]) -> float:
+        """Seconds of this segment's blocking ep or cp collectives in one phase."""
+        colls = self.ep_cp_forward if phase == "forward" else self.ep_cp_backward
+        return sum(c.seconds for c in colls if c.stream == stream)
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +88,9 @@ class StageCost:
 
     @property
     def forward_s(self) -> float:
-        return sum(g.forward_s + self._comm(g.tp_forward_s) for g in self.segments)
+        return sum(
+            g.forward_s + self._comm(g.tp_forward_s) + _blocking(g.ep_cp_forward) for g in self.segments
+        )
 
     @property
     def forward_flops(self) -> float:
@@ -90,7 +103,10 @@ class StageCost:
 
     @property
     def backward_input_s(self) -> float:
-        return sum(g.backward_input_s + self._comm(g.tp_backward_s) for g in self.segments)
+        return sum(
+            g.backward_input_s + self._comm(g.tp_backward_s) + _blocking(g.ep_cp_backward)
+            for g in self.segments
+        )
 
     @property
     def backward_weight_s(self) -> float:
@@ -107,11 +123,22 @@ class StageCost:
         bwd = sum(g.backward_input_s + g.backward_weight_s for g in self.segments)
         return fwd + bwd + (fwd if self.recompute_full else 0.0)
 
+    def stream_comm_s(self, stream: str) -> float:
+        """Blocking ep or cp communication per micro-batch (forward, recompute, backward)."""
+        fwd = sum(g.stream_s(stream, "forward") for g in self.segments)
+        return fwd * (2 if self.recompute_full else 1) + sum(
+            g.stream_s(stream, "backward") for g in self.segments
+        )
+
     @property
     def tp_comm_s(self) -> float:
         """Tensor-parallel communication per micro-batch (forward, recompute, backward)."""
         fwd = sum(g.tp_forward_s for g in self.segments)
         return fwd * (2 if self.recompute_full else 1) + sum(g.tp_backward_s for g in self.segments)
+
+
+def _blocking(colls: tuple[Collective, ...]) -> float:
+    return sum(c.seconds for c in colls)
 
 
 def _phase_seconds(ops: tuple[Op, ...], s: Scenario) -> tuple[float, float, float]:
@@ -171,7 +198,13 @@ def _collectives(
     )
 
 
-def _segment(part: Part, ops: tuple[Op, ...], s: Scenario, tp_levels: tuple[Level, ...]) -> Segment:
+def _segment(
+    part: Part,
+    ops: tuple[Op, ...],
+    s: Scenario,
+    tp_levels: tuple[Level, ...],
+    ep_cp: tuple[tuple[InnerCollective, ...], tuple[InnerCollective, ...]] = ((), ()),
+) -> Segment:
     fwd, bwd_in, bwd_w = _phase_seconds(ops, s)
     if part == "layer" and s.training.recompute == "selective":
         bwd_in += _phase_seconds(attention_core(ops), s)[0]
@@ -183,22 +216,39 @@ def _segment(part: Part, ops: tuple[Op, ...], s: Scenario, tp_levels: tuple[Leve
         _collectives(part, "forward", s, tp_levels),
         _collectives(part, "backward", s, tp_levels),
         sum(op.flops for op in ops),
+        *(tuple(Collective(c.kind, c.bytes, c.seconds, c.stream) for c in phase) for phase in ep_cp),
     )
 
 
 def stage_costs(s: Scenario, tp_levels: tuple[Level, ...]) -> tuple[StageCost, ...]:
-    """One StageCost per virtual stage (pp * v of them), in stage order."""
+    """One StageCost per virtual stage (pp * v of them), in stage order. An MoE model's layers from
+    first_k_dense_replace on carry the MoE block and its all-to-alls (costs/moe.py)."""
     x = Shape.of(s)
-    layer = _segment("layer", layer_forward(x), s, tp_levels)
+    m = s.model
+    layer = _segment("layer", layer_forward(x), s, tp_levels, layer_collectives(s, moe=False))
+    moe_layer = layer
+    if m.is_moe:
+        moe_ops = moe_layer_forward(x, m, s.ep)
+        moe_layer = _segment("layer", moe_ops, s, tp_levels, layer_collectives(s, moe=True))
     embedding = _segment("embedding", embedding_forward(x), s, tp_levels)
     head = _segment("head", head_forward(x), s, tp_levels)
     split = s.layer_split
     last = len(split) - 1
     out = []
     for v, n_layers in enumerate(split):
-        segments = ((embedding,) if v == 0 else ()) + (layer,) * n_layers + ((head,) if v == last else ())
+        start = sum(split[:v])
+        blocks = tuple(moe_layer if m.is_moe_layer(i) else layer for i in range(start, start + n_layers))
+        segments = ((embedding,) if v == 0 else ()) + blocks + ((head,) if v == last else ())
         params = stage_parameters(
-            s.model, n_layers, first=v == 0, last=v == last, tp=s.tp, pipelined=last > 0, vocab_tp=s.vocab_tp
+            m,
+            n_layers,
+            first=v == 0,
+            last=v == last,
+            tp=s.tp,
+            pipelined=last > 0,
+            vocab_tp=s.vocab_tp,
+            first_layer=start,
+            ep=s.ep,
         )
         out.append(
             StageCost(v, segments, params, s.parallelism.tp_comm_overlap, s.training.recompute == "full")

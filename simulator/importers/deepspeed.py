@@ -105,4 +105,3 @@ def from_deepspeed_config(config: Mapping[str, Any]) -> dict[str, Any]:
     if ignored:
         notes.append(f"ignored keys plancast does not model: {', '.join(ignored)}")
     return {"training": training, "parallelism": parallelism, "warnings": notes}
-

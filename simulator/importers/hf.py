@@ -1,4 +1,5 @@
-"""A Hugging Face `config.json` -> the scenario's `[model]` table (Llama, Mistral, Qwen2, GPT-2, GPT-NeoX)."""
+"""A Hugging Face `config.json` -> the scenario's `[model]` table (Llama, Mistral, Qwen2, GPT-2, GPT-NeoX;
+mixture-of-experts Mixtral, Qwen2-MoE, DeepSeek-V2/V3 through importers/hf_moe.py)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import Any
 
 from plancast.simulator.importers._common import ConfigImportError
 from plancast.simulator.importers._common import positive_int as _positive_int
+from plancast.simulator.importers.hf_moe import MOE_TYPES, hf_moe_keys
 
 # model_type -> (MLP gated, i.e. SwiGLU with silu; tie_word_embeddings default of its config class).
 # Defaults from transformers' Llama/Mistral/Qwen2/GPT2/GPTNeoX configuration_*.py.
@@ -16,6 +18,10 @@ _HF_ARCHS: dict[str, tuple[bool, bool]] = {
     "qwen2": (True, False),
     "gpt2": (False, True),
     "gpt_neox": (False, False),
+    "mixtral": (True, False),
+    "qwen2_moe": (True, False),
+    "deepseek_v2": (True, False),
+    "deepseek_v3": (True, False),
 }
 _HF_ARCH_NAMES = {
     "LlamaForCausalLM": "llama",
@@ -23,6 +29,10 @@ _HF_ARCH_NAMES = {
     "Qwen2ForCausalLM": "qwen2",
     "GPT2LMHeadModel": "gpt2",
     "GPTNeoXForCausalLM": "gpt_neox",
+    "MixtralForCausalLM": "mixtral",
+    "Qwen2MoeForCausalLM": "qwen2_moe",
+    "DeepseekV2ForCausalLM": "deepseek_v2",
+    "DeepseekV3ForCausalLM": "deepseek_v3",
 }
 # GPT-2 keeps its own key names (transformers GPT2Config.attribute_map).
 _GPT2_KEYS = {
@@ -37,12 +47,17 @@ _HF_NOT_MODELLED = ("sliding_window", "rope_scaling", "attention_bias", "mlp_bia
 
 
 def _hf_model_type(config: Mapping[str, Any]) -> str:
-    for key in ("num_local_experts", "num_experts"):
-        if config.get(key):
+    model_type = _named_model_type(config)
+    for key in ("num_local_experts", "num_experts", "n_routed_experts"):
+        if config.get(key) and model_type not in MOE_TYPES:
             raise ConfigImportError(
-                f"{key}: a mixture-of-experts model ({config[key]} experts); "
-                "plancast models dense decoders only"
+                f"{key}: a mixture-of-experts model ({config[key]} experts) of model_type {model_type!r}; "
+                f"plancast imports experts of {sorted(MOE_TYPES)} (or write the [model] MoE keys by hand)"
             )
+    return model_type
+
+
+def _named_model_type(config: Mapping[str, Any]) -> str:
     model_type = config.get("model_type")
     if model_type is None:
         archs = config.get("architectures")
@@ -108,7 +123,11 @@ def hf_model(config: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
             f"rotary_pct = {config['rotary_pct']!r}: partial rotary is modelled as full "
             "(neither has parameters)"
         )
-    if model_type == "qwen2":
+    if model_type in MOE_TYPES:
+        moe, moe_notes = hf_moe_keys(config, model_type)
+        model.update(moe)
+        notes += moe_notes
+    if model_type in ("qwen2", "qwen2_moe"):
         notes.append(
             "Qwen2's query/key/value biases are not counted (plancast gives biases to LayerNorm models only)"
         )

@@ -215,4 +215,3 @@ def from_megatron_args(args: str | Sequence[str]) -> dict[str, Any]:
     if ignored:
         notes.append(f"ignored arguments plancast does not model: {', '.join(ignored)}")
     return {"model": model, "training": training, "parallelism": parallelism, "warnings": notes}
-

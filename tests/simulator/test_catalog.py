@@ -67,6 +67,12 @@ PUBLISHED = [
     ("llama3-8b", 8.03e9, 0.005, "meta-llama/Meta-Llama-3-8B model card"),
     ("llama3-70b", 70.55e9, 0.005, "meta-llama/Meta-Llama-3-70B model card"),
     ("llama3-405b", 405.9e9, 0.005, "Dubey et al. 2024; meta-llama/Llama-3.1-405B model card"),
+    ("mixtral-8x7b", 46.7e9, 0.005, "Jiang et al. 2024, Mixtral of Experts: 47B; HF model card 46.7B"),
+    ("mixtral-8x22b", 141e9, 0.005, "mistralai/Mixtral-8x22B-v0.1 model card: 141B"),
+    # MLA modelled as MHA: 61 x (4h^2 - MLA's ~187M) = +1.2B over the report's 671B
+    ("deepseek-v3", 671e9, 0.005, "DeepSeek-V3 technical report (arXiv 2412.19437) abstract: 671B"),
+    ("deepseek-v2-lite", 15.7e9, 0.01, "DeepSeek-V2 report (arXiv 2405.04434) appendix B: 15.7B"),
+    ("qwen1.5-moe-a2.7b", 14.3e9, 0.005, "Qwen/Qwen1.5-MoE-A2.7B model card: 14.3B"),
 ]
 
 
@@ -99,7 +105,7 @@ def test_llama_sizes_are_exact(name: str, exact: int) -> None:
 
 def test_every_model_preset_is_checked_against_something() -> None:
     checked = {p[0] for p in PUBLISHED} | set(NARAYANAN_TABLE_1)
-    unpublished = {"tiny-gpt", "tiny-llama", "small-gpt"}  # plancast's own test sizes
+    unpublished = {"tiny-gpt", "tiny-llama", "small-gpt", "tiny-moe"}  # plancast's own test sizes
     assert set(catalog.MODELS) - checked == unpublished
 
 

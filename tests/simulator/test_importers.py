@@ -112,7 +112,10 @@ def test_hf_other_architectures(config: dict[str, Any], expected: dict[str, Any]
 
 
 @pytest.mark.parametrize(("config", "key"), [
-    (_json("mixtral-8x7b.config.json"), "num_local_experts"),
+    ({**_json("llama3-8b.config.json"), "num_local_experts": 8}, "num_local_experts"),
+    ({**_json("mixtral-8x7b.config.json"), "num_experts_per_tok": 0}, "num_experts_per_tok"),
+    ({**_json("qwen1.5-moe-a2.7b.config.json"), "shared_expert_intermediate_size": 1000},
+     "shared_expert_intermediate_size"),
     ({"model_type": "t5", "d_model": 512}, "model_type"),
     ({"architectures": ["BertModel"]}, "model_type"),
     ({**QWEN2_7B, "hidden_act": "gelu"}, "hidden_act"),
@@ -122,8 +125,8 @@ def test_hf_other_architectures(config: dict[str, Any], expected: dict[str, Any]
     ({**QWEN2_7B, "vocab_size": "152064"}, "vocab_size"),
     ({**QWEN2_7B, "tie_word_embeddings": "no"}, "tie_word_embeddings"),
     ({**_json("gpt2.config.json"), "activation_function": "relu"}, "activation_function"),
-], ids=["mixtral", "t5", "bert", "gated-gelu", "no-hidden", "gpt2-no-n_layer", "zero-layers", "string-vocab",
-        "tie-string", "relu"])
+], ids=["llama-with-experts", "mixtral-top0", "qwen-shared-width", "t5", "bert", "gated-gelu", "no-hidden",
+        "gpt2-no-n_layer", "zero-layers", "string-vocab", "tie-string", "relu"])
 def test_hf_unsupported_configs_name_the_key(config: dict[str, Any], key: str) -> None:
     with pytest.raises(ConfigImportError, match=f"^{key}: "):
         from_hf_config(config)

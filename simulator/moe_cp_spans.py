@@ -1,0 +1,104 @@
+"""Expert- and context-parallel collective events inside the compute spans, and each rank's time in them.
+
+The engine runs each pipeline action as one compute span whose duration already holds its blocking ep
+and cp collectives (costs/stage.py); as for the tensor-parallel ones (predict.py), they are laid out
+here, at their place inside the span, so they cost no SimPy events. Streams "ep" (kind all_to_all) and
+"cp" (all_gather forward, reduce_scatter backward), with the issue order and `index` numbering of
+docs/moe.md: per (rank, stream, kind, stage, chunk, micro-batch) the forward's collectives count
+0..n-1, a full recompute's continue, then the backward's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from plancast.simulator.costs.stage import StageCost
+
+PHASES = frozenset({"forward", "recompute", "backward", "backward_input"})
+
+Layout = list[tuple[str, str, int, float, float]]  # stream, kind, bytes, offset_s, dur_s
+
+
+def _layout(cost: StageCost, phase: str) -> Layout:
+    """Each segment's ep/cp collectives spread evenly over its own time (backward: segments reversed)."""
+    backward = phase in ("backward", "backward_input")
+    out: Layout = []
+    t = 0.0
+    for g in reversed(cost.segments) if backward else cost.segments:
+        colls = g.ep_cp_backward if backward else g.ep_cp_forward
+        if backward:
+            own = g.backward_input_s + (0.0 if phase == "backward_input" else g.backward_weight_s)
+            own += 0.0 if cost.tp_overlap else g.tp_backward_s
+        else:
+            own = g.forward_s + (0.0 if cost.tp_overlap else g.tp_forward_s)
+        share = own / (len(colls) + 1)
+        for c in colls:
+            t += share
+            out.append((c.stream, c.kind, c.bytes, t, c.seconds))
+            t += c.seconds
+        t += share
+    return out
+
+
+def _indexed(cost: StageCost) -> dict[str, tuple[Layout, list[int]]]:
+    """Per span kind: its layout and each entry's index (continuing forward -> recompute -> backward)."""
+    forward = _layout(cost, "forward")
+    per_key: dict[tuple[str, str], int] = {}
+    for stream, kind, *_ in forward:
+        per_key[(stream, kind)] = per_key.get((stream, kind), 0) + 1
+    rounds = {"forward": 0, "recompute": 1, "backward": 2 if cost.recompute_full else 1}
+    rounds["backward_input"] = rounds["backward"]
+    out = {}
+    for phase, offset_rounds in rounds.items():
+        layout = forward if phase in ("forward", "recompute") else _layout(cost, phase)
+        seen: dict[tuple[str, str], int] = {}
+        index = []
+        for stream, kind, *_ in layout:
+            key = (stream, kind)
+            index.append(per_key.get(key, 0) * offset_rounds + seen.get(key, 0))
+            seen[key] = seen.get(key, 0) + 1
+        out[phase] = (layout, index)
+    return out
+
+
+def _has_any(costs: tuple[StageCost, ...]) -> bool:
+    return any(g.ep_cp_forward or g.ep_cp_backward for c in costs for g in c.segments)
+
+
+def ep_cp_events(spans: list[tuple[Any, ...]], costs: tuple[StageCost, ...]) -> pd.DataFrame:
+    """Span rows (engine column order, seconds) of every ep/cp collective inside the compute spans."""
+    if not _has_any(costs):
+        return pd.DataFrame()
+    layouts = [_indexed(c) for c in costs]
+    rows: list[tuple[Any, ...]] = []
+    for sp in spans:
+        if sp[1] != "compute" or sp[2] not in PHASES:
+            continue
+        layout, index = layouts[sp[3]][sp[2]]
+        rank, stage, chunk, mb, start = sp[0], sp[3], sp[4], sp[5], sp[8]
+        for (stream, kind, nbytes, offset, dur), i in zip(layout, index, strict=True):
+            rows.append((rank, stream, kind, stage, chunk, mb, i, -1, start + offset, dur, nbytes, 0.0))
+    columns = ["rank", "stream", "kind", "stage", "chunk", "microbatch", "index", "peer"]
+    return pd.DataFrame.from_records(rows, columns=[*columns, "start_s", "dur_s", "bytes", "flops"])
+
+
+def ep_cp_times(spans: list[tuple[Any, ...]], costs: tuple[StageCost, ...]) -> dict[str, dict[int, float]]:
+    """{"ep": {rank: seconds}, "cp": {...}}: each rank's blocking ep / cp time inside its compute spans."""
+    out: dict[str, dict[int, float]] = {"ep": {}, "cp": {}}
+    if not _has_any(costs):
+        return out
+    per: dict[tuple[int, str], dict[str, float]] = {}
+    for sp in spans:
+        if sp[1] != "compute" or sp[2] not in PHASES:
+            continue
+        key = (sp[3], "forward" if sp[2] == "recompute" else sp[2])
+        if key not in per:
+            layout = _layout(costs[key[0]], key[1])
+            per[key] = {k: float(np.sum([c[4] for c in layout if c[0] == k])) for k in out}
+        for stream, seconds in per[key].items():
+            if seconds:
+                out[stream][sp[0]] = out[stream].get(sp[0], 0.0) + seconds
+    return out
