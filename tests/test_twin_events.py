@@ -17,6 +17,7 @@ from plancast.simulator.loader import parse_scenario
 from plancast.simulator.predict import simulate
 from plancast.simulator.scenario import Scenario
 
+MOE = {"preset": "tiny-gpt", "num_local_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 128}
 PLANS: dict[str, dict[str, Any]] = {
     "dp2": {"parallelism": {}, "world": 2},
     "dp2-bucketed": {
@@ -62,6 +63,15 @@ PLANS: dict[str, dict[str, Any]] = {
         "world": 8,
     },
     "pp2-zero2": {"parallelism": {"pipeline_parallel_degree": 2, "zero_stage": 2}, "world": 4},
+    # mixture of experts (docs/moe.md): expert all-to-alls inside the compute spans
+    "moe-ep2": {"parallelism": {"expert_parallel_degree": 2}, "world": 2, "model": MOE},
+    "moe-ep2-full-recompute": {
+        "parallelism": {"expert_parallel_degree": 2},
+        "world": 2,
+        "model": {**MOE, "first_k_dense_replace": 1},
+        "recompute": "full",
+    },
+    "moe-pp2": {"parallelism": {"pipeline_parallel_degree": 2}, "world": 2, "model": MOE},
 }
 
 
