@@ -56,8 +56,14 @@ def _full(t: torch.Tensor) -> torch.Tensor:
     return t.full_tensor() if isinstance(t, DTensor) else t
 
 
-def train_matches_reference(rank: int, world_size: int, data: dict[str, Any], steps: int = 3) -> None:
-    """Train ``steps`` steps in parallel and single-process; losses and parameters must agree."""
+def train_matches_reference(
+    rank: int, world_size: int, data: dict[str, Any], steps: int = 3, check_grads: bool = False
+) -> None:
+    """Train ``steps`` steps in parallel and single-process; losses and parameters must agree.
+
+    ``check_grads``: the first step's gradients must agree too (plain-tensor parameters only). AdamW
+    hides a gradient's scale from the parameters (its update is m / sqrt(v)), so a wrong averaging
+    factor shows in the gradients first."""
     scenario = load(data)
     trainer = Trainer(scenario, rank, world_size, torch.device("cpu"), instrument=False)
     reference = ReferenceRun(scenario)
@@ -69,6 +75,8 @@ def train_matches_reference(rank: int, world_size: int, data: dict[str, Any], st
             assert abs(out.loss - expected) < TOLERANCE, (
                 f"rank {rank} step {step}: loss {out.loss} != {expected}"
             )
+        if check_grads and step == 0:
+            grads_match_reference(rank, trainer, reference)
     checked = 0
     for chunk in trainer.chunks:
         for name, _param in chunk.model.named_parameters():
@@ -79,6 +87,19 @@ def train_matches_reference(rank: int, world_size: int, data: dict[str, Any], st
             assert err < TOLERANCE, f"rank {rank} {name}: max |parallel - reference| = {err:.3g}"
             checked += 1
     assert checked > 0, f"rank {rank} checked no parameters"
+
+
+def grads_match_reference(rank: int, trainer: Trainer, reference: ReferenceRun) -> None:
+    """Every parameter's gradient (left after the optimizer step) equals the reference's."""
+    ref = dict(reference.model.named_parameters())
+    for chunk in trainer.chunks:
+        for name, param in chunk.model.named_parameters():
+            want = ref[name if name in ref else "embed.tok.weight"].grad
+            assert param.grad is not None and want is not None, f"rank {rank} {name}: no gradient"
+            err = (param.grad - want).abs().max().item()
+            scale = want.abs().max().item()
+            what = f"rank {rank} {name}: grad error {err:.3g} (max |grad| {scale:.3g})"
+            assert err <= 1e-4 * scale + 1e-8, what
 
 
 def events_match_expected(

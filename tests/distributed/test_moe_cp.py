@@ -45,7 +45,8 @@ CASES: dict[str, tuple[int, dict[str, Any], dict[str, Any]]] = {
 @pytest.mark.parametrize("name", list(CASES))
 def test_expert_and_context_parallel_plans_match_the_reference(name: str) -> None:
     world, parallelism, model = CASES[name]
-    run_ranks(world, train_matches_reference, tiny_scenario(world, model=model, **parallelism))
+    data = tiny_scenario(world, model=model, **parallelism)
+    run_ranks(world, train_matches_reference, data, 3, True)
 
 
 EVENT_CASES: dict[str, tuple[int, dict[str, Any], dict[str, Any], dict[str, Any]]] = {
