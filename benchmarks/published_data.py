@@ -542,42 +542,24 @@ GPT_OSS = (
 )
 
 
+GPT_OSS_2511 = (
+    "NVIDIA-NeMo/Megatron-Bridge docs/performance-summary-archive.md, '25.11 NeMo Container', System "
+    "DGX-H100, GPT OSS 120B row: 64 GPUs, BF16, GBS 512, MBS 4, seq 4096, TP1 PP4 VP1 EP8, 5630 tokens/s/GPU"
+)
+
+
 def _moe_and_long_context() -> tuple[PublishedRun, ...]:
-    deepseek = {
-        "hidden_size": 7168,
-        "num_hidden_layers": 61,
-        "num_attention_heads": 128,
-        "vocab_size": 129280,
-        "intermediate_size": 18432,
-        "moe_intermediate_size": 2048,
-        "n_routed_experts": 256,
-        "n_shared_experts": 1,
-        "num_experts_per_tok": 8,
-        "first_k_dense_replace": 3,
-        "q_lora_rank": 1536,
-        "kv_lora_rank": 512,
-        "qk_nope_head_dim": 128,
-        "qk_rope_head_dim": 64,
-        "v_head_dim": 128,
-        "activation": "swiglu",
-        "norm": "rmsnorm",
-        "position_embedding": "rope",
-        "tie_word_embeddings": False,
-    }
-    # H800: H100 SXM compute; NVLink 160 GB/s and IB 50 GB/s per GPU as DeepSeek-V3 sec. 3.2.2 measures.
-    h800 = {
-        "preset": "dgx-h100-80gb",
-        "num_nodes": 256,
-        "tiers": [
-            {**catalog.CLUSTERS["dgx-h100-80gb"]["tiers"][0], "bandwidth_GBps": 160.0},  # type: ignore[index]
-            catalog.CLUSTERS["dgx-h100-80gb"]["tiers"][1],
-        ],
-    }  # type: ignore[index]
+    # DeepSeek-V3: the catalog preset (its config.json; MLA modelled as multi-head attention). H800:
+    # the hgx-h800 preset (H100 SXM compute; NVLink 160 GB/s and IB 50 GB/s as sec. 3.2.2 measures).
+    deepseek = {"preset": "deepseek-v3"}
+    h800 = {"preset": "hgx-h800", "num_nodes": 256}
+    # gpt-oss-120b: 64 query heads of 64 = 4096 != hidden 2880, which plancast's attention (head_dim =
+    # hidden / heads) cannot hold; 45 heads of 64 (9 key/value heads) keep hidden and head_dim.
     gpt_oss = {
         "hidden_size": 2880,
         "num_hidden_layers": 36,
-        "num_attention_heads": 64,
-        "num_key_value_heads": 8,
+        "num_attention_heads": 45,
+        "num_key_value_heads": 9,
         "intermediate_size": 2880,
         "num_local_experts": 128,
         "num_experts_per_tok": 4,
@@ -587,26 +569,36 @@ def _moe_and_long_context() -> tuple[PublishedRun, ...]:
         "position_embedding": "rope",
         "tie_word_embeddings": False,
     }
+    gpt_oss_notes = (
+        "shapes from openai/gpt-oss-120b config.json; attention as 45 heads of 64 with 9 key/value heads "
+        "(the model's 64 query heads project 2880 -> 4096, not expressible): ~25% fewer attention "
+        "parameters; alternating 128-token sliding-window attention not expressible",
+        "recompute none and no virtual stages (VP n/a): not stated otherwise",
+        "the benchmark force-balances tokens over experts (page footnote): dropless imbalance factor kept",
+    )
     return (
         PublishedRun(
             "deepseek-v3-2048xh800",
             "deepseek-v3-2024",
             DEEPSEEK_V3,
             deepseek,
-            _train(4096, 1, 15360, "fp8", "selective"),
+            _train(4096, 1, 15360, "bf16", "selective", flash_attention=True),
             {
                 "tensor_parallel_degree": 1,
                 "pipeline_parallel_degree": 16,
                 "expert_parallel_degree": 64,
                 "zero_stage": 1,
-                "pipeline_parallel_schedule": "DualPipe",
+                "pipeline_parallel_schedule": "1F1B",
             },
             h800,
             "other",
             19.91,
             Reported(180_000, "GPU-h/1T tokens"),
             (
-                "FP8 mixed precision as the report trains (plancast has no fp8 dtype yet)",
+                "bf16: the report trains in FP8 mixed precision (plancast has no fp8 dtype yet)",
+                "1F1B: DualPipe (which hides the all-to-alls behind compute) is not modelled; plancast's "
+                "all-to-alls block, and every token is dispatched to its k experts, not to at most 4 "
+                "nodes (node-limited routing, sec. 2.1.2)",
                 "micro-batch 1: not stated; 'selective' = the report's recompute of RMSNorm and MLA "
                 "up-projections",
                 "the batch after its ramp (15360 sequences) for the whole run's rate",
@@ -624,11 +616,20 @@ def _moe_and_long_context() -> tuple[PublishedRun, ...]:
             "megatron-lm",
             13.67,
             Reported(5993, "tokens/s/GPU"),
-            (
-                "shapes from openai/gpt-oss-120b config.json (alternating 128-token sliding-window attention "
-                "not expressible); recompute none and no virtual stages (VP n/a): not stated otherwise",
-                "the benchmark force-balances tokens over experts (page footnote)",
-            ),
+            gpt_oss_notes,
+        ),
+        PublishedRun(
+            "nemo-gpt-oss-120b-64xh100-mbs4",
+            "megatron-bridge-2025",
+            GPT_OSS_2511,
+            gpt_oss,
+            _train(4096, 4, 512, "bf16", "none", flash_attention=True),
+            {**_plan(1, 4), "expert_parallel_degree": 8},
+            _cluster("dgx-h100-80gb", 64),
+            "megatron-lm",
+            5.820,
+            Reported(5630, "tokens/s/GPU"),
+            gpt_oss_notes,
         ),
     )
 

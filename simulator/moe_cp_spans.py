@@ -10,6 +10,7 @@ docs/moe.md: per (rank, stream, kind, stage, chunk, micro-batch) the forward's c
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -68,7 +69,7 @@ def _has_any(costs: tuple[StageCost, ...]) -> bool:
     return any(g.ep_cp_forward or g.ep_cp_backward for c in costs for g in c.segments)
 
 
-def ep_cp_events(spans: list[tuple[Any, ...]], costs: tuple[StageCost, ...]) -> pd.DataFrame:
+def ep_cp_events(spans: Sequence[tuple[Any, ...]], costs: tuple[StageCost, ...]) -> pd.DataFrame:
     """Span rows (engine column order, seconds) of every ep/cp collective inside the compute spans."""
     if not _has_any(costs):
         return pd.DataFrame()
@@ -85,7 +86,9 @@ def ep_cp_events(spans: list[tuple[Any, ...]], costs: tuple[StageCost, ...]) -> 
     return pd.DataFrame.from_records(rows, columns=[*columns, "start_s", "dur_s", "bytes", "flops"])
 
 
-def ep_cp_times(spans: list[tuple[Any, ...]], costs: tuple[StageCost, ...]) -> dict[str, dict[int, float]]:
+def ep_cp_times(
+    spans: Sequence[tuple[Any, ...]], costs: tuple[StageCost, ...]
+) -> dict[str, dict[int, float]]:
     """{"ep": {rank: seconds}, "cp": {...}}: each rank's blocking ep / cp time inside its compute spans."""
     out: dict[str, dict[int, float]] = {"ep": {}, "cp": {}}
     if not _has_any(costs):

@@ -9,14 +9,14 @@ stream is busiest (the pipeline's bottleneck).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from plancast.simulator.costs.memory import GiB, peak_memory
-from plancast.simulator.costs.ops import model_flops_per_token
+from plancast.simulator.costs.model_flops import model_flops_per_token
 from plancast.simulator.costs.params import count_parameters
 from plancast.simulator.scenario import Scenario
 from plancast.simulator.schedules import Schedule
@@ -70,7 +70,7 @@ class _Breakdown:
 
 def summarize(
     s: Scenario,
-    spans: list[tuple[Any, ...]],
+    spans: Sequence[tuple[Any, ...]],
     tp_comm_s: dict[int, float],
     p2p_s: Callable[[int, int], float],
     hardware_flops: float,

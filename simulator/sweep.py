@@ -1,7 +1,8 @@
 """Which plan should I buy? Enumerate every valid plan for a model on N GPUs, rank, simulate the best.
 
-The space is tp x pp x dp x micro-batch x schedule (with virtual stages) x recompute x sequence
-parallel x ZeRO stage: millions of plans for GPT-3 on 1,536 GPUs. Three steps keep it fast:
+The space is tp x pp x dp (x ep for MoE models, x cp on long sequences) x micro-batch x schedule (with
+virtual stages) x recompute x sequence parallel x ZeRO stage: millions of plans for GPT-3 on 1,536
+GPUs. Three steps keep it fast:
 
 1. enumerate with pruning: a (tp, pp) pair whose smallest possible footprint (ZeRO-3, full recompute,
    micro-batch 1) does not fit is skipped whole; memory is a closed form per plan;
@@ -24,14 +25,16 @@ from typing import Any
 
 from plancast.simulator.costs.collectives import collective_seconds, group_levels
 from plancast.simulator.costs.memory import GiB, layer_activation_bytes, model_state_bytes, peak_memory
+from plancast.simulator.costs.moe import moe_activation_bytes
 from plancast.simulator.costs.ops import DTYPE_BYTES, Shape
 from plancast.simulator.costs.optimizer import optimizer_bytes_per_param
-from plancast.simulator.costs.params import layer_params, stage_parameters
+from plancast.simulator.costs.params import layer_params, stage_expert_parameters, stage_parameters
 from plancast.simulator.costs.stage import StageCost, stage_costs
 from plancast.simulator.engine import Topology
 from plancast.simulator.mesh import RankGrid, span_tier
 from plancast.simulator.predict import simulate
 from plancast.simulator.scenario import Scenario, even_layer_split
+from plancast.simulator.sweep_axes import cp_choices, divisors, ep_choices
 from plancast.simulator.validation import MAX_WORLD_SIZE, check_plan
 
 SCHEDULES = ("1F1B", "Interleaved1F1B", "ZeroBubble", "GPipe")
@@ -51,6 +54,8 @@ class Plan:
     recompute: str
     sequence_parallel: bool
     zero_stage: int
+    ep: int = 1  # expert parallel, carved out of dp
+    cp: int = 1  # context parallel: world = tp * cp * pp * dp
 
     def apply(self, base: Scenario) -> Scenario:
         """The base scenario with this plan's parallelism and batch shape (layer split reset to even)."""
@@ -64,6 +69,8 @@ class Plan:
                 "virtual_stages_per_rank": self.virtual_stages,
                 "sequence_parallel": self.sequence_parallel,
                 "pipeline_layer_split": None,
+                "expert_parallel_degree": self.ep,
+                "context_parallel_degree": self.cp,
             }
         )
         training = base.training.model_copy(
@@ -74,8 +81,9 @@ class Plan:
     def label(self) -> str:
         sched = self.schedule + (f"x{self.virtual_stages}" if self.virtual_stages > 1 else "")
         sp = "+SP" if self.sequence_parallel else ""
+        extra = (f" ep{self.ep}" if self.ep > 1 else "") + (f" cp{self.cp}" if self.cp > 1 else "")
         return (
-            f"tp{self.tp}{sp} pp{self.pp} dp{self.dp} mb{self.micro_batch_size} {sched} "
+            f"tp{self.tp}{sp} pp{self.pp} dp{self.dp}{extra} mb{self.micro_batch_size} {sched} "
             f"rc={self.recompute} zero{self.zero_stage}"
         )
 
@@ -104,8 +112,7 @@ class Ranked:
         }
 
 
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+_divisors = divisors
 
 
 def enumerate_plans(base: Scenario, gpus: int) -> Iterator[Plan]:
@@ -113,20 +120,21 @@ def enumerate_plans(base: Scenario, gpus: int) -> Iterator[Plan]:
     m, t = base.model, base.training
     layers = m.num_hidden_layers
     for tp in _divisors(gpus):
-        if m.num_attention_heads % tp or m.kv_heads % tp or m.ffn_size % tp:
+        if m.num_attention_heads % tp or m.kv_heads % tp or m.ffn_size % tp or m.expert_ffn_size % tp:
             continue
-        for pp in _divisors(gpus // tp):
-            if pp > layers:
+        for cp, pp in itertools.product(cp_choices(t.seq_len, gpus // tp), _divisors(gpus // tp)):
+            if pp > layers or (gpus // tp) % (cp * pp):
                 continue
-            dp = gpus // (tp * pp)
+            dp = gpus // (tp * cp * pp)
             if t.global_batch_size % dp:
                 continue
-            for b in _divisors(t.global_batch_size // dp):
+            sp_ok = tp > 1 and (t.seq_len // cp) % tp == 0
+            for ep, b in itertools.product(ep_choices(base, dp), _divisors(t.global_batch_size // dp)):
                 mbs = t.global_batch_size // (dp * b)
                 for schedule, v in _schedules(pp, mbs, layers):
-                    for sp in (False, True) if tp > 1 and t.seq_len % tp == 0 else (False,):
+                    for sp in (False, True) if sp_ok else (False,):
                         for rc, zero in itertools.product(RECOMPUTE, range(4)):
-                            yield Plan(tp, pp, dp, b, schedule, v, rc, sp, zero)
+                            yield Plan(tp, pp, dp, b, schedule, v, rc, sp, zero, ep, cp)
 
 
 def _schedules(pp: int, microbatches: int, layers: int) -> Iterator[tuple[str, int]]:
@@ -161,9 +169,9 @@ class _Estimator:
 
     base: Scenario
     gpus: int
-    _layers: dict[tuple[int, int, bool, str], _Layer] = field(default_factory=dict)
-    _dp_levels: dict[tuple[int, int], tuple[Any, ...]] = field(default_factory=dict)
-    _params: dict[tuple[int, int, int], float] = field(default_factory=dict)
+    _layers: dict[tuple[int, int, bool, str, int, int], _Layer] = field(default_factory=dict)
+    _dp_levels: dict[tuple[int, int, int], tuple[Any, ...]] = field(default_factory=dict)
+    _params: dict[tuple[int, int, int, int], tuple[float, float]] = field(default_factory=dict)
     _splits: dict[int, tuple[int, ...]] = field(default_factory=dict)
 
     def split(self, stages: int) -> tuple[int, ...]:
@@ -176,64 +184,79 @@ class _Estimator:
         return plan.apply(self.base)
 
     def layer(self, plan: Plan) -> _Layer:
-        key = (plan.tp, plan.micro_batch_size, plan.sequence_parallel, plan.recompute)
+        key = (plan.tp, plan.micro_batch_size, plan.sequence_parallel, plan.recompute, plan.ep, plan.cp)
         cached = self._layers.get(key)
         if cached is None:
             flat = Plan(
                 plan.tp,
                 1,
-                self.gpus // plan.tp,
+                self.gpus // (plan.tp * plan.cp),
                 plan.micro_batch_size,
                 "1F1B",
                 1,
                 plan.recompute,
                 plan.sequence_parallel,
                 0,
+                plan.ep,
+                plan.cp,
             )
             s = flat.apply(self.base)
             segments = stage_costs(s, Topology.of(s).levels("tp"))[0].segments
-            emb, layer, head = segments[0], segments[1], segments[-1]
-            one = StageCost(0, (layer,), 0.0, s.parallelism.tp_comm_overlap, plan.recompute == "full")
-            x = Shape.of(s)
+            emb, layers, head = segments[0], segments[1:-1], segments[-1]
+            one = StageCost(0, layers, 0.0, s.parallelism.tp_comm_overlap, plan.recompute == "full")
+            x, n = Shape.of(s), len(layers)  # an MoE model's layers differ: the mean block
+            mlp = moe_activation_bytes(x, s.model) if s.model.is_moe else None
             cached = self._layers[key] = _Layer(
-                one.forward_s + one.backward_s + one.recompute_s,
-                layer.backward_weight_s,
+                (one.forward_s + one.backward_s + one.recompute_s) / n,
+                one.backward_weight_s / n,
                 StageCost(0, (emb,), 0.0, one.tp_overlap, False).forward_s * 3,
                 StageCost(0, (head,), 0.0, one.tp_overlap, False).forward_s * 3,
-                layer_activation_bytes(x, plan.recompute),
-                layer_activation_bytes(x, "none"),
+                layer_activation_bytes(x, plan.recompute, mlp),
+                layer_activation_bytes(x, "none", mlp),
             )
         return cached
 
     def dp_levels(self, plan: Plan) -> tuple[Any, ...]:
-        key = (plan.tp, plan.pp)
+        key = (plan.tp, plan.pp, plan.cp)
         levels = self._dp_levels.get(key)
         if levels is None:
-            grid = RankGrid(plan.pp, plan.dp, plan.tp)
+            grid = RankGrid(plan.pp, plan.dp, plan.tp, cp=plan.cp)
             levels = self._dp_levels[key] = group_levels(
-                grid.group("dp", 0), self.base.cluster.tier_sizes, Topology.of(self.base).links
+                grid.group("dp_cp", 0), self.base.cluster.tier_sizes, Topology.of(self.base).links
             )
         return levels
 
     def rank0_params(self, plan: Plan) -> float:
-        key = (plan.tp, plan.pp, plan.virtual_stages)
+        return self._rank0(plan)[0]
+
+    def _rank0(self, plan: Plan) -> tuple[float, float]:
+        """(all, routed-expert) parameters of the first pipeline rank."""
+        key = (plan.tp, plan.pp, plan.virtual_stages, plan.ep)
         params = self._params.get(key)
         if params is None:
             m = self.base.model
             stages = plan.pp * plan.virtual_stages
             split = even_layer_split(m.num_hidden_layers, stages)
-            params = self._params[key] = sum(
+            starts = [sum(split[:v]) for v in range(stages)]
+            owned = [c * plan.pp for c in range(plan.virtual_stages)]
+            total = sum(
                 stage_parameters(
                     m,
-                    split[c * plan.pp],
-                    first=c == 0,
-                    last=c * plan.pp == stages - 1,
+                    split[v],
+                    first=v == 0,
+                    last=v == stages - 1,
                     tp=plan.tp,
                     pipelined=stages > 1,
                     vocab_tp=plan.tp if self.base.parallelism.vocab_parallel else 1,
+                    first_layer=starts[v],
+                    ep=plan.ep,
                 )
-                for c in range(plan.virtual_stages)
+                for v in owned
             )
+            experts = sum(
+                stage_expert_parameters(m, starts[v], split[v], tp=plan.tp, ep=plan.ep) for v in owned
+            )
+            params = self._params[key] = (total, experts)
         return params
 
     def _p2p_exposed(self, plan: Plan, m: int) -> float:
@@ -241,7 +264,8 @@ class _Estimator:
         if self.base.parallelism.overlap_p2p_comm:
             return 0.0
         t = self.base.training
-        nbytes = t.micro_batch_size * t.seq_len * self.base.model.hidden_size * DTYPE_BYTES[t.dtype] / plan.tp
+        tokens = t.micro_batch_size * t.seq_len / plan.cp
+        nbytes = tokens * self.base.model.hidden_size * DTYPE_BYTES[t.dtype] / plan.tp
         tier = span_tier((0, plan.tp * plan.dp), self.base.cluster.tier_sizes)
         link = Topology.of(self.base).links[tier]
         return 2 * m * plan.virtual_stages * (nbytes / link.bandwidth_Bps + link.latency_s)
@@ -251,13 +275,17 @@ class _Estimator:
         t = self.base.training
         stages = plan.pp * plan.virtual_stages
         split = self.split(stages)
-        p, g, o = model_state_bytes(
-            self.rank0_params(plan),
-            dp=plan.dp,
-            zero_stage=plan.zero_stage,
-            dtype=t.dtype,
-            grad_fp32=bool(t.grad_accumulation_fp32),
-        )
+        total, experts = self._rank0(plan)
+        states = [
+            model_state_bytes(
+                n, dp=d, zero_stage=plan.zero_stage, dtype=t.dtype, grad_fp32=bool(t.grad_accumulation_fp32)
+            )
+            for n, d in (
+                (total - experts, plan.dp * plan.cp),
+                (experts, plan.dp // plan.ep),
+            )  # costs/memory.py
+        ]
+        p, g, o = (sum(parts) for parts in zip(*states, strict=True))
         if plan.zero_stage >= 3 and plan.dp > 1:
             p += 2 * layer_params(self.base.model).per_rank(plan.tp) * DTYPE_BYTES[t.dtype]
         mbs = t.global_batch_size // (plan.micro_batch_size * plan.dp)
@@ -266,7 +294,7 @@ class _Estimator:
         lay = self.layer(plan)
         acts = inflight * lay.act_bytes + (lay.full_act_bytes if plan.recompute == "full" else 0.0)
         if stages == 1:  # the first rank is also the last: fp32 logits and their gradient
-            acts += 2 * 4 * plan.micro_batch_size * t.seq_len * self.base.model.vocab_size / plan.tp
+            acts += 2 * 4 * plan.micro_batch_size * t.seq_len / plan.cp * self.base.model.vocab_size / plan.tp
         return p + g + o + acts
 
     def step_seconds(self, plan: Plan) -> float:
@@ -382,12 +410,13 @@ def sweep(
     limit = min(base.cluster.gpu.usable_memory_GiB, max_memory_gib or math.inf) * GiB
     candidates: list[Ranked] = []
     enumerated = pruned = 0
-    smallest_fits: dict[tuple[int, int], bool] = {}
+    smallest_fits: dict[tuple[int, int, int, int], bool] = {}
     for plan in enumerate_plans(base, gpus):
         enumerated += 1
-        key = (plan.tp, plan.pp)
-        if key not in smallest_fits:  # smallest footprint of the whole (tp, pp) subtree
-            smallest = Plan(plan.tp, plan.pp, plan.dp, 1, "1F1B", 1, "full", plan.tp > 1, 3)
+        key = (plan.tp, plan.pp, plan.ep, plan.cp)
+        if key not in smallest_fits:  # smallest footprint of the whole (tp, pp, ep, cp) subtree
+            sp = plan.tp > 1 and (base.training.seq_len // plan.cp) % plan.tp == 0
+            smallest = Plan(plan.tp, plan.pp, plan.dp, 1, "1F1B", 1, "full", sp, 3, plan.ep, plan.cp)
             smallest_fits[key] = est.memory_bytes(smallest) <= limit
         if not smallest_fits[key]:
             pruned += 1

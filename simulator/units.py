@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from plancast.simulator.costs.ops import DTYPE_BYTES
-from plancast.simulator.costs.params import chunk_tensor_bytes
+from plancast.simulator.costs.params import chunk_expert_bytes, chunk_tensor_bytes
 from plancast.simulator.costs.stage import StageCost
 from plancast.simulator.costs.tp_comm import ddp_bucket_bytes
 from plancast.simulator.scenario import Scenario
@@ -36,6 +36,7 @@ class UnitPlan:
 
     bucket_bytes: tuple[int, ...]  # DDP buckets, in the order they are reduced
     units: tuple[Unit, ...]  # FSDP units, root first
+    expert_bucket_bytes: tuple[int, ...] = ()  # routed-expert gradients, reduced over edp after the dense
 
 
 @dataclass
@@ -68,10 +69,15 @@ def dp_plan(s: Scenario, cost: StageCost) -> UnitPlan:
     stages = s.pp * s.vpp
     first, last = cost.stage == 0, cost.stage == stages - 1
     layers = sum(1 for g in cost.segments if g.part == "layer")
+    start = sum(s.layer_split[: cost.stage])
     tensors = chunk_tensor_bytes(
-        s.model, s.tp, layers=layers, has_embedding=first, has_head=last, dtype_bytes=4
+        s.model, s.tp, layers=layers, has_embedding=first, has_head=last, dtype_bytes=4, first_layer=start
     )
     buckets = tuple(ddp_bucket_bytes(tensors, s.parallelism.bucket_cap_MiB))
+    experts = chunk_expert_bytes(s.model, s.tp, s.ep, first_layer=start, layers=layers)
+    # the expert reducer runs over the expert-data-parallel group (simulator/mesh.py "edp"); none when
+    # every expert has one replica
+    expert_buckets = tuple(ddp_bucket_bytes([experts], s.parallelism.bucket_cap_MiB)) if s.edp > 1 else ()
 
     dtype_bytes = DTYPE_BYTES[s.training.dtype]
     layer_tensors = chunk_tensor_bytes(
@@ -103,4 +109,4 @@ def dp_plan(s: Scenario, cost: StageCost) -> UnitPlan:
             )
             for i in range(layers)
         ]
-    return UnitPlan(buckets, tuple(units))
+    return UnitPlan(buckets, tuple(units), expert_buckets)

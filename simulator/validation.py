@@ -294,7 +294,7 @@ def _unwise(s: Scenario, warnings: list[str]) -> None:
             f"({inner} ranks): every layer's collectives cross the slower "
             f"{s.cluster.tiers[1].name} links"
         )
-    if s.parallelism.zero_stage and s.dp == 1:
+    if s.parallelism.zero_stage and s.dp * s.cp == 1:  # ZeRO shards over dp x cp (costs/memory.py)
         warnings.append(f"zero_stage {s.parallelism.zero_stage} with one data-parallel rank shards nothing")
     warnings.extend(schedule_warnings(s.parallelism.pipeline_parallel_schedule, s.pp))
     if s.pp > 1 and s.num_microbatches < s.pp:

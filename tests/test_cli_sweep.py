@@ -32,3 +32,25 @@ def test_sweep_refuses_a_non_positive_gpu_count() -> None:
     code, out, err = cli_main("sweep", EXAMPLE, "--gpus", "0")
     assert code == 2
     assert "--gpus" in err and "must be positive" in err and "Traceback" not in err + out
+
+
+def test_sweep_ranks_expert_parallel_plans_for_mixtral() -> None:
+    """On 16 H100s Mixtral 8x7B fits only with its experts split (ep > 1); the sweep searches ep, ranks
+    those plans, and every plan it prints fits."""
+    mixtral = str(Path(__file__).parents[1] / "examples" / "mixtral-8x7b-dgx-h100.toml")
+    code, out, err = cli_main("sweep", mixtral, "--gpus", "16", "--json", "--top", "5", "--finalists", "6")
+    assert code == 0, err
+    plans = json.loads(out)["plans"]
+    assert plans and all(p["ep"] > 1 for p in plans)
+    assert all(p["dp"] % p["ep"] == 0 and 8 % p["ep"] == 0 for p in plans)
+    assert [p["step_time_s"] for p in plans] == sorted(p["step_time_s"] for p in plans)
+    assert all(p["peak_memory_gib"] <= 80 for p in plans)
+
+
+def test_sweep_searches_context_parallel_on_long_sequences(tmp_path: Path) -> None:
+    """At 128k tokens a dense 8B model needs its sequence split: the top plans use cp > 1."""
+    llama = str(Path(__file__).parents[1] / "examples" / "llama3-8b-cp4-128k.toml")
+    code, out, err = cli_main("sweep", llama, "--gpus", "8", "--json", "--top", "3", "--finalists", "4")
+    assert code == 0, err
+    plans = json.loads(out)["plans"]
+    assert plans and all(p["cp"] > 1 for p in plans)

@@ -30,6 +30,14 @@ def test_every_row_parses_on_the_current_simulator(run: PublishedRun) -> None:
     assert scenario.training.global_batch_size * scenario.training.seq_len == run.tokens_per_step
 
 
+@pytest.mark.parametrize("run", MOE_AND_LONG_CONTEXT_RUNS, ids=lambda r: r.name)
+def test_moe_and_long_context_rows_parse_with_their_expert_or_context_parallelism(run: PublishedRun) -> None:
+    scenario = parse_scenario(scenario_dict(run), run.name).scenario
+    assert scenario.world_size == run.num_gpus
+    assert scenario.ep > 1 or scenario.cp > 1
+    assert scenario.ep == run.parallelism.get("expert_parallel_degree", 1)
+
+
 def test_the_set_is_wide_enough() -> None:
     sources = {r.source for r in RUNS}
     assert len(RUNS) >= 24

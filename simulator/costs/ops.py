@@ -153,24 +153,3 @@ def head_forward(x: Shape) -> tuple[Op, ...]:
         _gemm("logits", tokens, x.h, vocab, x.dtype_bytes),
         _elementwise("cross_entropy", tokens * vocab, 4, extra_bytes=tokens * vocab * 4),
     )
-
-
-def model_flops_per_token(s: Scenario) -> float:
-    """Model FLOPs per token for forward + backward, no recompute: 3x the forward GEMMs and attention
-    of every layer plus the logits (Narayanan et al. 2021 eq. 3 generalised; PaLM appendix B). MoE
-    layers count the active parameters only: router, top-k experts at the mean load, shared experts
-    (as DeepSeek-V3's MFU counts 37B of 671B), never capacity padding or imbalance."""
-    from plancast.simulator.costs.moe import moe_layer_forward  # moe builds on this module
-
-    x = Shape.of(s)
-    fields = {f: getattr(x, f) for f in x.__dataclass_fields__}
-    seq = s.training.seq_len
-    flat = Shape(**{**fields, "tp": 1, "vocab_tp": 1, "sp": False, "s": seq, "kv_s": seq})
-    m = s.model
-    dense = sum(op.flops for op in layer_forward(flat))
-    moe = sum(op.flops for op in moe_layer_forward(flat, m, 1, factor=1.0)) if m.is_moe else dense
-    moe_layers = sum(m.is_moe_layer(i) for i in range(m.num_hidden_layers))
-    layers = (m.num_hidden_layers - moe_layers) * dense + moe_layers * moe
-    head = sum(op.flops for op in head_forward(flat))
-    tokens = x.b * seq
-    return 3.0 * (layers + head) / tokens

@@ -122,11 +122,20 @@ def stage_parameters(
 
 
 def chunk_tensor_bytes(
-    m: Model, tp: int, *, layers: int, has_embedding: bool, has_head: bool, dtype_bytes: int = 4
+    m: Model,
+    tp: int,
+    *,
+    layers: int,
+    has_embedding: bool,
+    has_head: bool,
+    dtype_bytes: int = 4,
+    first_layer: int = 0,
 ) -> list[int]:
-    """Bytes of each parameter tensor of a model chunk on one tp rank, in registration order, as
+    """Bytes of each dense parameter tensor of a model chunk on one tp rank, in registration order, as
     runtime/model.py builds it (bias-free linears; embedding and head replicated over tp). DDP's
-    gradient buckets are formed over this list (simulator/costs/tp_comm.py, `ddp_bucket_bytes`)."""
+    gradient buckets are formed over this list (simulator/costs/tp_comm.py, `ddp_bucket_bytes`). An
+    MoE layer (global index from `first_layer`) holds its router and shared experts here; its routed
+    experts are reduced by a second reducer over the expert-data-parallel group (`chunk_expert_bytes`)."""
     h, d = m.hidden_size, m.head_dim
     norm = [h, h] if m.norm == "layernorm" else [h]
     sizes: list[int] = []
@@ -134,12 +143,28 @@ def chunk_tensor_bytes(
         sizes.append(m.vocab_size * h)
         if m.position_embedding == "learned":
             sizes.append(m.max_position_embeddings * h)
-    mlp = [h * m.ffn_size // tp] * (2 if m.activation == "swiglu" else 1) + [m.ffn_size * h // tp]
-    for _ in range(layers):
+    mlp = _mlp_tensors(m, m.ffn_size, tp)
+    moe = [h * m.num_experts] + _mlp_tensors(m, m.expert_ffn_size, tp) * m.n_shared_experts
+    for layer in range(first_layer, first_layer + layers):
         sizes += [*norm, h * h // tp, h * m.kv_heads * d // tp, h * m.kv_heads * d // tp, h * h // tp]
-        sizes += norm + mlp
+        sizes += norm + (moe if m.is_moe_layer(layer) else mlp)
     if has_head:
         sizes += norm
         if not (m.tie_word_embeddings and has_embedding):
             sizes.append(m.vocab_size * h)
     return [n * dtype_bytes for n in sizes]
+
+
+def _mlp_tensors(m: Model, width: int, tp: int) -> list[int]:
+    """One MLP's matrices on one tp rank (SwiGLU: gate, up, down; GELU: fc1, fc2)."""
+    h = m.hidden_size
+    return [h * width // tp] * (2 if m.activation == "swiglu" else 1) + [width * h // tp]
+
+
+def chunk_expert_bytes(
+    m: Model, tp: int, ep: int, *, first_layer: int, layers: int, dtype_bytes: int = 4
+) -> int:
+    """Bytes of the routed-expert gradients of a chunk on one rank (E / ep experts per MoE layer, each split
+    over tp): one bucket of the expert reducer (torch DDP's one-bucket-per-chunk rule, `ddp_bucket_bytes`)."""
+    moe_layers = moe_layer_count(m, first_layer, layers)
+    return moe_layers * (m.num_experts // ep) * sum(_mlp_tensors(m, m.expert_ffn_size, tp)) * dtype_bytes

@@ -10,8 +10,9 @@ import pytest
 
 from plancast.simulator.costs.collectives import Level, Link, all_to_all_seconds
 from plancast.simulator.costs.memory import rank_memory
+from plancast.simulator.costs.model_flops import model_flops_per_token
 from plancast.simulator.costs.moe import DROPLESS_IMBALANCE, moe_block_forward
-from plancast.simulator.costs.ops import Shape, model_flops_per_token
+from plancast.simulator.costs.ops import Shape
 from plancast.simulator.loader import parse_scenario
 from plancast.simulator.predict import simulate
 from plancast.simulator.scenario import Scenario
@@ -124,3 +125,17 @@ def test_dropless_experts_cost_the_imbalance_factor_and_capacity_the_padding() -
     capped = _scenario(model={"moe_capacity_factor": 1.0})
     gemm = [op for op in moe_block_forward(Shape.of(capped), capped.model, 2) if op.name == "expert_gate_up"]
     assert gemm[0].flops == pytest.approx(2 * rows * 64 * 2 * 64)
+
+
+@pytest.mark.parametrize(("ep", "expert_buckets"), [(2, 1), (8, 0)])
+def test_expert_gradients_are_reduced_over_edp_after_the_dense_ones(ep: int, expert_buckets: int) -> None:
+    """dp 8: ep 2 leaves 4 replicas of each expert (one more all-reduce per chunk, of the rank's experts'
+    gradients); ep 8 leaves one (no expert reduction)."""
+    s = _scenario(model={"num_local_experts": 8}, parallelism={"expert_parallel_degree": ep})
+    ev = _events(s)
+    dp = ev[(ev["stream"] == "dp") & (ev["rank"] == 0)].sort_values("index")
+    assert len(dp) == 1 + expert_buckets
+    if expert_buckets:
+        swiglu_expert = 3 * 64 * 64 * 4  # fp32 gradients of one expert's three matrices
+        assert dp["bytes"].iloc[-1] == 3 * (8 // ep) * swiglu_expert  # 3 MoE layers, 8 / ep experts each
+        assert dp["index"].tolist() == [0, 1]

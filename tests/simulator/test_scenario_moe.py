@@ -106,3 +106,12 @@ def test_moe_keys_on_a_dense_model_warn(tmp_path: Path) -> None:
     code, _out, err = cli_main("validate", str(_write(tmp_path, data)))
     assert code == 0, err
     assert "model.num_experts_per_tok is ignored: num_local_experts is unset" in err
+
+
+def test_zero_with_one_replica_but_context_parallel_does_not_warn(tmp_path: Path) -> None:
+    """ZeRO shards the dense states over dp x cp: with dp 1 and cp 4 it still shards over 4 ranks."""
+    data = _with("parallelism", expert_parallel_degree=1, context_parallel_degree=4, zero_stage=1)
+    data["training"] = {**MOE["training"], "seq_len": 2048, "global_batch_size": 1}
+    code, _out, err = cli_main("validate", str(_write(tmp_path, data)))
+    assert code == 0, err
+    assert "shards nothing" not in err
