@@ -72,6 +72,25 @@ PLANS: dict[str, dict[str, Any]] = {
         "recompute": "full",
     },
     "moe-pp2": {"parallelism": {"pipeline_parallel_degree": 2}, "world": 2, "model": MOE},
+    "moe-ep2xdp2": {
+        "parallelism": {"data_parallel_degree": 4, "expert_parallel_degree": 2},
+        "world": 4,
+        "model": MOE,
+    },
+}
+
+# Context parallel: the runtime reduces dense gradients over dp x cp (docs/moe.md; with cp = 2 and
+# dp = 1 the ranks' gradients differ, tests/distributed/test_moe_cp.py) and ZeRO-1 broadcasts once per
+# dp x cp rank; the simulator's engine still keys both on dp alone. Strict: a fix makes these fail
+# until they move into PLANS.
+CP_PLANS: dict[str, dict[str, Any]] = {
+    "cp2": {"parallelism": {"context_parallel_degree": 2}, "world": 2},
+    "cp2-full-recompute": {"parallelism": {"context_parallel_degree": 2}, "world": 2, "recompute": "full"},
+    "cp2-pp2": {"parallelism": {"context_parallel_degree": 2, "pipeline_parallel_degree": 2}, "world": 4},
+    "cp2xdp2-zero1": {
+        "parallelism": {"context_parallel_degree": 2, "data_parallel_degree": 2, "zero_stage": 1},
+        "world": 4,
+    },
 }
 
 
@@ -102,9 +121,16 @@ def predicted_keys(s: Scenario) -> pd.DataFrame:
     )
 
 
-@pytest.mark.parametrize("plan", PLANS)
+_CP_GAP = pytest.mark.xfail(
+    strict=True, reason="simulator engine: dense gradients over dp only, not dp_cp (see CP_PLANS)"
+)
+
+
+@pytest.mark.parametrize(
+    "plan", [*PLANS, *(pytest.param(name, marks=_CP_GAP) for name in CP_PLANS)]
+)
 def test_predicted_events_equal_the_runtimes(plan: str) -> None:
-    s = scenario(PLANS[plan])
+    s = scenario({**PLANS, **CP_PLANS}[plan])
     expected = expected_event_keys(s)
     predicted = predicted_keys(s)
     merged = expected.astype(str).merge(predicted.astype(str), how="outer", indicator=True)
