@@ -33,7 +33,8 @@ class _Key:
 
 
 def chunk_param_bytes(scenario: Scenario, chunk: Chunk, dtype_bytes: int = 4) -> list[int]:
-    """Bytes of each local parameter of ``chunk`` in registration order (tensor-parallel shards local)."""
+    """Bytes of each local dense parameter of ``chunk`` in registration order (tensor-parallel shards
+    local; an MoE layer's router and shared experts included, its routed experts not)."""
     return chunk_tensor_bytes(
         scenario.model,
         scenario.tp,
@@ -41,40 +42,24 @@ def chunk_param_bytes(scenario: Scenario, chunk: Chunk, dtype_bytes: int = 4) ->
         has_embedding=chunk.has_embedding,
         has_head=chunk.has_head,
         dtype_bytes=dtype_bytes,
+        first_layer=chunk.first_layer,
     )
 
 
 def chunk_dense_expert_bytes(
     scenario: Scenario, chunk: Chunk, dtype_bytes: int = 4
 ) -> tuple[list[int], list[int]]:
-    """Bytes of a chunk's parameters in registration order: (dense ones, this rank's routed experts).
+    """Bytes of a chunk's parameters in registration order: (dense ones, this rank's routed experts').
 
-    A dense model's chunk is ``chunk_param_bytes``; an MoE layer (runtime/moe.py) replaces the MLP by
-    its router, then the routed experts (reduced by their own DDP reducer, runtime/parallel/ep.py),
-    then the shared experts.
+    The routed experts are reduced by their own DDP reducer (runtime/parallel/ep.py), which sees each
+    expert's matrices (SwiGLU: up, gate, down; GELU: up, down) layer by layer.
     """
     m = scenario.model
-    if not m.num_local_experts:
-        return chunk_param_bytes(scenario, chunk, dtype_bytes), []
-    h, ep = m.hidden_size, scenario.parallelism.expert_parallel_degree
     matrices = 3 if m.activation == "swiglu" else 2
-    width = m.moe_intermediate_size or m.ffn_size
-    dense: list[int] = []
-    experts: list[int] = []
-    for layer in range(chunk.first_layer, chunk.last_layer):
-        one_layer = Chunk(chunk.stage, chunk.chunk, layer, layer + 1, False, False)
-        block = chunk_param_bytes(scenario, one_layer, dtype_bytes)
-        if layer < m.first_k_dense_replace:
-            dense += block
-            continue
-        dense += [*block[:-matrices], m.num_local_experts * h * dtype_bytes]  # norms, attention, router
-        experts += [h * width * dtype_bytes] * (matrices * (m.num_local_experts // ep))
-        if m.n_shared_experts:
-            dense += [h * width * m.n_shared_experts * dtype_bytes] * matrices
-    no_layers = Chunk(chunk.stage, chunk.chunk, 0, 0, chunk.has_embedding, chunk.has_head)
-    ends = chunk_param_bytes(scenario, no_layers, dtype_bytes)
-    embedding = (2 if m.position_embedding == "learned" else 1) if chunk.has_embedding else 0
-    return ends[:embedding] + dense + ends[embedding:], experts
+    moe_layers = sum(1 for layer in range(chunk.first_layer, chunk.last_layer) if m.is_moe_layer(layer))
+    local_experts = m.num_experts // scenario.ep if m.is_moe else 0
+    expert = [m.hidden_size * m.expert_ffn_size * dtype_bytes] * matrices
+    return chunk_param_bytes(scenario, chunk, dtype_bytes), expert * (local_experts * moe_layers)
 
 
 def _tp(plan: RankPlan, part: Part, phase: Phase) -> list[str]:
