@@ -136,11 +136,11 @@ def _moe_cp_pass(plan: RankPlan, c: Chunk, phase: Phase) -> list[tuple[str, str]
 def _ddp_buckets(plan: RankPlan, c: Chunk) -> int:
     """Gradient buckets of one chunk: dense ones over dp x cp, then the routed experts' (edp)."""
     s, grid = plan.scenario, plan.grid
-    cap = s.parallelism.ddp_bucket_cap_MiB
     dense, experts = chunk_dense_expert_bytes(s, c)
-    n = len(ddp_bucket_bytes(dense, cap))  # torch DDP, never rebuilt
+    # torch DDP driven through the bare module keeps its first, unlimited bucket: the cap never applies
+    n = len(ddp_bucket_bytes(dense, None))
     if experts and len(grid.group("edp", plan.rank)) > 1:
-        n += len(ddp_bucket_bytes(experts, cap))
+        n += len(ddp_bucket_bytes(experts, None))
     return n
 
 
