@@ -16,6 +16,7 @@ from plancast.runtime.plan import Chunk, RankPlan, rank_plan
 from plancast.simulator.costs.params import chunk_tensor_bytes
 from plancast.simulator.costs.tp_comm import Part, Phase, ddp_bucket_bytes, tp_collectives
 from plancast.simulator.scenario import Scenario
+from plancast.simulator.schedules import Action
 
 KEY_COLUMNS = ["rank", "step", "stream", "kind", "stage", "chunk", "microbatch", "index", "peer"]
 
@@ -32,7 +33,8 @@ class _Key:
 
 
 def chunk_param_bytes(scenario: Scenario, chunk: Chunk, dtype_bytes: int = 4) -> list[int]:
-    """Bytes of each local parameter of ``chunk`` in registration order (tensor-parallel shards local)."""
+    """Bytes of each local dense parameter of ``chunk`` in registration order (tensor-parallel shards
+    local; an MoE layer's router and shared experts included, its routed experts not)."""
     return chunk_tensor_bytes(
         scenario.model,
         scenario.tp,
@@ -40,7 +42,24 @@ def chunk_param_bytes(scenario: Scenario, chunk: Chunk, dtype_bytes: int = 4) ->
         has_embedding=chunk.has_embedding,
         has_head=chunk.has_head,
         dtype_bytes=dtype_bytes,
+        first_layer=chunk.first_layer,
     )
+
+
+def chunk_dense_expert_bytes(
+    scenario: Scenario, chunk: Chunk, dtype_bytes: int = 4
+) -> tuple[list[int], list[int]]:
+    """Bytes of a chunk's parameters in registration order: (dense ones, this rank's routed experts').
+
+    The routed experts are reduced by their own DDP reducer (runtime/parallel/ep.py), which sees each
+    expert's matrices (SwiGLU: up, gate, down; GELU: up, down) layer by layer.
+    """
+    m = scenario.model
+    matrices = 3 if m.activation == "swiglu" else 2
+    moe_layers = sum(1 for layer in range(chunk.first_layer, chunk.last_layer) if m.is_moe_layer(layer))
+    local_experts = m.num_experts // scenario.ep if m.is_moe else 0
+    expert = [m.hidden_size * m.expert_ffn_size * dtype_bytes] * matrices
+    return chunk_param_bytes(scenario, chunk, dtype_bytes), expert * (local_experts * moe_layers)
 
 
 def _tp(plan: RankPlan, part: Part, phase: Phase) -> list[str]:
@@ -99,16 +118,48 @@ class _FsdpState:
         return gathers + ["reduce_scatter"] * len(self.units)
 
 
+def _moe_cp_pass(plan: RankPlan, c: Chunk, phase: Phase) -> list[tuple[str, str]]:
+    """(stream, kind) of the expert all-to-alls and context-parallel K/V exchanges of one pass through
+    chunk ``c`` (docs/moe.md): per MoE layer dispatch and combine (their gradients in backward), per
+    attention layer one K/V all-gather forward, one dK/dV reduce-scatter backward."""
+    p, m = plan.scenario.parallelism, plan.scenario.model
+    layers = c.last_layer - c.first_layer
+    out: list[tuple[str, str]] = []
+    if p.expert_parallel_degree > 1 and m.num_local_experts:
+        moe_layers = sum(1 for i in range(c.first_layer, c.last_layer) if i >= m.first_k_dense_replace)
+        out += [("ep", "all_to_all")] * (2 * moe_layers)
+    if p.context_parallel_degree > 1:
+        out += [("cp", "all_gather" if phase == "forward" else "reduce_scatter")] * layers
+    return out
+
+
+def _ddp_buckets(plan: RankPlan, c: Chunk) -> int:
+    """Gradient buckets of one chunk: dense ones over dp x cp, then the routed experts' (edp)."""
+    s, grid = plan.scenario, plan.grid
+    dense, experts = chunk_dense_expert_bytes(s, c)
+    # torch DDP driven through the bare module keeps its first, unlimited bucket: the cap never applies
+    n = len(ddp_bucket_bytes(dense, None))
+    if experts and len(grid.group("edp", plan.rank)) > 1:
+        n += len(ddp_bucket_bytes(experts, None))
+    return n
+
+
 def _rank_keys(plan: RankPlan) -> list[_Key]:
     s = plan.scenario
     recompute = s.training.recompute == "full"
     fsdp = s.fsdp
     states = {c.stage: _FsdpState(plan, c) for c in plan.chunks} if fsdp else {}
     last_b = {a.stage: i for i, a in enumerate(plan.actions) if a.kind == "B"}
+    dense_ranks = plan.grid.dp * plan.grid.cp  # dense gradients: data x context parallel (docs/moe.md)
     keys: list[_Key] = []
 
     def comm(kinds: list[str], stream: str, stage: int, chunk: int, mb: int) -> None:
         keys.extend(_Key(stream, k, stage, chunk, mb) for k in kinds)
+
+    def moe_cp(a: Action, c: Chunk, phase: Phase) -> None:
+        keys.extend(
+            _Key(stream, k, a.stage, a.chunk, a.microbatch) for stream, k in _moe_cp_pass(plan, c, phase)
+        )
 
     for i, a in enumerate(plan.actions):
         c = plan.chunk_of_stage(a.stage)
@@ -119,6 +170,7 @@ def _rank_keys(plan: RankPlan) -> list[_Key]:
             keys.append(_Key("compute", "forward", a.stage, a.chunk, a.microbatch))
             comm(states[a.stage].forward() if fsdp else [], "dp", a.stage, a.chunk, a.microbatch)
             comm(_tp_pass(plan, c, "forward"), "tp", a.stage, a.chunk, a.microbatch)
+            moe_cp(a, c, "forward")
             if not last_stage and plan.holder(a.stage + 1) != plan.rank:
                 keys.append(_Key("pp", "send", a.stage, a.chunk, a.microbatch, plan.holder(a.stage + 1), 0))
         elif a.kind == "B":
@@ -128,15 +180,16 @@ def _rank_keys(plan: RankPlan) -> list[_Key]:
                 keys.append(_Key("compute", "recompute", a.stage, a.chunk, a.microbatch))
                 comm(states[a.stage].forward() if fsdp else [], "dp", a.stage, a.chunk, a.microbatch)
                 comm(_tp_pass(plan, c, "forward"), "tp", a.stage, a.chunk, a.microbatch)
+                moe_cp(a, c, "forward")
             kind = "backward_input" if plan.split_backward else "backward"
             keys.append(_Key("compute", kind, a.stage, a.chunk, a.microbatch))
             first_stage_split = plan.split_backward and a.stage == 0  # its whole backward runs in W
             if not first_stage_split:
                 comm(_tp_pass(plan, c, "backward"), "tp", a.stage, a.chunk, a.microbatch)
+                moe_cp(a, c, "backward")
             comm(states[a.stage].backward() if fsdp else [], "dp", a.stage, a.chunk, a.microbatch)
-            if s.dp > 1 and not fsdp and last_b[a.stage] == i:
-                n = len(ddp_bucket_bytes(chunk_param_bytes(s, c), None))  # torch DDP, never rebuilt
-                comm(["all_reduce"] * n, "dp", a.stage, a.chunk, -1)
+            if dense_ranks > 1 and not fsdp and last_b[a.stage] == i:
+                comm(["all_reduce"] * _ddp_buckets(plan, c), "dp", a.stage, a.chunk, -1)
             if a.stage > 0 and plan.holder(a.stage - 1) != plan.rank:
                 keys.append(_Key("pp", "send", a.stage, a.chunk, a.microbatch, plan.holder(a.stage - 1), 1))
         else:
@@ -150,16 +203,16 @@ def _rank_keys(plan: RankPlan) -> list[_Key]:
         if peer is not None:
             keys.append(_Key("pp", "all_reduce", c.stage, c.chunk, -1, peer))
     keys.append(_Key("compute", "optimizer", -1, -1, -1))
-    if s.dp > 1 and s.parallelism.zero_stage == 1:
+    if dense_ranks > 1 and s.parallelism.zero_stage == 1:
         for c in plan.chunks:
-            comm(["broadcast"] * s.dp, "dp", c.stage, c.chunk, -1)
+            comm(["broadcast"] * dense_ranks, "dp", c.stage, c.chunk, -1)
     return keys
 
 
 def expected_event_keys(scenario: Scenario, steps: int = 1) -> pd.DataFrame:
     """Every event key (``KEY_COLUMNS``) a measured run of ``steps`` steps must produce, sorted."""
     rows = []
-    for rank in range(scenario.tp * scenario.pp * scenario.dp):
+    for rank in range(scenario.tp * scenario.pp * scenario.dp * scenario.parallelism.context_parallel_degree):
         plan = rank_plan(scenario, rank)
         counts: dict[tuple[str, str, int, int, int], int] = {}
         for k in _rank_keys(plan):

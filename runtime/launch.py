@@ -75,8 +75,10 @@ def plan_launch(
     rdzv_endpoint: str | None,
 ) -> LaunchPlan:
     """Check the launch options against the scenario (pure); LaunchError says what to change."""
-    world = scenario.tp * scenario.pp * scenario.dp
+    world = scenario.tp * scenario.pp * scenario.dp * scenario.cp
     need = f"tp*pp*dp = {scenario.tp}*{scenario.pp}*{scenario.dp} = {world}"
+    if scenario.cp > 1:
+        need = f"tp*pp*dp*cp = {scenario.tp}*{scenario.pp}*{scenario.dp}*{scenario.cp} = {world}"
     if nnodes < 1:
         raise LaunchError(f"--nnodes must be at least 1, got {nnodes}")
     if not 0 <= node_rank < nnodes:

@@ -17,12 +17,14 @@ from __future__ import annotations
 import math
 import zlib
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F  # noqa: N812  (the torch convention)
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from plancast.runtime.moe import MoE, MoEConfig
 from plancast.simulator.scenario import Scenario
 
 
@@ -43,6 +45,8 @@ class ModelConfig:
     tie_embeddings: bool
     selective_recompute: bool = False
     """Recompute the attention core in backward (Korthikanti et al. 2022, "selective")."""
+    moe: MoEConfig | None = None
+    """Mixture-of-experts feed-forward (runtime/moe.py); None for a dense model."""
 
     @property
     def head_dim(self) -> int:
@@ -79,7 +83,23 @@ class ModelConfig:
             max_positions=m.max_position_embeddings,
             tie_embeddings=m.tie_word_embeddings,
             selective_recompute=scenario.training.recompute == "selective",
+            moe=_moe_config(scenario),
         )
+
+
+def _moe_config(scenario: Scenario) -> MoEConfig | None:
+    m = scenario.model
+    if not m.num_local_experts:
+        return None
+    return MoEConfig(
+        num_experts=m.num_local_experts,
+        top_k=m.num_experts_per_tok,
+        expert_ffn_size=m.moe_intermediate_size or m.ffn_size,
+        num_shared=m.n_shared_experts,
+        first_dense=m.first_k_dense_replace,
+        aux_loss_coef=m.router_aux_loss_coef,
+        capacity_factor=m.moe_capacity_factor,
+    )
 
 
 def _norm(cfg: ModelConfig) -> nn.Module:
@@ -88,18 +108,38 @@ def _norm(cfg: ModelConfig) -> nn.Module:
     return nn.LayerNorm(cfg.hidden_size, eps=1e-5)
 
 
-def rotary(x: torch.Tensor, base: float = 10000.0) -> torch.Tensor:
-    """Rotary position embedding (Su et al. 2021, arXiv 2104.09864) on ``x`` of shape (b, heads, s, d)."""
+def rotary(x: torch.Tensor, base: float = 10000.0, positions: torch.Tensor | None = None) -> torch.Tensor:
+    """Rotary position embedding (Su et al. 2021, arXiv 2104.09864) on ``x`` of shape (b, heads, s, d).
+
+    ``positions``: the global position of each of the s tokens (context parallel), default 0..s-1.
+    """
     seq, dim = x.shape[-2], x.shape[-1]
     inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, device=x.device, dtype=torch.float32) / dim))
-    angles = torch.outer(torch.arange(seq, device=x.device, dtype=torch.float32), inv_freq)
+    pos = torch.arange(seq, device=x.device) if positions is None else positions
+    angles = torch.outer(pos.to(torch.float32), inv_freq)
     cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
     x1, x2 = x[..., 0::2], x[..., 1::2]
     return torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).flatten(-2)
 
 
-def _attention_core(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+def _attention_core(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None
+) -> torch.Tensor:
+    if mask is None:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+class ContextHook(Protocol):
+    """Context parallelism's view of one rank's sequence shard (runtime/parallel/cp.py)."""
+
+    positions: torch.Tensor
+    """Global position of each local token."""
+    mask: torch.Tensor
+    """(local queries, gathered keys) bool: True where a query may attend (causal in global positions)."""
+
+    def gather_kv(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Every rank's K and V along the sequence, in the order ``mask`` expects."""
 
 
 class Attention(nn.Module):
@@ -113,6 +153,8 @@ class Attention(nn.Module):
         self.wk = nn.Linear(cfg.hidden_size, cfg.num_kv_heads * d, bias=False)
         self.wv = nn.Linear(cfg.hidden_size, cfg.num_kv_heads * d, bias=False)
         self.wo = nn.Linear(cfg.num_heads * d, cfg.hidden_size, bias=False)
+        self.context: ContextHook | None = None
+        """Set by ``runtime.parallel.cp`` when the sequence is split over context-parallel ranks."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, s = x.shape[0], x.shape[1]
@@ -120,28 +162,34 @@ class Attention(nn.Module):
         q = self.wq(x).view(b, s, -1, d).transpose(1, 2)
         k = self.wk(x).view(b, s, -1, d).transpose(1, 2)
         v = self.wv(x).view(b, s, -1, d).transpose(1, 2)
+        ctx, mask = self.context, None
         if self.cfg.position_embedding == "rope":
-            q, k = rotary(q), rotary(k)
+            positions = ctx.positions if ctx is not None else None
+            q, k = rotary(q, positions=positions), rotary(k, positions=positions)
+        if ctx is not None:
+            k, v = ctx.gather_kv(k, v)
+            mask = ctx.mask
         groups = q.shape[1] // k.shape[1]
         if groups > 1:
             k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
         if self.cfg.selective_recompute and torch.is_grad_enabled():
-            out = checkpoint(_attention_core, q, k, v, use_reentrant=False)
+            out = checkpoint(_attention_core, q, k, v, mask, use_reentrant=False)
         else:
-            out = _attention_core(q, k, v)
+            out = _attention_core(q, k, v, mask)
         return self.wo(out.transpose(1, 2).reshape(b, s, -1))
 
 
 class MLP(nn.Module):
     """GELU (two matrices, GPT) or SwiGLU (three, Llama; Shazeer 2020, arXiv 2002.05202)."""
 
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: ModelConfig, ffn_size: int | None = None) -> None:
         super().__init__()
+        ffn = cfg.ffn_size if ffn_size is None else ffn_size
         self.swiglu = cfg.activation == "swiglu"
-        self.up = nn.Linear(cfg.hidden_size, cfg.ffn_size, bias=False)
+        self.up = nn.Linear(cfg.hidden_size, ffn, bias=False)
         if self.swiglu:
-            self.gate = nn.Linear(cfg.hidden_size, cfg.ffn_size, bias=False)
-        self.down = nn.Linear(cfg.ffn_size, cfg.hidden_size, bias=False)
+            self.gate = nn.Linear(cfg.hidden_size, ffn, bias=False)
+        self.down = nn.Linear(ffn, cfg.hidden_size, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.swiglu:
@@ -150,14 +198,22 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    """Pre-norm transformer block: x + attn(norm(x)), then x + mlp(norm(x))."""
+    """Pre-norm transformer block: x + attn(norm(x)), then x + mlp(norm(x)).
 
-    def __init__(self, cfg: ModelConfig) -> None:
+    The feed-forward is an MoE layer (this rank's ``ep_rank``-th share of its experts) when the model
+    has experts and ``layer`` is past its first dense layers.
+    """
+
+    def __init__(self, cfg: ModelConfig, layer: int = 0, ep_rank: int = 0, ep: int = 1) -> None:
         super().__init__()
         self.attn_norm = _norm(cfg)
         self.attn = Attention(cfg)
         self.mlp_norm = _norm(cfg)
-        self.mlp = MLP(cfg)
+        self.mlp: nn.Module = (
+            MLP(cfg)
+            if cfg.moe is None or not cfg.moe.is_moe_layer(layer)
+            else MoE(cfg.hidden_size, cfg.moe, lambda ffn: MLP(cfg, ffn), ep_rank=ep_rank, ep=ep)
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.attn(self.attn_norm(x))
@@ -173,11 +229,16 @@ class Embedding(nn.Module):
         self.pos = (
             nn.Embedding(cfg.max_positions, cfg.hidden_size) if cfg.position_embedding == "learned" else None
         )
+        self.positions: torch.Tensor | None = None
+        """Global positions of the tokens (set by ``runtime.parallel.cp``); None = 0..s-1."""
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         x = self.tok(tokens)
         if self.pos is not None:
-            x = x + self.pos(torch.arange(tokens.shape[1], device=tokens.device))
+            positions = self.positions
+            if positions is None:
+                positions = torch.arange(tokens.shape[1], device=tokens.device)
+            x = x + self.pos(positions)
         return x
 
 
@@ -200,7 +261,8 @@ class Decoder(nn.Module):
     when the chunk holds the head. With tied embeddings the head's weight *is* ``embed.tok.weight``
     when both live in this chunk; a last chunk without the embedding keeps its own copy under the
     same name (``head.output.weight`` initialised as ``embed.tok.weight``), which the pipeline keeps
-    in sync by summing the two gradients (Megatron-LM's embedding group).
+    in sync by summing the two gradients (Megatron-LM's embedding group). With experts, the MoE layers
+    hold expert-parallel rank ``ep_rank``'s share (of ``ep``) of the routed experts.
     """
 
     def __init__(
@@ -212,13 +274,17 @@ class Decoder(nn.Module):
         has_embedding: bool,
         has_head: bool,
         seed: int = 0,
+        ep_rank: int = 0,
+        ep: int = 1,
     ) -> None:
         super().__init__()
         if not 0 <= first_layer <= last_layer <= cfg.num_layers:
             raise ValueError(f"layer range [{first_layer}, {last_layer}) is outside 0..{cfg.num_layers}")
         self.cfg = cfg
         self.embed = Embedding(cfg) if has_embedding else None
-        self.layers = nn.ModuleDict({str(i): Block(cfg) for i in range(first_layer, last_layer)})
+        self.layers = nn.ModuleDict(
+            {str(i): Block(cfg, i, ep_rank, ep) for i in range(first_layer, last_layer)}
+        )
         self.head = Head(cfg) if has_head else None
         if self.head is not None and self.embed is not None and cfg.tie_embeddings:
             self.head.output.weight = self.embed.tok.weight

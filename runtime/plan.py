@@ -8,7 +8,7 @@ two views of one plan. Rank layout and schedule come from ``simulator.mesh`` and
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from plancast.simulator.mesh import Coord, RankGrid
 from plancast.simulator.scenario import Scenario
@@ -58,9 +58,8 @@ class RankPlan:
         raise KeyError(f"rank {self.rank} holds no stage {stage}")
 
     def holder(self, stage: int) -> int:
-        """Global rank holding virtual stage ``stage`` on this rank's (dp, tp) pipeline."""
-        here = self.coord
-        return self.grid.rank(Coord(pp=stage % self.grid.pp, dp=here.dp, tp=here.tp))
+        """Global rank holding virtual stage ``stage`` on this rank's (dp, cp, tp) pipeline."""
+        return self.grid.rank(replace(self.coord, pp=stage % self.grid.pp))
 
     def tie_peer(self, chunk: Chunk) -> int | None:
         """The rank holding the other copy of the tied embedding, when it lives on another rank."""
@@ -84,13 +83,15 @@ def layer_ranges(scenario: Scenario) -> list[tuple[int, int]]:
 
 def check_runtime_support(scenario: Scenario, world_size: int) -> None:
     """Raise PlanError for plans the runtime cannot execute on ``world_size`` ranks."""
-    tp, pp, dp = scenario.tp, scenario.pp, scenario.dp
+    tp, pp, dp, cp = scenario.tp, scenario.pp, scenario.dp, scenario.parallelism.context_parallel_degree
     m = scenario.model
-    if tp * pp * dp != world_size:
+    if tp * pp * dp * cp != world_size:
         raise PlanError(
-            f"tensor_parallel_degree * pipeline_parallel_degree * data_parallel_degree = {tp}*{pp}*{dp} "
-            f"= {tp * pp * dp}, but {world_size} ranks were started; set --nproc-per-node/--nnodes to match"
+            "tensor_parallel_degree * pipeline_parallel_degree * data_parallel_degree * "
+            f"context_parallel_degree = {tp}*{pp}*{dp}*{cp} = {tp * pp * dp * cp}, but {world_size} ranks "
+            "were started; set --nproc-per-node/--nnodes to match"
         )
+    check_moe_cp_support(scenario)
     if m.num_attention_heads % tp or m.kv_heads % tp:
         raise PlanError(
             f"model.num_attention_heads ({m.num_attention_heads}) and num_key_value_heads ({m.kv_heads}) "
@@ -109,9 +110,10 @@ def check_runtime_support(scenario: Scenario, world_size: int) -> None:
         raise PlanError(
             "training.global_batch_size must be a multiple of micro_batch_size * data_parallel_degree"
         )
-    if splits_backward(scenario.parallelism.pipeline_parallel_schedule) and dp > 1:
+    if splits_backward(scenario.parallelism.pipeline_parallel_schedule) and dp * cp > 1:
         raise PlanError(
-            "pipeline_parallel_schedule = 'ZeroBubble' runs with data_parallel_degree = 1 only "
+            "pipeline_parallel_schedule = 'ZeroBubble' runs with data_parallel_degree = 1 and "
+            "context_parallel_degree = 1 only "
             "(DDP/FSDP gradient hooks do not see a split weight-gradient pass); use 1F1B for dp > 1"
         )
     if scenario.parallelism.sequence_parallel and tp > 1 and dp > 1:
@@ -131,9 +133,54 @@ def check_runtime_support(scenario: Scenario, world_size: int) -> None:
         raise PlanError("parallelism.pipeline_layer_split: every virtual stage needs at least one layer")
 
 
+def check_moe_cp_support(scenario: Scenario) -> None:
+    """Raise PlanError for the expert- and context-parallel plans the runtime does not execute."""
+    p, m = scenario.parallelism, scenario.model
+    ep, cp = p.expert_parallel_degree, p.context_parallel_degree
+    if m.num_local_experts:
+        if scenario.tp > 1:
+            raise PlanError(
+                "model.num_local_experts with tensor_parallel_degree > 1: the runtime does not shard experts "
+                "over tensor parallel; set parallelism.tensor_parallel_degree = 1 "
+                "(use expert_parallel_degree)"
+            )
+        if scenario.dp > 1 and p.zero_stage > 0:
+            raise PlanError(
+                f"model.num_local_experts with parallelism.zero_stage = {p.zero_stage}: the runtime reduces "
+                "expert gradients with a second DDP reducer (ZeRO-0 only); set zero_stage = 0"
+            )
+        if cp > 1:
+            raise PlanError(
+                "model.num_local_experts with context_parallel_degree > 1: the runtime runs context "
+                "parallelism on dense models only; set parallelism.context_parallel_degree = 1"
+            )
+    elif ep > 1:
+        raise PlanError(
+            f"parallelism.expert_parallel_degree = {ep} needs a mixture-of-experts model; set "
+            "model.num_local_experts or expert_parallel_degree = 1"
+        )
+    if cp > 1 and scenario.tp > 1:
+        raise PlanError(
+            "context_parallel_degree > 1 with tensor_parallel_degree > 1 is not supported by the runtime; "
+            "set one of them to 1"
+        )
+    if cp > 1 and scenario.dp > 1 and p.zero_stage >= 2:
+        raise PlanError(
+            "context_parallel_degree > 1 with zero_stage 2/3 is not supported by the runtime "
+            "(FSDP2 would shard over data parallel only); use zero_stage 0 or 1"
+        )
+
+
 def rank_plan(scenario: Scenario, rank: int, world_size: int | None = None) -> RankPlan:
-    """The plan of global ``rank`` (``world_size`` defaults to tp * pp * dp)."""
-    grid = RankGrid(pp=scenario.pp, dp=scenario.dp, tp=scenario.tp)
+    """The plan of global ``rank`` (``world_size`` defaults to pp * dp * cp * tp)."""
+    p = scenario.parallelism
+    grid = RankGrid(
+        pp=scenario.pp,
+        dp=scenario.dp,
+        tp=scenario.tp,
+        cp=p.context_parallel_degree,
+        ep=p.expert_parallel_degree,
+    )
     check_runtime_support(scenario, grid.world_size if world_size is None else world_size)
     name = scenario.parallelism.pipeline_parallel_schedule
     schedule = build_schedule(name, scenario.pp, scenario.num_microbatches, scenario.vpp)

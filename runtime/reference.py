@@ -3,6 +3,8 @@
 A parallel run of the same scenario must reproduce its losses and parameters (fp32, deterministic):
 the distributed tests compare against it. Gradients are the mean over all micro-batches of all
 data-parallel ranks, exactly what DDP/FSDP averaging of 1/m-scaled micro-batch losses computes.
+MoE layers route with the same capacity (per micro-batch of one data-parallel rank) and drops as
+the expert-parallel run; context parallelism changes nothing here (the whole sequence is one rank's).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import torch
 
 from plancast.runtime.model import Decoder, ModelConfig, loss_fn, microbatch, synthetic_batch
+from plancast.runtime.moe import set_aux_loss_scale
 from plancast.runtime.trainer import LEARNING_RATE
 from plancast.simulator.scenario import Scenario
 
@@ -24,6 +27,8 @@ class ReferenceRun:
             cfg, 0, cfg.num_layers, has_embedding=True, has_head=True, seed=scenario.training.seed
         )
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=LEARNING_RATE)
+        # the aux loss enters each micro-batch's gradient as the cross-entropy does: / (m * dp)
+        set_aux_loss_scale(self.model, 1.0 / (scenario.num_microbatches * scenario.dp))
 
     def step(self, step: int) -> list[float]:
         """One optimizer step; returns the mean loss of each data-parallel rank's micro-batches."""

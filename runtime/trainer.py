@@ -17,6 +17,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.tensor import DTensor, Partial, Replicate
+from torch.nn.parallel import DistributedDataParallel
 
 from plancast.runtime.instrument import (
     CpuCapture,
@@ -28,16 +29,24 @@ from plancast.runtime.instrument import (
 )
 from plancast.runtime.memory import ActivationAccount, peak_memory
 from plancast.runtime.model import Decoder, ModelConfig, microbatch, synthetic_batch
+from plancast.runtime.moe import is_expert_param, set_aux_loss_scale
+from plancast.runtime.parallel.cp import apply_context_parallel, shard_sequence
 from plancast.runtime.parallel.dp import (
     backward_with_sync,
     localize_dtensor_params,
     wrap_ddp,
     zero1_optimizer,
 )
+from plancast.runtime.parallel.ep import (
+    ExpertParams,
+    apply_expert_parallel,
+    scale_expert_grads,
+)
 from plancast.runtime.parallel.fsdp import apply_fsdp
 from plancast.runtime.parallel.pp import PipelineExecutor, StageRunner
 from plancast.runtime.parallel.tp import apply_tensor_parallel, local_seq_len
 from plancast.runtime.plan import Chunk, RankPlan, rank_plan
+from plancast.simulator.mesh import GroupName
 from plancast.simulator.scenario import Scenario
 
 LEARNING_RATE = 1e-3
@@ -116,12 +125,13 @@ class Trainer:
             device_type=device.type,
         )
         self.activations = ActivationAccount()
+        self.groups = self._moe_cp_groups()
         tie_groups = self._tie_groups()
         self.chunks = [self._build_chunk(c, tie_groups) for c in self.plan.chunks]
         t = scenario.training
         shape = (
             t.micro_batch_size,
-            local_seq_len(t.seq_len, scenario.tp, scenario.parallelism.sequence_parallel),
+            local_seq_len(t.seq_len, scenario.tp, scenario.parallelism.sequence_parallel) // grid.cp,
             scenario.model.hidden_size,
         )
         self.executor = PipelineExecutor(
@@ -135,6 +145,17 @@ class Trainer:
         )
 
     # ------------------------------------------------------------------------------------ building
+    def _moe_cp_groups(self) -> dict[str, dist.ProcessGroup]:
+        """This rank's dense-gradient (``dp_cp``), expert-parallel and expert-data-parallel groups,
+        from the rank grid (every rank creates every group of an axis, in the same order)."""
+        grid, out = self.plan.grid, dict[str, dist.ProcessGroup]()
+        axes: list[GroupName] = ["dp_cp"] if grid.dp * grid.cp > 1 else []
+        axes += ["ep", "edp"] if self.scenario.model.is_moe else []
+        for axis in axes:
+            if len(grid.group(axis, self.plan.rank)) > 1:
+                out[axis], _ = dist.new_subgroups_by_enumeration([list(g) for g in grid.groups(axis)])
+        return out
+
     def _tie_groups(self) -> dict[int, dist.ProcessGroup]:
         """Groups {first-stage rank, last-stage rank} per (dp, tp) for tied embeddings across stages."""
         s, grid = self.scenario, self.plan.grid
@@ -149,8 +170,9 @@ class Trainer:
         return groups
 
     def _build_chunk(self, c: Chunk, tie_groups: dict[int, dist.ProcessGroup]) -> ChunkState:
-        s = self.scenario
+        s, grid = self.scenario, self.plan.grid
         cfg = ModelConfig.from_scenario(s)
+        ep_group = grid.group("ep", self.plan.rank) if cfg.moe is not None else (self.plan.rank,)
         model = Decoder(
             cfg,
             c.first_layer,
@@ -158,34 +180,28 @@ class Trainer:
             has_embedding=c.has_embedding,
             has_head=c.has_head,
             seed=s.training.seed,
+            ep_rank=ep_group.index(self.plan.rank),
+            ep=len(ep_group),
         ).to(self.device)
+        set_aux_loss_scale(model, 1.0 / s.num_microbatches)  # the loss is averaged over micro-batches
+        if "ep" in self.groups:
+            apply_expert_parallel(model, self.groups["ep"], self.recorder)
+        if grid.cp > 1:
+            cp_group = self.mesh["cp"].get_group()
+            apply_context_parallel(model, cp_group, s.training.seq_len, self.recorder, self.device)
         if s.tp > 1:
             apply_tensor_parallel(model, self.mesh["tp"], sequence_parallel=s.parallelism.sequence_parallel)
         zero, last_backward = s.parallelism.zero_stage, None
         if s.dp > 1 and zero >= 2:
             apply_fsdp(model, self.mesh["dp"], zero_stage=zero)
-        elif s.dp > 1:
-            if s.tp > 1:
-                localize_dtensor_params(model)
-            ids = (
-                [self.device.index] if self.device.type == "cuda" and self.device.index is not None else None
-            )
-            ddp = wrap_ddp(
-                model,
-                self.mesh["dp"].get_group(),
-                bucket_cap_mb=s.parallelism.ddp_bucket_cap_MiB,
-                stage=c.stage,
-                chunk=c.chunk,
-                device_ids=ids,
-                recorder=self.recorder,
-            )
-            last_backward = functools.partial(backward_with_sync, ddp)
+        elif "dp_cp" in self.groups:
+            last_backward = self._wrap_ddp(model, c)
         params = list(model.parameters())
         optimizer: torch.optim.Optimizer
-        if s.dp > 1 and zero == 1:
+        if "dp_cp" in self.groups and zero == 1:
             optimizer = zero1_optimizer(
                 params,
-                self.mesh["dp"].get_group(),
+                self.groups["dp_cp"],
                 LEARNING_RATE,
                 recorder=self.recorder,
                 stage=c.stage,
@@ -204,12 +220,34 @@ class Trainer:
             -1 if peer is None else peer,
         )
 
+    def _wrap_ddp(self, model: Decoder, c: Chunk) -> functools.partial[None]:
+        """DDP over the dense-gradient group; routed experts get a second reducer (expert data parallel)."""
+        s = self.scenario
+        if s.tp > 1:
+            localize_dtensor_params(model)
+        ids = [self.device.index] if self.device.type == "cuda" and self.device.index is not None else None
+        experts = [name for name, _ in model.named_parameters() if is_expert_param(name)]
+        DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(model, experts)
+        wrap = functools.partial(
+            wrap_ddp,
+            bucket_cap_mb=s.parallelism.ddp_bucket_cap_MiB,
+            stage=c.stage,
+            chunk=c.chunk,
+            device_ids=ids,
+            recorder=self.recorder,
+        )
+        reducers = [wrap(model, self.groups["dp_cp"])]
+        if experts and "edp" in self.groups:
+            reducers.append(wrap(ExpertParams(model), self.groups["edp"]))
+        return functools.partial(backward_with_sync, reducers)
+
     # ------------------------------------------------------------------------------------- running
     def step(self, step: int) -> StepOutput:
         """Run optimizer step ``step`` (0-based) and return its loss and measured events."""
         s, coord = self.scenario, self.plan.coord
         inputs, targets = synthetic_batch(s, step)
-        m = s.num_microbatches
+        m, cp = s.num_microbatches, self.plan.grid.cp
+        inputs, targets = shard_sequence(inputs, cp, coord.cp), shard_sequence(targets, cp, coord.cp)
         mb_in = [microbatch(s, inputs, coord.dp, j).to(self.device) for j in range(m)]
         mb_tg = [microbatch(s, targets, coord.dp, j).to(self.device) for j in range(m)]
         for c in self.chunks:
@@ -217,7 +255,9 @@ class Trainer:
         self.recorder.begin_step()
         with self.activations.track(p for c in self.chunks for p in c.runner.parameters):
             loss = self.executor.run(mb_in, mb_tg)
+        ep = len(self.plan.grid.group("ep", self.plan.rank)) if "ep" in self.groups else 1
         for c in self.chunks:
+            scale_expert_grads(c.model, 1.0 / ep)  # runtime/parallel/ep.py: 1/dp, not 1/edp
             self._reduce_partial_grads(c)
             self._sync_tied_embedding(c)
         with self.recorder.span(OPTIMIZER):
@@ -229,6 +269,10 @@ class Trainer:
                     c.optimizer.step()
         events = self.recorder.finish(step)
         last = any(c.chunk.has_head for c in self.chunks)
+        if last and self.plan.grid.cp > 1:  # the mean of the sequence shards' losses, after the step
+            shared = torch.tensor([loss], dtype=torch.float64)
+            dist.all_reduce(shared, group=self.mesh["cp"].get_group())
+            loss = float(shared) / self.plan.grid.cp
         return StepOutput(loss if last else None, events, self.recorder.work_end_s)
 
     def _reduce_partial_grads(self, c: ChunkState) -> None:

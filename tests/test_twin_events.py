@@ -17,6 +17,7 @@ from plancast.simulator.loader import parse_scenario
 from plancast.simulator.predict import simulate
 from plancast.simulator.scenario import Scenario
 
+MOE = {"preset": "tiny-gpt", "num_local_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 128}
 PLANS: dict[str, dict[str, Any]] = {
     "dp2": {"parallelism": {}, "world": 2},
     "dp2-bucketed": {
@@ -62,6 +63,34 @@ PLANS: dict[str, dict[str, Any]] = {
         "world": 8,
     },
     "pp2-zero2": {"parallelism": {"pipeline_parallel_degree": 2, "zero_stage": 2}, "world": 4},
+    # mixture of experts (docs/moe.md): expert all-to-alls inside the compute spans
+    "moe-ep2": {"parallelism": {"expert_parallel_degree": 2}, "world": 2, "model": MOE},
+    "moe-ep2-full-recompute": {
+        "parallelism": {"expert_parallel_degree": 2},
+        "world": 2,
+        "model": {**MOE, "first_k_dense_replace": 1},
+        "recompute": "full",
+    },
+    "moe-pp2": {"parallelism": {"pipeline_parallel_degree": 2}, "world": 2, "model": MOE},
+    "moe-ep2xdp2": {
+        "parallelism": {"data_parallel_degree": 4, "expert_parallel_degree": 2},
+        "world": 4,
+        "model": MOE,
+    },
+}
+
+# Context parallel: the runtime reduces dense gradients over dp x cp (docs/moe.md; with cp = 2 and
+# dp = 1 the ranks' gradients differ, tests/distributed/test_moe_cp.py) and ZeRO-1 broadcasts once per
+# dp x cp rank; the simulator's engine still keys both on dp alone. Strict: a fix makes these fail
+# until they move into PLANS.
+CP_PLANS: dict[str, dict[str, Any]] = {
+    "cp2": {"parallelism": {"context_parallel_degree": 2}, "world": 2},
+    "cp2-full-recompute": {"parallelism": {"context_parallel_degree": 2}, "world": 2, "recompute": "full"},
+    "cp2-pp2": {"parallelism": {"context_parallel_degree": 2, "pipeline_parallel_degree": 2}, "world": 4},
+    "cp2xdp2-zero1": {
+        "parallelism": {"context_parallel_degree": 2, "data_parallel_degree": 2, "zero_stage": 1},
+        "world": 4,
+    },
 }
 
 
@@ -92,9 +121,16 @@ def predicted_keys(s: Scenario) -> pd.DataFrame:
     )
 
 
-@pytest.mark.parametrize("plan", PLANS)
+_CP_GAP = pytest.mark.xfail(
+    strict=True, reason="simulator engine: dense gradients over dp only, not dp_cp (see CP_PLANS)"
+)
+
+
+@pytest.mark.parametrize(
+    "plan", [*PLANS, *(pytest.param(name, marks=_CP_GAP) for name in CP_PLANS)]
+)
 def test_predicted_events_equal_the_runtimes(plan: str) -> None:
-    s = scenario(PLANS[plan])
+    s = scenario({**PLANS, **CP_PLANS}[plan])
     expected = expected_event_keys(s)
     predicted = predicted_keys(s)
     merged = expected.astype(str).merge(predicted.astype(str), how="outer", indicator=True)

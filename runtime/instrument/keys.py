@@ -46,13 +46,19 @@ class SpanKey(NamedTuple):
 
 
 class Owner(NamedTuple):
-    """Whose collectives: a ``comm_scope``'s stream and key, or the compute span they are issued in."""
+    """Whose collectives: a ``comm_scope``'s stream and key, or the compute span they are issued in.
+
+    ``kind`` (when set) names the event instead of the op (a K/V gradient reduce-scatter however the
+    backend runs it), ``bytes`` its payload; the capture paths take both from here.
+    """
 
     stream: str
     stage: int
     chunk: int
     microbatch: int
     peer: int = -1
+    kind: str | None = None
+    bytes: int = 0
 
 
 Scope = SpanKey | Owner

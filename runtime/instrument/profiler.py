@@ -156,7 +156,7 @@ def collective_events(fn_events: Any, rank: int, step: int, scopes: Sequence[Sco
                 used[i] = True
                 start, end = ex.time_range.start, ex.time_range.end
                 break
-        kind = C10D_KINDS[op.name]
+        kind = owner.kind or C10D_KINDS[op.name]
         key = (owner.stream, kind, owner.stage, owner.chunk, owner.microbatch)
         index = counts[key] = counts.get(key, -1) + 1
         out.append(
@@ -173,6 +173,7 @@ def collective_events(fn_events: Any, rank: int, step: int, scopes: Sequence[Sco
                 microbatch=owner.microbatch,
                 index=index,
                 peer=owner.peer,
+                bytes=owner.bytes,
             )
         )
     return out

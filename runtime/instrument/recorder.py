@@ -13,6 +13,7 @@ step (``StepEvents.frame``), so the per-event cost inside the step is two marks 
 from __future__ import annotations
 
 import time
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -38,16 +39,33 @@ class _Scoped:
     def __enter__(self) -> None:
         rec = self._recorder
         rec._capture.enter(self._scope)
+        rec._open.append(self._scope)
         self._start = rec._mark() if isinstance(self._scope, SpanKey) else None
 
     def __exit__(self, *exc: object) -> None:
         rec = self._recorder
+        rec._open.pop()
         if self._start is not None:
             end = rec._mark()
             rec._capture.exit()
             rec._rows.append([self._scope, self._start, end])
         else:
             rec._capture.exit()
+
+
+class _Blocking:
+    """Context manager of ``StepRecorder.collective`` on the timer path: the row ends at exit."""
+
+    __slots__ = ("_done",)
+
+    def __init__(self, done: Completion) -> None:
+        self._done = done
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.done(None)
 
 
 @dataclass
@@ -66,6 +84,7 @@ class StepRecorder:
     _origin: Any = None
     _capture: Capture = TIMER_ONLY
     _p2p_futures: bool = True  # until a backend says point-to-point work has no future
+    _open: list[Scope] = field(default_factory=list)  # open spans and comm_scopes, innermost last
     work_end_s: float = 0.0
     """``time.perf_counter()`` when the last step's work was done (set by ``finish``)."""
 
@@ -94,6 +113,15 @@ class StepRecorder:
         """Attribute the collectives issued inside to (stream, stage, chunk, microbatch[, peer]) when the
         recorder captures them (``profiling``); a no-op otherwise."""
         return _Scoped(self, Owner(stream, stage, chunk, microbatch, peer))
+
+    def collective(self, stream: str, kind: str, bytes: int = 0) -> AbstractContextManager[None]:
+        """A blocking collective that plancast issues inside the innermost open span (an expert
+        all-to-all, a context-parallel K/V gather): recorded as ``kind`` on ``stream`` with that span's
+        stage, chunk and micro-batch, in every capture path (timed here, or attributed to the capture)."""
+        key = next((s for s in reversed(self._open) if isinstance(s, SpanKey)), SpanKey("none"))
+        if self.profiling:
+            return _Scoped(self, Owner(stream, key.stage, key.chunk, key.microbatch, -1, kind, bytes))
+        return _Blocking(self.open_collective(stream, kind, key.stage, key.chunk, key.microbatch, -1, bytes))
 
     def span(self, key: SpanKey) -> _Scoped:
         """Time the enclosed work as one event; collectives issued inside are attributed to ``key``."""
@@ -125,7 +153,14 @@ class StepRecorder:
         span[2] = self._mark()
 
     def open_collective(
-        self, stream: str, kind: str, stage: int = -1, chunk: int = -1, microbatch: int = -1, peer: int = -1
+        self,
+        stream: str,
+        kind: str,
+        stage: int = -1,
+        chunk: int = -1,
+        microbatch: int = -1,
+        peer: int = -1,
+        bytes: int = 0,
     ) -> Completion:
         """A collective issued now; ``index`` counts its key's collectives in issue order this step.
 
@@ -134,7 +169,7 @@ class StepRecorder:
         ident = (stream, kind, stage, chunk, microbatch)
         index = self._counts.get(ident, 0)
         self._counts[ident] = index + 1
-        row = [SpanKey(kind, stage, chunk, microbatch, stream, peer, 0, index), self._mark(), None]
+        row = [SpanKey(kind, stage, chunk, microbatch, stream, peer, bytes, index), self._mark(), None]
         self._rows.append(row)
         return Completion(self._mark, row)
 

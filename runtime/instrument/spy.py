@@ -30,8 +30,8 @@ FUNCOL_KINDS: dict[str, str] = {
     "_c10d_functional::broadcast": "broadcast",
 }
 
-Opener = Callable[[str, str, int, int, int, int], Completion]
-"""``StepRecorder.open_collective``: (stream, kind, stage, chunk, microbatch, peer) -> its row's end."""
+Opener = Callable[[str, str, int, int, int, int, int], Completion]
+"""``StepRecorder.open_collective``: (stream, kind, stage, chunk, microbatch, peer, bytes) -> its end."""
 
 
 class SpyCapture:
@@ -98,8 +98,10 @@ class CollectiveSpy(TorchDispatchMode):
         owner = self.owner("tp" if functional else "dp")
         if owner is None:
             return func(*args, **kwargs)
-        kind = FUNCOL_KINDS[name] if functional else C10D_KINDS[name]
-        done = self._open(owner.stream, kind, owner.stage, owner.chunk, owner.microbatch, owner.peer)
+        kind = owner.kind or (FUNCOL_KINDS[name] if functional else C10D_KINDS[name])
+        done = self._open(
+            owner.stream, kind, owner.stage, owner.chunk, owner.microbatch, owner.peer, owner.bytes
+        )
         out = func(*args, **kwargs)
         if functional:
             for tensor in out if isinstance(out, (list, tuple)) else [out]:

@@ -81,9 +81,12 @@ def wrap_ddp(
     return ddp
 
 
-def backward_with_sync(ddp: DistributedDataParallel, output: torch.Tensor, grad: torch.Tensor | None) -> None:
-    """The chunk's last backward: let the reducer all-reduce every bucket as gradients become ready."""
-    ddp.reducer.prepare_for_backward([output])
+def backward_with_sync(
+    ddps: list[DistributedDataParallel], output: torch.Tensor, grad: torch.Tensor | None
+) -> None:
+    """The chunk's last backward: let the reducers all-reduce every bucket as gradients become ready."""
+    for ddp in ddps:
+        ddp.reducer.prepare_for_backward([output])
     torch.autograd.backward(output, grad)
 
 

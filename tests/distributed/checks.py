@@ -7,7 +7,7 @@ from typing import Any
 import torch
 from torch.distributed.tensor import DTensor
 
-from plancast.runtime.instrument import CpuCapture
+from plancast.runtime.instrument import CaptureMode, CpuCapture, CpuTimer, StepRecorder
 from plancast.runtime.parallel.dp import canonical_name
 from plancast.runtime.reference import ReferenceRun
 from plancast.runtime.trainer import Trainer
@@ -56,8 +56,14 @@ def _full(t: torch.Tensor) -> torch.Tensor:
     return t.full_tensor() if isinstance(t, DTensor) else t
 
 
-def train_matches_reference(rank: int, world_size: int, data: dict[str, Any], steps: int = 3) -> None:
-    """Train ``steps`` steps in parallel and single-process; losses and parameters must agree."""
+def train_matches_reference(
+    rank: int, world_size: int, data: dict[str, Any], steps: int = 3, check_grads: bool = False
+) -> None:
+    """Train ``steps`` steps in parallel and single-process; losses and parameters must agree.
+
+    ``check_grads``: the first step's gradients must agree too (plain-tensor parameters only). AdamW
+    hides a gradient's scale from the parameters (its update is m / sqrt(v)), so a wrong averaging
+    factor shows in the gradients first."""
     scenario = load(data)
     trainer = Trainer(scenario, rank, world_size, torch.device("cpu"), instrument=False)
     reference = ReferenceRun(scenario)
@@ -69,6 +75,8 @@ def train_matches_reference(rank: int, world_size: int, data: dict[str, Any], st
             assert abs(out.loss - expected) < TOLERANCE, (
                 f"rank {rank} step {step}: loss {out.loss} != {expected}"
             )
+        if check_grads and step == 0:
+            grads_match_reference(rank, trainer, reference)
     checked = 0
     for chunk in trainer.chunks:
         for name, _param in chunk.model.named_parameters():
@@ -81,18 +89,43 @@ def train_matches_reference(rank: int, world_size: int, data: dict[str, Any], st
     assert checked > 0, f"rank {rank} checked no parameters"
 
 
+def grads_match_reference(rank: int, trainer: Trainer, reference: ReferenceRun) -> None:
+    """Every parameter's gradient (left after the optimizer step) equals the reference's."""
+    ref = dict(reference.model.named_parameters())
+    for chunk in trainer.chunks:
+        for name, param in chunk.model.named_parameters():
+            want = ref[name if name in ref else "embed.tok.weight"].grad
+            assert param.grad is not None and want is not None, f"rank {rank} {name}: no gradient"
+            err = (param.grad - want).abs().max().item()
+            scale = want.abs().max().item()
+            what = f"rank {rank} {name}: grad error {err:.3g} (max |grad| {scale:.3g})"
+            assert err <= 1e-4 * scale + 1e-8, what
+
+
 def events_match_expected(
-    rank: int, world_size: int, data: dict[str, Any], steps: int = 2, cpu_capture: CpuCapture = "dispatch"
+    rank: int,
+    world_size: int,
+    data: dict[str, Any],
+    steps: int = 2,
+    cpu_capture: CpuCapture = "dispatch",
+    force_capture: CaptureMode | None = None,
 ) -> None:
-    """The measured events of this rank have exactly the keys ``expected_event_keys`` lists."""
+    """The measured events of this rank have exactly the keys ``expected_event_keys`` lists.
+
+    ``force_capture``: record through that capture path even where the plan would not need it (the
+    expert all-to-alls and K/V exchanges must keep their keys on every path)."""
     import pandas as pd
 
     from plancast.runtime.expected import KEY_COLUMNS, expected_event_keys
 
     scenario = load(data)
     cpu = torch.device("cpu")
-    trainer = Trainer(scenario, rank, world_size, cpu, instrument=True, cpu_capture=cpu_capture)
-    assert trainer.recorder.capture == (cpu_capture if scenario.dtensor_params else "timer")
+    recorder = None if force_capture is None else StepRecorder(rank, CpuTimer(), force_capture)
+    trainer = Trainer(
+        scenario, rank, world_size, cpu, instrument=True, cpu_capture=cpu_capture, recorder=recorder
+    )
+    if force_capture is None:
+        assert trainer.recorder.capture == (cpu_capture if scenario.dtensor_params else "timer")
     frames = [trainer.step(step).events for step in range(steps)]
     measured = pd.concat(frames, ignore_index=True)[KEY_COLUMNS].astype("int64", errors="ignore")
     expected = expected_event_keys(scenario, steps)
@@ -106,7 +139,7 @@ def events_match_expected(
         f"missing: {missing[:12]}\nextra: {extra[:12]}\ncolumns: {KEY_COLUMNS}"
     )
     for frame in frames:  # collectives are timed from issue to completion, inside their step
-        comm = frame[frame["stream"].isin(["tp", "dp"])]
+        comm = frame[frame["stream"].isin(["tp", "dp", "ep", "cp"])]
         assert (comm["dur_us"] > 0).all(), comm[comm["dur_us"] <= 0]
         assert (comm["start_us"] >= 0).all()
         # all but ZeRO-1's broadcasts (issued by the optimizer) complete before the optimizer starts
@@ -114,6 +147,24 @@ def events_match_expected(
         before = comm[comm["kind"] != "broadcast"]
         late = before[before["start_us"] + before["dur_us"] > optimizer_start + 500.0]
         assert late.empty, f"rank {rank}: collectives ending after the optimizer started:\n{late}"
+        inside_compute_spans(frame)
+
+
+def inside_compute_spans(frame: Any) -> None:
+    """Expert all-to-alls and K/V exchanges are blocking: each lies inside a compute span of its key
+    (forward, recompute or backward of the same stage, chunk and micro-batch) and carries its bytes."""
+    compute = frame[frame["stream"] == "compute"]
+    for row in frame[frame["stream"].isin(["ep", "cp"])].itertuples():
+        spans = compute[
+            (compute["stage"] == row.stage)
+            & (compute["chunk"] == row.chunk)
+            & (compute["microbatch"] == row.microbatch)
+        ]
+        end = row.start_us + row.dur_us
+        holds = (spans["start_us"] <= row.start_us) & (spans["start_us"] + spans["dur_us"] >= end)
+        what = f"{row.stream}/{row.kind} {row.index} of micro-batch {row.microbatch}"
+        assert holds.any(), f"{what} lies outside its compute span"
+        assert row.bytes > 0, f"{row.stream}/{row.kind} without bytes"
 
 
 def tp_sequence_matches_comm_plan(rank: int, world_size: int, data: dict[str, Any]) -> None:

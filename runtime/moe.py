@@ -1,0 +1,213 @@
+"""Mixture-of-experts feed-forward layer: router, capacity dispatch, experts, shared experts.
+
+Routing follows Mixtral (Jiang et al. 2024, arXiv 2401.04088 section 2.1; Hugging Face
+``MixtralSparseMoeBlock``): a linear router, softmax over the experts, the top-k kept and their
+weights renormalised to sum to one. Dispatch is GShard's fixed-capacity scheme (Lepikhin et al.
+2020, arXiv 2006.16668 section 2.2, Algorithm 1): every source rank fills exactly ``capacity`` token
+slots per expert, first choices before second choices, tokens in order; assignments past the
+capacity are dropped (their weight is lost, the residual carries the token). With
+``moe_capacity_factor`` unset the capacity is the local token count, so nothing is ever dropped
+(docs/moe.md, the contract between simulator and runtime).
+
+The slot buffer ``(experts, capacity, hidden)`` is laid out by expert, so expert parallelism is one
+``all_to_all_single`` with equal splits to dispatch and one to combine (``ExpertExchange``; the
+identity here, ``runtime.parallel.ep`` over gloo/NCCL). Shared experts (DeepSeekMoE, Dai et al. 2024,
+arXiv 2401.06066 section 3.2) are one always-on feed-forward of ``n_shared * moe_intermediate_size``.
+
+The load-balancing loss is Switch Transformer's (Fedus et al. 2021, arXiv 2101.03961 eq. 4-6), in the
+top-k form of Hugging Face's ``load_balancing_loss_func``: ``E * sum_e f_e * P_e`` with ``f_e`` the
+routed assignments per token to expert ``e`` (before capacity drops) and ``P_e`` the mean router
+probability. Its gradient enters through ``AuxLossAutoScaler`` (Megatron-Core's
+``MoEAuxLossAutoScaler``, megatron/core/transformer/moe/moe_utils.py): the layer's output is returned
+unchanged and backward adds ``coef * scale`` to the aux loss's gradient, so pipeline stages need not
+carry it to the loss. Nothing here touches torch.distributed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+from torch import nn
+
+
+@dataclass(frozen=True, slots=True)
+class MoEConfig:
+    """The MoE hyper-parameters of a model (``[model]`` keys, Hugging Face names)."""
+
+    num_experts: int
+    """``num_local_experts``: routed experts per MoE layer."""
+    top_k: int
+    """``num_experts_per_tok``."""
+    expert_ffn_size: int
+    """``moe_intermediate_size`` (resolved)."""
+    num_shared: int = 0
+    """``n_shared_experts``."""
+    first_dense: int = 0
+    """``first_k_dense_replace``: the first k layers keep a dense feed-forward."""
+    aux_loss_coef: float = 0.0
+    """``router_aux_loss_coef``."""
+    capacity_factor: float | None = None
+    """``moe_capacity_factor``; None = capacity of every local token (no drops)."""
+
+    def is_moe_layer(self, layer: int) -> bool:
+        return layer >= self.first_dense
+
+    def capacity(self, local_tokens: int) -> int:
+        """Token slots each source rank sends per expert (GShard, arXiv 2006.16668 section 2.2)."""
+        if self.capacity_factor is None:
+            return local_tokens  # top-k experts are distinct: at most one slot per token and expert
+        return math.ceil(self.capacity_factor * local_tokens * self.top_k / self.num_experts)
+
+
+class ExpertExchange(Protocol):
+    """Moves the slot buffer between the ranks holding the experts (identity on one rank)."""
+
+    ep: int
+    """Expert-parallel degree: the buffer's expert dimension is split into ``ep`` equal blocks."""
+
+    def dispatch(self, slots: torch.Tensor) -> torch.Tensor:
+        """``(E, C, h)`` by destination expert -> ``(ep, E/ep, C, h)``: each source's slots for my experts."""
+
+    def combine(self, slots: torch.Tensor) -> torch.Tensor:
+        """The inverse of ``dispatch``: ``(ep, E/ep, C, h)`` expert outputs -> ``(E, C, h)`` at the source."""
+
+
+class LocalExchange:
+    """All experts on this rank: dispatch and combine only reshape."""
+
+    ep = 1
+
+    def dispatch(self, slots: torch.Tensor) -> torch.Tensor:
+        return slots.unsqueeze(0)
+
+    def combine(self, slots: torch.Tensor) -> torch.Tensor:
+        return slots.squeeze(0)
+
+
+class AuxLossAutoScaler(torch.autograd.Function):
+    """Identity on ``output``; backward gives ``aux_loss`` the gradient ``scale`` (Megatron-Core)."""
+
+    @staticmethod
+    def forward(ctx: Any, output: torch.Tensor, aux_loss: torch.Tensor, scale: float) -> torch.Tensor:
+        ctx.save_for_backward(aux_loss)
+        ctx.scale = scale
+        return output
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None]:
+        (aux_loss,) = ctx.saved_tensors
+        return grad, torch.full_like(aux_loss, ctx.scale), None
+
+
+@dataclass(frozen=True, slots=True)
+class Routing:
+    """Where each (token, choice) goes: flat slot ``expert * capacity + position``, kept or dropped."""
+
+    slot: torch.Tensor
+    """(k, T) int64 slot index (meaningless where not ``kept``)."""
+    kept: torch.Tensor
+    """(k, T) bool: within capacity."""
+    weight: torch.Tensor
+    """(k, T) renormalised router weight."""
+    aux_loss: torch.Tensor
+    """Scalar Switch load-balancing loss (uncoefficiented)."""
+
+
+def route(logits: torch.Tensor, top_k: int, capacity: int) -> Routing:
+    """Top-k routing of ``logits`` (T, E) into ``capacity`` slots per expert (GShard Algorithm 1)."""
+    tokens, experts = logits.shape
+    probs = torch.softmax(logits.float(), dim=-1)
+    top_p, top_e = probs.topk(top_k, dim=-1)  # (T, k)
+    weight = (top_p / top_p.sum(-1, keepdim=True)).to(logits.dtype).t()  # Mixtral renormalises top-k
+    choice = top_e.t()  # (k, T): first choices of every token, then second choices
+    one_hot = torch.nn.functional.one_hot(choice, experts)  # (k, T, E)
+    position = (one_hot.reshape(-1, experts).cumsum(0).reshape_as(one_hot) - 1) * one_hot
+    position = position.sum(-1)  # (k, T): arrival order at the chosen expert
+    kept = position < capacity
+    slot = choice * capacity + position.clamp(max=capacity - 1)
+    # Switch eq. 4-6 in HF's top-k form: f_e counts every routed choice, P_e is the mean probability
+    f = one_hot.float().sum((0, 1)) / tokens
+    aux = experts * (f * probs.mean(0)).sum()
+    return Routing(slot, kept, weight, aux)
+
+
+class MoE(nn.Module):
+    """Routed experts (this rank's share of them) plus shared experts, for one decoder layer.
+
+    ``experts`` holds the experts ``[first_expert, first_expert + E/ep)`` keyed by their global index,
+    so parameter names equal those of the whole model's layer. ``exchange`` and ``aux_loss_scale`` are
+    set by whoever parallelizes the model (``runtime.parallel.ep``) or trains it.
+    """
+
+    def __init__(
+        self,
+        hidden_size: int,
+        moe: MoEConfig,
+        make_ffn: Callable[[int], nn.Module],
+        *,
+        ep_rank: int = 0,
+        ep: int = 1,
+    ) -> None:
+        super().__init__()
+        if moe.num_experts % ep:
+            raise ValueError(f"num_local_experts ({moe.num_experts}) must be divisible by ep ({ep})")
+        self.moe = moe
+        self.router = nn.Linear(hidden_size, moe.num_experts, bias=False)
+        local = moe.num_experts // ep
+        self.first_expert = ep_rank * local
+        self.experts = nn.ModuleDict(
+            {
+                str(e): make_ffn(moe.expert_ffn_size)
+                for e in range(self.first_expert, self.first_expert + local)
+            }
+        )
+        self.shared = make_ffn(moe.num_shared * moe.expert_ffn_size) if moe.num_shared else None
+        self.exchange: ExpertExchange = LocalExchange()
+        self.aux_loss_scale = 1.0
+        """Gradient of the aux loss per unit coefficient: 1 / (micro-batches the loss is averaged over)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shape = x.shape
+        flat = x.reshape(-1, shape[-1])
+        tokens, hidden = flat.shape
+        experts, capacity = self.moe.num_experts, self.moe.capacity(tokens)
+        r = route(self.router(flat), self.moe.top_k, capacity)
+        src = torch.arange(tokens, device=x.device).expand(self.moe.top_k, tokens)[r.kept]
+        slot = r.slot[r.kept]
+        slots = flat.new_zeros(experts * capacity, hidden).index_copy(0, slot, flat[src])
+        received = self.exchange.dispatch(slots.view(experts, capacity, hidden))
+        local = len(self.experts)
+        outputs = [
+            ffn(received[:, i].reshape(-1, hidden)).view(self.exchange.ep, capacity, hidden)
+            for i, ffn in enumerate(self.experts.values())
+        ]
+        returned = self.exchange.combine(
+            torch.stack(outputs, dim=1).view(self.exchange.ep, local, capacity, hidden)
+        )
+        picked = returned.reshape(experts * capacity, hidden)[slot] * r.weight[r.kept].unsqueeze(-1)
+        out = flat.new_zeros(tokens, hidden).index_add(0, src, picked)
+        if self.shared is not None:
+            out = out + self.shared(flat)
+        if self.moe.aux_loss_coef and self.training and torch.is_grad_enabled():
+            out = AuxLossAutoScaler.apply(out, r.aux_loss, self.moe.aux_loss_coef * self.aux_loss_scale)
+        return out.view(shape)
+
+
+def moe_layers(model: nn.Module) -> list[MoE]:
+    """Every MoE layer of ``model``, in registration (layer) order."""
+    return [m for m in model.modules() if isinstance(m, MoE)]
+
+
+def set_aux_loss_scale(model: nn.Module, scale: float) -> None:
+    """The aux-loss gradient per unit coefficient of every MoE layer (1 / micro-batches averaged over)."""
+    for layer in moe_layers(model):
+        layer.aux_loss_scale = scale
+
+
+def is_expert_param(name: str) -> bool:
+    """Whether parameter ``name`` belongs to a routed expert (reduced over expert-data-parallel ranks)."""
+    return ".experts." in name

@@ -1,0 +1,55 @@
+"""Expert- and context-parallel plans the runtime does not execute are refused by `plancast run` before
+anything starts: exit code 2, the key to change, no traceback (runtime/plan.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import tomli_w
+
+from tests.cli_runner import cli_main
+
+MOE = {"preset": "tiny-gpt", "num_local_experts": 4, "num_experts_per_tok": 2}
+
+CASES: dict[str, tuple[dict[str, Any], dict[str, Any], int, str]] = {
+    # name: (model, parallelism, ranks, what the message must name)
+    "moe-tp2": (MOE, {"tensor_parallel_degree": 2}, 2, "tensor_parallel_degree = 1"),
+    "moe-zero1": (
+        MOE,
+        {"data_parallel_degree": 2, "expert_parallel_degree": 2, "zero_stage": 1},
+        2,
+        "set zero_stage = 0",
+    ),
+    "moe-cp2": (MOE, {"context_parallel_degree": 2}, 2, "context_parallel_degree = 1"),
+    "cp2-tp2": (
+        {"preset": "tiny-gpt"},
+        {"context_parallel_degree": 2, "tensor_parallel_degree": 2},
+        4,
+        "set one",
+    ),
+    "cp2-zero3": (
+        {"preset": "tiny-gpt"},
+        {"context_parallel_degree": 2, "data_parallel_degree": 2, "zero_stage": 3},
+        4,
+        "use zero_stage 0 or 1",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_unsupported_plan_is_refused_with_the_fix(name: str, tmp_path: Path) -> None:
+    model, parallelism, ranks, fix = CASES[name]
+    data = {
+        "model": model,
+        "training": {"seq_len": 32, "micro_batch_size": 1, "global_batch_size": 8, "dtype": "fp32"},
+        "parallelism": parallelism,
+        "cluster": {"preset": "local-cpu", "gpus_per_node": ranks},
+    }
+    path = tmp_path / "scenario.toml"
+    path.write_text(tomli_w.dumps(data))
+    code, _, stderr = cli_main("run", str(path), "--out", str(tmp_path / "run"))
+    assert code == 2, stderr
+    assert fix in stderr and "Traceback" not in stderr, stderr
+    assert not (tmp_path / "run" / "measured").exists()
