@@ -82,16 +82,25 @@ def stage_parameters(
 
 
 def chunk_tensor_bytes(
-    m: Model, tp: int, *, layers: int, has_embedding: bool, has_head: bool, dtype_bytes: int = 4
+    m: Model,
+    tp: int,
+    *,
+    layers: int,
+    has_embedding: bool,
+    has_head: bool,
+    dtype_bytes: int = 4,
+    vocab_tp: int = 1,
 ) -> list[int]:
     """Bytes of each parameter tensor of a model chunk on one tp rank, in registration order, as
-    runtime/model.py builds it (bias-free linears; embedding and head replicated over tp). DDP's
-    gradient buckets are formed over this list (simulator/costs/tp_comm.py, `ddp_bucket_bytes`)."""
+    runtime/model.py builds it (bias-free linears; embedding and head split over `vocab_tp`, 1 when
+    replicated). DDP's gradient buckets are formed over this list (simulator/costs/tp_comm.py,
+    `ddp_bucket_bytes`)."""
     h, d = m.hidden_size, m.head_dim
     norm = [h, h] if m.norm == "layernorm" else [h]
+    vocab_rows = m.vocab_size // vocab_tp
     sizes: list[int] = []
     if has_embedding:
-        sizes.append(m.vocab_size * h)
+        sizes.append(vocab_rows * h)
         if m.position_embedding == "learned":
             sizes.append(m.max_position_embeddings * h)
     mlp = [h * m.ffn_size // tp] * (2 if m.activation == "swiglu" else 1) + [m.ffn_size * h // tp]
@@ -101,5 +110,5 @@ def chunk_tensor_bytes(
     if has_head:
         sizes += norm
         if not (m.tie_word_embeddings and has_embedding):
-            sizes.append(m.vocab_size * h)
+            sizes.append(vocab_rows * h)
     return [n * dtype_bytes for n in sizes]
