@@ -20,7 +20,7 @@ from plancast.simulator.mesh import RankGrid
 from plancast.simulator.scenario import Scenario
 from plancast.simulator.schedules import build_schedule
 from plancast.traces import schema
-from plancast.traces.reconcile import rank_breakdown_us
+from plancast.traces.breakdown import rank_breakdown_us, step_bubble
 
 US_PER_MS = 1e3
 SOURCES = ("predicted", "measured")  # predicted is drawn above / left of measured
@@ -150,8 +150,8 @@ def breakdown(events: pd.DataFrame) -> pd.DataFrame:
     """Per source and rank of one step: ``rank, source, component, ms`` (long form, for stacking).
 
     Components: compute (without the optimizer), optimizer, exposed comm per stream, bubble (the step
-    time minus compute and all exposed comm: the rank is idle). They add up to the step time when the
-    streams' exposed spans do not overlap one another.
+    time minus compute and exposed comm: the rank waits on the pipeline; traces/breakdown.py). They
+    add up to the step time when the streams' exposed spans do not overlap one another.
     """
     parts = []
     for source in SOURCES:
@@ -163,8 +163,7 @@ def breakdown(events: pd.DataFrame) -> pd.DataFrame:
         optimizer = frame[frame["kind"] == "optimizer"].groupby("rank")["dur_us"].sum()
         per_rank["optimizer"] = optimizer.reindex(per_rank.index, fill_value=0.0)
         per_rank["compute"] = (per_rank["compute"] - per_rank["optimizer"]).clip(lower=0.0)
-        per_rank["bubble"] = per_rank["bubble"].clip(lower=0.0)  # float noise on a busy rank
-        per_rank = per_rank.drop(columns="exposed_comm").rename(
+        per_rank = per_rank.drop(columns=["exposed_comm", "pipeline"]).rename(
             columns=lambda c: f"exposed {c.split(':', 1)[1]} comm" if c.startswith("exposed_comm:") else c
         )
         long = per_rank.reset_index().melt(id_vars="rank", var_name="component", value_name="us")
@@ -174,6 +173,15 @@ def breakdown(events: pd.DataFrame) -> pd.DataFrame:
     out = pd.concat(parts, ignore_index=True)
     out["ms"] = out.pop("us") / US_PER_MS
     return out[["rank", "source", "component", "ms"]]
+
+
+def bubble_fractions(events: pd.DataFrame) -> dict[str, float]:
+    """Source -> the step's bubble fraction (its critical rank's, traces/breakdown.step_bubble)."""
+    return {
+        source: step_bubble(events[events["source"] == source])[1]
+        for source in SOURCES
+        if (events["source"] == source).any()
+    }
 
 
 # -------------------------------------------------------------------------------------------- memory

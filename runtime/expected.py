@@ -14,7 +14,7 @@ import pandas as pd
 
 from plancast.runtime.plan import Chunk, RankPlan, rank_plan
 from plancast.simulator.costs.params import chunk_tensor_bytes
-from plancast.simulator.costs.tp_comm import Part, Phase, ddp_bucket_bytes, tp_collectives
+from plancast.simulator.costs.tp_comm import Part, Phase, ddp_bucket_bytes, scenario_tp_collectives
 from plancast.simulator.scenario import Scenario
 from plancast.simulator.schedules import Action
 
@@ -38,6 +38,7 @@ def chunk_param_bytes(scenario: Scenario, chunk: Chunk, dtype_bytes: int = 4) ->
     return chunk_tensor_bytes(
         scenario.model,
         scenario.tp,
+        vocab_tp=scenario.vocab_tp,
         layers=chunk.last_layer - chunk.first_layer,
         has_embedding=chunk.has_embedding,
         has_head=chunk.has_head,
@@ -63,22 +64,7 @@ def chunk_dense_expert_bytes(
 
 
 def _tp(plan: RankPlan, part: Part, phase: Phase) -> list[str]:
-    s = plan.scenario
-    t = s.training
-    return [
-        c.kind
-        for c in tp_collectives(
-            part,
-            phase,
-            sequence_parallel=s.parallelism.sequence_parallel,
-            micro_batch_size=t.micro_batch_size,
-            seq_len=t.seq_len,
-            hidden_size=s.model.hidden_size,
-            vocab_size=s.model.vocab_size,
-            tp=s.tp,
-            dtype_bytes=4,
-        )
-    ]
+    return [c.kind for c in scenario_tp_collectives(plan.scenario, part, phase, dtype_bytes=4)]
 
 
 def _tp_pass(plan: RankPlan, c: Chunk, phase: Phase) -> list[str]:

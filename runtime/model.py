@@ -22,9 +22,11 @@ from typing import Protocol
 import torch
 import torch.nn.functional as F  # noqa: N812  (the torch convention)
 from torch import nn
+from torch.distributed.tensor import DTensor
 from torch.utils.checkpoint import checkpoint
 
 from plancast.runtime.moe import MoE, MoEConfig
+from plancast.runtime.parallel.loss import vocab_parallel_cross_entropy
 from plancast.simulator.scenario import Scenario
 
 
@@ -342,5 +344,8 @@ def microbatch(scenario: Scenario, batch: torch.Tensor, dp_rank: int, mb: int) -
 
 
 def loss_fn(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Mean token cross-entropy."""
+    """Mean token cross-entropy; logits sharded over the vocabulary (a tensor-parallel head with
+    ``parallelism.vocab_parallel``) take the vocab-parallel loss, which never gathers them."""
+    if isinstance(logits, DTensor):
+        return vocab_parallel_cross_entropy(logits, targets)
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1))

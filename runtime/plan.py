@@ -122,10 +122,11 @@ def check_runtime_support(scenario: Scenario, world_size: int) -> None:
             "(the replicated norm weights are DTensors that DDP cannot bucket and FSDP2 leaves partial); "
             "turn sequence_parallel off or use dp = 1"
         )
-    if scenario.parallelism.vocab_parallel and tp > 1:
+    if scenario.vocab_tp > 1 and m.vocab_size % tp:
         raise PlanError(
-            "parallelism.vocab_parallel = true: the runtime keeps the embedding and output layer replicated "
-            "over tensor parallel; set it to false to run this plan"
+            f"model.vocab_size ({m.vocab_size}) must be divisible by tensor_parallel_degree ({tp}) with "
+            "parallelism.vocab_parallel; pad the vocabulary (Megatron-LM --make-vocab-size-divisible-by) "
+            "or set vocab_parallel = false"
         )
     if scenario.training.dtype != "fp32" and scenario.cluster.gpu.name == "cpu-core":
         raise PlanError(f"training.dtype = {scenario.training.dtype!r} needs a GPU; use fp32 on CPU")

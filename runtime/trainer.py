@@ -190,7 +190,12 @@ class Trainer:
             cp_group = self.mesh["cp"].get_group()
             apply_context_parallel(model, cp_group, s.training.seq_len, self.recorder, self.device)
         if s.tp > 1:
-            apply_tensor_parallel(model, self.mesh["tp"], sequence_parallel=s.parallelism.sequence_parallel)
+            apply_tensor_parallel(
+                model,
+                self.mesh["tp"],
+                sequence_parallel=s.parallelism.sequence_parallel,
+                vocab_parallel=s.vocab_tp > 1,
+            )
         zero, last_backward = s.parallelism.zero_stage, None
         if s.dp > 1 and zero >= 2:
             apply_fsdp(model, self.mesh["dp"], zero_stage=zero)
@@ -305,7 +310,13 @@ class Trainer:
         weight = embed.tok.weight if embed is not None else head.output.weight if head is not None else None
         if weight is None or weight.grad is None:
             raise RuntimeError(f"stage {c.chunk.stage} holds a tied embedding copy without a gradient")
-        grad = weight.grad.to_local() if isinstance(weight.grad, DTensor) else weight.grad
+        grad = weight.grad
+        if isinstance(grad, DTensor) and isinstance(weight, DTensor):
+            if grad.placements != weight.placements:
+                # DTensor's embedding backward leaves a vocab-parallel embedding-only stage a replicated
+                # gradient: keep this rank's rows (a slice, no collective), those the output copy holds
+                weight.grad = grad = grad.redistribute(weight.device_mesh, weight.placements)
+            grad = grad.to_local()
         if self.recorder.profiling:
             timed: AbstractContextManager[None] = self.recorder.comm_scope(
                 "pp", c.chunk.stage, c.chunk.chunk, peer=c.tie_peer

@@ -196,9 +196,8 @@ class Parallelism(Strict):
     scenario's prediction and its `plancast run` measure the same behaviour."""
     vocab_parallel: bool | None = None
     """Split the embedding and output layer over tensor parallel, with a vocab-parallel loss
-    (Megatron-LM, DeepSpeed and torchtitan do). Default: the framework's (on for megatron-lm and
-    deepspeed; off for torchtitan while plancast's runtime keeps them replicated); off: replicated on
-    every tp rank."""
+    (Megatron-LM, DeepSpeed and torchtitan do, and so does plancast's runtime). Default: the
+    framework's (on for all three); off: replicated on every tp rank."""
     overlap_grad_reduce: bool = True
     """Reduce gradient buckets while the backward pass runs (DDP / ZeRO)."""
     overlap_param_gather: bool = True

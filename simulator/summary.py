@@ -1,10 +1,10 @@
 """Step-level figures from the simulated spans: where the time goes, throughput, memory, fit.
 
-Per simulated rank, step time = compute + exposed communication (tp, dp, pp; ep for MoE models, cp
-under context parallel) + optimizer + bubble,
-where the bubble is what is left: time the compute stream waits for other stages (`pipeline_bubble`,
-the one definition every report uses). The reported breakdown is that of the rank whose compute
-stream is busiest (the pipeline's bottleneck).
+Per simulated rank, step time = compute + exposed communication (tp, dp; ep for MoE models, cp under
+context parallel) + optimizer + bubble, where the bubble is what is left: time the rank waits on the
+pipeline, its point-to-point transfers included (`pipeline_bubble` and the rules in
+traces/breakdown.py, the one definition every report uses). The reported breakdown is that of the rank
+whose compute stream is busiest (the pipeline's bottleneck).
 """
 
 from __future__ import annotations
@@ -20,8 +20,9 @@ from plancast.simulator.costs.model_flops import model_flops_per_token
 from plancast.simulator.costs.params import count_parameters
 from plancast.simulator.scenario import Scenario
 from plancast.simulator.schedules import Schedule
+from plancast.traces.breakdown import PIPELINE_KINDS, pipeline_bubble
 
-PIPELINE_KINDS = ("forward", "backward", "backward_input", "backward_weight", "recompute")
+__all__ = ["PIPELINE_KINDS", "pipeline_bubble", "summarize"]
 
 
 def _union_length(starts: np.ndarray, ends: np.ndarray) -> float:
@@ -42,19 +43,6 @@ def _exposed(comm: np.ndarray, busy: np.ndarray) -> float:
     return _union_length(both[:, 0], both[:, 1]) - (
         _union_length(busy[:, 0], busy[:, 1]) if len(busy) else 0.0
     )
-
-
-def pipeline_bubble(step_time_s: float, compute_s: float, exposed_comm_s: float) -> tuple[float, float]:
-    """(bubble_time_s, bubble_fraction) of one rank: the one definition of the pipeline bubble.
-
-    The bubble is the part of the step in which the rank's compute stream neither computes (forward,
-    backward, recompute, optimizer: `compute_s`) nor waits on communication that nothing hides
-    (`exposed_comm_s`): it waits for other pipeline stages. bubble_fraction = bubble_time_s /
-    step_time_s. With uniform stages, no communication cost and no optimizer it is GPipe's
-    (p - 1)/(m + p - 1) (Huang et al. 2019 sec. 2.3). `simulate` reports it for the critical rank
-    (the busiest compute stream); a measured step's per-rank breakdown uses the same function."""
-    bubble_s = max(step_time_s - compute_s - exposed_comm_s, 0.0)
-    return bubble_s, (bubble_s / step_time_s if step_time_s > 0 else 0.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +69,8 @@ def summarize(
     """The summary object of the CLI contract (docs/cli.md; plus breakdown details).
 
     `tp_comm_s[rank]`: tensor-parallel time inside that rank's compute spans (on the critical path
-    unless overlapped); `p2p_s(rank, peer)`: one pipeline transfer's duration; `hardware_flops`: FLOPs
+    unless overlapped); `p2p_s(rank, peer)`: one pipeline transfer's duration (unused since transfers
+    count in the bubble; kept for the callers); `hardware_flops`: FLOPs
     the whole cluster executes in the step (recompute included); `dp_wait_s[rank]`: time inside that
     rank's compute spans spent waiting for ZeRO-2/3 gathers (communication, not compute);
     `stream_comm_s["ep"|"cp"][rank]`: blocking MoE all-to-all / context-parallel K/V time inside that
@@ -94,15 +83,12 @@ def summarize(
     is_pipe = np.fromiter((sp[2] in PIPELINE_KINDS for sp in spans), dtype=bool, count=len(spans))
     is_opt = is_compute & ~is_pipe
     is_dp = np.fromiter((sp[1] == "dp" for sp in spans), dtype=bool, count=len(spans))
+    is_tp = np.fromiter((sp[1] == "tp" for sp in spans), dtype=bool, count=len(spans))  # per-step sums
     ranks = sorted(set(rank_col.tolist()))
     step_time = float((start + dur).max()) if spans else 0.0
     size = max(ranks, default=0) + 1
     pipe_busy = np.bincount(rank_col[is_pipe], weights=dur[is_pipe], minlength=size)
     opt_busy = np.bincount(rank_col[is_opt], weights=dur[is_opt], minlength=size)
-    recv_exposed = np.zeros(size)
-    for sp in spans:
-        if sp[2] == "recv" and sp[9] > 0:
-            recv_exposed[sp[0]] += min(sp[9], p2p_s(sp[0], sp[7]))
 
     extra_streams = [k for k, on in (("ep", s.model.is_moe), ("cp", s.cp > 1)) if on]
     per_rank: dict[int, _Breakdown] = {}
@@ -112,7 +98,9 @@ def summarize(
         dp = np.column_stack([start, start + dur])[mine & is_dp] if is_dp.any() else np.empty((0, 2))
         tp, wait = tp_comm_s.get(r, 0.0), (dp_wait_s or {}).get(r, 0.0)
         dp_exposed = (_exposed(dp, busy) if len(dp) else 0.0) + wait
-        exposed = {"tp": tp, "dp": dp_exposed, "pp": float(recv_exposed[r])}
+        tp_after = np.column_stack([start, start + dur])[mine & is_tp] if is_tp.any() else np.empty((0, 2))
+        tp_out = _exposed(tp_after, busy) if len(tp_after) else 0.0  # sequence-parallel norm sums
+        exposed = {"tp": tp + tp_out, "dp": dp_exposed}  # pipeline transfers count in the bubble
         inner = {k: (stream_comm_s or {}).get(k, {}).get(r, 0.0) for k in extra_streams}
         exposed.update(inner)
         pipe, opt = float(pipe_busy[r]), float(opt_busy[r])

@@ -29,11 +29,32 @@ PLANS: dict[str, dict[str, Any]] = {
     "zero2": {"parallelism": {"zero_stage": 2}, "world": 2},
     "zero3": {"parallelism": {"zero_stage": 3}, "world": 2},
     "zero3-full-recompute": {"parallelism": {"zero_stage": 3}, "world": 2, "recompute": "full"},
-    "tp2": {"parallelism": {"tensor_parallel_degree": 2}, "world": 2},
+    "tp2": {"parallelism": {"tensor_parallel_degree": 2, "vocab_parallel": False}, "world": 2},
     "tp2-sp-full": {
-        "parallelism": {"tensor_parallel_degree": 2, "sequence_parallel": True},
+        "parallelism": {"tensor_parallel_degree": 2, "sequence_parallel": True, "vocab_parallel": False},
         "world": 2,
         "recompute": "full",
+    },
+    "tp2-vocab": {"parallelism": {"tensor_parallel_degree": 2, "vocab_parallel": True}, "world": 2},
+    "tp2-vocab-sp-full": {
+        "parallelism": {"tensor_parallel_degree": 2, "sequence_parallel": True, "vocab_parallel": True},
+        "world": 2,
+        "recompute": "full",
+    },
+    "llama-tp2-vocab-sp-zb": {
+        "parallelism": {
+            "tensor_parallel_degree": 2,
+            "pipeline_parallel_degree": 2,
+            "sequence_parallel": True,
+            "vocab_parallel": True,
+            "pipeline_parallel_schedule": "ZeroBubble",
+        },
+        "world": 4,
+        "model": {"preset": "tiny-llama"},
+    },
+    "3d-vocab": {
+        "parallelism": {"tensor_parallel_degree": 2, "pipeline_parallel_degree": 2, "vocab_parallel": True},
+        "world": 8,
     },
     "gpipe": {
         "parallelism": {"pipeline_parallel_degree": 2, "pipeline_parallel_schedule": "GPipe"},

@@ -6,10 +6,9 @@ outer join: matched rows carry both durations, ``missing`` rows were predicted b
 one step; step 0 of a real run is warm-up), and time is broken into components:
 
 - per kind: per-rank sum of durations, mean over ranks;
-- ``exposed_comm`` (all streams) and ``exposed_comm:STREAM``: communication time on a rank not
-  hidden under that rank's compute spans, mean over ranks;
-- ``bubble``: step time minus compute (union of compute spans) minus exposed communication, per
-  rank, mean over ranks — the time a rank does nothing useful;
+- ``compute``, ``exposed_comm`` (all streams but the pipeline's), ``exposed_comm:STREAM`` and
+  ``bubble``: the breakdown of each side's critical rank, as ``simulate`` reports it (one definition,
+  traces/breakdown.py); ``bubble_fraction_predicted`` / ``_measured`` are its bubble over the step;
 - ``step_time``, and ``peak_memory`` when both summaries carry ``peak_memory_gib``.
 
 Errors are signed and relative: ``(predicted - measured) / measured`` (NaN when measured is 0).
@@ -26,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from plancast.traces import schema
+from plancast.traces.breakdown import critical_rank, rank_breakdown_us, step_bubble
 
 KEY = list(schema.ALIGNMENT_KEY)
 LARGEST_MISMATCHES = 10
@@ -47,6 +47,8 @@ class Reconciliation:
     components: pd.DataFrame  # component, predicted_s, measured_s, predicted_gib, measured_gib, error
     largest_mismatches: pd.DataFrame  # the matched rows with the largest |dur_error_us|
     critical_path: pd.DataFrame  # measured events of the scored step on the critical path (schema columns)
+    bubble_fraction_predicted: float = 0.0  # traces/breakdown.step_bubble of the predicted step
+    bubble_fraction_measured: float = 0.0  # ... and of the scored measured step
 
 
 def relative_error(predicted: float, measured: float) -> float:
@@ -74,54 +76,6 @@ def median_step(measured: pd.DataFrame, steps: list[int]) -> int:
     return int(times_us.index[(len(times_us) - 1) // 2])
 
 
-def merge_intervals(starts_us: np.ndarray, ends_us: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Union of intervals as sorted disjoint ``(starts, ends)`` (touching intervals merge)."""
-    if len(starts_us) == 0:
-        return np.empty(0), np.empty(0)
-    order = np.argsort(starts_us, kind="stable")
-    starts, ends = np.asarray(starts_us, float)[order], np.asarray(ends_us, float)[order]
-    reach = np.maximum.accumulate(ends)
-    # an interval opens a new group when it starts after everything before it has ended
-    new_group = np.concatenate(([True], starts[1:] > reach[:-1]))
-    return starts[new_group], np.maximum.reduceat(ends, np.flatnonzero(new_group))
-
-
-def union_us(starts_us: np.ndarray, ends_us: np.ndarray) -> float:
-    """Total length covered by a set of intervals."""
-    merged_starts, merged_ends = merge_intervals(starts_us, ends_us)
-    return float((merged_ends - merged_starts).sum())
-
-
-def exposed_us(comm: pd.DataFrame, compute: pd.DataFrame) -> float:
-    """Time covered by ``comm`` spans and not by ``compute`` spans: |C ∪ K| - |K|."""
-    comm_ends = comm["start_us"] + comm["dur_us"]
-    compute_ends = compute["start_us"] + compute["dur_us"]
-    both = union_us(
-        np.concatenate([comm["start_us"].to_numpy(), compute["start_us"].to_numpy()]),
-        np.concatenate([comm_ends.to_numpy(), compute_ends.to_numpy()]),
-    )
-    return both - union_us(compute["start_us"].to_numpy(), compute_ends.to_numpy())
-
-
-def rank_breakdown_us(step_frame: pd.DataFrame, step_time_us: float) -> pd.DataFrame:
-    """Per rank of one step: compute (union), exposed comm overall and per stream, bubble; microseconds."""
-    is_compute = step_frame["kind"].isin(schema.COMPUTE_KINDS)
-    comm_streams = sorted(set(step_frame.loc[~is_compute, "stream"].tolist()))
-    rows = []
-    for rank, events in step_frame.groupby("rank", sort=True):
-        compute = events[events["kind"].isin(schema.COMPUTE_KINDS)]
-        comm = events[~events["kind"].isin(schema.COMPUTE_KINDS)]
-        compute_us = union_us(
-            compute["start_us"].to_numpy(), (compute["start_us"] + compute["dur_us"]).to_numpy()
-        )
-        row = {"rank": int(rank), "compute": compute_us, "exposed_comm": exposed_us(comm, compute)}
-        for stream in comm_streams:
-            row[f"exposed_comm:{stream}"] = exposed_us(comm[comm["stream"] == stream], compute)
-        row["bubble"] = step_time_us - compute_us - row["exposed_comm"]
-        rows.append(row)
-    return pd.DataFrame(rows)
-
-
 def kind_means_us(step_frame: pd.DataFrame) -> dict[str, float]:
     """Kind -> mean over the step's ranks of the per-rank sum of durations (0 for a rank without it)."""
     ranks = step_frame["rank"].nunique()
@@ -139,13 +93,13 @@ def component_table(
 ) -> pd.DataFrame:
     """One row per time component of the scored step: predicted_s, measured_s, error."""
     pred_kinds, meas_kinds = kind_means_us(predicted), kind_means_us(measured)
-    pred_ranks = rank_breakdown_us(predicted, step_time_predicted_us).drop(columns="rank", errors="ignore")
-    meas_ranks = rank_breakdown_us(measured, step_time_measured_us).drop(columns="rank", errors="ignore")
+    pred_rank = _critical(predicted, step_time_predicted_us)
+    meas_rank = _critical(measured, step_time_measured_us)
     pairs: dict[str, tuple[float, float]] = {"step_time": (step_time_predicted_us, step_time_measured_us)}
     for kind in sorted(set(pred_kinds) | set(meas_kinds)):
         pairs[kind] = (pred_kinds.get(kind, 0.0), meas_kinds.get(kind, 0.0))
-    for name in sorted(set(pred_ranks.columns) | set(meas_ranks.columns)):
-        pairs[name] = (_column_mean(pred_ranks, name), _column_mean(meas_ranks, name))
+    for name in sorted(set(pred_rank) | set(meas_rank)):
+        pairs[name] = (pred_rank.get(name, 0.0), meas_rank.get(name, 0.0))
     rows = [
         {
             "component": name,
@@ -160,8 +114,13 @@ def component_table(
     return pd.DataFrame(rows)
 
 
-def _column_mean(frame: pd.DataFrame, column: str) -> float:
-    return float(frame[column].mean()) if column in frame.columns and len(frame) else 0.0
+def _critical(step_frame: pd.DataFrame, step_time_us: float) -> dict[str, float]:
+    """The breakdown of the step's critical rank (traces/breakdown.py): compute, exposed comm, bubble."""
+    if len(step_frame) == 0:
+        return {}
+    per_rank = rank_breakdown_us(step_frame, step_time_us)
+    row = per_rank[per_rank["rank"] == critical_rank(per_rank)].iloc[0]
+    return {str(k): float(v) for k, v in row.items() if k not in ("rank", "pipeline")}
 
 
 def memory_component(
@@ -321,6 +280,8 @@ def reconcile(
         components=components,
         largest_mismatches=matched.loc[order[:LARGEST_MISMATCHES]].reset_index(drop=True),
         critical_path=critical_path(meas),
+        bubble_fraction_predicted=step_bubble(pred)[1],
+        bubble_fraction_measured=step_bubble(meas)[1],
     )
 
 
@@ -351,6 +312,8 @@ def to_summary(rec: Reconciliation) -> dict[str, Any]:
         "events_matched": len(rec.matched),
         "events_missing": len(rec.missing),
         "events_extra": len(rec.extra),
+        "bubble_fraction_predicted": _jsonable(rec.bubble_fraction_predicted),
+        "bubble_fraction_measured": _jsonable(rec.bubble_fraction_measured),
         "components": components,
         "largest_mismatches": _records(rec.largest_mismatches),
         "critical_path": _records(rec.critical_path[[*KEY, "start_us", "dur_us"]]),

@@ -47,6 +47,9 @@ def comparison(run: RunData) -> None:
         help=f"Median over measured steps {list(rec.scored_steps)} (step 0 is warm-up).",
     )
     cols[2].metric("Step-time error", error, help="(predicted − measured) / measured")
+    bubble = st.columns(2)
+    bubble[0].metric("Bubble fraction (predicted)", f"{rec.bubble_fraction_predicted:.1%}")
+    bubble[1].metric("Bubble fraction (measured)", f"{rec.bubble_fraction_measured:.1%}")
     cols = st.columns(3)
     cols[0].metric("Events matched", len(rec.matched))
     cols[1].metric("Events missing", len(rec.missing), help="Predicted but not measured")

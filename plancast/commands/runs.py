@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from plancast.app import RunArg, UserError, app, ensure_predicted, err, out, print_json, user_errors
+from plancast.app import RunArg, UserError, app, ensure_predicted, err, out, pct, print_json, user_errors
 
 
 def reconcile_run(run_path: Path) -> dict[str, Any]:
@@ -61,6 +61,10 @@ def compare(
         else "step time: no measured step"
     )
     out.print(f"measured run status: {status}")
+    out.print(
+        f"bubble: predicted {pct(summary['bubble_fraction_predicted'])}, "
+        f"measured {pct(summary['bubble_fraction_measured'])}"
+    )
     out.print(
         f"events: {summary['events_matched']} matched, {summary['events_missing']} missing, "
         f"{summary['events_extra']} extra (step {summary['step']})"

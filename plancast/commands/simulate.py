@@ -39,16 +39,27 @@ def print_breakdown(summary: dict[str, Any]) -> None:
     for name, seconds in rows:
         table.add_row(name, f"{seconds:.4g}", pct(seconds / step) if step else "-")
     out.print(table)
-    mem = summary["memory_gib"]
-    fit = "fits" if summary["fits_in_memory"] else "[bold red]does NOT fit[/]"
-    out.print(
-        f"peak memory {sig(summary['peak_memory_gib'])} GiB of {summary['gpu_memory_gib']:g} GiB ({fit}): "
-        + ", ".join(f"{k} {sig(v)}" for k, v in mem.items())
-    )
+    print_memory(summary)
     out.print(
         f"MFU {pct(summary['mfu'])}  model {sig(summary['model_tflops_per_gpu'])} TFLOP/s/GPU  "
         f"hardware {sig(summary['hardware_tflops_per_gpu'])}  tokens/s {sig(summary['tokens_per_s'])}  "
         f"bubble {pct(summary['bubble_fraction'])}  micro-batches {summary['num_microbatches']}"
+    )
+
+
+def print_memory(summary: dict[str, Any]) -> None:
+    """Peak memory against usable memory: the GPU's capacity less the catalog's per-GPU headroom
+    (CUDA context, communication buffers, allocator fragmentation; simulator/catalog/gpus.py)."""
+    usable, capacity = summary["usable_memory_gib"], summary["gpu_memory_gib"]
+    fit = (
+        "fits"
+        if summary["fits_in_memory"]
+        else f"[bold red]does NOT fit[/]: {sig(summary['peak_memory_gib'] - usable)} GiB over usable"
+    )
+    out.print(
+        f"peak memory {sig(summary['peak_memory_gib'])} GiB, usable {sig(usable)} of {capacity:g} GiB "
+        f"({sig(capacity - usable)} GiB headroom) ({fit}): "
+        + ", ".join(f"{k} {sig(v)}" for k, v in summary["memory_gib"].items())
     )
 
 

@@ -167,7 +167,9 @@ def localize_dtensor_params(model: nn.Module) -> None:
     """Make tensor-parallel DTensor parameters plain local tensors for DDP (which cannot bucket DTensors).
 
     Each becomes ``<module>.parametrizations.<name>.original``; ``canonical_name`` strips that again.
+    A parameter shared by two modules (a tied, vocab-parallel embedding and output layer) stays shared.
     """
+    local: dict[int, nn.Parameter] = {}
     for module in list(model.modules()):
         for name, param in list(module.named_parameters(recurse=False)):
             if not isinstance(param, DTensor):
@@ -177,7 +179,9 @@ def localize_dtensor_params(model: nn.Module) -> None:
                     f"{name}: DDP with tensor parallel needs sharded parameters, got {param.placements}"
                 )
             mesh, placements = param.device_mesh, tuple(param.placements)
-            setattr(module, name, nn.Parameter(param.to_local().detach().clone()))
+            if id(param) not in local:
+                local[id(param)] = nn.Parameter(param.to_local().detach().clone())
+            setattr(module, name, local[id(param)])
             parametrize.register_parametrization(module, name, _AsDTensor(mesh, placements), unsafe=True)
 
 

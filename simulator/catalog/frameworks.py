@@ -5,9 +5,12 @@ A key written in the scenario always wins; these only fill what the scenario lea
 
 - vocab_parallel: all three split the embedding and output layer over tensor parallel (Megatron-LM
   `VocabParallelEmbedding` / `ColumnParallelLinear` + `vocab_parallel_cross_entropy`; torchtitan
-  `parallelize_llama`: `RowwiseParallel` embedding, `ColwiseParallel` output and `loss_parallel`;
-  Megatron-DeepSpeed uses Megatron's layers). The torchtitan entry stays off until plancast's
-  runtime (which it models) splits the vocabulary as well.
+  `parallelize_llama` (torchtitan/models/llama3/infra/parallelize.py, `apply_tp`):
+  `"tok_embeddings": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1))`,
+  `"output": ColwiseParallel(input_layouts=Shard(1), output_layouts=Shard(-1) if loss_parallel else
+  Replicate(), use_local_output=not loss_parallel)`, with `loss_parallel` on by default
+  (`disable_loss_parallel = False`); Megatron-DeepSpeed uses Megatron's layers). plancast's runtime
+  does the same (runtime/parallel/tp.py, runtime/parallel/loss.py).
 - overlap_p2p_comm: Megatron-LM's `--no-overlap-p2p-communication` is a store_false flag (overlap on;
   megatron/training/arguments.py); torch.distributed.pipelining posts every send asynchronously;
   DeepSpeed's PipelineEngine sends synchronously (deepspeed/runtime/pipe/p2p.py).
@@ -54,8 +57,8 @@ def framework_defaults(framework: Framework, *, dtype: str, dp: int) -> dict[str
             "grad_accumulation_fp32": dtype == "bf16",
             "ddp_bucket_params": 500_000_000,
         }
-    return {  # torchtitan splits the vocabulary too; plancast's runtime does not yet (runtime/plan.py)
-        "vocab_parallel": False,
+    return {
+        "vocab_parallel": True,
         "overlap_p2p_comm": True,
         "scatter_gather_p2p": False,
         "grad_accumulation_fp32": False,

@@ -130,17 +130,20 @@ def chunk_tensor_bytes(
     has_head: bool,
     dtype_bytes: int = 4,
     first_layer: int = 0,
+    vocab_tp: int = 1,
 ) -> list[int]:
     """Bytes of each dense parameter tensor of a model chunk on one tp rank, in registration order, as
-    runtime/model.py builds it (bias-free linears; embedding and head replicated over tp). DDP's
-    gradient buckets are formed over this list (simulator/costs/tp_comm.py, `ddp_bucket_bytes`). An
-    MoE layer (global index from `first_layer`) holds its router and shared experts here; its routed
-    experts are reduced by a second reducer over the expert-data-parallel group (`chunk_expert_bytes`)."""
+    runtime/model.py builds it (bias-free linears; embedding and head split over `vocab_tp`, 1 when
+    replicated). DDP's gradient buckets are formed over this list (simulator/costs/tp_comm.py,
+    `ddp_bucket_bytes`). An MoE layer (global index from `first_layer`) holds its router and shared
+    experts here; its routed experts are reduced by a second reducer over the expert-data-parallel
+    group (`chunk_expert_bytes`)."""
     h, d = m.hidden_size, m.head_dim
     norm = [h, h] if m.norm == "layernorm" else [h]
+    vocab_rows = m.vocab_size // vocab_tp
     sizes: list[int] = []
     if has_embedding:
-        sizes.append(m.vocab_size * h)
+        sizes.append(vocab_rows * h)
         if m.position_embedding == "learned":
             sizes.append(m.max_position_embeddings * h)
     mlp = _mlp_tensors(m, m.ffn_size, tp)
@@ -151,7 +154,7 @@ def chunk_tensor_bytes(
     if has_head:
         sizes += norm
         if not (m.tie_word_embeddings and has_embedding):
-            sizes.append(m.vocab_size * h)
+            sizes.append(vocab_rows * h)
     return [n * dtype_bytes for n in sizes]
 
 

@@ -26,7 +26,7 @@ from plancast.simulator.costs.ops import (
     layer_forward,
 )
 from plancast.simulator.costs.params import stage_parameters
-from plancast.simulator.costs.tp_comm import tp_collectives
+from plancast.simulator.costs.tp_comm import scenario_tp_collectives
 from plancast.simulator.scenario import Scenario
 
 MEMORY_BACKWARD_FACTOR = 1.5  # read dy and x, write dx vs read x, write y
@@ -163,18 +163,7 @@ def _collectives(
 ) -> tuple[Collective, ...]:
     if s.tp == 1:
         return ()
-    plan = tp_collectives(
-        part,
-        phase,
-        sequence_parallel=s.parallelism.sequence_parallel,
-        micro_batch_size=s.training.micro_batch_size,
-        seq_len=s.training.seq_len,
-        hidden_size=s.model.hidden_size,
-        vocab_size=s.model.vocab_size,
-        tp=s.tp,
-        dtype_bytes=DTYPE_BYTES[s.training.dtype],
-        vocab_parallel=bool(s.parallelism.vocab_parallel),
-    )
+    plan = scenario_tp_collectives(s, part, phase, DTYPE_BYTES[s.training.dtype])
     # tp_comm gives an all-gather's per-rank shard; the cost formulas take the gathered tensor.
     compute = s.cluster.compute
     sp = s.parallelism.sequence_parallel

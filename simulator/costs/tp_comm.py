@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from plancast.simulator.scenario import Scenario
+
 Part = Literal["embedding", "layer", "head"]
 Phase = Literal["forward", "backward"]
 
@@ -38,6 +40,7 @@ def tp_collectives(
     tp: int,
     dtype_bytes: int,
     vocab_parallel: bool = False,
+    learned_positions: bool = False,
 ) -> tuple[TPCollective, ...]:
     """Ordered tensor-parallel collectives of one micro-batch through ``part`` in ``phase``.
 
@@ -47,8 +50,7 @@ def tp_collectives(
     2205.05198 fig. 5) each all-reduce is an all-gather before and a reduce-scatter after the
     sub-layer, and the replicated embedding/head gather the sequence at their boundary. Full
     recompute repeats the forward list. ``vocab_size`` is unused: embedding and head are either
-    replicated (the runtime's plan) or, with ``vocab_parallel``, split over the vocabulary as in
-    Megatron-LM, whose cross-entropy reductions are [b, s] scalars and are left out.
+    replicated or, with ``vocab_parallel``, split over the vocabulary (``_vocab_parallel``).
     """
     if part not in ("embedding", "layer", "head") or phase not in ("forward", "backward"):
         raise ValueError(
@@ -68,16 +70,71 @@ def tp_collectives(
     )
     if part == "layer":
         return (gather, scatter, gather, scatter) if sequence_parallel else (reduce, reduce)
-    if vocab_parallel:  # Megatron-LM's vocab-parallel embedding and output layer (the f/g operators)
-        if part == "embedding":
-            return () if phase == "backward" else ((scatter,) if sequence_parallel else (reduce,))
-        if sequence_parallel:
-            return (gather,) if phase == "forward" else (scatter,)
-        return () if phase == "forward" else (reduce,)
+    if vocab_parallel:
+        tokens = micro_batch_size * seq_len
+        sides = (gather, scatter, reduce)
+        return _vocab_parallel(part, phase, sequence_parallel, learned_positions, tokens, *sides)
     if not sequence_parallel:
         return ()
     boundary = {("embedding", "backward"), ("head", "forward")}
     return (gather,) if (part, phase) in boundary else ()
+
+
+LOSS_REDUCTIONS = 3
+"""All-reduces of a vocab-parallel cross-entropy's forward, one fp32 value per token each: the logits'
+max, the target logit and the sum of exponentials (Megatron-LM ``vocab_parallel_cross_entropy``,
+megatron/core/tensor_parallel/cross_entropy.py; torch ``loss_parallel``,
+torch/distributed/tensor/parallel/loss.py: ``_log_softmax`` twice, ``_nll_loss_forward`` once). Its
+backward is local."""
+
+
+def _vocab_parallel(
+    part: Part,
+    phase: Phase,
+    sequence_parallel: bool,
+    learned_positions: bool,
+    tokens: int,
+    gather: TPCollective,
+    scatter: TPCollective,
+    reduce: TPCollective,
+) -> tuple[TPCollective, ...]:
+    """Embedding and output layer split over the vocabulary (Megatron-LM ``VocabParallelEmbedding`` and
+    ``ColumnParallelLinear``; torchtitan ``RowwiseParallel`` / ``ColwiseParallel`` + ``loss_parallel``).
+
+    Embedding: the masked partial lookups are all-reduced; under sequence parallelism reduce-scattered
+    when no learned position table is added afterwards (Megatron-LM ``reduce_scatter_embeddings``),
+    else all-reduced and sliced; the backward all-gathers the sequence shards' gradients. Head: the
+    column-parallel output layer's input gradient is all-reduced (reduce-scattered under sequence
+    parallelism, whose forward all-gathers its input), then the loss's reductions."""
+    if part == "embedding":
+        if phase == "backward":
+            return (gather,) if sequence_parallel else ()
+        return (scatter,) if sequence_parallel and not learned_positions else (reduce,)
+    if phase == "backward":
+        return (scatter,) if sequence_parallel else (reduce,)
+    loss = (TPCollective("all_reduce", tokens * 4),) * LOSS_REDUCTIONS  # fp32 logits (loss_fn)
+    return (gather, *loss) if sequence_parallel else loss
+
+
+def scenario_tp_collectives(
+    s: Scenario, part: Part, phase: Phase, dtype_bytes: int
+) -> tuple[TPCollective, ...]:
+    """``tp_collectives`` of one micro-batch of scenario ``s`` (the simulator and the runtime's expected
+    events read the plan through this one call)."""
+    m, t = s.model, s.training
+    return tp_collectives(
+        part,
+        phase,
+        sequence_parallel=s.parallelism.sequence_parallel,
+        micro_batch_size=t.micro_batch_size,
+        seq_len=t.seq_len,
+        hidden_size=m.hidden_size,
+        vocab_size=m.vocab_size,
+        tp=s.tp,
+        dtype_bytes=dtype_bytes,
+        vocab_parallel=s.vocab_tp > 1,
+        learned_positions=m.position_embedding == "learned",
+    )
 
 
 def sp_grad_all_reduce_bytes(

@@ -107,7 +107,9 @@ def test_breakdown_stacks_components_per_rank_and_source(open_page: OpenPage, he
     assert spec["encoding"]["xOffset"]["field"] == "source"
     table = at.dataframe[0].value
     assert len(table) == 4  # 2 ranks x (predicted, measured)
-    assert {"compute", "optimizer", "bubble", "exposed pp comm"} <= set(table.columns)
+    assert {"compute", "optimizer", "bubble"} <= set(table.columns)
+    shown = metrics(at)
+    assert set(shown) == {"Bubble fraction (predicted)", "Bubble fraction (measured)"}
 
 
 def test_memory_shows_predicted_and_measured_peaks_against_the_gpu(

@@ -169,28 +169,15 @@ def inside_compute_spans(frame: Any) -> None:
 
 def tp_sequence_matches_comm_plan(rank: int, world_size: int, data: dict[str, Any]) -> None:
     """Per micro-batch, the tp collectives seen by the profiler are tp_comm's forward then backward lists."""
-    from plancast.simulator.costs.tp_comm import tp_collectives
+    from plancast.simulator.costs.tp_comm import scenario_tp_collectives
 
     scenario = load(data)
     trainer = Trainer(scenario, rank, world_size, torch.device("cpu"), instrument=True)
     events = trainer.step(0).events
-    t, m = scenario.training, scenario.model
+    m = scenario.model
 
     def kinds(part: str, phase: str) -> list[str]:
-        return [
-            c.kind
-            for c in tp_collectives(
-                part,
-                phase,
-                sequence_parallel=scenario.parallelism.sequence_parallel,  # type: ignore[arg-type]
-                micro_batch_size=t.micro_batch_size,
-                seq_len=t.seq_len,
-                hidden_size=m.hidden_size,
-                vocab_size=m.vocab_size,
-                tp=scenario.tp,
-                dtype_bytes=4,
-            )
-        ]
+        return [c.kind for c in scenario_tp_collectives(scenario, part, phase, 4)]  # type: ignore[arg-type]
 
     layers = m.num_hidden_layers
     forward = kinds("embedding", "forward") + kinds("layer", "forward") * layers + kinds("head", "forward")

@@ -17,8 +17,30 @@ CASES: dict[str, tuple[int, dict[str, Any], dict[str, Any]]] = {
     "zero1": (2, {"data_parallel_degree": 2, "zero_stage": 1}, {}),
     "zero2": (2, {"data_parallel_degree": 2, "zero_stage": 2}, {"activation": "swiglu", "norm": "rmsnorm"}),
     "zero3": (2, {"data_parallel_degree": 2, "zero_stage": 3}, {"tie_word_embeddings": False}),
-    "tp": (2, {"tensor_parallel_degree": 2}, {"activation": "swiglu", "position_embedding": "rope"}),
-    "tp-sp": (2, {"tensor_parallel_degree": 2, "sequence_parallel": True}, {}),
+    "tp": (
+        2,
+        {"tensor_parallel_degree": 2, "vocab_parallel": False},
+        {"activation": "swiglu", "position_embedding": "rope"},
+    ),
+    "tp-sp": (2, {"tensor_parallel_degree": 2, "sequence_parallel": True, "vocab_parallel": False}, {}),
+    # vocab-parallel embedding, output layer and loss_parallel (issue 9): tied in one chunk, untied with
+    # rope under sequence parallelism (reduce-scattered lookup), tied over two stages, tied under DDP
+    "tp-vocab": (2, {"tensor_parallel_degree": 2, "vocab_parallel": True}, {}),
+    "tp-vocab-sp-rope": (
+        2,
+        {"tensor_parallel_degree": 2, "vocab_parallel": True, "sequence_parallel": True},
+        {"position_embedding": "rope", "tie_word_embeddings": False, "activation": "swiglu"},
+    ),
+    "tp-vocab-pp-tied": (
+        4,
+        {"tensor_parallel_degree": 2, "pipeline_parallel_degree": 2, "vocab_parallel": True},
+        {},
+    ),
+    "tp-vocab-ddp-tied": (
+        4,
+        {"tensor_parallel_degree": 2, "data_parallel_degree": 2, "vocab_parallel": True},
+        {},
+    ),
     "pp-gpipe": (2, {"pipeline_parallel_degree": 2, "pipeline_parallel_schedule": "GPipe"}, {}),
     "pp-1f1b": (2, {"pipeline_parallel_degree": 2}, {"tie_word_embeddings": False}),
     "pp-interleaved": (

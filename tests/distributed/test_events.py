@@ -17,8 +17,16 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "zero1": ({"data_parallel_degree": 2, "zero_stage": 1}, {}),
     "zero2": ({"data_parallel_degree": 2, "zero_stage": 2}, {}),
     "zero3": ({"data_parallel_degree": 2, "zero_stage": 3}, {}),
-    "tp": ({"tensor_parallel_degree": 2}, {}),
-    "tp-sp-full-recompute": ({"tensor_parallel_degree": 2, "sequence_parallel": True}, {"recompute": "full"}),
+    "tp": ({"tensor_parallel_degree": 2, "vocab_parallel": False}, {}),
+    "tp-sp-full-recompute": (
+        {"tensor_parallel_degree": 2, "sequence_parallel": True, "vocab_parallel": False},
+        {"recompute": "full"},
+    ),
+    "tp-vocab": ({"tensor_parallel_degree": 2, "vocab_parallel": True}, {}),
+    "tp-vocab-sp-full-recompute": (
+        {"tensor_parallel_degree": 2, "sequence_parallel": True, "vocab_parallel": True},
+        {"recompute": "full"},
+    ),
     "pp-1f1b-full-recompute": ({"pipeline_parallel_degree": 2}, {"recompute": "full"}),
     "pp-interleaved": (
         {

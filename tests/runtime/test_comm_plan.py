@@ -30,6 +30,40 @@ def test_tp_collectives_table(part: str, phase: str, sp: bool, expected: list[tu
     assert list(got) == [TPCollective(k, b) for k, b in expected]
 
 
+LOSS = [("all_reduce", 2 * 16 * 4)] * 3  # max, target logit, sum of exponentials: one fp32 per token
+
+
+@pytest.mark.parametrize(
+    ("part", "phase", "sp", "learned", "expected"),
+    [
+        ("embedding", "forward", False, True, [("all_reduce", FULL)]),
+        ("embedding", "backward", False, True, []),
+        ("embedding", "forward", True, False, [("reduce_scatter", FULL)]),
+        ("embedding", "forward", True, True, [("all_reduce", FULL)]),
+        ("embedding", "backward", True, False, [("all_gather", FULL // 2)]),
+        ("head", "forward", False, False, LOSS),
+        ("head", "backward", False, False, [("all_reduce", FULL)]),
+        ("head", "forward", True, False, [("all_gather", FULL // 2), *LOSS]),
+        ("head", "backward", True, False, [("reduce_scatter", FULL)]),
+        ("layer", "forward", False, False, [("all_reduce", FULL)] * 2),
+    ],
+)
+def test_vocab_parallel_collectives_table(
+    part: str, phase: str, sp: bool, learned: bool, expected: list[tuple[str, int]]
+) -> None:
+    """Megatron-LM's / torchtitan's vocab-parallel embedding, output layer and loss (issue 9)."""
+    got = tp_collectives(
+        part,  # type: ignore[arg-type]
+        phase,  # type: ignore[arg-type]
+        sequence_parallel=sp,
+        tp=2,
+        vocab_parallel=True,
+        learned_positions=learned,
+        **KW,
+    )
+    assert list(got) == [TPCollective(k, b) for k, b in expected]
+
+
 def test_no_collectives_without_tensor_parallel() -> None:
     assert tp_collectives("layer", "forward", sequence_parallel=False, tp=1, **KW) == ()
 

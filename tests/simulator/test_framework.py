@@ -29,7 +29,7 @@ def _scenario(**parallelism: Any) -> dict[str, Any]:
     [
         ("megatron-lm", (True, True, True, True, 40_000_000 * 4 / 2**20)),
         ("deepspeed", (True, False, True, True, 500_000_000 * 4 / 2**20)),
-        ("torchtitan", (False, True, False, False, None)),
+        ("torchtitan", (True, True, False, False, None)),
     ],
 )
 def test_framework_sets_the_defaults(framework: str, expected: tuple[Any, ...]) -> None:

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 import pandas as pd
 import pytest
 
-from plancast.traces import reconcile, schema
+from plancast.traces import breakdown, reconcile, schema
 from plancast.traces.schema import Event
 
 
@@ -36,7 +36,7 @@ def test_exposed_comm(
 ) -> None:
     compute_frame = schema.to_frame(spans("forward", compute))
     comm_frame = schema.to_frame(spans("all_reduce", comm, "dp"))
-    assert reconcile.exposed_us(comm_frame, compute_frame) == exposed_us
+    assert breakdown.exposed_us(comm_frame, compute_frame) == exposed_us
 
 
 def data_parallel(source: str, step: int, layout_us: Mapping[str, tuple[float, float]]) -> list[Event]:
@@ -258,3 +258,25 @@ def test_reconciliation_carries_measured_critical_path() -> None:
     # the backward [12, 36] overlaps the all-reduce [30, 48], so the chain steps from it to the forward
     assert rec.critical_path["kind"].tolist() == ["forward", "all_reduce", "optimizer"]
     assert set(rec.critical_path["step"]) == {3}
+
+
+def test_bubble_is_the_critical_ranks_and_pipeline_waits_count_in_it() -> None:
+    """traces/breakdown.py: rank 1 (the busiest pipeline passes) gives the step's figures; its receive
+    outside compute is bubble, not exposed communication; its dp all-reduce outside compute is exposed."""
+    events = [
+        Event("predicted", 0, 0, "compute", "forward", 0.0, 10.0, stage=0, chunk=0, microbatch=0),
+        Event("predicted", 1, 0, "pp", "recv", 0.0, 10.0, stage=1, chunk=0, microbatch=0, peer=0),
+        Event("predicted", 1, 0, "compute", "forward", 10.0, 20.0, stage=1, chunk=0, microbatch=0),
+        Event("predicted", 1, 0, "dp", "all_reduce", 30.0, 5.0, stage=1, chunk=0),
+        Event("predicted", 0, 0, "compute", "optimizer", 35.0, 5.0),
+        Event("predicted", 1, 0, "compute", "optimizer", 35.0, 5.0),
+    ]
+    frame = schema.to_frame(events)
+    per_rank = breakdown.rank_breakdown_us(frame, 40.0).set_index("rank")
+    assert per_rank.loc[1, ["compute", "exposed_comm", "bubble"]].tolist() == [25.0, 5.0, 10.0]
+    assert "exposed_comm:pp" not in per_rank.columns
+    assert breakdown.step_bubble(frame) == (10.0, 0.25)
+    rec = reconcile.reconcile(frame, frame.assign(source="measured"))
+    assert (rec.bubble_fraction_predicted, rec.bubble_fraction_measured) == (0.25, 0.25)
+    components = dict(zip(rec.components["component"], rec.components["predicted_s"], strict=True))
+    assert components["bubble"] == pytest.approx(10e-6)
