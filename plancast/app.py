@@ -54,14 +54,22 @@ class UserError(Exception):
     """Bad input from the user: printed without a traceback, exit code 2."""
 
 
+# The packages' own bad-input errors: (module, class).
+_PACKAGE_USER_ERRORS = (
+    ("plancast.simulator.loader", "ScenarioError"),
+    ("plancast.traces.schema", "SchemaError"),
+    ("plancast.traces.store", "TraceReadError"),
+)
+
+
 def user_error_types() -> tuple[type[BaseException], ...]:
-    from plancast.simulator.loader import ScenarioError
-
-    types: list[type[BaseException]] = [UserError, ScenarioError]
-    from plancast.traces.schema import SchemaError
-    from plancast.traces.store import TraceReadError
-
-    types += [SchemaError, TraceReadError]
+    """UserError and the packages' bad-input errors whose modules are loaded: an error of a module never
+    imported cannot have been raised, and importing it here would put pandas on the path of `--help`."""
+    types: list[type[BaseException]] = [UserError]
+    for module, name in _PACKAGE_USER_ERRORS:
+        error = getattr(sys.modules.get(module), name, None)
+        if error is not None:
+            types.append(error)
     return tuple(types)
 
 
