@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from typing import Any
 
 from plancast.simulator.costs.collectives import collective_seconds, group_levels
@@ -108,13 +109,18 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def enumerate_plans(base: Scenario, gpus: int) -> Iterator[Plan]:
-    """Every plan whose degrees and batch shape are valid for `base` on `gpus` GPUs (memory not checked)."""
+def tensor_parallel_degrees(base: Scenario, gpus: int) -> list[int]:
+    """The tp degrees `base`'s model splits evenly on `gpus` GPUs (heads, kv heads, ffn)."""
+    m = base.model
+    return [d for d in _divisors(gpus) if not (m.num_attention_heads % d or m.kv_heads % d or m.ffn_size % d)]
+
+
+def enumerate_plans(base: Scenario, gpus: int, tps: Iterable[int] | None = None) -> Iterator[Plan]:
+    """Every plan whose degrees and batch shape are valid for `base` on `gpus` GPUs (memory not checked);
+    `tps` restricts the search to those tp degrees (one slice of the space per worker)."""
     m, t = base.model, base.training
     layers = m.num_hidden_layers
-    for tp in _divisors(gpus):
-        if m.num_attention_heads % tp or m.kv_heads % tp or m.ffn_size % tp:
-            continue
+    for tp in tensor_parallel_degrees(base, gpus) if tps is None else tps:
         for pp in _divisors(gpus // tp):
             if pp > layers:
                 continue
@@ -171,9 +177,6 @@ class _Estimator:
         if split is None:
             split = self._splits[stages] = even_layer_split(self.base.model.num_hidden_layers, stages)
         return split
-
-    def scenario(self, plan: Plan) -> Scenario:
-        return plan.apply(self.base)
 
     def layer(self, plan: Plan) -> _Layer:
         key = (plan.tp, plan.micro_batch_size, plan.sequence_parallel, plan.recompute)
@@ -362,6 +365,39 @@ def _base_for(base: Scenario, gpus: int) -> Scenario:
     return base.model_copy(update={"cluster": cluster})
 
 
+MapFn = Callable[[Callable[[Any], Any], Sequence[Any]], Iterable[Any]]
+"""`map`'s contract: fn over the items, results in the items' order (a process pool's map at the CLI)."""
+
+
+def _rank_slice(base: Scenario, gpus: int, limit_bytes: float, tp: int) -> tuple[list[Ranked], int, int]:
+    """The plans of one tp degree that fit in `limit_bytes`, estimated; with counts enumerated, pruned."""
+    est = _Estimator(base, gpus)
+    candidates: list[Ranked] = []
+    enumerated = pruned = 0
+    smallest_fits: dict[tuple[int, int], bool] = {}
+    for plan in enumerate_plans(base, gpus, (tp,)):
+        enumerated += 1
+        key = (plan.tp, plan.pp)
+        if key not in smallest_fits:  # smallest footprint of the whole (tp, pp) subtree
+            smallest = Plan(plan.tp, plan.pp, plan.dp, 1, "1F1B", 1, "full", plan.tp > 1, 3)
+            smallest_fits[key] = est.memory_bytes(smallest) <= limit_bytes
+        if not smallest_fits[key]:
+            pruned += 1
+            continue
+        memory = est.memory_bytes(plan)
+        if memory > limit_bytes:
+            continue
+        candidates.append(Ranked(plan, est.step_seconds(plan), memory / GiB))
+    return candidates, enumerated, pruned
+
+
+def _simulated(finalist: tuple[Scenario, Ranked]) -> Ranked:
+    """A finalist run through the engine: its simulated step time, peak memory and summary."""
+    s, ranked = finalist
+    summary = simulate(s, events=False).summary
+    return Ranked(ranked.plan, ranked.estimate_s, summary["peak_memory_gib"], summary["step_time_s"], summary)
+
+
 def sweep(
     base: Scenario,
     gpus: int,
@@ -369,48 +405,32 @@ def sweep(
     finalists: int = 24,
     progress: Callable[[int, int], None] | None = None,
     max_memory_gib: float | None = None,
+    map_fn: MapFn = map,
 ) -> SweepResult:
     """Search all plans of `base`'s model and training on `gpus` GPUs; the best `finalists`, simulated.
 
     `max_memory_gib` caps the memory a plan may use per GPU below the GPU's own (headroom for the
-    framework, or a smaller card of the same kind)."""
+    framework, or a smaller card of the same kind). `map_fn` runs the tp slices of the space, then the
+    finalists (a process pool's map spreads them over cores); the result does not depend on it."""
     if not 0 < gpus <= MAX_WORLD_SIZE:  # ValueError: the CLI and the dashboard show it as bad input
         raise ValueError(f"--gpus must be between 1 and {MAX_WORLD_SIZE:,}, got {gpus:,}")
     base = _base_for(base, gpus)
-    est = _Estimator(base, gpus)
     # headroom for context, NCCL, fragmentation; --max-memory-gib caps it further
     limit = min(base.cluster.gpu.usable_memory_GiB, max_memory_gib or math.inf) * GiB
-    candidates: list[Ranked] = []
-    enumerated = pruned = 0
-    smallest_fits: dict[tuple[int, int], bool] = {}
-    for plan in enumerate_plans(base, gpus):
-        enumerated += 1
-        key = (plan.tp, plan.pp)
-        if key not in smallest_fits:  # smallest footprint of the whole (tp, pp) subtree
-            smallest = Plan(plan.tp, plan.pp, plan.dp, 1, "1F1B", 1, "full", plan.tp > 1, 3)
-            smallest_fits[key] = est.memory_bytes(smallest) <= limit
-        if not smallest_fits[key]:
-            pruned += 1
-            continue
-        memory = est.memory_bytes(plan)
-        if memory > limit:
-            continue
-        candidates.append(Ranked(plan, est.step_seconds(plan), memory / GiB))
-    candidates.sort(key=lambda r: (r.estimate_s, r.plan))
-    simulated: list[Ranked] = []
+    slices = list(map_fn(partial(_rank_slice, base, gpus, limit), tensor_parallel_degrees(base, gpus)))
+    candidates = [r for part, _, _ in slices for r in part]
+    candidates.sort(key=lambda r: (r.estimate_s, r.plan))  # a total order: the same for any slicing
+    chosen: list[tuple[Scenario, Ranked]] = []
     for ranked in candidates:
-        if len(simulated) >= finalists:
+        if len(chosen) >= finalists:
             break
-        s = est.scenario(ranked.plan)
-        if check_plan(s)[0] or peak_memory(s)[1].total > limit:  # exact check over every pipeline rank
-            continue
-        summary = simulate(s, events=False).summary
-        simulated.append(
-            Ranked(
-                ranked.plan, ranked.estimate_s, summary["peak_memory_gib"], summary["step_time_s"], summary
-            )
-        )
+        s = ranked.plan.apply(base)
+        if not check_plan(s)[0] and peak_memory(s)[1].total <= limit:  # exact, over every pipeline rank
+            chosen.append((s, ranked))
+    simulated: list[Ranked] = []
+    for done in map_fn(_simulated, chosen):
+        simulated.append(done)
         if progress is not None:
             progress(len(simulated), finalists)
     simulated.sort(key=lambda r: (r.step_time_s or math.inf, r.plan))
-    return SweepResult(simulated, enumerated, len(candidates), pruned)
+    return SweepResult(simulated, sum(n for _, n, _ in slices), len(candidates), sum(n for _, _, n in slices))
