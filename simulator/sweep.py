@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import itertools
 import math
+import operator
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from functools import partial
 from typing import Any
 
@@ -369,10 +370,16 @@ MapFn = Callable[[Callable[[Any], Any], Sequence[Any]], Iterable[Any]]
 """`map`'s contract: fn over the items, results in the items' order (a process pool's map at the CLI)."""
 
 
-def _rank_slice(base: Scenario, gpus: int, limit_bytes: float, tp: int) -> tuple[list[Ranked], int, int]:
+Estimate = tuple[float, tuple[Any, ...], float]
+"""(estimate_s, the plan's fields, memory_GiB): plain tuples cost a tenth of dataclasses to send back from
+a worker process, and sort as (estimate_s, Plan) does."""
+_plan_fields = operator.attrgetter(*(f.name for f in fields(Plan)))
+
+
+def _rank_slice(base: Scenario, gpus: int, limit_bytes: float, tp: int) -> tuple[list[Estimate], int, int]:
     """The plans of one tp degree that fit in `limit_bytes`, estimated; with counts enumerated, pruned."""
     est = _Estimator(base, gpus)
-    candidates: list[Ranked] = []
+    candidates: list[Estimate] = []
     enumerated = pruned = 0
     smallest_fits: dict[tuple[int, int], bool] = {}
     for plan in enumerate_plans(base, gpus, (tp,)):
@@ -387,7 +394,7 @@ def _rank_slice(base: Scenario, gpus: int, limit_bytes: float, tp: int) -> tuple
         memory = est.memory_bytes(plan)
         if memory > limit_bytes:
             continue
-        candidates.append(Ranked(plan, est.step_seconds(plan), memory / GiB))
+        candidates.append((est.step_seconds(plan), _plan_fields(plan), memory / GiB))
     return candidates, enumerated, pruned
 
 
@@ -418,15 +425,15 @@ def sweep(
     # headroom for context, NCCL, fragmentation; --max-memory-gib caps it further
     limit = min(base.cluster.gpu.usable_memory_GiB, max_memory_gib or math.inf) * GiB
     slices = list(map_fn(partial(_rank_slice, base, gpus, limit), tensor_parallel_degrees(base, gpus)))
-    candidates = [r for part, _, _ in slices for r in part]
-    candidates.sort(key=lambda r: (r.estimate_s, r.plan))  # a total order: the same for any slicing
+    candidates = sorted(c for part, _, _ in slices for c in part)  # a total order: the same for any slicing
     chosen: list[tuple[Scenario, Ranked]] = []
-    for ranked in candidates:
+    for estimate_s, plan_fields, memory_gib in candidates:
         if len(chosen) >= finalists:
             break
-        s = ranked.plan.apply(base)
+        plan = Plan(*plan_fields)
+        s = plan.apply(base)
         if not check_plan(s)[0] and peak_memory(s)[1].total <= limit:  # exact, over every pipeline rank
-            chosen.append((s, ranked))
+            chosen.append((s, Ranked(plan, estimate_s, memory_gib)))
     simulated: list[Ranked] = []
     for done in map_fn(_simulated, chosen):
         simulated.append(done)
