@@ -12,10 +12,12 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 app = typer.Typer(
     name="plancast",
@@ -25,9 +27,34 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode=None,  # help texts show [cluster] and friends literally
 )
+
+
+class LazyConsole:
+    """A rich `Console`, built on its first use: importing rich is about a third of `plancast --help`'s
+    start-up, and `--help`, `validate` and `simulate --json` never print through one."""
+
+    def __init__(self, **options: Any) -> None:
+        self._options = options
+        self._console: Console | None = None
+
+    @property
+    def console(self) -> Console:
+        """The Console itself (for rich objects that take one, such as `Progress(console=...)`)."""
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(**self._options)
+        return self._console
+
+    def __getattr__(self, name: str) -> Any:  # called only for what the instance itself lacks
+        if name.startswith("_"):  # copy/pickle probing an instance without __init__: no Console for that
+            raise AttributeError(name)
+        return getattr(self.console, name)
+
+
 # Piped output (a file, grep) gets a wide console so tables are never cut to 80 columns.
-out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+out = LazyConsole(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
+err = LazyConsole(stderr=True, highlight=False, soft_wrap=True)
 
 EXIT_BAD_INPUT = 2
 

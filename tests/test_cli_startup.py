@@ -2,7 +2,8 @@
 
 Checked on `sys.modules` of a real `plancast` process after the verb ran (not timed: this machine is
 shared). pandas (with numpy and pyarrow) alone used to cost half of `simulate --json`'s import time;
-torch, Streamlit and Altair belong to `run` and `dashboard` only.
+rich a third of `--help`'s (it is loaded when a table or progress bar is printed); torch, Streamlit and
+Altair belong to `run` and `dashboard` only.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import pytest
 
 from tests.cli_runner import REPO
 
-HEAVY = ("pandas", "pyarrow", "streamlit", "altair", "torch")
+HEAVY = ("pandas", "pyarrow", "streamlit", "altair", "torch", "rich")
 EXAMPLE = str(REPO / "examples" / "gpt3-175b-dgx-a100.toml")
 TINY = REPO / "examples" / "tiny-local-cpu.toml"
 
@@ -67,4 +68,4 @@ def test_the_probe_sees_a_verb_that_needs_pandas(tmp_path: Path) -> None:
     """The check can fail: `simulate --out` writes parquet, so it loads pandas and pyarrow."""
     code, loaded, _ = loaded_by("simulate", str(TINY), "--out", str(tmp_path))
     assert code == 0
-    assert {"pandas", "pyarrow"} <= set(loaded)
+    assert {"pandas", "pyarrow", "rich"} <= set(loaded)

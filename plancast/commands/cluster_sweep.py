@@ -53,7 +53,7 @@ def cluster_sweep(
 
     with user_errors():
         names = parse_clusters(clusters)
-        with worker_pool(workers) as map_fn, Progress(console=err, transient=True) as bar:
+        with worker_pool(workers) as map_fn, Progress(console=err.console, transient=True) as bar:
             task = bar.add_task("searching", total=len(names) * len(sizes))
 
             def progress(done: int, total: int, label: str) -> None:

@@ -234,7 +234,7 @@ def _single_sweep(
     from plancast.simulator.sweep import sweep as run_sweep
 
     started = time.perf_counter()
-    with worker_pool(workers) as map_fn, Progress(console=err, transient=True) as bar:
+    with worker_pool(workers) as map_fn, Progress(console=err.console, transient=True) as bar:
         task = bar.add_task("enumerating and ranking plans", total=None)
 
         def progress(done: int, total: int) -> None:
