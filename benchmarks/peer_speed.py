@@ -81,22 +81,20 @@ def run_once(cmd: Sequence[str], env: dict[str, str] | None = None) -> float:
     return elapsed
 
 
-def paired(ours: Callable[[], float], theirs: Callable[[], float], pairs: int) -> dict[str, float]:
-    """Alternating pairs; medians of each side and of the per-pair ratio ours / theirs."""
-    mine, peer, ratios = [], [], []
+def paired(first: Callable[[], float], second: Callable[[], float], pairs: int) -> dict[str, float]:
+    """Alternating pairs (who goes first alternates); medians of each side's seconds (`a_s`, `b_s`)
+    and of the per-pair ratio first / second."""
+    firsts, seconds, ratios = [], [], []
     for i in range(pairs):
         if i % 2 == 0:
-            a, b = ours(), theirs()
+            a, b = first(), second()
         else:
-            b, a = theirs(), ours()
-        mine.append(a)
-        peer.append(b)
+            b, a = second(), first()
+        firsts.append(a)
+        seconds.append(b)
         ratios.append(a / b)
-    return {
-        "plancast_s": statistics.median(mine),
-        "calculon_s": statistics.median(peer),
-        "ratio": statistics.median(ratios),
-    }
+    median = statistics.median
+    return {"a_s": median(firsts), "b_s": median(seconds), "ratio": median(ratios)}
 
 
 def calculon_in_process(checkout: Path, execution: Path) -> Callable[[], float]:
@@ -161,7 +159,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         rows["one prediction, in-process"] = paired(plancast_in_process, theirs, args.in_process_pairs)
     print(f"{'what':32} {'plancast s':>11} {'Calculon s':>11} {'ratio':>7}  (median of alternating pairs)")
     for name, r in rows.items():
-        print(f"{name:32} {r['plancast_s']:11.3f} {r['calculon_s']:11.3f} {r['ratio']:7.2f}x")
+        print(f"{name:32} {r['a_s']:11.3f} {r['b_s']:11.3f} {r['ratio']:7.2f}x")
     print("ratio < 1: plancast faster. Load average now:", " ".join(f"{x:.1f}" for x in os.getloadavg()))
     return 0
 

@@ -30,7 +30,8 @@ from plancast.dashboard.serve import ROOT_ENV, RUNS_ENV
 from plancast.simulator.loader import ScenarioError, load_scenario
 from plancast.simulator.predict import simulate
 from plancast.simulator.scenario import Scenario
-from plancast.simulator.sweep import Plan, sweep
+from plancast.simulator.sweep import sweep
+from plancast.simulator.sweep_axes import Plan
 from plancast.traces import schema
 from plancast.traces.reconcile import Reconciliation, reconcile
 from plancast.traces.store import RANK_FILE_RE, RunDir, TraceReadError, read_events, read_json, read_measured

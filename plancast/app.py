@@ -12,10 +12,12 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 app = typer.Typer(
     name="plancast",
@@ -25,9 +27,34 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode=None,  # help texts show [cluster] and friends literally
 )
+
+
+class LazyConsole:
+    """A rich `Console`, built on its first use: importing rich is about a third of `plancast --help`'s
+    start-up, and `--help`, `validate` and `simulate --json` never print through one."""
+
+    def __init__(self, **options: Any) -> None:
+        self._options = options
+        self._console: Console | None = None
+
+    @property
+    def console(self) -> Console:
+        """The Console itself (for rich objects that take one, such as `Progress(console=...)`)."""
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(**self._options)
+        return self._console
+
+    def __getattr__(self, name: str) -> Any:  # called only for what the instance itself lacks
+        if name.startswith("_"):  # copy/pickle probing an instance without __init__: no Console for that
+            raise AttributeError(name)
+        return getattr(self.console, name)
+
+
 # Piped output (a file, grep) gets a wide console so tables are never cut to 80 columns.
-out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+out = LazyConsole(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
+err = LazyConsole(stderr=True, highlight=False, soft_wrap=True)
 
 EXIT_BAD_INPUT = 2
 
@@ -54,14 +81,22 @@ class UserError(Exception):
     """Bad input from the user: printed without a traceback, exit code 2."""
 
 
+# The packages' own bad-input errors: (module, class).
+_PACKAGE_USER_ERRORS = (
+    ("plancast.simulator.loader", "ScenarioError"),
+    ("plancast.traces.schema", "SchemaError"),
+    ("plancast.traces.store", "TraceReadError"),
+)
+
+
 def user_error_types() -> tuple[type[BaseException], ...]:
-    from plancast.simulator.loader import ScenarioError
-
-    types: list[type[BaseException]] = [UserError, ScenarioError]
-    from plancast.traces.schema import SchemaError
-    from plancast.traces.store import TraceReadError
-
-    types += [SchemaError, TraceReadError]
+    """UserError and the packages' bad-input errors whose modules are loaded: an error of a module never
+    imported cannot have been raised, and importing it here would put pandas on the path of `--help`."""
+    types: list[type[BaseException]] = [UserError]
+    for module, name in _PACKAGE_USER_ERRORS:
+        error = getattr(sys.modules.get(module), name, None)
+        if error is not None:
+            types.append(error)
     return tuple(types)
 
 

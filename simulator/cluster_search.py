@@ -17,7 +17,7 @@ from typing import Any
 from plancast.simulator.cluster import Cluster
 from plancast.simulator.goodput import plan_run, resized
 from plancast.simulator.scenario import Scenario
-from plancast.simulator.sweep import Ranked, sweep
+from plancast.simulator.sweep import MapFn, Ranked, sweep
 
 RANK_KEYS: dict[str, str] = {
     "step": "step_time_s",
@@ -95,9 +95,10 @@ def search(
     finalists: int = 4,
     progress: Callable[[int, int, str], None] | None = None,
     max_memory_gib: float | None = None,
+    map_fn: MapFn = map,
 ) -> ClusterSearch:
     """Search `gpu_counts` x `clusters` (None: the base scenario's own cluster) and rank every finalist;
-    `max_memory_gib` caps each plan's memory per GPU as in `sweep`.
+    `max_memory_gib` caps each plan's memory per GPU and `map_fn` spreads each search as in `sweep`.
 
     Raises ValueError for an unknown rank key, or a run-level key without training.total_tokens."""
     if rank_by not in RANK_KEYS:
@@ -118,7 +119,7 @@ def search(
             progress(done, len(combos), label)
         scenario = base if preset is None else with_cluster(base, preset)
         try:
-            result = sweep(scenario, gpus, finalists=finalists, max_memory_gib=max_memory_gib)
+            result = sweep(scenario, gpus, finalists=finalists, max_memory_gib=max_memory_gib, map_fn=map_fn)
         except ValueError as e:
             skipped.append(f"{label}: {e}")
             continue

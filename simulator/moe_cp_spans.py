@@ -11,12 +11,14 @@ docs/moe.md: per (rank, stream, kind, stage, chunk, micro-batch) the forward's c
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from plancast.simulator.costs.stage import StageCost
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 PHASES = frozenset({"forward", "recompute", "backward", "backward_input"})
 
@@ -71,6 +73,8 @@ def _has_any(costs: tuple[StageCost, ...]) -> bool:
 
 def ep_cp_events(spans: Sequence[tuple[Any, ...]], costs: tuple[StageCost, ...]) -> pd.DataFrame:
     """Span rows (engine column order, seconds) of every ep/cp collective inside the compute spans."""
+    import pandas as pd  # only when events are built: `simulate --json` stays free of pandas
+
     if not _has_any(costs):
         return pd.DataFrame()
     layouts = [_indexed(c) for c in costs]

@@ -9,10 +9,7 @@ to their symmetric peers (same pipeline position, other tp/dp coordinates) up to
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
-
-import numpy as np
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from plancast.simulator.costs.stage import StageCost
 from plancast.simulator.engine import Engine, Span
@@ -21,6 +18,10 @@ from plancast.simulator.moe_cp_spans import ep_cp_events, ep_cp_times
 from plancast.simulator.scenario import Scenario
 from plancast.simulator.summary import summarize
 from plancast.traces.schema import COLUMNS, SCHEMA_VERSION
+
+if TYPE_CHECKING:  # imported where events are built: a summary alone never loads pandas
+    import numpy as np
+    import pandas as pd
 
 EXPAND_LIMIT = 256
 
@@ -31,7 +32,16 @@ class Prediction:
 
     scenario: Scenario
     summary: dict[str, Any]
-    events: pd.DataFrame  # trace schema rows (source "predicted", step 0); empty if not requested
+    built_events: pd.DataFrame | None = None  # None: not requested
+
+    @property
+    def events(self) -> pd.DataFrame:
+        """Trace schema rows (source "predicted", step 0); an empty table if events were not requested."""
+        if self.built_events is not None:
+            return self.built_events
+        import pandas as pd
+
+        return pd.DataFrame(columns=list(COLUMNS))
 
 
 def _tp_layout(cost: StageCost, phase: str) -> list[tuple[str, int, float, float]]:
@@ -64,6 +74,8 @@ def _phase_layouts(cost: StageCost) -> dict[str, tuple[np.ndarray, ...]]:
     """Per span kind: arrays (kind, bytes, offset_s, dur_s, index) of its tp collectives.
 
     `index` continues across the phases of one (stage, micro-batch): forward, recompute, backward."""
+    import numpy as np
+
     out: dict[str, tuple[np.ndarray, ...]] = {}
     forward = _tp_layout(cost, "forward")
     per_kind = {k: sum(1 for c in forward if c[0] == k) for k in {c[0] for c in forward}}
@@ -89,6 +101,9 @@ def _phase_layouts(cost: StageCost) -> dict[str, tuple[np.ndarray, ...]]:
 
 def _tp_events(spans: list[Span], costs: tuple[StageCost, ...]) -> tuple[pd.DataFrame, dict[int, float]]:
     """Tensor-parallel collective events inside the compute spans (vectorised), and each rank's tp time."""
+    import numpy as np
+    import pandas as pd
+
     tp_time: dict[int, float] = {}
     if all(not g.tp_forward and not g.tp_backward for c in costs for g in c.segments):
         return pd.DataFrame(), tp_time
@@ -149,6 +164,8 @@ _SPAN_COLUMNS = [
 
 
 def _frame(spans: list[Span], tp: pd.DataFrame) -> pd.DataFrame:
+    import pandas as pd
+
     df = pd.DataFrame.from_records(spans, columns=_SPAN_COLUMNS)
     if len(tp):
         df = pd.concat([df, tp[_SPAN_COLUMNS]], ignore_index=True)
@@ -161,6 +178,8 @@ def _frame(spans: list[Span], tp: pd.DataFrame) -> pd.DataFrame:
 
 def _expand(df: pd.DataFrame, s: Scenario, engine: Engine) -> pd.DataFrame:
     """Copy representative ranks' events to every symmetric rank (other dp/cp/tp coordinates)."""
+    import pandas as pd
+
     plan = engine.plan
     if plan.full_fidelity or s.dp * s.cp * s.tp == 1:
         return df
@@ -208,10 +227,7 @@ def simulate(
     engine = Engine(s, full_fidelity=full_fidelity)
     plan = engine.plan
     spans = engine.run()
-    if events:
-        tp_events, tp_time = _tp_events(spans, plan.costs)
-    else:
-        tp_events, tp_time = pd.DataFrame(), _tp_time(spans, plan.costs)
+    tp_events, tp_time = _tp_events(spans, plan.costs) if events else (None, _tp_time(spans, plan.costs))
     summary = summarize(
         s,
         spans,
@@ -224,8 +240,10 @@ def simulate(
     )
     summary["schema_version"] = SCHEMA_VERSION
     summary["simulated_ranks"] = len(plan.ranks)
-    if not events:
-        return Prediction(s, summary, pd.DataFrame(columns=list(COLUMNS)))
+    if tp_events is None:
+        return Prediction(s, summary)
+    import pandas as pd
+
     df = _frame(spans, pd.concat([tp_events, ep_cp_events(spans, plan.costs)], ignore_index=True))
     if s.world_size <= expand_limit:
         df = _expand(df, s, engine)

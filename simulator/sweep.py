@@ -19,73 +19,18 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+import operator
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import asdict, dataclass, fields
+from functools import partial
 from typing import Any
 
-from plancast.simulator.costs.collectives import collective_seconds, group_levels
-from plancast.simulator.costs.memory import GiB, layer_activation_bytes, model_state_bytes, peak_memory
-from plancast.simulator.costs.moe import moe_activation_bytes
-from plancast.simulator.costs.ops import DTYPE_BYTES, Shape
-from plancast.simulator.costs.optimizer import optimizer_bytes_per_param
-from plancast.simulator.costs.params import layer_params, stage_expert_parameters, stage_parameters
-from plancast.simulator.costs.stage import StageCost, stage_costs
-from plancast.simulator.engine import Topology
-from plancast.simulator.mesh import RankGrid, span_tier
+from plancast.simulator.costs.memory import GiB, peak_memory
 from plancast.simulator.predict import simulate
-from plancast.simulator.scenario import Scenario, even_layer_split
-from plancast.simulator.sweep_axes import cp_choices, divisors, ep_choices
+from plancast.simulator.scenario import Scenario
+from plancast.simulator.sweep_axes import RECOMPUTE, Plan, cp_choices, divisors, ep_choices
+from plancast.simulator.sweep_estimate import Estimator
 from plancast.simulator.validation import MAX_WORLD_SIZE, check_plan
-
-SCHEDULES = ("1F1B", "Interleaved1F1B", "ZeroBubble", "GPipe")
-RECOMPUTE = ("none", "selective", "full")
-
-
-@dataclass(frozen=True, slots=True, order=True)
-class Plan:
-    """One point of the search space."""
-
-    tp: int
-    pp: int
-    dp: int
-    micro_batch_size: int
-    schedule: str
-    virtual_stages: int
-    recompute: str
-    sequence_parallel: bool
-    zero_stage: int
-    ep: int = 1  # expert parallel, carved out of dp
-    cp: int = 1  # context parallel: world = tp * cp * pp * dp
-
-    def apply(self, base: Scenario) -> Scenario:
-        """The base scenario with this plan's parallelism and batch shape (layer split reset to even)."""
-        par = base.parallelism.model_copy(
-            update={
-                "tensor_parallel_degree": self.tp,
-                "pipeline_parallel_degree": self.pp,
-                "data_parallel_degree": self.dp,
-                "zero_stage": self.zero_stage,
-                "pipeline_parallel_schedule": self.schedule,
-                "virtual_stages_per_rank": self.virtual_stages,
-                "sequence_parallel": self.sequence_parallel,
-                "pipeline_layer_split": None,
-                "expert_parallel_degree": self.ep,
-                "context_parallel_degree": self.cp,
-            }
-        )
-        training = base.training.model_copy(
-            update={"micro_batch_size": self.micro_batch_size, "recompute": self.recompute}
-        )
-        return base.model_copy(update={"parallelism": par, "training": training})
-
-    def label(self) -> str:
-        sched = self.schedule + (f"x{self.virtual_stages}" if self.virtual_stages > 1 else "")
-        sp = "+SP" if self.sequence_parallel else ""
-        extra = (f" ep{self.ep}" if self.ep > 1 else "") + (f" cp{self.cp}" if self.cp > 1 else "")
-        return (
-            f"tp{self.tp}{sp} pp{self.pp} dp{self.dp}{extra} mb{self.micro_batch_size} {sched} "
-            f"rc={self.recompute} zero{self.zero_stage}"
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,13 +60,22 @@ class Ranked:
 _divisors = divisors
 
 
-def enumerate_plans(base: Scenario, gpus: int) -> Iterator[Plan]:
-    """Every plan whose degrees and batch shape are valid for `base` on `gpus` GPUs (memory not checked)."""
+def tensor_parallel_degrees(base: Scenario, gpus: int) -> list[int]:
+    """The tp degrees `base`'s model splits evenly on `gpus` GPUs (heads, kv heads, ffn)."""
+    m = base.model
+    return [
+        d
+        for d in _divisors(gpus)
+        if not (m.num_attention_heads % d or m.kv_heads % d or m.ffn_size % d or m.expert_ffn_size % d)
+    ]
+
+
+def enumerate_plans(base: Scenario, gpus: int, tps: Iterable[int] | None = None) -> Iterator[Plan]:
+    """Every plan whose degrees and batch shape are valid for `base` on `gpus` GPUs (memory not checked);
+    `tps` restricts the search to those tp degrees (one slice of the space per worker)."""
     m, t = base.model, base.training
     layers = m.num_hidden_layers
-    for tp in _divisors(gpus):
-        if m.num_attention_heads % tp or m.kv_heads % tp or m.ffn_size % tp or m.expert_ffn_size % tp:
-            continue
+    for tp in tensor_parallel_degrees(base, gpus) if tps is None else tps:
         for cp, pp in itertools.product(cp_choices(t.seq_len, gpus // tp), _divisors(gpus // tp)):
             if pp > layers or (gpus // tp) % (cp * pp):
                 continue
@@ -148,221 +102,6 @@ def _schedules(pp: int, microbatches: int, layers: int) -> Iterator[tuple[str, i
 
 
 # ------------------------------------------------------------------------------------------ estimates
-@dataclass(frozen=True, slots=True)
-class _Layer:
-    """Per-micro-batch times of the three segment kinds for one (tp, micro-batch, SP, recompute)."""
-
-    layer_s: float  # forward + backward (+ recompute) of one block, tp traffic included
-    layer_w_s: float  # its weight-gradient part (zero bubble defers it)
-    embedding_s: float
-    head_s: float
-    act_bytes: float  # activation bytes one block keeps per micro-batch
-    full_act_bytes: float  # ... without recompute (the block rebuilt during a full-recompute backward)
-
-
-@dataclass
-class _Estimator:
-    """Closed-form memory (exactly the first pipeline rank's, a lower bound of the peak) and step time.
-
-    Everything is arithmetic over a few cached quantities, so millions of plans cost seconds; the
-    caches live in the estimator, one per sweep."""
-
-    base: Scenario
-    gpus: int
-    _layers: dict[tuple[int, int, bool, str, int, int], _Layer] = field(default_factory=dict)
-    _dp_levels: dict[tuple[int, int, int], tuple[Any, ...]] = field(default_factory=dict)
-    _params: dict[tuple[int, int, int, int], tuple[float, float]] = field(default_factory=dict)
-    _splits: dict[int, tuple[int, ...]] = field(default_factory=dict)
-
-    def split(self, stages: int) -> tuple[int, ...]:
-        split = self._splits.get(stages)
-        if split is None:
-            split = self._splits[stages] = even_layer_split(self.base.model.num_hidden_layers, stages)
-        return split
-
-    def scenario(self, plan: Plan) -> Scenario:
-        return plan.apply(self.base)
-
-    def layer(self, plan: Plan) -> _Layer:
-        key = (plan.tp, plan.micro_batch_size, plan.sequence_parallel, plan.recompute, plan.ep, plan.cp)
-        cached = self._layers.get(key)
-        if cached is None:
-            flat = Plan(
-                plan.tp,
-                1,
-                self.gpus // (plan.tp * plan.cp),
-                plan.micro_batch_size,
-                "1F1B",
-                1,
-                plan.recompute,
-                plan.sequence_parallel,
-                0,
-                plan.ep,
-                plan.cp,
-            )
-            s = flat.apply(self.base)
-            segments = stage_costs(s, Topology.of(s).levels("tp"))[0].segments
-            emb, layers, head = segments[0], segments[1:-1], segments[-1]
-            one = StageCost(0, layers, 0.0, s.parallelism.tp_comm_overlap, plan.recompute == "full")
-            x, n = Shape.of(s), len(layers)  # an MoE model's layers differ: the mean block
-            mlp = moe_activation_bytes(x, s.model) if s.model.is_moe else None
-            cached = self._layers[key] = _Layer(
-                (one.forward_s + one.backward_s + one.recompute_s) / n,
-                one.backward_weight_s / n,
-                StageCost(0, (emb,), 0.0, one.tp_overlap, False).forward_s * 3,
-                StageCost(0, (head,), 0.0, one.tp_overlap, False).forward_s * 3,
-                layer_activation_bytes(x, plan.recompute, mlp),
-                layer_activation_bytes(x, "none", mlp),
-            )
-        return cached
-
-    def dp_levels(self, plan: Plan) -> tuple[Any, ...]:
-        key = (plan.tp, plan.pp, plan.cp)
-        levels = self._dp_levels.get(key)
-        if levels is None:
-            grid = RankGrid(plan.pp, plan.dp, plan.tp, cp=plan.cp)
-            levels = self._dp_levels[key] = group_levels(
-                grid.group("dp_cp", 0), self.base.cluster.tier_sizes, Topology.of(self.base).links
-            )
-        return levels
-
-    def rank0_params(self, plan: Plan) -> float:
-        return self._rank0(plan)[0]
-
-    def _rank0(self, plan: Plan) -> tuple[float, float]:
-        """(all, routed-expert) parameters of the first pipeline rank."""
-        key = (plan.tp, plan.pp, plan.virtual_stages, plan.ep)
-        params = self._params.get(key)
-        if params is None:
-            m = self.base.model
-            stages = plan.pp * plan.virtual_stages
-            split = even_layer_split(m.num_hidden_layers, stages)
-            starts = [sum(split[:v]) for v in range(stages)]
-            owned = [c * plan.pp for c in range(plan.virtual_stages)]
-            total = sum(
-                stage_parameters(
-                    m,
-                    split[v],
-                    first=v == 0,
-                    last=v == stages - 1,
-                    tp=plan.tp,
-                    pipelined=stages > 1,
-                    vocab_tp=plan.tp if self.base.parallelism.vocab_parallel else 1,
-                    first_layer=starts[v],
-                    ep=plan.ep,
-                )
-                for v in owned
-            )
-            experts = sum(
-                stage_expert_parameters(m, starts[v], split[v], tp=plan.tp, ep=plan.ep) for v in owned
-            )
-            params = self._params[key] = (total, experts)
-        return params
-
-    def _p2p_exposed(self, plan: Plan, m: int) -> float:
-        """Blocking pipeline sends (overlap_p2p_comm off) put every transfer on the critical path."""
-        if self.base.parallelism.overlap_p2p_comm:
-            return 0.0
-        t = self.base.training
-        tokens = t.micro_batch_size * t.seq_len / plan.cp
-        nbytes = tokens * self.base.model.hidden_size * DTYPE_BYTES[t.dtype] / plan.tp
-        tier = span_tier((0, plan.tp * plan.dp), self.base.cluster.tier_sizes)
-        link = Topology.of(self.base).links[tier]
-        return 2 * m * plan.virtual_stages * (nbytes / link.bandwidth_Bps + link.latency_s)
-
-    def memory_bytes(self, plan: Plan) -> float:
-        """First pipeline rank's peak, as simulator.costs.memory.rank_memory computes it."""
-        t = self.base.training
-        stages = plan.pp * plan.virtual_stages
-        split = self.split(stages)
-        total, experts = self._rank0(plan)
-        states = [
-            model_state_bytes(
-                n, dp=d, zero_stage=plan.zero_stage, dtype=t.dtype, grad_fp32=bool(t.grad_accumulation_fp32)
-            )
-            for n, d in (
-                (total - experts, plan.dp * plan.cp),
-                (experts, plan.dp // plan.ep),
-            )  # costs/memory.py
-        ]
-        p, g, o = (sum(parts) for parts in zip(*states, strict=True))
-        if plan.zero_stage >= 3 and plan.dp > 1:
-            p += 2 * layer_params(self.base.model).per_rank(plan.tp) * DTYPE_BYTES[t.dtype]
-        mbs = t.global_batch_size // (plan.micro_batch_size * plan.dp)
-        chunk_layers = tuple(split[c * plan.pp] for c in range(plan.virtual_stages))
-        inflight = _inflight_layers(plan.schedule, plan.pp, mbs, plan.virtual_stages, chunk_layers)
-        lay = self.layer(plan)
-        acts = inflight * lay.act_bytes + (lay.full_act_bytes if plan.recompute == "full" else 0.0)
-        if stages == 1:  # the first rank is also the last: fp32 logits and their gradient
-            acts += 2 * 4 * plan.micro_batch_size * t.seq_len / plan.cp * self.base.model.vocab_size / plan.tp
-        return p + g + o + acts
-
-    def step_seconds(self, plan: Plan) -> float:
-        """(m + (p-1)/v)(F + B) for the bottleneck rank (ZB-H1: bubble (p-1)(F + B - 2W)), plus exposed
-        data-parallel traffic and the optimizer."""
-        t = self.base.training
-        lay = self.layer(plan)
-        layers = self.base.model.num_hidden_layers
-        per_rank_layers = math.ceil(layers / plan.pp)
-        per_mb = per_rank_layers * lay.layer_s + (lay.head_s if plan.pp > 1 else lay.head_s + lay.embedding_s)
-        m, p, v = t.global_batch_size // (plan.micro_batch_size * plan.dp), plan.pp, plan.virtual_stages
-        if plan.schedule == "ZeroBubble":
-            pipeline = m * per_mb + (p - 1) * max(per_mb - 2 * per_rank_layers * lay.layer_w_s, 0.0)
-        else:
-            pipeline = (m + (p - 1) / v) * per_mb
-        params = self.rank0_params(plan)
-        dtype_bytes = DTYPE_BYTES[t.dtype]
-        grad_bytes = params * (4 if t.grad_accumulation_fp32 else dtype_bytes)
-        levels = self.dp_levels(plan)
-        exposed = self._p2p_exposed(plan, m) if plan.pp > 1 else 0.0
-        if plan.dp == 1:
-            pass
-        elif plan.zero_stage <= 1:  # DDP buckets (ZeRO-1: + one broadcast per owner after the step)
-            cap_MiB = self.base.parallelism.bucket_cap_MiB  # None: one bucket per chunk (torch DDP)
-            buckets = 1 if cap_MiB is None else max(math.ceil(grad_bytes / (cap_MiB * 2**20)), 1)
-            comm = buckets * collective_seconds("all_reduce", levels, grad_bytes / buckets)
-            tail = per_mb / v if self.base.parallelism.overlap_grad_reduce else 0.0
-            exposed += max(comm - tail, 0.0)
-            if plan.zero_stage == 1:
-                exposed += plan.dp * collective_seconds("broadcast", levels, params * dtype_bytes / plan.dp)
-        else:  # FSDP units: per micro-batch gathers (twice for ZeRO-3) and reduce-scatters per block
-            units = per_rank_layers + 1
-            unit_bytes = params * dtype_bytes / units
-            gathers = 2 if plan.zero_stage == 3 else 1
-            gather = collective_seconds("all_gather", levels, unit_bytes)
-            comm = (
-                m
-                * units
-                * (gathers * gather + collective_seconds("reduce_scatter", levels, grad_bytes / units))
-            )
-            first_waits = m * v * gathers * gather  # each chunk's first unit waits for its gather
-            exposed += max(comm - m * per_mb, 0.0) + first_waits
-        local = params / plan.dp if plan.zero_stage >= 1 else params
-        optimizer = (
-            local
-            * optimizer_bytes_per_param(self.base)
-            / (self.base.cluster.gpu.hbm_GBps * 1e9 * self.base.cluster.compute.memory_efficiency)
-        )
-        return pipeline + exposed + optimizer
-
-
-def _inflight_layers(schedule: str, pp: int, m: int, v: int, chunk_layers: tuple[int, ...]) -> int:
-    """Peak layer-micro-batches on the first pipeline rank, in closed form.
-
-    GPipe holds every micro-batch; 1F1B and ZB-H1 hold min(pp, m) (warm-up pp - 1 forwards, then one
-    more before the first backward, Narayanan et al. 2021 sec. 2.2); interleaved 1F1B holds
-    min(warm-up + 1, v m) chunk passes with warm-up (v - 1) pp + 2 (pp - 1) (simulator/schedules.py).
-    Exactly `peak_inflight_layers` of the built schedule when chunks have equal layers (a test checks
-    it); with uneven chunks it uses the smallest chunk, a lower bound, so pruning stays safe."""
-    if schedule == "GPipe":
-        return m * chunk_layers[0]
-    if schedule != "Interleaved1F1B":
-        return min(pp, m) * chunk_layers[0]
-    warmup = min((v - 1) * pp + 2 * (pp - 1), v * m)
-    return min(warmup + 1, v * m) * min(chunk_layers)
-
-
-# -------------------------------------------------------------------------------------------- search
 @dataclass(frozen=True)
 class SweepResult:
     """Ranked finalists plus the search's bookkeeping."""
@@ -390,6 +129,46 @@ def _base_for(base: Scenario, gpus: int) -> Scenario:
     return base.model_copy(update={"cluster": cluster})
 
 
+MapFn = Callable[[Callable[[Any], Any], Sequence[Any]], Iterable[Any]]
+"""`map`'s contract: fn over the items, results in the items' order (a process pool's map at the CLI)."""
+
+
+Estimate = tuple[float, tuple[Any, ...], float]
+"""(estimate_s, the plan's fields, memory_GiB): plain tuples cost a tenth of dataclasses to send back from
+a worker process, and sort as (estimate_s, Plan) does."""
+_plan_fields = operator.attrgetter(*(f.name for f in fields(Plan)))
+
+
+def _rank_slice(base: Scenario, gpus: int, limit_bytes: float, tp: int) -> tuple[list[Estimate], int, int]:
+    """The plans of one tp degree that fit in `limit_bytes`, estimated; with counts enumerated, pruned."""
+    est = Estimator(base, gpus)
+    candidates: list[Estimate] = []
+    enumerated = pruned = 0
+    smallest_fits: dict[tuple[int, int, int, int], bool] = {}
+    for plan in enumerate_plans(base, gpus, (tp,)):
+        enumerated += 1
+        key = (plan.tp, plan.pp, plan.ep, plan.cp)
+        if key not in smallest_fits:  # smallest footprint of the whole (tp, pp, ep, cp) subtree
+            sp = plan.tp > 1 and (base.training.seq_len // plan.cp) % plan.tp == 0
+            smallest = Plan(plan.tp, plan.pp, plan.dp, 1, "1F1B", 1, "full", sp, 3, plan.ep, plan.cp)
+            smallest_fits[key] = est.memory_bytes(smallest) <= limit_bytes
+        if not smallest_fits[key]:
+            pruned += 1
+            continue
+        memory = est.memory_bytes(plan)
+        if memory > limit_bytes:
+            continue
+        candidates.append((est.step_seconds(plan), _plan_fields(plan), memory / GiB))
+    return candidates, enumerated, pruned
+
+
+def _simulated(finalist: tuple[Scenario, Ranked]) -> Ranked:
+    """A finalist run through the engine: its simulated step time, peak memory and summary."""
+    s, ranked = finalist
+    summary = simulate(s, events=False).summary
+    return Ranked(ranked.plan, ranked.estimate_s, summary["peak_memory_gib"], summary["step_time_s"], summary)
+
+
 def sweep(
     base: Scenario,
     gpus: int,
@@ -397,49 +176,32 @@ def sweep(
     finalists: int = 24,
     progress: Callable[[int, int], None] | None = None,
     max_memory_gib: float | None = None,
+    map_fn: MapFn = map,
 ) -> SweepResult:
     """Search all plans of `base`'s model and training on `gpus` GPUs; the best `finalists`, simulated.
 
     `max_memory_gib` caps the memory a plan may use per GPU below the GPU's own (headroom for the
-    framework, or a smaller card of the same kind)."""
+    framework, or a smaller card of the same kind). `map_fn` runs the tp slices of the space, then the
+    finalists (a process pool's map spreads them over cores); the result does not depend on it."""
     if not 0 < gpus <= MAX_WORLD_SIZE:  # ValueError: the CLI and the dashboard show it as bad input
         raise ValueError(f"--gpus must be between 1 and {MAX_WORLD_SIZE:,}, got {gpus:,}")
     base = _base_for(base, gpus)
-    est = _Estimator(base, gpus)
     # headroom for context, NCCL, fragmentation; --max-memory-gib caps it further
     limit = min(base.cluster.gpu.usable_memory_GiB, max_memory_gib or math.inf) * GiB
-    candidates: list[Ranked] = []
-    enumerated = pruned = 0
-    smallest_fits: dict[tuple[int, int, int, int], bool] = {}
-    for plan in enumerate_plans(base, gpus):
-        enumerated += 1
-        key = (plan.tp, plan.pp, plan.ep, plan.cp)
-        if key not in smallest_fits:  # smallest footprint of the whole (tp, pp, ep, cp) subtree
-            sp = plan.tp > 1 and (base.training.seq_len // plan.cp) % plan.tp == 0
-            smallest = Plan(plan.tp, plan.pp, plan.dp, 1, "1F1B", 1, "full", sp, 3, plan.ep, plan.cp)
-            smallest_fits[key] = est.memory_bytes(smallest) <= limit
-        if not smallest_fits[key]:
-            pruned += 1
-            continue
-        memory = est.memory_bytes(plan)
-        if memory > limit:
-            continue
-        candidates.append(Ranked(plan, est.step_seconds(plan), memory / GiB))
-    candidates.sort(key=lambda r: (r.estimate_s, r.plan))
-    simulated: list[Ranked] = []
-    for ranked in candidates:
-        if len(simulated) >= finalists:
+    slices = list(map_fn(partial(_rank_slice, base, gpus, limit), tensor_parallel_degrees(base, gpus)))
+    candidates = sorted(c for part, _, _ in slices for c in part)  # a total order: the same for any slicing
+    chosen: list[tuple[Scenario, Ranked]] = []
+    for estimate_s, plan_fields, memory_gib in candidates:
+        if len(chosen) >= finalists:
             break
-        s = est.scenario(ranked.plan)
-        if check_plan(s)[0] or peak_memory(s)[1].total > limit:  # exact check over every pipeline rank
-            continue
-        summary = simulate(s, events=False).summary
-        simulated.append(
-            Ranked(
-                ranked.plan, ranked.estimate_s, summary["peak_memory_gib"], summary["step_time_s"], summary
-            )
-        )
+        plan = Plan(*plan_fields)
+        s = plan.apply(base)
+        if not check_plan(s)[0] and peak_memory(s)[1].total <= limit:  # exact, over every pipeline rank
+            chosen.append((s, Ranked(plan, estimate_s, memory_gib)))
+    simulated: list[Ranked] = []
+    for done in map_fn(_simulated, chosen):
+        simulated.append(done)
         if progress is not None:
             progress(len(simulated), finalists)
     simulated.sort(key=lambda r: (r.step_time_s or math.inf, r.plan))
-    return SweepResult(simulated, enumerated, len(candidates), pruned)
+    return SweepResult(simulated, sum(n for _, n, _ in slices), len(candidates), sum(n for _, _, n in slices))

@@ -31,10 +31,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import pandas as pd
+if TYPE_CHECKING:  # imported where a table is built: `plancast simulate --json` never loads pandas
+    import pandas as pd
 
 SCHEMA_VERSION = 1
 
@@ -95,6 +95,8 @@ class Event:
 
 def empty_frame() -> pd.DataFrame:
     """A table with every column and no rows."""
+    import pandas as pd
+
     return pd.DataFrame({name: pd.Series(dtype=dtype) for name, dtype in COLUMNS.items()})
 
 
@@ -103,6 +105,8 @@ def to_frame(events: Iterable[Event | Mapping[str, Any]]) -> pd.DataFrame:
     rows = [{name: getattr(e, name) for name in COLUMNS} if isinstance(e, Event) else dict(e) for e in events]
     if not rows:
         return empty_frame()
+    import pandas as pd
+
     frame = pd.DataFrame.from_records(rows)
     return validate(frame)
 
@@ -112,6 +116,8 @@ def validate(frame: pd.DataFrame) -> pd.DataFrame:
 
     Raises SchemaError naming the first problem and how to fix it.
     """
+    import numpy as np
+
     missing = [c for c in COLUMNS if c not in frame.columns]
     if missing:
         raise SchemaError(

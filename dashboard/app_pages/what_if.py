@@ -10,7 +10,7 @@ from plancast.dashboard import charts, data, frames
 from plancast.dashboard.app_pages.common import current_run
 from plancast.simulator.loader import ScenarioError
 from plancast.simulator.scenario import Scenario
-from plancast.simulator.sweep import RECOMPUTE, SCHEDULES
+from plancast.simulator.sweep_axes import RECOMPUTE, SCHEDULES
 from plancast.simulator.validation import BOUNDS
 
 NO_CHANGE = 5e-4  # relative step-time change shown as no change

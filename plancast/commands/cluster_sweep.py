@@ -43,15 +43,17 @@ def cluster_sweep(
     json_: bool,
     table: Path | None,
     max_memory_gib: float | None = None,
+    workers: int | None = None,
 ) -> None:
     """Search every (cluster, size), rank all finalists together, print them and the Pareto front."""
     from rich.progress import Progress
 
+    from plancast.pool import worker_pool
     from plancast.simulator.cluster_search import search
 
     with user_errors():
         names = parse_clusters(clusters)
-        with Progress(console=err, transient=True) as bar:
+        with worker_pool(workers) as map_fn, Progress(console=err.console, transient=True) as bar:
             task = bar.add_task("searching", total=len(names) * len(sizes))
 
             def progress(done: int, total: int, label: str) -> None:
@@ -60,7 +62,7 @@ def cluster_sweep(
             try:
                 result = search(
                     s, sizes, names, rank_by=rank_by, finalists=finalists, progress=progress,
-                    max_memory_gib=max_memory_gib,
+                    max_memory_gib=max_memory_gib, map_fn=map_fn,
                 )
             except ValueError as e:
                 raise UserError(str(e)) from None

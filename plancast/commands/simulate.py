@@ -151,6 +151,17 @@ def simulate(
             print_goodput(goodput)
 
 
+WorkersOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--workers",
+        min=1,
+        help="Processes to search with (default: every core this process may use); the ranking is the same "
+        "for any number.",
+    ),
+]
+
+
 @app.command("sweep")
 def sweep(
     scenario: ScenarioArg,
@@ -192,6 +203,7 @@ def sweep(
         float | None,
         typer.Option("--max-memory-gib", min=0.001, help="Only plans needing at most this many GiB per GPU."),
     ] = None,
+    workers: WorkersOpt = None,
 ) -> None:
     """Search every valid plan (tp, pp, dp, micro-batch, schedule, virtual stages, recompute, SP, ZeRO).
 
@@ -200,16 +212,16 @@ def sweep(
     from plancast.commands.cluster_sweep import cluster_sweep, parse_gpus
 
     with user_errors():
-        s = load(scenario)
-        sizes = parse_gpus(gpus)
+        s, sizes = load(scenario), parse_gpus(gpus)
     if len(sizes) > 1 or cluster is not None or rank_by != "step":
         cluster_sweep(
             s, sizes, cluster, rank_by, finalists=finalists or 4, top=top, json_=json_, table=table,
-            max_memory_gib=max_memory_gib,
+            max_memory_gib=max_memory_gib, workers=workers,
         )
         return
     _single_sweep(
-        s, sizes[0], finalists or 24, top=top, json_=json_, table=table, max_memory_gib=max_memory_gib
+        s, sizes[0], finalists or 24, top=top, json_=json_, table=table, max_memory_gib=max_memory_gib,
+        workers=workers,
     )
 
 
@@ -222,16 +234,18 @@ def _single_sweep(
     json_: bool,
     table: Path | None,
     max_memory_gib: float | None,
+    workers: int | None,
 ) -> None:
     """One cluster, one size: enumerate, rank, simulate the finalists, print (or write) them."""
     import time
 
     from rich.progress import Progress
 
+    from plancast.pool import worker_pool
     from plancast.simulator.sweep import sweep as run_sweep
 
     started = time.perf_counter()
-    with Progress(console=err, transient=True) as bar:
+    with worker_pool(workers) as map_fn, Progress(console=err.console, transient=True) as bar:
         task = bar.add_task("enumerating and ranking plans", total=None)
 
         def progress(done: int, total: int) -> None:
@@ -239,7 +253,8 @@ def _single_sweep(
 
         try:
             result = run_sweep(
-                s, n_gpus, finalists=finalists, progress=progress, max_memory_gib=max_memory_gib
+                s, n_gpus, finalists=finalists, progress=progress, max_memory_gib=max_memory_gib,
+                map_fn=map_fn,
             )
         except ValueError as e:
             raise UserError(str(e)) from None

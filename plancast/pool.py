@@ -1,0 +1,118 @@
+"""Worker processes for the plan search: `sweep --workers N` spreads the search over N cores.
+
+The search itself stays pure (`simulator.sweep.sweep(..., map_fn=...)`); this module only supplies
+the map: the standard library's `concurrent.futures.ProcessPoolExecutor`, whose `map` yields results in
+the items' order, so the ranking does not depend on how many workers ran it. One worker is the plain
+built-in `map` in this process (no pool, no start-up cost).
+
+Everything sent to a worker is a module-level function and plain data, so the pool also works where
+processes are spawned rather than forked (macOS, Windows): `start_method="spawn"` runs it that way.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import sys
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Executor, ProcessPoolExecutor
+from contextlib import contextmanager
+from typing import Any
+
+Map = Callable[[Callable[[Any], Any], Sequence[Any]], Iterable[Any]]
+
+TASKS_PER_WORKER = 8
+"""Items go to workers in chunks of len(items) / (workers x this): small enough to balance uneven
+items (one finalist can take 40x another's time), large enough that pickling stays negligible."""
+
+
+def available_cores() -> int:
+    """Cores this process may run on (its CPU affinity, as `os.process_cpu_count` of Python 3.13)."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(len(os.sched_getaffinity(0)), 1)
+    return os.cpu_count() or 1
+
+
+def _ignore_interrupt() -> None:
+    """Worker initializer: Ctrl-C reaches every process of the terminal's group; the parent alone
+    handles it (and stops the workers), so no worker prints a traceback of its own."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _default_start_method() -> str:
+    # fork starts a worker in milliseconds (spawn re-imports plancast in each, ~0.5 s); it is safe here
+    # because the workers are started before any thread exists (`_start_workers`). Linux only: macOS
+    # defaults to spawn since fork there breaks system libraries (CPython issue 33725).
+    return "fork" if sys.platform == "linux" else "spawn"
+
+
+def _start_workers(executor: ProcessPoolExecutor) -> None:
+    """Start the workers now, while this process has one thread: with fork, a worker copies only the
+    forking thread, and a lock held by another thread (a progress bar's refresh) would stay locked."""
+    executor.submit(os.getpid).result()
+
+
+def _stop(executor: Executor) -> None:
+    """Cancel what has not started and end the workers now (a Ctrl-C must not wait for a long item)."""
+    executor.shutdown(wait=False, cancel_futures=True)
+    terminate = getattr(executor, "terminate_workers", None)  # Python 3.14+
+    if terminate is not None:
+        terminate()
+        return
+    for process in list((getattr(executor, "_processes", None) or {}).values()):
+        process.terminate()
+
+
+@contextmanager
+def process_map(workers: int, start_method: str | None = None) -> Iterator[Map]:
+    """A `map` over `workers` processes (the built-in `map` for one); workers end when the block does,
+    at once on an error or Ctrl-C. A worker's exception reaches the caller with its own type."""
+    if workers <= 1:
+        yield map
+        return
+    context = multiprocessing.get_context(start_method or _default_start_method())
+    executor = ProcessPoolExecutor(workers, mp_context=context, initializer=_ignore_interrupt)
+
+    def pool_map(fn: Callable[[Any], Any], items: Sequence[Any]) -> Iterable[Any]:
+        chunk = max(len(items) // (workers * TASKS_PER_WORKER), 1)
+        return executor.map(fn, items, chunksize=chunk)
+
+    try:
+        _start_workers(executor)
+        yield pool_map
+    except BaseException:
+        _stop(executor)
+        raise
+    executor.shutdown(wait=True)
+
+
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command stopped by Ctrl-C
+EXIT_WORKER_DIED = 1
+
+
+@contextmanager
+def worker_pool(workers: int | None) -> Iterator[Map]:
+    """`process_map` for a verb (None: every available core): Ctrl-C, or a worker killed from outside
+    (out of memory), ends the command with one line on stderr and an exit code (130, 1) instead of a
+    traceback or a hang."""
+    from concurrent.futures.process import BrokenProcessPool
+
+    import typer
+
+    from plancast.app import err
+
+    workers = workers or available_cores()
+    try:
+        with process_map(workers) as map_fn:
+            yield map_fn
+    except KeyboardInterrupt:
+        err.print("interrupted: the search was stopped (Ctrl-C) and its worker processes ended", markup=False)
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    except BrokenProcessPool:
+        err.print(
+            f"error: a worker process of the search died (killed from outside, or out of memory); "
+            f"nothing was ranked. Rerun with fewer --workers (now {workers}), or --workers 1",
+            markup=False,
+        )
+        raise typer.Exit(EXIT_WORKER_DIED) from None

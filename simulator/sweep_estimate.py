@@ -1,0 +1,234 @@
+"""The sweep's closed-form step time and memory of a plan, from cached per-layer costs (the same cost
+model the engine uses); simulator/sweep.py ranks every plan with it before simulating the best."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from plancast.simulator.costs.collectives import collective_seconds, group_levels
+from plancast.simulator.costs.memory import layer_activation_bytes, model_state_bytes
+from plancast.simulator.costs.moe import moe_activation_bytes
+from plancast.simulator.costs.ops import DTYPE_BYTES, Shape
+from plancast.simulator.costs.optimizer import optimizer_bytes_per_param
+from plancast.simulator.costs.params import layer_params, stage_expert_parameters, stage_parameters
+from plancast.simulator.costs.stage import StageCost, stage_costs
+from plancast.simulator.engine import Topology
+from plancast.simulator.mesh import RankGrid, span_tier
+from plancast.simulator.scenario import Scenario, even_layer_split
+from plancast.simulator.sweep_axes import Plan
+
+
+@dataclass(frozen=True, slots=True)
+class Layer:
+    """Per-micro-batch times of the three segment kinds for one (tp, micro-batch, SP, recompute)."""
+
+    layer_s: float  # forward + backward (+ recompute) of one block, tp traffic included
+    layer_w_s: float  # its weight-gradient part (zero bubble defers it)
+    embedding_s: float
+    head_s: float
+    act_bytes: float  # activation bytes one block keeps per micro-batch
+    full_act_bytes: float  # ... without recompute (the block rebuilt during a full-recompute backward)
+
+
+@dataclass
+class Estimator:
+    """Closed-form memory (exactly the first pipeline rank's, a lower bound of the peak) and step time.
+
+    Everything is arithmetic over a few cached quantities, so millions of plans cost seconds; the
+    caches live in the estimator, one per sweep."""
+
+    base: Scenario
+    gpus: int
+    _layers: dict[tuple[int, int, bool, str, int, int], Layer] = field(default_factory=dict)
+    _dp_levels: dict[tuple[int, int, int], tuple[Any, ...]] = field(default_factory=dict)
+    _params: dict[tuple[int, int, int, int], tuple[float, float]] = field(default_factory=dict)
+    _splits: dict[int, tuple[int, ...]] = field(default_factory=dict)
+
+    def split(self, stages: int) -> tuple[int, ...]:
+        split = self._splits.get(stages)
+        if split is None:
+            split = self._splits[stages] = even_layer_split(self.base.model.num_hidden_layers, stages)
+        return split
+
+    def layer(self, plan: Plan) -> Layer:
+        key = (plan.tp, plan.micro_batch_size, plan.sequence_parallel, plan.recompute, plan.ep, plan.cp)
+        cached = self._layers.get(key)
+        if cached is None:
+            flat = Plan(
+                plan.tp,
+                1,
+                self.gpus // (plan.tp * plan.cp),
+                plan.micro_batch_size,
+                "1F1B",
+                1,
+                plan.recompute,
+                plan.sequence_parallel,
+                0,
+                plan.ep,
+                plan.cp,
+            )
+            s = flat.apply(self.base)
+            segments = stage_costs(s, Topology.of(s).levels("tp"))[0].segments
+            emb, layers, head = segments[0], segments[1:-1], segments[-1]
+            one = StageCost(0, layers, 0.0, s.parallelism.tp_comm_overlap, plan.recompute == "full")
+            x, n = Shape.of(s), len(layers)  # an MoE model's layers differ: the mean block
+            mlp = moe_activation_bytes(x, s.model) if s.model.is_moe else None
+            cached = self._layers[key] = Layer(
+                (one.forward_s + one.backward_s + one.recompute_s) / n,
+                one.backward_weight_s / n,
+                StageCost(0, (emb,), 0.0, one.tp_overlap, False).forward_s * 3,
+                StageCost(0, (head,), 0.0, one.tp_overlap, False).forward_s * 3,
+                layer_activation_bytes(x, plan.recompute, mlp),
+                layer_activation_bytes(x, "none", mlp),
+            )
+        return cached
+
+    def dp_levels(self, plan: Plan) -> tuple[Any, ...]:
+        key = (plan.tp, plan.pp, plan.cp)
+        levels = self._dp_levels.get(key)
+        if levels is None:
+            grid = RankGrid(plan.pp, plan.dp, plan.tp, cp=plan.cp)
+            levels = self._dp_levels[key] = group_levels(
+                grid.group("dp_cp", 0), self.base.cluster.tier_sizes, Topology.of(self.base).links
+            )
+        return levels
+
+    def rank0_params(self, plan: Plan) -> float:
+        return self._rank0(plan)[0]
+
+    def _rank0(self, plan: Plan) -> tuple[float, float]:
+        """(all, routed-expert) parameters of the first pipeline rank."""
+        key = (plan.tp, plan.pp, plan.virtual_stages, plan.ep)
+        params = self._params.get(key)
+        if params is None:
+            m = self.base.model
+            stages = plan.pp * plan.virtual_stages
+            split = even_layer_split(m.num_hidden_layers, stages)
+            starts = [sum(split[:v]) for v in range(stages)]
+            owned = [c * plan.pp for c in range(plan.virtual_stages)]
+            total = sum(
+                stage_parameters(
+                    m,
+                    split[v],
+                    first=v == 0,
+                    last=v == stages - 1,
+                    tp=plan.tp,
+                    pipelined=stages > 1,
+                    vocab_tp=plan.tp if self.base.parallelism.vocab_parallel else 1,
+                    first_layer=starts[v],
+                    ep=plan.ep,
+                )
+                for v in owned
+            )
+            experts = sum(
+                stage_expert_parameters(m, starts[v], split[v], tp=plan.tp, ep=plan.ep) for v in owned
+            )
+            params = self._params[key] = (total, experts)
+        return params
+
+    def _p2p_exposed(self, plan: Plan, m: int) -> float:
+        """Blocking pipeline sends (overlap_p2p_comm off) put every transfer on the critical path."""
+        if self.base.parallelism.overlap_p2p_comm:
+            return 0.0
+        t = self.base.training
+        tokens = t.micro_batch_size * t.seq_len / plan.cp
+        nbytes = tokens * self.base.model.hidden_size * DTYPE_BYTES[t.dtype] / plan.tp
+        tier = span_tier((0, plan.tp * plan.dp), self.base.cluster.tier_sizes)
+        link = Topology.of(self.base).links[tier]
+        return 2 * m * plan.virtual_stages * (nbytes / link.bandwidth_Bps + link.latency_s)
+
+    def memory_bytes(self, plan: Plan) -> float:
+        """First pipeline rank's peak, as simulator.costs.memory.rank_memory computes it."""
+        t = self.base.training
+        stages = plan.pp * plan.virtual_stages
+        split = self.split(stages)
+        total, experts = self._rank0(plan)
+        states = [
+            model_state_bytes(
+                n, dp=d, zero_stage=plan.zero_stage, dtype=t.dtype, grad_fp32=bool(t.grad_accumulation_fp32)
+            )
+            for n, d in (
+                (total - experts, plan.dp * plan.cp),
+                (experts, plan.dp // plan.ep),
+            )  # costs/memory.py
+        ]
+        p, g, o = (sum(parts) for parts in zip(*states, strict=True))
+        if plan.zero_stage >= 3 and plan.dp > 1:
+            p += 2 * layer_params(self.base.model).per_rank(plan.tp) * DTYPE_BYTES[t.dtype]
+        mbs = t.global_batch_size // (plan.micro_batch_size * plan.dp)
+        chunk_layers = tuple(split[c * plan.pp] for c in range(plan.virtual_stages))
+        inflight = inflight_layers(plan.schedule, plan.pp, mbs, plan.virtual_stages, chunk_layers)
+        lay = self.layer(plan)
+        acts = inflight * lay.act_bytes + (lay.full_act_bytes if plan.recompute == "full" else 0.0)
+        if stages == 1:  # the first rank is also the last: fp32 logits and their gradient
+            acts += 2 * 4 * plan.micro_batch_size * t.seq_len / plan.cp * self.base.model.vocab_size / plan.tp
+        return p + g + o + acts
+
+    def step_seconds(self, plan: Plan) -> float:
+        """(m + (p-1)/v)(F + B) for the bottleneck rank (ZB-H1: bubble (p-1)(F + B - 2W)), plus exposed
+        data-parallel traffic and the optimizer."""
+        t = self.base.training
+        lay = self.layer(plan)
+        layers = self.base.model.num_hidden_layers
+        per_rank_layers = math.ceil(layers / plan.pp)
+        per_mb = per_rank_layers * lay.layer_s + (lay.head_s if plan.pp > 1 else lay.head_s + lay.embedding_s)
+        m, p, v = t.global_batch_size // (plan.micro_batch_size * plan.dp), plan.pp, plan.virtual_stages
+        if plan.schedule == "ZeroBubble":
+            pipeline = m * per_mb + (p - 1) * max(per_mb - 2 * per_rank_layers * lay.layer_w_s, 0.0)
+        else:
+            pipeline = (m + (p - 1) / v) * per_mb
+        params = self.rank0_params(plan)
+        dtype_bytes = DTYPE_BYTES[t.dtype]
+        grad_bytes = params * (4 if t.grad_accumulation_fp32 else dtype_bytes)
+        levels = self.dp_levels(plan)
+        exposed = self._p2p_exposed(plan, m) if plan.pp > 1 else 0.0
+        if plan.dp == 1:
+            pass
+        elif plan.zero_stage <= 1:  # DDP buckets (ZeRO-1: + one broadcast per owner after the step)
+            cap_MiB = self.base.parallelism.bucket_cap_MiB  # None: one bucket per chunk (torch DDP)
+            buckets = 1 if cap_MiB is None else max(math.ceil(grad_bytes / (cap_MiB * 2**20)), 1)
+            comm = buckets * collective_seconds("all_reduce", levels, grad_bytes / buckets)
+            tail = per_mb / v if self.base.parallelism.overlap_grad_reduce else 0.0
+            exposed += max(comm - tail, 0.0)
+            if plan.zero_stage == 1:
+                exposed += plan.dp * collective_seconds("broadcast", levels, params * dtype_bytes / plan.dp)
+        else:  # FSDP units: per micro-batch gathers (twice for ZeRO-3) and reduce-scatters per block
+            units = per_rank_layers + 1
+            unit_bytes = params * dtype_bytes / units
+            gathers = 2 if plan.zero_stage == 3 else 1
+            gather = collective_seconds("all_gather", levels, unit_bytes)
+            comm = (
+                m
+                * units
+                * (gathers * gather + collective_seconds("reduce_scatter", levels, grad_bytes / units))
+            )
+            first_waits = m * v * gathers * gather  # each chunk's first unit waits for its gather
+            exposed += max(comm - m * per_mb, 0.0) + first_waits
+        local = params / plan.dp if plan.zero_stage >= 1 else params
+        optimizer = (
+            local
+            * optimizer_bytes_per_param(self.base)
+            / (self.base.cluster.gpu.hbm_GBps * 1e9 * self.base.cluster.compute.memory_efficiency)
+        )
+        return pipeline + exposed + optimizer
+
+
+def inflight_layers(schedule: str, pp: int, m: int, v: int, chunk_layers: tuple[int, ...]) -> int:
+    """Peak layer-micro-batches on the first pipeline rank, in closed form.
+
+    GPipe holds every micro-batch; 1F1B and ZB-H1 hold min(pp, m) (warm-up pp - 1 forwards, then one
+    more before the first backward, Narayanan et al. 2021 sec. 2.2); interleaved 1F1B holds
+    min(warm-up + 1, v m) chunk passes with warm-up (v - 1) pp + 2 (pp - 1) (simulator/schedules.py).
+    Exactly `peak_inflight_layers` of the built schedule when chunks have equal layers (a test checks
+    it); with uneven chunks it uses the smallest chunk, a lower bound, so pruning stays safe."""
+    if schedule == "GPipe":
+        return m * chunk_layers[0]
+    if schedule != "Interleaved1F1B":
+        return min(pp, m) * chunk_layers[0]
+    warmup = min((v - 1) * pp + 2 * (pp - 1), v * m)
+    return min(warmup + 1, v * m) * min(chunk_layers)
+
+
+# -------------------------------------------------------------------------------------------- search

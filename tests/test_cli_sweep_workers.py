@@ -1,0 +1,120 @@
+"""`plancast sweep --workers N`: the same ranking and numbers for any N; Ctrl-C and a dead worker end
+the command with a message and an exit code, never a hang or a traceback."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from plancast.pool import process_map
+from plancast.simulator.loader import load_scenario
+from plancast.simulator.sweep import sweep
+from tests.cli_runner import REPO, cli_subprocess
+
+TINY = str(REPO / "examples" / "tiny-local-cpu.toml")
+GPT3 = str(REPO / "examples" / "gpt3-175b-dgx-a100.toml")
+
+
+def _sweep_json(workers: int) -> dict[str, object]:
+    args = ("sweep", TINY, "--gpus", "4", "--finalists", "8", "--json")
+    done = cli_subprocess(*args, "--workers", str(workers))
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    data.pop("seconds")  # wall time, the only thing that may differ
+    return data
+
+
+def test_one_and_two_workers_rank_the_same_plans_with_the_same_numbers() -> None:
+    one, two = _sweep_json(1), _sweep_json(2)
+    assert one["plans_enumerated"] > 0 and len(one["plans"]) == 8  # type: ignore[arg-type]
+    assert one == two
+
+
+def test_workers_must_be_positive() -> None:
+    done = cli_subprocess("sweep", TINY, "--gpus", "4", "--workers", "0")
+    assert done.returncode == 2
+    assert "--workers" in done.stderr and "Traceback" not in done.stderr
+
+
+def _raise_on_three(n: int) -> int:
+    if n == 3:
+        raise ValueError("three is not allowed")
+    return n * n
+
+
+def test_a_spawned_pool_gives_what_map_gives() -> None:
+    """Spawn-safe: what goes to a worker is importable by a fresh interpreter (macOS, Windows)."""
+    base = load_scenario(TINY).scenario
+    serial = sweep(base, 4, finalists=4)
+    with process_map(2, start_method="spawn") as map_fn:
+        spread = sweep(base, 4, finalists=4, map_fn=map_fn)
+    assert [r.row() for r in spread.finalists] == [r.row() for r in serial.finalists]
+    assert [r.summary for r in spread.finalists] == [r.summary for r in serial.finalists]
+    assert (spread.enumerated, spread.fits, spread.pruned_subtrees) == (
+        serial.enumerated,
+        serial.fits,
+        serial.pruned_subtrees,
+    )
+
+
+def test_an_error_in_a_worker_reaches_the_caller_with_its_type() -> None:
+    with pytest.raises(ValueError, match="three is not allowed"), process_map(2) as map_fn:
+        list(map_fn(_raise_on_three, list(range(6))))
+
+
+def _children(pid: int) -> list[int]:
+    path = Path(f"/proc/{pid}/task/{pid}/children")
+    return [int(p) for p in path.read_text().split()] if path.exists() else []
+
+
+def _start_gpt3_sweep() -> tuple[subprocess.Popen[str], list[int]]:
+    """A long sweep with two workers (its own process group, as a terminal runs it), once they exist."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "plancast", "sweep", GPT3, "--gpus", "1536", "--json", "--workers", "2"],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 120
+    while len(workers := _children(proc.pid)) < 2:
+        assert proc.poll() is None and time.monotonic() < deadline, "the sweep never started its workers"
+        time.sleep(0.05)
+    return proc, workers
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"  # exited, not yet reaped
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs Linux /proc to find the workers")
+def test_ctrl_c_stops_the_sweep_and_its_workers() -> None:
+    proc, workers = _start_gpt3_sweep()
+    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does: the whole foreground group
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stderr
+    assert "interrupted" in stderr and "Traceback" not in stderr
+    assert all(_gone(w) for w in workers)
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs Linux /proc to find the workers")
+def test_a_killed_worker_ends_the_sweep_with_a_message() -> None:
+    proc, workers = _start_gpt3_sweep()
+    os.kill(workers[0], signal.SIGKILL)  # as the out-of-memory killer would
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 1, stderr
+    assert "worker process of the search died" in stderr and "--workers" in stderr
+    assert "Traceback" not in stderr
+    assert all(_gone(w) for w in workers)
