@@ -21,10 +21,14 @@ it without traces importing the simulator.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import pandas as pd
 
 from plancast.traces import schema
+
+if TYPE_CHECKING:  # pandas only where a measured frame is broken down: `simulate --json` stays light
+    import pandas as pd
 
 PIPELINE_KINDS = ("forward", "backward", "backward_input", "backward_weight", "recompute")
 """Compute kinds of the pipeline passes (the optimizer is compute, but not a pipeline pass)."""
@@ -91,6 +95,8 @@ def rank_breakdown_us(step_frame: pd.DataFrame, step_time_us: float) -> pd.DataF
         row["bubble"] = pipeline_bubble(step_time_us, compute_us, row["exposed_comm"])[0]
         row["pipeline"] = float(compute.loc[compute["kind"].isin(PIPELINE_KINDS), "dur_us"].sum())
         rows.append(row)
+    import pandas as pd
+
     return pd.DataFrame(rows)
 
 
