@@ -28,7 +28,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from plancast.runtime.timing import REPEAT, median_seconds
+from plancast.runtime.timing import REPEAT, median_seconds, sample_mean
 from plancast.simulator.scenario import Scenario
 
 MESSAGE_BYTES = (1024, 16 * 1024, 256 * 1024, 1024 * 1024, 4 * 1024 * 1024)
@@ -40,7 +40,8 @@ def gemm_shapes(s: Scenario) -> list[tuple[int, int, int]]:
 
 
 def measure_device(s: Scenario, repeat: int = REPEAT) -> dict[str, Any]:
-    """fp32 matmul FLOP/s per GEMM shape of `s`, the best of them as the peak, and memory bandwidth."""
+    """fp32 matmul FLOP/s per GEMM shape of `s`, the best of them as the peak, and memory bandwidth: the
+    device's peaks, so medians (runtime/timing.py); what a run gets of them is the compute fit's."""
     flops = {}
     for m, k, n in gemm_shapes(s):
         a, b = torch.randn(m, k), torch.randn(k, n)
@@ -68,13 +69,13 @@ def measure_links(world: int, repeat: int = REPEAT) -> list[dict[str, Any]]:
             "all_gather": functools.partial(dist.all_gather, gathered, x),
         }
         for kind, op in ops.items():
-            seconds = median_seconds(op, repeat, dist.barrier)
+            seconds = sample_mean(op, repeat, dist.barrier)  # a run's view: runtime/timing.py
             size = nbytes * world if kind == "all_gather" else nbytes  # the gathered tensor
             samples.append({"kind": kind, "ranks": world, "bytes": size, "seconds": seconds})
         if rank < 2:
             op = functools.partial(dist.send, x, 1) if rank == 0 else functools.partial(dist.recv, x, 0)
             samples.append(
-                {"kind": "send", "ranks": 2, "bytes": nbytes, "seconds": median_seconds(op, repeat)}
+                {"kind": "send", "ranks": 2, "bytes": nbytes, "seconds": sample_mean(op, repeat)}
             )
     return samples
 

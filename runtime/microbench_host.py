@@ -19,10 +19,12 @@ from torch import nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
 
+from plancast.runtime.instrument.keys import Completion
+from plancast.runtime.instrument.spy import SpyCapture
 from plancast.runtime.model import Decoder, ModelConfig
 from plancast.runtime.parallel.fsdp import apply_fsdp
 from plancast.runtime.parallel.tp import apply_tensor_parallel
-from plancast.runtime.timing import interleaved_medians
+from plancast.runtime.timing import interleaved_means
 from plancast.simulator.scenario import Scenario
 
 BLOCK_COUNTS = (1, 3)  # two model depths: the difference is per block, the rest cancels
@@ -35,7 +37,7 @@ def _config(s: Scenario, layers: int) -> ModelConfig:
 
 
 def measure_compute(s: Scenario) -> dict[str, dict[str, float]]:
-    """Median forward and backward seconds of the plain model with 1 and 3 blocks (embedding and head
+    """Mean forward and backward seconds of the plain model with 1 and 3 blocks (embedding and head
     included, cross-entropy loss as the runtime's last stage), keyed by block count."""
     tokens = torch.randint(0, s.model.vocab_size, (s.training.micro_batch_size, s.training.seq_len))
     fns: dict[str, Callable[[], Any]] = {}
@@ -52,12 +54,32 @@ def measure_compute(s: Scenario) -> dict[str, dict[str, float]]:
             holder.pop("loss").backward()
 
         fns[f"{layers}/forward"], fns[f"{layers}/backward"] = forward, backward
-    medians = interleaved_medians(fns, repeat=15)  # forward then backward of each depth, in turns
+    means = interleaved_means(fns, repeat=15)  # forward then backward of each depth, in turns
     out: dict[str, dict[str, float]] = {}
-    for name, seconds in medians.items():
+    for name, seconds in means.items():
         depth, kind = name.split("/")
         out.setdefault(depth, {})[kind] = seconds
     return out
+
+
+def instrumented(fn: Callable[[], Any]) -> Callable[[], None]:
+    """`fn` under the dispatch capture a CPU run with library collectives (DTensor, FSDP2) is measured
+    with (runtime/instrument/spy.py, trainer.library_collectives): every op of such a run passes the
+    mode, ~15% of a tiny TP or FSDP2 step (benchmarks/instrument_overhead.py), so the host costs of
+    those plans are measured as their runs execute, capture included."""
+
+    def open_collective(*_key: Any) -> Completion:
+        row: list[Any] = [None, time.perf_counter(), None]  # as StepRecorder.open_collective's row
+        return Completion(time.perf_counter, row)
+
+    def run() -> None:
+        capture = SpyCapture.start(open_collective)
+        try:
+            fn()
+        finally:
+            capture.finish(0, 0)
+
+    return run
 
 
 def _block_step(s: Scenario, mesh: DeviceMesh, variant: str, layers: int) -> Callable[[], None]:
@@ -74,7 +96,7 @@ def _block_step(s: Scenario, mesh: DeviceMesh, variant: str, layers: int) -> Cal
     def step() -> None:
         model(x).sum().backward()
 
-    return step
+    return step if variant == "plain" else instrumented(step)
 
 
 def _optimizer_step(s: Scenario, mesh: DeviceMesh, tensors: int, dtensor: bool) -> Callable[[], Any]:
@@ -90,7 +112,7 @@ def _optimizer_step(s: Scenario, mesh: DeviceMesh, tensors: int, dtensor: bool) 
             p.grad = torch.randn_like(p)
         params.append(p)
     optimizer = torch.optim.AdamW(params, lr=1e-4)
-    return optimizer.step
+    return instrumented(optimizer.step) if dtensor else optimizer.step
 
 
 def _post_seconds() -> float:
@@ -131,23 +153,23 @@ def _collectives(mesh: DeviceMesh) -> dict[str, float]:
     ops: dict[str, Callable[[], Any]] = {
         "all_reduce": functools.partial(dist.all_reduce, x),
         "all_gather": functools.partial(dist.all_gather, gathered, x),
-        "dtensor_all_reduce": dtensor_all_reduce,
-        "dtensor_all_gather": dtensor_all_gather,
+        "dtensor_all_reduce": instrumented(dtensor_all_reduce),
+        "dtensor_all_gather": instrumented(dtensor_all_gather),
     }
-    return interleaved_medians(ops, sync=dist.barrier)
+    return interleaved_means(ops, sync=dist.barrier)
 
 
 def measure_host(s: Scenario, world: int) -> dict[str, Any]:
-    """Each host cost in isolation (see the module docstring), rank 0's medians in seconds."""
+    """Each host cost in isolation (see the module docstring), rank 0's means in seconds (timing.py)."""
     mesh = init_device_mesh("cpu", (world,))
     blocks: dict[str, dict[str, float]] = {}
     for variant in ("plain", "tp", "sp", "fsdp"):
         steps = {str(n): _block_step(s, mesh, variant, n) for n in BLOCK_COUNTS}
-        blocks[variant] = interleaved_medians(steps, sync=dist.barrier)
+        blocks[variant] = interleaved_means(steps, sync=dist.barrier)
     optimizer: dict[str, dict[str, float]] = {}
     for kind in ("plain", "dtensor"):
         steps = {str(n): _optimizer_step(s, mesh, n, kind == "dtensor") for n in OPTIMIZER_TENSORS}
-        optimizer[kind] = interleaved_medians(steps, sync=dist.barrier)
+        optimizer[kind] = interleaved_means(steps, sync=dist.barrier)
     return {
         "post_s": _post_seconds(),
         "collective_s": _collectives(mesh),
