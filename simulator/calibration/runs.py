@@ -42,7 +42,7 @@ class RunData:
 
     name: str
     scenario: Scenario
-    observations: tuple[Observation, ...]  # median seconds per (stage, pass), compute only
+    observations: tuple[Observation, ...]  # mean seconds per (stage, pass), compute only
     step_s: float  # the measured median step time
 
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from plancast.simulator.calibration.compute import Observation
-from plancast.simulator.calibration.observations import compute_observations, median_observations
+from plancast.simulator.calibration.observations import compute_observations, mean_observations
 from plancast.simulator.calibration.runs import RunData, evaluate, fit_runs, score_table, with_fields
 from plancast.simulator.loader import parse_scenario
 from plancast.simulator.predict import simulate
@@ -36,7 +36,7 @@ def measured_run(name: str, s: Scenario, truth: dict[str, float]) -> RunData:
     """A run 'measured' on a machine whose compute model is `truth` (its simulation, relabelled)."""
     prediction = simulate(with_fields(s, truth))
     events = prediction.events.assign(source="measured")
-    obs = median_observations(compute_observations(events))
+    obs = mean_observations(compute_observations(events))
     observations = tuple(Observation(int(r.stage), str(r.kind), float(r.seconds)) for r in obs.itertuples())
     return RunData(name, s, observations, float(prediction.summary["step_time_s"]))
 
@@ -82,3 +82,15 @@ def test_the_score_table_prints_in_sample_and_held_out_per_run() -> None:
     assert "in-sample s" in lines[0] and "held-out s" in lines[0]
     assert [line.split()[0] for line in lines[1:4]] == ["dp2", "dp2", "dp2"]
     assert lines[-1].startswith("mean |error|")
+
+
+def test_a_preempted_span_counts_in_the_observation_as_in_the_step_time() -> None:
+    """Three 10 ms forward spans and one preempted for 40 ms more: a step that holds them takes their
+    sum, so the fit targets their mean (20 ms), not their median (10 ms: an idle core)."""
+    import pandas as pd
+
+    spans = pd.DataFrame(
+        {"rank": [0] * 4, "stage": [0] * 4, "kind": ["forward"] * 4, "seconds": [0.01, 0.01, 0.01, 0.05]}
+    )
+    (row,) = mean_observations(spans).itertuples()
+    assert row.seconds == pytest.approx(0.02)
