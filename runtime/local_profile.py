@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from plancast.simulator.calibration.microbench import profile_cluster
+from plancast.simulator.calibration.microbench import core_share, profile_cluster
 from plancast.simulator.cluster import Cluster
 from plancast.simulator.scenario import Scenario
 
@@ -114,3 +114,12 @@ def localize(s: Scenario, *, refresh: bool = False, say: Callable[[str], None] =
     """`s` with its (local-cpu) cluster measured on this machine."""
     cluster, _ = measured_cluster(s, refresh=refresh, say=say)
     return s.model_copy(update={"cluster": cluster})
+
+
+def cached_core_share(s: Scenario) -> float:
+    """The core share a rank got during `s`'s cached microbenchmarks (1.0 without a record): what the
+    host-cost bounds of that profile are scaled by (calibration.microbench.bounded)."""
+    try:
+        return core_share(json.loads(record_path(s).read_text(encoding="utf-8")))
+    except (OSError, json.JSONDecodeError):
+        return 1.0
