@@ -37,7 +37,7 @@ from plancast.runtime.calibrate import adopt, calibrate, write_profile
 from plancast.runtime.launch import launch
 from plancast.runtime.local_profile import cached_core_share, localize
 from plancast.simulator.calibration.microbench import bound_violations
-from plancast.simulator.calibration.runs import COMPUTE_FIELDS, score_table, with_fields
+from plancast.simulator.calibration.runs import COMPUTE_FIELDS, HOST_FIELDS, score_table, with_fields
 from plancast.simulator.cluster import Cluster
 from plancast.simulator.loader import parse_scenario, to_toml_dict
 from plancast.simulator.predict import simulate
@@ -160,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
 
     # 2. the fit on every calibration run (none of them scored), on the measured machine
     result = calibrate([run for name in CALIBRATION for run in runs[name]], microbench=False)
-    fitted = {f: getattr(result.cluster.compute, f) for f in COMPUTE_FIELDS + OPTIMIZER_FIELDS}
+    fitted = {f: getattr(result.cluster.compute, f) for f in COMPUTE_FIELDS + OPTIMIZER_FIELDS + HOST_FIELDS}
     write_profile(result.cluster, out / "local-cpu-calibrated.toml", result.notes)
     print("\n".join(result.notes + score_table(result.scores)))
 

@@ -12,6 +12,7 @@ The profile is a `[cluster]` table a scenario uses with `[cluster] preset = "PRO
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -115,7 +116,11 @@ def calibrate(runs: list[Path], *, microbench: bool, world: int = 2) -> Calibrat
         run, warnings = run_data(path, measured)
         data.append(run)
         notes += warnings
-    fit = fit_runs(data)
+    # the host bounds scale with the core share measured with this machine's microbenchmarks
+    from plancast.runtime.local_profile import cached_core_share
+
+    fit_on = functools.partial(fit_runs, share=cached_core_share(data[0].scenario))
+    fit = fit_on(data)
     notes += fit.notes
     if not fit.fields:
         raise ValueError(
@@ -123,7 +128,7 @@ def calibrate(runs: list[Path], *, microbench: bool, world: int = 2) -> Calibrat
             + "\n  ".join(fit.notes)
         )
     cluster = with_fields(data[0].scenario, fit.fields).cluster.model_copy(update={"preset": None})
-    return Calibration(cluster, notes, evaluate(data))
+    return Calibration(cluster, notes, evaluate(data, fit_on))
 
 
 def write_profile(cluster: Cluster, path: Path, notes: list[str]) -> None:

@@ -117,9 +117,15 @@ def localize(s: Scenario, *, refresh: bool = False, say: Callable[[str], None] =
 
 
 def cached_core_share(s: Scenario) -> float:
-    """The core share a rank got during `s`'s cached microbenchmarks (1.0 without a record): what the
-    host-cost bounds of that profile are scaled by (calibration.microbench.bounded)."""
-    try:
-        return core_share(json.loads(record_path(s).read_text(encoding="utf-8")))
-    except (OSError, json.JSONDecodeError):
-        return 1.0
+    """The core share a rank got during this machine's microbenchmarks at `s`'s shapes, else during its
+    latest ones (the share is the machine's load, not the shape's); 1.0 without a record. What the
+    host-cost bounds of a profile from that record are scaled by (calibration.microbench.bounded)."""
+    path = record_path(s)
+    folder = path.parent
+    others = sorted(folder.glob("*.json"), key=lambda p: p.stat().st_mtime) if folder.is_dir() else []
+    for candidate in [path, *reversed(others)]:
+        try:
+            return core_share(json.loads(candidate.read_text(encoding="utf-8")))
+        except (OSError, json.JSONDecodeError):
+            continue
+    return 1.0
