@@ -10,7 +10,8 @@ Pure: every number comes from the measurement dict; nothing is fitted to a step 
   with (op count) and what the efficiencies scale with (FLOPs, bytes).
 - Host costs (simulator/costs/host.py), each from the microbenchmark that isolates it; a difference of
   two measurements (3 blocks minus 1, 32 tensors minus 8) so the fixed parts cancel, minus what the
-  simulator already charges for the same work (compute and collectives), clipped to its bound.
+  simulator already charges for the same work (the plain block's compute, measured alongside, and the
+  collectives), clipped to its bound.
 """
 
 from __future__ import annotations
@@ -152,6 +153,13 @@ def host_costs(
     """Every host-cost field (us) from the host microbenchmarks, before bounds (module docstring)."""
     coll = host["collective_s"]
     blocks = {variant: _slope_s(by) for variant, by in host["block_s"].items()}
+
+    def plain_s(tp: int) -> float:
+        """A block's compute on one of `tp` ranks: the plain block measured in the same interleaved
+        samples as the others (a shared machine's load moves between microbenchmarks by more than
+        the host costs sought), scaled by the simulator's ratio of sharded to whole compute."""
+        return blocks["plain"] * _layer_s(s, compute, tp) / _layer_s(s, compute, 1)
+
     dtype_bytes = DTYPE_BYTES[s.training.dtype]
     shape = {
         "micro_batch_size": s.training.micro_batch_size,
@@ -174,7 +182,7 @@ def host_costs(
         ]
         per = fields[f"{name}_collective_overhead_us"] * 1e-6
         comm_s = sum(_link_s(c.kind, world, c.bytes, link) + per for c in collectives)
-        fields[f"{name}_layer_overhead_us"] = (blocks[name] - _layer_s(s, compute, world) - comm_s) * 1e6
+        fields[f"{name}_layer_overhead_us"] = (blocks[name] - plain_s(world) - comm_s) * 1e6
     # one FSDP2 unit per block, measured under ZeRO-3: it gathers its parameters twice (forward and
     # backward) and reduce-scatters the gradients once (gloo runs it as an all-reduce, runtime/parallel/
     # fsdp.py); ZeRO-2 plans use the same per-unit host time
@@ -182,7 +190,7 @@ def host_costs(
     fsdp_comm_s = 2 * _link_s("all_gather", world, unit_bytes, link) + _link_s(
         "all_reduce", world, unit_bytes, link
     )
-    fields["fsdp_unit_overhead_us"] = (blocks["fsdp"] - _layer_s(s, compute, 1) - fsdp_comm_s) * 1e6
+    fields["fsdp_unit_overhead_us"] = (blocks["fsdp"] - plain_s(1) - fsdp_comm_s) * 1e6
     # per tensor: an optimizer step moves each parameter's bytes (engine.optimizer_bytes_per_param)
     h = s.model.hidden_size
     for field, kind in (("optimizer_overhead_us", "plain"), ("dtensor_optimizer_overhead_us", "dtensor")):

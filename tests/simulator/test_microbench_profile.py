@@ -130,3 +130,15 @@ def test_on_a_shared_core_the_bounds_scale_with_the_measured_core_share() -> Non
 def test_bounded_keeps_values_inside_and_floors_at_zero() -> None:
     assert bounded("p2p_overhead_us", 50.0) == (50.0, None)
     assert bounded("p2p_overhead_us", -5.0) == (0.0, None)
+
+
+def test_a_load_that_slows_the_plain_and_fsdp_blocks_alike_leaves_the_unit_cost() -> None:
+    """The blocks are sampled in turns, so a load that comes and goes hits them alike; their host cost
+    is measured against the plain block of the same samples, not against the compute microbenchmark
+    taken a minute earlier."""
+    base, _ = profile_cluster(scenario(), record())
+    loaded = copy.deepcopy(record())
+    for variant in ("plain", "fsdp"):
+        loaded["host"]["block_s"][variant]["3"] += 0.004
+    changed, _ = profile_cluster(scenario(), loaded)
+    assert changed.compute.fsdp_unit_overhead_us == pytest.approx(base.compute.fsdp_unit_overhead_us)
