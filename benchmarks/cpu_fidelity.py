@@ -140,12 +140,14 @@ def main(argv: list[str] | None = None) -> int:
     # 1. every run, round after round: a shared machine drifts by tens of percent over minutes, and
     #    interleaving spreads that drift over calibration and scored runs alike
     runs: dict[str, list[Path]] = {name: [] for name in [*CALIBRATION, *MATRIX]}
+    loads: dict[str, list[float]] = {name: [] for name in [*CALIBRATION, *MATRIX]}  # 1-min load average
     for r in range(args.rounds):
         folder = out / f"round-{r}"
         folder.mkdir(exist_ok=True)
         for name, plan in [*CALIBRATION.items(), *MATRIX.items()]:
             run = folder / _slug(name)
             path = scenario_file(folder / f"{run.name}.toml", plan)
+            loads[name].append(os.getloadavg()[0])  # at the run's start (or its re-scoring, --reuse)
             if args.reuse and _finished(run):
                 code = 0
             else:
@@ -182,10 +184,14 @@ def main(argv: list[str] | None = None) -> int:
         violations = bound_violations(scenario.cluster.compute, share)
         if violations:
             print(f"{name}: parameters outside their bounds: {violations}")
-    print(f"\n{'plan':22} {'measured s (rounds)':>26} {'median':>8} {'predicted s':>12} {'error':>8}")
+    print(
+        f"\n{'plan':22} {'measured s (rounds)':>26} {'median':>8} {'predicted s':>12} {'error':>8} "
+        f"{'load at run':>12}"
+    )
     for name, per_round, measured, predicted, error in rows:
         rounds = " ".join(f"{t:.3f}" for t in per_round)
-        print(f"{name:22} {rounds:>26} {measured:8.4f} {predicted:12.4f} {error:+8.1%}")
+        load = " ".join(f"{x:.1f}" for x in loads[name])
+        print(f"{name:22} {rounds:>26} {measured:8.4f} {predicted:12.4f} {error:+8.1%} {load:>12}")
     mape = statistics.fmean(abs(r[4]) for r in rows) if rows else float("nan")
     worst = max(rows, key=lambda r: abs(r[4])) if rows else None
     print(
