@@ -29,8 +29,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from plancast.runtime.microbench_host import agree_all, agree_pair
-from plancast.runtime.timing import REPEAT, median_seconds, peak_seconds
+from plancast.runtime.timing import REPEAT, median_seconds
 from plancast.simulator.scenario import Scenario
 
 MESSAGE_BYTES = (1024, 16 * 1024, 256 * 1024, 1024 * 1024, 4 * 1024 * 1024)
@@ -42,17 +41,16 @@ def gemm_shapes(s: Scenario) -> list[tuple[int, int, int]]:
 
 
 def measure_device(s: Scenario, repeat: int = REPEAT) -> dict[str, Any]:
-    """fp32 matmul FLOP/s per GEMM shape of `s`, the best of them as the peak, and memory bandwidth: the
-    device's peaks, so single calls (runtime/timing.py); what a run gets of them is the compute fit's."""
+    """fp32 matmul FLOP/s per GEMM shape of `s`, the best of them as the peak, and memory bandwidth."""
     flops = {}
     for m, k, n in gemm_shapes(s):
         a, b = torch.randn(m, k), torch.randn(k, n)
         flops[f"{m}x{k}x{n}"] = (
-            2.0 * m * k * n / peak_seconds(functools.partial(torch.matmul, a, b), repeat)
+            2.0 * m * k * n / median_seconds(functools.partial(torch.matmul, a, b), repeat)
         )
     src = torch.empty(16 * 1024 * 1024)  # 64 MiB of fp32: far beyond the caches
     dst = torch.empty_like(src)
-    copy_s = peak_seconds(lambda: dst.copy_(src), repeat)
+    copy_s = median_seconds(lambda: dst.copy_(src), repeat)
     return {
         "matmul_flops": flops,
         "peak_flops": max(flops.values()),
@@ -71,18 +69,13 @@ def measure_links(world: int, repeat: int = REPEAT) -> list[dict[str, Any]]:
             "all_gather": functools.partial(dist.all_gather, gathered, x),
         }
         for kind, op in ops.items():
-            seconds = median_seconds(op, repeat, dist.barrier, agree_all)  # a run's view: timing.py
+            seconds = median_seconds(op, repeat, dist.barrier)
             size = nbytes * world if kind == "all_gather" else nbytes  # the gathered tensor
             samples.append({"kind": kind, "ranks": world, "bytes": size, "seconds": seconds})
         if rank < 2:
             op = functools.partial(dist.send, x, 1) if rank == 0 else functools.partial(dist.recv, x, 0)
             samples.append(
-                {
-                    "kind": "send",
-                    "ranks": 2,
-                    "bytes": nbytes,
-                    "seconds": median_seconds(op, repeat, agree=agree_pair),
-                }
+                {"kind": "send", "ranks": 2, "bytes": nbytes, "seconds": median_seconds(op, repeat)}
             )
     return samples
 

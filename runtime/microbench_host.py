@@ -37,51 +37,29 @@ def _config(s: Scenario, layers: int) -> ModelConfig:
 
 
 def measure_compute(s: Scenario) -> dict[str, dict[str, float]]:
-    """Forward and backward seconds (runtime/timing.py) of the plain model with 1 and 3 blocks (embedding,
-    head included, cross-entropy loss as the runtime's last stage), keyed by block count."""
+    """Median forward and backward seconds of the plain model with 1 and 3 blocks (embedding and head
+    included, cross-entropy loss as the runtime's last stage), keyed by block count."""
     tokens = torch.randint(0, s.model.vocab_size, (s.training.micro_batch_size, s.training.seq_len))
     fns: dict[str, Callable[[], Any]] = {}
     for layers in BLOCK_COUNTS:
         model = Decoder(_config(s, layers), 0, layers, has_embedding=True, has_head=True)
-        losses: list[torch.Tensor] = []  # a sample's forwards, each backward takes one (_paired)
+        holder: dict[str, torch.Tensor] = {}
 
-        def forward(model: nn.Module = model, losses: list[torch.Tensor] = losses) -> None:
+        def forward(model: nn.Module = model, holder: dict[str, torch.Tensor] = holder) -> None:
             model.zero_grad(set_to_none=True)
             logits = model(tokens)
-            losses.append(nn.functional.cross_entropy(logits.flatten(0, 1), tokens.flatten()))
+            holder["loss"] = nn.functional.cross_entropy(logits.flatten(0, 1), tokens.flatten())
 
-        def backward(losses: list[torch.Tensor] = losses) -> None:
-            losses.pop().backward()
+        def backward(holder: dict[str, torch.Tensor] = holder) -> None:
+            holder.pop("loss").backward()
 
         fns[f"{layers}/forward"], fns[f"{layers}/backward"] = forward, backward
-    medians = interleaved_medians(fns, repeat=15, agree=_paired)  # forward, backward of each depth
+    medians = interleaved_medians(fns, repeat=15)  # forward then backward of each depth, in turns
     out: dict[str, dict[str, float]] = {}
     for name, seconds in medians.items():
         depth, kind = name.split("/")
         out.setdefault(depth, {})[kind] = seconds
     return out
-
-
-def agree_all(calls: list[int]) -> list[int]:
-    """The most calls any rank of the job wants, per variant (runtime/timing.py Agree): all ranks call it."""
-    t = torch.tensor(calls)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return [int(c) for c in t.tolist()]
-
-
-def agree_pair(calls: list[int]) -> list[int]:
-    """Rank 0's calls, given to rank 1 (a send/recv pair's Agree)."""
-    t = torch.tensor(calls)
-    if dist.get_rank() == 0:
-        dist.send(t, 1)
-    else:
-        dist.recv(t, 0)
-    return [int(c) for c in t.tolist()]
-
-
-def _paired(calls: list[int]) -> list[int]:
-    """Forward then backward of each depth (measure_compute): as many backward calls as forward ones."""
-    return [max(calls[i - i % 2], calls[i - i % 2 + 1]) for i in range(len(calls))]
 
 
 def instrumented(fn: Callable[[], Any]) -> Callable[[], None]:
@@ -178,20 +156,20 @@ def _collectives(mesh: DeviceMesh) -> dict[str, float]:
         "dtensor_all_reduce": instrumented(dtensor_all_reduce),
         "dtensor_all_gather": instrumented(dtensor_all_gather),
     }
-    return interleaved_medians(ops, sync=dist.barrier, agree=agree_all)
+    return interleaved_medians(ops, sync=dist.barrier)
 
 
 def measure_host(s: Scenario, world: int) -> dict[str, Any]:
-    """Each host cost in isolation (see the module docstring), rank 0's seconds (runtime/timing.py)."""
+    """Each host cost in isolation (see the module docstring), rank 0's medians in seconds."""
     mesh = init_device_mesh("cpu", (world,))
     blocks: dict[str, dict[str, float]] = {}
     for variant in ("plain", "tp", "sp", "fsdp"):
         steps = {str(n): _block_step(s, mesh, variant, n) for n in BLOCK_COUNTS}
-        blocks[variant] = interleaved_medians(steps, sync=dist.barrier, agree=agree_all)
+        blocks[variant] = interleaved_medians(steps, sync=dist.barrier)
     optimizer: dict[str, dict[str, float]] = {}
     for kind in ("plain", "dtensor"):
         steps = {str(n): _optimizer_step(s, mesh, n, kind == "dtensor") for n in OPTIMIZER_TENSORS}
-        optimizer[kind] = interleaved_medians(steps, sync=dist.barrier, agree=agree_all)
+        optimizer[kind] = interleaved_medians(steps, sync=dist.barrier)
     return {
         "post_s": _post_seconds(),
         "collective_s": _collectives(mesh),

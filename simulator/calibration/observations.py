@@ -44,7 +44,7 @@ def mean_observations(obs: pd.DataFrame) -> pd.DataFrame:
     The mean, not the median: the step time a run reports is the median over steps of a SUM of spans,
     and on a shared core the spans are skewed by preemption (a tiny pipeline run at load ~7 on 2 cores:
     forward spans from 2.8 ms to 27 ms); the median of a sum of many such spans is near the sum of
-    their means, while the sum of their medians drops every preempted span (runtime/timing.py)."""
+    their means, while the sum of their medians drops every preempted span."""
     return obs.groupby(["stage", "kind"], as_index=False)["seconds"].mean()
 
 
