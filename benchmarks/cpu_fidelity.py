@@ -149,6 +149,8 @@ def main(argv: list[str] | None = None) -> int:
             path = scenario_file(folder / f"{run.name}.toml", plan)
             loads[name].append(os.getloadavg()[0])  # at the run's start (or its re-scoring, --reuse)
             if args.reuse and _finished(run):
+                # re-scored on this machine's current profile: the fit reads the run's own scenario
+                shutil.copyfile(path, RunDir(run).scenario_toml)
                 code = 0
             else:
                 shutil.rmtree(run, ignore_errors=True)  # an interrupted run of an earlier attempt
