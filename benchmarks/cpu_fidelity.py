@@ -35,9 +35,9 @@ import tomli_w
 
 from plancast.runtime.calibrate import adopt, calibrate, write_profile
 from plancast.runtime.launch import launch
-from plancast.runtime.local_profile import localize
+from plancast.runtime.local_profile import cached_core_share, localize
 from plancast.simulator.calibration.microbench import bound_violations
-from plancast.simulator.calibration.runs import COMPUTE_FIELDS, score_table, with_fields
+from plancast.simulator.calibration.runs import COMPUTE_FIELDS, HOST_FIELDS, score_table, with_fields
 from plancast.simulator.cluster import Cluster
 from plancast.simulator.loader import parse_scenario, to_toml_dict
 from plancast.simulator.predict import simulate
@@ -140,13 +140,17 @@ def main(argv: list[str] | None = None) -> int:
     # 1. every run, round after round: a shared machine drifts by tens of percent over minutes, and
     #    interleaving spreads that drift over calibration and scored runs alike
     runs: dict[str, list[Path]] = {name: [] for name in [*CALIBRATION, *MATRIX]}
+    loads: dict[str, list[float]] = {name: [] for name in [*CALIBRATION, *MATRIX]}  # 1-min load average
     for r in range(args.rounds):
         folder = out / f"round-{r}"
         folder.mkdir(exist_ok=True)
         for name, plan in [*CALIBRATION.items(), *MATRIX.items()]:
             run = folder / _slug(name)
             path = scenario_file(folder / f"{run.name}.toml", plan)
+            loads[name].append(os.getloadavg()[0])  # at the run's start (or its re-scoring, --reuse)
             if args.reuse and _finished(run):
+                # re-scored on this machine's current profile: the fit reads the run's own scenario
+                shutil.copyfile(path, RunDir(run).scenario_toml)
                 code = 0
             else:
                 shutil.rmtree(run, ignore_errors=True)  # an interrupted run of an earlier attempt
@@ -160,11 +164,12 @@ def main(argv: list[str] | None = None) -> int:
 
     # 2. the fit on every calibration run (none of them scored), on the measured machine
     result = calibrate([run for name in CALIBRATION for run in runs[name]], microbench=False)
-    fitted = {f: getattr(result.cluster.compute, f) for f in COMPUTE_FIELDS + OPTIMIZER_FIELDS}
+    fitted = {f: getattr(result.cluster.compute, f) for f in COMPUTE_FIELDS + OPTIMIZER_FIELDS + HOST_FIELDS}
     write_profile(result.cluster, out / "local-cpu-calibrated.toml", result.notes)
     print("\n".join(result.notes + score_table(result.scores)))
 
     # 3. the scored matrix: the median over rounds of each run's median step time vs the prediction
+    share = cached_core_share(parse_scenario(scenario_data(MATRIX["DP 2"])).scenario)
     rows = []
     for name, plan in MATRIX.items():
         if not runs[name]:
@@ -178,20 +183,27 @@ def main(argv: list[str] | None = None) -> int:
         per_round = [measured_step_s(run) for run in runs[name]]
         measured = statistics.median(per_round)
         rows.append((name, per_round, measured, predicted, predicted / measured - 1))
-        violations = bound_violations(scenario.cluster.compute)
+        violations = bound_violations(scenario.cluster.compute, share)
         if violations:
             print(f"{name}: parameters outside their bounds: {violations}")
-    print(f"\n{'plan':22} {'measured s (rounds)':>26} {'median':>8} {'predicted s':>12} {'error':>8}")
+    print(
+        f"\n{'plan':22} {'measured s (rounds)':>26} {'median':>8} {'predicted s':>12} {'error':>8} "
+        f"{'load at run':>12}"
+    )
     for name, per_round, measured, predicted, error in rows:
         rounds = " ".join(f"{t:.3f}" for t in per_round)
-        print(f"{name:22} {rounds:>26} {measured:8.4f} {predicted:12.4f} {error:+8.1%}")
+        load = " ".join(f"{x:.1f}" for x in loads[name])
+        print(f"{name:22} {rounds:>26} {measured:8.4f} {predicted:12.4f} {error:+8.1%} {load:>12}")
     mape = statistics.fmean(abs(r[4]) for r in rows) if rows else float("nan")
     worst = max(rows, key=lambda r: abs(r[4])) if rows else None
     print(
         f"MAPE {mape:.1%} over {len(rows)} plans (target <= 8%, each <= 15%)"
         + (f", worst {worst[0]} {worst[4]:+.1%}" if worst else "")
     )
-    print(f"fitted parameters outside their bounds: {bound_violations(result.cluster.compute) or 'none'}")
+    print(
+        f"fitted parameters outside their bounds (core share {share:.2f}): "
+        f"{bound_violations(result.cluster.compute, share) or 'none'}"
+    )
     return 0
 
 

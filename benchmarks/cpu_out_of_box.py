@@ -68,6 +68,8 @@ def main(argv: list[str] | None = None) -> int:
     env = {**os.environ, "PLANCAST_CACHE_DIR": str(cache)}
     print(f"PLANCAST_CACHE_DIR={cache} (fresh: {not cache.exists() or not any(cache.iterdir())})")
     predicted, measured = {}, {name: [] for name in PLANS}
+    loads: dict[str, list[float]] = {name: [] for name in PLANS}  # 1-min load average at each run's start
+    bench_load = os.getloadavg()[0]  # the first simulate measures this machine
     for name, plan in PLANS.items():
         path = _scenario(args.out, name, plan)
         summary = json.loads(_plancast("simulate", str(path), "--json", env=env).stdout)
@@ -76,17 +78,23 @@ def main(argv: list[str] | None = None) -> int:
         for name, plan in PLANS.items():
             path = _scenario(args.out, name, plan)
             run = args.out / f"round-{r}" / path.stem
+            loads[name].append(os.getloadavg()[0])
             _plancast("run", str(path), "--out", str(run), "--steps", str(args.steps), env=env)
             result = json.loads((run / "measured" / "summary.json").read_text(encoding="utf-8"))
             measured[name].append(float(result["step_time_s"]))
-    print(f"\n{'plan':18} {'measured s (rounds)':>22} {'median':>8} {'predicted s':>12} {'error':>8}")
+    print(f"machine load (1-min average) when this machine was measured: {bench_load:.1f}")
+    print(
+        f"\n{'plan':18} {'measured s (rounds)':>22} {'median':>8} {'predicted s':>12} {'error':>8} "
+        f"{'load at run':>12}"
+    )
     errors = []
     for name in PLANS:
         m = statistics.median(measured[name])
         error = predicted[name] / m - 1
         errors.append(error)
         rounds = " ".join(f"{t:.3f}" for t in measured[name])
-        print(f"{name:18} {rounds:>22} {m:8.4f} {predicted[name]:12.4f} {error:+8.1%}")
+        load = " ".join(f"{x:.1f}" for x in loads[name])
+        print(f"{name:18} {rounds:>22} {m:8.4f} {predicted[name]:12.4f} {error:+8.1%} {load:>12}")
     mean = statistics.fmean(abs(e) for e in errors)
     worst = max(abs(e) for e in errors)
     ok = worst <= 0.35 and mean <= 0.25

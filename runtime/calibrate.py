@@ -12,13 +12,14 @@ The profile is a `[cluster]` table a scenario uses with `[cluster] preset = "PRO
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 
 import tomli_w
 
 from plancast.simulator.calibration.compute import Observation
-from plancast.simulator.calibration.observations import compute_observations, median_observations
+from plancast.simulator.calibration.observations import compute_observations, mean_observations
 from plancast.simulator.calibration.runs import RunData, Score, evaluate, fit_runs, with_fields
 from plancast.simulator.cluster import Cluster
 from plancast.simulator.loader import load_scenario, parse_scenario
@@ -61,7 +62,7 @@ def run_data(path: Path, cluster: Cluster | None = None) -> tuple[RunData, list[
     measured = read_measured(RunDir(path))
     if measured.events.empty:
         raise ValueError(f"{path} has no readable measured events; run `plancast run` first")
-    obs = median_observations(compute_observations(measured.events))
+    obs = mean_observations(compute_observations(measured.events))
     observations = tuple(Observation(int(r.stage), str(r.kind), float(r.seconds)) for r in obs.itertuples())
     step_s = float(read_json(RunDir(path).measured_summary)["step_time_s"])
     return RunData(str(path), s, observations, step_s), [f"warning: {p}" for p in measured.problems]
@@ -115,7 +116,11 @@ def calibrate(runs: list[Path], *, microbench: bool, world: int = 2) -> Calibrat
         run, warnings = run_data(path, measured)
         data.append(run)
         notes += warnings
-    fit = fit_runs(data)
+    # the host bounds scale with the core share measured with this machine's microbenchmarks
+    from plancast.runtime.local_profile import cached_core_share
+
+    fit_on = functools.partial(fit_runs, share=cached_core_share(data[0].scenario))
+    fit = fit_on(data)
     notes += fit.notes
     if not fit.fields:
         raise ValueError(
@@ -123,7 +128,7 @@ def calibrate(runs: list[Path], *, microbench: bool, world: int = 2) -> Calibrat
             + "\n  ".join(fit.notes)
         )
     cluster = with_fields(data[0].scenario, fit.fields).cluster.model_copy(update={"preset": None})
-    return Calibration(cluster, notes, evaluate(data))
+    return Calibration(cluster, notes, evaluate(data, fit_on))
 
 
 def write_profile(cluster: Cluster, path: Path, notes: list[str]) -> None:

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from plancast.simulator.calibration.microbench import profile_cluster
+from plancast.simulator.calibration.microbench import core_share, profile_cluster
 from plancast.simulator.cluster import Cluster
 from plancast.simulator.scenario import Scenario
 
@@ -114,3 +114,18 @@ def localize(s: Scenario, *, refresh: bool = False, say: Callable[[str], None] =
     """`s` with its (local-cpu) cluster measured on this machine."""
     cluster, _ = measured_cluster(s, refresh=refresh, say=say)
     return s.model_copy(update={"cluster": cluster})
+
+
+def cached_core_share(s: Scenario) -> float:
+    """The core share a rank got during this machine's microbenchmarks at `s`'s shapes, else during its
+    latest ones (the share is the machine's load, not the shape's); 1.0 without a record. What the
+    host-cost bounds of a profile from that record are scaled by (calibration.microbench.bounded)."""
+    path = record_path(s)
+    folder = path.parent
+    others = sorted(folder.glob("*.json"), key=lambda p: p.stat().st_mtime) if folder.is_dir() else []
+    for candidate in [path, *reversed(others)]:
+        try:
+            return core_share(json.loads(candidate.read_text(encoding="utf-8")))
+        except (OSError, json.JSONDecodeError):
+            continue
+    return 1.0

@@ -20,6 +20,7 @@ import functools
 import os
 import platform
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -103,7 +104,10 @@ def _worker(rank: int, world: int, init_file: str, s: Scenario, results: Any) ->
     torch.set_num_threads(1)  # as the runtime's CPU ranks (docs/architecture.md, hardware paths)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     try:
+        wall_s, cpu_s = time.perf_counter(), time.thread_time()
         record: dict[str, Any] = {"device": measure_device(s), "compute": host.measure_compute(s)}
+        # the core share this rank got (its compute runs on this thread: one intra-op thread)
+        record["cpu_share"] = min(1.0, (time.thread_time() - cpu_s) / (time.perf_counter() - wall_s))
         dist.barrier()
         record["links"] = measure_links(world)
         record["host"] = host.measure_host(s, world)

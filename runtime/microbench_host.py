@@ -19,6 +19,8 @@ from torch import nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
 
+from plancast.runtime.instrument.keys import Completion
+from plancast.runtime.instrument.spy import SpyCapture
 from plancast.runtime.model import Decoder, ModelConfig
 from plancast.runtime.parallel.fsdp import apply_fsdp
 from plancast.runtime.parallel.tp import apply_tensor_parallel
@@ -60,6 +62,26 @@ def measure_compute(s: Scenario) -> dict[str, dict[str, float]]:
     return out
 
 
+def instrumented(fn: Callable[[], Any]) -> Callable[[], None]:
+    """`fn` under the dispatch capture a CPU run with library collectives (DTensor, FSDP2) is measured
+    with (runtime/instrument/spy.py, trainer.library_collectives): every op of such a run passes the
+    mode, ~15% of a tiny TP or FSDP2 step (benchmarks/instrument_overhead.py), so the host costs of
+    those plans are measured as their runs execute, capture included."""
+
+    def open_collective(*_key: Any) -> Completion:
+        row: list[Any] = [None, time.perf_counter(), None]  # as StepRecorder.open_collective's row
+        return Completion(time.perf_counter, row)
+
+    def run() -> None:
+        capture = SpyCapture.start(open_collective)
+        try:
+            fn()
+        finally:
+            capture.finish(0, 0)
+
+    return run
+
+
 def _block_step(s: Scenario, mesh: DeviceMesh, variant: str, layers: int) -> Callable[[], None]:
     """fwd + bwd of `layers` blocks: plain, tp / sp (tensor-parallel over the job), or fsdp."""
     world = mesh.size()
@@ -74,7 +96,7 @@ def _block_step(s: Scenario, mesh: DeviceMesh, variant: str, layers: int) -> Cal
     def step() -> None:
         model(x).sum().backward()
 
-    return step
+    return step if variant == "plain" else instrumented(step)
 
 
 def _optimizer_step(s: Scenario, mesh: DeviceMesh, tensors: int, dtensor: bool) -> Callable[[], Any]:
@@ -90,7 +112,7 @@ def _optimizer_step(s: Scenario, mesh: DeviceMesh, tensors: int, dtensor: bool) 
             p.grad = torch.randn_like(p)
         params.append(p)
     optimizer = torch.optim.AdamW(params, lr=1e-4)
-    return optimizer.step
+    return instrumented(optimizer.step) if dtensor else optimizer.step
 
 
 def _post_seconds() -> float:
@@ -131,8 +153,8 @@ def _collectives(mesh: DeviceMesh) -> dict[str, float]:
     ops: dict[str, Callable[[], Any]] = {
         "all_reduce": functools.partial(dist.all_reduce, x),
         "all_gather": functools.partial(dist.all_gather, gathered, x),
-        "dtensor_all_reduce": dtensor_all_reduce,
-        "dtensor_all_gather": dtensor_all_gather,
+        "dtensor_all_reduce": instrumented(dtensor_all_reduce),
+        "dtensor_all_gather": instrumented(dtensor_all_gather),
     }
     return interleaved_medians(ops, sync=dist.barrier)
 

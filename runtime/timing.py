@@ -1,5 +1,10 @@
 """Wall-time sampling for the microbenchmarks: medians after a warm-up, and interleaved medians so a
-drifting shared machine hits every variant alike. Torch-free (callers pass their own sync)."""
+drifting shared machine hits every variant alike. Torch-free (callers pass their own sync).
+
+Medians of single calls, not the mean nor samples of >= 50 ms of back-to-back calls: both were tried
+on a loaded 2-core machine (load 11-18) and predicted the same five plans' step times 40-70% too
+slow, where single-call medians were within 18-26% on average (benchmarks/cpu_out_of_box.py, the same
+measured runs re-predicted from each record); what a run loses to the load is left to calibration."""
 
 from __future__ import annotations
 

@@ -108,7 +108,7 @@ def stage_row(s: Scenario, stage: int, kind: str) -> np.ndarray:
 def optimizer_tensor_overhead_us(s: Scenario, seconds: float) -> float:
     """The per-tensor host time (us) one measured optimizer step implies on `s`'s cluster.
 
-    `seconds` is the median over ranks (observations.median_observations), so the rank's memory-
+    `seconds` is the mean over ranks (observations.mean_observations), so the rank's memory-
     bound time and tensor count are the means over pipeline ranks: what is left of the measured step
     after moving the optimizer's bytes is spread over its tensors (engine.optimizer_host_s)."""
     costs = stage_costs(s, Topology.of(s).levels("tp"))

@@ -10,7 +10,8 @@ Pure: every number comes from the measurement dict; nothing is fitted to a step 
   with (op count) and what the efficiencies scale with (FLOPs, bytes).
 - Host costs (simulator/costs/host.py), each from the microbenchmark that isolates it; a difference of
   two measurements (3 blocks minus 1, 32 tensors minus 8) so the fixed parts cancel, minus what the
-  simulator already charges for the same work (compute and collectives), clipped to its bound.
+  simulator already charges for the same work (the plain block's compute, measured alongside, and the
+  collectives), clipped to its bound.
 """
 
 from __future__ import annotations
@@ -39,9 +40,9 @@ class Bound:
     why: str
 
 
-# Upper bounds for host costs on one CPU core, loose enough for a busy shared machine (a Python-level op
-# ~10-50 us idle, a few times that when the core is shared) and tight enough to catch a value that is
-# not the cost it names (e.g. a step's leftovers); a measurement beyond one is clipped and reported.
+# Upper bounds for host costs, CPU time on one core (a Python-level op ~10-50 us idle), loose enough for
+# noise and tight enough to catch a value that is not the cost it names (e.g. a step's leftovers); on a
+# shared core they scale with the measured core share (`bounded`); a value beyond one is clipped, reported.
 BOUNDS: dict[str, Bound] = {
     "op_overhead_us": Bound(500.0, "a PyTorch CPU operator's dispatch costs ~5-50 us (torch dispatcher)"),
     "p2p_overhead_us": Bound(
@@ -59,13 +60,26 @@ BOUNDS: dict[str, Bound] = {
 }
 
 
-def bounded(field: str, value_us: float) -> tuple[float, str | None]:
-    """`value_us` within [0, BOUNDS[field]]; a note when it had to be clipped."""
-    bound = BOUNDS[field]
-    if value_us > bound.high_us:
+MIN_CORE_SHARE = 1 / 32  # a rank sharing its core with at most 31 other runnable threads
+
+
+def core_share(record: dict[str, Any]) -> float:
+    """The share of a core a microbenchmark rank got: its compute thread's CPU time over wall time
+    (runtime/microbench.py), in [MIN_CORE_SHARE, 1]; 1 for a record from before it was measured."""
+    return min(max(float(record.get("cpu_share", 1.0)), MIN_CORE_SHARE), 1.0)
+
+
+def bounded(field: str, value_us: float, share: float = 1.0) -> tuple[float, str | None]:
+    """`value_us` within [0, BOUNDS[field] / share]; a note when it had to be clipped.
+
+    The bounds are CPU time on a core of one's own; a rank that gets `share` of its core (measured,
+    core_share) takes 1/share of the wall time for the same work, so the bound scales with it."""
+    high_us = BOUNDS[field].high_us / max(share, MIN_CORE_SHARE)
+    if value_us > high_us:
         return (
-            bound.high_us,
-            f"{field}: measured {value_us:.0f} us > bound {bound.high_us:.0f} us ({bound.why}); clipped",
+            high_us,
+            f"{field}: measured {value_us:.0f} us > bound {high_us:.0f} us ({BOUNDS[field].why}; "
+            f"at a core share of {share:.2f}); clipped",
         )
     return max(value_us, 0.0), None
 
@@ -139,6 +153,13 @@ def host_costs(
     """Every host-cost field (us) from the host microbenchmarks, before bounds (module docstring)."""
     coll = host["collective_s"]
     blocks = {variant: _slope_s(by) for variant, by in host["block_s"].items()}
+
+    def plain_s(tp: int) -> float:
+        """A block's compute on one of `tp` ranks: the plain block measured in the same interleaved
+        samples as the others (a shared machine's load moves between microbenchmarks by more than
+        the host costs sought), scaled by the simulator's ratio of sharded to whole compute."""
+        return blocks["plain"] * _layer_s(s, compute, tp) / _layer_s(s, compute, 1)
+
     dtype_bytes = DTYPE_BYTES[s.training.dtype]
     shape = {
         "micro_batch_size": s.training.micro_batch_size,
@@ -161,7 +182,7 @@ def host_costs(
         ]
         per = fields[f"{name}_collective_overhead_us"] * 1e-6
         comm_s = sum(_link_s(c.kind, world, c.bytes, link) + per for c in collectives)
-        fields[f"{name}_layer_overhead_us"] = (blocks[name] - _layer_s(s, compute, world) - comm_s) * 1e6
+        fields[f"{name}_layer_overhead_us"] = (blocks[name] - plain_s(world) - comm_s) * 1e6
     # one FSDP2 unit per block, measured under ZeRO-3: it gathers its parameters twice (forward and
     # backward) and reduce-scatters the gradients once (gloo runs it as an all-reduce, runtime/parallel/
     # fsdp.py); ZeRO-2 plans use the same per-unit host time
@@ -169,7 +190,7 @@ def host_costs(
     fsdp_comm_s = 2 * _link_s("all_gather", world, unit_bytes, link) + _link_s(
         "all_reduce", world, unit_bytes, link
     )
-    fields["fsdp_unit_overhead_us"] = (blocks["fsdp"] - _layer_s(s, compute, 1) - fsdp_comm_s) * 1e6
+    fields["fsdp_unit_overhead_us"] = (blocks["fsdp"] - plain_s(1) - fsdp_comm_s) * 1e6
     # per tensor: an optimizer step moves each parameter's bytes (engine.optimizer_bytes_per_param)
     h = s.model.hidden_size
     for field, kind in (("optimizer_overhead_us", "plain"), ("dtensor_optimizer_overhead_us", "dtensor")):
@@ -201,22 +222,30 @@ def profile_cluster(s: Scenario, record: dict[str, Any]) -> tuple[Cluster, list[
         f"{compute.attention_efficiency:.2f}, memory {compute.memory_efficiency:.2f}, "
         f"{compute.op_overhead_us:.1f} us/op",
     ]
+    share = core_share(record)
+    notes.append(
+        f"core share of a rank during the microbenchmarks: {share:.2f} (CPU / wall time of its compute; "
+        f"host-cost bounds x {1 / share:.1f})"
+    )
     update = {}
     for field, value in host_costs(
         s.model_copy(update={"cluster": measured}), record["host"], compute, link, int(record["world"])
     ).items():
-        update[field], clipped = bounded(field, value)
-        notes.append(clipped or f"{field} = {update[field]:.0f} us (bound {BOUNDS[field].high_us:.0f})")
+        update[field], clipped = bounded(field, value, share)
+        high_us = BOUNDS[field].high_us / share
+        notes.append(clipped or f"{field} = {update[field]:.0f} us (bound {high_us:.0f})")
     compute = compute.model_copy(update=update)
     return measured.model_copy(
         update={"compute": compute, "compute_slots_per_node": int(record["cores"])}
     ), notes
 
 
-def bound_violations(compute: ComputeModel) -> list[str]:
-    """Host fields of `compute` outside their bounds (none after profile_cluster / calibration)."""
+def bound_violations(compute: ComputeModel, share: float = 1.0) -> list[str]:
+    """Host fields of `compute` outside their bounds at core share `share` (none after profile_cluster
+    / calibration)."""
+    scale = 1 / max(share, MIN_CORE_SHARE)
     return [
-        f"{field} = {getattr(compute, field):.0f} us > {bound.high_us:.0f} us"
+        f"{field} = {getattr(compute, field):.0f} us > {bound.high_us * scale:.0f} us"
         for field, bound in BOUNDS.items()
-        if getattr(compute, field) > bound.high_us
+        if getattr(compute, field) > bound.high_us * scale
     ]

@@ -6,10 +6,15 @@ of the parameter and not of one run's leftovers:
 - the compute model's efficiency scale and per-op overhead: compute spans of >= 2 runs without DTensor
   parameters at different micro-batch sizes (the FLOPs per op differ, which separates the two);
 - the optimizer's per-tensor host time (plain and DTensor): optimizer spans of >= 2 runs of that kind
-  whose ranks update different numbers of tensors.
+  whose ranks update different numbers of tensors;
+- the host time per layer and micro-batch of a tensor-parallel block (tp_ / sp_layer_overhead_us) or
+  an FSDP2 unit (fsdp_unit_overhead_us): what the compute spans of >= 2 such runs at different
+  micro-batch sizes hold beyond the fitted compute model, per layer (per unit) and micro-batch. The
+  runs' spans wrap the blocks' forward and backward, so DTensor dispatch and FSDP2 hooks are inside
+  them; the sizes differ in compute per micro-batch, not in host work, which separates the two.
 
-Host costs of collectives, transfers, DTensor blocks and FSDP2 units are never fitted to step times:
-they come from the microbenchmarks (microbench.py). `evaluate` scores each run in-sample (fitted on
+Host costs of collectives and transfers are never fitted to runs: they come from the microbenchmarks
+(microbench.py), as do the host fields no run determines. `evaluate` scores each run in-sample (fitted on
 all runs) and held out (fitted on the other runs only, leave-one-run-out).
 """
 
@@ -25,7 +30,9 @@ from plancast.simulator.calibration.compute import (
     Measured,
     Observation,
     fit_compute,
+    model_x,
     optimizer_tensor_overhead_us,
+    stage_row,
 )
 from plancast.simulator.calibration.microbench import bounded
 from plancast.simulator.cluster import Cluster
@@ -34,6 +41,7 @@ from plancast.simulator.predict import simulate
 from plancast.simulator.scenario import Scenario
 
 COMPUTE_FIELDS = ("matmul_efficiency", "attention_efficiency", "memory_efficiency", "op_overhead_us")
+HOST_FIELDS = ("tp_layer_overhead_us", "sp_layer_overhead_us", "fsdp_unit_overhead_us")
 
 
 @dataclass(frozen=True)
@@ -42,7 +50,7 @@ class RunData:
 
     name: str
     scenario: Scenario
-    observations: tuple[Observation, ...]  # median seconds per (stage, pass), compute only
+    observations: tuple[Observation, ...]  # mean seconds per (stage, pass), compute only
     step_s: float  # the measured median step time
 
 
@@ -115,11 +123,68 @@ def _optimizer_fit(runs: Sequence[RunData], fields: dict[str, float]) -> tuple[d
     return out, notes
 
 
-def fit_runs(runs: Sequence[RunData]) -> Fit:
-    """Fit every parameter the runs determine (module docstring); the rest keep the clusters' values."""
+def host_field(s: Scenario) -> tuple[str, int] | None:
+    """The per-layer host field a run's compute spans determine, and per stage how many units beyond
+    its layers carry it (an FSDP2 root unit per chunk, costs/host.py); None for plain runs or both."""
+    if s.tp > 1 and not s.fsdp:
+        return ("sp_layer_overhead_us" if s.parallelism.sequence_parallel else "tp_layer_overhead_us"), 0
+    if s.fsdp and s.tp == 1:
+        return "fsdp_unit_overhead_us", 1
+    return None
+
+
+def _host_point(r: RunData, fields: dict[str, float], extra_units: int) -> float | None:
+    """Seconds per unit and micro-batch a run's forward + backward spans hold beyond the compute model:
+    per stage, (measured - predicted) of its passes over its layers (+ root units), then the mean."""
+    s = with_fields(r.scenario, fields)
+    x = model_x(s.cluster.compute)
+    beyond: dict[int, float] = {}
+    for ob in r.observations:
+        if ob.kind in ("forward", "backward") and ob.stage >= 0:
+            beyond[ob.stage] = (
+                beyond.get(ob.stage, 0.0) + ob.seconds - float(stage_row(s, ob.stage, ob.kind) @ x)
+            )
+    if not beyond:
+        return None
+    return float(np.mean([b / (s.layer_split[v] + extra_units) for v, b in beyond.items()]))
+
+
+def _host_fit(
+    runs: Sequence[RunData], fields: dict[str, float], share: float
+) -> tuple[dict[str, float], list[str]]:
+    out, notes = {}, []
+    for field in HOST_FIELDS:
+        chosen = [(r, kind[1]) for r in runs if (kind := host_field(r.scenario)) and kind[0] == field]
+        points = [
+            (r.scenario.training.micro_batch_size, p)
+            for r, extra in chosen
+            if (p := _host_point(r, fields, extra)) is not None
+        ]
+        sizes = {b for b, _ in points}
+        if len(points) < 2 or len(sizes) < 2:
+            notes.append(
+                f"{field} not fitted: needs the compute spans of >= 2 such runs at different micro-batch "
+                f"sizes (given {len(points)} run(s), size(s) {sorted(sizes) or '-'}); kept from the "
+                "microbenchmarks"
+            )
+            continue
+        value_us = statistics.median(p for _, p in points) * 1e6
+        out[field], clipped = bounded(field, value_us, share)
+        notes.append(
+            clipped
+            or f"{field} = {out[field]:.0f} us per layer and micro-batch, from {len(points)} runs "
+            f"(micro-batch sizes {sorted(sizes)})"
+        )
+    return out, notes
+
+
+def fit_runs(runs: Sequence[RunData], share: float = 1.0) -> Fit:
+    """Fit every parameter the runs determine (module docstring); the rest keep the clusters' values.
+    `share`: the core share the host bounds are scaled by (microbench.bounded)."""
     fields, note = _compute_fit(runs)
     optimizer, notes = _optimizer_fit(runs, fields)
-    return Fit({**fields, **optimizer}, (note, *notes))
+    host, host_notes = _host_fit(runs, fields, share)
+    return Fit({**fields, **optimizer, **host}, (note, *notes, *host_notes))
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from plancast.simulator.calibration.compute import Observation
-from plancast.simulator.calibration.observations import compute_observations, median_observations
+from plancast.simulator.calibration.compute import Observation, model_x, stage_row
+from plancast.simulator.calibration.observations import compute_observations, mean_observations
 from plancast.simulator.calibration.runs import RunData, evaluate, fit_runs, score_table, with_fields
 from plancast.simulator.loader import parse_scenario
 from plancast.simulator.predict import simulate
@@ -36,7 +36,7 @@ def measured_run(name: str, s: Scenario, truth: dict[str, float]) -> RunData:
     """A run 'measured' on a machine whose compute model is `truth` (its simulation, relabelled)."""
     prediction = simulate(with_fields(s, truth))
     events = prediction.events.assign(source="measured")
-    obs = median_observations(compute_observations(events))
+    obs = mean_observations(compute_observations(events))
     observations = tuple(Observation(int(r.stage), str(r.kind), float(r.seconds)) for r in obs.itertuples())
     return RunData(name, s, observations, float(prediction.summary["step_time_s"]))
 
@@ -82,3 +82,60 @@ def test_the_score_table_prints_in_sample_and_held_out_per_run() -> None:
     assert "in-sample s" in lines[0] and "held-out s" in lines[0]
     assert [line.split()[0] for line in lines[1:4]] == ["dp2", "dp2", "dp2"]
     assert lines[-1].startswith("mean |error|")
+
+
+def test_a_preempted_span_counts_in_the_observation_as_in_the_step_time() -> None:
+    """Three 10 ms forward spans and one preempted for 40 ms more: a step that holds them takes their
+    sum, so the fit targets their mean (20 ms), not their median (10 ms: an idle core)."""
+    import pandas as pd
+
+    spans = pd.DataFrame(
+        {"rank": [0] * 4, "stage": [0] * 4, "kind": ["forward"] * 4, "seconds": [0.01, 0.01, 0.01, 0.05]}
+    )
+    (row,) = mean_observations(spans).itertuples()
+    assert row.seconds == pytest.approx(0.02)
+
+
+def tp_run(name: str, micro_batch: int, host_s: float, **parallelism: Any) -> RunData:
+    """A run whose compute spans hold, beyond the TRUE compute model, `host_s` per layer and micro-batch
+    (forward and backward half each): DTensor dispatch or FSDP2 hooks inside the spans."""
+    s = scenario(micro_batch, **parallelism)
+    base = measured_run(name, s, TRUE)
+    units = s.layer_split[0] + (1 if s.fsdp else 0)  # FSDP2: the root unit too
+    observations = tuple(
+        Observation(o.stage, o.kind, o.seconds + (host_s * units / 2 if o.kind != "optimizer" else 0.0))
+        for o in base.observations
+    )
+    return RunData(name, s, observations, base.step_s)
+
+
+def test_a_tp_collective_is_subtracted_from_the_span_it_was_issued_in_only() -> None:
+    """Forward and backward of a micro-batch share (stage, micro-batch): each loses its own
+    collectives, not the other's too (what is left is the simulated compute alone)."""
+    s = with_fields(scenario(2, tensor_parallel_degree=2), TRUE)
+    obs = mean_observations(compute_observations(simulate(s).events.assign(source="measured")))
+    for row in obs[obs["kind"].isin(["forward", "backward"])].itertuples():
+        expected = float(stage_row(s, int(row.stage), str(row.kind)) @ model_x(s.cluster.compute))
+        assert row.seconds == pytest.approx(expected, rel=0.01)
+
+
+@pytest.mark.parametrize(
+    ("parallelism", "field"),
+    [
+        ({"tensor_parallel_degree": 2}, "tp_layer_overhead_us"),
+        ({"tensor_parallel_degree": 2, "sequence_parallel": True}, "sp_layer_overhead_us"),
+        ({"data_parallel_degree": 2, "zero_stage": 3}, "fsdp_unit_overhead_us"),
+    ],
+)
+def test_the_per_layer_host_time_is_fitted_from_spans_at_two_micro_batch_sizes(
+    parallelism: dict[str, Any], field: str
+) -> None:
+    plain = [measured_run(f"pp2 mb{b}", scenario(b, pipeline_parallel_degree=2), TRUE) for b in (1, 4)]
+    runs = [*plain, *(tp_run(f"mb{b}", b, 0.004, **parallelism) for b in (1, 4))]
+    fit = fit_runs(runs)
+    assert fit.fields[field] == pytest.approx(4000.0, rel=0.05)
+    assert {f for f in fit.fields if f.endswith("_layer_overhead_us") or f.startswith("fsdp")} == {field}
+    # one such run only: not fitted, and the notes say why
+    one = fit_runs([*plain, runs[2]])
+    assert field not in one.fields
+    assert any(note.startswith(f"{field} not fitted") and "micro-batch" in note for note in one.notes)

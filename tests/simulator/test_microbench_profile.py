@@ -83,7 +83,8 @@ def test_each_host_cost_comes_from_its_own_microbenchmark() -> None:
     assert cluster.tiers[0].bandwidth_GBps == pytest.approx(BANDWIDTH_BPS / 1e9, rel=1e-6)
     assert cluster.compute_slots_per_node == 2
     assert cluster.gpu.peak_tflops["fp32"] == pytest.approx(0.02)
-    assert len(notes) == 2 + len(BOUNDS) - 1  # device, compute, then each host field (op overhead: compute)
+    # device, compute, core share, then each host field (op overhead: compute)
+    assert len(notes) == 3 + len(BOUNDS) - 1
 
 
 @pytest.mark.parametrize(
@@ -111,6 +112,33 @@ def test_a_measurement_beyond_its_bound_is_clipped_and_reported() -> None:
     assert bound_violations(cluster.compute) == []
 
 
+def test_on_a_shared_core_the_bounds_scale_with_the_measured_core_share() -> None:
+    """A rank that got a quarter of its core takes 4x the wall time for the same CPU work: 12 ms to post
+    a send is beyond the idle bound (1 ms) and beyond 4x it; 3 ms is within 4x it and kept."""
+    shared = copy.deepcopy(record())
+    shared["cpu_share"] = 0.25
+    shared["host"]["post_s"] = 0.003
+    cluster, notes = profile_cluster(scenario(), shared)
+    assert cluster.compute.p2p_overhead_us == pytest.approx(3000.0)
+    assert any("core share of a rank during the microbenchmarks: 0.25" in n for n in notes)
+    assert bound_violations(cluster.compute) != [] and bound_violations(cluster.compute, 0.25) == []
+    shared["host"]["post_s"] = 0.012
+    cluster, _ = profile_cluster(scenario(), shared)
+    assert cluster.compute.p2p_overhead_us == pytest.approx(4 * BOUNDS["p2p_overhead_us"].high_us)
+
+
 def test_bounded_keeps_values_inside_and_floors_at_zero() -> None:
     assert bounded("p2p_overhead_us", 50.0) == (50.0, None)
     assert bounded("p2p_overhead_us", -5.0) == (0.0, None)
+
+
+def test_a_load_that_slows_the_plain_and_fsdp_blocks_alike_leaves_the_unit_cost() -> None:
+    """The blocks are sampled in turns, so a load that comes and goes hits them alike; their host cost
+    is measured against the plain block of the same samples, not against the compute microbenchmark
+    taken a minute earlier."""
+    base, _ = profile_cluster(scenario(), record())
+    loaded = copy.deepcopy(record())
+    for variant in ("plain", "fsdp"):
+        loaded["host"]["block_s"][variant]["3"] += 0.004
+    changed, _ = profile_cluster(scenario(), loaded)
+    assert changed.compute.fsdp_unit_overhead_us == pytest.approx(base.compute.fsdp_unit_overhead_us)
