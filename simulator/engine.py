@@ -289,10 +289,11 @@ class Engine:
             if ready is not None and not ready.processed:
                 yield ready
             # all-gathers move the gathered tensor: nbytes is this rank's full (unsharded) unit
-            # ZeRO-2/3 gathers and reduce-scatters are NCCL rings (its only algorithm for them): over
-            # nodes every GPU's share crosses its own NIC, so the outer tier's per-GPU bandwidth bounds
-            # them (published ZeRO-3 runs stop scaling there: Narayanan et al. 2021 Table 2)
-            algorithm: Algorithm = "ring" if kind in ("all_gather", "reduce_scatter") else "auto"
+            # ZeRO-2/3 gathers and reduce-scatters: the framework's algorithm (parallelism.
+            # zero_collective_algorithm, simulator/catalog/frameworks.py cites both)
+            algorithm: Algorithm = "auto"
+            if kind in ("all_gather", "reduce_scatter"):
+                algorithm = self.s.parallelism.zero_collective_algorithm or "hierarchical"
             seconds = collective_seconds(kind, self.dp_levels, nbytes, algorithm) + self._dp_host_s
             if self.share_links:
                 # NCCL moves a collective in chunks (NCCL_BUFFSIZE, 4 MiB per channel), so pipeline
