@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from plancast.simulator.costs.stage import StageCost
-from plancast.simulator.engine import Engine
+from plancast.simulator.engine import Engine, Span
 from plancast.simulator.mesh import Coord
 from plancast.simulator.scenario import Scenario
 from plancast.simulator.summary import summarize
@@ -86,24 +86,22 @@ def _phase_layouts(cost: StageCost) -> dict[str, tuple[np.ndarray, ...]]:
     return out
 
 
-def _tp_events(
-    spans: list[tuple[Any, ...]], costs: tuple[StageCost, ...]
-) -> tuple[pd.DataFrame, dict[int, float]]:
+def _tp_events(spans: list[Span], costs: tuple[StageCost, ...]) -> tuple[pd.DataFrame, dict[int, float]]:
     """Tensor-parallel collective events inside the compute spans (vectorised), and each rank's tp time."""
     tp_time: dict[int, float] = {}
     if all(not g.tp_forward and not g.tp_backward for c in costs for g in c.segments):
         return pd.DataFrame(), tp_time
     layouts = [_phase_layouts(c) for c in costs]
     pieces = []
-    compute = [sp for sp in spans if sp[1] == "compute" and sp[2] in _TP_PHASES]
-    by_key: dict[tuple[int, str], list[tuple[Any, ...]]] = {}
+    compute = [sp for sp in spans if sp.stream == "compute" and sp.kind in _TP_PHASES]
+    by_key: dict[tuple[int, str], list[Span]] = {}
     for sp in compute:
-        by_key.setdefault((sp[3], sp[2]), []).append(sp)
+        by_key.setdefault((sp.stage, sp.kind), []).append(sp)
     for (stage, phase), rows in by_key.items():
         kinds, nbytes, offsets, durs, index = layouts[stage][phase]
         if len(kinds) == 0:
             continue
-        arr = np.array([(sp[0], sp[4], sp[5], sp[8]) for sp in rows])
+        arr = np.array([(sp.rank, sp.chunk, sp.microbatch, sp.start_s) for sp in rows])
         n, k = len(rows), len(kinds)
         ranks = arr[:, 0].astype(np.int64)
         pieces.append(
@@ -149,7 +147,7 @@ _SPAN_COLUMNS = [
 ]
 
 
-def _frame(spans: list[tuple[Any, ...]], tp: pd.DataFrame) -> pd.DataFrame:
+def _frame(spans: list[Span], tp: pd.DataFrame) -> pd.DataFrame:
     df = pd.DataFrame.from_records(spans, columns=_SPAN_COLUMNS)
     if len(tp):
         df = pd.concat([df, tp[_SPAN_COLUMNS]], ignore_index=True)
@@ -162,15 +160,16 @@ def _frame(spans: list[tuple[Any, ...]], tp: pd.DataFrame) -> pd.DataFrame:
 
 def _expand(df: pd.DataFrame, s: Scenario, engine: Engine) -> pd.DataFrame:
     """Copy representative ranks' events to every symmetric rank (other dp/tp coordinates)."""
-    if engine.full_fidelity or s.dp * s.tp == 1:
+    plan = engine.plan
+    if plan.full_fidelity or s.dp * s.tp == 1:
         return df
-    grid = engine.grid
+    grid = plan.grid
     pieces = []
-    pp_of = {r: grid.coord(r).pp for r in engine.ranks}
+    pp_of = {r: grid.coord(r).pp for r in plan.ranks}
     for dp in range(s.dp):
         for tp in range(s.tp):
             part = df.copy()
-            rank_map = {r: grid.rank(Coord(pp_of[r], dp, tp)) for r in engine.ranks}
+            rank_map = {r: grid.rank(Coord(pp_of[r], dp, tp)) for r in plan.ranks}
             peer_map = {-1: -1, **rank_map}
             part["rank"] = part["rank"].map(rank_map)
             part["peer"] = part["peer"].map(peer_map)
@@ -184,21 +183,21 @@ def _hardware_flops(s: Scenario, costs: tuple[StageCost, ...]) -> float:
     return per_mb * s.num_microbatches * s.dp * s.tp
 
 
-def _tp_time(spans: list[tuple[Any, ...]], costs: tuple[StageCost, ...]) -> dict[int, float]:
+def _tp_time(spans: list[Span], costs: tuple[StageCost, ...]) -> dict[int, float]:
     """Each rank's tensor-parallel time inside its compute spans, without building the events."""
     per_span: dict[tuple[int, str], float] = {}
     tp_time: dict[int, float] = {}
     for sp in spans:
-        if sp[1] != "compute" or sp[2] not in _TP_PHASES:
+        if sp.stream != "compute" or sp.kind not in _TP_PHASES:
             continue
-        key = (sp[3], sp[2])
+        key = (sp.stage, sp.kind)
         dur = per_span.get(key)
         if dur is None:
-            cost = costs[sp[3]]
-            layout = _tp_layout(cost, "forward" if sp[2] == "recompute" else sp[2])
+            cost = costs[sp.stage]
+            layout = _tp_layout(cost, "forward" if sp.kind == "recompute" else sp.kind)
             dur = per_span[key] = 0.0 if cost.tp_overlap else sum(c[3] for c in layout)
         if dur:
-            tp_time[sp[0]] = tp_time.get(sp[0], 0.0) + dur
+            tp_time[sp.rank] = tp_time.get(sp.rank, 0.0) + dur
     return tp_time
 
 
@@ -207,22 +206,23 @@ def simulate(
 ) -> Prediction:
     """Predict one training step of `s`. Deterministic: the same scenario gives identical events."""
     engine = Engine(s, full_fidelity=full_fidelity)
+    plan = engine.plan
     spans = engine.run()
     if events:
-        tp_events, tp_time = _tp_events(spans, engine.costs)
+        tp_events, tp_time = _tp_events(spans, plan.costs)
     else:
-        tp_events, tp_time = pd.DataFrame(), _tp_time(spans, engine.costs)
+        tp_events, tp_time = pd.DataFrame(), _tp_time(spans, plan.costs)
     summary = summarize(
         s,
         spans,
         tp_time,
-        engine.p2p_seconds,
-        _hardware_flops(s, engine.costs),
-        engine.schedule,
+        plan.p2p_seconds,
+        _hardware_flops(s, plan.costs),
+        plan.schedule,
         dp_wait_s=engine.dp_wait_s,
     )
     summary["schema_version"] = SCHEMA_VERSION
-    summary["simulated_ranks"] = len(engine.ranks)
+    summary["simulated_ranks"] = len(plan.ranks)
     if not events:
         return Prediction(s, summary, pd.DataFrame(columns=list(COLUMNS)))
     df = _frame(spans, tp_events)

@@ -8,7 +8,7 @@ stream is busiest (the pipeline's bottleneck).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,7 +69,7 @@ class _Breakdown:
 
 def summarize(
     s: Scenario,
-    spans: list[tuple[Any, ...]],
+    spans: Sequence[tuple[Any, ...]],
     tp_comm_s: dict[int, float],
     p2p_s: Callable[[int, int], float],
     hardware_flops: float,

@@ -46,11 +46,11 @@ def uniform_costs(s: Scenario, f: float = F, b: float = B) -> tuple[StageCost, .
 
 def pipeline_makespan(s: Scenario) -> tuple[float, list[float]]:
     spans = Engine(s, costs_override=uniform_costs(s)).run()
-    end = max(sp[8] + sp[9] for sp in spans if sp[2] in PIPELINE_KINDS)
+    end = max(sp.start_s + sp.dur_s for sp in spans if sp.kind in PIPELINE_KINDS)
     busy = {}
     for sp in spans:
-        if sp[2] in PIPELINE_KINDS:
-            busy[sp[0]] = busy.get(sp[0], 0.0) + sp[9]
+        if sp.kind in PIPELINE_KINDS:
+            busy[sp.rank] = busy.get(sp.rank, 0.0) + sp.dur_s
     return end, [1 - b / end for b in busy.values()]
 
 

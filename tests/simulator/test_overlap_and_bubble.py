@@ -72,7 +72,7 @@ def test_pipeline_bubble_keeps_the_gpipe_identity(p: int, m: int) -> None:
     s = ideal(p, m)
     engine = Engine(s, costs_override=uniform_costs(s))
     spans = engine.run()
-    summary = summarize(s, spans, {}, engine.p2p_seconds, 0.0, engine.schedule)
+    summary = summarize(s, spans, {}, engine.plan.p2p_seconds, 0.0, engine.plan.schedule)
     assert summary["bubble_fraction"] == pytest.approx((p - 1) / (m + p - 1), rel=1e-9)
 
 

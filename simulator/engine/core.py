@@ -1,0 +1,142 @@
+"""The event state of one simulated step: SimPy environment, recorded spans, transfers in flight,
+link and compute-slot resources. The numbers come from the frozen `StepPlan` (plan.py); the SimPy
+processes that drive this state are in processes.py."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import simpy
+
+from plancast.simulator.costs.stage import StageCost
+from plancast.simulator.engine import data_parallel, processes
+from plancast.simulator.engine.plan import StepPlan
+from plancast.simulator.engine.spans import Span
+from plancast.simulator.mesh import Coord
+from plancast.simulator.scenario import Scenario
+from plancast.simulator.units import FsdpState
+
+TransferKey = tuple[int, str, int, int]
+"""(receiving rank, F or B, stage, micro-batch) of one pipeline transfer."""
+
+
+@dataclass
+class RankState:
+    """One simulated rank: its place, its stage holders and its data-parallel stream."""
+
+    rank: int
+    coord: Coord
+    holders: tuple[int, ...]
+    """Per virtual stage, the rank holding it in this rank's replica."""
+    dp_queue: simpy.Store
+    dp_done: simpy.Event
+    """Fires when the dp stream has drained (replaced by a fresh event each time)."""
+    pending_dp: int = 0
+    fsdp: dict[int, FsdpState] = field(default_factory=dict)
+    """Per owned virtual stage under ZeRO-2/3: which units are gathered."""
+
+
+class Engine:
+    """One step of one scenario. `run()` returns the recorded spans (seconds)."""
+
+    def __init__(
+        self,
+        s: Scenario,
+        full_fidelity: bool = False,
+        costs_override: tuple[StageCost, ...] | None = None,
+        plan: StepPlan | None = None,
+    ) -> None:
+        """`costs_override`: tests' uniform stages; `plan`: numbers already derived for `s`."""
+        self.plan = plan or StepPlan.of(s, full_fidelity, costs_override)
+        self.env = simpy.Environment()
+        self.spans: list[Span] = []
+        self.arrivals: dict[TransferKey, simpy.Event] = {}  # receivers already waiting
+        self.landed: dict[TransferKey, float] = {}  # transfers landed (or landing) at a time
+        self.meetings: dict[tuple[int, int], simpy.Event] = {}  # tied-embedding holders waiting
+        self.dp_wait_s: dict[int, float] = {}  # per rank: compute-stream time spent waiting for gathers
+        self._links: dict[tuple[int, int], simpy.Resource] = {}
+        self._slots: dict[int, simpy.Resource] = {}
+        self._indices: dict[tuple[int, str, str, int, int, int], int] = {}
+
+    def run(self) -> list[Span]:
+        """Simulate one step; returns the spans of the simulated ranks."""
+        plan = self.plan
+        for rank in plan.ranks:
+            coord = plan.grid.coord(rank)
+            st = RankState(rank, coord, plan.holders(coord), simpy.Store(self.env), self.env.event())
+            if plan.fsdp:
+                for stage in plan.owned_stages(coord.pp):
+                    st.fsdp[stage] = FsdpState(plan.units[stage], zero3=plan.zero_stage == 3)
+            if plan.s.dp > 1:
+                self.env.process(data_parallel.dp_stream(self, st))
+            self.env.process(processes.rank_step(self, st))
+        self.env.run()
+        return self.spans
+
+    # ------------------------------------------------------------------------------------ resources
+    def link(self, rank: int, tier: int) -> simpy.Resource:
+        """The rank's link on `tier`, shared by its pipeline transfers and dp collectives."""
+        res = self._links.get((rank, tier))
+        if res is None:
+            res = self._links[(rank, tier)] = simpy.Resource(self.env, capacity=1)
+        return res
+
+    def busy(self, rank: int, seconds: float) -> simpy.Event:
+        """An event that fires after `seconds` of compute, queued for one of the node's compute slots
+        when ranks share them (CPU cores), else a plain timeout."""
+        slots = self.plan.compute_slots
+        if not slots:
+            return self.env.timeout(seconds)
+        node = rank // self.plan.s.cluster.gpus_per_node
+        res = self._slots.get(node)
+        if res is None:
+            res = self._slots[node] = simpy.Resource(self.env, capacity=slots)
+        return self.env.process(_occupy(self.env, res, seconds))
+
+    # ---------------------------------------------------------------------------------- transfers
+    def land_after(self, key: TransferKey, seconds: float) -> None:
+        """A transfer lands `seconds` from now: written down for its receiver, or, if the receiver
+        already waits, an event for it (fewer SimPy events than one per transfer)."""
+        waiting = self.arrivals.pop(key, None)
+        if waiting is None:
+            self.landed[key] = self.env.now + seconds
+        else:
+            done = self.env.timeout(seconds)
+            done.callbacks.append(lambda _ev: _succeed(waiting))
+
+    def land_now(self, key: TransferKey) -> None:
+        """A transfer has landed: wake its receiver, or note the time for it."""
+        waiting = self.arrivals.pop(key, None)
+        if waiting is None:
+            self.landed[key] = self.env.now
+        else:
+            waiting.succeed()
+
+    # ------------------------------------------------------------------------------ data parallel
+    def dp_collective(
+        self,
+        st: RankState,
+        kind: str,
+        nbytes: float,
+        where: tuple[int, int, int],
+        ready: simpy.Event | None = None,
+    ) -> simpy.Event:
+        """Queue a collective on the rank's dp stream (`where`: stage, chunk, micro-batch); returns the
+        event fired when it completes. It starts once `ready` has fired (its data exists)."""
+        done = self.env.event()
+        key = (st.rank, "dp", kind, *where)
+        index = self._indices.get(key, 0)
+        self._indices[key] = index + 1
+        st.dp_queue.put((kind, nbytes, where, index, ready, done))
+        st.pending_dp += 1
+        return done
+
+
+def _occupy(env: simpy.Environment, res: simpy.Resource, seconds: float) -> simpy.events.ProcessGenerator:
+    with res.request() as req:
+        yield req
+        yield env.timeout(seconds)
+
+
+def _succeed(event: simpy.Event) -> None:
+    event.succeed()

@@ -1,0 +1,126 @@
+"""The data-parallel stream of one rank and what feeds it: DDP / ZeRO-1 bucket all-reduces, and the
+FSDP2 (ZeRO-2/3) passes that wait for their units' all-gathers and issue their reduce-scatters."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Generator
+from typing import TYPE_CHECKING, Any
+
+import simpy
+
+from plancast.simulator.costs.collectives import Algorithm, collective_seconds
+from plancast.simulator.engine.spans import Process, Span
+from plancast.simulator.schedules import Action
+
+if TYPE_CHECKING:
+    from plancast.simulator.engine.core import Engine, RankState
+
+LINK_SLICE_BYTES = 8 * 4 * 2**20  # NCCL_BUFFSIZE (4 MiB) x 8 channels: one slice of a collective
+MAX_LINK_SLICES = 256  # bounds the SimPy events per collective
+BACKWARD_KINDS = frozenset({"backward", "backward_input", "backward_weight"})
+
+
+def dp_stream(sim: Engine, st: RankState) -> Process:
+    """The rank's dp stream: collectives run one after another, each once its data is ready."""
+    plan = sim.plan
+    while True:
+        kind, nbytes, (stage, chunk, mb), index, ready, done = yield st.dp_queue.get()
+        if ready is not None and not ready.processed:
+            yield ready
+        # all-gathers move the gathered tensor: nbytes is this rank's full (unsharded) unit
+        # ZeRO-2/3 gathers and reduce-scatters: the framework's algorithm (parallelism.
+        # zero_collective_algorithm, simulator/catalog/frameworks.py cites both)
+        algorithm: Algorithm = "auto"
+        if kind in ("all_gather", "reduce_scatter"):
+            algorithm = plan.s.parallelism.zero_collective_algorithm or "hierarchical"
+        seconds = collective_seconds(kind, plan.dp_levels, nbytes, algorithm) + plan.dp_host_s
+        if plan.share_links:
+            start = yield from _sliced(sim, st, nbytes, seconds)
+        else:
+            start = sim.env.now
+            yield sim.env.timeout(seconds)
+        shard = nbytes / plan.s.dp if kind == "all_gather" else nbytes  # per-rank payload, as measured
+        sim.spans.append(
+            Span(st.rank, "dp", kind, stage, chunk, mb, index, -1, start, seconds, int(shard), 0.0)
+        )
+        done.succeed()
+        st.pending_dp -= 1
+        if st.pending_dp == 0:
+            st.dp_done.succeed()
+            st.dp_done = sim.env.event()
+
+
+def _sliced(sim: Engine, st: RankState, nbytes: float, seconds: float) -> Generator[Any, Any, float]:
+    """A collective on a link pipeline transfers share; returns when it started.
+
+    NCCL moves a collective in chunks (NCCL_BUFFSIZE, 4 MiB per channel), so pipeline transfers on the
+    same link interleave with it rather than wait for all of it: the link is held one slice at a time."""
+    slices = max(1, min(math.ceil(nbytes / LINK_SLICE_BYTES), MAX_LINK_SLICES))
+    start = -1.0
+    link = sim.link(st.rank, sim.plan.dp_tier)
+    for _ in range(slices):
+        with link.request() as req:
+            yield req
+            start = sim.env.now if start < 0 else start
+            yield sim.env.timeout(seconds / slices)
+    return start
+
+
+def reduce_gradients(sim: Engine, st: RankState, a: Action, backward_s: float) -> None:
+    """DDP / ZeRO-1, called as the chunk's last backward starts: each gradient bucket is reduced as
+    soon as the backward has produced it (DDP's autograd hooks, Megatron-LM's overlap_grad_reduce),
+    at its share of the backward in reduction order; without overlap all wait for its end."""
+    plan = sim.plan
+    if plan.s.dp == 1:
+        return
+    buckets = plan.units[a.stage].bucket_bytes
+    total = sum(buckets) or 1
+    done = 0.0
+    overlap = plan.s.parallelism.overlap_grad_reduce
+    for nbytes in buckets:
+        done += nbytes
+        after_s = backward_s * done / total if overlap else backward_s
+        ready = sim.env.timeout(after_s)
+        sim.dp_collective(st, "all_reduce", nbytes, (a.stage, a.chunk, -1), ready)
+
+
+def fsdp_pass(sim: Engine, st: RankState, kind: str, a: Action, seconds: float, flops: float) -> Process:
+    """A pass under ZeRO-2/3: units wait for their all-gathers (FSDP2 state rules, simulator/units.py).
+
+    With overlap_param_gather a unit's gather is issued when the unit before it starts (one unit
+    of prefetch: FSDP2's backward prefetch and torchtitan's forward prefetch, DeepSpeed's bounded
+    `stage3_prefetch_bucket_size`), so it arrives while that unit computes; otherwise when the unit
+    is reached. The time spent waiting for a gather is data-parallel communication, kept apart
+    from the compute in `dp_wait_s`. A backward unit's reduce-scatter is issued once its gradients
+    exist (overlap_grad_reduce), else after the whole backward."""
+    env, par = sim.env, sim.plan.s.parallelism
+    state = st.fsdp[a.stage]
+    is_backward = kind in BACKWARD_KINDS
+    steps = state.backward() if is_backward else state.forward()
+    ahead = 1 if par.overlap_param_gather else 0
+    where = (a.stage, a.chunk, a.microbatch)
+    start = env.now
+    gathers: list[simpy.Event | None] = [None] * len(steps)
+    for i, (unit, _need) in enumerate(steps):
+        for j in range(i, min(i + 1 + ahead, len(steps))):
+            if steps[j][1] and gathers[j] is None:
+                gathers[j] = sim.dp_collective(st, "all_gather", steps[j][0].param_bytes, where)
+        gathered = gathers[i]
+        if gathered is not None and not gathered.processed:
+            waited_from = env.now
+            yield gathered
+            sim.dp_wait_s[st.rank] = sim.dp_wait_s.get(st.rank, 0.0) + env.now - waited_from
+        share = unit.backward_share if is_backward else unit.forward_share
+        if share:
+            yield sim.busy(st.rank, seconds * share)
+        if is_backward and par.overlap_grad_reduce:
+            sim.dp_collective(st, "reduce_scatter", unit.param_bytes, where)
+    sim.spans.append(
+        Span(
+            st.rank, "compute", kind, a.stage, a.chunk, a.microbatch, 0, -1, start, env.now - start, 0, flops
+        )
+    )
+    if is_backward and not par.overlap_grad_reduce:
+        for unit, _ in steps:
+            sim.dp_collective(st, "reduce_scatter", unit.param_bytes, where)

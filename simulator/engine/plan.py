@@ -1,0 +1,230 @@
+"""The numbers one step of a plan is simulated with, derived before any event runs (no SimPy here).
+
+`StepPlan.of(scenario)` computes, once per simulation, everything the SimPy processes read: the
+schedule, per-stage durations and gradient buckets, the link tiers, the pipeline transfer size, the host
+overheads, the ranks to simulate and who holds which stage. It is frozen: the engine (engine.py) keeps
+only the event state, so these numbers are unit-tested without running a simulation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from plancast.simulator.costs.collectives import Level, Link, collective_seconds, group_levels, ring_seconds
+from plancast.simulator.costs.host import HostCosts, optimizer_host_s
+from plancast.simulator.costs.ops import DTYPE_BYTES
+from plancast.simulator.costs.optimizer import optimizer_memory_s
+from plancast.simulator.costs.stage import Durations, StageCost, stage_costs
+from plancast.simulator.costs.tp_comm import sp_grad_all_reduce_bytes
+from plancast.simulator.mesh import Axis, Coord, RankGrid, span_tier
+from plancast.simulator.scenario import Scenario
+from plancast.simulator.schedules import Action, Schedule, build_schedule, splits_backward
+from plancast.simulator.units import UnitPlan, dp_plan
+
+MAIN_GRAD_BYTES = 4
+"""Bytes per element of the tied embedding's gradient as its two holders sum it: Megatron-LM all-reduces
+the fp32 `main_grad` (megatron/core/distributed/finalize_model_grads.py, _allreduce_word_embedding_grads)."""
+
+
+@dataclass(frozen=True)
+class Topology:
+    """Link tiers as collectives see them, and the levels of each parallel group."""
+
+    tier_sizes: tuple[int, ...]
+    links: tuple[Link, ...]
+    grid: RankGrid
+
+    @classmethod
+    def of(cls, s: Scenario) -> Topology:
+        links = tuple(Link.of(t.bandwidth_GBps, t.latency_us, t.efficiency) for t in s.cluster.tiers)
+        return cls(s.cluster.tier_sizes, links, RankGrid(s.pp, s.dp, s.tp))
+
+    def levels(self, axis: Axis, rank: int = 0) -> tuple[Level, ...]:
+        return group_levels(self.grid.group(axis, rank), self.tier_sizes, self.links)
+
+    def tier(self, a: int, b: int) -> int:
+        return span_tier((a, b), self.tier_sizes)
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """Derived numbers of one simulated step (seconds, bytes); see the module docstring."""
+
+    s: Scenario
+    topo: Topology
+    schedule: Schedule
+    split_backward: bool
+    costs: tuple[StageCost, ...]
+    durations: tuple[Durations, ...]
+    """Per virtual stage: the durations of one micro-batch's passes."""
+    units: tuple[UnitPlan, ...]
+    """Per virtual stage: DDP buckets and FSDP2 units."""
+    dp_levels: tuple[Level, ...]
+    tp_levels: tuple[Level, ...]
+    zero_stage: int
+    """ZeRO stage in effect (0 without data parallelism)."""
+    ranks: tuple[int, ...]
+    """Ranks simulated: one per pipeline position, or every rank (full fidelity, shared compute)."""
+    full_fidelity: bool
+    """Every rank simulated (asked for, or forced by shared compute slots)."""
+    p2p_bytes: int
+    """Bytes one rank sends per pipeline transfer."""
+    share_links: bool
+    """Pipeline transfers and dp collectives can meet on one tier: a rank's link there is shared."""
+    dp_tier: int
+    host: HostCosts
+    compute_slots: int | None
+    """Compute units per node when ranks share them (fewer than ranks per node), else None."""
+    _tiers: dict[tuple[int, int], int] = field(default_factory=dict, compare=False, repr=False)
+
+    @classmethod
+    def of(
+        cls, s: Scenario, full_fidelity: bool = False, costs_override: tuple[StageCost, ...] | None = None
+    ) -> StepPlan:
+        """`costs_override`: tests' uniform stages for the ideal identities."""
+        topo = Topology.of(s)
+        name = s.parallelism.pipeline_parallel_schedule
+        split = splits_backward(name)
+        tp_levels = topo.levels("tp")
+        costs = costs_override or stage_costs(s, tp_levels)
+        dp_levels = topo.levels("dp")
+        slots = s.cluster.compute_slots_per_node
+        # Shared compute only matters when a node runs more ranks than it has compute units; symmetric
+        # simulation would hide the contention, so every rank is simulated then.
+        shared = slots if slots is not None and slots < s.cluster.gpus_per_node else None
+        full = full_fidelity or shared is not None
+        grid = topo.grid
+        ranks = range(grid.world_size) if full else (grid.rank(Coord(p, 0, 0)) for p in range(s.pp))
+        return cls(
+            s=s,
+            topo=topo,
+            schedule=build_schedule(name, s.pp, s.num_microbatches, s.vpp),
+            split_backward=split,
+            costs=costs,
+            durations=tuple(Durations.of(c, split) for c in costs),
+            units=tuple(dp_plan(s, c) for c in costs),
+            dp_levels=dp_levels,
+            tp_levels=tp_levels,
+            zero_stage=s.parallelism.zero_stage if s.dp > 1 else 0,
+            ranks=tuple(ranks),
+            full_fidelity=full,
+            p2p_bytes=p2p_bytes(s),
+            share_links=s.pp > 1 and bool(dp_levels),
+            dp_tier=span_tier(grid.group("dp", 0), topo.tier_sizes),
+            host=HostCosts.of(s),
+            compute_slots=shared,
+        )
+
+    # --------------------------------------------------------------------------------- the layout
+    @property
+    def grid(self) -> RankGrid:
+        return self.topo.grid
+
+    @property
+    def stages(self) -> int:
+        """Virtual pipeline stages (pp x v)."""
+        return self.s.pp * self.s.vpp
+
+    @cached_property
+    def simulated(self) -> frozenset[int]:
+        return frozenset(self.ranks)
+
+    @property
+    def fsdp(self) -> bool:
+        """ZeRO-2/3: parameters gathered per unit before use, gradients reduce-scattered."""
+        return self.zero_stage >= 2
+
+    def holder(self, coord: Coord, stage: int) -> int:
+        """The rank holding virtual `stage` in `coord`'s data- and tensor-parallel replica."""
+        return self.grid.rank(Coord(stage % self.s.pp, coord.dp, coord.tp))
+
+    def holders(self, coord: Coord) -> tuple[int, ...]:
+        """Per virtual stage, its holder in `coord`'s replica."""
+        return tuple(self.holder(coord, v) for v in range(self.stages))
+
+    def owned_stages(self, pp_rank: int) -> tuple[int, ...]:
+        """The virtual stages of pipeline rank `pp_rank`, one per chunk."""
+        return tuple(c * self.s.pp + pp_rank for c in range(self.s.vpp))
+
+    def last_backwards(self, pp_rank: int) -> frozenset[Action]:
+        """Per chunk, its last backward action (after which DDP's gradients of that chunk are complete)."""
+        last: dict[int, Action] = {}
+        for a in self.schedule[pp_rank]:
+            if a.kind == "B":
+                last[a.stage] = a
+        return frozenset(last.values())
+
+    # ---------------------------------------------------------------------------------- transfers
+    def tier(self, a: int, b: int) -> int:
+        tier = self._tiers.get((a, b))
+        if tier is None:
+            tier = self._tiers[(a, b)] = self.topo.tier(a, b)
+        return tier
+
+    def p2p_seconds(self, rank: int, peer: int) -> float:
+        """Duration of one pipeline transfer between two ranks."""
+        link = self.topo.links[self.tier(rank, peer)]
+        return self.p2p_bytes / link.bandwidth_Bps + link.latency_s
+
+    def tie_peer(self, coord: Coord, rank: int, stage: int) -> int | None:
+        """The other holder of the tied embedding, if `stage` holds one copy and another rank the other."""
+        if not self.s.model.tie_word_embeddings or self.stages == 1 or stage not in (0, self.stages - 1):
+            return None
+        peer = self.holder(coord, self.stages - 1 if stage == 0 else 0)
+        return None if peer == rank else peer
+
+    @property
+    def tied_grad_bytes(self) -> int:
+        """The tied embedding's gradient as its two holders all-reduce it (each holds its vocab shard)."""
+        m = self.s.model
+        return m.vocab_size * m.hidden_size * MAIN_GRAD_BYTES // self.s.vocab_tp
+
+    def tied_all_reduce_s(self, rank: int, peer: int) -> float:
+        """The two-rank all-reduce of the tied embedding's gradient over their link."""
+        return ring_seconds("all_reduce", 2, self.tied_grad_bytes, self.topo.links[self.tier(rank, peer)])
+
+    def sp_norm_all_reduce(self, stage: int) -> tuple[int, float] | None:
+        """(bytes, seconds) of the sequence-parallel norm gradients' all-reduce over tp after the flush,
+        or None when the stage has none."""
+        s = self.s
+        layers = s.layer_split[stage]
+        if not (s.tp > 1 and s.parallelism.sequence_parallel and layers):
+            return None
+        nbytes = sp_grad_all_reduce_bytes(layers, s.model.hidden_size, layernorm=s.model.norm == "layernorm")
+        return nbytes, collective_seconds("all_reduce", self.tp_levels, nbytes)
+
+    # ------------------------------------------------------------------------------ host and optimizer
+    @property
+    def dp_host_s(self) -> float:
+        """Host cost of one data-parallel collective (FSDP2's hooks)."""
+        return self.host.dp_collective_s
+
+    @property
+    def p2p_host_s(self) -> float:
+        """Host cost of posting one pipeline transfer."""
+        return self.host.p2p_s
+
+    def step_host_s(self, pp_rank: int) -> float:
+        """Per-step host work of pipeline rank `pp_rank` beyond its spans (simulator/costs/host.py)."""
+        return self.host.step_s(self.s, pp_rank)
+
+    def optimizer_s(self, pp_rank: int) -> float:
+        """The optimizer step of pipeline rank `pp_rank`: memory-bound update plus per-tensor host loop."""
+        owned = list(self.owned_stages(pp_rank))
+        params = sum(self.costs[v].params for v in owned)
+        local = params / self.s.dp if self.zero_stage >= 1 else params
+        return optimizer_memory_s(self.s, local) + optimizer_host_s(self.s, owned)
+
+    def broadcast_shard_bytes(self, stage: int) -> float:
+        """ZeRO-1: the updated parameter shard each data-parallel owner broadcasts for virtual `stage`."""
+        return self.costs[stage].params * DTYPE_BYTES[self.s.training.dtype] / self.s.dp
+
+
+def p2p_bytes(s: Scenario) -> int:
+    """Bytes one rank sends per pipeline transfer: its activation (micro-batch x sequence x hidden)."""
+    act_elements = s.training.micro_batch_size * s.training.seq_len * s.model.hidden_size
+    # Each tp rank sends its activation; sequence parallelism shards it, and Megatron-LM's
+    # scatter/gather optimisation (Narayanan et al. 2021 sec. 4.1) sends 1/t of it per rank.
+    sharded = s.parallelism.sequence_parallel or s.parallelism.scatter_gather_p2p
+    return act_elements * DTYPE_BYTES[s.training.dtype] // (s.tp if sharded else 1)
