@@ -190,10 +190,11 @@ class Parallelism(Strict):
     framework: Framework = DEFAULT_FRAMEWORK
     """Whose behaviour to model where frameworks differ in step time: megatron-lm | torchtitan |
     deepspeed. It sets the defaults of vocab_parallel, overlap_p2p_comm, scatter_gather_p2p,
-    ddp_bucket_cap_MiB and training.grad_accumulation_fp32 (simulator/catalog/frameworks.py cites
-    each); keys written in the scenario override it. Default torchtitan: plancast's runtime is built
-    on the same torch stack (DTensor tensor parallel, FSDP2, torch.distributed.pipelining), so a
-    scenario's prediction and its `plancast run` measure the same behaviour."""
+    zero_collective_algorithm, ddp_bucket_cap_MiB and training.grad_accumulation_fp32
+    (simulator/catalog/frameworks.py cites each); keys written in the scenario override it. Default
+    torchtitan: plancast's runtime is built on the same torch stack (DTensor tensor parallel, FSDP2,
+    torch.distributed.pipelining), so a scenario's prediction and its `plancast run` measure the same
+    behaviour."""
     vocab_parallel: bool | None = None
     """Split the embedding and output layer over tensor parallel, with a vocab-parallel loss
     (Megatron-LM, DeepSpeed and torchtitan do, and so does plancast's runtime). Default: the
@@ -210,6 +211,11 @@ class Parallelism(Strict):
     """Megatron-LM's scatter/gather pipeline sends: each tp rank sends 1/tp of the activation over the
     slow tier and the receivers all-gather it (Narayanan et al. 2021 sec. 4.1). Default: the
     framework's (megatron-lm and deepspeed on, torchtitan off)."""
+    zero_collective_algorithm: Literal["ring", "hierarchical"] | None = None
+    """How ZeRO-2/3 parameter all-gathers and gradient reduce-scatters cross nodes. hierarchical: NCCL's
+    rings, one channel per NIC, so a gather over whole nodes runs at the node's summed NIC bandwidth
+    (FSDP2, Megatron-LM's distributed optimizer); ring: one flat ring paced by each GPU's own NIC, as
+    DeepSpeed's ZeRO-3 measured (Narayanan et al. 2021 Table 2). Default: the framework's."""
     tp_comm_overlap: bool = False
     """Hide tensor-parallel collectives behind GEMMs (off: they sit on the critical path)."""
     ddp_bucket_cap_MiB: float | None = Field(default=None, gt=0)
@@ -256,7 +262,7 @@ class Scenario(Strict):
         )
         updates = {
             k: defaults[k]
-            for k in ("vocab_parallel", "overlap_p2p_comm", "scatter_gather_p2p")
+            for k in ("vocab_parallel", "overlap_p2p_comm", "scatter_gather_p2p", "zero_collective_algorithm")
             if getattr(par, k) is None
         }
         bucket_params = defaults["ddp_bucket_params"]

@@ -198,12 +198,10 @@ class Estimator:
             units = per_rank_layers + 1
             unit_bytes = params * dtype_bytes / units
             gathers = 2 if plan.zero_stage == 3 else 1
-            gather = collective_seconds("all_gather", levels, unit_bytes)
-            comm = (
-                m
-                * units
-                * (gathers * gather + collective_seconds("reduce_scatter", levels, grad_bytes / units))
-            )
+            algorithm = self.base.parallelism.zero_collective_algorithm or "hierarchical"  # as the engine
+            gather = collective_seconds("all_gather", levels, unit_bytes, algorithm)
+            scatter = collective_seconds("reduce_scatter", levels, grad_bytes / units, algorithm)
+            comm = m * units * (gathers * gather + scatter)
             first_waits = m * v * gathers * gather  # each chunk's first unit waits for its gather
             exposed += max(comm - m * per_mb, 0.0) + first_waits
         local = params / plan.dp if plan.zero_stage >= 1 else params

@@ -21,6 +21,13 @@ A key written in the scenario always wins; these only fill what the scenario lea
   (arguments.py: "if args.bf16: ... = True"); DeepSpeed's bf16 optimizer accumulates in fp32
   (`BF16_Optimizer`); fp16 keeps 16-bit gradients in both. torchtitan (and plancast's runtime) keep
   gradients in the parameter dtype.
+- zero_collective_algorithm: NCCL runs an all-gather or reduce-scatter over whole nodes as rings, one
+  channel per NIC, so the node's NICs work together: nccl-tests reach the node's summed NIC bandwidth
+  as bus bandwidth (85-96 of 100 GB/s on A100 nodes with 4 HDR NICs, NVIDIA/nccl-tests#119; 200 GB/s
+  all_gather on 256 H100 with 8 NDR NICs each, NVIDIA/nccl#1218). FSDP2 (torchtitan) and Megatron-LM's
+  distributed optimizer issue one such collective per unit or bucket: "hierarchical". DeepSpeed's
+  ZeRO-3 as Narayanan et al. 2021 Table 2 measured it (175B and 530B, 384 to 2,240 A100s) ran at
+  one GPU's NIC bandwidth, the step time stopping falling with more GPUs: "ring".
 - ddp_bucket_cap_MiB: Megatron-core's DDP buckets hold max(40M, 1M x dp) parameters
   (megatron/core/distributed/distributed_data_parallel.py); DeepSpeed's `reduce_bucket_size` is 5e8
   elements (deepspeed/runtime/zero/config.py); torch DDP as plancast's runtime drives it keeps the
@@ -47,6 +54,7 @@ def framework_defaults(framework: Framework, *, dtype: str, dp: int) -> dict[str
             "overlap_p2p_comm": True,
             "scatter_gather_p2p": True,
             "grad_accumulation_fp32": dtype == "bf16",
+            "zero_collective_algorithm": "hierarchical",
             "ddp_bucket_params": max(40_000_000, 1_000_000 * dp),
         }
     if framework == "deepspeed":
@@ -55,6 +63,7 @@ def framework_defaults(framework: Framework, *, dtype: str, dp: int) -> dict[str
             "overlap_p2p_comm": False,
             "scatter_gather_p2p": True,
             "grad_accumulation_fp32": dtype == "bf16",
+            "zero_collective_algorithm": "ring",
             "ddp_bucket_params": 500_000_000,
         }
     return {
@@ -62,5 +71,6 @@ def framework_defaults(framework: Framework, *, dtype: str, dp: int) -> dict[str
         "overlap_p2p_comm": True,
         "scatter_gather_p2p": False,
         "grad_accumulation_fp32": False,
+        "zero_collective_algorithm": "hierarchical",
         "ddp_bucket_params": None,
     }

@@ -219,14 +219,15 @@ class StepPlan:
         buckets and units recur every micro-batch).
 
         All-gathers move the gathered tensor: nbytes is this rank's full (unsharded) unit. ZeRO-2/3
-        gathers and reduce-scatters are NCCL rings (its only algorithm for them): over nodes every GPU's
-        share crosses its own NIC, so the outer tier's per-GPU bandwidth bounds them (published ZeRO-3
-        runs stop scaling there: Narayanan et al. 2021 Table 2). `levels`: another group's (the
-        routed experts' edp group); default the dense gradients' group."""
+        gathers and reduce-scatters run the framework's algorithm (parallelism.zero_collective_algorithm;
+        simulator/catalog/frameworks.py cites both). `levels`: another group's (the routed experts'
+        edp group); default the dense gradients' group."""
         key = (kind, nbytes, levels)
         seconds = self._dp_seconds.get(key)
         if seconds is None:
-            algorithm: Algorithm = "ring" if kind in ("all_gather", "reduce_scatter") else "auto"
+            algorithm: Algorithm = "auto"
+            if kind in ("all_gather", "reduce_scatter"):
+                algorithm = self.s.parallelism.zero_collective_algorithm or "hierarchical"
             seconds = collective_seconds(kind, levels or self.dp_levels, nbytes, algorithm) + self.dp_host_s
             self._dp_seconds[key] = seconds
         return seconds

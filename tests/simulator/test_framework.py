@@ -126,3 +126,43 @@ def test_korthikanti_table5_as_a_user_writes_it(tmp_path: Path) -> None:
             errors.append(json.loads(out)["step_time_s"] / measured - 1)
     assert statistics.fmean(abs(e) for e in errors) <= 0.05, errors
     assert max(abs(e) for e in errors) <= 0.10, errors
+
+
+def _zero3(nodes: int, **parallelism: Any) -> dict[str, Any]:
+    return {
+        "model": {"preset": "llama2-70b"},
+        "training": {
+            "dtype": "bf16",
+            "seq_len": 4096,
+            "micro_batch_size": 1,
+            "global_batch_size": 8 * nodes * 2,
+        },
+        "parallelism": {"zero_stage": 3, **parallelism},
+        "cluster": {"preset": "dgx-h100-80gb", "num_nodes": nodes},
+    }
+
+
+def _step_s(data: dict[str, Any]) -> float:
+    from plancast.simulator.predict import simulate
+
+    return float(simulate(parse_scenario(data).scenario, events=False).summary["step_time_s"])
+
+
+@pytest.mark.parametrize(
+    ("framework", "algorithm"),
+    [("torchtitan", "hierarchical"), ("megatron-lm", "hierarchical"), ("deepspeed", "ring")],
+)
+def test_framework_sets_the_zero_collective_algorithm(framework: str, algorithm: str) -> None:
+    s = parse_scenario(_zero3(4, framework=framework)).scenario
+    assert s.parallelism.zero_collective_algorithm == algorithm
+    explicit = parse_scenario(_zero3(4, framework=framework, zero_collective_algorithm="ring")).scenario
+    assert explicit.parallelism.zero_collective_algorithm == "ring"
+
+
+def test_flat_zero_rings_over_nodes_are_slower_than_nccl_hierarchical_ones() -> None:
+    """Over 4 nodes a flat ring is paced by one NIC per GPU, NCCL's per-NIC channels by all of a node's
+    NICs; inside one node the two are the same NVLink ring."""
+    ring, hier = (_step_s(_zero3(4, zero_collective_algorithm=a)) for a in ("ring", "hierarchical"))
+    assert ring > 1.2 * hier
+    ring1, hier1 = (_step_s(_zero3(1, zero_collective_algorithm=a)) for a in ("ring", "hierarchical"))
+    assert ring1 == pytest.approx(hier1, rel=1e-9)
