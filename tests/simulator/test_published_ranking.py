@@ -16,8 +16,6 @@ KNOWN_MISSES = {
     # ZeRO-3 on 384 GPUs (4 micro-batches per GPU): DeepSpeed reuses gathered parameters across
     # micro-batches; plancast re-gathers per micro-batch over NIC-bound rings and still predicts it faster.
     "narayanan2021:narayanan2021-t2-zero3-gpt3-175b-384",
-    # Two FSDP plans measured 0.6% apart (22716 vs 22589 tokens/s): below the model's resolution.
-    "torchtitan:torchtitan-a100-llama2-70b-b1-selective",
 }
 
 
