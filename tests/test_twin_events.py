@@ -102,8 +102,7 @@ PLANS: dict[str, dict[str, Any]] = {
 
 # Context parallel: the runtime reduces dense gradients over dp x cp (docs/moe.md; with cp = 2 and
 # dp = 1 the ranks' gradients differ, tests/distributed/test_moe_cp.py) and ZeRO-1 broadcasts once per
-# dp x cp rank; the simulator's engine still keys both on dp alone. Strict: a fix makes these fail
-# until they move into PLANS.
+# dp x cp rank; the engine keys both on the same dp x cp (engine/plan.py `dense_dp`).
 CP_PLANS: dict[str, dict[str, Any]] = {
     "cp2": {"parallelism": {"context_parallel_degree": 2}, "world": 2},
     "cp2-full-recompute": {"parallelism": {"context_parallel_degree": 2}, "world": 2, "recompute": "full"},
@@ -142,14 +141,7 @@ def predicted_keys(s: Scenario) -> pd.DataFrame:
     )
 
 
-_CP_GAP = pytest.mark.xfail(
-    strict=True, reason="simulator engine: dense gradients over dp only, not dp_cp (see CP_PLANS)"
-)
-
-
-@pytest.mark.parametrize(
-    "plan", [*PLANS, *(pytest.param(name, marks=_CP_GAP) for name in CP_PLANS)]
-)
+@pytest.mark.parametrize("plan", [*PLANS, *CP_PLANS])
 def test_predicted_events_equal_the_runtimes(plan: str) -> None:
     s = scenario({**PLANS, **CP_PLANS}[plan])
     expected = expected_event_keys(s)

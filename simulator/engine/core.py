@@ -71,7 +71,7 @@ class Engine:
             if plan.fsdp:
                 for stage in plan.owned_stages(coord.pp):
                     st.fsdp[stage] = FsdpState(plan.units[stage], zero3=plan.zero_stage == 3)
-            if plan.s.dp > 1:
+            if plan.dense_dp > 1:
                 st.dp_process = self.env.process(data_parallel.dp_stream(self, st))
             self.env.process(processes.rank_step(self, st))
         self.env.run()

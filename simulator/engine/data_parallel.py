@@ -33,7 +33,7 @@ def dp_stream(sim: Engine, st: RankState) -> Process:
         else:
             start = sim.env.now
             yield sim.env.timeout(seconds)
-        shard = nbytes / plan.s.dp if kind == "all_gather" else nbytes  # per-rank payload, as measured
+        shard = nbytes / plan.dense_dp if kind == "all_gather" else nbytes  # per-rank payload, as measured
         sim.spans.append(
             Span(st.rank, "dp", kind, stage, chunk, mb, index, -1, start, seconds, int(shard), 0.0)
         )
@@ -80,7 +80,7 @@ def reduce_gradients(sim: Engine, st: RankState, a: Action, backward_s: float) -
     soon as the backward has produced it (DDP's autograd hooks, Megatron-LM's overlap_grad_reduce),
     at its share of the backward in reduction order; without overlap all wait for its end."""
     plan = sim.plan
-    if plan.s.dp == 1:
+    if plan.dense_dp == 1:
         return
     buckets = plan.units[a.stage].bucket_bytes
     total = sum(buckets) or 1

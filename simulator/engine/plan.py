@@ -120,7 +120,7 @@ class StepPlan:
             units=tuple(dp_plan(s, c) for c in costs),
             dp_levels=dp_levels,
             tp_levels=tp_levels,
-            zero_stage=s.parallelism.zero_stage if s.dp > 1 else 0,
+            zero_stage=s.parallelism.zero_stage if s.dp * s.cp > 1 else 0,  # ZeRO shards over dp x cp
             ranks=tuple(ranks),
             full_fidelity=full,
             p2p_bytes=p2p_bytes(s),
@@ -247,16 +247,22 @@ class StepPlan:
         """Per-step host work of pipeline rank `pp_rank` beyond its spans (simulator/costs/host.py)."""
         return self.host.step_s(self.s, pp_rank)
 
+    @property
+    def dense_dp(self) -> int:
+        """Ranks the dense gradients and ZeRO shards span: data x context parallel (the `dp_cp` group of
+        simulator/mesh.py; Megatron-LM's data-parallel group `with_context_parallel=True`)."""
+        return self.s.dp * self.s.cp
+
     def optimizer_s(self, pp_rank: int) -> float:
         """The optimizer step of pipeline rank `pp_rank`: memory-bound update plus per-tensor host loop."""
         owned = list(self.owned_stages(pp_rank))
         params = sum(self.costs[v].params for v in owned)
-        local = params / self.s.dp if self.zero_stage >= 1 else params
+        local = params / self.dense_dp if self.zero_stage >= 1 else params
         return optimizer_memory_s(self.s, local) + optimizer_host_s(self.s, owned)
 
     def broadcast_shard_bytes(self, stage: int) -> float:
         """ZeRO-1: the updated parameter shard each data-parallel owner broadcasts for virtual `stage`."""
-        return self.costs[stage].params * DTYPE_BYTES[self.s.training.dtype] / self.s.dp
+        return self.costs[stage].params * DTYPE_BYTES[self.s.training.dtype] / self.dense_dp
 
 
 # Schedules are immutable data (tuples of frozen Actions) and the same few recur call after call (a

@@ -184,6 +184,6 @@ def optimizer(sim: Engine, st: RankState) -> Process:
         for chunk, stage in enumerate(plan.owned_stages(st.coord.pp)):
             shard = plan.broadcast_shard_bytes(stage)
             events += [
-                sim.dp_collective(st, "broadcast", shard, (stage, chunk, -1)) for _ in range(plan.s.dp)
+                sim.dp_collective(st, "broadcast", shard, (stage, chunk, -1)) for _ in range(plan.dense_dp)
             ]
         yield env.all_of(events)
