@@ -182,16 +182,23 @@ def _rank_keys(plan: RankPlan) -> list[_Key]:
             keys.append(_Key("compute", "backward_weight", a.stage, a.chunk, a.microbatch))
             if a.stage == 0:
                 comm(_tp_pass(plan, c, "backward"), "tp", a.stage, a.chunk, a.microbatch)
+    return keys + _step_end_keys(plan, dense_ranks)
+
+
+def _step_end_keys(plan: RankPlan, dense_ranks: int) -> list[_Key]:
+    """After the last backward: the sequence-parallel norm sums, the tied-embedding sum, the optimizer
+    and ZeRO-1's broadcasts (one per dense data-parallel owner)."""
+    s, keys = plan.scenario, []
     for c in plan.chunks:
         if s.tp > 1 and s.parallelism.sequence_parallel and c.last_layer > c.first_layer:
-            comm(["all_reduce"], "tp", c.stage, c.chunk, -1)
+            keys.append(_Key("tp", "all_reduce", c.stage, c.chunk, -1))
         peer = plan.tie_peer(c)
         if peer is not None:
             keys.append(_Key("pp", "all_reduce", c.stage, c.chunk, -1, peer))
     keys.append(_Key("compute", "optimizer", -1, -1, -1))
     if dense_ranks > 1 and s.parallelism.zero_stage == 1:
         for c in plan.chunks:
-            comm(["broadcast"] * dense_ranks, "dp", c.stage, c.chunk, -1)
+            keys += [_Key("dp", "broadcast", c.stage, c.chunk, -1)] * dense_ranks
     return keys
 
 
