@@ -76,6 +76,45 @@ def summarize(
     `stream_comm_s["ep"|"cp"][rank]`: blocking MoE all-to-all / context-parallel K/V time inside that
     rank's compute spans (simulator/moe_cp_spans.py), reported as exposed "ep" / "cp" communication
     (the keys appear for MoE models and for cp > 1)."""
+    step_time, per_rank = _breakdowns(s, spans, tp_comm_s, dp_wait_s or {}, stream_comm_s or {})
+    critical = max(per_rank, key=lambda r: per_rank[r].busy) if per_rank else 0
+    c = per_rank.get(critical, _Breakdown(0.0, 0.0, {}, 0.0, 0.0))
+    _, bubble_fraction = pipeline_bubble(step_time, c.compute + c.optimizer, sum(c.exposed.values()))
+    pp_rank, mem = peak_memory(s, schedule)
+    usable = s.cluster.gpu.usable_memory_GiB
+    return {
+        "step_time_s": step_time,
+        "bubble_fraction": bubble_fraction,
+        "compute_time_s": c.compute,
+        "exposed_comm_time_s": sum(c.exposed.values()),
+        "exposed_comm_s": dict(c.exposed),
+        "optimizer_time_s": c.optimizer,
+        "bubble_time_s": c.bubble,
+        "critical_rank": critical,
+        "peak_memory_gib": mem.total / GiB,
+        "peak_memory_pp_rank": pp_rank,
+        "memory_gib": mem.gib(),
+        "gpu_memory_gib": s.cluster.gpu.memory_GiB,
+        "usable_memory_gib": usable,
+        "fits_in_memory": mem.total / GiB <= usable,
+        "num_parameters": count_parameters(s.model),
+        **_throughput(s, step_time, hardware_flops),
+        "num_microbatches": s.num_microbatches,
+        "world_size": s.world_size,
+        "degrees": {"tp": s.tp, "pp": s.pp, "dp": s.dp, "vpp": s.vpp}
+        | ({"ep": s.ep} if s.model.is_moe else {})
+        | ({"cp": s.cp} if s.cp > 1 else {}),
+    }
+
+
+def _breakdowns(
+    s: Scenario,
+    spans: Sequence[tuple[Any, ...]],
+    tp_comm_s: dict[int, float],
+    dp_wait_s: dict[int, float],
+    stream_comm_s: dict[str, dict[int, float]],
+) -> tuple[float, dict[int, _Breakdown]]:
+    """The step time and every simulated rank's breakdown (compute, optimizer, exposed comm, bubble)."""
     rank_col = np.fromiter((sp[0] for sp in spans), dtype=np.int64, count=len(spans))
     start = np.fromiter((sp[8] for sp in spans), dtype=np.float64, count=len(spans))
     dur = np.fromiter((sp[9] for sp in spans), dtype=np.float64, count=len(spans))
@@ -96,53 +135,32 @@ def summarize(
         mine = rank_col == r
         busy = np.column_stack([start, start + dur])[mine & is_compute]
         dp = np.column_stack([start, start + dur])[mine & is_dp] if is_dp.any() else np.empty((0, 2))
-        tp, wait = tp_comm_s.get(r, 0.0), (dp_wait_s or {}).get(r, 0.0)
+        tp, wait = tp_comm_s.get(r, 0.0), dp_wait_s.get(r, 0.0)
         dp_exposed = (_exposed(dp, busy) if len(dp) else 0.0) + wait
         tp_after = np.column_stack([start, start + dur])[mine & is_tp] if is_tp.any() else np.empty((0, 2))
         tp_out = _exposed(tp_after, busy) if len(tp_after) else 0.0  # sequence-parallel norm sums
         exposed = {"tp": tp + tp_out, "dp": dp_exposed}  # pipeline transfers count in the bubble
-        inner = {k: (stream_comm_s or {}).get(k, {}).get(r, 0.0) for k in extra_streams}
+        inner = {k: stream_comm_s.get(k, {}).get(r, 0.0) for k in extra_streams}
         exposed.update(inner)
         pipe, opt = float(pipe_busy[r]), float(opt_busy[r])
         compute = pipe - tp - wait - sum(inner.values())
         bubble, _ = pipeline_bubble(step_time, compute + opt, sum(exposed.values()))
         per_rank[r] = _Breakdown(compute, opt, exposed, bubble, pipe)
-    critical = max(per_rank, key=lambda r: per_rank[r].busy) if per_rank else 0
-    c = per_rank.get(critical, _Breakdown(0.0, 0.0, {}, 0.0, 0.0))
-    _, bubble_fraction = pipeline_bubble(step_time, c.compute + c.optimizer, sum(c.exposed.values()))
+    return step_time, per_rank
 
+
+def _throughput(s: Scenario, step_time: float, hardware_flops: float) -> dict[str, float]:
+    """Model and hardware TFLOP/s per GPU, MFU and HFU (PaLM appendix B: model FLOPs exclude recompute,
+    hardware FLOPs include it), and tokens per second."""
     tokens = s.training.global_batch_size * s.training.seq_len
     model_flops = model_flops_per_token(s) * tokens
     peak = s.cluster.gpu.peak_flops(s.training.dtype)
     model_tflops = model_flops / s.world_size / step_time / 1e12 if step_time else 0.0
     hw_tflops = hardware_flops / s.world_size / step_time / 1e12 if step_time else 0.0
-    pp_rank, mem = peak_memory(s, schedule)
-    limit = s.cluster.gpu.memory_GiB
-    usable = s.cluster.gpu.usable_memory_GiB
     return {
-        "step_time_s": step_time,
-        "bubble_fraction": bubble_fraction,
-        "compute_time_s": c.compute,
-        "exposed_comm_time_s": sum(c.exposed.values()),
-        "exposed_comm_s": dict(c.exposed),
-        "optimizer_time_s": c.optimizer,
-        "bubble_time_s": c.bubble,
-        "critical_rank": critical,
-        "peak_memory_gib": mem.total / GiB,
-        "peak_memory_pp_rank": pp_rank,
-        "memory_gib": mem.gib(),
-        "gpu_memory_gib": limit,
-        "usable_memory_gib": usable,
-        "fits_in_memory": mem.total / GiB <= usable,
-        "num_parameters": count_parameters(s.model),
         "model_tflops_per_gpu": model_tflops,
         "hardware_tflops_per_gpu": hw_tflops,
         "mfu": model_tflops * 1e12 / peak,
         "hfu": hw_tflops * 1e12 / peak,
         "tokens_per_s": tokens / step_time if step_time else 0.0,
-        "num_microbatches": s.num_microbatches,
-        "world_size": s.world_size,
-        "degrees": {"tp": s.tp, "pp": s.pp, "dp": s.dp, "vpp": s.vpp}
-        | ({"ep": s.ep} if s.model.is_moe else {})
-        | ({"cp": s.cp} if s.cp > 1 else {}),
     }
