@@ -50,26 +50,52 @@ def demo(
         require_extra("runtime", "plancast demo")
         if serve_dashboard:
             require_extra("dashboard", "plancast demo (or pass --no-dashboard)")
-    from plancast.runtime.calibrate import calibrate as fit_profile
-    from plancast.runtime.calibrate import write_profile
     from plancast.runtime.launch import launch
-    from plancast.simulator.calibration.runs import score_table
     from plancast.simulator.predict import simulate as run_simulation
 
     started = time.perf_counter()
     out_dir.mkdir(parents=True, exist_ok=True)
     profile = out_dir / "local-cpu-calibrated.toml"
-    # 1. calibrate: this machine measured at the demo plan's shapes (cached), then two short runs of the
-    #    plan at other micro-batch sizes (1 and 4; the scored run uses 2), so the scored run is held out
-    out.rule("1/5 calibrate this machine")
     plan = example_path(DEMO_SCENARIO)
+    _calibrate(plan, out_dir, profile)
+    # 2. simulate the demo plan on the calibrated cluster
+    out.rule("2/5 simulate")
+    scenario_path = _demo_scenario(plan, out_dir / "scenario.toml", str(profile.resolve()))
+    run_dir = out_dir / "run"
+    with user_errors():
+        prediction = run_simulation(load(scenario_path))
+    write_predicted(run_dir, prediction)
+    print_breakdown(prediction.summary)
+    # 3. run it for real
+    out.rule("3/5 run with torchrun (gloo, 2 ranks)")
+    if launch(scenario_path, run_dir, steps=steps) != 0:
+        raise typer.Exit(1)
+    # 4. compare
+    _compare(run_dir)
+    out.print(f"non-interactive part took {time.perf_counter() - started:.0f} s", markup=False)
+    # 5. dashboard
+    out.rule("5/5 dashboard")
+    if serve_dashboard:
+        dashboard([run_dir], port=port, browser=False)
+    else:
+        out.print(f"open it with: plancast dashboard {run_dir}", markup=False)
+
+
+def _calibrate(plan: Path, out_dir: Path, profile: Path) -> None:
+    """Step 1: this machine measured at the demo plan's shapes (cached), then two short runs of the plan
+    at other micro-batch sizes (1 and 4; the scored run uses 2), fitted into `profile`, so the scored run
+    is held out."""
+    from plancast.runtime.calibrate import calibrate as fit_profile
+    from plancast.runtime.calibrate import write_profile
+    from plancast.runtime.launch import launch
+    from plancast.simulator.calibration.runs import score_table
+
+    out.rule("1/5 calibrate this machine")
     with user_errors():
         machine = measured_local(plan, load(plan)).cluster
     calib_runs = []
     for micro_batch in (1, 4):
-        source = _demo_scenario(
-            plan, out_dir / f"calibration-mb{micro_batch}.toml", "local-cpu", micro_batch
-        )
+        source = _demo_scenario(plan, out_dir / f"calibration-mb{micro_batch}.toml", "local-cpu", micro_batch)
         with user_errors():
             s = load(source).model_copy(update={"cluster": machine})
         calib_run = out_dir / f"calibration-mb{micro_batch}"
@@ -84,19 +110,10 @@ def demo(
     write_profile(result.cluster, profile, result.notes)
     for line in [*result.notes, *score_table(result.scores)]:
         out.print(f"  {line}", markup=False)
-    # 2. simulate the demo plan on the calibrated cluster
-    out.rule("2/5 simulate")
-    scenario_path = _demo_scenario(plan, out_dir / "scenario.toml", str(profile.resolve()))
-    run_dir = out_dir / "run"
-    with user_errors():
-        prediction = run_simulation(load(scenario_path))
-    write_predicted(run_dir, prediction)
-    print_breakdown(prediction.summary)
-    # 3. run it for real
-    out.rule("3/5 run with torchrun (gloo, 2 ranks)")
-    if launch(scenario_path, run_dir, steps=steps) != 0:
-        raise typer.Exit(1)
-    # 4. compare
+
+
+def _compare(run_dir: Path) -> None:
+    """Step 4: the run against its prediction; the held-out error is the demo's headline."""
     out.rule("4/5 compare")
     with user_errors():
         summary = reconcile_run(run_dir)
@@ -111,10 +128,3 @@ def demo(
         "calibration runs)",
         markup=False,
     )
-    out.print(f"non-interactive part took {time.perf_counter() - started:.0f} s", markup=False)
-    # 5. dashboard
-    out.rule("5/5 dashboard")
-    if serve_dashboard:
-        dashboard([run_dir], port=port, browser=False)
-    else:
-        out.print(f"open it with: plancast dashboard {run_dir}", markup=False)
