@@ -176,21 +176,28 @@ REFIT_SOURCE, REFIT_MAX_S = "narayanan2021", 25.0
 def _diagnosis(run: PublishedRun, s: Scenario, error: float) -> str:
     """One sentence on why a row is off by more than 10%."""
     direction = "slower" if error > 0 else "faster"
-    if s.parallelism.zero_stage >= 2 and s.dp > s.cluster.gpus_per_node:
-        return (
-            "ZeRO/FSDP over nodes: gathers and reduce-scatters are priced as NIC-bound rings re-issued per "
-            f"micro-batch, without the framework's reuse of gathered parameters; predicted {direction}."
-        )
-    if run.framework not in ("megatron-lm", "torchtitan", "deepspeed"):
-        return (
-            f"{run.framework} stack: plancast models it as torchtitan (vocabulary replicated over tp, so the "
-            f"last stage's output layer paces the pipeline); predicted {direction} than measured."
-        )
     if s.cluster.gpu.name.startswith("H100"):
         return (
-            "H100: the compute constants are the A100 fit scaled by peak, never fitted on an H100 "
-            f"measurement; predicted {direction} than measured."
+            "H100: the GEMM fraction of peak is an isolated cuBLAS measurement, never fitted on an H100 "
+            f"training run (power-capped parts run below it); predicted {direction} than measured."
         )
+    if s.parallelism.zero_stage >= 2 and s.dp > s.cluster.gpus_per_node:
+        if s.parallelism.zero_collective_algorithm == "ring":
+            return (
+                "DeepSpeed ZeRO-3 over nodes: gathers priced as NIC-paced rings re-issued per micro-batch, "
+                f"without DeepSpeed's reuse of gathered parameters; predicted {direction}."
+            )
+        return (
+            "FSDP over nodes: each unit's gather and reduce-scatter priced at NCCL's per-NIC rate and "
+            f"prefetched one unit ahead, an ideal no constant was fitted to; predicted {direction}."
+        )
+    if run.framework == "fsdp":
+        return (
+            "Composer's FSDP, modelled as torchtitan's FSDP2 (its default mixed precision keeps fp32 "
+            f"parameters, which a scenario cannot say); predicted {direction} than measured."
+        )
+    if run.framework not in ("megatron-lm", "torchtitan", "deepspeed"):
+        return f"{run.framework} stack, modelled as torchtitan; predicted {direction} than measured."
     return f"per-GPU work is small, so fixed per-op and host costs dominate; predicted {direction}."
 
 
