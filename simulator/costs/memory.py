@@ -139,7 +139,7 @@ def rank_memory(s: Scenario, pp_rank: int, schedule: Schedule | None = None) -> 
     if t.recompute == "full":  # one block's activations are rebuilt at a time during backward
         acts += layer_activation_bytes(x, "none", mlp)
     if stages - 1 in owned:  # fp32 logits and their gradient for one micro-batch (vocab-parallel)
-        acts += 2 * 4 * x.s * x.b * x.vocab / s.tp
+        acts += 2 * 4 * x.s * x.b * x.vocab / s.vocab_tp  # the whole vocabulary when it is replicated
     return MemoryBreakdown(p_b, g_b, o_b, acts, gathered)
 
 

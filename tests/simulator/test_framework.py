@@ -166,3 +166,16 @@ def test_flat_zero_rings_over_nodes_are_slower_than_nccl_hierarchical_ones() -> 
     assert ring > 1.2 * hier
     ring1, hier1 = (_step_s(_zero3(1, zero_collective_algorithm=a)) for a in ("ring", "hierarchical"))
     assert ring1 == pytest.approx(hier1, rel=1e-9)
+
+
+def test_a_replicated_vocabulary_keeps_the_whole_logits_on_each_tp_rank() -> None:
+    """vocab_parallel = false: the last stage holds fp32 logits over the whole vocabulary, not 1/tp."""
+    from plancast.simulator.costs.memory import rank_memory
+
+    def last_stage_activations(vocab_parallel: bool) -> float:
+        s = parse_scenario(_scenario(framework="megatron-lm", vocab_parallel=vocab_parallel)).scenario
+        return float(rank_memory(s, s.pp - 1).activations)
+
+    split, replicated = last_stage_activations(True), last_stage_activations(False)
+    seq, vocab = 2048, 51200  # the gpt3-175b preset, micro-batch 1; 50257 padded to a multiple of 128 x tp
+    assert replicated - split == pytest.approx(2 * 4 * seq * vocab * (1 - 1 / 8), rel=1e-6)
