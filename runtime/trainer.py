@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from typing import cast
 
 import pandas as pd
 import torch
@@ -18,6 +19,7 @@ from torch import nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.tensor import DTensor, Partial, Replicate
 from torch.nn.parallel import DistributedDataParallel
+from torch.nn.utils import parametrize
 
 from plancast.runtime.instrument import (
     CpuCapture,
@@ -307,7 +309,8 @@ class Trainer:
         if c.tie_group is None:
             return
         embed, head = c.model.embed, c.model.head
-        weight = embed.tok.weight if embed is not None else head.output.weight if head is not None else None
+        owner = embed.tok if embed is not None else head.output if head is not None else None
+        weight = None if owner is None else _leaf(owner, "weight")
         if weight is None or weight.grad is None:
             raise RuntimeError(f"stage {c.chunk.stage} holds a tied embedding copy without a gradient")
         grad = weight.grad
@@ -334,3 +337,16 @@ class Trainer:
     def memory(self) -> dict[str, int]:
         """Peak memory of this rank (bytes), with its components."""
         return peak_memory(self.device, self.modules(), [c.optimizer for c in self.chunks], self.activations)
+
+
+def _leaf(module: nn.Module, name: str) -> torch.Tensor:
+    """The parameter autograd fills for ``module.<name>``: under DDP with tensor parallel the attribute is
+    computed from a local parameter (runtime/parallel/dp.py `localize_dtensor_params`), whose gradient
+    is this rank's shard."""
+    if parametrize.is_parametrized(module, name):
+        original = cast(nn.ModuleDict, module.parametrizations)[name].original
+        assert isinstance(original, torch.Tensor)
+        return original
+    weight = getattr(module, name)
+    assert isinstance(weight, torch.Tensor)
+    return weight
