@@ -12,7 +12,7 @@ from plancast.simulator.costs.memory import layer_activation_bytes, model_state_
 from plancast.simulator.costs.moe import moe_activation_bytes
 from plancast.simulator.costs.ops import DTYPE_BYTES, Shape
 from plancast.simulator.costs.optimizer import optimizer_bytes_per_param
-from plancast.simulator.costs.params import layer_params, stage_expert_parameters, stage_parameters
+from plancast.simulator.costs.params import layer_params, rank_parameters
 from plancast.simulator.costs.stage import StageCost, stage_costs
 from plancast.simulator.engine import Topology
 from plancast.simulator.mesh import RankGrid, span_tier
@@ -106,26 +106,11 @@ class Estimator:
             m = self.base.model
             stages = plan.pp * plan.virtual_stages
             split = even_layer_split(m.num_hidden_layers, stages)
-            starts = [sum(split[:v]) for v in range(stages)]
             owned = [c * plan.pp for c in range(plan.virtual_stages)]
-            total = sum(
-                stage_parameters(
-                    m,
-                    split[v],
-                    first=v == 0,
-                    last=v == stages - 1,
-                    tp=plan.tp,
-                    pipelined=stages > 1,
-                    vocab_tp=plan.tp if self.base.parallelism.vocab_parallel else 1,
-                    first_layer=starts[v],
-                    ep=plan.ep,
-                )
-                for v in owned
+            vocab_tp = plan.tp if self.base.parallelism.vocab_parallel else 1
+            params = self._params[key] = rank_parameters(
+                m, split, owned, tp=plan.tp, vocab_tp=vocab_tp, ep=plan.ep
             )
-            experts = sum(
-                stage_expert_parameters(m, starts[v], split[v], tp=plan.tp, ep=plan.ep) for v in owned
-            )
-            params = self._params[key] = (total, experts)
         return params
 
     def _p2p_exposed(self, plan: Plan, m: int) -> float:

@@ -13,12 +13,7 @@ from dataclasses import dataclass
 
 from plancast.simulator.costs.moe import moe_activation_bytes
 from plancast.simulator.costs.ops import DTYPE_BYTES, Shape
-from plancast.simulator.costs.params import (
-    layer_params,
-    moe_layer_count,
-    stage_expert_parameters,
-    stage_parameters,
-)
+from plancast.simulator.costs.params import layer_params, moe_layer_count, rank_parameters
 from plancast.simulator.scenario import Scenario
 from plancast.simulator.schedules import Action, Schedule, build_schedule
 
@@ -107,21 +102,7 @@ def rank_memory(s: Scenario, pp_rank: int, schedule: Schedule | None = None) -> 
     stages = s.pp * s.vpp
     owned = [c * s.pp + pp_rank for c in range(s.vpp)]  # virtual stages on this rank (loop placement)
     starts = [sum(split[:v]) for v in range(stages)]
-    params = sum(
-        stage_parameters(
-            m,
-            split[v],
-            first=v == 0,
-            last=v == stages - 1,
-            tp=s.tp,
-            pipelined=stages > 1,
-            vocab_tp=s.vocab_tp,
-            first_layer=starts[v],
-            ep=s.ep,
-        )
-        for v in owned
-    )
-    experts = sum(stage_expert_parameters(m, starts[v], split[v], tp=s.tp, ep=s.ep) for v in owned)
+    params, experts = rank_parameters(m, split, owned, tp=s.tp, vocab_tp=s.vocab_tp, ep=s.ep)
     p_b, g_b, o_b = _model_states(s, params - experts, experts)
     # ZeRO-3 keeps its own category, so each of the others keeps its textbook identity (16P/N in all):
     # the layer being computed is gathered in full, plus the one prefetched.

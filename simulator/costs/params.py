@@ -6,6 +6,7 @@ none, as in the reference implementations (GPT-2/Megatron-LM and meta-llama resp
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from plancast.simulator.scenario import Model
@@ -171,3 +172,28 @@ def chunk_expert_bytes(
     over tp): one bucket of the expert reducer (torch DDP's one-bucket-per-chunk rule, `ddp_bucket_bytes`)."""
     moe_layers = moe_layer_count(m, first_layer, layers)
     return moe_layers * (m.num_experts // ep) * sum(_mlp_tensors(m, m.expert_ffn_size, tp)) * dtype_bytes
+
+
+def rank_parameters(
+    m: Model, split: Sequence[int], owned: Sequence[int], *, tp: int, vocab_tp: int, ep: int
+) -> tuple[float, float]:
+    """(all, routed-expert) parameters one rank holds for its virtual stages `owned` of the layer split
+    `split` (one entry per virtual stage): the memory model's and the sweep estimator's one sum."""
+    stages = len(split)
+    starts = [sum(split[:v]) for v in range(stages)]
+    total = sum(
+        stage_parameters(
+            m,
+            split[v],
+            first=v == 0,
+            last=v == stages - 1,
+            tp=tp,
+            pipelined=stages > 1,
+            vocab_tp=vocab_tp,
+            first_layer=starts[v],
+            ep=ep,
+        )
+        for v in owned
+    )
+    experts = sum(stage_expert_parameters(m, starts[v], split[v], tp=tp, ep=ep) for v in owned)
+    return total, experts
