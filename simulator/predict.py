@@ -206,17 +206,17 @@ def _tp_time(spans: list[Span], costs: tuple[StageCost, ...]) -> dict[int, float
     """Each rank's tensor-parallel time inside its compute spans, without building the events."""
     per_span: dict[tuple[int, str], float] = {}
     tp_time: dict[int, float] = {}
-    for sp in spans:
-        if sp.stream != "compute" or sp.kind not in _TP_PHASES:
+    for rank, stream, kind, stage, *_ in spans:  # unpacking: the hot loop reads no field by name
+        if stream != "compute" or kind not in _TP_PHASES:
             continue
-        key = (sp.stage, sp.kind)
+        key = (stage, kind)
         dur = per_span.get(key)
         if dur is None:
-            cost = costs[sp.stage]
-            layout = _tp_layout(cost, "forward" if sp.kind == "recompute" else sp.kind)
+            cost = costs[stage]
+            layout = _tp_layout(cost, "forward" if kind == "recompute" else kind)
             dur = per_span[key] = 0.0 if cost.tp_overlap else sum(c[3] for c in layout)
         if dur:
-            tp_time[sp.rank] = tp_time.get(sp.rank, 0.0) + dur
+            tp_time[rank] = tp_time.get(rank, 0.0) + dur
     return tp_time
 
 

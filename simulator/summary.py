@@ -115,29 +115,31 @@ def _breakdowns(
     stream_comm_s: dict[str, dict[int, float]],
 ) -> tuple[float, dict[int, _Breakdown]]:
     """The step time and every simulated rank's breakdown (compute, optimizer, exposed comm, bubble)."""
-    rank_col = np.fromiter((sp[0] for sp in spans), dtype=np.int64, count=len(spans))
-    start = np.fromiter((sp[8] for sp in spans), dtype=np.float64, count=len(spans))
-    dur = np.fromiter((sp[9] for sp in spans), dtype=np.float64, count=len(spans))
-    is_compute = np.fromiter((sp[1] == "compute" for sp in spans), dtype=bool, count=len(spans))
-    is_pipe = np.fromiter((sp[2] in PIPELINE_KINDS for sp in spans), dtype=bool, count=len(spans))
+    columns = list(zip(*spans, strict=True)) if spans else [()] * 10  # one transpose, in C
+    rank_col = np.array(columns[0], dtype=np.int64)
+    stream, kind = np.array(columns[1], dtype=str), np.array(columns[2], dtype=str)
+    start, dur = np.array(columns[8], dtype=np.float64), np.array(columns[9], dtype=np.float64)
+    is_compute = stream == "compute"
+    is_pipe = np.isin(kind, list(PIPELINE_KINDS))
     is_opt = is_compute & ~is_pipe
-    is_dp = np.fromiter((sp[1] == "dp" for sp in spans), dtype=bool, count=len(spans))
-    is_tp = np.fromiter((sp[1] == "tp" for sp in spans), dtype=bool, count=len(spans))  # per-step sums
+    is_dp = stream == "dp"
+    is_tp = stream == "tp"  # per-step sums
     ranks = sorted(set(rank_col.tolist()))
     step_time = float((start + dur).max()) if spans else 0.0
     size = max(ranks, default=0) + 1
     pipe_busy = np.bincount(rank_col[is_pipe], weights=dur[is_pipe], minlength=size)
     opt_busy = np.bincount(rank_col[is_opt], weights=dur[is_opt], minlength=size)
 
+    intervals = np.column_stack([start, start + dur])
     extra_streams = [k for k, on in (("ep", s.model.is_moe), ("cp", s.cp > 1)) if on]
     per_rank: dict[int, _Breakdown] = {}
     for r in ranks:
         mine = rank_col == r
-        busy = np.column_stack([start, start + dur])[mine & is_compute]
-        dp = np.column_stack([start, start + dur])[mine & is_dp] if is_dp.any() else np.empty((0, 2))
+        busy = intervals[mine & is_compute]
+        dp = intervals[mine & is_dp]
         tp, wait = tp_comm_s.get(r, 0.0), dp_wait_s.get(r, 0.0)
         dp_exposed = (_exposed(dp, busy) if len(dp) else 0.0) + wait
-        tp_after = np.column_stack([start, start + dur])[mine & is_tp] if is_tp.any() else np.empty((0, 2))
+        tp_after = intervals[mine & is_tp]
         tp_out = _exposed(tp_after, busy) if len(tp_after) else 0.0  # sequence-parallel norm sums
         exposed = {"tp": tp + tp_out, "dp": dp_exposed}  # pipeline transfers count in the bubble
         inner = {k: stream_comm_s.get(k, {}).get(r, 0.0) for k in extra_streams}

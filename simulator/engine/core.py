@@ -4,14 +4,17 @@ processes that drive this state are in processes.py."""
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import simpy
 
-from plancast.simulator.costs.collectives import Level
+from plancast.simulator.costs.collectives import CollectiveKind, Level
 from plancast.simulator.costs.stage import StageCost
 from plancast.simulator.engine import data_parallel, processes
 from plancast.simulator.engine.link import Link
+from plancast.simulator.engine.pipeline import Arrival
 from plancast.simulator.engine.plan import StepPlan
 from plancast.simulator.engine.spans import Span
 from plancast.simulator.mesh import Coord
@@ -22,6 +25,21 @@ TransferKey = tuple[int, str, int, int]
 """(receiving rank, F or B, stage, micro-batch) of one pipeline transfer."""
 
 
+class DpItem(NamedTuple):
+    """One collective queued on a rank's dp stream (Engine.dp_collective)."""
+
+    kind: CollectiveKind
+    nbytes: float
+    where: tuple[int, int, int]
+    """(stage, chunk, micro-batch)."""
+    order: int
+    ready: simpy.Event | None
+    """It starts once this has fired (its data exists)."""
+    done: simpy.Event | None
+    """Fired when it completes, for a caller that waits on it."""
+    levels: tuple[Level, ...] | None
+
+
 @dataclass
 class RankState:
     """One simulated rank: its place, its stage holders and its data-parallel stream."""
@@ -30,9 +48,12 @@ class RankState:
     coord: Coord
     holders: tuple[int, ...]
     """Per virtual stage, the rank holding it in this rank's replica."""
-    dp_queue: simpy.Store
     dp_done: simpy.Event
     """Fires when the dp stream has drained (replaced by a fresh event each time)."""
+    dp_queue: deque[DpItem] = field(default_factory=deque)
+    """Collectives issued and not started, in issue order (a plain queue: no SimPy event per item)."""
+    dp_wake: simpy.Event | None = None
+    """While the idle dp stream waits for work: the event that wakes it."""
     pending_dp: int = 0
     dp_process: simpy.Process | None = None
     """The rank's dp stream (data_parallel.dp_stream)."""
@@ -54,7 +75,7 @@ class Engine:
         self.plan = plan or StepPlan.of(s, full_fidelity, costs_override)
         self.env = simpy.Environment()
         self.spans: list[Span] = []
-        self.arrivals: dict[TransferKey, simpy.Event] = {}  # receivers already waiting
+        self.arrivals: dict[TransferKey, Arrival] = {}  # receivers already waiting
         self.landed: dict[TransferKey, float] = {}  # transfers landed (or landing) at a time
         self.meetings: dict[tuple[int, int], simpy.Event] = {}  # tied-embedding holders waiting
         self.dp_wait_s: dict[int, float] = {}  # per rank: compute-stream time spent waiting for gathers
@@ -67,7 +88,7 @@ class Engine:
         plan = self.plan
         for rank in plan.ranks:
             coord = plan.grid.coord(rank)
-            st = RankState(rank, coord, plan.holders(coord), simpy.Store(self.env), self.env.event())
+            st = RankState(rank, coord, plan.holders(coord), self.env.event())
             if plan.fsdp:
                 for stage in plan.owned_stages(coord.pp):
                     st.fsdp[stage] = FsdpState(plan.units[stage], zero3=plan.zero_stage == 3)
@@ -100,13 +121,12 @@ class Engine:
     # ---------------------------------------------------------------------------------- transfers
     def land_after(self, key: TransferKey, seconds: float) -> None:
         """A transfer lands `seconds` from now: written down for its receiver, or, if the receiver
-        already waits, an event for it (fewer SimPy events than one per transfer)."""
+        already waits, its arrival fires then (no SimPy event for a transfer nobody waits for)."""
         waiting = self.arrivals.pop(key, None)
         if waiting is None:
             self.landed[key] = self.env.now + seconds
         else:
-            done = self.env.timeout(seconds)
-            done.callbacks.append(lambda _ev: _succeed(waiting))
+            waiting.land_in(seconds)
 
     def land_at(self, key: TransferKey, at_s: float) -> None:
         """A transfer lands at `at_s` (not before now): as `land_after`, at an absolute time."""
@@ -114,28 +134,35 @@ class Engine:
         if waiting is None:
             self.landed[key] = at_s
         else:
-            done = self.env.timeout(at_s - self.env.now)
-            done.callbacks.append(lambda _ev: _succeed(waiting))
+            waiting.land_in(at_s - self.env.now)
 
     # ------------------------------------------------------------------------------ data parallel
     def dp_collective(
         self,
         st: RankState,
-        kind: str,
+        kind: CollectiveKind,
         nbytes: float,
         where: tuple[int, int, int],
+        *,
         ready: simpy.Event | None = None,
         levels: tuple[Level, ...] | None = None,
-    ) -> simpy.Event:
-        """Queue a collective on the rank's dp stream (`where`: stage, chunk, micro-batch); returns the
-        event fired when it completes. It starts once `ready` has fired (its data exists). `levels`: the
-        group's tiers when it is not the dense-gradient group (expert gradients over edp)."""
-        done = self.env.event()
+        notify: bool = False,
+    ) -> simpy.Event | None:
+        """Queue a collective on the rank's dp stream (`where`: stage, chunk, micro-batch). It starts
+        once `ready` has fired (its data exists). `levels`: the group's tiers when it is
+        not the dense-gradient group (expert gradients over edp). With `notify`, returns the event
+        fired when it completes (else None: most collectives are only waited for as a whole, through
+        `dp_done`, and an event each would cost as much as the collective's own timeout)."""
+        done = self.env.event() if notify else None
         key = (st.rank, "dp", kind, *where)
         index = self._indices.get(key, 0)
         self._indices[key] = index + 1
-        st.dp_queue.put((kind, nbytes, where, index, ready, done, levels))
+        st.dp_queue.append(DpItem(kind, nbytes, where, index, ready, done, levels))
         st.pending_dp += 1
+        wake = st.dp_wake
+        if wake is not None:
+            st.dp_wake = None
+            wake.succeed()
         return done
 
 
@@ -143,7 +170,3 @@ def _occupy(env: simpy.Environment, res: simpy.Resource, seconds: float) -> simp
     with res.request() as req:
         yield req
         yield env.timeout(seconds)
-
-
-def _succeed(event: simpy.Event) -> None:
-    event.succeed()

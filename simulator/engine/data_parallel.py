@@ -22,26 +22,30 @@ BACKWARD_KINDS = frozenset({"backward", "backward_input", "backward_weight"})
 
 def dp_stream(sim: Engine, st: RankState) -> Process:
     """The rank's dp stream: collectives run one after another, each once its data is ready."""
-    plan = sim.plan
+    plan, env, queue = sim.plan, sim.env, st.dp_queue
     while True:
-        kind, nbytes, (stage, chunk, mb), index, ready, done, levels = yield st.dp_queue.get()
+        if not queue:
+            st.dp_wake = env.event()
+            yield st.dp_wake
+        kind, nbytes, (stage, chunk, mb), index, ready, done, levels = queue.popleft()
         if ready is not None and not ready.processed:
             yield ready
         seconds = plan.dp_collective_s(kind, nbytes, levels)
         if plan.share_links:
             start = yield from _sliced(sim, st, nbytes, seconds)
         else:
-            start = sim.env.now
-            yield sim.env.timeout(seconds)
+            start = env.now
+            yield env.timeout(seconds)
         shard = nbytes / plan.dense_dp if kind == "all_gather" else nbytes  # per-rank payload, as measured
         sim.spans.append(
             Span(st.rank, "dp", kind, stage, chunk, mb, index, -1, start, seconds, int(shard), 0.0)
         )
-        done.succeed()
+        if done is not None:
+            done.succeed()
         st.pending_dp -= 1
         if st.pending_dp == 0:
             st.dp_done.succeed()
-            st.dp_done = sim.env.event()
+            st.dp_done = env.event()
 
 
 def _sliced(sim: Engine, st: RankState, nbytes: float, seconds: float) -> Generator[Any, Any, float]:
@@ -89,13 +93,18 @@ def reduce_gradients(sim: Engine, st: RankState, a: Action, backward_s: float) -
     for nbytes in buckets:
         done += nbytes
         after_s = backward_s * done / total if overlap else backward_s
-        ready = sim.env.timeout(after_s)
-        sim.dp_collective(st, "all_reduce", nbytes, (a.stage, a.chunk, -1), ready)
+        sim.dp_collective(st, "all_reduce", nbytes, (a.stage, a.chunk, -1), ready=sim.env.timeout(after_s))
     # routed experts: a second reducer over the expert-data-parallel group, after the dense buckets
     # (docs/moe.md); its one bucket per chunk is complete when the backward is
     for nbytes in plan.units[a.stage].expert_bucket_bytes:
-        ready = sim.env.timeout(backward_s)
-        sim.dp_collective(st, "all_reduce", nbytes, (a.stage, a.chunk, -1), ready, plan.topo.levels("edp"))
+        sim.dp_collective(
+            st,
+            "all_reduce",
+            nbytes,
+            (a.stage, a.chunk, -1),
+            ready=sim.env.timeout(backward_s),
+            levels=plan.topo.levels("edp"),
+        )
 
 
 def fsdp_pass(sim: Engine, st: RankState, kind: str, a: Action, seconds: float, flops: float) -> Process:
@@ -118,7 +127,7 @@ def fsdp_pass(sim: Engine, st: RankState, kind: str, a: Action, seconds: float, 
     for i, (unit, _need) in enumerate(steps):
         for j in range(i, min(i + 1 + ahead, len(steps))):
             if steps[j][1] and gathers[j] is None:
-                gathers[j] = sim.dp_collective(st, "all_gather", steps[j][0].param_bytes, where)
+                gathers[j] = sim.dp_collective(st, "all_gather", steps[j][0].param_bytes, where, notify=True)
         gathered = gathers[i]
         if gathered is not None and not gathered.processed:
             waited_from = env.now

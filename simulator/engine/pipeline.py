@@ -15,6 +15,17 @@ if TYPE_CHECKING:
     from plancast.simulator.engine.core import Engine, RankState
 
 
+class Arrival(simpy.Event):
+    """What a receiver waits on when it is there before its transfer was posted: fired when the
+    transfer lands, once the sender knows when (one SimPy event, where a timeout firing an event
+    would be two)."""
+
+    def land_in(self, seconds: float) -> None:
+        """Fire `seconds` from now, as a `Timeout` created now would (simpy/events.py, Timeout)."""
+        self._ok, self._value = True, None
+        self.env.schedule(self, delay=seconds)
+
+
 def send(sim: Engine, st: RankState, kind: str, a: Action, to_stage: int) -> simpy.Event | None:
     """Post a pipeline transfer to the holder of `to_stage` (after its host cost, `plan.p2p_host_s`,
     which the caller spends); returns what a blocking send waits for, None when the plan overlaps
@@ -70,7 +81,7 @@ def recv(sim: Engine, st: RankState, kind: str, a: Action, from_stage: int) -> P
     start = env.now
     landed = sim.landed.pop(key, None)
     if landed is None:
-        ev = sim.arrivals[key] = env.event()
+        ev = sim.arrivals[key] = Arrival(env)
         yield ev
     elif landed > start:
         yield env.timeout(landed - start)

@@ -74,14 +74,19 @@ def backward(sim: Engine, st: RankState, a: Action, last: bool) -> Process:
             yield from fsdp_pass(sim, st, "recompute", a, d.recompute_s, d.forward_flops)
         yield from fsdp_pass(sim, st, d.backward_kind, a, d.backward_s, d.backward_flops)
     else:
-        if d.recompute_s:
-            start = sim.env.now
-            yield sim.busy(st.rank, d.recompute_s)
-            record_compute(sim, st, "recompute", a, start, d.forward_flops)
-        if last:
-            reduce_gradients(sim, st, a, d.backward_s)
         start = sim.env.now
-        yield sim.busy(st.rank, d.backward_s)
+        if d.recompute_s and not last and not plan.compute_slots:  # one timeout for both passes
+            yield sim.env.timeout(d.recompute_s + d.backward_s)
+            record_pass(sim, st, "recompute", a, start, d.recompute_s, d.forward_flops)
+            start += d.recompute_s
+        else:
+            if d.recompute_s:
+                yield sim.busy(st.rank, d.recompute_s)
+                record_compute(sim, st, "recompute", a, start, d.forward_flops)
+                start = sim.env.now
+            if last:
+                reduce_gradients(sim, st, a, d.backward_s)
+            yield sim.busy(st.rank, d.backward_s)
         record_compute(sim, st, d.backward_kind, a, start, d.backward_flops)
     if a.stage > 0 and st.holders[a.stage - 1] != st.rank:
         if plan.p2p_host_s:
@@ -100,6 +105,13 @@ def compute(sim: Engine, st: RankState, kind: str, a: Action, seconds: float, fl
 
 def record_compute(sim: Engine, st: RankState, kind: str, a: Action, start: float, flops: float) -> None:
     """The span of a pass that started at `start` and ends now."""
+    record_pass(sim, st, kind, a, start, sim.env.now - start, flops)
+
+
+def record_pass(
+    sim: Engine, st: RankState, kind: str, a: Action, start: float, dur: float, flops: float
+) -> None:
+    """The span of a pass of `dur` seconds from `start`."""
     sim.spans.append(
         new_span(
             (
@@ -112,7 +124,7 @@ def record_compute(sim: Engine, st: RankState, kind: str, a: Action, start: floa
                 0,
                 -1,
                 start,
-                sim.env.now - start,
+                dur,
                 0,
                 flops,
             )
@@ -180,10 +192,8 @@ def optimizer(sim: Engine, st: RankState) -> Process:
     yield sim.busy(st.rank, plan.optimizer_s(st.coord.pp))
     sim.spans.append(Span(st.rank, "compute", "optimizer", -1, -1, -1, 0, -1, start, env.now - start, 0, 0.0))
     if plan.zero_stage == 1:
-        events = []
         for chunk, stage in enumerate(plan.owned_stages(st.coord.pp)):
             shard = plan.broadcast_shard_bytes(stage)
-            events += [
-                sim.dp_collective(st, "broadcast", shard, (stage, chunk, -1)) for _ in range(plan.dense_dp)
-            ]
-        yield env.all_of(events)
+            for _ in range(plan.dense_dp):
+                sim.dp_collective(st, "broadcast", shard, (stage, chunk, -1))
+        yield st.dp_done  # the step ends when the last shard has gone out
