@@ -8,6 +8,7 @@ to their symmetric peers (same pipeline position, other tp/dp coordinates) up to
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -203,20 +204,21 @@ def _hardware_flops(s: Scenario, costs: tuple[StageCost, ...]) -> float:
 
 
 def _tp_time(spans: list[Span], costs: tuple[StageCost, ...]) -> dict[int, float]:
-    """Each rank's tensor-parallel time inside its compute spans, without building the events."""
-    per_span: dict[tuple[int, str], float] = {}
+    """Each rank's tensor-parallel time inside its compute spans, without building the events: the
+    compute passes are counted per (rank, kind, stage), then each kind of pass is priced once."""
+    passes = Counter(sp[:4] for sp in spans if sp[1] == "compute")  # (rank, stream, kind, stage)
+    per_pass: dict[tuple[int, str], float] = {}
     tp_time: dict[int, float] = {}
-    for rank, stream, kind, stage, *_ in spans:  # unpacking: the hot loop reads no field by name
-        if stream != "compute" or kind not in _TP_PHASES:
+    for (rank, _, kind, stage), count in passes.items():
+        if kind not in _TP_PHASES:
             continue
-        key = (stage, kind)
-        dur = per_span.get(key)
+        dur = per_pass.get((stage, kind))
         if dur is None:
             cost = costs[stage]
             layout = _tp_layout(cost, "forward" if kind == "recompute" else kind)
-            dur = per_span[key] = 0.0 if cost.tp_overlap else sum(c[3] for c in layout)
+            dur = per_pass[(stage, kind)] = 0.0 if cost.tp_overlap else sum(c[3] for c in layout)
         if dur:
-            tp_time[rank] = tp_time.get(rank, 0.0) + dur
+            tp_time[rank] = tp_time.get(rank, 0.0) + dur * count
     return tp_time
 
 

@@ -117,10 +117,12 @@ def _breakdowns(
     """The step time and every simulated rank's breakdown (compute, optimizer, exposed comm, bubble)."""
     columns = list(zip(*spans, strict=True)) if spans else [()] * 10  # one transpose, in C
     rank_col = np.array(columns[0], dtype=np.int64)
-    stream, kind = np.array(columns[1], dtype=str), np.array(columns[2], dtype=str)
+    stream, kind = np.array(columns[1], dtype=object), np.array(columns[2], dtype=object)
     start, dur = np.array(columns[8], dtype=np.float64), np.array(columns[9], dtype=np.float64)
     is_compute = stream == "compute"
-    is_pipe = np.isin(kind, list(PIPELINE_KINDS))
+    is_pipe = np.zeros(len(spans), dtype=bool)
+    for pass_kind in PIPELINE_KINDS:
+        is_pipe |= kind == pass_kind
     is_opt = is_compute & ~is_pipe
     is_dp = stream == "dp"
     is_tp = stream == "tp"  # per-step sums

@@ -13,6 +13,7 @@ import simpy
 from plancast.simulator.costs.collectives import CollectiveKind, Level
 from plancast.simulator.costs.stage import StageCost
 from plancast.simulator.engine import data_parallel, processes
+from plancast.simulator.engine.due import Due
 from plancast.simulator.engine.link import Link
 from plancast.simulator.engine.pipeline import Arrival
 from plancast.simulator.engine.plan import StepPlan
@@ -33,8 +34,8 @@ class DpItem(NamedTuple):
     where: tuple[int, int, int]
     """(stage, chunk, micro-batch)."""
     order: int
-    ready: simpy.Event | None
-    """It starts once this has fired (its data exists)."""
+    ready: Due | None
+    """It starts no earlier (its data exists)."""
     done: simpy.Event | None
     """Fired when it completes, for a caller that waits on it."""
     levels: tuple[Level, ...] | None
@@ -144,12 +145,12 @@ class Engine:
         nbytes: float,
         where: tuple[int, int, int],
         *,
-        ready: simpy.Event | None = None,
+        ready: Due | None = None,
         levels: tuple[Level, ...] | None = None,
         notify: bool = False,
     ) -> simpy.Event | None:
         """Queue a collective on the rank's dp stream (`where`: stage, chunk, micro-batch). It starts
-        once `ready` has fired (its data exists). `levels`: the group's tiers when it is
+        once `ready` is due (its data exists). `levels`: the group's tiers when it is
         not the dense-gradient group (expert gradients over edp). With `notify`, returns the event
         fired when it completes (else None: most collectives are only waited for as a whole, through
         `dp_done`, and an event each would cost as much as the collective's own timeout)."""

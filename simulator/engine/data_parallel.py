@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import simpy
 
+from plancast.simulator.engine.due import Due
 from plancast.simulator.engine.spans import Process, Span
 from plancast.simulator.schedules import Action
 
@@ -28,8 +29,9 @@ def dp_stream(sim: Engine, st: RankState) -> Process:
             st.dp_wake = env.event()
             yield st.dp_wake
         kind, nbytes, (stage, chunk, mb), index, ready, done, levels = queue.popleft()
-        if ready is not None and not ready.processed:
-            yield ready
+        due = ready.wait(env) if ready is not None else None
+        if due is not None:
+            yield due
         seconds = plan.dp_collective_s(kind, nbytes, levels)
         if plan.share_links:
             start = yield from _sliced(sim, st, nbytes, seconds)
@@ -93,7 +95,7 @@ def reduce_gradients(sim: Engine, st: RankState, a: Action, backward_s: float) -
     for nbytes in buckets:
         done += nbytes
         after_s = backward_s * done / total if overlap else backward_s
-        sim.dp_collective(st, "all_reduce", nbytes, (a.stage, a.chunk, -1), ready=sim.env.timeout(after_s))
+        sim.dp_collective(st, "all_reduce", nbytes, (a.stage, a.chunk, -1), ready=Due.after(sim.env, after_s))
     # routed experts: a second reducer over the expert-data-parallel group, after the dense buckets
     # (docs/moe.md); its one bucket per chunk is complete when the backward is
     for nbytes in plan.units[a.stage].expert_bucket_bytes:
@@ -102,7 +104,7 @@ def reduce_gradients(sim: Engine, st: RankState, a: Action, backward_s: float) -
             "all_reduce",
             nbytes,
             (a.stage, a.chunk, -1),
-            ready=sim.env.timeout(backward_s),
+            ready=Due.after(sim.env, backward_s),
             levels=plan.topo.levels("edp"),
         )
 
