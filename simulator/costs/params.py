@@ -59,7 +59,9 @@ def expert_params(m: Model) -> int:
 def moe_layer_count(m: Model, first: int = 0, count: int | None = None) -> int:
     """MoE layers among global layers [first, first + count) (all layers by default)."""
     end = m.num_hidden_layers if count is None else first + count
-    return sum(m.is_moe_layer(i) for i in range(first, end))
+    if not m.is_moe:
+        return 0
+    return max(0, end - max(first, m.first_k_dense_replace))  # Model.is_moe_layer: i >= first_k_dense_replace
 
 
 def embedding_params(m: Model) -> int:

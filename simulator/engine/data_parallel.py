@@ -81,6 +81,42 @@ def _sliced(sim: Engine, st: RankState, nbytes: float, seconds: float) -> Genera
     return start
 
 
+def broadcast_shards(sim: Engine, st: RankState) -> Process:
+    """ZeRO-1 after the optimizer: each owner broadcasts its updated shard, per chunk
+    (ZeroRedundancyOptimizer), one after another on the rank's dp stream. By then the rank's stream
+    has drained and its pipeline sends are posted, so nothing can come between the broadcasts: their
+    spans are laid out at once, as the stream would run them, and the rank waits once."""
+    plan, env = sim.plan, sim.env
+    now = env.now
+    for chunk, stage in enumerate(plan.owned_stages(st.coord.pp)):
+        shard = plan.broadcast_shard_bytes(stage)
+        seconds = plan.dp_collective_s("broadcast", shard)
+        for index in range(plan.dense_dp):
+            if plan.share_links:
+                start, now = _alone_on_link(sim, st, shard, seconds, now)
+            else:
+                start, now = now, now + seconds
+            sim.spans.append(
+                Span(st.rank, "dp", "broadcast", stage, chunk, -1, index, -1, start, seconds, int(shard), 0.0)
+            )
+    yield env.timeout(now - env.now)
+
+
+def _alone_on_link(
+    sim: Engine, st: RankState, nbytes: float, seconds: float, now: float
+) -> tuple[float, float]:
+    """`_sliced` for a collective that no send can cut, as arithmetic: (its start, its end)."""
+    slices = max(1, min(math.ceil(nbytes / LINK_SLICE_BYTES), MAX_LINK_SLICES))
+    slice_s = seconds / slices
+    link = sim.link(st.rank, sim.plan.dp_tier)
+    slot = link.queue_slice(now, slice_s)
+    if slot > now:
+        now += slot - now  # where a timeout to the slot would leave the clock
+    link.hold(st.dp_process, slot, slice_s, slices)  # nothing is queued behind it
+    link.run = None
+    return now, now + slices * slice_s
+
+
 def reduce_gradients(sim: Engine, st: RankState, a: Action, backward_s: float) -> None:
     """DDP / ZeRO-1, called as the chunk's last backward starts: each gradient bucket is reduced as
     soon as the backward has produced it (DDP's autograd hooks, Megatron-LM's overlap_grad_reduce),

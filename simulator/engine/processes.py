@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from plancast.simulator.engine.data_parallel import fsdp_pass, reduce_gradients
+from plancast.simulator.engine.data_parallel import broadcast_shards, fsdp_pass, reduce_gradients
 from plancast.simulator.engine.pipeline import recv, send
 from plancast.simulator.engine.spans import Process, Span, new_span
 from plancast.simulator.schedules import Action
@@ -191,9 +191,5 @@ def optimizer(sim: Engine, st: RankState) -> Process:
     start = env.now
     yield sim.busy(st.rank, plan.optimizer_s(st.coord.pp))
     sim.spans.append(Span(st.rank, "compute", "optimizer", -1, -1, -1, 0, -1, start, env.now - start, 0, 0.0))
-    if plan.zero_stage == 1:
-        for chunk, stage in enumerate(plan.owned_stages(st.coord.pp)):
-            shard = plan.broadcast_shard_bytes(stage)
-            for _ in range(plan.dense_dp):
-                sim.dp_collective(st, "broadcast", shard, (stage, chunk, -1))
-        yield st.dp_done  # the step ends when the last shard has gone out
+    if plan.zero_stage == 1 and plan.dense_dp > 1:
+        yield from broadcast_shards(sim, st)
