@@ -15,6 +15,37 @@ from plancast.commands.simulate import print_breakdown
 
 DEMO_SCENARIO = "tiny-local-cpu.toml"
 """The demo plan, shipped as package data (examples/ installs as `plancast.examples`)."""
+CALIBRATION_MICRO_BATCHES = (1, 4)
+"""The calibration runs' micro-batch sizes; the scored (held-out) run uses the plan's own, 2."""
+DEMO_OUTPUTS = frozenset(
+    {"run", "scenario.toml", "local-cpu-calibrated.toml"}
+    | {f"calibration-mb{m}{suffix}" for m in CALIBRATION_MICRO_BATCHES for suffix in ("", ".toml")}
+)
+"""What one demo writes in its --out folder."""
+
+
+def set_aside_previous(out_dir: Path) -> Path | None:
+    """A previous demo in `out_dir` moves to a dated sibling folder (a run folder never takes a second
+    measured run, and nothing is deleted); returns where it went. A folder holding anything a demo
+    does not write is refused: the demo will not move a user's files."""
+    from datetime import datetime
+
+    if not out_dir.is_dir() or not any(out_dir.iterdir()):
+        return None
+    foreign = sorted(p.name for p in out_dir.iterdir() if p.name not in DEMO_OUTPUTS)
+    if foreign:
+        raise UserError(
+            f"{out_dir} holds files a demo did not write ({', '.join(foreign[:3])}); "
+            "pass an empty or new folder with --out"
+        )
+    stamp = datetime.fromtimestamp(out_dir.stat().st_mtime).strftime("%Y%m%d-%H%M%S")
+    target = out_dir.with_name(f"{out_dir.name}-{stamp}")
+    n = 1
+    while target.exists():
+        n += 1
+        target = out_dir.with_name(f"{out_dir.name}-{stamp}-{n}")
+    out_dir.rename(target)
+    return target
 
 
 def _demo_scenario(source: Path, target: Path, cluster: str, micro_batch: int | None = None) -> Path:
@@ -54,6 +85,10 @@ def demo(
     from plancast.simulator.predict import simulate as run_simulation
 
     started = time.perf_counter()
+    with user_errors():
+        previous = set_aside_previous(out_dir)
+    if previous is not None:
+        out.print(f"the previous demo in {out_dir} moved to {previous} (nothing deleted)", markup=False)
     out_dir.mkdir(parents=True, exist_ok=True)
     profile = out_dir / "local-cpu-calibrated.toml"
     plan = example_path(DEMO_SCENARIO)
@@ -94,7 +129,7 @@ def _calibrate(plan: Path, out_dir: Path, profile: Path) -> None:
     with user_errors():
         machine = measured_local(plan, load(plan)).cluster
     calib_runs = []
-    for micro_batch in (1, 4):
+    for micro_batch in CALIBRATION_MICRO_BATCHES:
         source = _demo_scenario(plan, out_dir / f"calibration-mb{micro_batch}.toml", "local-cpu", micro_batch)
         with user_errors():
             s = load(source).model_copy(update={"cluster": machine})
