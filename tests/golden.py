@@ -181,7 +181,8 @@ def write_group(group: str, by_name: dict[str, dict[str, Any]]) -> Path:
 
 
 def differences(expected: Any, actual: Any, where: str = "") -> list[str]:
-    """Every place where `actual` differs from `expected` (floats: relative REL, or ABS near zero; the rest exactly)."""
+    """Every place where `actual` differs from `expected` (floats: relative REL, or ABS near zero; the
+    rest exactly)."""
     if isinstance(expected, dict) and isinstance(actual, dict):
         found = [f"{where}.{k}: missing" for k in expected if k not in actual]
         found += [f"{where}.{k}: not in the golden data" for k in actual if k not in expected]
