@@ -9,6 +9,7 @@ whose compute stream is busiest (the pipeline's bottleneck).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -107,6 +108,48 @@ def summarize(
     }
 
 
+class _RankSpans:
+    """One rank's spans as the breakdown reads them: [start, end] rows per stream, and busy sums."""
+
+    __slots__ = ("busy", "dp", "opt", "pipe", "tp")
+
+    def __init__(self) -> None:
+        self.busy: list[tuple[float, float]] = []  # compute stream
+        self.dp: list[tuple[float, float]] = []
+        self.tp: list[tuple[float, float]] = []
+        self.pipe = 0.0  # pipeline passes (forward, backward, ...)
+        self.opt = 0.0  # the rest of the compute stream (optimizer)
+
+
+def _by_rank(spans: Sequence[tuple[Any, ...]]) -> tuple[float, dict[int, _RankSpans]]:
+    """The step time (the last span's end) and the spans of each rank, in one pass (a plain loop: the
+    columns as numpy arrays cost more to build than the sums they serve)."""
+    step_time = 0.0 if not spans else -math.inf
+    by_rank: dict[int, _RankSpans] = {}
+    pipeline_kinds = frozenset(PIPELINE_KINDS)
+    for rank, stream, kind, _st, _ch, _mb, _order, _peer, start, dur, _bytes, _flops in spans:
+        end = start + dur
+        step_time = max(step_time, end)
+        mine = by_rank.get(rank)
+        if mine is None:
+            mine = by_rank[rank] = _RankSpans()
+        if stream == "compute":
+            mine.busy.append((start, end))
+            if kind in pipeline_kinds:
+                mine.pipe += dur
+            else:
+                mine.opt += dur
+        elif stream == "dp":
+            mine.dp.append((start, end))
+        elif stream == "tp":
+            mine.tp.append((start, end))
+    return step_time, by_rank
+
+
+def _rows(intervals: list[tuple[float, float]]) -> np.ndarray:
+    return np.array(intervals, dtype=np.float64) if intervals else np.empty((0, 2))
+
+
 def _breakdowns(
     s: Scenario,
     spans: Sequence[tuple[Any, ...]],
@@ -115,41 +158,21 @@ def _breakdowns(
     stream_comm_s: dict[str, dict[int, float]],
 ) -> tuple[float, dict[int, _Breakdown]]:
     """The step time and every simulated rank's breakdown (compute, optimizer, exposed comm, bubble)."""
-    columns = list(zip(*spans, strict=True)) if spans else [()] * 10  # one transpose, in C
-    rank_col = np.array(columns[0], dtype=np.int64)
-    stream, kind = np.array(columns[1], dtype=object), np.array(columns[2], dtype=object)
-    start, dur = np.array(columns[8], dtype=np.float64), np.array(columns[9], dtype=np.float64)
-    is_compute = stream == "compute"
-    is_pipe = np.zeros(len(spans), dtype=bool)
-    for pass_kind in PIPELINE_KINDS:
-        is_pipe |= kind == pass_kind
-    is_opt = is_compute & ~is_pipe
-    is_dp = stream == "dp"
-    is_tp = stream == "tp"  # per-step sums
-    ranks = sorted(set(rank_col.tolist()))
-    step_time = float((start + dur).max()) if spans else 0.0
-    size = max(ranks, default=0) + 1
-    pipe_busy = np.bincount(rank_col[is_pipe], weights=dur[is_pipe], minlength=size)
-    opt_busy = np.bincount(rank_col[is_opt], weights=dur[is_opt], minlength=size)
-
-    intervals = np.column_stack([start, start + dur])
+    step_time, by_rank = _by_rank(spans)
     extra_streams = [k for k, on in (("ep", s.model.is_moe), ("cp", s.cp > 1)) if on]
     per_rank: dict[int, _Breakdown] = {}
-    for r in ranks:
-        mine = rank_col == r
-        busy = intervals[mine & is_compute]
-        dp = intervals[mine & is_dp]
+    for r in sorted(by_rank):
+        mine = by_rank[r]
+        busy = _rows(mine.busy)
         tp, wait = tp_comm_s.get(r, 0.0), dp_wait_s.get(r, 0.0)
-        dp_exposed = (_exposed(dp, busy) if len(dp) else 0.0) + wait
-        tp_after = intervals[mine & is_tp]
-        tp_out = _exposed(tp_after, busy) if len(tp_after) else 0.0  # sequence-parallel norm sums
+        dp_exposed = (_exposed(_rows(mine.dp), busy) if mine.dp else 0.0) + wait
+        tp_out = _exposed(_rows(mine.tp), busy) if mine.tp else 0.0  # sequence-parallel norm sums
         exposed = {"tp": tp + tp_out, "dp": dp_exposed}  # pipeline transfers count in the bubble
         inner = {k: stream_comm_s.get(k, {}).get(r, 0.0) for k in extra_streams}
         exposed.update(inner)
-        pipe, opt = float(pipe_busy[r]), float(opt_busy[r])
-        compute = pipe - tp - wait - sum(inner.values())
-        bubble, _ = pipeline_bubble(step_time, compute + opt, sum(exposed.values()))
-        per_rank[r] = _Breakdown(compute, opt, exposed, bubble, pipe)
+        compute = mine.pipe - tp - wait - sum(inner.values())
+        bubble, _ = pipeline_bubble(step_time, compute + mine.opt, sum(exposed.values()))
+        per_rank[r] = _Breakdown(compute, mine.opt, exposed, bubble, mine.pipe)
     return step_time, per_rank
 
 
