@@ -176,10 +176,12 @@ REFIT_SOURCE, REFIT_MAX_S = "narayanan2021", 25.0
 def _diagnosis(run: PublishedRun, s: Scenario, error: float) -> str:
     """One sentence on why a row is off by more than 10%."""
     direction = "slower" if error > 0 else "faster"
-    if s.cluster.gpu.name.startswith("H100"):
+    gpu = s.cluster.gpu
+    if gpu.name.startswith("H100"):
+        capped = f", and these ran capped at {gpu.power_W:g} W" if gpu.power_W and gpu.power_W < 700 else ""
         return (
-            "H100: the GEMM fraction of peak is an isolated cuBLAS measurement, never fitted on an H100 "
-            f"training run (power-capped parts run below it); predicted {direction} than measured."
+            "H100: GEMMs at the A100 fit scaled by isolated GEMM efficiency (0.73 of peak), never fitted "
+            f"on an H100 training run{capped}; predicted {direction} than measured."
         )
     if s.parallelism.zero_stage >= 2 and s.dp > s.cluster.gpus_per_node:
         if s.parallelism.zero_collective_algorithm == "ring":
@@ -193,8 +195,8 @@ def _diagnosis(run: PublishedRun, s: Scenario, error: float) -> str:
         )
     if run.framework == "fsdp":
         return (
-            "Composer's FSDP, modelled as torchtitan's FSDP2 (its default mixed precision keeps fp32 "
-            f"parameters, which a scenario cannot say); predicted {direction} than measured."
+            "Composer's FSDP1 (flat parameters, rate-limited all-gathers), modelled as torchtitan's "
+            f"FSDP2; predicted {direction} than measured."
         )
     if run.framework not in ("megatron-lm", "torchtitan", "deepspeed"):
         return f"{run.framework} stack, modelled as torchtitan; predicted {direction} than measured."
