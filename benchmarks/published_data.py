@@ -400,7 +400,8 @@ def _torchtitan() -> list[PublishedRun]:
     for name, preset, seq, gpus, local, recompute, tps, step_s in _TORCHTITAN_ROWS:
         h100 = name.startswith("h100")
         assumptions = (
-            "selective = per-op selective checkpointing (torchtitan's default 'op'); full = full AC",
+            "selective = per-op selective checkpointing (the source's 'selective op', torchtitan's "
+            "default selective_ac_option): selective_recompute 'op'; full = full AC",
             f"seq_len {seq}: torchtitan's train config for {preset} (the MFU column checks with it)",
             "FSDP2 shards parameters (reshard after forward): zero_stage 3; SDPA fused attention",
             "gradients reduce-scattered in fp32: torchtitan's default training.mixed_precision_reduce",
@@ -414,7 +415,15 @@ def _torchtitan() -> list[PublishedRun]:
                 "torchtitan",
                 TORCHTITAN_H100 if h100 else TORCHTITAN_A100,
                 {"preset": preset},
-                _train(seq, local, local * gpus, "bf16", recompute, flash_attention=True),
+                _train(
+                    seq,
+                    local,
+                    local * gpus,
+                    "bf16",
+                    recompute,
+                    flash_attention=True,
+                    selective_recompute="op",
+                ),
                 _plan(zero_stage=3, fsdp_reduce_dtype="fp32"),
                 _cluster("dgx-h100-80gb", gpus, gpu=_H100_96GB) if h100 else _cluster("dgx-a100-80gb", gpus),
                 "torchtitan",

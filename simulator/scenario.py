@@ -139,6 +139,12 @@ class Training(Strict):
     """Compute dtype; fp16/bf16 use mixed-precision Adam (fp32 master weights)."""
     recompute: Recompute = "none"
     """Activation recompute: none, selective (attention core, Korthikanti et al. 2022) or full."""
+    selective_recompute: Literal["attention", "op"] = "attention"
+    """What recompute = "selective" re-runs in backward. attention: the attention core (Korthikanti et al.
+    2022 sec. 4.2; Megatron-LM, plancast's runtime). op: torchtitan's per-op selective checkpointing
+    (`selective_ac_option = "op"`): every op but matmuls, fused attention and reduce-scatters, and every
+    second matmul of a block (simulator/costs/recompute.py). Step time only: activation memory keeps the
+    attention policy's formula, and plancast's runtime runs the attention policy."""
     flash_attention: bool = False
     """Fused attention (Dao et al. 2022): no s x s scores in memory; off reproduces Megatron-LM 2022."""
     grad_accumulation_fp32: bool | None = None

@@ -21,12 +21,12 @@ from plancast.simulator.costs.ops import (
     DTYPE_BYTES,
     Op,
     Shape,
-    attention_core,
     embedding_forward,
     head_forward,
     layer_forward,
 )
 from plancast.simulator.costs.params import expert_params, head_params, layer_params, stage_parameters
+from plancast.simulator.costs.recompute import selective_recompute
 from plancast.simulator.costs.tp_comm import scenario_tp_collectives
 from plancast.simulator.scenario import Scenario
 
@@ -200,7 +200,8 @@ def _segment(
     part of the weight-gradient work."""
     fwd, bwd_in, bwd_w = _phase_seconds(ops, s)
     if part == "layer" and s.training.recompute == "selective":
-        bwd_in += _phase_seconds(attention_core(ops), s)[0]
+        recomputed = selective_recompute(ops, Shape.of(s), s.training.selective_recompute)
+        bwd_in += _phase_seconds(recomputed, s)[0]
     bwd_w += fsdp_cast_seconds(s, cast_params)
     return Segment(
         part,
