@@ -457,10 +457,11 @@ _MOSAIC_ROWS = (
     ("a100", "13b", 8, 2, 48, False, 18097, 5.432, "DEFAULT"),
     ("a100", "7b", 8, 6, 96, False, 37130, 5.295, "DEFAULT"),
 )
-# Composer's FSDP mixed precision as llm-foundry at that commit pins it (mosaicml>=0.16.4,<0.17):
-# "DEFAULT" gathers bf16 parameters and reduces gradients in fp32, "PURE" keeps both in bf16
-# (composer/trainer/mosaic_fsdp_utils.py, get_mixed_precision, v0.16.4).
-_MOSAIC_REDUCE_DTYPE = {"DEFAULT": "fp32", "PURE": "bf16"}
+# The tables were measured by scripts/train/benchmarking/sweep.sh (GIT_COMMIT="v0.0.4", image
+# mosaicml/pytorch:2.0.1): llm-foundry v0.0.4 pins mosaicml>=0.14.0,<0.15. Composer 0.14's FSDP
+# (composer/trainer/dist_strategy.py, mosaic_fsdp.py): "DEFAULT" and "PURE" both gather bf16 parameters
+# and reduce in bf16 (an unset reduce_dtype takes param_dtype), backward_prefetch BACKWARD_POST.
+_MOSAIC_FSDP = {"fsdp_backward_prefetch": "post"}
 
 
 def _mosaic() -> list[PublishedRun]:
@@ -482,8 +483,8 @@ def _mosaic() -> list[PublishedRun]:
             "the H100 table names no network: dgx-h100-80gb"
             if gpu == "h100"
             else "1600 Gb/s RoCE per node = 8 x 200 Gb/s: dgx-a100-80gb",
-            f"MP Mode {mp_mode} (Composer 0.16): bf16 gathers, gradients reduced in "
-            f"{_MOSAIC_REDUCE_DTYPE[mp_mode]}",
+            f"MP Mode {mp_mode} under Composer 0.14 (llm-foundry v0.0.4, sweep.sh): bf16 gathers and "
+            "reductions; FSDP1 backward_prefetch BACKWARD_POST: fsdp_backward_prefetch 'post'",
         )
         runs.append(
             PublishedRun(
@@ -492,7 +493,7 @@ def _mosaic() -> list[PublishedRun]:
                 MOSAIC,
                 model,
                 _train(2048, mbs, gbs, "bf16", "full" if ac else "none", flash_attention=True),
-                _plan(zero_stage=3, fsdp_reduce_dtype=_MOSAIC_REDUCE_DTYPE[mp_mode]),
+                _plan(zero_stage=3, **_MOSAIC_FSDP),
                 _cluster(f"dgx-{gpu}-80gb", gpus),
                 "fsdp",
                 step_s,

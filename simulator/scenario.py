@@ -219,6 +219,12 @@ class Parallelism(Strict):
     """Megatron-LM's scatter/gather pipeline sends: each tp rank sends 1/tp of the activation over the
     slow tier and the receivers all-gather it (Narayanan et al. 2021 sec. 4.1). Default: the
     framework's (megatron-lm and deepspeed on, torchtitan off)."""
+    fsdp_backward_prefetch: Literal["pre", "post"] = "pre"
+    """ZeRO-2/3 backward, with overlap_param_gather: when the next unit's all-gather is issued. pre: as the
+    current unit's gradient computation starts, so they overlap (FSDP2, torchtitan; FSDP1
+    `BackwardPrefetch.BACKWARD_PRE`); post: once it is done (FSDP1 `BACKWARD_POST`, "less overlap", the
+    default of Composer through 0.16, composer/trainer/dist_strategy.py), so each unit waits for its own
+    gather, queued behind the previous unit's reduce-scatter."""
     zero_collective_algorithm: Literal["ring", "hierarchical"] | None = None
     """How ZeRO-2/3 parameter all-gathers and gradient reduce-scatters cross nodes. hierarchical: NCCL's
     rings, one channel per NIC, so a gather over whole nodes runs at the node's summed NIC bandwidth

@@ -120,15 +120,18 @@ def fsdp_pass(sim: Engine, st: RankState, kind: str, a: Action, seconds: float, 
 
     With overlap_param_gather a unit's gather is issued when the unit before it starts (one unit
     of prefetch: FSDP2's backward prefetch and torchtitan's forward prefetch, DeepSpeed's bounded
-    `stage3_prefetch_bucket_size`), so it arrives while that unit computes; otherwise when the unit
-    is reached. The time spent waiting for a gather is data-parallel communication, kept apart
-    from the compute in `dp_wait_s`. A backward unit's reduce-scatter is issued once its gradients
-    exist (overlap_grad_reduce), else after the whole backward."""
+    `stage3_prefetch_bucket_size`), so it arrives while that unit computes; otherwise, and in backward
+    under fsdp_backward_prefetch = "post", when the unit is reached. The time spent waiting for a
+    gather is data-parallel communication, kept apart from the compute in `dp_wait_s`. A backward
+    unit's reduce-scatter is issued once its gradients exist (overlap_grad_reduce), else after the
+    whole backward."""
     env, par = sim.env, sim.plan.s.parallelism
     state = st.fsdp[a.stage]
     is_backward = kind in BACKWARD_KINDS
     steps = state.backward() if is_backward else state.forward()
     ahead = 1 if par.overlap_param_gather else 0
+    if is_backward and par.fsdp_backward_prefetch == "post":  # issued once the previous unit is done
+        ahead = 0
     reduce_scale = sim.plan.fsdp_reduce_scale
     where = (a.stage, a.chunk, a.microbatch)
     start = env.now
