@@ -234,8 +234,8 @@ class Parallelism(Strict):
     """ZeRO-2/3: the dtype gradients are reduce-scattered in (FSDP `MixedPrecision.reduce_dtype`, FSDP2
     `MixedPrecisionPolicy.reduce_dtype`); wider than training.dtype, each unit's gradient is cast to it
     before the collective, which then moves its bytes. torchtitan's default config reduces in fp32
-    (`mixed_precision_reduce = "float32"`), as does Composer's `mixed_precision = "DEFAULT"` (0.14 to
-    0.16). Ignored below ZeRO-2. Default: training.dtype, as plancast's runtime (no mixed-precision
+    (`mixed_precision_reduce = "float32"`), as does Composer's `mixed_precision = "DEFAULT"` from
+    0.16.4. Ignored below ZeRO-2. Default: training.dtype, as plancast's runtime (no mixed-precision
     policy) reduces."""
     tp_comm_overlap: bool = False
     """Hide tensor-parallel collectives behind GEMMs (off: they sit on the critical path)."""

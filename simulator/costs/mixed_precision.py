@@ -1,7 +1,7 @@
 """The gradient cast FSDP's mixed precision adds to each unit's backward (ZeRO-2/3).
 
 With a reduce dtype wider than the compute dtype (`parallelism.fsdp_reduce_dtype`, e.g. fp32 under
-bf16: torchtitan's default, Composer's "DEFAULT"), FSDP casts a unit's unsharded gradient to it
+bf16: torchtitan's default, Composer's "DEFAULT" from 0.16.4), FSDP casts a unit's unsharded gradient to it
 before the reduce-scatter (FSDP1 `_reduce_grad`, FSDP2 `foreach_reduce`: `.to(reduce_dtype)`): one
 memory-bound pass over the unit's parameters, read in the compute dtype and written in the reduce
 dtype, each micro-batch.
