@@ -384,12 +384,14 @@ _TORCHTITAN_ROWS = (
     ("h100-llama3-8b-8gpu", "llama3-8b", 8192, 8, 2, "selective", 5762, 2.844),
     ("h100-llama3-8b-128gpu", "llama3-8b", 8192, 128, 2, "selective", 5605, 2.923),
 )
-# The source's H100s: 96 GB HBM2e at 2.4 TB/s, 500 W (peak between SXM and NVL, so SXM's is kept).
+# The source's H100s: 96 GB HBM2e at 2.4 TB/s, run at "the default 500W power limit" (peak between SXM
+# and NVL, so SXM's is kept; no model of the clock a 500 W cap holds).
 _H100_96GB = {
     **catalog.GPUS["H100-SXM5-80GB"],
     "name": "H100-96GB-HBM2e",
     "hbm_GBps": 2400.0,
     "memory_GiB": 96e9 / 2**30,
+    "power_W": 500.0,
 }
 
 
@@ -398,9 +400,11 @@ def _torchtitan() -> list[PublishedRun]:
     for name, preset, seq, gpus, local, recompute, tps, step_s in _TORCHTITAN_ROWS:
         h100 = name.startswith("h100")
         assumptions = (
-            "selective = per-op selective checkpointing (torchtitan's default 'op'); full = full AC",
+            "selective = per-op selective checkpointing (the source's 'selective op', torchtitan's "
+            "default selective_ac_option): selective_recompute 'op'; full = full AC",
             f"seq_len {seq}: torchtitan's train config for {preset} (the MFU column checks with it)",
             "FSDP2 shards parameters (reshard after forward): zero_stage 3; SDPA fused attention",
+            "gradients reduce-scattered in fp32: torchtitan's default training.mixed_precision_reduce",
             "500 W HBM2e H100s: peak kept at SXM's, so the prediction is expected to be fast"
             if h100
             else "network of the 64-A100 cluster not stated: dgx-a100-80gb",
@@ -411,8 +415,16 @@ def _torchtitan() -> list[PublishedRun]:
                 "torchtitan",
                 TORCHTITAN_H100 if h100 else TORCHTITAN_A100,
                 {"preset": preset},
-                _train(seq, local, local * gpus, "bf16", recompute, flash_attention=True),
-                _plan(zero_stage=3),
+                _train(
+                    seq,
+                    local,
+                    local * gpus,
+                    "bf16",
+                    recompute,
+                    flash_attention=True,
+                    selective_recompute="op",
+                ),
+                _plan(zero_stage=3, fsdp_reduce_dtype="fp32"),
                 _cluster("dgx-h100-80gb", gpus, gpu=_H100_96GB) if h100 else _cluster("dgx-a100-80gb", gpus),
                 "torchtitan",
                 step_s,
@@ -431,24 +443,30 @@ MOSAIC = (
 )
 # MPT: d_model, n_heads, n_layers; vocab 50368, GELU MLP 4d, LayerNorm, learned positions, tied (MPT defaults)
 _MPT = {"7b": (4096, 32, 32), "13b": (5120, 40, 40), "30b": (7168, 56, 48), "70b": (8192, 64, 80)}
-# GPU, model, GPUs, micro-batch, global batch, activation checkpointing, tokens/s (all GPUs), step s
+# GPU, model, GPUs, micro-batch, global batch, activation checkpointing, tokens/s (all GPUs), step s,
+# the table's "MP Mode" column
 _MOSAIC_ROWS = (
-    ("h100", "70b", 64, 8, 2048, True, 66523, 63.05),
-    ("h100", "70b", 32, 2, 1024, True, 28242, 74.26),
-    ("h100", "30b", 8, 3, 504, True, 16022, 64.42),
-    ("h100", "13b", 64, 2, 128, False, 307209, 0.8533),
-    ("h100", "13b", 8, 2, 16, False, 38336, 0.8548),
-    ("h100", "7b", 8, 6, 48, False, 85144, 1.155),
-    ("a100", "70b", 64, 8, 2048, True, 26274, 159.6),
-    ("a100", "30b", 8, 3, 504, True, 7330, 140.8),
-    ("a100", "13b", 8, 2, 48, False, 18097, 5.432),
-    ("a100", "7b", 8, 6, 96, False, 37130, 5.295),
+    ("h100", "70b", 64, 8, 2048, True, 66523, 63.05, "DEFAULT"),
+    ("h100", "70b", 32, 2, 1024, True, 28242, 74.26, "DEFAULT"),
+    ("h100", "30b", 8, 3, 504, True, 16022, 64.42, "DEFAULT"),
+    ("h100", "13b", 64, 2, 128, False, 307209, 0.8533, "DEFAULT"),
+    ("h100", "13b", 8, 2, 16, False, 38336, 0.8548, "DEFAULT"),
+    ("h100", "7b", 8, 6, 48, False, 85144, 1.155, "DEFAULT"),
+    ("a100", "70b", 64, 8, 2048, True, 26274, 159.6, "PURE"),
+    ("a100", "30b", 8, 3, 504, True, 7330, 140.8, "DEFAULT"),
+    ("a100", "13b", 8, 2, 48, False, 18097, 5.432, "DEFAULT"),
+    ("a100", "7b", 8, 6, 96, False, 37130, 5.295, "DEFAULT"),
 )
+# The tables were measured by scripts/train/benchmarking/sweep.sh (GIT_COMMIT="v0.0.4", image
+# mosaicml/pytorch:2.0.1): llm-foundry v0.0.4 pins mosaicml>=0.14.0,<0.15. Composer 0.14's FSDP
+# (composer/trainer/dist_strategy.py, mosaic_fsdp.py): "DEFAULT" and "PURE" both gather bf16 parameters
+# and reduce in bf16 (an unset reduce_dtype takes param_dtype), backward_prefetch BACKWARD_POST.
+_MOSAIC_FSDP = {"fsdp_backward_prefetch": "post"}
 
 
 def _mosaic() -> list[PublishedRun]:
     runs = []
-    for gpu, size, gpus, mbs, gbs, ac, tokens_s, step_s in _MOSAIC_ROWS:
+    for gpu, size, gpus, mbs, gbs, ac, tokens_s, step_s, mp_mode in _MOSAIC_ROWS:
         d, heads, layers = _MPT[size]
         model = {
             "hidden_size": d,
@@ -465,7 +483,8 @@ def _mosaic() -> list[PublishedRun]:
             "the H100 table names no network: dgx-h100-80gb"
             if gpu == "h100"
             else "1600 Gb/s RoCE per node = 8 x 200 Gb/s: dgx-a100-80gb",
-            "Composer's DEFAULT mixed precision (amp_bf16 rows) keeps fp32 parameters; not expressible",
+            f"MP Mode {mp_mode} under Composer 0.14 (llm-foundry v0.0.4, sweep.sh): bf16 gathers and "
+            "reductions; FSDP1 backward_prefetch BACKWARD_POST: fsdp_backward_prefetch 'post'",
         )
         runs.append(
             PublishedRun(
@@ -474,7 +493,7 @@ def _mosaic() -> list[PublishedRun]:
                 MOSAIC,
                 model,
                 _train(2048, mbs, gbs, "bf16", "full" if ac else "none", flash_attention=True),
-                _plan(zero_stage=3),
+                _plan(zero_stage=3, **_MOSAIC_FSDP),
                 _cluster(f"dgx-{gpu}-80gb", gpus),
                 "fsdp",
                 step_s,

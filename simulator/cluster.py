@@ -12,6 +12,7 @@ from typing import Annotated, Any
 from pydantic import Field, field_validator, model_validator
 
 from plancast.simulator import catalog
+from plancast.simulator.catalog.clusters import A100_FIT_MATMUL_EFFICIENCY
 from plancast.simulator.fields import Strict
 from plancast.simulator.presets import lookup_preset, merge_preset
 
@@ -89,8 +90,9 @@ class ComputeModel(Strict):
     cross-validation of that fit is reported by the same script. `plancast calibrate` refits them.
     """
 
-    matmul_efficiency: float = Field(default=0.79, gt=0, le=1)
-    """Fraction of peak reached by very large GEMMs."""
+    matmul_efficiency: float = Field(default=A100_FIT_MATMUL_EFFICIENCY, gt=0, le=1)
+    """Fraction of peak reached by very large GEMMs (A100 fit; Hopper presets scale it, see
+    simulator/catalog/clusters.py)."""
     matmul_half_gflop: float = Field(default=0.35, ge=0)
     """GEMM size (GFLOP) at which achieved efficiency is half of matmul_efficiency's headroom."""
     attention_efficiency: float = Field(default=0.54, gt=0, le=1)

@@ -139,6 +139,12 @@ class Training(Strict):
     """Compute dtype; fp16/bf16 use mixed-precision Adam (fp32 master weights)."""
     recompute: Recompute = "none"
     """Activation recompute: none, selective (attention core, Korthikanti et al. 2022) or full."""
+    selective_recompute: Literal["attention", "op"] = "attention"
+    """What recompute = "selective" re-runs in backward. attention: the attention core (Korthikanti et al.
+    2022 sec. 4.2; Megatron-LM, plancast's runtime). op: torchtitan's per-op selective checkpointing
+    (`selective_ac_option = "op"`): every op but matmuls, fused attention and reduce-scatters, and every
+    second matmul of a block (simulator/costs/recompute.py). Step time only: activation memory keeps the
+    attention policy's formula, and plancast's runtime runs the attention policy."""
     flash_attention: bool = False
     """Fused attention (Dao et al. 2022): no s x s scores in memory; off reproduces Megatron-LM 2022."""
     grad_accumulation_fp32: bool | None = None
@@ -190,17 +196,19 @@ class Parallelism(Strict):
     framework: Framework = DEFAULT_FRAMEWORK
     """Whose behaviour to model where frameworks differ in step time: megatron-lm | torchtitan |
     deepspeed. It sets the defaults of vocab_parallel, overlap_p2p_comm, scatter_gather_p2p,
-    zero_collective_algorithm, ddp_bucket_cap_MiB and training.grad_accumulation_fp32
-    (simulator/catalog/frameworks.py cites each); keys written in the scenario override it. Default
-    torchtitan: plancast's runtime is built on the same torch stack (DTensor tensor parallel, FSDP2,
-    torch.distributed.pipelining), so a scenario's prediction and its `plancast run` measure the same
-    behaviour."""
+    zero_collective_algorithm, overlap_grad_reduce, ddp_bucket_cap_MiB and
+    training.grad_accumulation_fp32 (simulator/catalog/frameworks.py cites each); keys written in the
+    scenario override it. Default torchtitan: plancast's runtime is built on the same torch stack
+    (DTensor tensor parallel, FSDP2, torch.distributed.pipelining), so a scenario's prediction and its
+    `plancast run` measure the same behaviour."""
     vocab_parallel: bool | None = None
     """Split the embedding and output layer over tensor parallel, with a vocab-parallel loss
     (Megatron-LM, DeepSpeed and torchtitan do, and so does plancast's runtime). Default: the
     framework's (on for all three); off: replicated on every tp rank."""
-    overlap_grad_reduce: bool = True
-    """Reduce gradient buckets while the backward pass runs (DDP / ZeRO)."""
+    overlap_grad_reduce: bool | None = None
+    """Reduce gradient buckets (DDP / ZeRO-1) or units (ZeRO-2/3) while the backward pass runs; off: after
+    it. Default: the framework's (megatron-lm off, as `--overlap-grad-reduce` is opt-in; deepspeed on for
+    ZeRO-3 only, as `overlap_comm`; torchtitan on)."""
     overlap_param_gather: bool = True
     """ZeRO-3: prefetch the next layer's parameters while the current one computes."""
     overlap_p2p_comm: bool | None = None
@@ -211,11 +219,24 @@ class Parallelism(Strict):
     """Megatron-LM's scatter/gather pipeline sends: each tp rank sends 1/tp of the activation over the
     slow tier and the receivers all-gather it (Narayanan et al. 2021 sec. 4.1). Default: the
     framework's (megatron-lm and deepspeed on, torchtitan off)."""
+    fsdp_backward_prefetch: Literal["pre", "post"] = "pre"
+    """ZeRO-2/3 backward, with overlap_param_gather: when the next unit's all-gather is issued. pre: as the
+    current unit's gradient computation starts, so they overlap (FSDP2, torchtitan; FSDP1
+    `BackwardPrefetch.BACKWARD_PRE`); post: once it is done (FSDP1 `BACKWARD_POST`, "less overlap", the
+    default of Composer through 0.16, composer/trainer/dist_strategy.py), so each unit waits for its own
+    gather, queued behind the previous unit's reduce-scatter."""
     zero_collective_algorithm: Literal["ring", "hierarchical"] | None = None
     """How ZeRO-2/3 parameter all-gathers and gradient reduce-scatters cross nodes. hierarchical: NCCL's
     rings, one channel per NIC, so a gather over whole nodes runs at the node's summed NIC bandwidth
     (FSDP2, Megatron-LM's distributed optimizer); ring: one flat ring paced by each GPU's own NIC, as
     DeepSpeed's ZeRO-3 measured (Narayanan et al. 2021 Table 2). Default: the framework's."""
+    fsdp_reduce_dtype: Dtype | None = None
+    """ZeRO-2/3: the dtype gradients are reduce-scattered in (FSDP `MixedPrecision.reduce_dtype`, FSDP2
+    `MixedPrecisionPolicy.reduce_dtype`); wider than training.dtype, each unit's gradient is cast to it
+    before the collective, which then moves its bytes. torchtitan's default config reduces in fp32
+    (`mixed_precision_reduce = "float32"`), as does Composer's `mixed_precision = "DEFAULT"` from
+    0.16.4. Ignored below ZeRO-2. Default: training.dtype, as plancast's runtime (no mixed-precision
+    policy) reduces."""
     tp_comm_overlap: bool = False
     """Hide tensor-parallel collectives behind GEMMs (off: they sit on the critical path)."""
     ddp_bucket_cap_MiB: float | None = Field(default=None, gt=0)
@@ -254,7 +275,9 @@ class Scenario(Strict):
     def _framework_defaults(self) -> Scenario:
         """Fill the framework-dependent keys the scenario left unset (explicit keys win)."""
         par, t = self.parallelism, self.training
-        defaults = framework_defaults(par.framework, dtype=t.dtype, dp=max(self.dp, 1))
+        defaults = framework_defaults(
+            par.framework, dtype=t.dtype, dp=max(self.dp, 1), zero_stage=par.zero_stage
+        )
         grad_fp32 = (
             defaults["grad_accumulation_fp32"]
             if t.grad_accumulation_fp32 is None
@@ -262,7 +285,13 @@ class Scenario(Strict):
         )
         updates = {
             k: defaults[k]
-            for k in ("vocab_parallel", "overlap_p2p_comm", "scatter_gather_p2p", "zero_collective_algorithm")
+            for k in (
+                "vocab_parallel",
+                "overlap_p2p_comm",
+                "scatter_gather_p2p",
+                "zero_collective_algorithm",
+                "overlap_grad_reduce",
+            )
             if getattr(par, k) is None
         }
         bucket_params = defaults["ddp_bucket_params"]
@@ -320,6 +349,11 @@ class Scenario(Strict):
     def fsdp(self) -> bool:
         """ZeRO-2/3 over more than one data-parallel rank: parameters sharded by FSDP2."""
         return self.dp > 1 and self.parallelism.zero_stage >= 2
+
+    @property
+    def fsdp_reduce_dtype(self) -> Dtype:
+        """The dtype ZeRO-2/3 reduce-scatters gradients in (parallelism.fsdp_reduce_dtype, default filled)."""
+        return self.parallelism.fsdp_reduce_dtype or self.training.dtype
 
     @property
     def dtensor_params(self) -> bool:

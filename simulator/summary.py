@@ -78,7 +78,7 @@ def summarize(
     rank's compute spans (simulator/moe_cp_spans.py), reported as exposed "ep" / "cp" communication
     (the keys appear for MoE models and for cp > 1)."""
     step_time, per_rank = _breakdowns(s, spans, tp_comm_s, dp_wait_s or {}, stream_comm_s or {})
-    critical = max(per_rank, key=lambda r: per_rank[r].busy) if per_rank else 0
+    critical = _critical_rank(per_rank)
     c = per_rank.get(critical, _Breakdown(0.0, 0.0, {}, 0.0, 0.0))
     _, bubble_fraction = pipeline_bubble(step_time, c.compute + c.optimizer, sum(c.exposed.values()))
     pp_rank, mem = peak_memory(s, schedule)
@@ -174,6 +174,15 @@ def _breakdowns(
         bubble, _ = pipeline_bubble(step_time, compute + mine.opt, sum(exposed.values()))
         per_rank[r] = _Breakdown(compute, mine.opt, exposed, bubble, mine.pipe)
     return step_time, per_rank
+
+
+def _critical_rank(per_rank: dict[int, _Breakdown]) -> int:
+    """The rank whose compute stream is busiest; among ranks busy to within float noise (1e-9
+    relative: the same passes summed in another order), the lowest."""
+    if not per_rank:
+        return 0
+    most = max(b.busy for b in per_rank.values())
+    return min(r for r, b in per_rank.items() if b.busy >= most * (1 - 1e-9))
 
 
 def _throughput(s: Scenario, step_time: float, hardware_flops: float) -> dict[str, float]:

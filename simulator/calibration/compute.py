@@ -24,11 +24,11 @@ from plancast.simulator.costs.host import optimizer_tensors
 from plancast.simulator.costs.ops import (
     Op,
     Shape,
-    attention_core,
     embedding_forward,
     head_forward,
     layer_forward,
 )
+from plancast.simulator.costs.recompute import selective_recompute
 from plancast.simulator.costs.stage import MEMORY_BACKWARD_FACTOR, stage_costs
 from plancast.simulator.engine import Topology, optimizer_memory_s
 from plancast.simulator.scenario import Scenario
@@ -97,7 +97,8 @@ def stage_row(s: Scenario, stage: int, kind: str) -> np.ndarray:
     last = s.pp * s.vpp - 1
     row = layers * _pass_row(layer_forward(x), s, kind)
     if kind in ("backward", "backward_input") and s.training.recompute == "selective":
-        row += layers * _pass_row(attention_core(layer_forward(x)), s, "forward")
+        recomputed = selective_recompute(layer_forward(x), x, s.training.selective_recompute)
+        row += layers * _pass_row(recomputed, s, "forward")
     if stage == 0:
         row += _pass_row(embedding_forward(x), s, kind)
     if stage == last:

@@ -9,9 +9,19 @@ the outermost tier is the whole cluster and is filled in from num_nodes * gpus_p
 from __future__ import annotations
 
 # Hopper runs attention as FlashAttention-2 kernels at about 35% of peak ("FlashAttention-2 achieves
-# only 35% utilization on H100", Shah et al. 2024, FlashAttention-3, abstract), not the A100 fit's 0.54;
-# the GEMM efficiency stays the A100 fit's 0.79 (cuBLAS bf16 8192^3 on an H100: 798 of 989 TFLOP/s).
-HOPPER_COMPUTE = {"attention_efficiency": 0.35}
+# only 35% utilization on H100", Shah et al. 2024, FlashAttention-3, abstract), not the A100 fit's 0.54.
+# GEMMs: the A100 fit (ComputeModel.matmul_efficiency 0.79) is what GEMMs reach inside training; the best
+# isolated bf16 GEMM reaches 86.9% of peak on an A100 SXM and 80.3% on an H100 SXM (Maximum Achievable
+# Matmul FLOPS, one benchmark on both: stas00/ml-engineering compute/accelerator/README.md, mamf-finder.py).
+# Hopper keeps A100's in-training / isolated ratio, as its NVLink tier does: 0.79 x 80.3 / 86.9 = 0.73.
+# The same page measures why: a saturated Hopper settles below the 1830 MHz its peak is quoted at (H200,
+# the H100's chip: 834 TFLOP/s in bursts, 755 sustained at its power limit; 794.5 x 755 / 834 = 0.73 too).
+A100_FIT_MATMUL_EFFICIENCY = 0.79  # the default of simulator.cluster.ComputeModel.matmul_efficiency
+A100_MAMF, H100_MAMF = 0.869, 0.803
+HOPPER_COMPUTE = {
+    "attention_efficiency": 0.35,
+    "matmul_efficiency": round(A100_FIT_MATMUL_EFFICIENCY * H100_MAMF / A100_MAMF, 3),
+}
 
 CLUSTERS: dict[str, dict[str, object]] = {
     # DGX A100 (NVIDIA DGX A100 user guide): 8 GPUs on NVSwitch, NVLink3 600 GB/s bidirectional =

@@ -28,6 +28,11 @@ A key written in the scenario always wins; these only fill what the scenario lea
   distributed optimizer issue one such collective per unit or bucket: "hierarchical". DeepSpeed's
   ZeRO-3 as Narayanan et al. 2021 Table 2 measured it (175B and 530B, 384 to 2,240 A100s) ran at
   one GPU's NIC bandwidth, the step time stopping falling with more GPUs: "ring".
+- overlap_grad_reduce: Megatron-LM's `--overlap-grad-reduce` is a store_true flag, off by default
+  (megatron/training/arguments.py: "If set, overlap DDP grad reduce"), so its gradient all-reduce (or
+  the distributed optimizer's reduce-scatter) runs after the backward pass; DeepSpeed's ZeRO
+  `overlap_comm` defaults to true for stage 3 only (DeepSpeedZeroConfig); torch DDP and FSDP2 reduce
+  each bucket or unit from its autograd hook (torchtitan): on.
 - ddp_bucket_cap_MiB: Megatron-core's DDP buckets hold max(40M, 1M x dp) parameters
   (megatron/core/distributed/distributed_data_parallel.py); DeepSpeed's `reduce_bucket_size` is 5e8
   elements (deepspeed/runtime/zero/config.py); torch DDP as plancast's runtime drives it keeps the
@@ -43,7 +48,9 @@ Framework = Literal["megatron-lm", "torchtitan", "deepspeed"]
 DEFAULT_FRAMEWORK: Framework = "torchtitan"
 
 
-def framework_defaults(framework: Framework, *, dtype: str, dp: int) -> dict[str, object]:
+def framework_defaults(
+    framework: Framework, *, dtype: str, dp: int, zero_stage: int = 0
+) -> dict[str, object]:
     """The framework's values for the step-time keys a scenario leaves unset.
 
     `ddp_bucket_params` is the gradient bucket in parameters (None: one bucket per chunk); the
@@ -55,6 +62,7 @@ def framework_defaults(framework: Framework, *, dtype: str, dp: int) -> dict[str
             "scatter_gather_p2p": True,
             "grad_accumulation_fp32": dtype == "bf16",
             "zero_collective_algorithm": "hierarchical",
+            "overlap_grad_reduce": False,
             "ddp_bucket_params": max(40_000_000, 1_000_000 * dp),
         }
     if framework == "deepspeed":
@@ -64,6 +72,7 @@ def framework_defaults(framework: Framework, *, dtype: str, dp: int) -> dict[str
             "scatter_gather_p2p": True,
             "grad_accumulation_fp32": dtype == "bf16",
             "zero_collective_algorithm": "ring",
+            "overlap_grad_reduce": zero_stage == 3,
             "ddp_bucket_params": 500_000_000,
         }
     return {
@@ -72,5 +81,6 @@ def framework_defaults(framework: Framework, *, dtype: str, dp: int) -> dict[str
         "scatter_gather_p2p": False,
         "grad_accumulation_fp32": False,
         "zero_collective_algorithm": "hierarchical",
+        "overlap_grad_reduce": True,
         "ddp_bucket_params": None,
     }

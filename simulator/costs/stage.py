@@ -14,18 +14,19 @@ from typing import Literal, cast
 
 from plancast.simulator.costs.collectives import CollectiveKind, Level, collective_seconds
 from plancast.simulator.costs.efficiency import op_seconds
+from plancast.simulator.costs.mixed_precision import fsdp_cast_seconds
 from plancast.simulator.costs.moe import moe_layer_forward
 from plancast.simulator.costs.moe_cp_comm import InnerCollective, layer_collectives
 from plancast.simulator.costs.ops import (
     DTYPE_BYTES,
     Op,
     Shape,
-    attention_core,
     embedding_forward,
     head_forward,
     layer_forward,
 )
-from plancast.simulator.costs.params import stage_parameters
+from plancast.simulator.costs.params import expert_params, head_params, layer_params, stage_parameters
+from plancast.simulator.costs.recompute import selective_recompute
 from plancast.simulator.costs.tp_comm import scenario_tp_collectives
 from plancast.simulator.scenario import Scenario
 
@@ -193,10 +194,15 @@ def _segment(
     s: Scenario,
     tp_levels: tuple[Level, ...],
     ep_cp: tuple[tuple[InnerCollective, ...], tuple[InnerCollective, ...]] = ((), ()),
+    cast_params: float = 0.0,
 ) -> Segment:
+    """`cast_params`: parameters whose gradient FSDP casts to its reduce dtype (costs/mixed_precision.py),
+    part of the weight-gradient work."""
     fwd, bwd_in, bwd_w = _phase_seconds(ops, s)
     if part == "layer" and s.training.recompute == "selective":
-        bwd_in += _phase_seconds(attention_core(ops), s)[0]
+        recomputed = selective_recompute(ops, Shape.of(s), s.training.selective_recompute)
+        bwd_in += _phase_seconds(recomputed, s)[0]
+    bwd_w += fsdp_cast_seconds(s, cast_params)
     return Segment(
         part,
         fwd,
@@ -214,13 +220,22 @@ def stage_costs(s: Scenario, tp_levels: tuple[Level, ...]) -> tuple[StageCost, .
     first_k_dense_replace on carry the MoE block and its all-to-alls (costs/moe.py)."""
     x = Shape.of(s)
     m = s.model
-    layer = _segment("layer", layer_forward(x), s, tp_levels, layer_collectives(s, moe=False))
+    dense_params = layer_params(m).per_rank(s.tp)
+    layer = _segment(
+        "layer", layer_forward(x), s, tp_levels, layer_collectives(s, moe=False), cast_params=dense_params
+    )
     moe_layer = layer
     if m.is_moe:
         moe_ops = moe_layer_forward(x, m, s.ep)
-        moe_layer = _segment("layer", moe_ops, s, tp_levels, layer_collectives(s, moe=True))
-    embedding = _segment("embedding", embedding_forward(x), s, tp_levels)
-    head = _segment("head", head_forward(x), s, tp_levels)
+        moe_params = layer_params(m, moe=True).per_rank(s.tp) + expert_params(m) / (s.ep * s.tp)
+        moe_layer = _segment(
+            "layer", moe_ops, s, tp_levels, layer_collectives(s, moe=True), cast_params=moe_params
+        )
+    embedding_params = m.vocab_size * m.hidden_size / s.vocab_tp
+    embedding = _segment("embedding", embedding_forward(x), s, tp_levels, cast_params=embedding_params)
+    projection = 0 if m.tie_word_embeddings else m.vocab_size * m.hidden_size  # split like the vocabulary
+    head_rank_params = projection / s.vocab_tp + head_params(m) - projection
+    head = _segment("head", head_forward(x), s, tp_levels, cast_params=head_rank_params)
     split = s.layer_split
     last = len(split) - 1
     out = []

@@ -118,28 +118,45 @@ def _alone_on_link(
 
 
 def reduce_gradients(sim: Engine, st: RankState, a: Action, backward_s: float) -> None:
-    """DDP / ZeRO-1, called as the chunk's last backward starts: each gradient bucket is reduced as
-    soon as the backward has produced it (DDP's autograd hooks, Megatron-LM's overlap_grad_reduce),
-    at its share of the backward in reduction order; without overlap all wait for its end."""
+    """DDP / ZeRO-1, called as a chunk's last backward starts. With overlap_grad_reduce each gradient
+    bucket is reduced as soon as the backward has produced it (DDP's autograd hooks, Megatron-LM's
+    `--overlap-grad-reduce`), at its share of the backward in reduction order. Without it the reduction
+    follows the whole backward pass (Megatron-LM's finalize_model_grads after the pipeline flush;
+    DeepSpeed's reduction after the last micro-batch): every chunk's buckets wait for the end of the
+    rank's final backward, queued chunk by chunk."""
     plan = sim.plan
     if plan.dense_dp == 1:
         return
-    buckets = plan.units[a.stage].bucket_bytes
+    if plan.s.parallelism.overlap_grad_reduce:
+        _reduce_chunk(sim, st, a.stage, a.chunk, backward_s, overlap=True)
+        return
+    if a != plan.final_backward(st.coord.pp):
+        return
+    for chunk, stage in enumerate(plan.owned_stages(st.coord.pp)):
+        _reduce_chunk(sim, st, stage, chunk, backward_s, overlap=False)
+
+
+def _reduce_chunk(
+    sim: Engine, st: RankState, stage: int, chunk: int, backward_s: float, overlap: bool
+) -> None:
+    """Queue one chunk's gradient buckets, ready at their share of a backward of `backward_s` (overlap)
+    or at its end."""
+    plan = sim.plan
+    buckets = plan.units[stage].bucket_bytes
     total = sum(buckets) or 1
     done = 0.0
-    overlap = plan.s.parallelism.overlap_grad_reduce
     for nbytes in buckets:
         done += nbytes
         after_s = backward_s * done / total if overlap else backward_s
-        sim.dp_collective(st, "all_reduce", nbytes, (a.stage, a.chunk, -1), ready=Due.after(sim.env, after_s))
+        sim.dp_collective(st, "all_reduce", nbytes, (stage, chunk, -1), ready=Due.after(sim.env, after_s))
     # routed experts: a second reducer over the expert-data-parallel group, after the dense buckets
     # (docs/moe.md); its one bucket per chunk is complete when the backward is
-    for nbytes in plan.units[a.stage].expert_bucket_bytes:
+    for nbytes in plan.units[stage].expert_bucket_bytes:
         sim.dp_collective(
             st,
             "all_reduce",
             nbytes,
-            (a.stage, a.chunk, -1),
+            (stage, chunk, -1),
             ready=Due.after(sim.env, backward_s),
             levels=plan.topo.levels("edp"),
         )
@@ -150,15 +167,19 @@ def fsdp_pass(sim: Engine, st: RankState, kind: str, a: Action, seconds: float, 
 
     With overlap_param_gather a unit's gather is issued when the unit before it starts (one unit
     of prefetch: FSDP2's backward prefetch and torchtitan's forward prefetch, DeepSpeed's bounded
-    `stage3_prefetch_bucket_size`), so it arrives while that unit computes; otherwise when the unit
-    is reached. The time spent waiting for a gather is data-parallel communication, kept apart
-    from the compute in `dp_wait_s`. A backward unit's reduce-scatter is issued once its gradients
-    exist (overlap_grad_reduce), else after the whole backward."""
+    `stage3_prefetch_bucket_size`), so it arrives while that unit computes; otherwise, and in backward
+    under fsdp_backward_prefetch = "post", when the unit is reached. The time spent waiting for a
+    gather is data-parallel communication, kept apart from the compute in `dp_wait_s`. A backward
+    unit's reduce-scatter is issued once its gradients exist (overlap_grad_reduce), else after the
+    whole backward."""
     env, par = sim.env, sim.plan.s.parallelism
     state = st.fsdp[a.stage]
     is_backward = kind in BACKWARD_KINDS
     steps = state.backward() if is_backward else state.forward()
     ahead = 1 if par.overlap_param_gather else 0
+    if is_backward and par.fsdp_backward_prefetch == "post":  # issued once the previous unit is done
+        ahead = 0
+    reduce_scale = sim.plan.fsdp_reduce_scale
     where = (a.stage, a.chunk, a.microbatch)
     start = env.now
     gathers: list[simpy.Event | None] = [None] * len(steps)
@@ -175,7 +196,7 @@ def fsdp_pass(sim: Engine, st: RankState, kind: str, a: Action, seconds: float, 
         if share:
             yield sim.busy(st.rank, seconds * share)
         if is_backward and par.overlap_grad_reduce:
-            sim.dp_collective(st, "reduce_scatter", unit.param_bytes, where)
+            sim.dp_collective(st, "reduce_scatter", unit.param_bytes * reduce_scale, where)
     sim.spans.append(
         Span(
             st.rank, "compute", kind, a.stage, a.chunk, a.microbatch, 0, -1, start, env.now - start, 0, flops
@@ -183,4 +204,4 @@ def fsdp_pass(sim: Engine, st: RankState, kind: str, a: Action, seconds: float, 
     )
     if is_backward and not par.overlap_grad_reduce:
         for unit, _ in steps:
-            sim.dp_collective(st, "reduce_scatter", unit.param_bytes, where)
+            sim.dp_collective(st, "reduce_scatter", unit.param_bytes * reduce_scale, where)

@@ -162,6 +162,10 @@ class StepPlan:
         """The virtual stages of pipeline rank `pp_rank`, one per chunk."""
         return tuple(c * self.s.pp + pp_rank for c in range(self.s.vpp))
 
+    def final_backward(self, pp_rank: int) -> Action | None:
+        """The rank's last backward action of the step: its pipeline flush ends with it."""
+        return next((a for a in reversed(self.schedule[pp_rank]) if a.kind == "B"), None)
+
     def last_backwards(self, pp_rank: int) -> frozenset[Action]:
         """Per chunk, its last backward action (after which DDP's gradients of that chunk are complete)."""
         last: dict[int, Action] = {}
@@ -231,6 +235,12 @@ class StepPlan:
             seconds = collective_seconds(kind, levels or self.dp_levels, nbytes, algorithm) + self.dp_host_s
             self._dp_seconds[key] = seconds
         return seconds
+
+    @cached_property
+    def fsdp_reduce_scale(self) -> float:
+        """Bytes a ZeRO-2/3 reduce-scatter moves per byte of its unit as units.py sizes it (in
+        training.dtype): gradients are reduced in parallelism.fsdp_reduce_dtype."""
+        return DTYPE_BYTES[self.s.fsdp_reduce_dtype] / DTYPE_BYTES[self.s.training.dtype]
 
     # ------------------------------------------------------------------------------ host and optimizer
     @cached_property

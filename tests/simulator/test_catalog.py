@@ -152,3 +152,14 @@ def test_plancast_catalog_rejects_an_unknown_kind() -> None:
     assert result.returncode == 2
     assert "error: unknown catalog 'tpus'" in result.stderr
     assert "Traceback" not in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("name", ["dgx-h100-80gb", "hgx-h200", "hgx-h800", "eth-h100-80gb"])
+def test_hopper_gemms_keep_the_a100_in_training_to_isolated_ratio(name: str) -> None:
+    """Hopper presets scale the A100 fit's GEMM efficiency by the two GPUs' isolated GEMM efficiency
+    (80.3% vs 86.9% of peak, simulator/catalog/clusters.py): 0.73, not the A100's 0.79."""
+    a100 = Cluster.model_validate({"preset": "dgx-a100-80gb"}).compute
+    hopper = Cluster.model_validate({"preset": name}).compute
+    assert hopper.matmul_efficiency == pytest.approx(a100.matmul_efficiency * 0.803 / 0.869, abs=1e-3)
+    assert hopper.matmul_efficiency < a100.matmul_efficiency
+    assert hopper.attention_efficiency == 0.35

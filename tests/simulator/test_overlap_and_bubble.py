@@ -94,3 +94,49 @@ def test_one_large_bucket_does_not_hold_the_link_against_pipeline_transfers() ->
     par = base.parallelism.model_copy(update={"framework": "megatron-lm", "ddp_bucket_cap_MiB": 100.0})
     bucketed = simulate(base.model_copy(update={"parallelism": par}), events=False).summary["step_time_s"]
     assert one == pytest.approx(bucketed, rel=0.05)
+
+
+def interleaved(framework: str, **parallelism: Any) -> Scenario:
+    """GPT-3 175B, tp8 pp4 with 3 chunks per rank, dp 2: every rank holds 3 chunks' gradient buckets."""
+    data: dict[str, Any] = {
+        "model": {"preset": "gpt3-175b"},
+        "training": {"seq_len": 2048, "global_batch_size": 16, "dtype": "bf16", "recompute": "full"},
+        "parallelism": {
+            "tensor_parallel_degree": 8,
+            "pipeline_parallel_degree": 4,
+            "pipeline_parallel_schedule": "Interleaved1F1B",
+            "virtual_stages_per_rank": 3,
+            "pipeline_layer_split": [8] * 12,
+            "framework": framework,
+            **parallelism,
+        },
+        "cluster": {"preset": "dgx-a100-80gb", "num_nodes": 8},
+    }
+    return parse_scenario(data).scenario
+
+
+@pytest.mark.parametrize(
+    ("framework", "zero_stage", "overlap"),
+    [("megatron-lm", 1, False), ("deepspeed", 1, False), ("deepspeed", 3, True), ("torchtitan", 1, True)],
+)
+def test_overlap_grad_reduce_follows_the_framework(framework: str, zero_stage: int, overlap: bool) -> None:
+    """Megatron-LM's --overlap-grad-reduce is opt-in; DeepSpeed overlaps (overlap_comm) under ZeRO-3 only."""
+    s = interleaved(framework, zero_stage=zero_stage)
+    assert s.parallelism.overlap_grad_reduce is overlap
+    assert interleaved(
+        framework, zero_stage=zero_stage, overlap_grad_reduce=not overlap
+    ).parallelism.overlap_grad_reduce is (not overlap)
+
+
+def test_without_overlap_every_chunk_is_reduced_after_the_whole_backward() -> None:
+    """Megatron-LM reduces after the pipeline flush (finalize_model_grads): no bucket of any chunk starts
+    before the rank's last backward has ended; with overlap the earlier chunks start during the flush."""
+    for overlap in (False, True):
+        events = simulate(interleaved("megatron-lm", overlap_grad_reduce=overlap)).events
+        for rank, mine in events.groupby("rank"):
+            backward_end = mine[mine["kind"] == "backward"].eval("start_us + dur_us").max()
+            first_reduce = mine[(mine["stream"] == "dp") & (mine["kind"] == "all_reduce")]["start_us"].min()
+            if overlap:
+                assert first_reduce < backward_end, rank
+            else:
+                assert first_reduce >= backward_end - 1e-6, rank

@@ -1,0 +1,51 @@
+"""What selective recompute re-runs in backward, per policy (`training.selective_recompute`).
+
+- attention: the attention core, QK^T, softmax, dropout and attention-over-values (Korthikanti et al.
+  2022 sec. 4.2; Megatron-LM's `--recompute-granularity selective`, plancast's runtime).
+- op: torchtitan's per-op selective activation checkpointing (`selective_ac_option = "op"`,
+  torchtitan/distributed/activation_checkpoint.py `_apply_op_sac`): inside each checkpointed block the
+  outputs of matmuls, fused attention (SDPA) and reduce-scatters are saved, "except every second mm"
+  (a counter over the block's matmuls in forward order, even counts recomputed); every other op is
+  recomputed. A fused GEMM of plancast's op list stands for the separate matmuls torchtitan's models
+  issue: QKV as wq, wk, wv (sizes h, kv, kv) and SwiGLU's gate_up as w1, w3.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from plancast.simulator.costs.ops import Op, Shape, attention_core
+
+FUSED_ATTENTION = "attention"  # the SDPA op of ops.layer_forward under flash attention
+
+
+def _matmul_parts(op: Op, x: Shape) -> tuple[float, ...]:
+    """The shares of `op`'s work taken by each separate matmul it stands for, in issue order."""
+    if op.name == "qkv":
+        total = x.h + 2 * x.kv_dim
+        return (x.h / total, x.kv_dim / total, x.kv_dim / total)
+    if op.name == "gate_up":
+        return (0.5, 0.5)
+    return (1.0,)
+
+
+def op_sac_recompute(ops: tuple[Op, ...], x: Shape) -> tuple[Op, ...]:
+    """The part of one block's forward that torchtitan's per-op policy re-runs in backward (see module)."""
+    out: list[Op] = []
+    count = 0
+    for op in ops:
+        if op.category == "memory" or (op.category == "attention" and op.name != FUSED_ATTENTION):
+            out.append(op)
+        elif op.category == "matmul":
+            share = 0.0
+            for part in _matmul_parts(op, x):
+                count += 1
+                share += part if count % 2 == 0 else 0.0
+            if share:
+                out.append(replace(op, flops=op.flops * share, bytes=op.bytes * share))
+    return tuple(out)
+
+
+def selective_recompute(ops: tuple[Op, ...], x: Shape, policy: str) -> tuple[Op, ...]:
+    """The ops of one block that recompute = "selective" re-runs under `policy`."""
+    return op_sac_recompute(ops, x) if policy == "op" else attention_core(ops)
