@@ -92,6 +92,7 @@ def check_runtime_support(scenario: Scenario, world_size: int) -> None:
             "were started; set --nproc-per-node/--nnodes to match"
         )
     check_moe_cp_support(scenario)
+    check_framework_behaviour(scenario)
     if m.num_attention_heads % tp or m.kv_heads % tp:
         raise PlanError(
             f"model.num_attention_heads ({m.num_attention_heads}) and num_key_value_heads ({m.kv_heads}) "
@@ -132,6 +133,28 @@ def check_runtime_support(scenario: Scenario, world_size: int) -> None:
         raise PlanError(f"training.dtype = {scenario.training.dtype!r} needs a GPU; use fp32 on CPU")
     if any(n < 1 for n in scenario.layer_split):
         raise PlanError("parallelism.pipeline_layer_split: every virtual stage needs at least one layer")
+
+
+def check_framework_behaviour(scenario: Scenario) -> None:
+    """Raise PlanError for the other frameworks' behaviours the simulator models and the runtime does not
+    run (a run that ignored them would not be the plan that was predicted)."""
+    t, p = scenario.training, scenario.parallelism
+    if t.recompute == "selective" and t.selective_recompute != "attention":
+        raise PlanError(
+            f"training.selective_recompute = {t.selective_recompute!r}: the runtime recomputes the attention "
+            "core only (Korthikanti et al. 2022); set selective_recompute = 'attention' to run this plan"
+        )
+    fsdp = scenario.dp > 1 and p.zero_stage >= 2
+    if fsdp and p.fsdp_backward_prefetch != "pre":
+        raise PlanError(
+            f"parallelism.fsdp_backward_prefetch = {p.fsdp_backward_prefetch!r}: the runtime runs FSDP2, "
+            "which gathers the next unit before this one's backward; set fsdp_backward_prefetch = 'pre'"
+        )
+    if fsdp and scenario.fsdp_reduce_dtype != t.dtype:
+        raise PlanError(
+            f"parallelism.fsdp_reduce_dtype = {scenario.fsdp_reduce_dtype!r}: the runtime's FSDP2 reduces "
+            f"gradients in the parameter dtype ({t.dtype}); leave fsdp_reduce_dtype unset to run this plan"
+        )
 
 
 def check_moe_cp_support(scenario: Scenario) -> None:

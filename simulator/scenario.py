@@ -144,7 +144,7 @@ class Training(Strict):
     2022 sec. 4.2; Megatron-LM, plancast's runtime). op: torchtitan's per-op selective checkpointing
     (`selective_ac_option = "op"`): every op but matmuls, fused attention and reduce-scatters, and every
     second matmul of a block (simulator/costs/recompute.py). Step time only: activation memory keeps the
-    attention policy's formula, and plancast's runtime runs the attention policy."""
+    attention policy's formula. `plancast run` runs the attention policy only and refuses "op"."""
     flash_attention: bool = False
     """Fused attention (Dao et al. 2022): no s x s scores in memory; off reproduces Megatron-LM 2022."""
     grad_accumulation_fp32: bool | None = None
@@ -224,7 +224,7 @@ class Parallelism(Strict):
     current unit's gradient computation starts, so they overlap (FSDP2, torchtitan; FSDP1
     `BackwardPrefetch.BACKWARD_PRE`); post: once it is done (FSDP1 `BACKWARD_POST`, "less overlap", the
     default of Composer through 0.16, composer/trainer/dist_strategy.py), so each unit waits for its own
-    gather, queued behind the previous unit's reduce-scatter."""
+    gather, queued behind the previous unit's reduce-scatter. `plancast run` (FSDP2) refuses "post"."""
     zero_collective_algorithm: Literal["ring", "hierarchical"] | None = None
     """How ZeRO-2/3 parameter all-gathers and gradient reduce-scatters cross nodes. hierarchical: NCCL's
     rings, one channel per NIC, so a gather over whole nodes runs at the node's summed NIC bandwidth
@@ -236,7 +236,7 @@ class Parallelism(Strict):
     before the collective, which then moves its bytes. torchtitan's default config reduces in fp32
     (`mixed_precision_reduce = "float32"`), as does Composer's `mixed_precision = "DEFAULT"` from
     0.16.4. Ignored below ZeRO-2. Default: training.dtype, as plancast's runtime (no mixed-precision
-    policy) reduces."""
+    policy) reduces; `plancast run` refuses another dtype."""
     tp_comm_overlap: bool = False
     """Hide tensor-parallel collectives behind GEMMs (off: they sit on the critical path)."""
     ddp_bucket_cap_MiB: float | None = Field(default=None, gt=0)

@@ -1,0 +1,41 @@
+"""Behaviours of other frameworks that the simulator models and the runtime does not run are refused by
+`plancast run` before anything starts (exit 2, the key to change): a run that ignored them would not be
+the plan that was predicted (runtime/plan.py, check_framework_behaviour)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import tomli_w
+
+from tests.cli_runner import cli_main
+
+TRAINING = {"seq_len": 32, "micro_batch_size": 1, "global_batch_size": 8, "dtype": "fp32"}
+FSDP = {"data_parallel_degree": 2, "zero_stage": 3}
+
+CASES: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {
+    # name: (training keys, parallelism, what the message must name)
+    "selective-op": ({"recompute": "selective", "selective_recompute": "op"}, {}, "'attention'"),
+    "fsdp-prefetch-post": ({}, {**FSDP, "fsdp_backward_prefetch": "post"}, "fsdp_backward_prefetch = 'pre'"),
+    "fsdp-reduce-bf16": ({}, {**FSDP, "fsdp_reduce_dtype": "bf16"}, "leave fsdp_reduce_dtype unset"),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_unrun_behaviour_is_refused_with_the_fix(name: str, tmp_path: Path) -> None:
+    training, parallelism, fix = CASES[name]
+    ranks = parallelism.get("data_parallel_degree", 1)
+    data = {
+        "model": {"preset": "tiny-gpt"},
+        "training": {**TRAINING, **training},
+        "parallelism": parallelism,
+        "cluster": {"preset": "local-cpu", "gpus_per_node": ranks},
+    }
+    path = tmp_path / "scenario.toml"
+    path.write_text(tomli_w.dumps(data))
+    code, _, stderr = cli_main("run", str(path), "--out", str(tmp_path / "run"))
+    assert code == 2, stderr
+    assert fix in stderr and "Traceback" not in stderr, stderr
+    assert not (tmp_path / "run" / "measured").exists()
