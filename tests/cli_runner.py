@@ -38,3 +38,16 @@ def cli_subprocess(*args: str, timeout_s: float = 120) -> subprocess.CompletedPr
         timeout=timeout_s,
         check=False,
     )
+
+
+def assert_run_refused(tmp_path: Path, scenario: dict[str, Any], fix: str) -> None:
+    """`plancast run` on `scenario` stops before anything starts: exit 2, `fix` named, no traceback,
+    no measured run written."""
+    import tomli_w
+
+    path = tmp_path / "scenario.toml"
+    path.write_text(tomli_w.dumps(scenario))
+    code, _, stderr = cli_main("run", str(path), "--out", str(tmp_path / "run"))
+    assert code == 2, stderr
+    assert fix in stderr and "Traceback" not in stderr, stderr
+    assert not (tmp_path / "run" / "measured").exists()

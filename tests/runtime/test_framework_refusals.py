@@ -8,9 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import tomli_w
 
-from tests.cli_runner import cli_main
+from tests.cli_runner import assert_run_refused
 
 TRAINING = {"seq_len": 32, "micro_batch_size": 1, "global_batch_size": 8, "dtype": "fp32"}
 FSDP = {"data_parallel_degree": 2, "zero_stage": 3}
@@ -33,9 +32,4 @@ def test_unrun_behaviour_is_refused_with_the_fix(name: str, tmp_path: Path) -> N
         "parallelism": parallelism,
         "cluster": {"preset": "local-cpu", "gpus_per_node": ranks},
     }
-    path = tmp_path / "scenario.toml"
-    path.write_text(tomli_w.dumps(data))
-    code, _, stderr = cli_main("run", str(path), "--out", str(tmp_path / "run"))
-    assert code == 2, stderr
-    assert fix in stderr and "Traceback" not in stderr, stderr
-    assert not (tmp_path / "run" / "measured").exists()
+    assert_run_refused(tmp_path, data, fix)
