@@ -8,7 +8,6 @@ to their symmetric peers (same pipeline position, other tp/dp coordinates) up to
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -203,13 +202,12 @@ def _hardware_flops(s: Scenario, costs: tuple[StageCost, ...]) -> float:
     return per_mb * s.num_microbatches * s.dp * s.cp * s.tp
 
 
-def _tp_time(spans: list[Span], costs: tuple[StageCost, ...]) -> dict[int, float]:
+def _tp_time(passes: dict[tuple[int, str, int], int], costs: tuple[StageCost, ...]) -> dict[int, float]:
     """Each rank's tensor-parallel time inside its compute spans, without building the events: the
-    compute passes are counted per (rank, kind, stage), then each kind of pass is priced once."""
-    passes = Counter(sp[:4] for sp in spans if sp[1] == "compute")  # (rank, stream, kind, stage)
+    engine's pass counts per (rank, kind, stage) (`Engine.passes`), each kind of pass priced once."""
     per_pass: dict[tuple[int, str], float] = {}
     tp_time: dict[int, float] = {}
-    for (rank, _, kind, stage), count in passes.items():
+    for (rank, kind, stage), count in passes.items():
         if kind not in _TP_PHASES:
             continue
         dur = per_pass.get((stage, kind))
@@ -229,16 +227,21 @@ def simulate(
     engine = Engine(s, full_fidelity=full_fidelity)
     plan = engine.plan
     spans = engine.run()
-    tp_events, tp_time = _tp_events(spans, plan.costs) if events else (None, _tp_time(spans, plan.costs))
+    work = engine.spans  # the pipeline transfers apart: the summary needs only their ends
+    if events:
+        tp_events, tp_time = _tp_events(work, plan.costs)
+    else:
+        tp_events, tp_time = None, _tp_time(engine.passes, plan.costs)
     summary = summarize(
         s,
-        spans,
+        work,
         tp_time,
         plan.p2p_seconds,
         _hardware_flops(s, plan.costs),
         plan.schedule,
         dp_wait_s=engine.dp_wait_s,
-        stream_comm_s=ep_cp_times(spans, plan.costs),
+        stream_comm_s=ep_cp_times(work, plan.costs),
+        transfers=engine.transfers,
     )
     summary["schema_version"] = SCHEMA_VERSION
     summary["simulated_ranks"] = len(plan.ranks)

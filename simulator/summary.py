@@ -66,6 +66,7 @@ def summarize(
     schedule: Schedule | None = None,
     dp_wait_s: dict[int, float] | None = None,
     stream_comm_s: dict[str, dict[int, float]] | None = None,
+    transfers: Sequence[tuple[Any, ...]] = (),
 ) -> dict[str, Any]:
     """The summary object of the CLI contract (docs/cli.md; plus breakdown details).
 
@@ -76,8 +77,9 @@ def summarize(
     rank's compute spans spent waiting for ZeRO-2/3 gathers (communication, not compute);
     `stream_comm_s["ep"|"cp"][rank]`: blocking MoE all-to-all / context-parallel K/V time inside that
     rank's compute spans (simulator/moe_cp_spans.py), reported as exposed "ep" / "cp" communication
-    (the keys appear for MoE models and for cp > 1)."""
-    step_time, per_rank = _breakdowns(s, spans, tp_comm_s, dp_wait_s or {}, stream_comm_s or {})
+    (the keys appear for MoE models and for cp > 1); `transfers`: pipeline send/recv spans kept apart
+    from `spans` (only their ends count, for the step time; they may also be in `spans`)."""
+    step_time, per_rank = _breakdowns(s, spans, tp_comm_s, dp_wait_s or {}, stream_comm_s or {}, transfers)
     critical = _critical_rank(per_rank)
     c = per_rank.get(critical, _Breakdown(0.0, 0.0, {}, 0.0, 0.0))
     _, bubble_fraction = pipeline_bubble(step_time, c.compute + c.optimizer, sum(c.exposed.values()))
@@ -121,15 +123,18 @@ class _RankSpans:
         self.opt = 0.0  # the rest of the compute stream (optimizer)
 
 
-def _by_rank(spans: Sequence[tuple[Any, ...]]) -> tuple[float, dict[int, _RankSpans]]:
-    """The step time (the last span's end) and the spans of each rank, in one pass (a plain loop: the
-    columns as numpy arrays cost more to build than the sums they serve)."""
-    step_time = 0.0 if not spans else -math.inf
+def _by_rank(
+    spans: Sequence[tuple[Any, ...]], transfers: Sequence[tuple[Any, ...]] = ()
+) -> tuple[float, dict[int, _RankSpans]]:
+    """The step time (the last end of a span or transfer) and the spans of each rank, in one pass (a
+    plain loop: the columns as numpy arrays cost more to build than the sums they serve)."""
+    step_time = max((sp[8] + sp[9] for sp in transfers), default=0.0 if not spans else -math.inf)
     by_rank: dict[int, _RankSpans] = {}
     pipeline_kinds = frozenset(PIPELINE_KINDS)
     for rank, stream, kind, _st, _ch, _mb, _order, _peer, start, dur, _bytes, _flops in spans:
         end = start + dur
-        step_time = max(step_time, end)
+        if end > step_time:  # noqa: PLR1730 (a comparison, not a builtin call, per span)
+            step_time = end
         mine = by_rank.get(rank)
         if mine is None:
             mine = by_rank[rank] = _RankSpans()
@@ -156,9 +161,10 @@ def _breakdowns(
     tp_comm_s: dict[int, float],
     dp_wait_s: dict[int, float],
     stream_comm_s: dict[str, dict[int, float]],
+    transfers: Sequence[tuple[Any, ...]],
 ) -> tuple[float, dict[int, _Breakdown]]:
     """The step time and every simulated rank's breakdown (compute, optimizer, exposed comm, bubble)."""
-    step_time, by_rank = _by_rank(spans)
+    step_time, by_rank = _by_rank(spans, transfers)
     extra_streams = [k for k, on in (("ep", s.model.is_moe), ("cp", s.cp > 1)) if on]
     per_rank: dict[int, _Breakdown] = {}
     for r in sorted(by_rank):

@@ -18,9 +18,10 @@ from plancast.simulator.engine.due import Due
 from plancast.simulator.engine.link import Link
 from plancast.simulator.engine.pipeline import Arrival
 from plancast.simulator.engine.plan import StepPlan
-from plancast.simulator.engine.spans import Span
+from plancast.simulator.engine.spans import Span, new_span
 from plancast.simulator.mesh import Coord
 from plancast.simulator.scenario import Scenario
+from plancast.simulator.schedules import Action
 from plancast.simulator.units import FsdpState
 
 TransferKey = tuple[int, str, int, int]
@@ -77,16 +78,22 @@ class Engine:
         self.plan = plan or StepPlan.of(s, full_fidelity, costs_override)
         self.env = simpy.Environment()
         self.spans: list[Span] = []
+        """Passes, collectives and waits: what the step's breakdown is made of."""
+        self.transfers: list[Span] = []
+        """Pipeline sends and receives (pipeline.py), apart: the summary reads only their ends."""
+        self.passes: dict[tuple[int, str, int], int] = {}
+        """Compute passes recorded per (rank, kind, virtual stage): what tensor-parallel time is priced by."""
         self.arrivals: dict[TransferKey, Arrival] = {}  # receivers already waiting
         self.landed: dict[TransferKey, float] = {}  # transfers landed (or landing) at a time
         self.meetings: dict[tuple[int, int], simpy.Event] = {}  # tied-embedding holders waiting
         self.dp_wait_s: dict[int, float] = {}  # per rank: compute-stream time spent waiting for gathers
         self._links: dict[tuple[int, int], Link] = {}
+        self._routes: dict[tuple[int, int], tuple[float, Link | None]] = {}
         self._slots: dict[int, simpy.Resource] = {}
         self._indices: dict[tuple[int, str, str, int, int, int], int] = {}
 
     def run(self) -> list[Span]:
-        """Simulate one step; returns the spans of the simulated ranks."""
+        """Simulate one step; returns the spans of the simulated ranks (`spans`, then `transfers`)."""
         plan = self.plan
         for rank in plan.ranks:
             coord = plan.grid.coord(rank)
@@ -109,7 +116,7 @@ class Engine:
         finally:
             if paused:
                 gc.enable()
-        return self.spans
+        return self.spans + self.transfers
 
     # ------------------------------------------------------------------------------------ resources
     def link(self, rank: int, tier: int) -> Link:
@@ -118,6 +125,17 @@ class Engine:
         if link is None:
             link = self._links[(rank, tier)] = Link()
         return link
+
+    def route(self, rank: int, peer: int) -> tuple[float, Link | None]:
+        """A pipeline transfer from `rank` to `peer`: its duration, and the sender's link it queues on
+        when the plan shares links (None: it starts when posted). Memoised: read per transfer."""
+        route = self._routes.get((rank, peer))
+        if route is None:
+            plan = self.plan
+            shared = plan.share_links and peer in plan.simulated
+            link = self.link(rank, plan.tier(rank, peer)) if shared else None
+            route = self._routes[(rank, peer)] = (plan.p2p_seconds(rank, peer), link)
+        return route
 
     def busy(self, rank: int, seconds: float) -> simpy.Event:
         """An event that fires after `seconds` of compute, queued for one of the node's compute slots
@@ -130,6 +148,14 @@ class Engine:
         if res is None:
             res = self._slots[node] = simpy.Resource(self.env, capacity=slots)
         return self.env.process(_occupy(self.env, res, seconds))
+
+    def record_pass(self, rank: int, kind: str, a: Action, start: float, dur: float, flops: float) -> None:
+        """The span of one compute pass of `a` (forward, recompute, backward, ...) of `dur` seconds."""
+        self.spans.append(
+            new_span((rank, "compute", kind, a.stage, a.chunk, a.microbatch, 0, -1, start, dur, 0, flops))
+        )
+        key = (rank, kind, a.stage)
+        self.passes[key] = self.passes.get(key, 0) + 1
 
     # ---------------------------------------------------------------------------------- transfers
     def land_after(self, key: TransferKey, seconds: float) -> None:

@@ -197,11 +197,7 @@ def fsdp_pass(sim: Engine, st: RankState, kind: str, a: Action, seconds: float, 
             yield sim.busy(st.rank, seconds * share)
         if is_backward and par.overlap_grad_reduce:
             sim.dp_collective(st, "reduce_scatter", unit.param_bytes * reduce_scale, where)
-    sim.spans.append(
-        Span(
-            st.rank, "compute", kind, a.stage, a.chunk, a.microbatch, 0, -1, start, env.now - start, 0, flops
-        )
-    )
+    sim.record_pass(st.rank, kind, a, start, env.now - start, flops)
     if is_backward and not par.overlap_grad_reduce:
         for unit, _ in steps:
             sim.dp_collective(st, "reduce_scatter", unit.param_bytes * reduce_scale, where)

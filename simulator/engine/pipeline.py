@@ -33,28 +33,20 @@ def send(sim: Engine, st: RankState, kind: str, a: Action, to_stage: int) -> sim
 
     The landing time is known at once: without link sharing the transfer starts now; with it, it
     queues for the rank's link on its tier (link.py), behind what was posted before it."""
-    plan = sim.plan
     dst = st.holders[to_stage]
-    seconds = plan.p2p_seconds(st.rank, dst)
+    seconds, link = sim.route(st.rank, dst)
     key = (dst, kind, to_stage, a.microbatch)
-    index = 0 if kind == "F" else 1
-    if plan.share_links and dst in plan.simulated:  # queued on the rank's link (link.py)
-        start, cut = sim.link(st.rank, plan.tier(st.rank, dst)).post(sim.env.now, seconds)
+    now = sim.env.now
+    if link is not None:  # queued on the rank's link (link.py)
+        start, cut = link.post(now, seconds)
         if cut is not None:
             collective, slices_done = cut
             collective.interrupt(slices_done)
-        _record_send(sim, st, a, index, dst, start, seconds)
         sim.land_at(key, start + seconds)
     else:
-        _record_send(sim, st, a, index, dst, sim.env.now, seconds)
+        start = now
         sim.land_after(key, seconds)
-    return None if plan.overlap_p2p else sim.env.timeout(seconds)
-
-
-def _record_send(
-    sim: Engine, st: RankState, a: Action, index: int, dst: int, start_s: float, seconds: float
-) -> None:
-    sim.spans.append(
+    sim.transfers.append(
         new_span(
             (
                 st.rank,
@@ -63,15 +55,16 @@ def _record_send(
                 a.stage,
                 a.chunk,
                 a.microbatch,
-                index,
+                0 if kind == "F" else 1,
                 dst,
-                start_s,
+                start,
                 seconds,
                 sim.plan.p2p_bytes,
                 0.0,
             )
         )
     )
+    return None if sim.plan.overlap_p2p else sim.env.timeout(seconds)
 
 
 def recv(sim: Engine, st: RankState, kind: str, a: Action, from_stage: int) -> Process:
@@ -88,7 +81,7 @@ def recv(sim: Engine, st: RankState, kind: str, a: Action, from_stage: int) -> P
     if sim.plan.p2p_host_s:
         yield sim.busy(st.rank, sim.plan.p2p_host_s)
     index = 0 if kind == "F" else 1
-    sim.spans.append(
+    sim.transfers.append(
         new_span(
             (
                 st.rank,

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from plancast.simulator.engine.data_parallel import broadcast_shards, fsdp_pass, reduce_gradients
 from plancast.simulator.engine.pipeline import recv, send
-from plancast.simulator.engine.spans import Process, Span, new_span
+from plancast.simulator.engine.spans import Process, Span
 from plancast.simulator.schedules import Action
 
 if TYPE_CHECKING:
@@ -77,7 +77,7 @@ def backward(sim: Engine, st: RankState, a: Action, last: bool) -> Process:
         start = sim.env.now
         if d.recompute_s and not last and not plan.compute_slots:  # one timeout for both passes
             yield sim.env.timeout(d.recompute_s + d.backward_s)
-            record_pass(sim, st, "recompute", a, start, d.recompute_s, d.forward_flops)
+            sim.record_pass(st.rank, "recompute", a, start, d.recompute_s, d.forward_flops)
             start += d.recompute_s
         else:
             if d.recompute_s:
@@ -105,31 +105,7 @@ def compute(sim: Engine, st: RankState, kind: str, a: Action, seconds: float, fl
 
 def record_compute(sim: Engine, st: RankState, kind: str, a: Action, start: float, flops: float) -> None:
     """The span of a pass that started at `start` and ends now."""
-    record_pass(sim, st, kind, a, start, sim.env.now - start, flops)
-
-
-def record_pass(
-    sim: Engine, st: RankState, kind: str, a: Action, start: float, dur: float, flops: float
-) -> None:
-    """The span of a pass of `dur` seconds from `start`."""
-    sim.spans.append(
-        new_span(
-            (
-                st.rank,
-                "compute",
-                kind,
-                a.stage,
-                a.chunk,
-                a.microbatch,
-                0,
-                -1,
-                start,
-                dur,
-                0,
-                flops,
-            )
-        )
-    )
+    sim.record_pass(st.rank, kind, a, start, sim.env.now - start, flops)
 
 
 # ------------------------------------------------------------------------------ after the flush
