@@ -86,6 +86,19 @@ class StepPlan:
     host: HostCosts
     compute_slots: int | None
     """Compute units per node when ranks share them (fewer than ranks per node), else None."""
+    stages: int
+    """Virtual pipeline stages (pp x v)."""
+    dense_dp: int
+    """Ranks the dense gradients and ZeRO shards span: data x context parallel (the `dp_cp` group of
+    simulator/mesh.py; Megatron-LM's data-parallel group `with_context_parallel=True`)."""
+    fsdp: bool
+    """ZeRO-2/3: parameters gathered per unit before use, gradients reduce-scattered."""
+    simulated: frozenset[int]
+    """`ranks` as a set."""
+    p2p_host_s: float
+    """Host cost of posting one pipeline transfer."""
+    # (the five above are plain fields, not properties: the event loop reads them per action, and an
+    # instance attribute is the cheapest read there is)
     _tiers: dict[tuple[int, int], int] = field(default_factory=dict, compare=False, repr=False)
     _p2p_seconds: dict[tuple[int, int], float] = field(default_factory=dict, compare=False, repr=False)
     _dp_seconds: dict[tuple[CollectiveKind, float, tuple[Level, ...] | None], float] = field(
@@ -109,7 +122,9 @@ class StepPlan:
         shared = slots if slots is not None and slots < s.cluster.gpus_per_node else None
         full = full_fidelity or shared is not None
         grid = topo.grid
-        ranks = range(grid.world_size) if full else (grid.rank(Coord(p, 0, 0)) for p in range(s.pp))
+        ranks = tuple(range(grid.world_size) if full else (grid.rank(Coord(p, 0, 0)) for p in range(s.pp)))
+        zero_stage = s.parallelism.zero_stage if s.dp * s.cp > 1 else 0  # ZeRO shards over dp x cp
+        host = HostCosts.of(s)
         return cls(
             s=s,
             topo=topo,
@@ -120,35 +135,26 @@ class StepPlan:
             units=tuple(dp_plan(s, c) for c in costs),
             dp_levels=dp_levels,
             tp_levels=tp_levels,
-            zero_stage=s.parallelism.zero_stage if s.dp * s.cp > 1 else 0,  # ZeRO shards over dp x cp
-            ranks=tuple(ranks),
+            zero_stage=zero_stage,
+            ranks=ranks,
             full_fidelity=full,
             p2p_bytes=p2p_bytes(s),
             overlap_p2p=bool(s.parallelism.overlap_p2p_comm),
             share_links=s.pp > 1 and bool(dp_levels),
             dp_tier=span_tier(grid.group("dp_cp", 0), topo.tier_sizes),
-            host=HostCosts.of(s),
+            host=host,
             compute_slots=shared,
+            stages=s.pp * s.vpp,
+            dense_dp=s.dp * s.cp,
+            fsdp=zero_stage >= 2,
+            simulated=frozenset(ranks),
+            p2p_host_s=host.p2p_s,
         )
 
     # --------------------------------------------------------------------------------- the layout
     @property
     def grid(self) -> RankGrid:
         return self.topo.grid
-
-    @cached_property
-    def stages(self) -> int:
-        """Virtual pipeline stages (pp x v)."""
-        return self.s.pp * self.s.vpp
-
-    @cached_property
-    def simulated(self) -> frozenset[int]:
-        return frozenset(self.ranks)
-
-    @property
-    def fsdp(self) -> bool:
-        """ZeRO-2/3: parameters gathered per unit before use, gradients reduce-scattered."""
-        return self.zero_stage >= 2
 
     def holder(self, coord: Coord, stage: int) -> int:
         """The rank holding virtual `stage` in `coord`'s data- and tensor-parallel replica."""
@@ -173,6 +179,12 @@ class StepPlan:
             if a.kind == "B":
                 last[a.stage] = a
         return frozenset(last.values())
+
+    def is_last_backward(self, pp_rank: int) -> tuple[bool, ...]:
+        """Per action of the rank's schedule, whether it is one of `last_backwards` (read beside the
+        schedule: an Action's hash is a Python-level call, too slow to look up per action)."""
+        last = {id(a) for a in self.last_backwards(pp_rank)}
+        return tuple(id(a) in last for a in self.schedule[pp_rank])
 
     # ---------------------------------------------------------------------------------- transfers
     def tier(self, a: int, b: int) -> int:
@@ -248,20 +260,9 @@ class StepPlan:
         """Host cost of one data-parallel collective (FSDP2's hooks)."""
         return self.host.dp_collective_s
 
-    @cached_property
-    def p2p_host_s(self) -> float:
-        """Host cost of posting one pipeline transfer."""
-        return self.host.p2p_s
-
     def step_host_s(self, pp_rank: int) -> float:
         """Per-step host work of pipeline rank `pp_rank` beyond its spans (simulator/costs/host.py)."""
         return self.host.step_s(self.s, pp_rank)
-
-    @property
-    def dense_dp(self) -> int:
-        """Ranks the dense gradients and ZeRO shards span: data x context parallel (the `dp_cp` group of
-        simulator/mesh.py; Megatron-LM's data-parallel group `with_context_parallel=True`)."""
-        return self.s.dp * self.s.cp
 
     def optimizer_s(self, pp_rank: int) -> float:
         """The optimizer step of pipeline rank `pp_rank`: memory-bound update plus per-tensor host loop."""

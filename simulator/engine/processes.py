@@ -24,12 +24,12 @@ if TYPE_CHECKING:
 def rank_step(sim: Engine, st: RankState) -> Process:
     """One rank's step: its schedule's actions, the wait for its gradients, reductions, optimizer."""
     plan = sim.plan
-    last_b = plan.last_backwards(st.coord.pp)
-    for a in plan.schedule[st.coord.pp]:
+    pp = st.coord.pp
+    for a, last in zip(plan.schedule[pp], plan.is_last_backward(pp), strict=True):
         if a.kind == "F":
             yield from forward(sim, st, a)
         elif a.kind == "B":
-            yield from backward(sim, st, a, a in last_b)
+            yield from backward(sim, st, a, last)
         else:
             d = plan.durations[a.stage]
             yield from compute(sim, st, "backward_weight", a, d.backward_weight_s, d.weight_flops)

@@ -67,6 +67,8 @@ def test_last_backwards_are_the_last_b_of_each_chunk() -> None:
     m = plan.s.num_microbatches
     assert plan.last_backwards(0) == frozenset({Action("B", m - 1, 0, 0)})
     assert plan.last_backwards(1) == frozenset({Action("B", m - 1, 1, 0)})
+    flags = plan.is_last_backward(0)
+    assert [a for a, last in zip(plan.schedule[0], flags, strict=True) if last] == [Action("B", m - 1, 0, 0)]
 
 
 def test_zero_is_off_without_data_parallelism_and_fsdp_from_stage_2() -> None:
