@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, cast
 import simpy
 
 from plancast.simulator.engine.due import Due
-from plancast.simulator.engine.spans import Process, Span
+from plancast.simulator.engine.spans import Process, Span, new_span
 from plancast.simulator.schedules import Action
 
 if TYPE_CHECKING:
@@ -40,7 +40,7 @@ def dp_stream(sim: Engine, st: RankState) -> Process:
             yield env.timeout(seconds)
         shard = nbytes / plan.dense_dp if kind == "all_gather" else nbytes  # per-rank payload, as measured
         sim.spans.append(
-            Span(st.rank, "dp", kind, stage, chunk, mb, index, -1, start, seconds, int(shard), 0.0)
+            new_span((st.rank, "dp", kind, stage, chunk, mb, index, -1, start, seconds, int(shard), 0.0))
         )
         if done is not None:
             done.succeed()

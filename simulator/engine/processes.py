@@ -53,7 +53,7 @@ def forward(sim: Engine, st: RankState, a: Action) -> Process:
     else:
         start = sim.env.now
         yield sim.busy(st.rank, d.forward_s)
-        record_compute(sim, st, "forward", a, start, d.forward_flops)
+        sim.record_pass(st.rank, "forward", a, start, sim.env.now - start, d.forward_flops)
     if a.stage < plan.stages - 1 and st.holders[a.stage + 1] != st.rank:
         if plan.p2p_host_s:
             yield sim.busy(st.rank, plan.p2p_host_s)
@@ -82,12 +82,12 @@ def backward(sim: Engine, st: RankState, a: Action, last: bool) -> Process:
         else:
             if d.recompute_s:
                 yield sim.busy(st.rank, d.recompute_s)
-                record_compute(sim, st, "recompute", a, start, d.forward_flops)
+                sim.record_pass(st.rank, "recompute", a, start, sim.env.now - start, d.forward_flops)
                 start = sim.env.now
             if last:
                 reduce_gradients(sim, st, a, d.backward_s)
             yield sim.busy(st.rank, d.backward_s)
-        record_compute(sim, st, d.backward_kind, a, start, d.backward_flops)
+        sim.record_pass(st.rank, d.backward_kind, a, start, sim.env.now - start, d.backward_flops)
     if a.stage > 0 and st.holders[a.stage - 1] != st.rank:
         if plan.p2p_host_s:
             yield sim.busy(st.rank, plan.p2p_host_s)
@@ -100,11 +100,6 @@ def compute(sim: Engine, st: RankState, kind: str, a: Action, seconds: float, fl
     """One pass on the compute stream, recorded as one span."""
     start = sim.env.now
     yield sim.busy(st.rank, seconds)
-    record_compute(sim, st, kind, a, start, flops)
-
-
-def record_compute(sim: Engine, st: RankState, kind: str, a: Action, start: float, flops: float) -> None:
-    """The span of a pass that started at `start` and ends now."""
     sim.record_pass(st.rank, kind, a, start, sim.env.now - start, flops)
 
 
