@@ -16,9 +16,10 @@ from dataclasses import dataclass
 from typing import Any
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: a frozen dataclass's __init__ sets each field through object.__setattr__
 class SliceRun:
-    """A collective holding the link for `slices` slices of `slice_s` from `from_s`, back to back."""
+    """A collective holding the link for `slices` slices of `slice_s` from `from_s`, back to back
+    (never changed once made)."""
 
     holder: Any
     """Who to tell when a send cuts the run short (the dp stream's SimPy process)."""
