@@ -277,23 +277,21 @@ class Durations:
     def of(cls, cost: StageCost, split: bool) -> Durations:
         """With a split backward the first stage has no input gradient to produce: its B is empty and
         W runs its whole backward (as torch's stage_backward_input/weight do)."""
+        # each sum over the segments once (a StageCost property recomputes it per read)
+        forward_s, flops = cost.forward_s, cost.forward_flops
+        input_s, weight_s = cost.backward_input_s, cost.backward_weight_s
         if split and cost.stage == 0:
-            b_s, w_s, b_flops, w_flops = 0.0, cost.backward_s, 0.0, 2 * cost.forward_flops
+            b_s, w_s, b_flops, w_flops = 0.0, input_s + weight_s, 0.0, 2 * flops
         elif split:
-            b_s, w_s, b_flops, w_flops = (
-                cost.backward_input_s,
-                cost.backward_weight_s,
-                cost.forward_flops,
-                cost.forward_flops,
-            )
+            b_s, w_s, b_flops, w_flops = input_s, weight_s, flops, flops
         else:
-            b_s, w_s, b_flops, w_flops = cost.backward_s, 0.0, 2 * cost.forward_flops, 0.0
+            b_s, w_s, b_flops, w_flops = input_s + weight_s, 0.0, 2 * flops, 0.0
         return cls(
-            forward_s=cost.forward_s,
-            recompute_s=cost.recompute_s,
+            forward_s=forward_s,
+            recompute_s=forward_s if cost.recompute_full else 0.0,
             backward_s=b_s,
             backward_weight_s=w_s,
-            forward_flops=cost.forward_flops,
+            forward_flops=flops,
             backward_flops=b_flops,
             weight_flops=w_flops,
             backward_kind="backward_input" if split else "backward",
