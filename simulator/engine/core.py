@@ -95,9 +95,11 @@ class Engine:
     def run(self) -> list[Span]:
         """Simulate one step; returns the spans of the simulated ranks (`spans`, then `transfers`)."""
         plan = self.plan
+        states = []
         for rank in plan.ranks:
             coord = plan.grid.coord(rank)
             st = RankState(rank, coord, plan.holders(coord), self.env.event())
+            states.append(st)
             if plan.fsdp:
                 for stage in plan.owned_stages(coord.pp):
                     st.fsdp[stage] = FsdpState(plan.units[stage], zero3=plan.zero_stage == 3)
@@ -114,6 +116,9 @@ class Engine:
         try:
             self.env.run()
         finally:
+            for st in states:  # an idle dp stream waits for work forever: let it go with the step
+                _stop_waiting(st.dp_wake)
+                st.dp_process = st.dp_wake = None
             if paused:
                 gc.enable()
         return self.spans + self.transfers
@@ -203,6 +208,15 @@ class Engine:
             st.dp_wake = None
             wake.succeed()
         return done
+
+
+def _stop_waiting(event: simpy.Event | None) -> None:
+    """Drop the processes an event that will never fire would resume. A process waiting on it forms a
+    cycle with it (event -> callback -> process -> generator -> ...), which would keep the whole engine,
+    its spans included, alive until the next cyclic collection; without the callback the process is
+    freed as soon as nothing refers to it (SimPy: `Event.callbacks`, the functions called when it fires)."""
+    if event is not None and event.callbacks is not None:
+        event.callbacks.clear()
 
 
 def _occupy(env: simpy.Environment, res: simpy.Resource, seconds: float) -> simpy.events.ProcessGenerator:
