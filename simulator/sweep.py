@@ -162,11 +162,33 @@ def _rank_slice(base: Scenario, gpus: int, limit_bytes: float, tp: int) -> tuple
     return candidates, enumerated, pruned
 
 
-def _simulated(finalist: tuple[Scenario, Ranked]) -> Ranked:
+def _checked(base: Scenario, limit_bytes: float, candidate: Estimate) -> Scenario | None:
+    """A candidate's scenario if it passes the exact checks (the plan's rules, peak memory over every
+    pipeline rank), else None."""
+    s = Plan(*candidate[1]).apply(base)
+    return None if check_plan(s)[0] or peak_memory(s)[1].total > limit_bytes else s
+
+
+def _simulated(finalist: tuple[Scenario, Estimate]) -> Ranked:
     """A finalist run through the engine: its simulated step time, peak memory and summary."""
-    s, ranked = finalist
+    s, (estimate_s, plan_fields, _) = finalist
     summary = simulate(s, events=False).summary
-    return Ranked(ranked.plan, ranked.estimate_s, summary["peak_memory_gib"], summary["step_time_s"], summary)
+    return Ranked(Plan(*plan_fields), estimate_s, summary["peak_memory_gib"], summary["step_time_s"], summary)
+
+
+def _first_passing(
+    candidates: list[Estimate], check: Callable[[Estimate], Scenario | None], wanted: int, map_fn: MapFn
+) -> list[tuple[Scenario, Estimate]]:
+    """The first `wanted` candidates, in order, that pass `check`, with their scenarios. The checks run
+    in parallel over `map_fn`, in rounds of twice as many next candidates as are still missing; what
+    passes beyond the `wanted`-th is dropped, so the result is that of checking one by one."""
+    chosen: list[tuple[Scenario, Estimate]] = []
+    position = 0
+    while len(chosen) < wanted and position < len(candidates):
+        batch = candidates[position : position + 2 * (wanted - len(chosen))]
+        position += len(batch)
+        chosen += [(s, c) for s, c in zip(map_fn(check, batch), batch, strict=True) if s is not None]
+    return chosen[:wanted]
 
 
 def sweep(
@@ -190,14 +212,7 @@ def sweep(
     limit = min(base.cluster.gpu.usable_memory_GiB, max_memory_gib or math.inf) * GiB
     slices = list(map_fn(partial(_rank_slice, base, gpus, limit), tensor_parallel_degrees(base, gpus)))
     candidates = sorted(c for part, _, _ in slices for c in part)  # a total order: the same for any slicing
-    chosen: list[tuple[Scenario, Ranked]] = []
-    for estimate_s, plan_fields, memory_gib in candidates:
-        if len(chosen) >= finalists:
-            break
-        plan = Plan(*plan_fields)
-        s = plan.apply(base)
-        if not check_plan(s)[0] and peak_memory(s)[1].total <= limit:  # exact, over every pipeline rank
-            chosen.append((s, Ranked(plan, estimate_s, memory_gib)))
+    chosen = _first_passing(candidates, partial(_checked, base, limit), finalists, map_fn)
     simulated: list[Ranked] = []
     for done in map_fn(_simulated, chosen):
         simulated.append(done)
