@@ -49,7 +49,7 @@ BOUNDS: dict[str, Bound] = {
     "parallelism.context_parallel_degree": (1, 1_000_000, "at most the largest world size"),
     "parallelism.data_parallel_degree": (-1, 10_000_000, "-1 (inferred) or at most the world size"),
     "parallelism.virtual_stages_per_rank": (1, 10_000, "at most one chunk per layer"),
-    "parallelism.pipeline_layer_split[*]": (1, 10_000, "every stage needs at least one layer"),
+    "parallelism.pipeline_layer_split[*]": (0, 10_000, "a stage's layer count"),
     "parallelism.ddp_bucket_cap_MiB": (1e-3, 1e6, "1 KB to 1 TB; torch DDP's default is 25"),
     "cluster.num_nodes": (1, 1_000_000, "10x the largest published clusters (~100k GPUs)"),
     "cluster.gpus_per_node": (1, 1_024, "ranks one node launches"),
@@ -203,14 +203,14 @@ def _check_pipeline(s: Scenario, errors: list[Problem]) -> None:
     rules = schedule_problems(par.pipeline_parallel_schedule, pp, s.num_microbatches, v)
     errors.extend(Problem(p.path, p.message) for p in rules)
     stages = pp * v
-    if layers < stages:
+    split = par.pipeline_layer_split
+    if split is None and layers < stages:
         errors.append(
             Problem(
                 "parallelism.pipeline_parallel_degree",
                 f"{stages} (virtual) stages but only {layers} layers; every stage needs a layer",
             )
         )
-    split = par.pipeline_layer_split
     if split is not None:
         if len(split) != stages:
             errors.append(
@@ -227,8 +227,17 @@ def _check_pipeline(s: Scenario, errors: list[Problem]) -> None:
                     f"sums to {sum(split)} but model.num_hidden_layers is {layers}",
                 )
             )
-        elif min(split) < 1:
-            errors.append(Problem("parallelism.pipeline_layer_split", "every stage needs at least one layer"))
+        elif min(split[1:-1], default=1) < 1 or (stages == 1 and split[0] < 1):
+            # the first and last stage may hold only the embedding or only the output layer and loss
+            # (Megatron-core --account-for-embedding/loss-in-pipeline-split; Llama 3, arXiv 2407.21783
+            # sec. 3.3.2: "the first model chunk on the first stage has only the embedding")
+            errors.append(
+                Problem(
+                    "parallelism.pipeline_layer_split",
+                    "every stage between the first and the last needs at least one layer "
+                    "(the first may hold only the embedding, the last only the output layer and loss)",
+                )
+            )
 
 
 def _check_sequence_parallel(s: Scenario, errors: list[Problem]) -> None:

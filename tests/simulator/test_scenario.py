@@ -297,16 +297,20 @@ INVALID = [
         "sums to 9",
     ),
     Invalid(
-        "split-with-zero",
-        with_(parallelism__pipeline_layer_split=[8, 0]),
+        "split-with-interior-zero",
+        with_(
+            parallelism__pipeline_parallel_schedule="Interleaved1F1B",
+            parallelism__virtual_stages_per_rank=2,
+            parallelism__pipeline_layer_split=[4, 0, 2, 2],
+        ),
         "parallelism.pipeline_layer_split",
-        "at least one layer",
+        "every stage between the first and the last needs at least one layer",
     ),
     Invalid(
         "split-with-negative",
         with_(parallelism__pipeline_layer_split=[9, -1]),
         "parallelism.pipeline_layer_split",
-        "at least one layer",
+        "entry 1 (-1) is outside [0, 10000]",
     ),
     # sequence parallel and sequence length
     Invalid(
@@ -543,6 +547,19 @@ def test_interleaved_split_has_one_entry_per_virtual_stage() -> None:
     }
     s = parse_scenario({**BASE, "parallelism": par}).scenario
     assert s.layer_split == (2, 2, 2, 2)
+
+
+def test_end_stages_may_hold_only_the_embedding_or_the_head() -> None:
+    """Megatron-core's --account-for-embedding/loss-in-pipeline-split and Llama 3's schedule: a first
+    chunk with only the embedding and a last with only the output layer; more stages than layers."""
+    par = {
+        **BASE["parallelism"],
+        "pipeline_parallel_schedule": "Interleaved1F1B",
+        "virtual_stages_per_rank": 5,
+        "pipeline_layer_split": [0, 1, 1, 1, 1, 1, 1, 1, 1, 0],
+    }
+    loaded = parse_scenario({**BASE, "parallelism": par})
+    assert loaded.scenario.layer_split == (0, 1, 1, 1, 1, 1, 1, 1, 1, 0)
 
 
 def test_explicit_layer_split_is_kept() -> None:
