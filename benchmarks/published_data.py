@@ -337,11 +337,18 @@ _LLAMA3_ASSUMPTIONS = (
     "TFLOPs/GPU by the PaLM appendix-B formula with N = 405e9 (the paper's MFU cites Chowdhery et al.)",
     "H100 80GB HBM3 on 400 Gb/s RoCE per GPU (sec. 3.3.1) = dgx-h100-80gb; the 1:7 oversubscribed "
     "aggregation layer is not modelled",
-    "micro-batch 1 and 2 virtual stages per rank: the paper uses an interleaved schedule with tunable N, V",
+    "micro-batch 1; 8 virtual stages per rank, one layer each, the first chunk only the embedding and the "
+    "last only the output layer and loss: the paper's interleaved schedule 'reduce[s] one Transformer layer "
+    "each from the first and the last stages ... the first model chunk on the first stage has only the "
+    "embedding' (sec. 3.3.2), which with 126 layers on pp16 and equal chunks holds only for V = 8 "
+    "(16 x 8 - 2 = 126); V and N themselves are not stated",
     "sequence parallel (TP cites Korthikanti et al. 2023) and fused attention: not stated",
     "FSDP that keeps gathered weights after forward and reduce-scatters fp32-accumulated gradients once "
     "per step = Megatron's distributed optimizer: zero_stage 1",
 )
+
+
+_LLAMA3_SPLIT = [0] + [1] * 126 + [0]  # 16 ranks x 8 chunks; 126 layers (llama3-405b)
 
 
 def _llama3_row(
@@ -355,7 +362,7 @@ def _llama3_row(
         {"preset": "llama3-405b"},
         # no activation checkpointing at 8K (sec. 3.3.2); fp32 gradient accumulation ("numerical stability")
         _train(seq, 1, gbs, "bf16", "none", flash_attention=True, grad_accumulation_fp32=True),
-        _plan(tp, pp, 2, sequence_parallel=True, zero_stage=1, **extra),
+        _plan(tp, pp, 8, sequence_parallel=True, zero_stage=1, pipeline_layer_split=_LLAMA3_SPLIT, **extra),
         _cluster("dgx-h100-80gb", gpus),
         "other",
         step_s,

@@ -191,8 +191,9 @@ def _diagnosis(run: PublishedRun, s: Scenario, error: float) -> str:
     if s.parallelism.zero_stage >= 2 and s.dp > s.cluster.gpus_per_node:
         if s.parallelism.zero_collective_algorithm == "ring":
             return (
-                "DeepSpeed ZeRO-3 over nodes: compute and NIC-paced gathers overlap ideally here, while the "
-                f"measured step lies between their maximum and their sum; predicted {direction}."
+                "DeepSpeed ZeRO-3 over nodes: per-weight gathers at one NIC's rate, one weight ahead; the "
+                "largest gap is at the fewest GPUs, where compute and gathers are of one size and the measured "
+                f"step lies between their maximum and their sum; predicted {direction}."
             )
         return (
             "FSDP over nodes: gathers and reduce-scatters at NCCL's per-NIC rate on a network the source "

@@ -3,7 +3,13 @@
 ZeRO-0/1 (DDP): the stage's gradients go out in DDP buckets (`ddp_bucket_bytes` over the chunk's
 parameter tensors) once its last micro-batch's backward produces them.
 ZeRO-2/3 (FSDP2 `fully_shard`, as torchtitan wraps a model): one unit per transformer block plus a
-root unit holding the embedding and head when the chunk has them. The state of each unit follows
+root unit holding the embedding and head when the chunk has them. DeepSpeed's ZeRO-3 gathers per
+submodule instead: its pre-forward hook fetches each module's partitioned parameters (QKV, output
+projection, FC1, FC2; LayerNorm weights stay whole below `stage3_param_persistence_threshold`, 1e5
+elements), and its prefetch looks ahead by parameters (`stage3_prefetch_bucket_size`, 5e7 elements:
+one submodule of a 10B+ model), so a block is several units and the attention core and the
+elementwise ops between them are units without parameters (deepspeed/runtime/zero/config.py,
+partitioned_param_coordinator.py). The state of each unit follows
 FSDP2 (and runtime/expected.py, which the runtime's tests check against real runs): a pass gathers
 the units that are not gathered; ZeRO-3 reshards every unit after its forward (the root included),
 ZeRO-2 keeps them until the backward; every backward reshards all units and reduce-scatters each.
@@ -13,9 +19,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from plancast.simulator.costs.ops import DTYPE_BYTES
+from plancast.simulator.costs.efficiency import op_seconds
+from plancast.simulator.costs.ops import DTYPE_BYTES, Shape, gemm_weight_elements, layer_forward
 from plancast.simulator.costs.params import chunk_expert_bytes, chunk_tensor_bytes
-from plancast.simulator.costs.stage import StageCost
+from plancast.simulator.costs.stage import MEMORY_BACKWARD_FACTOR, StageCost
 from plancast.simulator.costs.tp_comm import ddp_bucket_bytes
 from plancast.simulator.scenario import Scenario
 
@@ -100,13 +107,39 @@ def dp_plan(s: Scenario, cost: StageCost) -> UnitPlan:
         )
     layer = next((g for g in cost.segments if g.part == "layer"), None)
     if layer is not None:
-        units += [
-            Unit(
-                f"layer{i}",
-                layer_bytes,
-                layer.forward_s / fwd_total,
-                (layer.backward_input_s + layer.backward_weight_s) / bwd_total,
-            )
-            for i in range(layers)
-        ]
+        fwd_share = layer.forward_s / fwd_total
+        bwd_share = (layer.backward_input_s + layer.backward_weight_s) / bwd_total
+        per_module = s.parallelism.framework == "deepspeed" and not s.model.is_moe
+        for i in range(layers):
+            if per_module:
+                units += _submodules(s, f"layer{i}", layer_bytes, fwd_share, bwd_share)
+            else:
+                units.append(Unit(f"layer{i}", layer_bytes, fwd_share, bwd_share))
     return UnitPlan(buckets, tuple(units), expert_buckets)
+
+
+def _submodules(s: Scenario, name: str, layer_bytes: float, fwd_share: float, bwd_share: float) -> list[Unit]:
+    """One block as DeepSpeed ZeRO-3 fetches it: a unit per GEMM weight and a unit without parameters
+    for the ops between two GEMMs, in forward order. The block's bytes split in proportion to the
+    weights (the small norm and bias tensors ride along); its time in proportion to each op's roofline
+    time (backward: GEMMs and attention twice their forward, memory ops MEMORY_BACKWARD_FACTOR)."""
+    x = Shape.of(s)
+    gpu, compute, dtype = s.cluster.gpu, s.cluster.compute, s.training.dtype
+    groups: list[tuple[str, float, float, float]] = []  # name, weight elements, forward s, backward s
+    for op in layer_forward(x):
+        t = op_seconds(op, gpu, compute, dtype)
+        back = t * (2.0 if op.category != "memory" else MEMORY_BACKWARD_FACTOR)
+        if op.category == "matmul":
+            groups.append((op.name, gemm_weight_elements(op, x), t, back))
+        elif groups and groups[-1][1] == 0.0:
+            label, _, f, b = groups[-1]
+            groups[-1] = (label, 0.0, f + t, b + back)
+        else:
+            groups.append((f"{op.name}+", 0.0, t, back))
+    weights = sum(g[1] for g in groups)
+    fwd = sum(g[2] for g in groups) or 1.0
+    bwd = sum(g[3] for g in groups) or 1.0
+    return [
+        Unit(f"{name}.{label}", layer_bytes * w / weights, fwd_share * f / fwd, bwd_share * b / bwd)
+        for label, w, f, b in groups
+    ]

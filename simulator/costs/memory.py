@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from plancast.simulator.costs.moe import moe_activation_bytes
-from plancast.simulator.costs.ops import DTYPE_BYTES, Shape
+from plancast.simulator.costs.ops import DTYPE_BYTES, Shape, gemm_weight_elements, layer_forward
 from plancast.simulator.costs.params import layer_params, moe_layer_count, rank_parameters
 from plancast.simulator.scenario import Scenario
 from plancast.simulator.schedules import Action, Schedule, build_schedule
@@ -105,11 +105,15 @@ def rank_memory(s: Scenario, pp_rank: int, schedule: Schedule | None = None) -> 
     params, experts = rank_parameters(m, split, owned, tp=s.tp, vocab_tp=s.vocab_tp, ep=s.ep)
     p_b, g_b, o_b = _model_states(s, params - experts, experts)
     # ZeRO-3 keeps its own category, so each of the others keeps its textbook identity (16P/N in all):
-    # the layer being computed is gathered in full, plus the one prefetched.
+    # the unit being computed is gathered in full, plus the one prefetched: a layer (FSDP2), or under
+    # DeepSpeed a GEMM's weight and the next one's (it gathers per submodule, simulator/units.py).
+    x = Shape.of(s)
     gathered = 0.0
     if par.zero_stage >= 3 and s.dp > 1:
         gathered = 2 * layer_params(m).per_rank(s.tp) * DTYPE_BYTES[t.dtype]
-    x = Shape.of(s)
+        if par.framework == "deepspeed" and not m.is_moe:
+            w = [gemm_weight_elements(op, x) for op in layer_forward(x) if op.category == "matmul"]
+            gathered = max(a + b for a, b in zip(w, w[1:] + w[:1], strict=True)) * DTYPE_BYTES[t.dtype]
     if schedule is None:
         schedule = build_schedule(par.pipeline_parallel_schedule, s.pp, s.num_microbatches, s.vpp)
     chunk_layers = {c: split[c * s.pp + pp_rank] for c in range(s.vpp)}

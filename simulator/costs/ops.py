@@ -130,6 +130,11 @@ def layer_forward(x: Shape) -> tuple[Op, ...]:
     return tuple(ops)
 
 
+def gemm_weight_elements(op: Op, x: Shape) -> float:
+    """Weight elements of a layer GEMM on one tp rank: its FLOPs are 2 * tokens * weight elements."""
+    return op.flops / (2.0 * x.b * x.s)
+
+
 def attention_core(ops: tuple[Op, ...]) -> tuple[Op, ...]:
     """Ops selective recompute re-runs (Korthikanti et al. 2022 sec. 4.2: QK^T, softmax, dropout, attn-V)."""
     return tuple(

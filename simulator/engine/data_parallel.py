@@ -183,8 +183,13 @@ def fsdp_pass(sim: Engine, st: RankState, kind: str, a: Action, seconds: float, 
     where = (a.stage, a.chunk, a.microbatch)
     start = env.now
     gathers: list[simpy.Event | None] = [None] * len(steps)
+    # units holding parameters, in pass order: a unit's gather and the prefetch go by these (a DeepSpeed
+    # block has units without parameters between its GEMMs, simulator/units.py)
+    holding = [j for j, (unit, _) in enumerate(steps) if unit.param_bytes > 0.0]
+    position = {j: n for n, j in enumerate(holding)}
     for i, (unit, _need) in enumerate(steps):
-        for j in range(i, min(i + 1 + ahead, len(steps))):
+        n = position.get(i)
+        for j in holding[n : n + 1 + ahead] if n is not None else ():
             if steps[j][1] and gathers[j] is None:
                 gathers[j] = sim.dp_collective(st, "all_gather", steps[j][0].param_bytes, where, notify=True)
         gathered = gathers[i]
@@ -195,9 +200,9 @@ def fsdp_pass(sim: Engine, st: RankState, kind: str, a: Action, seconds: float, 
         share = unit.backward_share if is_backward else unit.forward_share
         if share:
             yield sim.busy(st.rank, seconds * share)
-        if is_backward and par.overlap_grad_reduce:
+        if is_backward and par.overlap_grad_reduce and unit.param_bytes > 0.0:
             sim.dp_collective(st, "reduce_scatter", unit.param_bytes * reduce_scale, where)
     sim.record_pass(st.rank, kind, a, start, env.now - start, flops)
     if is_backward and not par.overlap_grad_reduce:
-        for unit, _ in steps:
+        for unit in (unit for unit, _ in steps if unit.param_bytes > 0.0):
             sim.dp_collective(st, "reduce_scatter", unit.param_bytes * reduce_scale, where)
