@@ -183,7 +183,11 @@ def _diagnosis(run: PublishedRun, s: Scenario, error: float) -> str:
             f"leaves less bubble than interleaved 1F1B with the v assumed here; predicted {direction}."
         )
     if gpu.name.startswith("H100"):
-        capped = f", and these ran capped at {gpu.power_W:g} W" if gpu.power_W and gpu.power_W < 700 else ""
+        capped = (
+            f", and these ran at a {gpu.board_power_W:g} W limit (clock modelled at {gpu.clock_fraction:.2f})"
+            if gpu.clock_fraction < 1
+            else ""
+        )
         return (
             "H100: GEMMs at the A100 fit scaled by isolated GEMM efficiency (0.73 of peak), never fitted "
             f"on an H100 training run{capped}; predicted {direction} than measured."
@@ -192,8 +196,8 @@ def _diagnosis(run: PublishedRun, s: Scenario, error: float) -> str:
         if s.parallelism.zero_collective_algorithm == "ring":
             return (
                 "DeepSpeed ZeRO-3 over nodes: per-weight gathers at one NIC's rate, one weight ahead; the "
-                "largest gap is at the fewest GPUs, where compute and gathers are of one size and the measured "
-                f"step lies between their maximum and their sum; predicted {direction}."
+                "largest gap is at the fewest GPUs, where compute and gathers are of one size and the "
+                f"measured step lies between their maximum and their sum; predicted {direction}."
             )
         return (
             "FSDP over nodes: gathers and reduce-scatters at NCCL's per-NIC rate on a network the source "

@@ -32,6 +32,9 @@ class GPU(Strict):
     """Rental price per GPU-hour, USD (catalog: cited on-demand list prices); unset: no cost reported."""
     power_W: float | None = Field(default=None, gt=0)
     """Board power at full load, W (catalog: datasheet TDP); unset: no energy reported."""
+    power_limit_W: float | None = Field(default=None, gt=0)
+    """Board power limit the GPUs are set to (`nvidia-smi -pl`), W, when below power_W; unset: power_W.
+    A lower limit lowers the sustained clock (clock_fraction) and the energy drawn."""
     mtbf_hours: float = Field(default=50677.0, gt=0)
     """Mean time between job-interrupting failures per GPU, hours. Default: Llama 3 (Dubey et al. 2024,
     sec. 3.3.4): 419 unexpected interruptions in 54 days on 16,384 H100 = 16,384 x 54 x 24 / 419 h."""
@@ -45,6 +48,25 @@ class GPU(Strict):
     def usable_memory_GiB(self) -> float:
         """What a training job's tensors can fill: (memory - reserved) x (1 - fragmentation)."""
         return (self.memory_GiB - self.reserved_GiB) * (1 - self.fragmentation)
+
+    @property
+    def board_power_W(self) -> float | None:
+        """What a saturated GPU draws: its limit when one below the datasheet's is set."""
+        if self.power_limit_W is not None and (self.power_W is None or self.power_limit_W < self.power_W):
+            return self.power_limit_W
+        return self.power_W
+
+    @property
+    def clock_fraction(self) -> float:
+        """Sustained tensor-core clock under power_limit_W, relative to the datasheet limit. A GPU busy
+        with GEMMs already runs at its power limit (an H100-class chip settles at 755 of its 834 TFLOP/s
+        burst: stas00/ml-engineering, compute/accelerator, MAMF), and dynamic power goes as C V^2 f with
+        V about proportional to f over the DVFS range, so P ~ f^3 (Hennessy and Patterson, Computer
+        Architecture, 6th ed., sec. 1.5): f = (limit / TDP)^(1/3). 1 without a lower limit."""
+        board = self.board_power_W
+        if board is None or self.power_W is None or board >= self.power_W:
+            return 1.0
+        return float((board / self.power_W) ** (1.0 / 3.0))
 
     @field_validator("peak_tflops", mode="before")
     @classmethod

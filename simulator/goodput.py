@@ -126,7 +126,7 @@ def plan_run(s: Scenario, step_time_s: float, *, power_W: float | None = None) -
     useful_s = tokens / tokens_per_step * step_time_s
     wall_s = useful_s / goodput if goodput > 0 else None
     gpu = s.cluster.gpu
-    watts = power_W if power_W is not None else gpu.power_W
+    watts = power_W if power_W is not None else gpu.board_power_W
     gpu_hours = s.world_size * wall_s / SECONDS_PER_HOUR if wall_s is not None else None
     energy = (
         s.world_size * watts * wall_s * s.cluster.pue / JOULES_PER_MWH

@@ -29,7 +29,7 @@ def op_seconds(
         eff = compute.matmul_efficiency * flops / (flops + half)
     else:
         eff = compute.attention_efficiency
-    flop_s = flops / (gpu.peak_flops(dtype) * eff)
+    flop_s = flops / (gpu.peak_flops(dtype) * gpu.clock_fraction * eff)  # a power limit lowers the clock
     return max(flop_s, hbm_s) + compute.op_overhead_us * 1e-6
 
 

@@ -12,8 +12,10 @@ import pytest
 from plancast.simulator import catalog
 from plancast.simulator.cluster import GPU, Cluster
 from plancast.simulator.costs.params import count_parameters
+from plancast.simulator.goodput import plan_run
 from plancast.simulator.loader import parse_scenario
-from plancast.simulator.scenario import Model
+from plancast.simulator.predict import simulate
+from plancast.simulator.scenario import Model, Scenario
 
 REPO = Path(__file__).parents[2]
 
@@ -163,3 +165,25 @@ def test_hopper_gemms_keep_the_a100_in_training_to_isolated_ratio(name: str) -> 
     assert hopper.matmul_efficiency == pytest.approx(a100.matmul_efficiency * 0.803 / 0.869, abs=1e-3)
     assert hopper.matmul_efficiency < a100.matmul_efficiency
     assert hopper.attention_efficiency == 0.35
+
+
+def test_a_power_limit_below_the_tdp_lowers_the_clock_and_the_energy() -> None:
+    """GPU.power_limit_W: P ~ f^3 at the power limit, so 500 W of 700 W holds (5/7)^(1/3) of the clock."""
+
+    def scenario(limit: float | None) -> Scenario:
+        gpu = {**catalog.GPUS["H100-SXM5-80GB"], "name": "H100-SXM5-80GB", "power_limit_W": limit}
+        data = {
+            "model": {"preset": "llama3-8b", "num_hidden_layers": 2},
+            "training": {"seq_len": 2048, "global_batch_size": 8, "total_tokens": 1e9},
+            "cluster": {"preset": "dgx-h100-80gb", "gpu": gpu},
+        }
+        return parse_scenario(data).scenario
+
+    full, capped, above = scenario(None), scenario(500.0), scenario(800.0)
+    assert full.cluster.gpu.clock_fraction == 1.0 == above.cluster.gpu.clock_fraction
+    assert capped.cluster.gpu.clock_fraction == pytest.approx((500 / 700) ** (1 / 3))
+    assert capped.cluster.gpu.board_power_W == 500.0 and above.cluster.gpu.board_power_W == 700.0
+    slow, fast = (simulate(s, events=False).summary for s in (capped, full))
+    assert slow["step_time_s"] > fast["step_time_s"]
+    run = plan_run(capped, slow["step_time_s"])
+    assert run is not None and run["power_W"] == 500.0
