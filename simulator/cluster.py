@@ -123,6 +123,12 @@ class ComputeModel(Strict):
     """Fraction of HBM bandwidth reached by memory-bound ops (norms, activations, optimizer)."""
     op_overhead_us: float = Field(default=26.0, ge=0)
     """Fixed time per operator (kernel launch, framework dispatch)."""
+    overlap_slowdown: float = Field(default=0.189, ge=0, le=1)
+    """How much slower compute runs while a data-parallel collective runs beside it (its kernels hold
+    SMs and HBM bandwidth), as a fraction of the overlapped time; applied to ZeRO-2/3 (FSDP) passes.
+    Default: the mean measured over GPT and Llama training on A100 and H100, 18.9% (max 40%), Lee et
+    al. 2025, "Characterizing Compute-Communication Overlap in GPU-Accelerated Distributed Deep
+    Learning", arXiv 2507.03114, abstract. Not fitted on any run plancast scores."""
     tp_collective_overhead_us: float = Field(default=0.0, ge=0)
     """Host time per tensor-parallel collective beyond the link's alpha-beta (framework dispatch, e.g.
     DTensor redistributes on CPU); ~0 on GPUs, whose host runs ahead. Measured on the local machine: a

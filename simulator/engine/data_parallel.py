@@ -187,21 +187,33 @@ def fsdp_pass(sim: Engine, st: RankState, kind: str, a: Action, seconds: float, 
     # block has units without parameters between its GEMMs, simulator/units.py)
     holding = [j for j, (unit, _) in enumerate(steps) if unit.param_bytes > 0.0]
     position = {j: n for n, j in enumerate(holding)}
+    # compute beside a collective runs slower (ComputeModel.overlap_slowdown): `pending` is the
+    # communication this pass has issued and not yet seen finish, in seconds, drained as time passes
+    slowdown, pending = sim.plan.s.cluster.compute.overlap_slowdown, 0.0
     for i, (unit, _need) in enumerate(steps):
         n = position.get(i)
         for j in holding[n : n + 1 + ahead] if n is not None else ():
             if steps[j][1] and gathers[j] is None:
-                gathers[j] = sim.dp_collective(st, "all_gather", steps[j][0].param_bytes, where, notify=True)
+                nbytes = steps[j][0].param_bytes
+                gathers[j] = sim.dp_collective(st, "all_gather", nbytes, where, notify=True)
+                pending += sim.plan.dp_collective_s("all_gather", nbytes) if slowdown else 0.0
         gathered = gathers[i]
         if gathered is not None and not gathered.processed:
             waited_from = env.now
             yield gathered
-            sim.dp_wait_s[st.rank] = sim.dp_wait_s.get(st.rank, 0.0) + env.now - waited_from
+            waited = env.now - waited_from
+            sim.dp_wait_s[st.rank] = sim.dp_wait_s.get(st.rank, 0.0) + waited
+            pending = max(0.0, pending - waited)
         share = unit.backward_share if is_backward else unit.forward_share
         if share:
-            yield sim.busy(st.rank, seconds * share)
+            compute = seconds * share
+            compute += slowdown * min(compute, pending)
+            pending = max(0.0, pending - compute)
+            yield sim.busy(st.rank, compute)
         if is_backward and par.overlap_grad_reduce and unit.param_bytes > 0.0:
-            sim.dp_collective(st, "reduce_scatter", unit.param_bytes * reduce_scale, where)
+            nbytes = unit.param_bytes * reduce_scale
+            sim.dp_collective(st, "reduce_scatter", nbytes, where)
+            pending += sim.plan.dp_collective_s("reduce_scatter", nbytes) if slowdown else 0.0
     sim.record_pass(st.rank, kind, a, start, env.now - start, flops)
     if is_backward and not par.overlap_grad_reduce:
         for unit in (unit for unit, _ in steps if unit.param_bytes > 0.0):

@@ -13,6 +13,7 @@ from plancast.simulator.predict import simulate
 from plancast.simulator.scenario import Scenario
 from plancast.simulator.summary import pipeline_bubble, summarize
 from tests.simulator.test_engine_identities import ideal, uniform_costs
+from tests.simulator.test_overlap_slowdown import with_slowdown
 
 
 def llama70b(zero_stage: int, overlap: bool) -> Scenario:
@@ -42,11 +43,15 @@ def test_overlapping_gradient_reduction_shortens_the_step(zero_stage: int) -> No
 
 
 def test_zero_waits_are_communication_not_compute() -> None:
-    """ZeRO-2/3 shard the same work: compute stays that of ZeRO-1, the waits show as exposed dp."""
-    z1, z2, z3 = (simulate(llama70b(z, True), events=False).summary for z in (1, 2, 3))
+    """ZeRO-2/3 shard the same work: compute stays that of ZeRO-1, the waits show as exposed dp. With
+    the slowdown of compute beside collectives (overlap_slowdown) compute grows, within its bound."""
+    z1, z2, z3 = (simulate(with_slowdown(llama70b(z, True), 0.0), events=False).summary for z in (1, 2, 3))
     assert z2["compute_time_s"] == pytest.approx(z1["compute_time_s"], rel=1e-9)
     assert z3["compute_time_s"] == pytest.approx(z1["compute_time_s"], rel=1e-9)
-    for summary in (z2, z3):
+    slowed = simulate(llama70b(3, True), events=False).summary
+    # within the published maximum slowdown (40%, Lee et al. 2025), far from counting waits as compute
+    assert z3["compute_time_s"] < slowed["compute_time_s"] <= z3["compute_time_s"] * 1.4
+    for summary in (z2, z3, slowed):
         total = (
             summary["compute_time_s"]
             + summary["exposed_comm_time_s"]

@@ -1,0 +1,34 @@
+"""ComputeModel.overlap_slowdown: compute beside a ZeRO-2/3 collective runs slower (Lee et al. 2025,
+arXiv 2507.03114: 18.9% on average on A100 and H100); the local CPU preset leaves it to its measurements."""
+
+from __future__ import annotations
+
+from plancast.simulator.catalog import CLUSTERS
+from plancast.simulator.predict import simulate
+from plancast.simulator.scenario import Scenario
+from tests.simulator.test_fsdp_mixed_precision import llama8b_fsdp
+
+
+def with_slowdown(s: Scenario, slowdown: float) -> Scenario:
+    compute = s.cluster.compute.model_copy(update={"overlap_slowdown": slowdown})
+    return s.model_copy(update={"cluster": s.cluster.model_copy(update={"compute": compute})})
+
+
+def test_the_gpu_default_is_the_published_mean_and_the_cpu_preset_measures_instead() -> None:
+    assert llama8b_fsdp().cluster.compute.overlap_slowdown == 0.189
+    local = CLUSTERS["local-cpu"]["compute"]
+    assert isinstance(local, dict) and local["overlap_slowdown"] == 0.0
+
+
+def test_compute_beside_fsdp_collectives_is_slower_and_counted_as_compute() -> None:
+    ideal = simulate(with_slowdown(llama8b_fsdp(), 0.0), events=False).summary
+    real = simulate(llama8b_fsdp(), events=False).summary
+    assert real["compute_time_s"] > ideal["compute_time_s"]
+    assert real["step_time_s"] > ideal["step_time_s"]
+    # at most the slowdown on all of the compute
+    assert real["compute_time_s"] <= ideal["compute_time_s"] * 1.189 + 1e-9
+
+
+def test_without_sharded_data_parallel_nothing_changes() -> None:
+    s = llama8b_fsdp(zero_stage=1)
+    assert simulate(with_slowdown(s, 0.0), events=False).summary == simulate(s, events=False).summary
