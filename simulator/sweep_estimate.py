@@ -32,16 +32,22 @@ class Layer:
     full_act_bytes: float  # ... without recompute (the block rebuilt during a full-recompute backward)
 
 
+LayerKey = tuple[int, int, bool, str, int, int]
+"""(tp, micro_batch_size, sequence_parallel, recompute, ep, cp): what a `Layer` depends on."""
+
+
 @dataclass
 class Estimator:
     """Closed-form memory (exactly the first pipeline rank's, a lower bound of the peak) and step time.
 
     Everything is arithmetic over a few cached quantities, so millions of plans cost seconds; the
-    caches live in the estimator, one per sweep."""
+    caches live in the estimator, one per task of a sweep. `layers` may start filled: the per-layer
+    costs are the expensive ones (a stage's costs over every layer), and a sweep works them out once
+    per tp degree for all its tasks."""
 
     base: Scenario
     gpus: int
-    _layers: dict[tuple[int, int, bool, str, int, int], Layer] = field(default_factory=dict)
+    layers: dict[LayerKey, Layer] = field(default_factory=dict)
     _dp_levels: dict[tuple[int, int, int], tuple[Any, ...]] = field(default_factory=dict)
     _params: dict[tuple[int, int, int, int], tuple[float, float]] = field(default_factory=dict)
     _splits: dict[int, tuple[int, ...]] = field(default_factory=dict)
@@ -54,7 +60,7 @@ class Estimator:
 
     def layer(self, plan: Plan) -> Layer:
         key = (plan.tp, plan.micro_batch_size, plan.sequence_parallel, plan.recompute, plan.ep, plan.cp)
-        cached = self._layers.get(key)
+        cached = self.layers.get(key)
         if cached is None:
             flat = Plan(
                 plan.tp,
@@ -75,7 +81,7 @@ class Estimator:
             one = StageCost(0, layers, 0.0, s.parallelism.tp_comm_overlap, plan.recompute == "full")
             x, n = Shape.of(s), len(layers)  # an MoE model's layers differ: the mean block
             mlp = moe_activation_bytes(x, s.model) if s.model.is_moe else None
-            cached = self._layers[key] = Layer(
+            cached = self.layers[key] = Layer(
                 (one.forward_s + one.backward_s + one.recompute_s) / n,
                 one.backward_weight_s / n,
                 StageCost(0, (emb,), 0.0, one.tp_overlap, False).forward_s * 3,

@@ -11,9 +11,10 @@ from plancast.simulator.loader import parse_scenario
 from plancast.simulator.predict import simulate
 from plancast.simulator.scenario import Scenario
 from plancast.simulator.schedules import build_schedule
-from plancast.simulator.sweep import _base_for, enumerate_plans, sweep
+from plancast.simulator.sweep import _base_for, sweep
 from plancast.simulator.sweep_estimate import Estimator as _Estimator
 from plancast.simulator.sweep_estimate import inflight_layers as _inflight_layers
+from plancast.simulator.sweep_space import enumerate_plans
 from plancast.simulator.validation import check_plan
 
 
