@@ -62,6 +62,7 @@ class Estimator:
     _dp_levels: dict[tuple[int, int, int], tuple[Any, ...]] = field(default_factory=dict)
     _params: dict[tuple[int, int, int, int], tuple[float, float]] = field(default_factory=dict)
     _splits: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    _tp_levels: dict[tuple[int, int, int], tuple[Any, ...]] = field(default_factory=dict)
     _states: dict[tuple[int, ...], float] = field(default_factory=dict)
     _dp: dict[tuple[int, ...], DpCosts] = field(default_factory=dict)
 
@@ -89,7 +90,11 @@ class Estimator:
                 plan.cp,
             )
             s = flat.apply(self.base)
-            segments = stage_costs(s, Topology.of(s).levels("tp"))[0].segments
+            tp_key = (plan.tp, plan.cp, plan.ep)  # the flat plan's grid: dp follows from tp and cp
+            tp_levels = self._tp_levels.get(tp_key)
+            if tp_levels is None:
+                tp_levels = self._tp_levels[tp_key] = Topology.of(s).levels("tp")
+            segments = stage_costs(s, tp_levels)[0].segments
             emb, layers, head = segments[0], segments[1:-1], segments[-1]
             one = StageCost(0, layers, 0.0, s.parallelism.tp_comm_overlap, plan.recompute == "full")
             x, n = Shape.of(s), len(layers)  # an MoE model's layers differ: the mean block
