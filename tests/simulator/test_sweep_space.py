@@ -125,3 +125,19 @@ def test_the_largest_subtrees_go_to_the_pool_first() -> None:
     assert len(order) > 4 and sorted(order) == sorted(root for root, n in sizes.items() if n)
     tp_sizes = [sum(n for (tp, _), n in sizes.items() if tp == subtrees[0][0]) for subtrees in tp_order]
     assert tp_sizes == sorted(tp_sizes, reverse=True)
+
+
+def test_the_longest_finalists_are_simulated_first_and_the_ranking_does_not_change() -> None:
+    base = scenario("tiny-gpt", 8, 0.002, 16)  # tight: finalists with 1 to 8 pipeline passes
+    rounds: list[list[Any]] = []
+
+    def recording_map(fn: Callable[[Any], Any], items: Sequence[Any]) -> Iterable[Any]:
+        rounds.append(list(items))
+        return map(fn, items)
+
+    result = sweep(base, 8, finalists=16, map_fn=recording_map)
+    passes = [s.pp * s.vpp * s.num_microbatches for s, _ in rounds[-1]]
+    estimates = [estimate[0] for _, estimate in rounds[-1]]
+    assert len(set(passes)) > 2 and passes == sorted(passes, reverse=True) and estimates != sorted(estimates)
+    steps = [r.step_time_s or 0.0 for r in result.finalists]
+    assert steps == sorted(steps) and len(steps) == 16
