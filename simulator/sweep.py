@@ -11,6 +11,10 @@ GPUs. Three steps keep it fast:
    data-parallel traffic, optimizer);
 3. run the SimPy engine on the best `finalists` plans and rank them by simulated step time.
 
+Steps 1 and 2 run one (tp, pp) subtree per task over `map_fn` (every core at the CLI), the largest
+first; the per-layer costs, the one expensive cache, are worked out once per tp degree in a round before
+(simulator/sweep_space.py cuts the space).
+
 `tests/simulator/test_sweep.py` checks on small spaces that this never misses the plan an exhaustive
 engine search finds.
 """
@@ -20,7 +24,7 @@ from __future__ import annotations
 import itertools
 import math
 import operator
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, fields
 from functools import partial
 from typing import Any
@@ -28,8 +32,16 @@ from typing import Any
 from plancast.simulator.costs.memory import GiB, peak_memory
 from plancast.simulator.predict import simulate
 from plancast.simulator.scenario import Scenario
-from plancast.simulator.sweep_axes import RECOMPUTE, Plan, cp_choices, divisors, ep_choices
-from plancast.simulator.sweep_estimate import Estimator
+from plancast.simulator.sweep_axes import RECOMPUTE, Plan
+from plancast.simulator.sweep_estimate import Estimator, Layer, LayerKey
+from plancast.simulator.sweep_space import (
+    Root,
+    branches,
+    by_size,
+    enumerate_plans,
+    sequence_parallel_choices,
+    subtree_sizes,
+)
 from plancast.simulator.validation import MAX_WORLD_SIZE, check_plan
 
 
@@ -57,51 +69,6 @@ class Ranked:
         }
 
 
-_divisors = divisors
-
-
-def tensor_parallel_degrees(base: Scenario, gpus: int) -> list[int]:
-    """The tp degrees `base`'s model splits evenly on `gpus` GPUs (heads, kv heads, ffn)."""
-    m = base.model
-    return [
-        d
-        for d in _divisors(gpus)
-        if not (m.num_attention_heads % d or m.kv_heads % d or m.ffn_size % d or m.expert_ffn_size % d)
-    ]
-
-
-def enumerate_plans(base: Scenario, gpus: int, tps: Iterable[int] | None = None) -> Iterator[Plan]:
-    """Every plan whose degrees and batch shape are valid for `base` on `gpus` GPUs (memory not checked);
-    `tps` restricts the search to those tp degrees (one slice of the space per worker)."""
-    m, t = base.model, base.training
-    layers = m.num_hidden_layers
-    for tp in tensor_parallel_degrees(base, gpus) if tps is None else tps:
-        for cp, pp in itertools.product(cp_choices(t.seq_len, gpus // tp), _divisors(gpus // tp)):
-            if pp > layers or (gpus // tp) % (cp * pp):
-                continue
-            dp = gpus // (tp * cp * pp)
-            if t.global_batch_size % dp:
-                continue
-            sp_ok = tp > 1 and (t.seq_len // cp) % tp == 0
-            for ep, b in itertools.product(ep_choices(base, dp), _divisors(t.global_batch_size // dp)):
-                mbs = t.global_batch_size // (dp * b)
-                for schedule, v in _schedules(pp, mbs, layers):
-                    for sp in (False, True) if sp_ok else (False,):
-                        for rc, zero in itertools.product(RECOMPUTE, range(4)):
-                            yield Plan(tp, pp, dp, b, schedule, v, rc, sp, zero, ep, cp)
-
-
-def _schedules(pp: int, microbatches: int, layers: int) -> Iterator[tuple[str, int]]:
-    if pp == 1:
-        yield "1F1B", 1
-        return
-    yield from (("1F1B", 1), ("GPipe", 1), ("ZeroBubble", 1))
-    if microbatches % pp == 0:
-        for v in range(2, layers // pp + 1):  # uneven splits allowed: layers go as evenly as possible
-            yield "Interleaved1F1B", v
-
-
-# ------------------------------------------------------------------------------------------ estimates
 @dataclass(frozen=True)
 class SweepResult:
     """Ranked finalists plus the search's bookkeeping."""
@@ -139,19 +106,54 @@ a worker process, and sort as (estimate_s, Plan) does."""
 _plan_fields = operator.attrgetter(*(f.name for f in fields(Plan)))
 
 
-def _rank_slice(base: Scenario, gpus: int, limit_bytes: float, tp: int) -> tuple[list[Estimate], int, int]:
-    """The plans of one tp degree that fit in `limit_bytes`, estimated; with counts enumerated, pruned."""
+# ------------------------------------------------------------------------------------------ estimates
+
+
+SubtreeRanking = tuple[list[Estimate], int, int]
+"""A subtree's plans that fit, estimated; how many plans it has; how many the memory check pruned."""
+
+
+def _smallest_fits(est: Estimator, limit_bytes: float, tp: int, pp: int, dp: int, ep: int, cp: int) -> bool:
+    """Whether the smallest footprint of a (tp, pp, ep, cp) subtree (ZeRO-3, full recompute, micro-batch
+    1, SP where it applies) fits in `limit_bytes`: if it does not, no plan of the subtree does."""
+    sp = tp > 1 and (est.base.training.seq_len // cp) % tp == 0
+    return est.memory_bytes(Plan(tp, pp, dp, 1, "1F1B", 1, "full", sp, 3, ep, cp)) <= limit_bytes
+
+
+def _layer_costs(
+    base: Scenario, gpus: int, limit_bytes: float, subtrees: list[Root]
+) -> dict[LayerKey, Layer]:
+    """The per-layer costs that the plans of `subtrees` (one tp degree) need: those of every subtree the
+    smallest-footprint check keeps, as ranking them one by one would work out. Worked out once here, not
+    again by each (tp, pp) task: the subtrees of a tp degree share most of them (their micro-batch sizes
+    overlap), and a task re-deriving its own would cost 60% more work in all."""
     est = Estimator(base, gpus)
+    kept: dict[tuple[int, int, int, int], bool] = {}
+    for tp, pp, cp, dp, ep, b, _, sp_ok in branches(base, gpus, subtrees):
+        key = (tp, pp, ep, cp)
+        if key not in kept:
+            kept[key] = _smallest_fits(est, limit_bytes, tp, pp, dp, ep, cp)
+        if kept[key]:
+            for sp, rc in itertools.product(sequence_parallel_choices(sp_ok), RECOMPUTE):
+                est.layer(Plan(tp, pp, dp, b, "1F1B", 1, rc, sp, 0, ep, cp))
+    return est.layers
+
+
+def _rank_subtree(
+    base: Scenario, gpus: int, limit_bytes: float, task: tuple[Root, dict[LayerKey, Layer]]
+) -> SubtreeRanking:
+    """The plans of one (tp, pp) subtree that fit in `limit_bytes`, estimated (from the tp degree's
+    per-layer costs); with counts enumerated, pruned."""
+    root, layers = task
+    est = Estimator(base, gpus, dict(layers))
     candidates: list[Estimate] = []
     enumerated = pruned = 0
     smallest_fits: dict[tuple[int, int, int, int], bool] = {}
-    for plan in enumerate_plans(base, gpus, (tp,)):
+    for plan in enumerate_plans(base, gpus, (root,)):
         enumerated += 1
         key = (plan.tp, plan.pp, plan.ep, plan.cp)
         if key not in smallest_fits:  # smallest footprint of the whole (tp, pp, ep, cp) subtree
-            sp = plan.tp > 1 and (base.training.seq_len // plan.cp) % plan.tp == 0
-            smallest = Plan(plan.tp, plan.pp, plan.dp, 1, "1F1B", 1, "full", sp, 3, plan.ep, plan.cp)
-            smallest_fits[key] = est.memory_bytes(smallest) <= limit_bytes
+            smallest_fits[key] = _smallest_fits(est, limit_bytes, plan.tp, plan.pp, plan.dp, plan.ep, plan.cp)
         if not smallest_fits[key]:
             pruned += 1
             continue
@@ -160,6 +162,20 @@ def _rank_slice(base: Scenario, gpus: int, limit_bytes: float, tp: int) -> tuple
             continue
         candidates.append((est.step_seconds(plan), _plan_fields(plan), memory / GiB))
     return candidates, enumerated, pruned
+
+
+def _rank(base: Scenario, gpus: int, limit_bytes: float, map_fn: MapFn) -> list[SubtreeRanking]:
+    """Every (tp, pp) subtree ranked by `_rank_subtree`, in two rounds over `map_fn`: the per-layer costs
+    of each tp degree, then the subtrees, largest first (a subtree costs about its plan count)."""
+    sizes = subtree_sizes(base, gpus)
+    tp_sizes: dict[int, int] = {}
+    for (tp, _), n in sizes.items():
+        tp_sizes[tp] = tp_sizes.get(tp, 0) + n
+    tps = by_size(tp_sizes)
+    per_tp = [[root for root in sizes if root[0] == tp] for tp in tps]
+    layers = dict(zip(tps, map_fn(partial(_layer_costs, base, gpus, limit_bytes), per_tp), strict=True))
+    tasks = [(root, layers[root[0]]) for root in by_size(sizes)]
+    return list(map_fn(partial(_rank_subtree, base, gpus, limit_bytes), tasks))
 
 
 def _checked(base: Scenario, limit_bytes: float, candidate: Estimate) -> Scenario | None:
@@ -174,6 +190,13 @@ def _simulated(finalist: tuple[Scenario, Estimate]) -> Ranked:
     s, (estimate_s, plan_fields, _) = finalist
     summary = simulate(s, events=False).summary
     return Ranked(Plan(*plan_fields), estimate_s, summary["peak_memory_gib"], summary["step_time_s"], summary)
+
+
+def _events(finalist: tuple[Scenario, Estimate]) -> int:
+    """About how many pipeline passes the engine simulates for a finalist (pipeline ranks x chunks x
+    micro-batches): what its simulation costs, from 7 to 90 ms among GPT-3's finalists."""
+    s = finalist[0]
+    return s.pp * s.vpp * s.num_microbatches
 
 
 def _first_passing(
@@ -203,20 +226,21 @@ def sweep(
     """Search all plans of `base`'s model and training on `gpus` GPUs; the best `finalists`, simulated.
 
     `max_memory_gib` caps the memory a plan may use per GPU below the GPU's own (headroom for the
-    framework, or a smaller card of the same kind). `map_fn` runs the tp slices of the space, then the
+    framework, or a smaller card of the same kind). `map_fn` runs the subtrees of the space, then the
     finalists (a process pool's map spreads them over cores); the result does not depend on it."""
     if not 0 < gpus <= MAX_WORLD_SIZE:  # ValueError: the CLI and the dashboard show it as bad input
         raise ValueError(f"--gpus must be between 1 and {MAX_WORLD_SIZE:,}, got {gpus:,}")
     base = _base_for(base, gpus)
     # headroom for context, NCCL, fragmentation; --max-memory-gib caps it further
     limit = min(base.cluster.gpu.usable_memory_GiB, max_memory_gib or math.inf) * GiB
-    slices = list(map_fn(partial(_rank_slice, base, gpus, limit), tensor_parallel_degrees(base, gpus)))
-    candidates = sorted(c for part, _, _ in slices for c in part)  # a total order: the same for any slicing
+    ranked = _rank(base, gpus, limit, map_fn)
+    candidates = sorted(c for part, _, _ in ranked for c in part)  # a total order: the same for any slicing
     chosen = _first_passing(candidates, partial(_checked, base, limit), finalists, map_fn)
+    chosen.sort(key=_events, reverse=True)  # the longest first, so that the pool ends on short ones
     simulated: list[Ranked] = []
     for done in map_fn(_simulated, chosen):
         simulated.append(done)
         if progress is not None:
             progress(len(simulated), finalists)
     simulated.sort(key=lambda r: (r.step_time_s or math.inf, r.plan))
-    return SweepResult(simulated, sum(n for _, n, _ in slices), len(candidates), sum(n for _, _, n in slices))
+    return SweepResult(simulated, sum(n for _, n, _ in ranked), len(candidates), sum(n for _, _, n in ranked))

@@ -9,6 +9,7 @@ from plancast.simulator.scenario import Scenario
 
 SCHEDULES = ("1F1B", "Interleaved1F1B", "ZeroBubble", "GPipe")
 RECOMPUTE = ("none", "selective", "full")
+ZERO_STAGES = (0, 1, 2, 3)
 
 
 @dataclass(frozen=True, slots=True, order=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from plancast.simulator.costs.collectives import collective_seconds, group_levels
 from plancast.simulator.costs.memory import layer_activation_bytes, model_state_bytes
@@ -32,19 +32,39 @@ class Layer:
     full_act_bytes: float  # ... without recompute (the block rebuilt during a full-recompute backward)
 
 
+class DpCosts(NamedTuple):
+    """Seconds of the first pipeline rank's data-parallel collectives (each one's whole time; 0 where the
+    plan has none) and of its optimizer step."""
+
+    all_reduce_s: float  # DDP: every bucket's all-reduce
+    broadcast_s: float  # ZeRO-1: every owner's shard broadcast
+    all_gather_s: float  # ZeRO-2/3: one unit's gather
+    reduce_scatter_s: float  # ZeRO-2/3: one unit's gradient reduce-scatter
+    optimizer_s: float
+
+
+LayerKey = tuple[int, int, bool, str, int, int]
+"""(tp, micro_batch_size, sequence_parallel, recompute, ep, cp): what a `Layer` depends on."""
+
+
 @dataclass
 class Estimator:
     """Closed-form memory (exactly the first pipeline rank's, a lower bound of the peak) and step time.
 
     Everything is arithmetic over a few cached quantities, so millions of plans cost seconds; the
-    caches live in the estimator, one per sweep."""
+    caches live in the estimator, one per task of a sweep. `layers` may start filled: the per-layer
+    costs are the expensive ones (a stage's costs over every layer), and a sweep works them out once
+    per tp degree for all its tasks."""
 
     base: Scenario
     gpus: int
-    _layers: dict[tuple[int, int, bool, str, int, int], Layer] = field(default_factory=dict)
+    layers: dict[LayerKey, Layer] = field(default_factory=dict)
     _dp_levels: dict[tuple[int, int, int], tuple[Any, ...]] = field(default_factory=dict)
     _params: dict[tuple[int, int, int, int], tuple[float, float]] = field(default_factory=dict)
     _splits: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    _tp_levels: dict[tuple[int, int, int], tuple[Any, ...]] = field(default_factory=dict)
+    _states: dict[tuple[int, ...], float] = field(default_factory=dict)
+    _dp: dict[tuple[int, ...], DpCosts] = field(default_factory=dict)
 
     def split(self, stages: int) -> tuple[int, ...]:
         split = self._splits.get(stages)
@@ -54,7 +74,7 @@ class Estimator:
 
     def layer(self, plan: Plan) -> Layer:
         key = (plan.tp, plan.micro_batch_size, plan.sequence_parallel, plan.recompute, plan.ep, plan.cp)
-        cached = self._layers.get(key)
+        cached = self.layers.get(key)
         if cached is None:
             flat = Plan(
                 plan.tp,
@@ -70,12 +90,16 @@ class Estimator:
                 plan.cp,
             )
             s = flat.apply(self.base)
-            segments = stage_costs(s, Topology.of(s).levels("tp"))[0].segments
+            tp_key = (plan.tp, plan.cp, plan.ep)  # the flat plan's grid: dp follows from tp and cp
+            tp_levels = self._tp_levels.get(tp_key)
+            if tp_levels is None:
+                tp_levels = self._tp_levels[tp_key] = Topology.of(s).levels("tp")
+            segments = stage_costs(s, tp_levels)[0].segments
             emb, layers, head = segments[0], segments[1:-1], segments[-1]
             one = StageCost(0, layers, 0.0, s.parallelism.tp_comm_overlap, plan.recompute == "full")
             x, n = Shape.of(s), len(layers)  # an MoE model's layers differ: the mean block
             mlp = moe_activation_bytes(x, s.model) if s.model.is_moe else None
-            cached = self._layers[key] = Layer(
+            cached = self.layers[key] = Layer(
                 (one.forward_s + one.backward_s + one.recompute_s) / n,
                 one.backward_weight_s / n,
                 StageCost(0, (emb,), 0.0, one.tp_overlap, False).forward_s * 3,
@@ -124,24 +148,36 @@ class Estimator:
         link = Topology.of(self.base).links[tier]
         return 2 * m * plan.virtual_stages * (nbytes / link.bandwidth_Bps + link.latency_s)
 
+    def _model_states(self, plan: Plan) -> float:
+        """Parameters, gradients and optimizer states of the first pipeline rank (costs/memory.py), with
+        ZeRO-3's gathered units: the same for every batch shape, schedule and recompute of a plan's
+        degrees, so worked out once per (tp, pp, v, ep, cp, dp, ZeRO stage)."""
+        key = (plan.tp, plan.pp, plan.virtual_stages, plan.ep, plan.cp, plan.dp, plan.zero_stage)
+        cached = self._states.get(key)
+        if cached is None:
+            t = self.base.training
+            total, experts = self._rank0(plan)
+            states = [
+                model_state_bytes(
+                    n,
+                    dp=d,
+                    zero_stage=plan.zero_stage,
+                    dtype=t.dtype,
+                    grad_fp32=bool(t.grad_accumulation_fp32),
+                )
+                for n, d in ((total - experts, plan.dp * plan.cp), (experts, plan.dp // plan.ep))
+            ]
+            p, g, o = (sum(parts) for parts in zip(*states, strict=True))
+            if plan.zero_stage >= 3 and plan.dp > 1:
+                p += 2 * layer_params(self.base.model).per_rank(plan.tp) * DTYPE_BYTES[t.dtype]
+            cached = self._states[key] = p + g + o
+        return cached
+
     def memory_bytes(self, plan: Plan) -> float:
         """First pipeline rank's peak, as simulator.costs.memory.rank_memory computes it."""
         t = self.base.training
         stages = plan.pp * plan.virtual_stages
         split = self.split(stages)
-        total, experts = self._rank0(plan)
-        states = [
-            model_state_bytes(
-                n, dp=d, zero_stage=plan.zero_stage, dtype=t.dtype, grad_fp32=bool(t.grad_accumulation_fp32)
-            )
-            for n, d in (
-                (total - experts, plan.dp * plan.cp),
-                (experts, plan.dp // plan.ep),
-            )  # costs/memory.py
-        ]
-        p, g, o = (sum(parts) for parts in zip(*states, strict=True))
-        if plan.zero_stage >= 3 and plan.dp > 1:
-            p += 2 * layer_params(self.base.model).per_rank(plan.tp) * DTYPE_BYTES[t.dtype]
         mbs = t.global_batch_size // (plan.micro_batch_size * plan.dp)
         chunk_layers = tuple(split[c * plan.pp] for c in range(plan.virtual_stages))
         inflight = inflight_layers(plan.schedule, plan.pp, mbs, plan.virtual_stages, chunk_layers)
@@ -149,7 +185,43 @@ class Estimator:
         acts = inflight * lay.act_bytes + (lay.full_act_bytes if plan.recompute == "full" else 0.0)
         if stages == 1:  # the first rank is also the last: fp32 logits and their gradient
             acts += 2 * 4 * plan.micro_batch_size * t.seq_len / plan.cp * self.base.model.vocab_size / plan.tp
-        return p + g + o + acts
+        return self._model_states(plan) + acts
+
+    def _dp_costs(self, plan: Plan) -> DpCosts:
+        """The data-parallel collectives and the optimizer of the first pipeline rank: the same for every
+        batch shape, schedule and recompute of a plan's degrees, so worked out once per (tp, pp, v, ep,
+        cp, dp, ZeRO stage)."""
+        key = (plan.tp, plan.pp, plan.virtual_stages, plan.ep, plan.cp, plan.dp, plan.zero_stage)
+        cached = self._dp.get(key)
+        if cached is not None:
+            return cached
+        t, par = self.base.training, self.base.parallelism
+        params = self.rank0_params(plan)
+        dtype_bytes = DTYPE_BYTES[t.dtype]
+        grad_bytes = params * (4 if t.grad_accumulation_fp32 else dtype_bytes)
+        levels = self.dp_levels(plan)
+        comm = broadcast = gather = scatter = 0.0
+        if plan.dp == 1:
+            pass
+        elif plan.zero_stage <= 1:  # DDP buckets (ZeRO-1: + one broadcast per owner after the step)
+            cap_MiB = par.bucket_cap_MiB  # None: one bucket per chunk (torch DDP)
+            buckets = 1 if cap_MiB is None else max(math.ceil(grad_bytes / (cap_MiB * 2**20)), 1)
+            comm = buckets * collective_seconds("all_reduce", levels, grad_bytes / buckets)
+            if plan.zero_stage == 1:
+                broadcast = plan.dp * collective_seconds("broadcast", levels, params * dtype_bytes / plan.dp)
+        else:  # FSDP units: one per block of the rank and one for the rest
+            units = math.ceil(self.base.model.num_hidden_layers / plan.pp) + 1
+            algorithm = par.zero_collective_algorithm or "hierarchical"  # as the engine
+            gather = collective_seconds("all_gather", levels, params * dtype_bytes / units, algorithm)
+            scatter = collective_seconds("reduce_scatter", levels, grad_bytes / units, algorithm)
+        local = params / plan.dp if plan.zero_stage >= 1 else params
+        optimizer = (
+            local
+            * optimizer_bytes_per_param(self.base)
+            / (self.base.cluster.gpu.hbm_GBps * 1e9 * self.base.cluster.compute.memory_efficiency)
+        )
+        cached = self._dp[key] = DpCosts(comm, broadcast, gather, scatter, optimizer)
+        return cached
 
     def step_seconds(self, plan: Plan) -> float:
         """(m + (p-1)/v)(F + B) for the bottleneck rank (ZB-H1: bubble (p-1)(F + B - 2W)), plus exposed
@@ -164,38 +236,22 @@ class Estimator:
             pipeline = m * per_mb + (p - 1) * max(per_mb - 2 * per_rank_layers * lay.layer_w_s, 0.0)
         else:
             pipeline = (m + (p - 1) / v) * per_mb
-        params = self.rank0_params(plan)
-        dtype_bytes = DTYPE_BYTES[t.dtype]
-        grad_bytes = params * (4 if t.grad_accumulation_fp32 else dtype_bytes)
-        levels = self.dp_levels(plan)
+        dp = self._dp_costs(plan)
         exposed = self._p2p_exposed(plan, m) if plan.pp > 1 else 0.0
         if plan.dp == 1:
             pass
-        elif plan.zero_stage <= 1:  # DDP buckets (ZeRO-1: + one broadcast per owner after the step)
-            cap_MiB = self.base.parallelism.bucket_cap_MiB  # None: one bucket per chunk (torch DDP)
-            buckets = 1 if cap_MiB is None else max(math.ceil(grad_bytes / (cap_MiB * 2**20)), 1)
-            comm = buckets * collective_seconds("all_reduce", levels, grad_bytes / buckets)
+        elif plan.zero_stage <= 1:
             tail = per_mb / v if self.base.parallelism.overlap_grad_reduce else 0.0
-            exposed += max(comm - tail, 0.0)
+            exposed += max(dp.all_reduce_s - tail, 0.0)
             if plan.zero_stage == 1:
-                exposed += plan.dp * collective_seconds("broadcast", levels, params * dtype_bytes / plan.dp)
-        else:  # FSDP units: per micro-batch gathers (twice for ZeRO-3) and reduce-scatters per block
+                exposed += dp.broadcast_s
+        else:  # per micro-batch gathers (twice for ZeRO-3) and reduce-scatters per unit
             units = per_rank_layers + 1
-            unit_bytes = params * dtype_bytes / units
             gathers = 2 if plan.zero_stage == 3 else 1
-            algorithm = self.base.parallelism.zero_collective_algorithm or "hierarchical"  # as the engine
-            gather = collective_seconds("all_gather", levels, unit_bytes, algorithm)
-            scatter = collective_seconds("reduce_scatter", levels, grad_bytes / units, algorithm)
-            comm = m * units * (gathers * gather + scatter)
-            first_waits = m * v * gathers * gather  # each chunk's first unit waits for its gather
+            comm = m * units * (gathers * dp.all_gather_s + dp.reduce_scatter_s)
+            first_waits = m * v * gathers * dp.all_gather_s  # each chunk's first unit waits for its gather
             exposed += max(comm - m * per_mb, 0.0) + first_waits
-        local = params / plan.dp if plan.zero_stage >= 1 else params
-        optimizer = (
-            local
-            * optimizer_bytes_per_param(self.base)
-            / (self.base.cluster.gpu.hbm_GBps * 1e9 * self.base.cluster.compute.memory_efficiency)
-        )
-        return pipeline + exposed + optimizer
+        return pipeline + exposed + dp.optimizer_s
 
 
 def inflight_layers(schedule: str, pp: int, m: int, v: int, chunk_layers: tuple[int, ...]) -> int:

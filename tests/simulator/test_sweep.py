@@ -11,9 +11,10 @@ from plancast.simulator.loader import parse_scenario
 from plancast.simulator.predict import simulate
 from plancast.simulator.scenario import Scenario
 from plancast.simulator.schedules import build_schedule
-from plancast.simulator.sweep import _base_for, enumerate_plans, sweep
+from plancast.simulator.sweep import _base_for, sweep
 from plancast.simulator.sweep_estimate import Estimator as _Estimator
 from plancast.simulator.sweep_estimate import inflight_layers as _inflight_layers
+from plancast.simulator.sweep_space import enumerate_plans
 from plancast.simulator.validation import check_plan
 
 
@@ -86,3 +87,24 @@ def test_estimated_memory_is_the_first_ranks_exact_memory() -> None:
         assert est.memory_bytes(plan) == pytest.approx(rank_memory(s, 0).total, rel=1e-12), plan
         checked += 1
     assert checked > 100
+
+
+@pytest.mark.parametrize("preset", ["tiny-gpt", "tiny-moe"])
+def test_a_shared_estimator_gives_each_plan_what_a_fresh_one_does(preset: str) -> None:
+    """The estimator's caches (per-layer costs, model states, data-parallel costs) are keyed by all
+    they depend on: one estimator over the whole space prices every plan as one made for it alone."""
+    data: dict[str, Any] = {
+        "model": {"preset": preset},
+        "training": {"seq_len": 64, "global_batch_size": 16, "dtype": "bf16"},
+        "cluster": {"preset": "dgx-a100-80gb", "num_nodes": 1},
+    }
+    base = _base_for(parse_scenario(data).scenario, 8)
+    shared = _Estimator(base, 8)
+    plans = list(enumerate_plans(base, 8))
+    assert len({(p.zero_stage, p.dp, p.ep, p.virtual_stages) for p in plans}) >= 28  # degrees and ZeRO vary
+    for plan in plans:
+        fresh = _Estimator(base, 8)
+        assert (shared.memory_bytes(plan), shared.step_seconds(plan)) == (
+            fresh.memory_bytes(plan),
+            fresh.step_seconds(plan),
+        ), plan

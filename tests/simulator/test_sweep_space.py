@@ -1,0 +1,143 @@
+"""The sweep's space cut into (tp, pp) subtrees: the subtrees cover every plan once, their closed-form
+sizes are exact, the largest go to the workers first, and ranking them one task each finds exactly
+what one estimator over the whole space finds."""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import pytest
+
+from plancast.simulator.costs.memory import GiB
+from plancast.simulator.loader import parse_scenario
+from plancast.simulator.scenario import Scenario
+from plancast.simulator.sweep import _base_for, _layer_costs, _plan_fields, _rank, sweep
+from plancast.simulator.sweep_estimate import Estimator
+from plancast.simulator.sweep_space import by_size, enumerate_plans, roots, subtree_sizes
+
+
+def scenario(preset: str, gpus: int, memory_gib: float, batch: int) -> Scenario:
+    data: dict[str, Any] = {
+        "model": {"preset": preset},
+        "training": {"seq_len": 64, "global_batch_size": batch, "dtype": "fp32"},
+        "cluster": {
+            "gpu": {"name": "toy", "peak_tflops": 0.1, "hbm_GBps": 10.0, "memory_GiB": memory_gib},
+            "num_nodes": 1,
+            "gpus_per_node": gpus,
+            "tiers": [
+                {"name": "fast", "size": 2, "bandwidth_GBps": 1.0, "latency_us": 20.0},
+                {"name": "slow", "bandwidth_GBps": 0.2, "latency_us": 100.0},
+            ],
+        },
+    }
+    return _base_for(parse_scenario(data).scenario, gpus)
+
+
+# (preset, GPUs, GiB per GPU, global batch): dense and MoE (expert-parallel degrees below each subtree),
+# each roomy and tight (1 MiB: the smallest-footprint check prunes some subtrees, a few plans still fit)
+CASES = [(preset, 8, memory_gib, 16) for preset in ("tiny-gpt", "tiny-moe") for memory_gib in (1.0, 0.001)]
+
+
+def one_estimator(base: Scenario, gpus: int, limit_bytes: float) -> tuple[list[Any], int, int, Estimator]:
+    """The plain search: one estimator over every plan, pruning a (tp, pp, ep, cp) subtree whose smallest
+    footprint does not fit; candidates sorted, counts enumerated and pruned, the estimator."""
+    est = Estimator(base, gpus)
+    candidates, enumerated, pruned, fits = [], 0, 0, {}
+    for plan in enumerate_plans(base, gpus):
+        enumerated += 1
+        key = (plan.tp, plan.pp, plan.ep, plan.cp)
+        if key not in fits:
+            sp = plan.tp > 1 and (base.training.seq_len // plan.cp) % plan.tp == 0
+            smallest = type(plan)(plan.tp, plan.pp, plan.dp, 1, "1F1B", 1, "full", sp, 3, plan.ep, plan.cp)
+            fits[key] = est.memory_bytes(smallest) <= limit_bytes
+        if not fits[key]:
+            pruned += 1
+            continue
+        memory = est.memory_bytes(plan)
+        if memory <= limit_bytes:
+            candidates.append((est.step_seconds(plan), _plan_fields(plan), memory / GiB))
+    return sorted(candidates), enumerated, pruned, est
+
+
+@pytest.mark.parametrize(("preset", "gpus", "memory_gib", "batch"), CASES)
+def test_subtree_sizes_count_the_plans_under_each_root(
+    preset: str, gpus: int, memory_gib: float, batch: int
+) -> None:
+    base = scenario(preset, gpus, memory_gib, batch)
+    counted = Counter((plan.tp, plan.pp) for plan in enumerate_plans(base, gpus))
+    sizes = subtree_sizes(base, gpus)
+    assert list(sizes) == roots(base, gpus)
+    assert {root: n for root, n in sizes.items() if n} == dict(counted)
+    every = list(enumerate_plans(base, gpus))
+    one_by_one = list(
+        itertools.chain.from_iterable(enumerate_plans(base, gpus, (root,)) for root in roots(base, gpus))
+    )
+    assert sorted(one_by_one) == sorted(every) and len(set(every)) == len(every)
+
+
+def test_by_size_puts_the_largest_first_and_leaves_out_empty_parts() -> None:
+    assert by_size({(1, 1): 5, (1, 2): 0, (2, 1): 9, (4, 1): 5}) == [(2, 1), (1, 1), (4, 1)]
+    assert by_size({1: 3, 2: 7, 4: 0}) == [2, 1]
+
+
+@pytest.mark.parametrize(("preset", "gpus", "memory_gib", "batch"), CASES)
+def test_ranking_by_subtrees_finds_what_one_estimator_finds(
+    preset: str, gpus: int, memory_gib: float, batch: int
+) -> None:
+    base = scenario(preset, gpus, memory_gib, batch)
+    limit = base.cluster.gpu.usable_memory_GiB * GiB
+    candidates, enumerated, pruned, _ = one_estimator(base, gpus, limit)
+    ranked = _rank(base, gpus, limit, map)
+    assert sorted(c for part, _, _ in ranked for c in part) == candidates
+    assert (sum(n for _, n, _ in ranked), sum(n for _, _, n in ranked)) == (enumerated, pruned)
+    assert candidates and (pruned > 0) == (memory_gib < 0.01)  # the tight cases prune, the others not
+
+
+@pytest.mark.parametrize(("preset", "gpus", "memory_gib", "batch"), CASES)
+def test_each_tp_degrees_layer_costs_are_those_ranking_plan_by_plan_works_out(
+    preset: str, gpus: int, memory_gib: float, batch: int
+) -> None:
+    base = scenario(preset, gpus, memory_gib, batch)
+    limit = base.cluster.gpu.usable_memory_GiB * GiB
+    lazy = one_estimator(base, gpus, limit)[3].layers
+    tables: dict[Any, Any] = {}
+    for tp in dict.fromkeys(tp for tp, _ in roots(base, gpus)):
+        tables.update(_layer_costs(base, gpus, limit, [root for root in roots(base, gpus) if root[0] == tp]))
+    assert tables == lazy  # the same keys (none missing, none extra) and exactly the same numbers
+
+
+def test_the_largest_subtrees_go_to_the_pool_first() -> None:
+    base = scenario("tiny-gpt", 8, 1.0, 16)
+    sizes = subtree_sizes(base, 8)
+    calls: list[list[Any]] = []
+
+    def recording_map(fn: Callable[[Any], Any], items: Sequence[Any]) -> Iterable[Any]:
+        calls.append(list(items))
+        return map(fn, items)
+
+    sweep(base, 8, finalists=2, map_fn=recording_map)
+    tp_order, subtree_tasks = calls[0], calls[1]
+    order = [root for root, _ in subtree_tasks]
+    assert [sizes[root] for root in order] == sorted((n for n in sizes.values() if n), reverse=True)
+    assert len(order) > 4 and sorted(order) == sorted(root for root, n in sizes.items() if n)
+    tp_sizes = [sum(n for (tp, _), n in sizes.items() if tp == subtrees[0][0]) for subtrees in tp_order]
+    assert tp_sizes == sorted(tp_sizes, reverse=True)
+
+
+def test_the_longest_finalists_are_simulated_first_and_the_ranking_does_not_change() -> None:
+    base = scenario("tiny-gpt", 8, 0.002, 16)  # tight: finalists with 1 to 8 pipeline passes
+    rounds: list[list[Any]] = []
+
+    def recording_map(fn: Callable[[Any], Any], items: Sequence[Any]) -> Iterable[Any]:
+        rounds.append(list(items))
+        return map(fn, items)
+
+    result = sweep(base, 8, finalists=16, map_fn=recording_map)
+    passes = [s.pp * s.vpp * s.num_microbatches for s, _ in rounds[-1]]
+    estimates = [estimate[0] for _, estimate in rounds[-1]]
+    assert len(set(passes)) > 2 and passes == sorted(passes, reverse=True) and estimates != sorted(estimates)
+    steps = [r.step_time_s or 0.0 for r in result.finalists]
+    assert steps == sorted(steps) and len(steps) == 16
