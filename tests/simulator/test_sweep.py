@@ -18,9 +18,15 @@ from plancast.simulator.sweep_space import enumerate_plans
 from plancast.simulator.validation import check_plan
 
 
-def small(gpus: int, memory_gib: float, batch: int = 8, layers: int = 4) -> Scenario:
+def small(
+    gpus: int, memory_gib: float, batch: int = 8, layers: int | None = 4, preset: str = "tiny-gpt"
+) -> Scenario:
+    """`preset` (with `layers` layers; None: the preset's) on a toy GPU and a two-tier toy network."""
+    model: dict[str, Any] = {"preset": preset}
+    if layers is not None:
+        model["num_hidden_layers"] = layers
     data: dict[str, Any] = {
-        "model": {"preset": "tiny-gpt", "num_hidden_layers": layers},
+        "model": model,
         "training": {"seq_len": 64, "global_batch_size": batch, "dtype": "fp32"},
         "cluster": {
             "gpu": {"name": "toy", "peak_tflops": 0.1, "hbm_GBps": 10.0, "memory_GiB": memory_gib},

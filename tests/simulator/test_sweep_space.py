@@ -12,28 +12,15 @@ from typing import Any
 import pytest
 
 from plancast.simulator.costs.memory import GiB
-from plancast.simulator.loader import parse_scenario
 from plancast.simulator.scenario import Scenario
 from plancast.simulator.sweep import _base_for, _layer_costs, _plan_fields, _rank, sweep
 from plancast.simulator.sweep_estimate import Estimator
 from plancast.simulator.sweep_space import by_size, enumerate_plans, roots, subtree_sizes
+from tests.simulator.test_sweep import small
 
 
 def scenario(preset: str, gpus: int, memory_gib: float, batch: int) -> Scenario:
-    data: dict[str, Any] = {
-        "model": {"preset": preset},
-        "training": {"seq_len": 64, "global_batch_size": batch, "dtype": "fp32"},
-        "cluster": {
-            "gpu": {"name": "toy", "peak_tflops": 0.1, "hbm_GBps": 10.0, "memory_GiB": memory_gib},
-            "num_nodes": 1,
-            "gpus_per_node": gpus,
-            "tiers": [
-                {"name": "fast", "size": 2, "bandwidth_GBps": 1.0, "latency_us": 20.0},
-                {"name": "slow", "bandwidth_GBps": 0.2, "latency_us": 100.0},
-            ],
-        },
-    }
-    return _base_for(parse_scenario(data).scenario, gpus)
+    return _base_for(small(gpus, memory_gib, batch, layers=None, preset=preset), gpus)
 
 
 # (preset, GPUs, GiB per GPU, global batch): dense and MoE (expert-parallel degrees below each subtree),
