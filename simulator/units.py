@@ -17,7 +17,7 @@ ZeRO-2 keeps them until the backward; every backward reshards all units and redu
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from plancast.simulator.costs.efficiency import op_seconds
 from plancast.simulator.costs.ops import DTYPE_BYTES, Shape, gemm_weight_elements, layer_forward
@@ -109,16 +109,15 @@ def dp_plan(s: Scenario, cost: StageCost) -> UnitPlan:
     if layer is not None:
         fwd_share = layer.forward_s / fwd_total
         bwd_share = (layer.backward_input_s + layer.backward_weight_s) / bwd_total
-        per_module = s.parallelism.framework == "deepspeed" and not s.model.is_moe
+        block = [Unit("", layer_bytes, fwd_share, bwd_share)]
+        if s.parallelism.framework == "deepspeed" and not s.model.is_moe:
+            block = _submodules(s, layer_bytes, fwd_share, bwd_share)
         for i in range(layers):
-            if per_module:
-                units += _submodules(s, f"layer{i}", layer_bytes, fwd_share, bwd_share)
-            else:
-                units.append(Unit(f"layer{i}", layer_bytes, fwd_share, bwd_share))
+            units += [replace(u, name=f"layer{i}{u.name}") for u in block]
     return UnitPlan(buckets, tuple(units), expert_buckets)
 
 
-def _submodules(s: Scenario, name: str, layer_bytes: float, fwd_share: float, bwd_share: float) -> list[Unit]:
+def _submodules(s: Scenario, layer_bytes: float, fwd_share: float, bwd_share: float) -> list[Unit]:
     """One block as DeepSpeed ZeRO-3 fetches it: a unit per GEMM weight and a unit without parameters
     for the ops between two GEMMs, in forward order. The block's bytes split in proportion to the
     weights (the small norm and bias tensors ride along); its time in proportion to each op's roofline
@@ -140,6 +139,6 @@ def _submodules(s: Scenario, name: str, layer_bytes: float, fwd_share: float, bw
     fwd = sum(g[2] for g in groups) or 1.0
     bwd = sum(g[3] for g in groups) or 1.0
     return [
-        Unit(f"{name}.{label}", layer_bytes * w / weights, fwd_share * f / fwd, bwd_share * b / bwd)
+        Unit(f".{label}", layer_bytes * w / weights, fwd_share * f / fwd, bwd_share * b / bwd)
         for label, w, f, b in groups
     ]
