@@ -117,38 +117,48 @@ def _alone_on_link(
     return now, now + slices * slice_s
 
 
-def reduce_gradients(sim: Engine, st: RankState, a: Action, backward_s: float) -> None:
+def reduce_gradients(sim: Engine, st: RankState, a: Action, backward_s: float) -> float:
     """DDP / ZeRO-1, called as a chunk's last backward starts. With overlap_grad_reduce each gradient
     bucket is reduced as soon as the backward has produced it (DDP's autograd hooks, Megatron-LM's
     `--overlap-grad-reduce`), at its share of the backward in reduction order. Without it the reduction
     follows the whole backward pass (Megatron-LM's finalize_model_grads after the pipeline flush;
     DeepSpeed's reduction after the last micro-batch): every chunk's buckets wait for the end of the
-    rank's final backward, queued chunk by chunk."""
+    rank's final backward, queued chunk by chunk.
+
+    Returns the seconds the backward loses to the reductions running beside it
+    (ComputeModel.overlap_slowdown times the overlapped time), which the caller adds to the pass."""
     plan = sim.plan
     if plan.dense_dp == 1:
-        return
+        return 0.0
     if plan.s.parallelism.overlap_grad_reduce:
-        _reduce_chunk(sim, st, a.stage, a.chunk, backward_s, overlap=True)
-        return
+        overlapped = _reduce_chunk(sim, st, a.stage, a.chunk, backward_s, overlap=True)
+        return plan.s.cluster.compute.overlap_slowdown * overlapped
     if a != plan.final_backward(st.coord.pp):
-        return
+        return 0.0
     for chunk, stage in enumerate(plan.owned_stages(st.coord.pp)):
         _reduce_chunk(sim, st, stage, chunk, backward_s, overlap=False)
+    return 0.0
 
 
 def _reduce_chunk(
     sim: Engine, st: RankState, stage: int, chunk: int, backward_s: float, overlap: bool
-) -> None:
+) -> float:
     """Queue one chunk's gradient buckets, ready at their share of a backward of `backward_s` (overlap)
-    or at its end."""
+    or at its end. Returns how long the dense buckets run beside that backward: the dp stream drains
+    each bucket's seconds from its ready time on, until the backward ends."""
     plan = sim.plan
     buckets = plan.units[stage].bucket_bytes
     total = sum(buckets) or 1
     done = 0.0
+    pending = overlapped = last_ready = 0.0
     for nbytes in buckets:
         done += nbytes
         after_s = backward_s * done / total if overlap else backward_s
         sim.dp_collective(st, "all_reduce", nbytes, (stage, chunk, -1), ready=Due.after(sim.env, after_s))
+        drained = min(pending, after_s - last_ready)
+        overlapped, pending, last_ready = overlapped + drained, pending - drained, after_s
+        if overlap and after_s < backward_s:
+            pending += plan.dp_collective_s("all_reduce", nbytes)
     # routed experts: a second reducer over the expert-data-parallel group, after the dense buckets
     # (docs/moe.md); its one bucket per chunk is complete when the backward is
     for nbytes in plan.units[stage].expert_bucket_bytes:
@@ -160,6 +170,7 @@ def _reduce_chunk(
             ready=Due.after(sim.env, backward_s),
             levels=plan.topo.levels("edp"),
         )
+    return overlapped
 
 
 def fsdp_pass(sim: Engine, st: RankState, kind: str, a: Action, seconds: float, flops: float) -> Process:

@@ -84,9 +84,8 @@ def backward(sim: Engine, st: RankState, a: Action, last: bool) -> Process:
                 yield sim.busy(st.rank, d.recompute_s)
                 sim.record_pass(st.rank, "recompute", a, start, sim.env.now - start, d.forward_flops)
                 start = sim.env.now
-            if last:
-                reduce_gradients(sim, st, a, d.backward_s)
-            yield sim.busy(st.rank, d.backward_s)
+            slowed = reduce_gradients(sim, st, a, d.backward_s) if last else 0.0
+            yield sim.busy(st.rank, d.backward_s + slowed)
         sim.record_pass(st.rank, d.backward_kind, a, start, sim.env.now - start, d.backward_flops)
     if a.stage > 0 and st.holders[a.stage - 1] != st.rank:
         if plan.p2p_host_s:

@@ -32,3 +32,17 @@ def test_compute_beside_fsdp_collectives_is_slower_and_counted_as_compute() -> N
 def test_without_sharded_data_parallel_nothing_changes() -> None:
     s = llama8b_fsdp(zero_stage=1)
     assert simulate(with_slowdown(s, 0.0), events=False).summary == simulate(s, events=False).summary
+
+
+def test_overlapped_ddp_buckets_slow_the_backward_they_run_beside() -> None:
+    """DDP / ZeRO-1 with overlap_grad_reduce: the buckets reduced during the last backward slow it; with
+    the reduction after the backward (Megatron-LM's default) nothing runs beside it. Megatron-LM's
+    buckets (40M parameters) give Llama-3-8B many of them."""
+    on, off = (
+        llama8b_fsdp(zero_stage=1, framework="megatron-lm", overlap_grad_reduce=overlap)
+        for overlap in (True, False)
+    )
+    ideal, real = (simulate(s, events=False).summary for s in (with_slowdown(on, 0.0), on))
+    assert real["compute_time_s"] > ideal["compute_time_s"]
+    assert real["step_time_s"] > ideal["step_time_s"]
+    assert simulate(with_slowdown(off, 0.0), events=False).summary == simulate(off, events=False).summary
