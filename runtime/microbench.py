@@ -113,8 +113,22 @@ def _worker(rank: int, world: int, init_file: str, s: Scenario, results: Any) ->
         record["host"] = host.measure_host(s, world)
         if rank == 0:
             results.put(record)
+        dist.barrier()  # no rank tears gloo down while a peer still has work in flight
     finally:
         dist.destroy_process_group()
+
+
+def delivered_record(exit_codes: list[int | None], results: Any) -> dict[str, Any]:
+    """Rank 0's record from `results` (a queue). Rank 0 hands it over only once every collective of
+    every phase is done, so a rank that dies after that (gloo's teardown has aborted on this project's
+    CI: "terminate called without an active exception") cost no measurement; without the record the
+    run failed, and the error names the ranks and their exit codes."""
+    failed = [r for r, code in enumerate(exit_codes) if code != 0]
+    if results.empty():
+        codes = [exit_codes[r] for r in failed]
+        raise RuntimeError(f"microbenchmark rank(s) {failed} failed (exit codes {codes})")
+    record: dict[str, Any] = results.get()
+    return record
 
 
 def measure(s: Scenario, world: int = 2, timeout_s: float = 300) -> dict[str, Any]:
@@ -129,14 +143,9 @@ def measure(s: Scenario, world: int = 2, timeout_s: float = 300) -> dict[str, An
             p.start()
         for p in procs:
             p.join(timeout=timeout_s)
-        failed = [r for r, p in enumerate(procs) if p.exitcode != 0]
         for p in procs:
             if p.is_alive():
                 p.kill()
-        if failed:
-            raise RuntimeError(
-                f"microbenchmark rank(s) {failed} failed (exit codes {[procs[r].exitcode for r in failed]})"
-            )
-        record: dict[str, Any] = results.get()
+        record = delivered_record([p.exitcode for p in procs], results)
     record.update(world=world, cores=cores(), threads=1, cpu=cpu_model(), torch=torch.__version__)
     return record
