@@ -13,6 +13,7 @@ import torch
 
 from plancast.runtime.model import Decoder, ModelConfig, loss_fn, microbatch, synthetic_batch
 from plancast.runtime.moe import set_aux_loss_scale
+from plancast.runtime.precision import autocast_for
 from plancast.runtime.trainer import LEARNING_RATE
 from plancast.simulator.scenario import Scenario
 
@@ -27,6 +28,7 @@ class ReferenceRun:
             cfg, 0, cfg.num_layers, has_embedding=True, has_head=True, seed=scenario.training.seed
         )
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=LEARNING_RATE)
+        self.autocast = autocast_for(scenario, torch.device("cpu"))  # the run's mixed precision
         # the aux loss enters each micro-batch's gradient as the cross-entropy does: / (m * dp)
         set_aux_loss_scale(self.model, 1.0 / (scenario.num_microbatches * scenario.dp))
 
@@ -40,7 +42,8 @@ class ReferenceRun:
         for d in range(dp):
             total = 0.0
             for j in range(m):
-                loss = loss_fn(self.model(microbatch(s, inputs, d, j)), microbatch(s, targets, d, j)) / m
+                with self.autocast():
+                    loss = loss_fn(self.model(microbatch(s, inputs, d, j)), microbatch(s, targets, d, j)) / m
                 (loss / dp).backward()
                 total += float(loss.detach())
             losses.append(total)

@@ -48,6 +48,7 @@ from plancast.runtime.parallel.fsdp import apply_fsdp
 from plancast.runtime.parallel.pp import PipelineExecutor, StageRunner
 from plancast.runtime.parallel.tp import apply_tensor_parallel, local_seq_len
 from plancast.runtime.plan import Chunk, RankPlan, rank_plan
+from plancast.runtime.precision import autocast_for, compute_dtype, fsdp_policy
 from plancast.simulator.mesh import GroupName
 from plancast.simulator.scenario import Scenario
 
@@ -141,9 +142,10 @@ class Trainer:
             {c.chunk.stage: c.runner for c in self.chunks},
             self.recorder,
             shape,
-            torch.float32,
+            compute_dtype(scenario),
             device,
             full_recompute=t.recompute == "full",
+            autocast=autocast_for(scenario, device),
         )
 
     # ------------------------------------------------------------------------------------ building
@@ -200,7 +202,7 @@ class Trainer:
             )
         zero, last_backward = s.parallelism.zero_stage, None
         if s.dp > 1 and zero >= 2:
-            apply_fsdp(model, self.mesh["dp"], zero_stage=zero)
+            apply_fsdp(model, self.mesh["dp"], zero_stage=zero, mp_policy=fsdp_policy(s))
         elif "dp_cp" in self.groups:
             last_backward = self._wrap_ddp(model, c)
         params = list(model.parameters())

@@ -136,7 +136,8 @@ class Training(Strict):
     global_batch_size: int = Field(default=8, gt=0)
     """Samples per optimizer step B over all data-parallel ranks."""
     dtype: Dtype = "bf16"
-    """Compute dtype; fp16/bf16 use mixed-precision Adam (fp32 master weights)."""
+    """Compute dtype; fp16/bf16 use mixed-precision Adam (fp32 master weights). `plancast run` trains bf16
+    under torch.autocast with fp32 parameters and gradients (runtime/precision.py) and refuses fp16."""
     recompute: Recompute = "none"
     """Activation recompute: none, selective (attention core, Korthikanti et al. 2022) or full."""
     selective_recompute: Literal["attention", "op"] = "attention"
@@ -235,8 +236,8 @@ class Parallelism(Strict):
     `MixedPrecisionPolicy.reduce_dtype`); wider than training.dtype, each unit's gradient is cast to it
     before the collective, which then moves its bytes. torchtitan's default config reduces in fp32
     (`mixed_precision_reduce = "float32"`), as does Composer's `mixed_precision = "DEFAULT"` from
-    0.16.4. Ignored below ZeRO-2. Default: training.dtype, as plancast's runtime (no mixed-precision
-    policy) reduces; `plancast run` refuses another dtype."""
+    0.16.4. Ignored below ZeRO-2. Default: training.dtype; `plancast run` reduces in the dtype given
+    (runtime/precision.py)."""
     tp_comm_overlap: bool = False
     """Hide tensor-parallel collectives behind GEMMs (off: they sit on the critical path)."""
     ddp_bucket_cap_MiB: float | None = Field(default=None, gt=0)

@@ -10,17 +10,21 @@ an all-reduce); ``runtime.expected`` replays FSDP2's gather/reshard rules to pre
 from __future__ import annotations
 
 from torch.distributed.device_mesh import DeviceMesh
-from torch.distributed.fsdp import fully_shard
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 from plancast.runtime.model import Decoder
 
 
-def apply_fsdp(model: Decoder, dp_mesh: DeviceMesh, *, zero_stage: int) -> Decoder:
-    """Shard ``model`` over ``dp_mesh`` in place (stage 2 or 3) and return it."""
+def apply_fsdp(
+    model: Decoder, dp_mesh: DeviceMesh, *, zero_stage: int, mp_policy: MixedPrecisionPolicy | None = None
+) -> Decoder:
+    """Shard ``model`` over ``dp_mesh`` in place (stage 2 or 3) and return it; ``mp_policy``: the gather
+    and reduce-scatter dtypes (runtime/precision.py), default fp32."""
     if zero_stage not in (2, 3):
         raise ValueError(f"parallelism.zero_stage must be 2 or 3 for FSDP, got {zero_stage}")
     reshard = zero_stage == 3
+    policy = mp_policy or MixedPrecisionPolicy()
     for block in model.layers.values():
-        fully_shard(block, mesh=dp_mesh, reshard_after_forward=reshard)
-    fully_shard(model, mesh=dp_mesh, reshard_after_forward=reshard)
+        fully_shard(block, mesh=dp_mesh, reshard_after_forward=reshard, mp_policy=policy)
+    fully_shard(model, mesh=dp_mesh, reshard_after_forward=reshard, mp_policy=policy)
     return model

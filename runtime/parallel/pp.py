@@ -14,7 +14,9 @@ replays. Gradient accumulation: each micro-batch's loss is divided by the number
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,8 +62,11 @@ class PipelineExecutor:
     recorder: StepRecorder
     activation_shape: tuple[int, ...]
     dtype: torch.dtype
+    """The compute dtype: activations and gradients cross ranks in it (runtime/precision.py)."""
     device: torch.device
     full_recompute: bool = False
+    autocast: Callable[[], AbstractContextManager[object]] = contextlib.nullcontext
+    """The context each forward and recompute runs under (bf16: torch.autocast)."""
     _saved: dict[tuple[int, int], _Saved] = field(default_factory=dict)
     _handoff: dict[tuple[str, int, int], torch.Tensor] = field(default_factory=dict)
     _pending: list[Any] = field(default_factory=list)
@@ -104,9 +109,10 @@ class PipelineExecutor:
     ) -> torch.Tensor:
         from plancast.runtime.model import loss_fn
 
-        out = runner.forward(inp)
-        if a.stage == self.plan.num_stages - 1:
-            return loss_fn(out, targets[a.microbatch]) / len(targets)
+        with self.autocast():
+            out = runner.forward(inp)
+            if a.stage == self.plan.num_stages - 1:
+                return loss_fn(out, targets[a.microbatch]) / len(targets)
         return out
 
     def _backward(self, a: Action, targets: list[torch.Tensor], *, is_last: bool) -> None:
@@ -116,6 +122,8 @@ class PipelineExecutor:
             with self.recorder.span(self._key("recompute", a)):
                 saved.out = self._run_stage(runner, a, saved.inp, targets)
         assert saved.out is not None
+        if grad is not None:  # sent in the compute dtype; autograd wants the output's (bf16: fp32 residual)
+            grad = grad.to(saved.out.dtype)
         if self.plan.split_backward:
             input_grad = None
             with self.recorder.span(self._key("backward_input", a)):
@@ -167,7 +175,7 @@ class PipelineExecutor:
 
     def _send(self, a: Action, tensor: torch.Tensor, dst_stage: int, *, backward: bool) -> None:
         peer = self.plan.holder(dst_stage)
-        tensor = tensor.contiguous()
+        tensor = tensor.to(self.dtype).contiguous()
         if peer == self.plan.rank:
             self._handoff[("B" if backward else "F", a.stage, a.microbatch)] = tensor.detach()
             return

@@ -18,7 +18,6 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {
     # name: (training keys, parallelism, what the message must name)
     "selective-op": ({"recompute": "selective", "selective_recompute": "op"}, {}, "'attention'"),
     "fsdp-prefetch-post": ({}, {**FSDP, "fsdp_backward_prefetch": "post"}, "fsdp_backward_prefetch = 'pre'"),
-    "fsdp-reduce-bf16": ({}, {**FSDP, "fsdp_reduce_dtype": "bf16"}, "leave fsdp_reduce_dtype unset"),
 }
 
 
@@ -33,3 +32,13 @@ def test_unrun_behaviour_is_refused_with_the_fix(name: str, tmp_path: Path) -> N
         "cluster": {"preset": "local-cpu", "gpus_per_node": ranks},
     }
     assert_run_refused(tmp_path, data, fix)
+
+
+def test_fp16_is_refused_for_want_of_a_loss_scaler(tmp_path: Path) -> None:
+    data = {
+        "model": {"preset": "tiny-gpt"},
+        "training": {**TRAINING, "dtype": "fp16"},
+        "parallelism": {},
+        "cluster": {"preset": "local-cpu", "gpus_per_node": 1, "gpu": "A100-SXM4-80GB"},
+    }
+    assert_run_refused(tmp_path, data, "use bf16")
