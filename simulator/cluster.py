@@ -168,6 +168,21 @@ def _gpu_table(gpu: Any) -> dict[str, Any]:
     return dict(gpu) if isinstance(gpu, Mapping) else {}
 
 
+def _shrink_node_tier(data: Mapping[str, Any], preset_node: Any) -> Mapping[str, Any]:
+    """A preset whose innermost tier is its node (NVLink within a DGX/HGX node), given fewer GPUs per
+    node: the tier shrinks with the node, as NVLink does not reach past the node's GPUs (DGX A100/H100
+    and HGX user guides: the NVSwitches join the node's own GPUs)."""
+    tiers, node = data.get("tiers"), data.get("gpus_per_node")
+    if not (isinstance(preset_node, int) and isinstance(node, int) and node < preset_node):
+        return data
+    if not isinstance(tiers, list) or len(tiers) < 2 or not isinstance(tiers[0], Mapping):
+        return data
+    if tiers[0].get("size") != preset_node:
+        return data
+    inner = [{**tiers[0], "size": node}] if node > 1 else []  # one GPU a node: no NVLink tier at all
+    return {**data, "tiers": [*inner, *tiers[1:]]}
+
+
 class Cluster(Strict):
     """The machines: a GPU type, the node shape and the link tiers, innermost first."""
 
@@ -201,9 +216,14 @@ class Cluster(Strict):
     @classmethod
     def _preset(cls, data: Any) -> Any:
         explicit_gpu = data.get("gpu") if isinstance(data, Mapping) else None
+        node_only = isinstance(data, Mapping) and "gpus_per_node" in data and "tiers" not in data
+        preset_node = None
+        if node_only and isinstance(data.get("preset"), str) and data["preset"] in catalog.CLUSTERS:
+            preset_node = catalog.CLUSTERS[data["preset"]].get("gpus_per_node")
         data = merge_preset(data, catalog.CLUSTERS, "cluster")
         if not isinstance(data, Mapping):
             return data
+        data = _shrink_node_tier(data, preset_node)
         if isinstance(explicit_gpu, Mapping) and data.get("preset") is not None:
             # A partial [cluster.gpu] table overrides only its keys of the preset's GPU
             # (`memory_GiB = 40` on a dgx-a100-80gb keeps the A100's peaks and bandwidth).

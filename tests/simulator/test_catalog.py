@@ -43,6 +43,16 @@ def test_cluster_preset_validates_and_scales(name: str) -> None:
         assert loaded.scenario.cluster.tier_sizes[-1] == cluster.world_size == nodes * cluster.gpus_per_node
 
 
+@pytest.mark.parametrize(("gpus_per_node", "sizes"), [(1, (2,)), (4, (4, 8)), (8, (8, 16)), (16, (8, 32))])
+def test_node_tier_follows_a_smaller_node(gpus_per_node: int, sizes: tuple[int, ...]) -> None:
+    """A DGX preset with fewer GPUs per node: NVLink spans the node's GPUs only (one GPU: no NVLink tier);
+    a larger node keeps the preset's NVLink domain."""
+    data = {"preset": "dgx-h100-80gb", "gpus_per_node": gpus_per_node, "num_nodes": 2}
+    cluster = Cluster.model_validate(data)
+    assert cluster.tier_sizes == sizes
+    assert [t.name for t in cluster.tiers][-1] == "infiniband"
+
+
 @pytest.mark.parametrize("name", sorted(catalog.MODELS))
 def test_model_preset_passes_the_plan_checks(name: str) -> None:
     model = Model.model_validate({"preset": name})
