@@ -10,6 +10,11 @@
   prices. Gradients stay fp32, as the simulator's DDP buckets assume (simulator/units.py).
 - fp16 needs a loss scaler, which the runtime does not run: refused by ``runtime.plan``.
 
+The optimizer is AdamW's fused CUDA kernel on a GPU, torchtitan's default (`[optimizer] implementation
+= "fused"`, torchtitan/config/job_config.py), one pass over parameters, gradients and both moments as
+the simulator prices it (simulator/costs/optimizer.py); on CPU, torch's default loop, which the local
+machine's microbenchmarks measure.
+
 Pipeline transfers carry the compute dtype (runtime/parallel/pp.py casts at the send), as Megatron-LM
 and torchtitan send bf16 activations and gradients.
 """
@@ -39,6 +44,11 @@ def autocast_for(scenario: Scenario, device: torch.device) -> Callable[[], Abstr
     if dtype == torch.float32:
         return contextlib.nullcontext
     return lambda: torch.autocast(device.type, dtype=dtype)
+
+
+def fused_adamw(device: torch.device) -> bool:
+    """Whether AdamW runs its fused kernel (CUDA only, see module)."""
+    return device.type == "cuda"
 
 
 def fsdp_policy(scenario: Scenario) -> MixedPrecisionPolicy:

@@ -48,7 +48,7 @@ from plancast.runtime.parallel.fsdp import apply_fsdp
 from plancast.runtime.parallel.pp import PipelineExecutor, StageRunner
 from plancast.runtime.parallel.tp import apply_tensor_parallel, local_seq_len
 from plancast.runtime.plan import Chunk, RankPlan, rank_plan
-from plancast.runtime.precision import autocast_for, compute_dtype, fsdp_policy
+from plancast.runtime.precision import autocast_for, compute_dtype, fsdp_policy, fused_adamw
 from plancast.simulator.mesh import GroupName
 from plancast.simulator.scenario import Scenario
 
@@ -215,9 +215,10 @@ class Trainer:
                 recorder=self.recorder,
                 stage=c.stage,
                 chunk=c.chunk,
+                fused=fused_adamw(self.device),
             )
         else:
-            optimizer = torch.optim.AdamW(params, lr=LEARNING_RATE)
+            optimizer = torch.optim.AdamW(params, lr=LEARNING_RATE, fused=fused_adamw(self.device))
         runner = StageRunner(c.stage, c.chunk, model, params, last_backward)
         peer = self.plan.tie_peer(c)
         return ChunkState(

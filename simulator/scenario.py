@@ -151,7 +151,8 @@ class Training(Strict):
     grad_accumulation_fp32: bool | None = None
     """Keep gradients in fp32 (Megatron-LM `--accumulate-allreduce-grads-in-fp32`): 18 bytes per parameter
     for mixed-precision Adam instead of the ZeRO paper's 16. Default: parallelism.framework's (on for
-    bf16 under megatron-lm and deepspeed, off otherwise)."""
+    bf16 under all three: Megatron-LM's main grads, DeepSpeed's bf16 optimizer, torchtitan's fp32
+    parameters under autocast or FSDP2 mixed precision; off for fp16 and fp32)."""
     steps: int = Field(default=10, gt=0)
     """Optimizer steps the runtime executes (the simulator predicts one)."""
     seed: int = 0
@@ -350,6 +351,14 @@ class Scenario(Strict):
     def fsdp(self) -> bool:
         """ZeRO-2/3 over more than one data-parallel rank: parameters sharded by FSDP2."""
         return self.dp > 1 and self.parallelism.zero_stage >= 2
+
+    @property
+    def amp_master_params(self) -> bool:
+        """Mixed precision whose fp32 master weights are the parameters themselves (torch.autocast, FSDP2
+        MixedPrecisionPolicy: torchtitan and plancast's runtime), not a copy inside the optimizer beside
+        16-bit parameters (Megatron-LM, DeepSpeed). Changes the model-state split (costs/memory.py) and
+        the optimizer's passes (costs/optimizer.py)."""
+        return self.parallelism.framework == "torchtitan" and self.training.dtype != "fp32"
 
     @property
     def fsdp_reduce_dtype(self) -> Dtype:

@@ -164,6 +164,7 @@ class Estimator:
                     zero_stage=plan.zero_stage,
                     dtype=t.dtype,
                     grad_fp32=bool(t.grad_accumulation_fp32),
+                    master_params=self.base.amp_master_params,
                 )
                 for n, d in ((total - experts, plan.dp * plan.cp), (experts, plan.dp // plan.ep))
             ]

@@ -106,6 +106,7 @@ class TimedZeroRedundancyOptimizer(ZeroRedundancyOptimizer):
         recorder: StepRecorder,
         stage: int,
         chunk: int,
+        fused: bool = False,
     ) -> None:
         super().__init__(
             params,
@@ -113,6 +114,7 @@ class TimedZeroRedundancyOptimizer(ZeroRedundancyOptimizer):
             process_group=group,
             parameters_as_bucket_view=True,
             lr=lr,
+            fused=fused,
         )
         self._plancast = (recorder, stage, chunk)
 
@@ -135,20 +137,23 @@ def zero1_optimizer(
     recorder: StepRecorder | None = None,
     stage: int = 0,
     chunk: int = 0,
+    fused: bool = False,
 ) -> ZeroRedundancyOptimizer:
     """AdamW with optimizer states sharded over ``group`` (ZeRO stage 1, Rajbhandari et al. 2020).
 
     With ``parameters_as_bucket_view`` each rank broadcasts its updated shard as one bucket, so a step
     issues one broadcast per data-parallel rank, in rank order; timed into ``recorder`` if given.
+    ``fused``: AdamW's one-kernel CUDA update (runtime/precision.py ``fused_adamw``).
     """
     if recorder is not None and recorder.enabled:
-        return TimedZeroRedundancyOptimizer(list(params), group, lr, recorder, stage, chunk)
+        return TimedZeroRedundancyOptimizer(list(params), group, lr, recorder, stage, chunk, fused)
     return ZeroRedundancyOptimizer(
         list(params),
         optimizer_class=torch.optim.AdamW,
         process_group=group,
         parameters_as_bucket_view=True,
         lr=lr,
+        fused=fused,
     )
 
 

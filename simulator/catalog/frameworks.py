@@ -19,8 +19,12 @@ A key written in the scenario always wins; these only fill what the scenario lea
   model-parallel ranks (`PipelineEngine.is_pipe_partitioned`); torchtitan sends the full tensor.
 - grad_accumulation_fp32: Megatron-LM sets `accumulate_allreduce_grads_in_fp32` for bf16
   (arguments.py: "if args.bf16: ... = True"); DeepSpeed's bf16 optimizer accumulates in fp32
-  (`BF16_Optimizer`); fp16 keeps 16-bit gradients in both. torchtitan (and plancast's runtime) keep
-  gradients in the parameter dtype.
+  (`BF16_Optimizer`); fp16 keeps 16-bit gradients in both. torchtitan (and plancast's runtime, since
+  it runs bf16) keep gradients in the parameter dtype, and the parameters are the fp32 master weights:
+  bf16 runs under `torch.autocast` without FSDP (torchtitan/distributed/utils.py `maybe_enable_amp`)
+  and FSDP2's `MixedPrecisionPolicy(param_dtype=bf16)` casts only the gathered copy, the sharded
+  parameter and its gradient staying fp32; so bf16 under torchtitan has fp32 gradients too (measured:
+  a bf16 1.3B GPT on one H100 holds 4.9 GiB of gradients, 4 bytes each; docs/calibration.md).
 - zero_collective_algorithm: NCCL runs an all-gather or reduce-scatter over whole nodes as rings, one
   channel per NIC, so the node's NICs work together: nccl-tests reach the node's summed NIC bandwidth
   as bus bandwidth (85-96 of 100 GB/s on A100 nodes with 4 HDR NICs, NVIDIA/nccl-tests#119; 200 GB/s
@@ -79,7 +83,7 @@ def framework_defaults(
         "vocab_parallel": True,
         "overlap_p2p_comm": True,
         "scatter_gather_p2p": False,
-        "grad_accumulation_fp32": False,
+        "grad_accumulation_fp32": dtype == "bf16",
         "zero_collective_algorithm": "hierarchical",
         "overlap_grad_reduce": True,
         "ddp_bucket_params": None,

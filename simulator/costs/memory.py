@@ -5,6 +5,12 @@ Model states for mixed-precision Adam (Rajbhandari et al. 2020, "ZeRO", sec. 3.1
 variance) = 16 P; over N data-parallel ranks ZeRO-1 keeps 4P + 12P/N, ZeRO-2 2P + 14P/N, ZeRO-3 16P/N.
 Megatron-LM accumulates gradients in fp32 (`--accumulate-allreduce-grads-in-fp32`): 18 P.
 fp32 training: 4 + 4 + 8 (momentum, variance; no master copy) = 16 P.
+Mixed precision whose master weights are the parameters (torch.autocast, FSDP2 MixedPrecisionPolicy:
+torchtitan, plancast's runtime; `Scenario.amp_master_params`): 4 bytes of fp32 parameters + 4 of fp32
+gradients + 8 of optimizer state, and the 16-bit working copy of the weights: autocast's cast of each
+weight is saved for backward (2 P held from forward to backward), FSDP2 keeps the gathered copy (ZeRO-2:
+every unit, 2 P unsharded; ZeRO-3: the gathered units, reported apart). Measured on one H100 (bf16
+1.3B GPT): 4.9 GiB each of parameters and gradients, 9.8 GiB of AdamW state (docs/calibration.md).
 """
 
 from __future__ import annotations
@@ -46,14 +52,29 @@ class MemoryBreakdown:
 
 
 def model_state_bytes(
-    params: float, *, dp: int, zero_stage: int, dtype: str, grad_fp32: bool = False
+    params: float,
+    *,
+    dp: int,
+    zero_stage: int,
+    dtype: str,
+    grad_fp32: bool = False,
+    master_params: bool = False,
 ) -> tuple[float, float, float]:
-    """(parameters, gradients, optimizer) bytes on one rank holding `params` parameters before sharding."""
+    """(parameters, gradients, optimizer) bytes on one rank holding `params` parameters before sharding;
+    `master_params`: the fp32 parameters are the master weights (module docstring)."""
+    shard = max(dp, 1)
+    if master_params and dtype != "fp32":
+        copy = DTYPE_BYTES[dtype] if zero_stage < 3 else 0.0  # ZeRO-3: the gathered units hold it
+        master = 4.0 / (shard if zero_stage >= 2 else 1)
+        return (
+            params * (master + copy),
+            params * 4.0 / (shard if zero_stage >= 2 else 1),
+            params * 8.0 / (shard if zero_stage >= 1 else 1),
+        )
     if dtype == "fp32":
         p_bytes, g_bytes, o_bytes = 4.0, 4.0, 8.0
     else:
         p_bytes, g_bytes, o_bytes = 2.0, 4.0 if grad_fp32 else 2.0, 12.0
-    shard = max(dp, 1)
     optimizer = params * o_bytes / (shard if zero_stage >= 1 else 1)
     gradients = params * g_bytes / (shard if zero_stage >= 2 else 1)
     parameters = params * p_bytes / (shard if zero_stage >= 3 else 1)
@@ -133,11 +154,17 @@ def _model_states(s: Scenario, dense: float, experts: float) -> tuple[float, flo
     dp * cp (Megatron-LM's data-parallel group with context parallel) and the routed experts' over the
     expert-data-parallel group dp / ep (Megatron-Core's expert_data_parallel_group), simulator/mesh.py."""
     t, zero = s.training, s.parallelism.zero_stage
-    grad_fp32 = bool(t.grad_accumulation_fp32)
-    d = model_state_bytes(dense, dp=s.dp * s.cp, zero_stage=zero, dtype=t.dtype, grad_fp32=grad_fp32)
+    grad_fp32, master = bool(t.grad_accumulation_fp32), s.amp_master_params
+
+    def states(n: float, dp: int) -> tuple[float, float, float]:
+        return model_state_bytes(
+            n, dp=dp, zero_stage=zero, dtype=t.dtype, grad_fp32=grad_fp32, master_params=master
+        )
+
+    d = states(dense, s.dp * s.cp)
     if not experts:
         return d
-    e = model_state_bytes(experts, dp=s.edp, zero_stage=zero, dtype=t.dtype, grad_fp32=grad_fp32)
+    e = states(experts, s.edp)
     return d[0] + e[0], d[1] + e[1], d[2] + e[2]
 
 

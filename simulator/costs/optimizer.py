@@ -20,7 +20,12 @@ def optimizer_bytes_per_param(s: Scenario) -> float:
     Fused Adam (apex / torch `fused=True`) reads the gradient and reads and writes the fp32 parameter,
     momentum and variance (g + 24 bytes); zeroing the gradient writes g again. Mixed precision adds
     Megatron-LM's MixedPrecisionOptimizer passes: unscale and inf check (read + write g), gradient
-    norm (read g) and the copy of fp32 parameters to the model's 16-bit ones (4 + 2)."""
+    norm (read g) and the copy of fp32 parameters to the model's 16-bit ones (4 + 2). Where the fp32
+    parameters are the master weights (Scenario.amp_master_params: torchtitan's fused AdamW, `set_to_none`
+    zeroing): the update (4 + 24) and the gradient-norm clip (read 4; torchtitan's `max_norm = 1.0`);
+    the 16-bit copies are cast in the forward pass (autocast) or at the FSDP2 gather."""
+    if s.amp_master_params:
+        return 4 + 24 + 4
     if s.training.dtype == "fp32":
         return 4 + 24 + 4
     g = 4.0 if s.training.grad_accumulation_fp32 else 2.0

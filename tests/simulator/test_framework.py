@@ -29,7 +29,7 @@ def _scenario(**parallelism: Any) -> dict[str, Any]:
     [
         ("megatron-lm", (True, True, True, True, 40_000_000 * 4 / 2**20)),
         ("deepspeed", (True, False, True, True, 500_000_000 * 4 / 2**20)),
-        ("torchtitan", (True, True, False, False, None)),
+        ("torchtitan", (True, True, False, True, None)),  # fp32 master parameters: fp32 gradients
     ],
 )
 def test_framework_sets_the_defaults(framework: str, expected: tuple[Any, ...]) -> None:
@@ -179,3 +179,38 @@ def test_a_replicated_vocabulary_keeps_the_whole_logits_on_each_tp_rank() -> Non
     split, replicated = last_stage_activations(True), last_stage_activations(False)
     seq, vocab = 2048, 51200  # the gpt3-175b preset, micro-batch 1; 50257 padded to a multiple of 128 x tp
     assert replicated - split == pytest.approx(2 * 4 * seq * vocab * (1 - 1 / 8), rel=1e-6)
+
+
+def test_torchtitan_master_weights_are_the_parameters() -> None:
+    """torchtitan (autocast / FSDP2 mixed precision) keeps fp32 parameters as the master weights: 4 + 2
+    (the bf16 working copy) + 4 + 8 bytes per parameter, where Megatron-LM holds 2 + 4 + 12; the same 18
+    in all, split differently; under ZeRO-3 torchtitan's states are 16/N (the copy is the gathered unit),
+    and its optimizer step moves fewer bytes (fused AdamW, no unscale or copy pass)."""
+    from plancast.simulator.costs.memory import rank_memory
+    from plancast.simulator.costs.optimizer import optimizer_bytes_per_param
+    from plancast.simulator.costs.params import stage_parameters
+
+    def split(framework: str, zero: int) -> tuple[float, ...]:
+        data = {
+            "model": {"preset": "llama3-8b"},
+            "training": {"dtype": "bf16", "global_batch_size": 8, "seq_len": 1024},
+            "parallelism": {"zero_stage": zero, "framework": framework},
+            "cluster": {"preset": "dgx-a100-80gb", "num_nodes": 1},
+        }
+        s = parse_scenario(data).scenario
+        m = s.model
+        params = stage_parameters(
+            m, m.num_hidden_layers, first=True, last=True, tp=1, pipelined=False, vocab_tp=1
+        )
+        mem = rank_memory(s, 0)
+        return (
+            mem.parameters / params,
+            mem.gradients / params,
+            mem.optimizer / params,
+            optimizer_bytes_per_param(s),
+        )
+
+    titan, megatron = split("torchtitan", 0), split("megatron-lm", 0)
+    assert titan[:3] == pytest.approx((6.0, 4.0, 8.0)) and megatron[:3] == pytest.approx((2.0, 4.0, 12.0))
+    assert titan[3] < megatron[3]
+    assert sum(split("torchtitan", 3)[:3]) == pytest.approx(16 / 8)
