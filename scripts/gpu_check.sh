@@ -27,13 +27,15 @@ if want ops; then
     "$py" -m benchmarks.gpu_ops --model gpt3-6.7b --seq 2048 --micro-batch 6 \
         --json "$out/gpu_ops_mpt7b.json" 2>&1 | tee "$out/gpu_ops_mpt7b.log"
 fi
-if want loop; then
-    example=examples/gpt3-1.3b-one-h100.toml
-    {
-        "$py" -m plancast simulate "$example" 2>&1
-        "$py" -m plancast run "$example" --out "$out/run" 2>&1 | tail -8
-        "$py" -m plancast compare "$out/run" 2>&1
-    } | tee "$out/one_gpu.log"
-    "$py" -m plancast compare "$out/run" --json > "$out/one_gpu_compare.json" 2>&1
-    tar -C "$out" -czf "$out/one_gpu_run.tgz" run && rm -rf "$out/run"
+if want loop; then  # LOOP_SCENARIOS: the scenarios to run (default the one-GPU example), 3 files each
+    for example in ${LOOP_SCENARIOS:-examples/gpt3-1.3b-one-h100.toml}; do
+        name=$(basename "$example" .toml)
+        {
+            "$py" -m plancast simulate "$example" 2>&1
+            "$py" -m plancast run "$example" --out "$out/run-$name" 2>&1 | tail -8
+            "$py" -m plancast compare "$out/run-$name" 2>&1
+        } | tee "$out/$name.log"
+        "$py" -m plancast compare "$out/run-$name" --json > "$out/$name.compare.json" 2>&1
+        tar -C "$out" -czf "$out/$name.run.tgz" "run-$name" && rm -rf "$out/run-$name"
+    done
 fi

@@ -21,6 +21,7 @@ import numpy as np
 
 from plancast.simulator.cluster import Cluster, ComputeModel, Tier
 from plancast.simulator.costs.host import optimizer_tensors
+from plancast.simulator.costs.mixed_precision import param_pass_ops
 from plancast.simulator.costs.ops import (
     Op,
     Shape,
@@ -29,7 +30,7 @@ from plancast.simulator.costs.ops import (
     layer_forward,
 )
 from plancast.simulator.costs.recompute import selective_recompute
-from plancast.simulator.costs.stage import MEMORY_BACKWARD_FACTOR, stage_costs
+from plancast.simulator.costs.stage import MEMORY_BACKWARD_FACTOR, Part, segment_params, stage_costs
 from plancast.simulator.engine import Topology, optimizer_memory_s
 from plancast.simulator.scenario import Scenario
 
@@ -95,14 +96,25 @@ def stage_row(s: Scenario, stage: int, kind: str) -> np.ndarray:
     x = Shape.of(s)
     layers = s.layer_split[stage]
     last = s.pp * s.vpp - 1
-    row = layers * _pass_row(layer_forward(x), s, kind)
+    row = layers * (_pass_row(layer_forward(x), s, kind) + _param_passes_row(s, "layer", kind))
     if kind in ("backward", "backward_input") and s.training.recompute == "selective":
         recomputed = selective_recompute(layer_forward(x), x, s.training.selective_recompute)
         row += layers * _pass_row(recomputed, s, "forward")
     if stage == 0:
-        row += _pass_row(embedding_forward(x), s, kind)
+        row += _pass_row(embedding_forward(x), s, kind) + _param_passes_row(s, "embedding", kind)
     if stage == last:
-        row += _pass_row(head_forward(x), s, kind)
+        row += _pass_row(head_forward(x), s, kind) + _param_passes_row(s, "head", kind)
+    return row
+
+
+def _param_passes_row(s: Scenario, part: Part, kind: str) -> np.ndarray:
+    """Coefficients of the parameter passes (costs/mixed_precision.py) of one segment in pass `kind`:
+    the forward's casts in forward and recompute, the weight-gradient passes in backward."""
+    forward, weight = param_pass_ops(s, *segment_params(s, part))
+    ops = forward if kind in ("forward", "recompute") else weight if kind != "backward_input" else ()
+    row = np.zeros(4)
+    for op in ops:
+        row += _op_coefficients(op, s, 1.0, 1.0)
     return row
 
 

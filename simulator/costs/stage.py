@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Literal, cast
 
 from plancast.simulator.costs.collectives import CollectiveKind, Level, collective_seconds
-from plancast.simulator.costs.efficiency import op_seconds
-from plancast.simulator.costs.mixed_precision import fsdp_cast_seconds
+from plancast.simulator.costs.efficiency import op_seconds, ops_seconds
+from plancast.simulator.costs.mixed_precision import param_pass_ops
 from plancast.simulator.costs.moe import moe_layer_forward
 from plancast.simulator.costs.moe_cp_comm import InnerCollective, layer_collectives
 from plancast.simulator.costs.ops import (
@@ -195,14 +195,19 @@ def _segment(
     tp_levels: tuple[Level, ...],
     ep_cp: tuple[tuple[InnerCollective, ...], tuple[InnerCollective, ...]] = ((), ()),
     cast_params: float = 0.0,
+    weights: float = 0.0,
 ) -> Segment:
-    """`cast_params`: parameters whose gradient FSDP casts to its reduce dtype (costs/mixed_precision.py),
-    part of the weight-gradient work."""
+    """`cast_params`: the segment's parameters on this rank, whose gradient FSDP casts to its reduce dtype
+    or autograd accumulates; `weights`: its GEMM weights, which autocast casts (costs/mixed_precision.py).
+    Both passes are part of the weight-gradient work; autocast's forward cast is part of the forward."""
     fwd, bwd_in, bwd_w = _phase_seconds(ops, s)
     if part == "layer" and s.training.recompute == "selective":
         recomputed = selective_recompute(ops, Shape.of(s), s.training.selective_recompute)
         bwd_in += _phase_seconds(recomputed, s)[0]
-    bwd_w += fsdp_cast_seconds(s, cast_params)
+    gpu, compute, dtype = s.cluster.gpu, s.cluster.compute, s.training.dtype
+    forward_passes, weight_passes = param_pass_ops(s, cast_params, weights)
+    fwd += ops_seconds(forward_passes, gpu, compute, dtype)
+    bwd_w += ops_seconds(weight_passes, gpu, compute, dtype)
     return Segment(
         part,
         fwd,
@@ -215,27 +220,48 @@ def _segment(
     )
 
 
+def segment_params(s: Scenario, part: Part, moe: bool = False) -> tuple[float, float]:
+    """(parameters, GEMM weights) of one block, the embedding or the head on one rank: what FSDP's
+    gradient cast, autocast's weight casts and gradient accumulation pass over (costs/mixed_precision.py)."""
+    m = s.model
+    embedding = m.vocab_size * m.hidden_size / s.vocab_tp
+    if part == "embedding":
+        return embedding, 0.0
+    if part == "head":  # the output GEMM's weight (the embedding's when tied) is cast in the head
+        projection = 0 if m.tie_word_embeddings else m.vocab_size * m.hidden_size  # split like the vocab
+        return projection / s.vocab_tp + head_params(m) - projection, embedding
+    block = layer_params(m, moe=moe)
+    experts = expert_params(m) / (s.ep * s.tp) if moe else 0.0
+    return block.per_rank(s.tp) + experts, block.sharded / s.tp + experts
+
+
 def stage_costs(s: Scenario, tp_levels: tuple[Level, ...]) -> tuple[StageCost, ...]:
     """One StageCost per virtual stage (pp * v of them), in stage order. An MoE model's layers from
     first_k_dense_replace on carry the MoE block and its all-to-alls (costs/moe.py)."""
     x = Shape.of(s)
     m = s.model
-    dense_params = layer_params(m).per_rank(s.tp)
     layer = _segment(
-        "layer", layer_forward(x), s, tp_levels, layer_collectives(s, moe=False), cast_params=dense_params
+        "layer",
+        layer_forward(x),
+        s,
+        tp_levels,
+        layer_collectives(s, moe=False),
+        *segment_params(s, "layer"),
     )
     moe_layer = layer
     if m.is_moe:
-        moe_ops = moe_layer_forward(x, m, s.ep)
-        moe_params = layer_params(m, moe=True).per_rank(s.tp) + expert_params(m) / (s.ep * s.tp)
         moe_layer = _segment(
-            "layer", moe_ops, s, tp_levels, layer_collectives(s, moe=True), cast_params=moe_params
+            "layer",
+            moe_layer_forward(x, m, s.ep),
+            s,
+            tp_levels,
+            layer_collectives(s, moe=True),
+            *segment_params(s, "layer", moe=True),
         )
-    embedding_params = m.vocab_size * m.hidden_size / s.vocab_tp
-    embedding = _segment("embedding", embedding_forward(x), s, tp_levels, cast_params=embedding_params)
-    projection = 0 if m.tie_word_embeddings else m.vocab_size * m.hidden_size  # split like the vocabulary
-    head_rank_params = projection / s.vocab_tp + head_params(m) - projection
-    head = _segment("head", head_forward(x), s, tp_levels, cast_params=head_rank_params)
+    params, weights = segment_params(s, "embedding")
+    embedding = _segment("embedding", embedding_forward(x), s, tp_levels, cast_params=params, weights=weights)
+    params, weights = segment_params(s, "head")
+    head = _segment("head", head_forward(x), s, tp_levels, cast_params=params, weights=weights)
     split = s.layer_split
     last = len(split) - 1
     out = []
