@@ -4,7 +4,9 @@
 #   ops    the per-op compute check (benchmarks/gpu_ops.py) at the shapes of two published H100 rows:
 #          torchtitan's Llama 3 8B (seq 8192, local batch 2) and llm-foundry's MPT-7B (gpt3-6.7b's
 #          shape, seq 2048, micro-batch 6)
-#   loop   the whole loop on this GPU: simulate, run and compare examples/gpt3-1.3b-one-h100.toml
+#   loop   the whole loop on this GPU: simulate, run and compare examples/gpt3-1.3b-one-h100.toml, or
+#          LOOP_SCENARIOS (e.g. "examples/gpt3-1.3b-one-h100.toml benchmarks/gpu_scenarios/*.toml", the
+#          four runs kept in tests/data/gpu_runs/)
 # Usage: scripts/gpu_check.sh [tests] [ops] [loop]. Logs and JSON go to $OUT (default ./out), at most
 # eight files. Run from the repository root with a CUDA torch.
 set -u
