@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from plancast.simulator.costs.collectives import collective_seconds, group_levels
-from plancast.simulator.costs.memory import layer_activation_bytes, model_state_bytes
+from plancast.simulator.costs.memory import layer_activation_bytes, loss_bytes_per_logit, model_state_bytes
 from plancast.simulator.costs.moe import moe_activation_bytes
 from plancast.simulator.costs.ops import DTYPE_BYTES, Shape
 from plancast.simulator.costs.optimizer import optimizer_bytes_per_param
@@ -184,8 +184,9 @@ class Estimator:
         inflight = inflight_layers(plan.schedule, plan.pp, mbs, plan.virtual_stages, chunk_layers)
         lay = self.layer(plan)
         acts = inflight * lay.act_bytes + (lay.full_act_bytes if plan.recompute == "full" else 0.0)
-        if stages == 1:  # the first rank is also the last: fp32 logits and their gradient
-            acts += 2 * 4 * plan.micro_batch_size * t.seq_len / plan.cp * self.base.model.vocab_size / plan.tp
+        if stages == 1:  # the first rank is also the last: the loss's fp32 buffers
+            logits = plan.micro_batch_size * t.seq_len / plan.cp * self.base.model.vocab_size / plan.tp
+            acts += loss_bytes_per_logit(self.base) * logits
         return self._model_states(plan) + acts
 
     def _dp_costs(self, plan: Plan) -> DpCosts:

@@ -1,6 +1,7 @@
 """Real runs measured on one H100 SXM 80GB (2026-11-26, torch 2.11 + CUDA 13.0, NCCL; `scripts/gpu_check.sh
 loop`), kept in tests/data/gpu_runs/: `plancast compare` of each, with its scenario as a user writes it
-(re-resolved by the current model), twins every measured event and predicts the step within 10%.
+(re-resolved by the current model), twins every measured event and predicts the step within 10% and
+the peak memory (`torch.cuda.max_memory_allocated`) within 12%.
 
 The first two runs prompted the autocast and gradient-accumulation passes
 (simulator/costs/mixed_precision.py); the last two were predicted before they ran (held out).
@@ -44,3 +45,5 @@ def test_compare_of_a_real_h100_run(tmp_path: Path, name: str) -> None:
     assert summary["events_matched"] > 0
     assert summary["measured_status"] == "ok"
     assert abs(summary["step_time_error"]) <= 0.10, (name, summary["step_time_error"])
+    memory = next(c for c in summary["components"] if c["component"] == "peak_memory")
+    assert abs(memory["error"]) <= 0.12, (name, memory)

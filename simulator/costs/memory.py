@@ -114,6 +114,14 @@ def peak_inflight_layers(actions: tuple[Action, ...], chunk_layers: dict[int, in
     return peak
 
 
+def loss_bytes_per_logit(s: Scenario) -> float:
+    """fp32 bytes per logit the cross-entropy holds at its peak, the start of backward. Megatron-LM's
+    vocab-parallel loss keeps the softmax and writes the gradient into it: logits and gradient, 8.
+    torch's `F.cross_entropy` (torchtitan, plancast's runtime) saves log_softmax's fp32 output, and its
+    backward holds that, the incoming gradient and the input gradient at once: 12."""
+    return 12.0 if s.parallelism.framework == "torchtitan" else 8.0
+
+
 def rank_memory(s: Scenario, pp_rank: int, schedule: Schedule | None = None) -> MemoryBreakdown:
     """Peak memory of a rank at pipeline position pp_rank (all tp/dp ranks of a stage are alike).
 
@@ -144,8 +152,8 @@ def rank_memory(s: Scenario, pp_rank: int, schedule: Schedule | None = None) -> 
     acts = inflight * layer_activation_bytes(x, t.recompute, mlp)
     if t.recompute == "full":  # one block's activations are rebuilt at a time during backward
         acts += layer_activation_bytes(x, "none", mlp)
-    if stages - 1 in owned:  # fp32 logits and their gradient for one micro-batch (vocab-parallel)
-        acts += 2 * 4 * x.s * x.b * x.vocab / s.vocab_tp  # the whole vocabulary when it is replicated
+    if stages - 1 in owned:  # the loss's fp32 buffers for one micro-batch (vocab-parallel)
+        acts += loss_bytes_per_logit(s) * x.s * x.b * x.vocab / s.vocab_tp  # all of it when replicated
     return MemoryBreakdown(p_b, g_b, o_b, acts, gathered)
 
 

@@ -214,3 +214,23 @@ def test_torchtitan_master_weights_are_the_parameters() -> None:
     assert titan[:3] == pytest.approx((6.0, 4.0, 8.0)) and megatron[:3] == pytest.approx((2.0, 4.0, 12.0))
     assert titan[3] < megatron[3]
     assert sum(split("torchtitan", 3)[:3]) == pytest.approx(16 / 8)
+
+
+def test_torch_cross_entropy_holds_more_at_its_peak() -> None:
+    """torch's cross-entropy (torchtitan) holds 12 fp32 bytes per logit at the start of backward,
+    Megatron-LM's vocab-parallel loss 8: the last stage's activations differ by 4 bytes per logit."""
+    from plancast.simulator.costs.memory import rank_memory
+
+    def last_stage_activations(framework: str) -> float:
+        data = {
+            "model": {"preset": "llama3-8b"},
+            "training": {"dtype": "bf16", "global_batch_size": 8, "seq_len": 1024},
+            "parallelism": {"framework": framework, "vocab_parallel": True},
+            "cluster": {"preset": "dgx-a100-80gb", "num_nodes": 1},
+        }
+        return rank_memory(parse_scenario(data).scenario, 0).activations
+
+    logits = 1 * 1024 * 128256
+    assert last_stage_activations("torchtitan") - last_stage_activations("megatron-lm") == pytest.approx(
+        4 * logits
+    )
