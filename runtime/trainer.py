@@ -7,6 +7,7 @@ every group from it.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -128,6 +129,7 @@ class Trainer:
             device_type=device.type,
         )
         self.activations = ActivationAccount()
+        self._activations_counted = False
         self.groups = self._moe_cp_groups()
         tie_groups = self._tie_groups()
         self.chunks = [self._build_chunk(c, tie_groups) for c in self.plan.chunks]
@@ -263,7 +265,12 @@ class Trainer:
         for c in self.chunks:
             c.optimizer.zero_grad(set_to_none=True)
         self.recorder.begin_step()
-        with self.activations.track(p for c in self.chunks for p in c.runner.parameters):
+        # activations are counted in the first step only (every step has the same shapes and schedule),
+        # so the saved-tensor hooks' Python cost stays out of the timed steps (runtime/memory.py)
+        counting = not self._activations_counted
+        self._activations_counted = True
+        params = (p for c in self.chunks for p in c.runner.parameters)
+        with self.activations.track(params) if counting else contextlib.nullcontext():
             loss = self.executor.run(mb_in, mb_tg)
         ep = len(self.plan.grid.group("ep", self.plan.rank)) if "ep" in self.groups else 1
         for c in self.chunks:
