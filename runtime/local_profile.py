@@ -38,6 +38,11 @@ def cache_dir() -> Path:
     return Path(platformdirs.user_cache_dir("plancast", appauthor=False))
 
 
+RECORD_VERSION = 2
+"""Bumped when the microbenchmarks measure something new (2: the busy-sender transfer), so that a cached
+record without it is measured again rather than read as zero."""
+
+
 def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9.]+", "-", text).strip("-")[:60]
 
@@ -68,6 +73,7 @@ def shape_key(s: Scenario) -> str:
         t.micro_batch_size,
         t.dtype,
         bench_world(s),
+        RECORD_VERSION,
     ]
     digest = hashlib.sha256(json.dumps(shape, default=str).encode()).hexdigest()[:12]
     return f"h{m.hidden_size}-s{t.seq_len}-b{t.micro_batch_size}-r{bench_world(s)}-{digest}"

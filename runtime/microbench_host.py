@@ -137,6 +137,42 @@ def _post_seconds() -> float:
 
 REPEAT_POSTS = 16
 
+BUSY_S = 0.005  # the sender computes this long after posting: longer than a transfer, as in a pipeline
+REPEAT_BUSY = 40  # a heavy tail (most transfers are prompt, some wait a scheduler slice): a mean of many
+
+
+def _spin(seconds: float) -> None:
+    """One rank's compute for `seconds`: small matmuls on its one thread, as a rank's forward runs."""
+    a, end = torch.ones(64, 64), time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        a @ a
+
+
+def _busy_send_seconds(nbytes: int) -> float:
+    """Rank 1's mean extra wait for an `nbytes` message when rank 0 computes right after posting it,
+    over the same message from a rank 0 that waits for it. Gloo moves a message on background threads;
+    with every core running a rank, those wait for a time slice (Linux CFS), as the ranks of a
+    pipeline on a busy machine do; with an idle core the difference is ~0."""
+    x = torch.zeros(max(nbytes // 4, 1))
+    waits: dict[bool, list[float]] = {True: [], False: []}
+    for i in range(2 * REPEAT_BUSY + 2):
+        busy = bool(i % 2)
+        dist.barrier()
+        if dist.get_rank() == 0:
+            work = dist.isend(x, 1)
+            if busy:
+                _spin(BUSY_S)
+            if work is not None:
+                work.wait()
+        elif dist.get_rank() == 1:
+            start = time.perf_counter()
+            dist.recv(x, 0)
+            if i >= 2:  # the first pair warms up
+                waits[busy].append(time.perf_counter() - start)
+    if dist.get_rank() != 1:
+        return 0.0
+    return max(sum(waits[True]) / len(waits[True]) - sum(waits[False]) / len(waits[False]), 0.0)
+
 
 def _collectives(mesh: DeviceMesh) -> dict[str, float]:
     """1-element collectives, plain and through DTensor's redistribute (what tensor parallelism calls)."""
@@ -170,8 +206,12 @@ def measure_host(s: Scenario, world: int) -> dict[str, Any]:
     for kind in ("plain", "dtensor"):
         steps = {str(n): _optimizer_step(s, mesh, n, kind == "dtensor") for n in OPTIMIZER_TENSORS}
         optimizer[kind] = interleaved_medians(steps, sync=dist.barrier)
+    activation = s.training.micro_batch_size * s.training.seq_len * s.model.hidden_size * 4
+    busy = torch.tensor([_busy_send_seconds(activation)])
+    dist.broadcast(busy, 1)  # rank 1 measured it; rank 0 writes the record
     return {
         "post_s": _post_seconds(),
+        "busy_send_s": float(busy),
         "collective_s": _collectives(mesh),
         "block_s": blocks,
         "optimizer_s": optimizer,

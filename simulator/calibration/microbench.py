@@ -48,6 +48,11 @@ BOUNDS: dict[str, Bound] = {
     "p2p_overhead_us": Bound(
         1_000.0, "posting a loopback gloo send queues a buffer on a pair: tens of us, never 1 ms"
     ),
+    "p2p_busy_delay_us": Bound(
+        12_000.0,
+        "a runnable thread waits at most one scheduler period for its slice: Linux CFS sched_latency 6 ms "
+        "x (1 + log2 cores) (kernel/sched/fair.c), 12 ms on two cores",
+    ),
     "tp_collective_overhead_us": Bound(10_000.0, "one DTensor redistribute: ~50 Python-level ops"),
     "sp_collective_overhead_us": Bound(10_000.0, "one DTensor redistribute: ~50 Python-level ops"),
     "tp_layer_overhead_us": Bound(
@@ -171,6 +176,7 @@ def host_costs(
     }
     fields = {
         "p2p_overhead_us": host["post_s"] * 1e6,
+        "p2p_busy_delay_us": host.get("busy_send_s", 0.0) * 1e6,  # absent from profiles before it
         "tp_collective_overhead_us": (coll["dtensor_all_reduce"] - coll["all_reduce"]) * 1e6,
         "sp_collective_overhead_us": (coll["dtensor_all_gather"] - coll["all_gather"]) * 1e6,
     }

@@ -198,7 +198,10 @@ class StepPlan:
         seconds = self._p2p_seconds.get((rank, peer))
         if seconds is None:
             link = self.topo.links[self.tier(rank, peer)]
-            seconds = self._p2p_seconds[(rank, peer)] = self.p2p_bytes / link.bandwidth_Bps + link.latency_s
+            busy = self.s.cluster.compute.p2p_busy_delay_us * 1e-6  # CPU ranks on busy cores (cluster.py)
+            seconds = self._p2p_seconds[(rank, peer)] = (
+                self.p2p_bytes / link.bandwidth_Bps + link.latency_s + busy
+            )
         return seconds
 
     def tie_peer(self, coord: Coord, rank: int, stage: int) -> int | None:

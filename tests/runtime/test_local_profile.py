@@ -41,6 +41,7 @@ def test_the_first_simulate_measures_once_and_later_ones_read_the_cache(fresh_ca
     record = json.loads(records[0].read_text())
     assert record["world"] == 2 and record["cores"] >= 1 and record["threads"] == 1
     assert set(record["host"]["block_s"]) == {"plain", "tp", "sp", "fsdp"}
+    assert 0.0 <= record["host"]["busy_send_s"] < 0.05  # a busy sender's transfer: at most a few slices
 
     second = cli_subprocess("simulate", str(SCENARIO), "--json", timeout_s=600)
     assert second.returncode == 0 and _measured_lines(second.stderr) == []
