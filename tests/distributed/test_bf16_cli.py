@@ -16,7 +16,7 @@ import tomli_w
 from plancast.runtime.reference import ReferenceRun
 from plancast.simulator.loader import load_scenario
 from plancast.traces.store import RunDir, read_measured
-from tests.cli_runner import cli_subprocess
+from tests.cli_runner import run_and_compare
 from tests.distributed.checks import tiny_scenario
 
 pytestmark = pytest.mark.distributed
@@ -42,12 +42,7 @@ def test_bf16_plan_runs_as_predicted(tmp_path: Path, plan: str) -> None:
     path.write_text(tomli_w.dumps(bf16_scenario(plan)))
     scenario = load_scenario(path).scenario
     run_dir = tmp_path / "run"
-    ran = cli_subprocess("run", str(path), "--out", str(run_dir), timeout_s=300)
-    assert ran.returncode == 0, ran.stderr[-3000:]
-    compared = cli_subprocess("compare", str(run_dir), "--json", timeout_s=120)
-    assert compared.returncode == 0, compared.stderr[-3000:]
-    summary = json.loads(compared.stdout)
-    assert (summary["events_missing"], summary["events_extra"]) == (0, 0), summary
+    run_and_compare(path, run_dir)
     events = read_measured(RunDir(run_dir)).events
     p2p = events[events["kind"].isin(["send", "recv"])]
     if plan.startswith("pp"):

@@ -14,7 +14,7 @@ import tomli_w
 
 from plancast.runtime.reference import ReferenceRun
 from plancast.simulator.loader import load_scenario
-from tests.cli_runner import cli_subprocess
+from tests.cli_runner import run_and_compare
 from tests.distributed.checks import TOLERANCE, tiny_scenario
 
 pytestmark = pytest.mark.distributed
@@ -34,13 +34,7 @@ def test_run_and_compare_twin_every_event(tmp_path: Path, plan: str) -> None:
     scenario = load_scenario(scenario_path).scenario
     assert scenario.vocab_tp == scenario.tp, "the torchtitan default splits the vocabulary"
     run_dir = tmp_path / "run"
-    ran = cli_subprocess("run", str(scenario_path), "--out", str(run_dir), timeout_s=300)
-    assert ran.returncode == 0, ran.stderr[-3000:]
-    compared = cli_subprocess("compare", str(run_dir), "--json", timeout_s=120)
-    assert compared.returncode == 0, compared.stderr[-3000:]
-    summary = json.loads(compared.stdout)
-    assert (summary["events_missing"], summary["events_extra"]) == (0, 0), summary
-    assert summary["events_matched"] > 0
+    run_and_compare(scenario_path, run_dir)
     losses = json.loads((run_dir / "measured" / "summary.json").read_text())["losses"]
     reference = ReferenceRun(scenario)
     expected = [sum(reference.step(step)) / scenario.dp for step in range(STEPS)]
