@@ -32,6 +32,7 @@ import torch
 import torch.nn.functional as F  # noqa: N812  (the torch convention)
 
 from plancast.runtime.model import Block, ModelConfig, rotary
+from plancast.runtime.precision import TORCH_DTYPES
 from plancast.simulator.costs.efficiency import op_seconds
 from plancast.simulator.costs.ops import Op, Shape, head_forward, layer_forward
 from plancast.simulator.costs.stage import MEMORY_BACKWARD_FACTOR, _phase_seconds
@@ -39,7 +40,6 @@ from plancast.simulator.loader import parse_scenario
 from plancast.simulator.scenario import Scenario
 
 SWEEP = (512, 1024, 2048, 4096, 8192, 16384)
-TORCH_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
 def scenario(

@@ -150,9 +150,10 @@ def _spin(seconds: float) -> None:
 
 def _busy_send_seconds(nbytes: int) -> float:
     """Rank 1's mean extra wait for an `nbytes` message when rank 0 computes right after posting it,
-    over the same message from a rank 0 that waits for it. Gloo moves a message on background threads;
-    with every core running a rank, those wait for a time slice (Linux CFS), as the ranks of a
-    pipeline on a busy machine do; with an idle core the difference is ~0."""
+    over the same message from a rank 0 that waits for it. Gloo moves a message on background threads,
+    which can wait for a time slice while the ranks keep the cores busy (on this project's 2-core
+    machine: a 0.1-0.3 ms median but a 4-6 ms 90th percentile, so a mean of many samples); where they
+    get a core at once the difference is ~0."""
     x = torch.zeros(max(nbytes // 4, 1))
     waits: dict[bool, list[float]] = {True: [], False: []}
     for i in range(2 * REPEAT_BUSY + 2):

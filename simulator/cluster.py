@@ -153,10 +153,11 @@ class ComputeModel(Strict):
     """Host time per pipeline transfer on each side (the pipelining runtime's per-action bookkeeping,
     posting the send or receive); ~0 on GPUs, whose host runs ahead. Measured: posting a 1-element isend."""
     p2p_busy_delay_us: float = Field(default=0.0, ge=0)
-    """Mean extra time of a pipeline transfer whose sender computes right after posting it, where every
-    core runs a rank: gloo moves messages on background threads, which then wait for a time slice. 0
-    on GPUs (NCCL's kernels move the data) and on a CPU with idle cores. Measured on the local machine
-    (runtime/microbench_host.py: a send followed by 5 ms of compute vs one followed by a wait)."""
+    """Mean extra time of a pipeline transfer whose sender computes right after posting it, on CPU ranks
+    that keep the cores busy: gloo moves messages on background threads, which can wait for a time
+    slice. 0 on GPUs (NCCL's kernels move the data). Measured on the local machine
+    (runtime/microbench_host.py: a send followed by 5 ms of compute vs one followed by a wait, mean of
+    100 each)."""
     optimizer_overhead_us: float = Field(default=0.0, ge=0)
     """Host time per parameter tensor per optimizer step (a per-tensor update loop: torch's Adam on
     CPU; ~0 with the fused/foreach kernels on GPU). Measured (AdamW over 32 vs 8 tensors); refitted by
