@@ -31,6 +31,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F  # noqa: N812  (the torch convention)
 
+from benchmarks.gpu_ops_report import report
 from plancast.runtime.model import Block, ModelConfig, rotary
 from plancast.runtime.precision import TORCH_DTYPES
 from plancast.simulator.costs.efficiency import op_seconds
@@ -256,8 +257,8 @@ def measure(s: Scenario, device: torch.device, repeat: int, sweep: tuple[int, ..
             (fwd, bwd),
             predicted(op, s),
             shape=[m, k, n],
-            efficiency_fwd=op.flops / peak / fwd,
-            efficiency_bwd=2 * op.flops / peak / bwd,
+            efficiency_fwd=_fraction(op.flops / peak, fwd),
+            efficiency_bwd=_fraction(2 * op.flops / peak, bwd),
         )
     print("GEMM size sweep", file=sys.stderr)
     sweep_rows = []
@@ -268,7 +269,7 @@ def measure(s: Scenario, device: torch.device, repeat: int, sweep: tuple[int, ..
                 {"m": n, "k": n, "n": n, "gflop": 2 * n**3 / 1e9, "efficiency": 2.0 * n**3 / peak / fwd}
             )
     gemm_points = [(r["gflop"] * 1e9, r["efficiency"]) for r in sweep_rows]
-    gemm_points += [(2.0 * np.prod(r["shape"]), r["efficiency_fwd"]) for r in rows]
+    gemm_points += [(2.0 * np.prod(r["shape"]), r["efficiency_fwd"]) for r in rows if r["efficiency_fwd"]]
     f, e = np.array([p[0] for p in gemm_points]), np.array([p[1] for p in gemm_points])
     e_max, half = fit_saturation(f, e)
     print("attention", file=sys.stderr)
@@ -280,8 +281,8 @@ def measure(s: Scenario, device: torch.device, repeat: int, sweep: tuple[int, ..
             "attention",
             times,
             predicted(attn, s),
-            efficiency_fwd=attn.flops / peak / times[0],
-            efficiency_bwd=2 * attn.flops / peak / times[1],
+            efficiency_fwd=_fraction(attn.flops / peak, times[0]),
+            efficiency_bwd=_fraction(2 * attn.flops / peak, times[1]),
         )
     print("memory-bound ops", file=sys.stderr)
     cfg = ModelConfig.from_scenario(s)
@@ -292,7 +293,7 @@ def measure(s: Scenario, device: torch.device, repeat: int, sweep: tuple[int, ..
             "memory",
             times,
             predicted(op, s),
-            bandwidth_fraction_fwd=op.bytes / (gpu.hbm_GBps * 1e9) / times[0],
+            bandwidth_fraction_fwd=_fraction(op.bytes / (gpu.hbm_GBps * 1e9), times[0]),
         )
     print("one whole block", file=sys.stderr)
     block = Block(cfg).to(device, dtype)
@@ -323,36 +324,10 @@ def measure(s: Scenario, device: torch.device, repeat: int, sweep: tuple[int, ..
     }
 
 
-def _err(measured: float, pred: float) -> str:
-    return f"{(pred - measured) / measured * 100:+6.1f}%" if measured > 0 else "    n/a"
-
-
-def report(result: dict[str, Any]) -> None:
-    r0, imp, cm = result, result["implied"], result["compute_model"]
-    print(
-        f"{r0['device']} (modelled as {r0['gpu']} of {r0['cluster']}), torch {r0['torch']}, {r0['shape']}, "
-    )
-    print(f"peak at the modelled clock {r0['peak_tflops_at_clock']:.0f} TFLOP/s")
-    print(f"{'op':22} {'fwd ms':>9} {'pred':>9} {'err':>7} {'bwd ms':>9} {'pred':>9} {'err':>7}  note")
-    for r in result["rows"]:
-        note = ""
-        if "efficiency_fwd" in r:
-            note = f"{r['efficiency_fwd']:.2f} / {r['efficiency_bwd']:.2f} of peak"
-        elif "bandwidth_fraction_fwd" in r:
-            note = f"{r['bandwidth_fraction_fwd']:.2f} of HBM bandwidth (fwd)"
-        fwd, bwd = (r["fwd_s"], r["pred_fwd_s"]), (r["bwd_s"], r["pred_bwd_s"])
-        print(
-            f"{r['op']:22} {fwd[0] * 1e3:9.3f} {fwd[1] * 1e3:9.3f} {_err(*fwd)} "
-            f"{bwd[0] * 1e3:9.3f} {bwd[1] * 1e3:9.3f} {_err(*bwd)}  {note}"
-        )
-    print("GEMM sweep: " + ", ".join(f"{r['m']}^3 {r['efficiency']:.2f}" for r in result["gemm_sweep"]))
-    attention = ", ".join(f"{b} {v:.3f}" for b, v in imp["attention_efficiency"].items())
-    print(
-        f"implied: isolated GEMM e_max {imp['matmul_efficiency_isolated']:.3f}, "
-        f"F_half {imp['matmul_half_gflop']:.3f} GFLOP (model: {cm['matmul_efficiency']}, "
-        f"{cm['matmul_half_gflop']}); attention fwd+bwd {attention} (model: {cm['attention_efficiency']}); "
-        f"per tiny op {imp['op_overhead_us']:.1f} us (model: {cm['op_overhead_us']})"
-    )
+def _fraction(ideal_s: float, measured_s: float) -> float | None:
+    """Achieved fraction of the ideal time; None where the measured time is lost in the timer's noise
+    (a backward taken as forward + backward minus forward can come out as 0 for a tiny op on CPU)."""
+    return ideal_s / measured_s if measured_s > 0 else None
 
 
 def main(argv: list[str] | None = None) -> int:

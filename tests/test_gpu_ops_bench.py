@@ -11,7 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks.gpu_ops import fit_saturation, preset_of
+from benchmarks.gpu_ops import _fraction, fit_saturation, preset_of
+from benchmarks.gpu_ops_report import _show
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -58,3 +59,9 @@ def test_preset_of_names_the_gpu_cluster() -> None:
     assert preset_of("NVIDIA H100 80GB HBM3") == "dgx-h100-80gb"
     assert preset_of("NVIDIA H200") == "hgx-h200"
     assert preset_of("NVIDIA A100-SXM4-80GB") == "dgx-a100-80gb"
+
+
+def test_a_backward_lost_in_the_timer_noise_is_reported_not_divided_by() -> None:
+    """backward = (forward + backward) - forward can come out 0 for a tiny op on a noisy CPU."""
+    assert _fraction(1e-3, 0.0) is None and _show(None) == "n/a"
+    assert _fraction(1e-3, 2e-3) == 0.5 and _show(0.5) == "0.50"
