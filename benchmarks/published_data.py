@@ -54,6 +54,9 @@ class PublishedRun:
     measured_step_time_s: float
     reported: Reported
     assumptions: tuple[str, ...] = ()
+    measured_memory_gib: float | None = None
+    """Peak memory per GPU as the source reports it (its `memory_metric`), where it does."""
+    memory_metric: str = ""
 
     @property
     def num_gpus(self) -> int:
@@ -380,17 +383,20 @@ TORCHTITAN_H100 = (
     "torchtitan docs/performance.md (commit eaea6f6), Tables 1 and 3: Llama 3.1 8B FSDP on H100 "
     "(Grand Teton), TPS/GPU without torch.compile, https://github.com/pytorch/torchtitan"
 )
-# name, preset, seq, GPUs, local batch, recompute, tokens/s per GPU, step s
+# name, preset, seq, GPUs, local batch, recompute, tokens/s per GPU, step s, Memory(GiB) (H100 Tables 1
+# and 3; the A100 tables report none)
 _TORCHTITAN_ROWS = (
-    ("a100-llama3-8b-selective", "llama3-8b", 8192, 64, 1, "selective", 2973, 2.756),
-    ("a100-llama3-70b-full", "llama3-70b", 8192, 64, 1, "full", 331, 24.75),
-    ("a100-llama2-13b-none", "llama2-13b", 4096, 64, 2, "none", 2162, 3.789),
-    ("a100-llama2-13b-selective", "llama2-13b", 4096, 64, 2, "selective", 1904, 4.302),
-    ("a100-llama2-70b-b1-selective", "llama2-70b", 4096, 64, 1, "selective", 355, 11.54),
-    ("a100-llama2-70b-b2-full", "llama2-70b", 4096, 64, 2, "full", 353, 23.21),
-    ("h100-llama3-8b-8gpu", "llama3-8b", 8192, 8, 2, "selective", 5762, 2.844),
-    ("h100-llama3-8b-128gpu", "llama3-8b", 8192, 128, 2, "selective", 5605, 2.923),
+    ("a100-llama3-8b-selective", "llama3-8b", 8192, 64, 1, "selective", 2973, 2.756, None),
+    ("a100-llama3-70b-full", "llama3-70b", 8192, 64, 1, "full", 331, 24.75, None),
+    ("a100-llama2-13b-none", "llama2-13b", 4096, 64, 2, "none", 2162, 3.789, None),
+    ("a100-llama2-13b-selective", "llama2-13b", 4096, 64, 2, "selective", 1904, 4.302, None),
+    ("a100-llama2-70b-b1-selective", "llama2-70b", 4096, 64, 1, "selective", 355, 11.54, None),
+    ("a100-llama2-70b-b2-full", "llama2-70b", 4096, 64, 2, "full", 353, 23.21, None),
+    ("h100-llama3-8b-8gpu", "llama3-8b", 8192, 8, 2, "selective", 5762, 2.844, 82.4),
+    ("h100-llama3-8b-128gpu", "llama3-8b", 8192, 128, 2, "selective", 5605, 2.923, 67.0),
 )
+# torchtitan's train.py logs `gpu_mem_stats.max_reserved_gib`: the caching allocator's reserved peak
+TORCHTITAN_MEMORY = "max reserved (torch.cuda.max_memory_reserved)"
 # The source's H100s: 96 GB HBM2e at 2.4 TB/s, run at "the default 500W power limit, although tuning it
 # up to 700W TDP can potentially provide further speedups" (SXM's tensor peak kept; the 500 W limit
 # lowers the clock, GPU.clock_fraction).
@@ -406,7 +412,7 @@ _H100_96GB = {
 
 def _torchtitan() -> list[PublishedRun]:
     runs = []
-    for name, preset, seq, gpus, local, recompute, tps, step_s in _TORCHTITAN_ROWS:
+    for name, preset, seq, gpus, local, recompute, tps, step_s, memory_gib in _TORCHTITAN_ROWS:
         h100 = name.startswith("h100")
         assumptions = (
             "selective = per-op selective checkpointing (the source's 'selective op', torchtitan's "
@@ -415,7 +421,8 @@ def _torchtitan() -> list[PublishedRun]:
             "FSDP2 shards parameters (reshard after forward): zero_stage 3; SDPA fused attention",
             "gradients reduce-scattered in fp32: torchtitan's default training.mixed_precision_reduce",
             "HBM2e H100s at a 500 W limit of a 700 W TDP: SXM's peak at the clock the limit holds "
-            "(GPU.clock_fraction, 0.89)"
+            "(GPU.clock_fraction, 0.89); the source's footnote 2: their peak 'is between SXM and NVL, "
+            "and we don't know its exact value'"
             if h100
             else "network of the 64-A100 cluster not stated: dgx-a100-80gb",
         )
@@ -440,6 +447,8 @@ def _torchtitan() -> list[PublishedRun]:
                 step_s,
                 Reported(tps, "tokens/s/GPU"),
                 assumptions,
+                measured_memory_gib=memory_gib,
+                memory_metric=TORCHTITAN_MEMORY if memory_gib else "",
             )
         )
     return runs

@@ -245,6 +245,39 @@ def score_runs() -> list[dict[str, Any]]:
     return rows
 
 
+def score_memory() -> list[dict[str, Any]]:
+    """Peak memory of the runs whose source reports it, predicted as `simulate` reports it (never fitted:
+    no constant of the memory model comes from these rows)."""
+    from benchmarks.fit_published import run_scenario  # scipy: dev extra
+
+    rows = []
+    for run in (r for r in RUNS if r.measured_memory_gib is not None):
+        summary = simulate(run_scenario(run), events=False).summary
+        measured = float(run.measured_memory_gib or 0.0)
+        rows.append(
+            {
+                "run": run.name,
+                "metric": run.memory_metric,
+                "measured_gib": measured,
+                "predicted_gib": summary["peak_memory_gib"],
+                "error": summary["peak_memory_gib"] / measured - 1,
+                "fits_in_memory": summary["fits_in_memory"],
+            }
+        )
+    return rows
+
+
+def print_memory(rows: list[dict[str, Any]]) -> None:
+    print("Peak memory per GPU where the source reports it (GiB; predicted: allocated, the model's peak)")
+    print(f"{'run':44} {'measured':>9} {'pred':>7} {'error':>7}  fits  metric")
+    for r in rows:
+        print(
+            f"{r['run'][:44]:44} {r['measured_gib']:9.1f} {r['predicted_gib']:7.1f} {r['error']:+7.1%}  "
+            f"{'yes' if r['fits_in_memory'] else 'NO ':4}  {r['metric']}"
+        )
+    print()
+
+
 def score_moe_runs() -> list[dict[str, Any]]:
     """The expert- and context-parallel rows (MOE_AND_LONG_CONTEXT_RUNS), scored as the dense ones. None
     of their sources was fitted on, so the default constants score them held out."""
@@ -326,14 +359,21 @@ def print_scores(rows: list[dict[str, Any]]) -> None:
 
 def main() -> int:
     t5, t4, f1 = table5(), table4(), figure1()
-    scores, moe = score_runs(), score_moe_runs()
+    scores, moe, memory = score_runs(), score_moe_runs(), score_memory()
     if "--json" in sys.argv:
-        print(
-            json.dumps({"runs": scores, "moe_runs": moe, "table5": t5, "table4": t4, "figure1": f1}, indent=2)
-        )
+        tables = {
+            "runs": scores,
+            "moe_runs": moe,
+            "memory": memory,
+            "table5": t5,
+            "table4": t4,
+            "figure1": f1,
+        }
+        print(json.dumps(tables, indent=2))
         return 0
     print_scores(scores)
     print_moe_scores(moe)
+    print_memory(memory)
     print("Korthikanti et al. 2022, Table 5: iteration time (s)")
     print(f"{'model':6} {'setup':16} {'measured':>9} {'predicted':>10} {'error':>8} {'MFU':>6}")
     for r in t5:

@@ -144,8 +144,9 @@ class Training(Strict):
     """What recompute = "selective" re-runs in backward. attention: the attention core (Korthikanti et al.
     2022 sec. 4.2; Megatron-LM, plancast's runtime). op: torchtitan's per-op selective checkpointing
     (`selective_ac_option = "op"`): every op but matmuls, fused attention and reduce-scatters, and every
-    second matmul of a block (simulator/costs/recompute.py). Step time only: activation memory keeps the
-    attention policy's formula. `plancast run` runs the attention policy only and refuses "op"."""
+    second matmul of a block (simulator/costs/recompute.py); a block keeps its input and those saved
+    outputs for backward, and one block is rebuilt at a time (costs/memory.py; MoE blocks keep the
+    attention policy's memory). `plancast run` runs the attention policy only and refuses "op"."""
     flash_attention: bool = False
     """Fused attention (Dao et al. 2022): no s x s scores in memory; off reproduces Megatron-LM 2022."""
     grad_accumulation_fp32: bool | None = None

@@ -29,7 +29,7 @@ class Layer:
     embedding_s: float
     head_s: float
     act_bytes: float  # activation bytes one block keeps per micro-batch
-    full_act_bytes: float  # ... without recompute (the block rebuilt during a full-recompute backward)
+    full_act_bytes: float  # ... without recompute (the block rebuilt in a full or per-op recompute backward)
 
 
 class DpCosts(NamedTuple):
@@ -104,7 +104,7 @@ class Estimator:
                 one.backward_weight_s / n,
                 StageCost(0, (emb,), 0.0, one.tp_overlap, False).forward_s * 3,
                 StageCost(0, (head,), 0.0, one.tp_overlap, False).forward_s * 3,
-                layer_activation_bytes(x, plan.recompute, mlp),
+                layer_activation_bytes(x, plan.recompute, mlp, s.training.selective_recompute),
                 layer_activation_bytes(x, "none", mlp),
             )
         return cached
@@ -183,7 +183,11 @@ class Estimator:
         chunk_layers = tuple(split[c * plan.pp] for c in range(plan.virtual_stages))
         inflight = inflight_layers(plan.schedule, plan.pp, mbs, plan.virtual_stages, chunk_layers)
         lay = self.layer(plan)
-        acts = inflight * lay.act_bytes + (lay.full_act_bytes if plan.recompute == "full" else 0.0)
+        op_sac = (
+            plan.recompute == "selective" and t.selective_recompute == "op" and not self.base.model.is_moe
+        )
+        rebuilt = plan.recompute == "full" or op_sac  # one block rebuilt at a time in backward
+        acts = inflight * lay.act_bytes + (lay.full_act_bytes if rebuilt else 0.0)
         if stages == 1:  # the first rank is also the last: the loss's fp32 buffers
             logits = plan.micro_batch_size * t.seq_len / plan.cp * self.base.model.vocab_size / plan.tp
             acts += loss_bytes_per_logit(self.base) * logits

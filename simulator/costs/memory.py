@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from plancast.simulator.costs.moe import moe_activation_bytes
 from plancast.simulator.costs.ops import DTYPE_BYTES, Shape, gemm_weight_elements, layer_forward
 from plancast.simulator.costs.params import layer_params, moe_layer_count, rank_parameters
+from plancast.simulator.costs.recompute import op_sac_saved_elements
 from plancast.simulator.scenario import Scenario
 from plancast.simulator.schedules import Action, Schedule, build_schedule
 
@@ -81,16 +82,23 @@ def model_state_bytes(
     return parameters, gradients, optimizer
 
 
-def layer_activation_bytes(x: Shape, recompute: str, mlp_bytes: float | None = None) -> float:
+def layer_activation_bytes(
+    x: Shape, recompute: str, mlp_bytes: float | None = None, policy: str = "attention"
+) -> float:
     """Bytes one transformer block keeps for backward, per micro-batch (Korthikanti et al. 2022, sec. 4.1;
     e.g. tensor parallel: s*b*h*(10 + 24/t + 5*a*s/(h*t)) for fp16 GPT). Generalised to GQA, SwiGLU,
     fp32 and fused attention; `mlp_bytes` replaces the MLP's share (an MoE block, costs/moe.py). Under
-    context parallel x.s is the rank's s / cp tokens, so everything but the K/V-length scores is /cp."""
+    context parallel x.s is the rank's s / cp tokens, so everything but the K/V-length scores is /cp.
+    Selective recompute under `policy` "op" (torchtitan's per-op checkpointing) keeps the block's input
+    and the outputs costs/recompute.py lists, and fp32 logsumexp rows when attention is fused."""
     d, t = x.dtype_bytes, x.tp
     sbh = x.s * x.b * x.h
     sp = t if x.sp else 1  # sequence parallel shards the otherwise replicated tensors
     if recompute == "full":
         return d * sbh / sp  # the block's input only
+    if recompute == "selective" and policy == "op" and mlp_bytes is None:
+        lse = 4.0 * x.b * x.heads / t * x.s if x.flash else 0.0
+        return d * sbh / sp + d * x.s * x.b * op_sac_saved_elements(layer_forward(x), x) + lse
     replicated = (4 * d + 2) * sbh / sp  # two norm inputs, QKV input, FC1 input, two 1-byte dropout masks
     qkv = d * x.s * x.b * (x.h + 2 * x.kv_dim) / t
     out_proj = d * sbh / t
@@ -149,8 +157,9 @@ def rank_memory(s: Scenario, pp_rank: int, schedule: Schedule | None = None) -> 
     inflight = peak_inflight_layers(schedule[pp_rank], chunk_layers)
     has_moe = any(moe_layer_count(m, starts[v], split[v]) for v in owned)
     mlp = moe_activation_bytes(x, m) if has_moe else None  # the rank's largest block, conservatively
-    acts = inflight * layer_activation_bytes(x, t.recompute, mlp)
-    if t.recompute == "full":  # one block's activations are rebuilt at a time during backward
+    acts = inflight * layer_activation_bytes(x, t.recompute, mlp, t.selective_recompute)
+    op_sac = t.recompute == "selective" and t.selective_recompute == "op" and mlp is None
+    if t.recompute == "full" or op_sac:  # one block's activations are rebuilt at a time in backward
         acts += layer_activation_bytes(x, "none", mlp)
     if stages - 1 in owned:  # the loss's fp32 buffers for one micro-batch (vocab-parallel)
         acts += loss_bytes_per_logit(s) * x.s * x.b * x.vocab / s.vocab_tp  # all of it when replicated

@@ -7,7 +7,10 @@
   outputs of matmuls, fused attention (SDPA) and reduce-scatters are saved, "except every second mm"
   (a counter over the block's matmuls in forward order, even counts recomputed); every other op is
   recomputed. A fused GEMM of plancast's op list stands for the separate matmuls torchtitan's models
-  issue: QKV as wq, wk, wv (sizes h, kv, kv) and SwiGLU's gate_up as w1, w3.
+  issue: QKV as wq, wk, wv (sizes h, kv, kv) and SwiGLU's gate_up as w1, w3. What the policy keeps
+  from forward to backward is the block's input and those saved outputs (`op_sac_saved_elements`): for
+  Llama 3 8B about a third of what the attention policy keeps, which is how torchtitan fits micro-batch
+  2 at seq 8192 on 8 GPUs (82.4 GiB reserved, docs/performance.md Table 1).
 """
 
 from __future__ import annotations
@@ -27,6 +30,34 @@ def _matmul_parts(op: Op, x: Shape) -> tuple[float, ...]:
     if op.name == "gate_up":
         return (0.5, 0.5)
     return (1.0,)
+
+
+def _matmul_outputs(op: Op, x: Shape) -> tuple[float, ...]:
+    """Output features per token of each separate matmul `op` stands for, on one tp rank (a row-parallel
+    GEMM's output is the full h before its reduction)."""
+    t = x.tp
+    if op.name == "qkv":
+        return (x.h / t, x.kv_dim / t, x.kv_dim / t)
+    if op.name == "gate_up":
+        return (x.ffn / t, x.ffn / t)
+    if op.name == "fc1":
+        return (x.ffn / t,)
+    return (float(x.h),)  # out_proj, fc2
+
+
+def op_sac_saved_elements(ops: tuple[Op, ...], x: Shape) -> float:
+    """Elements (in training.dtype) one block keeps for backward under the per-op policy, per token: the
+    saved matmul outputs (odd counts, as op_sac_recompute) and the fused attention's output. The block's
+    input and SDPA's fp32 logsumexp are the caller's (costs/memory.py)."""
+    saved, count = 0.0, 0
+    for op in ops:
+        if op.name == FUSED_ATTENTION:
+            saved += x.h / x.tp
+        elif op.category == "matmul":
+            for features in _matmul_outputs(op, x):
+                count += 1
+                saved += features if count % 2 == 1 else 0.0
+    return saved
 
 
 def op_sac_recompute(ops: tuple[Op, ...], x: Shape) -> tuple[Op, ...]:

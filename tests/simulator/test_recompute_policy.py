@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from plancast.simulator.costs.memory import layer_activation_bytes, rank_memory
 from plancast.simulator.costs.ops import Shape, attention_core, layer_forward
 from plancast.simulator.costs.recompute import op_sac_recompute, selective_recompute
 from plancast.simulator.costs.stage import stage_costs
@@ -68,3 +69,31 @@ def test_the_policy_moves_the_backward_of_a_selective_plan_only() -> None:
     assert op.backward_input_s > attention.backward_input_s
     for recompute in ("none", "full"):
         assert layer(recompute=recompute, selective_recompute="op") == layer(recompute=recompute)
+
+
+def test_op_policy_keeps_the_saved_outputs_not_the_whole_block() -> None:
+    """Llama 3 8B, one token, tp 1: the block's input, wq, wv, w1, w2 and SDPA's output stay (2 bytes
+    each), plus fp32 logsumexp per head; the attention policy keeps every elementwise input as well."""
+    s = scenario("llama3-8b", recompute="selective", selective_recompute="op", micro_batch_size=1)
+    x = Shape.of(s)
+    tokens = x.b * x.s
+    kept = layer_activation_bytes(x, "selective", None, "op")
+    expected = 2 * tokens * (x.h + x.h + x.kv_dim + x.ffn + x.h + x.h) + 4 * x.heads * tokens
+    assert kept == pytest.approx(expected, rel=1e-12)
+    assert layer_activation_bytes(x, "full") < kept < layer_activation_bytes(x, "selective") / 2
+    assert layer_activation_bytes(x, "selective", None, "attention") == layer_activation_bytes(x, "selective")
+
+
+def test_op_policy_lowers_the_peak_and_adds_one_rebuilt_block() -> None:
+    """The per-op policy's peak lies between the attention policy's and full recompute's: the saved
+    outputs of every in-flight block, and one block rebuilt during backward."""
+    peaks = {
+        name: rank_memory(scenario("llama3-8b", **kw), 0).activations
+        for name, kw in {
+            "none": {"recompute": "none"},
+            "attention": {"recompute": "selective"},
+            "op": {"recompute": "selective", "selective_recompute": "op"},
+            "full": {"recompute": "full"},
+        }.items()
+    }
+    assert peaks["full"] < peaks["op"] < peaks["attention"] <= peaks["none"]
