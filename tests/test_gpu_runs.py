@@ -1,10 +1,11 @@
-"""Real runs measured on one H100 SXM 80GB (2026-11-26, torch 2.11 + CUDA 13.0, NCCL; `scripts/gpu_check.sh
-loop`), kept in tests/data/gpu_runs/: `plancast compare` of each, with its scenario as a user writes it
-(re-resolved by the current model), twins every measured event and predicts the step within 10% and
-the peak memory (`torch.cuda.max_memory_allocated`) within 12%.
+"""Real runs measured on one H100 SXM 80GB and one H200 141GB (2026-11-26, 700 W, torch 2.11 + CUDA 13.0,
+NCCL; `scripts/gpu_check.sh loop`), kept in tests/data/gpu_runs/: `plancast compare` of each, with its
+scenario as a user writes it (re-resolved by the current model), twins every measured event and
+predicts the step within 10% and the peak memory (`torch.cuda.max_memory_allocated`) within 12%.
 
-The first two runs prompted the autocast and gradient-accumulation passes
-(simulator/costs/mixed_precision.py); the last two were predicted before they ran (held out).
+The first two H100 runs prompted the autocast and gradient-accumulation passes
+(simulator/costs/mixed_precision.py); the other two H100 runs and the three H200 runs were predicted
+before they ran (held out; the H200 predictions are in the commit that added their scenarios).
 """
 
 from __future__ import annotations
@@ -24,6 +25,10 @@ SCENARIOS = {
     "llama3-4layer-one-h100": REPO / "benchmarks" / "gpu_scenarios" / "llama3-4layer-one-h100.toml",
     "llama2-8layer-mb1-one-h100": REPO / "benchmarks" / "gpu_scenarios" / "llama2-8layer-mb1-one-h100.toml",
     "gpt3-1.3b-m1-one-h100": REPO / "benchmarks" / "gpu_scenarios" / "gpt3-1.3b-m1-one-h100.toml",
+    **{
+        f"{shape}-one-h200": REPO / "benchmarks" / "gpu_scenarios" / f"{shape}-one-h200.toml"
+        for shape in ("gpt3-1.3b-m1", "llama2-8layer-mb1", "llama3-4layer")
+    },
 }
 
 
@@ -32,11 +37,11 @@ def test_every_recorded_run_has_its_scenario() -> None:
 
 
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
-def test_compare_of_a_real_h100_run(tmp_path: Path, name: str) -> None:
+def test_compare_of_a_real_gpu_run(tmp_path: Path, name: str) -> None:
     run = tmp_path / name
     shutil.copytree(RUNS / name, run)
     env = json.loads((run / "measured" / "env.json").read_text())
-    assert env["backend"] == "nccl" and "H100" in env["devices"][0]
+    assert env["backend"] == "nccl" and name.rsplit("-", 1)[1].upper() in env["devices"][0]
     shutil.copy(SCENARIOS[name], run / "scenario.toml")  # as written: the current model resolves it
     code, out, err = cli_main("compare", str(run), "--json")
     assert code == 0, err
