@@ -38,9 +38,9 @@ def cache_dir() -> Path:
     return Path(platformdirs.user_cache_dir("plancast", appauthor=False))
 
 
-RECORD_VERSION = 2
-"""Bumped when the microbenchmarks measure something new (2: the busy-sender transfer), so that a cached
-record without it is measured again rather than read as zero."""
+RECORD_VERSION = 3
+"""Bumped when the microbenchmarks measure something new (2: the busy-sender transfer; 3: with every
+rank busy, in pairs), so that a cached record without it is measured again rather than read as zero."""
 
 
 def _slug(text: str) -> str:
@@ -80,8 +80,14 @@ def shape_key(s: Scenario) -> str:
 
 
 def bench_world(s: Scenario) -> int:
-    """Ranks of the microbenchmark job: the scenario's ranks on this node, 2..MAX_RANKS."""
-    return max(2, min(s.cluster.gpus_per_node, MAX_RANKS))
+    """Ranks of the microbenchmark job: the scenario's ranks on this node, 2..MAX_RANKS, lowered to a
+    count its tensor-parallel block microbenchmark can split the model over (heads, KV heads and MLP
+    width; e.g. 3 ranks of a 4-head model measure with 2)."""
+    m = s.model
+    world = max(2, min(s.cluster.gpus_per_node, MAX_RANKS))
+    while world > 2 and any(n % world for n in (m.num_attention_heads, m.kv_heads, m.ffn_size)):
+        world -= 1
+    return world
 
 
 def record_path(s: Scenario) -> Path:

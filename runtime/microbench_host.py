@@ -149,30 +149,40 @@ def _spin(seconds: float) -> None:
 
 
 def _busy_send_seconds(nbytes: int) -> float:
-    """Rank 1's mean extra wait for an `nbytes` message when rank 0 computes right after posting it,
-    over the same message from a rank 0 that waits for it. Gloo moves a message on background threads,
-    which can wait for a time slice while the ranks keep the cores busy (on this project's 2-core
-    machine: a 0.1-0.3 ms median but a 4-6 ms 90th percentile, so a mean of many samples); where they
-    get a core at once the difference is ~0."""
+    """The receivers' mean extra wait for an `nbytes` message when its sender computes right after
+    posting it, over the same message from a sender that waits for it. Every rank takes part, in pairs
+    2k -> 2k+1, as every stage of a pipeline computes at once: gloo moves a message on background
+    threads, which wait for a time slice while the ranks keep the cores busy (on this project's 2-core
+    machine, 2 ranks: a 0.1-0.3 ms median but a 4-6 ms 90th percentile, so a mean of many samples; 4
+    ranks on 2 cores wait longer); where the threads get a core at once the difference is ~0. The
+    same value on every rank (all-reduced)."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    pairs = world // 2
     x = torch.zeros(max(nbytes // 4, 1))
     waits: dict[bool, list[float]] = {True: [], False: []}
     for i in range(2 * REPEAT_BUSY + 2):
         busy = bool(i % 2)
         dist.barrier()
-        if dist.get_rank() == 0:
-            work = dist.isend(x, 1)
+        if rank >= 2 * pairs:  # an odd world's last rank: it keeps a core busy, as its stage would
+            if busy:
+                _spin(BUSY_S)
+        elif rank % 2 == 0:
+            work = dist.isend(x, rank + 1)
             if busy:
                 _spin(BUSY_S)
             if work is not None:
                 work.wait()
-        elif dist.get_rank() == 1:
+        else:
             start = time.perf_counter()
-            dist.recv(x, 0)
+            dist.recv(x, rank - 1)
             if i >= 2:  # the first pair warms up
                 waits[busy].append(time.perf_counter() - start)
-    if dist.get_rank() != 1:
-        return 0.0
-    return max(sum(waits[True]) / len(waits[True]) - sum(waits[False]) / len(waits[False]), 0.0)
+    mine = 0.0
+    if waits[True]:
+        mine = sum(waits[True]) / len(waits[True]) - sum(waits[False]) / len(waits[False])
+    total = torch.tensor([mine])
+    dist.all_reduce(total)
+    return max(float(total) / max(pairs, 1), 0.0)
 
 
 def _collectives(mesh: DeviceMesh) -> dict[str, float]:
@@ -208,11 +218,10 @@ def measure_host(s: Scenario, world: int) -> dict[str, Any]:
         steps = {str(n): _optimizer_step(s, mesh, n, kind == "dtensor") for n in OPTIMIZER_TENSORS}
         optimizer[kind] = interleaved_medians(steps, sync=dist.barrier)
     activation = s.training.micro_batch_size * s.training.seq_len * s.model.hidden_size * 4
-    busy = torch.tensor([_busy_send_seconds(activation)])
-    dist.broadcast(busy, 1)  # rank 1 measured it; rank 0 writes the record
+    busy = _busy_send_seconds(activation)  # the receivers measured it; every rank has the mean
     return {
         "post_s": _post_seconds(),
-        "busy_send_s": float(busy),
+        "busy_send_s": busy,
         "collective_s": _collectives(mesh),
         "block_s": blocks,
         "optimizer_s": optimizer,

@@ -111,3 +111,25 @@ def test_a_run_on_local_cpu_records_the_measured_machine(fresh_cache: Path, tmp_
     s = load_scenario(run / "scenario.toml").scenario
     assert s.cluster.gpu.name.endswith("(measured)")
     assert s.cluster.compute_slots_per_node is not None
+
+
+@pytest.mark.distributed
+def test_three_ranks_of_a_four_head_model_measure_with_two(fresh_cache: Path, tmp_path: Path) -> None:
+    """The tensor-parallel block microbenchmark splits the heads over the job's ranks: 3 ranks of
+    tiny-gpt (4 heads) measure with 2 instead of failing into the shipped defaults."""
+    import tomli_w
+
+    path = tmp_path / "dp3.toml"
+    scenario = {
+        "model": {"preset": "tiny-gpt"},
+        "training": {"seq_len": 128, "micro_batch_size": 2, "global_batch_size": 6},
+        "parallelism": {"data_parallel_degree": 3},
+        "cluster": {"preset": "local-cpu", "gpus_per_node": 3},
+    }
+    path.write_text(tomli_w.dumps(scenario))
+    done = cli_subprocess("simulate", str(path), "--json", timeout_s=600)
+    assert done.returncode == 0, done.stderr
+    assert "microbenchmarks failed" not in done.stderr
+    (record,) = [json.loads(p.read_text()) for p in fresh_cache.glob("*/*.json")]
+    assert record["world"] == 2
+    assert 0.0 <= record["host"]["busy_send_s"] < 0.05
