@@ -138,7 +138,7 @@ def _post_seconds() -> float:
 REPEAT_POSTS = 16
 
 BUSY_S = 0.005  # the sender computes this long after posting: longer than a transfer, as in a pipeline
-REPEAT_BUSY = 100  # a heavy tail (most transfers are prompt, some wait a scheduler slice): a mean of many
+REPEAT_BUSY = 300  # a heavy tail (most transfers are prompt, some wait a scheduler slice): a mean of many
 
 
 def _spin(seconds: float) -> None:
