@@ -36,8 +36,27 @@ def available_cores() -> int:
 
 def _ignore_interrupt() -> None:
     """Worker initializer: Ctrl-C reaches every process of the terminal's group; the parent alone
-    handles it (and stops the workers), so no worker prints a traceback of its own."""
+    handles it (and stops the workers), so no worker prints a traceback of its own. A worker starts with
+    SIGINT blocked (`_interrupts_held`) and unblocks it only once it is ignored."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+@contextmanager
+def _interrupts_held() -> Iterator[None]:
+    """SIGINT blocked while the workers start: a Ctrl-C then would reach a worker between its fork and
+    its initializer (a KeyboardInterrupt inside the pool's start-up, seen to leave the command hanging
+    with its workers alive). The parent gets the held signal as the block ends, as a KeyboardInterrupt
+    with every worker running and ignoring it. POSIX only (no pthread_sigmask on Windows)."""
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def _default_start_method() -> str:
@@ -79,7 +98,8 @@ def process_map(workers: int, start_method: str | None = None) -> Iterator[Map]:
         return executor.map(fn, items, chunksize=chunk)
 
     try:
-        _start_workers(executor)
+        with _interrupts_held():
+            _start_workers(executor)
         yield pool_map
     except BaseException:
         _stop(executor)
