@@ -104,7 +104,7 @@ def machine() -> Cluster:
 @functools.cache
 def busy_delay_us(world: int) -> float:
     """The busy-sender transfer delay measured with `world` ranks busy at once (runtime/microbench_host.py,
-    cached as `machine`'s): it grows with the ranks sharing the cores (2-core machine: 0.7-0.9 ms at 2
+    cached as `machine`'s): it grows with the ranks sharing the cores (2-core machine: 0.4-0.9 ms at 2
     ranks, 1.3-1.5 ms at 4), so a plan takes its own rank count's, as an uncalibrated plan does."""
     plan = next(p for p in MATRIX.values() if p.get("_world", 2) == world)
     return localize(parse_scenario(scenario_data(plan)).scenario, say=print).cluster.compute.p2p_busy_delay_us

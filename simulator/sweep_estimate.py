@@ -8,7 +8,12 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from plancast.simulator.costs.collectives import collective_seconds, group_levels
-from plancast.simulator.costs.memory import layer_activation_bytes, loss_bytes_per_logit, model_state_bytes
+from plancast.simulator.costs.memory import (
+    layer_activation_bytes,
+    loss_bytes_per_logit,
+    model_state_bytes,
+    rebuilds_a_block,
+)
 from plancast.simulator.costs.moe import moe_activation_bytes
 from plancast.simulator.costs.ops import DTYPE_BYTES, Shape
 from plancast.simulator.costs.optimizer import optimizer_bytes_per_param
@@ -183,10 +188,7 @@ class Estimator:
         chunk_layers = tuple(split[c * plan.pp] for c in range(plan.virtual_stages))
         inflight = inflight_layers(plan.schedule, plan.pp, mbs, plan.virtual_stages, chunk_layers)
         lay = self.layer(plan)
-        op_sac = (
-            plan.recompute == "selective" and t.selective_recompute == "op" and not self.base.model.is_moe
-        )
-        rebuilt = plan.recompute == "full" or op_sac  # one block rebuilt at a time in backward
+        rebuilt = rebuilds_a_block(plan.recompute, t.selective_recompute, moe=self.base.model.is_moe)
         acts = inflight * lay.act_bytes + (lay.full_act_bytes if rebuilt else 0.0)
         if stages == 1:  # the first rank is also the last: the loss's fp32 buffers
             logits = plan.micro_batch_size * t.seq_len / plan.cp * self.base.model.vocab_size / plan.tp

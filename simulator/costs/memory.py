@@ -109,6 +109,12 @@ def layer_activation_bytes(
     return replicated + qkv + out_proj + mlp + scores
 
 
+def rebuilds_a_block(recompute: str, policy: str, moe: bool) -> bool:
+    """Whether backward rebuilds one block's activations at a time on top of what the blocks keep: full
+    recompute, and torchtitan's per-op policy (dense blocks; an MoE block keeps the attention policy's)."""
+    return recompute == "full" or (recompute == "selective" and policy == "op" and not moe)
+
+
 def peak_inflight_layers(actions: tuple[Action, ...], chunk_layers: dict[int, int]) -> int:
     """Most layer-micro-batches whose activations a rank holds at once under its schedule:
     forward of (chunk, mb) adds the chunk's layers, its backward (B) releases them."""
@@ -158,8 +164,7 @@ def rank_memory(s: Scenario, pp_rank: int, schedule: Schedule | None = None) -> 
     has_moe = any(moe_layer_count(m, starts[v], split[v]) for v in owned)
     mlp = moe_activation_bytes(x, m) if has_moe else None  # the rank's largest block, conservatively
     acts = inflight * layer_activation_bytes(x, t.recompute, mlp, t.selective_recompute)
-    op_sac = t.recompute == "selective" and t.selective_recompute == "op" and mlp is None
-    if t.recompute == "full" or op_sac:  # one block's activations are rebuilt at a time in backward
+    if rebuilds_a_block(t.recompute, t.selective_recompute, moe=mlp is not None):
         acts += layer_activation_bytes(x, "none", mlp)
     if stages - 1 in owned:  # the loss's fp32 buffers for one micro-batch (vocab-parallel)
         acts += loss_bytes_per_logit(s) * x.s * x.b * x.vocab / s.vocab_tp  # all of it when replicated
