@@ -33,6 +33,8 @@ from plancast.runtime.timing import REPEAT, median_seconds
 from plancast.simulator.scenario import Scenario
 
 MESSAGE_BYTES = (1024, 16 * 1024, 256 * 1024, 1024 * 1024, 4 * 1024 * 1024)
+
+
 def gemm_shapes(s: Scenario) -> list[tuple[int, int, int]]:
     """(m, k, n) of the scenario's GEMMs per micro-batch: projections, MLP, head (simulator/costs/ops.py)."""
     rows = s.training.micro_batch_size * s.training.seq_len

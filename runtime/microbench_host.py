@@ -116,26 +116,42 @@ def _optimizer_step(s: Scenario, mesh: DeviceMesh, tensors: int, dtensor: bool) 
 
 
 def _post_seconds() -> float:
-    """Rank 0's time to post one 1-element isend to rank 1 (returns before the transfer completes)."""
-    x, posts = torch.zeros(1), []
-    for i in range(REPEAT_POSTS):
+    """Mean time to post one pipeline transfer on either side, as the runtime posts it on gloo
+    (runtime/parallel/pp.py): the receiver's irecv posted ahead of its send, the sender's isend into
+    that posted receive, each while the peer computes, as pipeline stages do. A 1-element message: the
+    bytes' own time is the link's (gloo writes them from the posting thread). Pairs 2k -> 2k+1 at once
+    (an odd world's last rank computes); the pairs' mean, on every rank (all-reduced)."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    pairs = world // 2
+    x = torch.zeros(1)
+    posts: list[float] = []
+    for i in range(REPEAT_POSTS + 1):
         dist.barrier()
-        if dist.get_rank() == 0:
+        if rank >= 2 * pairs:
+            _spin(2 * POST_GAP_S)
+            continue
+        if rank % 2:  # the receiver posts first, then computes while its sender posts
             start = time.perf_counter()
-            work = dist.isend(x, 1)
-            posts.append(time.perf_counter() - start)
-            if work is not None:
-                work.wait()
-        elif dist.get_rank() == 1:
-            received = dist.irecv(x, 0)
-            if received is not None:
-                received.wait()
-        if i == 0:
-            posts.clear()
-    return sorted(posts)[len(posts) // 2] if posts else 0.0
+            work = dist.irecv(x, rank - 1)
+            took = time.perf_counter() - start
+            _spin(2 * POST_GAP_S)
+        else:
+            _spin(POST_GAP_S)
+            start = time.perf_counter()
+            work = dist.isend(x, rank + 1)
+            took = time.perf_counter() - start
+            _spin(POST_GAP_S)
+        if work is not None:
+            work.wait()
+        if i:  # the first round warms up
+            posts.append(took)
+    mine = torch.tensor([sum(posts) / len(posts) if posts else 0.0])
+    dist.all_reduce(mine)
+    return float(mine) / max(2 * pairs, 1)
 
 
-REPEAT_POSTS = 16
+REPEAT_POSTS = 60  # a mean: a post's time has a tail (a woken peer thread can take the core first)
+POST_GAP_S = 0.001  # compute around each post: longer than a post, as a stage's pass is
 
 BUSY_S = 0.005  # the sender computes this long after posting: longer than a transfer, as in a pipeline
 REPEAT_BUSY = 300  # a heavy tail (most transfers are prompt, some wait a scheduler slice): a mean of many

@@ -151,13 +151,23 @@ class ComputeModel(Strict):
     pre/post forward and backward hooks run in Python); measured by the microbenchmarks."""
     p2p_overhead_us: float = Field(default=0.0, ge=0)
     """Host time per pipeline transfer on each side (the pipelining runtime's per-action bookkeeping,
-    posting the send or receive); ~0 on GPUs, whose host runs ahead. Measured: posting a 1-element isend."""
+    posting the send or receive); ~0 on GPUs, whose host runs ahead. Measured: the mean time to post a
+    1-element irecv ahead of its send and an isend into it while the peer computes
+    (runtime/microbench_host.py)."""
     p2p_busy_delay_us: float = Field(default=0.0, ge=0)
-    """Mean extra time of a pipeline transfer whose sender computes right after posting it, on CPU ranks
-    that keep the cores busy: gloo moves messages on background threads, which can wait for a time
-    slice. 0 on GPUs (NCCL's kernels move the data). Measured on the local machine
-    (runtime/microbench_host.py: a send followed by 5 ms of compute vs one followed by a wait, mean of
-    100 each)."""
+    """Mean extra time of a pipeline transfer whose sender computes while it should move the message, on
+    CPU ranks that keep the cores busy: gloo moves messages on background threads, which can wait for a
+    time slice. 0 on GPUs (NCCL's kernels move the data). Measured on the local machine
+    (runtime/microbench_host.py: a send followed by 5 ms of compute vs one followed by a wait, receives
+    posted at once, mean of 300 each). With `p2p_rendezvous` it applies only to a transfer whose
+    receive is posted while its sender computes; without, to every transfer."""
+    p2p_rendezvous: bool = False
+    """Pipeline transfers start only once both the send and the receive are posted, not when the send is
+    posted: gloo's unbound-buffer protocol (gloo/transport/tcp/pair.cc: a posted receive sends
+    NOTIFY_RECV_READY, and the sender's event-loop thread writes the message only when that arrives; a
+    send posted after it is written by the posting thread at once). True for local-cpu (gloo); False
+    on GPUs, modelled as starting when posted (NCCL stages a message through the connection's FIFO
+    buffers, NCCL_BUFFSIZE 4 MiB, from the send kernel)."""
     optimizer_overhead_us: float = Field(default=0.0, ge=0)
     """Host time per parameter tensor per optimizer step (a per-tensor update loop: torch's Adam on
     CPU; ~0 with the fused/foreach kernels on GPU). Measured (AdamW over 32 vs 8 tensors); refitted by

@@ -14,7 +14,6 @@ class Strict(BaseModel):
     """The base of every scenario table: unknown keys are errors, values are frozen and type-strict,
     and a field's docstring is its documentation (schema, docs/scenario.md, editor hints)."""
 
-
     model_config = ConfigDict(
         extra="forbid",
         frozen=True,

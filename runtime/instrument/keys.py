@@ -64,6 +64,7 @@ class Owner(NamedTuple):
 Scope = SpanKey | Owner
 """An open span or ``comm_scope``: what a collective issued inside it is attributed to."""
 
+
 def owner_of(scope: Scope, stream: str) -> Owner | None:
     """The owner of a collective issued inside ``scope``, the innermost one open at that moment.
 

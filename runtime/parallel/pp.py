@@ -10,6 +10,17 @@ the gradients at the weights' consumers so the W pass is weight-gradient GEMMs o
 Sends are posted asynchronously (``isend``) and completed at the end of the step; receives block,
 so a rank runs each action as soon as its inputs arrive, exactly the rule ``check_dependencies``
 replays. Gradient accumulation: each micro-batch's loss is divided by the number of micro-batches.
+
+On gloo (CPU) the rank keeps its next receive posted ahead: the first before the first action, each
+next one as soon as the previous has arrived, in schedule order (the order each peer sends in, so
+gloo's in-order matching per peer and tag is kept). Gloo moves a message only once its receive is
+posted (gloo/transport/tcp/pair.cc, NOTIFY_RECV_READY); a receive posted late, while the sender
+computes, waits for the sender's event-loop thread to get a core, ~1 ms on average with a 4 ms tail
+on a 2-core machine, on the critical path. Posted ahead, the sender's own isend writes the message.
+Megatron-LM posts its next receive with its current send for the same reason (p2p_communication.py,
+``send_forward_recv_forward``). On NCCL receives stay posted when needed: its point-to-point kernels
+run in order on one stream, where a receive posted ahead would hold back the sends behind it.
+The simulator replays both (simulator/engine/pipeline.py, ``cluster.compute.p2p_rendezvous``).
 """
 
 from __future__ import annotations
@@ -70,11 +81,24 @@ class PipelineExecutor:
     _saved: dict[tuple[int, int], _Saved] = field(default_factory=dict)
     _handoff: dict[tuple[str, int, int], torch.Tensor] = field(default_factory=dict)
     _pending: list[Any] = field(default_factory=list)
+    _ahead: dict[tuple[str, int, int], tuple[Any, torch.Tensor]] = field(default_factory=dict)
+    """Receives posted ahead (gloo), by (F or B, stage, micro-batch): their work and buffer."""
+    _to_post: list[tuple[str, int, int, int]] = field(default_factory=list)
+    """Receives of the step not posted yet, in schedule order: (F or B, stage, micro-batch, peer)."""
+
+    @property
+    def posts_ahead(self) -> bool:
+        """Whether receives are posted ahead (gloo; see the module docstring)."""
+        return self.device.type == "cpu"
 
     def run(self, inputs: list[torch.Tensor], targets: list[torch.Tensor]) -> float:
         """Execute every action; ``inputs``/``targets`` hold this rank's micro-batches (by index)."""
         last_b = {a.stage: i for i, a in enumerate(self.plan.actions) if a.kind == "B"}
         loss_total = 0.0
+        self._ahead.clear()
+        if self.posts_ahead:
+            self._to_post = self._receives()
+            self._post_next()
         for i, action in enumerate(self.plan.actions):
             if action.kind == "F":
                 loss_total += self._forward(action, inputs, targets)
@@ -166,12 +190,40 @@ class PipelineExecutor:
         peer = self.plan.holder(src_stage)
         if peer == self.plan.rank:  # both stages on this rank: a local hand-off, no transfer
             return self._handoff.pop(("B" if backward else "F", src_stage, a.microbatch))
-        buf = torch.empty(self.activation_shape, dtype=self.dtype, device=self.device)
+        ahead = self._ahead.pop(("B" if backward else "F", a.stage, a.microbatch), None)
+        if ahead is None:
+            buf = torch.empty(self.activation_shape, dtype=self.dtype, device=self.device)
+        else:
+            work, buf = ahead
         with self.recorder.span(_p2p_key("recv", a, peer, buf, backward)):
-            work = dist.irecv(buf, src=peer)
-            assert work is not None
+            if ahead is None:
+                work = dist.irecv(buf, src=peer)
+                assert work is not None
             work.wait()
+        if self.posts_ahead:
+            self._post_next()
         return buf
+
+    def _receives(self) -> list[tuple[str, int, int, int]]:
+        """This rank's receives from other ranks, in the order its schedule waits for them."""
+        plan, out = self.plan, []
+        for a in plan.actions:
+            if a.kind == "F" and a.stage > 0 and plan.holder(a.stage - 1) != plan.rank:
+                out.append(("F", a.stage, a.microbatch, plan.holder(a.stage - 1)))
+            elif a.kind == "B" and a.stage < plan.num_stages - 1 and plan.holder(a.stage + 1) != plan.rank:
+                out.append(("B", a.stage, a.microbatch, plan.holder(a.stage + 1)))
+        out.reverse()  # popped from the end
+        return out
+
+    def _post_next(self) -> None:
+        """Post the next receive of the step ahead, if any is left."""
+        if not self._to_post:
+            return
+        kind, stage, microbatch, peer = self._to_post.pop()
+        buf = torch.empty(self.activation_shape, dtype=self.dtype, device=self.device)
+        work = dist.irecv(buf, src=peer)
+        assert work is not None
+        self._ahead[(kind, stage, microbatch)] = (work, buf)
 
     def _send(self, a: Action, tensor: torch.Tensor, dst_stage: int, *, backward: bool) -> None:
         peer = self.plan.holder(dst_stage)

@@ -124,6 +124,7 @@ CLUSTERS: dict[str, dict[str, object]] = {
             "op_overhead_us": 10.0,
             # gloo runs on its own threads; what it takes from the cores is in the measured host costs
             "overlap_slowdown": 0.0,
+            "p2p_rendezvous": True,  # gloo's send/recv protocol (simulator/cluster.py)
         },
         "tiers": [
             {"name": "loopback", "size": 2, "bandwidth_GBps": 1.5, "latency_us": 200.0, "efficiency": 1.0},

@@ -5,6 +5,7 @@ processes that drive this state are in processes.py."""
 from __future__ import annotations
 
 import gc
+import math
 from collections import deque
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -13,10 +14,10 @@ import simpy
 
 from plancast.simulator.costs.collectives import CollectiveKind, Level
 from plancast.simulator.costs.stage import StageCost
-from plancast.simulator.engine import data_parallel, processes
+from plancast.simulator.engine import data_parallel, pipeline, processes
 from plancast.simulator.engine.due import Due
 from plancast.simulator.engine.link import Link
-from plancast.simulator.engine.pipeline import Arrival
+from plancast.simulator.engine.pipeline import Arrival, Posted
 from plancast.simulator.engine.plan import StepPlan
 from plancast.simulator.engine.spans import Span, new_span
 from plancast.simulator.mesh import Coord
@@ -62,6 +63,10 @@ class RankState:
     """The rank's dp stream (data_parallel.dp_stream)."""
     fsdp: dict[int, FsdpState] = field(default_factory=dict)
     """Per owned virtual stage under ZeRO-2/3: which units are gathered."""
+    receives: tuple[TransferKey, ...] = ()
+    """Rendezvous plans: the rank's pipeline receives in schedule order (pipeline.receives)."""
+    next_recv: int = 0
+    """Index in `receives` of the next one to post ahead."""
 
 
 class Engine:
@@ -85,6 +90,10 @@ class Engine:
         """Compute passes recorded per (rank, kind, virtual stage): what tensor-parallel time is priced by."""
         self.arrivals: dict[TransferKey, Arrival] = {}  # receivers already waiting
         self.landed: dict[TransferKey, float] = {}  # transfers landed (or landing) at a time
+        self.posted: dict[TransferKey, Posted] = {}  # rendezvous sends whose receive is not posted yet
+        self.ready: set[TransferKey] = set()  # rendezvous receives posted ahead of their send
+        self.busy_until: dict[int, float] = {}
+        """Per rank, when its compute ends (kept for rendezvous plans: is a sender busy?)."""
         self.meetings: dict[tuple[int, int], simpy.Event] = {}  # tied-embedding holders waiting
         self.dp_wait_s: dict[int, float] = {}  # per rank: compute-stream time spent waiting for gathers
         self._links: dict[tuple[int, int], Link] = {}
@@ -103,6 +112,9 @@ class Engine:
             if plan.fsdp:
                 for stage in plan.owned_stages(coord.pp):
                     st.fsdp[stage] = FsdpState(plan.units[stage], zero3=plan.zero_stage == 3)
+            if plan.rendezvous:
+                st.receives = pipeline.receives(self, st)
+                pipeline.post_next_receive(self, st)  # the runtime posts it before the first action
             if plan.dense_dp > 1:
                 st.dp_process = self.env.process(data_parallel.dp_stream(self, st))
             self.env.process(processes.rank_step(self, st))
@@ -147,12 +159,18 @@ class Engine:
         when ranks share them (CPU cores), else a plain timeout."""
         slots = self.plan.compute_slots
         if not slots:
+            if self.plan.rendezvous:
+                self.busy_until[rank] = self.env.now + seconds
             return self.env.timeout(seconds)
         node = rank // self.plan.s.cluster.gpus_per_node
         res = self._slots.get(node)
         if res is None:
             res = self._slots[node] = simpy.Resource(self.env, capacity=slots)
-        return self.env.process(_occupy(self.env, res, seconds))
+        return self.env.process(_occupy(self, rank, res, seconds))
+
+    def is_busy(self, rank: int) -> bool:
+        """Whether `rank` computes now (or waits for a core to): rendezvous plans only."""
+        return self.busy_until.get(rank, -1.0) > self.env.now
 
     def record_pass(self, rank: int, kind: str, a: Action, start: float, dur: float, flops: float) -> None:
         """The span of one compute pass of `a` (forward, recompute, backward, ...) of `dur` seconds."""
@@ -219,7 +237,12 @@ def _stop_waiting(event: simpy.Event | None) -> None:
         event.callbacks.clear()
 
 
-def _occupy(env: simpy.Environment, res: simpy.Resource, seconds: float) -> simpy.events.ProcessGenerator:
+def _occupy(sim: Engine, rank: int, res: simpy.Resource, seconds: float) -> simpy.events.ProcessGenerator:
+    env = sim.env
+    if sim.plan.rendezvous:  # waiting for a core counts as busy: the rank's threads want one too
+        sim.busy_until[rank] = math.inf
     with res.request() as req:
         yield req
+        if sim.plan.rendezvous:
+            sim.busy_until[rank] = env.now + seconds
         yield env.timeout(seconds)

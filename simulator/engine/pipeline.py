@@ -1,10 +1,17 @@
 """Pipeline point-to-point transfers: a send posts, a receive waits for the transfer to land.
 
+A transfer starts when its send is posted, or, on a rendezvous transport (gloo: plan.rendezvous), once
+both its send and its receive are. There the rank keeps its next receive posted ahead, as the runtime
+does on gloo (runtime/parallel/pp.py): posted at the step's start, and each next one as the previous
+lands. A receive posted after its send starts the transfer then, late by the busy-sender delay if the
+sender computes at that moment (its event-loop thread must answer the receiver's notification,
+cluster.py); a send posted after its receive is written by the posting thread at once.
+
 SimPy process fragments over the engine's state (core.py); processes.py calls them around each pass."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import simpy
 
@@ -12,7 +19,7 @@ from plancast.simulator.engine.spans import Process, new_span
 from plancast.simulator.schedules import Action
 
 if TYPE_CHECKING:
-    from plancast.simulator.engine.core import Engine, RankState
+    from plancast.simulator.engine.core import Engine, RankState, TransferKey
 
 
 class Arrival(simpy.Event):
@@ -26,6 +33,18 @@ class Arrival(simpy.Event):
         self.env.schedule(self, delay=seconds)
 
 
+class Posted(NamedTuple):
+    """A rendezvous send posted before its receive: what starting it needs then."""
+
+    rank: int
+    dst: int
+    kind: str
+    a: Action
+    at_s: float
+    done: Arrival | None
+    """What a blocking send waits on (fired when the transfer lands), or None."""
+
+
 def send(sim: Engine, st: RankState, kind: str, a: Action, to_stage: int) -> simpy.Event | None:
     """Post a pipeline transfer to the holder of `to_stage` (after its host cost, `plan.p2p_host_s`,
     which the caller spends); returns what a blocking send waits for, None when the plan overlaps
@@ -34,8 +53,17 @@ def send(sim: Engine, st: RankState, kind: str, a: Action, to_stage: int) -> sim
     The landing time is known at once: without link sharing the transfer starts now; with it, it
     queues for the rank's link on its tier (link.py), behind what was posted before it."""
     dst = st.holders[to_stage]
-    seconds, link = sim.route(st.rank, dst)
     key = (dst, kind, to_stage, a.microbatch)
+    if sim.plan.rendezvous:
+        done = None if sim.plan.overlap_p2p else Arrival(sim.env)
+        posted = Posted(st.rank, dst, kind, a, sim.env.now, done)
+        if key in sim.ready:  # its receive is posted: written by the posting thread at once
+            sim.ready.discard(key)
+            start_transfer(sim, key, posted, 0.0)
+        else:
+            sim.posted[key] = posted
+        return done
+    seconds, link = sim.route(st.rank, dst)
     now = sim.env.now
     if link is not None:  # queued on the rank's link (link.py)
         start, cut = link.post(now, seconds)
@@ -67,6 +95,67 @@ def send(sim: Engine, st: RankState, kind: str, a: Action, to_stage: int) -> sim
     return None if sim.plan.overlap_p2p else sim.env.timeout(seconds)
 
 
+def start_transfer(sim: Engine, key: TransferKey, p: Posted, extra_s: float) -> None:
+    """Start the rendezvous transfer `p` now (after `extra_s`, a busy sender's delay): it lands for its
+    receiver (core.py) and its send span runs from its post to its landing."""
+    seconds, link = sim.route(p.rank, p.dst)
+    now = sim.env.now
+    start = now + extra_s
+    if link is not None:  # queued on the sender's link (link.py)
+        start, cut = link.post(start, seconds)
+        if cut is not None:
+            collective, slices_done = cut
+            collective.interrupt(slices_done)
+    lands = start + seconds
+    sim.land_at(key, lands)
+    if p.done is not None:
+        p.done.land_in(lands - now)
+    a = p.a
+    index = 0 if p.kind == "F" else 1
+    sim.transfers.append(
+        new_span(
+            (
+                p.rank,
+                "pp",
+                "send",
+                a.stage,
+                a.chunk,
+                a.microbatch,
+                index,
+                p.dst,
+                p.at_s,
+                lands - p.at_s,
+                sim.plan.p2p_bytes,
+                0.0,
+            )
+        )
+    )
+
+
+def post_next_receive(sim: Engine, st: RankState) -> None:
+    """Rendezvous plans: post the rank's next receive of the step ahead (see the module docstring)."""
+    if st.next_recv >= len(st.receives):
+        return
+    key = st.receives[st.next_recv]
+    st.next_recv += 1
+    posted = sim.posted.pop(key, None)
+    if posted is None:
+        sim.ready.add(key)
+    else:  # sent before: it starts now, late if its sender computes
+        start_transfer(sim, key, posted, sim.plan.p2p_busy_s if sim.is_busy(posted.rank) else 0.0)
+
+
+def receives(sim: Engine, st: RankState) -> tuple[TransferKey, ...]:
+    """The rank's pipeline receives of the step, in the order its schedule waits for them."""
+    plan, keys = sim.plan, []
+    for a in plan.schedule[st.coord.pp]:
+        if a.kind == "F" and a.stage > 0 and st.holders[a.stage - 1] != st.rank:
+            keys.append((st.rank, "F", a.stage, a.microbatch))
+        elif a.kind == "B" and a.stage < plan.stages - 1 and st.holders[a.stage + 1] != st.rank:
+            keys.append((st.rank, "B", a.stage, a.microbatch))
+    return tuple(keys)
+
+
 def recv(sim: Engine, st: RankState, kind: str, a: Action, from_stage: int) -> Process:
     """Wait until the transfer for (kind, stage, micro-batch) has landed; the wait is the recv span."""
     env = sim.env
@@ -78,6 +167,8 @@ def recv(sim: Engine, st: RankState, kind: str, a: Action, from_stage: int) -> P
         yield ev
     elif landed > start:
         yield env.timeout(landed - start)
+    if sim.plan.rendezvous:
+        post_next_receive(sim, st)
     if sim.plan.p2p_host_s:
         yield sim.busy(st.rank, sim.plan.p2p_host_s)
     index = 0 if kind == "F" else 1

@@ -97,7 +97,11 @@ class StepPlan:
     """`ranks` as a set."""
     p2p_host_s: float
     """Host cost of posting one pipeline transfer."""
-    # (the five above are plain fields, not properties: the event loop reads them per action, and an
+    rendezvous: bool
+    """Transfers start once both sides have posted (cluster.compute.p2p_rendezvous: gloo)."""
+    p2p_busy_s: float
+    """A transfer's extra time while its sender computes (cluster.compute.p2p_busy_delay_us)."""
+    # (the seven above are plain fields, not properties: the event loop reads them per action, and an
     # instance attribute is the cheapest read there is)
     _tiers: dict[tuple[int, int], int] = field(default_factory=dict, compare=False, repr=False)
     _p2p_seconds: dict[tuple[int, int], float] = field(default_factory=dict, compare=False, repr=False)
@@ -149,6 +153,8 @@ class StepPlan:
             fsdp=zero_stage >= 2,
             simulated=frozenset(ranks),
             p2p_host_s=host.p2p_s,
+            rendezvous=s.cluster.compute.p2p_rendezvous,
+            p2p_busy_s=s.cluster.compute.p2p_busy_delay_us * 1e-6,
         )
 
     # --------------------------------------------------------------------------------- the layout
@@ -194,11 +200,13 @@ class StepPlan:
         return tier
 
     def p2p_seconds(self, rank: int, peer: int) -> float:
-        """Duration of one pipeline transfer between two ranks (memoised: it is read per transfer)."""
+        """Duration of one pipeline transfer between two ranks (memoised: it is read per transfer). A
+        rendezvous transfer's busy-sender delay depends on when its receive is posted (pipeline.py);
+        otherwise every transfer carries it."""
         seconds = self._p2p_seconds.get((rank, peer))
         if seconds is None:
             link = self.topo.links[self.tier(rank, peer)]
-            busy = self.s.cluster.compute.p2p_busy_delay_us * 1e-6  # CPU ranks on busy cores (cluster.py)
+            busy = 0.0 if self.rendezvous else self.p2p_busy_s  # CPU ranks on busy cores (cluster.py)
             seconds = self._p2p_seconds[(rank, peer)] = (
                 self.p2p_bytes / link.bandwidth_Bps + link.latency_s + busy
             )

@@ -76,7 +76,7 @@ def backward(sim: Engine, st: RankState, a: Action, last: bool) -> Process:
     else:
         start = sim.env.now
         if d.recompute_s and not last and not plan.compute_slots:  # one timeout for both passes
-            yield sim.env.timeout(d.recompute_s + d.backward_s)
+            yield sim.busy(st.rank, d.recompute_s + d.backward_s)
             sim.record_pass(st.rank, "recompute", a, start, d.recompute_s, d.forward_flops)
             start += d.recompute_s
         else:
