@@ -115,43 +115,106 @@ def _optimizer_step(s: Scenario, mesh: DeviceMesh, tensors: int, dtensor: bool) 
     return instrumented(optimizer.step) if dtensor else optimizer.step
 
 
-def _post_seconds() -> float:
-    """Mean time to post one pipeline transfer on either side, as the runtime posts it on gloo
-    (runtime/parallel/pp.py): the receiver's irecv posted ahead of its send, the sender's isend into
-    that posted receive, each while the peer computes, as pipeline stages do. A 1-element message: the
-    bytes' own time is the link's (gloo writes them from the posting thread). Pairs 2k -> 2k+1 at once
-    (an odd world's last rank computes); the pairs' mean, on every rank (all-reduced)."""
+def _transfer_host_seconds(s: Scenario) -> float:
+    """Host CPU time the pipeline executor (runtime/parallel/pp.py) spends per transfer on each side,
+    posting included: what a pipeline adds to a rank's thread beyond its passes.
+
+    Rank pairs run a 2-stage GPipe step of TRANSFER_MICROBATCHES micro-batches whose stages do almost
+    nothing (one scaling op; the last also the head and loss), through the real executor and recorder;
+    then every rank runs the same two stages as one, alone. The pair's main-thread CPU time
+    (time.thread_time) minus the single rank's, over the pair's transfer sides (4 per micro-batch: a
+    send and a receive each way), median of TRANSFER_STEPS steps; the pairs' mean on every rank."""
+    from plancast.runtime.instrument import StepRecorder, choose_capture, default_timer
+    from plancast.runtime.parallel.pp import PipelineExecutor, StageRunner
+    from plancast.runtime.plan import rank_plan
+    from plancast.simulator.loader import parse_scenario
+
     rank, world = dist.get_rank(), dist.get_world_size()
     pairs = world // 2
-    x = torch.zeros(1)
-    posts: list[float] = []
-    for i in range(REPEAT_POSTS + 1):
-        dist.barrier()
-        if rank >= 2 * pairs:
-            _spin(2 * POST_GAP_S)
-            continue
-        if rank % 2:  # the receiver posts first, then computes while its sender posts
-            start = time.perf_counter()
-            work = dist.irecv(x, rank - 1)
-            took = time.perf_counter() - start
-            _spin(2 * POST_GAP_S)
-        else:
-            _spin(POST_GAP_S)
-            start = time.perf_counter()
-            work = dist.isend(x, rank + 1)
-            took = time.perf_counter() - start
-            _spin(POST_GAP_S)
-        if work is not None:
-            work.wait()
-        if i:  # the first round warms up
-            posts.append(took)
-    mine = torch.tensor([sum(posts) / len(posts) if posts else 0.0])
-    dist.all_reduce(mine)
-    return float(mine) / max(2 * pairs, 1)
+    m, t = TRANSFER_MICROBATCHES, s.training
+    shape = (t.micro_batch_size, t.seq_len, s.model.hidden_size)
+
+    def variant(pp: int, dp: int) -> Scenario:
+        """Only the plan's shape matters (the stages are stand-ins): a plain two-layer model of the
+        scenario's activation and vocabulary sizes, whatever else the scenario holds."""
+        h = s.model.hidden_size
+        data = {
+            "model": {
+                "hidden_size": h,
+                "num_hidden_layers": 2,
+                "num_attention_heads": 1,
+                "intermediate_size": 4 * h,
+                "vocab_size": s.model.vocab_size,
+            },
+            "training": {
+                "seq_len": t.seq_len,
+                "micro_batch_size": t.micro_batch_size,
+                "global_batch_size": t.micro_batch_size * m * dp,
+                "dtype": "fp32",
+            },
+            "parallelism": {"pipeline_parallel_degree": pp, "data_parallel_degree": dp},
+            "cluster": {"preset": "local-cpu", "gpus_per_node": pp * dp},
+        }
+        return parse_scenario(data).scenario
+
+    split, whole = variant(2, max(pairs, 1)), variant(1, world)
+    scale = nn.Parameter(torch.ones(()))
+    head = nn.Parameter(torch.randn(s.model.hidden_size, s.model.vocab_size) * 0.02)
+    tokens = [torch.randint(0, s.model.vocab_size, shape[:2]) for _ in range(m)]
+    inputs = [torch.randn(shape) for _ in range(m)]
+
+    def stages(plan: Any) -> dict[int, StageRunner]:
+        def first(x: torch.Tensor) -> torch.Tensor:
+            return x * scale
+
+        def last(x: torch.Tensor) -> torch.Tensor:
+            return (x * scale) @ head
+
+        def both(x: torch.Tensor) -> torch.Tensor:
+            return last(first(x))
+
+        fns = {(0, False): first, (1, True): last, (0, True): both}
+        return {
+            c.stage: StageRunner(c.stage, c.chunk, fns[(c.stage, c.has_head)], [scale, head])
+            for c in plan.chunks
+        }
+
+    def thread_seconds(scenario: Scenario, alone: bool) -> float:
+        plan = rank_plan(scenario, rank, scenario.pp * scenario.dp)
+        recorder = StepRecorder(
+            rank,
+            default_timer(torch.device("cpu")),
+            choose_capture(False, "cpu", "dispatch"),
+            device_type="cpu",
+        )
+        executor = PipelineExecutor(plan, stages(plan), recorder, shape, torch.float32, torch.device("cpu"))
+        times = []
+        for step in range(TRANSFER_STEPS + 1):
+            if not alone:
+                dist.barrier()
+            recorder.begin_step()
+            start = time.thread_time()
+            executor.run(inputs, tokens)
+            times.append(time.thread_time() - start)
+            recorder.finish(step)
+        return sorted(times[1:])[len(times[1:]) // 2]
+
+    mine = 0.0
+    if rank < 2 * pairs:
+        mine = thread_seconds(split, alone=False) - thread_seconds(whole, alone=True) / 2
+    else:  # an odd world's last rank: keeps a core busy meanwhile, at the pairs' barriers
+        for _ in range(TRANSFER_STEPS + 1):
+            dist.barrier()
+            _spin(TRANSFER_GAP_S)
+    total = torch.tensor([max(mine, 0.0)])
+    dist.all_reduce(total)
+    return float(total) / max(2 * pairs, 1) / (2 * m)
 
 
-REPEAT_POSTS = 60  # a mean: a post's time has a tail (a woken peer thread can take the core first)
-POST_GAP_S = 0.001  # compute around each post: longer than a post, as a stage's pass is
+TRANSFER_MICROBATCHES = 8
+TRANSFER_STEPS = 9  # a median of 9 steps of 32 transfer sides each
+TRANSFER_GAP_S = 0.001  # what an odd world's last rank computes at each of the pairs' barriers
+
 
 BUSY_S = 0.005  # the sender computes this long after posting: longer than a transfer, as in a pipeline
 REPEAT_BUSY = 300  # a heavy tail (most transfers are prompt, some wait a scheduler slice): a mean of many
@@ -236,7 +299,7 @@ def measure_host(s: Scenario, world: int) -> dict[str, Any]:
     activation = s.training.micro_batch_size * s.training.seq_len * s.model.hidden_size * 4
     busy = _busy_send_seconds(activation)  # the receivers measured it; every rank has the mean
     return {
-        "post_s": _post_seconds(),
+        "transfer_host_s": _transfer_host_seconds(s),
         "busy_send_s": busy,
         "collective_s": _collectives(mesh),
         "block_s": blocks,

@@ -151,9 +151,9 @@ class ComputeModel(Strict):
     pre/post forward and backward hooks run in Python); measured by the microbenchmarks."""
     p2p_overhead_us: float = Field(default=0.0, ge=0)
     """Host time per pipeline transfer on each side (the pipelining runtime's per-action bookkeeping,
-    posting the send or receive); ~0 on GPUs, whose host runs ahead. Measured: the mean time to post a
-    1-element irecv ahead of its send and an isend into it while the peer computes
-    (runtime/microbench_host.py)."""
+    posting the send or receive); ~0 on GPUs, whose host runs ahead. Measured: the executor's
+    main-thread CPU time in a 2-stage GPipe step of near-empty stages, minus the same stages run as one
+    on one rank, per transfer side (runtime/microbench_host.py)."""
     p2p_busy_delay_us: float = Field(default=0.0, ge=0)
     """Mean extra time of a pipeline transfer whose sender computes while it should move the message, on
     CPU ranks that keep the cores busy: gloo moves messages on background threads, which can wait for a

@@ -46,7 +46,7 @@ class Bound:
 BOUNDS: dict[str, Bound] = {
     "op_overhead_us": Bound(500.0, "a PyTorch CPU operator's dispatch costs ~5-50 us (torch dispatcher)"),
     "p2p_overhead_us": Bound(
-        1_000.0, "posting a loopback gloo send queues a buffer on a pair: tens of us, never 1 ms"
+        1_000.0, "the executor's bookkeeping and gloo post per transfer side: ~0.1 ms of Python, never 1 ms"
     ),
     "p2p_busy_delay_us": Bound(
         12_000.0,
@@ -175,7 +175,7 @@ def host_costs(
         "dtype_bytes": dtype_bytes,
     }
     fields = {
-        "p2p_overhead_us": host["post_s"] * 1e6,
+        "p2p_overhead_us": host["transfer_host_s"] * 1e6,
         "p2p_busy_delay_us": host.get("busy_send_s", 0.0) * 1e6,  # absent from profiles before it
         "tp_collective_overhead_us": (coll["dtensor_all_reduce"] - coll["all_reduce"]) * 1e6,
         "sp_collective_overhead_us": (coll["dtensor_all_gather"] - coll["all_gather"]) * 1e6,

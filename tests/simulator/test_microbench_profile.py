@@ -48,7 +48,7 @@ def record() -> dict[str, Any]:
         "compute": {"1": {"forward": 0.004, "backward": 0.009}, "3": {"forward": 0.010, "backward": 0.024}},
         "links": links,
         "host": {
-            "post_s": 40e-6,
+            "transfer_host_s": 40e-6,
             "collective_s": {
                 "all_reduce": 400e-6,
                 "all_gather": 450e-6,
@@ -105,7 +105,7 @@ def test_a_slower_block_raises_exactly_its_own_per_block_cost(variant: str, fiel
 
 def test_a_measurement_beyond_its_bound_is_clipped_and_reported() -> None:
     wild = copy.deepcopy(record())
-    wild["host"]["post_s"] = 0.012  # 12 ms to post a loopback send: not a post, something else
+    wild["host"]["transfer_host_s"] = 0.012  # 12 ms a transfer: not bookkeeping
     cluster, notes = profile_cluster(scenario(), wild)
     assert cluster.compute.p2p_overhead_us == BOUNDS["p2p_overhead_us"].high_us
     assert any("p2p_overhead_us: measured 12000 us > bound" in n for n in notes)
@@ -117,12 +117,12 @@ def test_on_a_shared_core_the_bounds_scale_with_the_measured_core_share() -> Non
     a send is beyond the idle bound (1 ms) and beyond 4x it; 3 ms is within 4x it and kept."""
     shared = copy.deepcopy(record())
     shared["cpu_share"] = 0.25
-    shared["host"]["post_s"] = 0.003
+    shared["host"]["transfer_host_s"] = 0.003
     cluster, notes = profile_cluster(scenario(), shared)
     assert cluster.compute.p2p_overhead_us == pytest.approx(3000.0)
     assert any("core share of a rank during the microbenchmarks: 0.25" in n for n in notes)
     assert bound_violations(cluster.compute) != [] and bound_violations(cluster.compute, 0.25) == []
-    shared["host"]["post_s"] = 0.012
+    shared["host"]["transfer_host_s"] = 0.012
     cluster, _ = profile_cluster(scenario(), shared)
     assert cluster.compute.p2p_overhead_us == pytest.approx(4 * BOUNDS["p2p_overhead_us"].high_us)
 
