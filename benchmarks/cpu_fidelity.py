@@ -101,23 +101,28 @@ def machine() -> Cluster:
     return localize(parse_scenario(scenario_data(MATRIX["DP 2"])).scenario, say=print).cluster
 
 
+PER_WORLD = ("p2p_busy_delay_us", "p2p_thread_us")
+"""Transfer costs measured with every rank of the plan busy at once (runtime/microbench_host.py): they
+grow with the ranks sharing the cores (2-core machine: a busy sender's delay 0.4-0.9 ms at 2 ranks,
+1.3-1.5 ms at 4), so a plan takes its own rank count's, as an uncalibrated plan does."""
+
+
 @functools.cache
-def busy_delay_us(world: int) -> float:
-    """The busy-sender transfer delay measured with `world` ranks busy at once (runtime/microbench_host.py,
-    cached as `machine`'s): it grows with the ranks sharing the cores (2-core machine: 0.4-0.9 ms at 2
-    ranks, 1.3-1.5 ms at 4), so a plan takes its own rank count's, as an uncalibrated plan does."""
+def per_world_us(world: int) -> dict[str, float]:
+    """PER_WORLD's values measured with `world` ranks (cached as `machine`'s)."""
     plan = next(p for p in MATRIX.values() if p.get("_world", 2) == world)
-    return localize(parse_scenario(scenario_data(plan)).scenario, say=print).cluster.compute.p2p_busy_delay_us
+    compute = localize(parse_scenario(scenario_data(plan)).scenario, say=print).cluster.compute
+    return {field: getattr(compute, field) for field in PER_WORLD}
 
 
 def measured_scenario(plan: dict[str, Any]) -> Scenario:
     """The plan on this machine's measured cluster (its own node shape and tier sizes; its own rank
-    count's busy-transfer delay)."""
+    count's transfer costs, PER_WORLD)."""
     s = parse_scenario(scenario_data(plan)).scenario
     cluster = adopt(s.cluster, machine())
     world = plan.get("_world", 2)
     if world != 2:
-        compute = cluster.compute.model_copy(update={"p2p_busy_delay_us": busy_delay_us(world)})
+        compute = cluster.compute.model_copy(update=per_world_us(world))
         cluster = cluster.model_copy(update={"compute": compute})
     return s.model_copy(update={"cluster": cluster})
 

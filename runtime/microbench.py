@@ -29,7 +29,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from plancast.runtime.timing import REPEAT, median_seconds
+from plancast.runtime.timing import REPEAT, interleaved_medians, median_seconds
 from plancast.simulator.scenario import Scenario
 
 MESSAGE_BYTES = (1024, 16 * 1024, 256 * 1024, 1024 * 1024, 4 * 1024 * 1024)
@@ -42,17 +42,23 @@ def gemm_shapes(s: Scenario) -> list[tuple[int, int, int]]:
     return sorted({(rows, h, h), (rows, h, f), (rows, f, h), (rows, h, v)})
 
 
-def measure_device(s: Scenario, repeat: int = REPEAT) -> dict[str, Any]:
-    """fp32 matmul FLOP/s per GEMM shape of `s`, the best of them as the peak, and memory bandwidth."""
-    flops = {}
-    for m, k, n in gemm_shapes(s):
-        a, b = torch.randn(m, k), torch.randn(k, n)
-        flops[f"{m}x{k}x{n}"] = (
-            2.0 * m * k * n / median_seconds(functools.partial(torch.matmul, a, b), repeat)
-        )
+def measure_device(s: Scenario, repeat: int = 3 * REPEAT) -> dict[str, Any]:
+    """fp32 matmul FLOP/s per GEMM shape of `s`, the best of them as the peak, and memory bandwidth.
+
+    The shapes and the copy are sampled in turns (timing.interleaved_medians): measured one after the
+    other, a few ms of load from elsewhere on a shared machine fell on one shape alone and put it at a
+    third of its neighbours' rate, which bent the fitted GEMM curve."""
+    gemms = {f"{m}x{k}x{n}": (m, k, n) for m, k, n in gemm_shapes(s)}
+    fns: dict[str, Any] = {
+        name: functools.partial(torch.matmul, torch.randn(m, k), torch.randn(k, n))
+        for name, (m, k, n) in gemms.items()
+    }
     src = torch.empty(16 * 1024 * 1024)  # 64 MiB of fp32: far beyond the caches
     dst = torch.empty_like(src)
-    copy_s = median_seconds(lambda: dst.copy_(src), repeat)
+    fns["copy"] = functools.partial(dst.copy_, src)
+    seconds = interleaved_medians(fns, repeat)
+    flops = {name: 2.0 * m * k * n / seconds[name] for name, (m, k, n) in gemms.items()}
+    copy_s = seconds["copy"]
     return {
         "matmul_flops": flops,
         "peak_flops": max(flops.values()),

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
+import statistics
 import time
 from collections.abc import Callable
 from typing import Any
@@ -115,15 +117,37 @@ def _optimizer_step(s: Scenario, mesh: DeviceMesh, tensors: int, dtensor: bool) 
     return instrumented(optimizer.step) if dtensor else optimizer.step
 
 
-def _transfer_host_seconds(s: Scenario) -> float:
-    """Host CPU time the pipeline executor (runtime/parallel/pp.py) spends per transfer on each side,
-    posting included: what a pipeline adds to a rank's thread beyond its passes.
+def _transport_thread_seconds() -> float:
+    """CPU time so far of this process's gloo threads (its TCP event loops), from Linux's per-thread
+    schedstat (nanoseconds); 0 where /proc has none."""
+    total = 0
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return 0.0
+    for tid in tasks:
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as comm:
+                if not comm.read().startswith("gloo"):
+                    continue
+            with open(f"/proc/self/task/{tid}/schedstat") as stat:
+                total += int(stat.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue
+    return total * 1e-9
+
+
+def _transfer_host_seconds(s: Scenario) -> tuple[float, float]:
+    """Host CPU time per pipeline transfer on each side: the executor's (runtime/parallel/pp.py, posting
+    included), what a pipeline adds to a rank's thread beyond its passes; and gloo's threads', which
+    move the message beside it.
 
     Rank pairs run a 2-stage GPipe step of TRANSFER_MICROBATCHES micro-batches whose stages do almost
     nothing (one scaling op; the last also the head and loss), through the real executor and recorder;
     then every rank runs the same two stages as one, alone. The pair's main-thread CPU time
     (time.thread_time) minus the single rank's, over the pair's transfer sides (4 per micro-batch: a
-    send and a receive each way), median of TRANSFER_STEPS steps; the pairs' mean on every rank."""
+    send and a receive each way), median of TRANSFER_STEPS steps; gloo's threads' CPU time over the
+    pair's steps the same way (the single rank moves no message). The pairs' means on every rank."""
     from plancast.runtime.instrument import StepRecorder, choose_capture, default_timer
     from plancast.runtime.parallel.pp import PipelineExecutor, StageRunner
     from plancast.runtime.plan import rank_plan
@@ -179,7 +203,7 @@ def _transfer_host_seconds(s: Scenario) -> float:
             for c in plan.chunks
         }
 
-    def thread_seconds(scenario: Scenario, alone: bool) -> float:
+    def thread_seconds(scenario: Scenario, alone: bool) -> tuple[float, float]:
         plan = rank_plan(scenario, rank, scenario.pp * scenario.dp)
         recorder = StepRecorder(
             rank,
@@ -188,27 +212,33 @@ def _transfer_host_seconds(s: Scenario) -> float:
             device_type="cpu",
         )
         executor = PipelineExecutor(plan, stages(plan), recorder, shape, torch.float32, torch.device("cpu"))
-        times = []
+        times, transport = [], []
         for step in range(TRANSFER_STEPS + 1):
             if not alone:
                 dist.barrier()
             recorder.begin_step()
-            start = time.thread_time()
+            start, moved = time.thread_time(), _transport_thread_seconds()
             executor.run(inputs, tokens)
             times.append(time.thread_time() - start)
+            transport.append(_transport_thread_seconds() - moved)
             recorder.finish(step)
-        return sorted(times[1:])[len(times[1:]) // 2]
+        return statistics.median(times[1:]), statistics.median(transport[1:])
 
-    mine = 0.0
+    mine = [0.0, 0.0]
     if rank < 2 * pairs:
-        mine = thread_seconds(split, alone=False) - thread_seconds(whole, alone=True) / 2
+        (split_s, moved_s), (whole_s, _) = (
+            thread_seconds(split, alone=False),
+            thread_seconds(whole, alone=True),
+        )
+        mine = [max(split_s - whole_s / 2, 0.0), moved_s]
     else:  # an odd world's last rank: keeps a core busy meanwhile, at the pairs' barriers
         for _ in range(TRANSFER_STEPS + 1):
             dist.barrier()
             _spin(TRANSFER_GAP_S)
-    total = torch.tensor([max(mine, 0.0)])
+    total = torch.tensor(mine)
     dist.all_reduce(total)
-    return float(total) / max(2 * pairs, 1) / (2 * m)
+    executor_s, transport_s = (float(v) / max(2 * pairs, 1) / (2 * m) for v in total)
+    return executor_s, transport_s
 
 
 TRANSFER_MICROBATCHES = 8
@@ -298,8 +328,10 @@ def measure_host(s: Scenario, world: int) -> dict[str, Any]:
         optimizer[kind] = interleaved_medians(steps, sync=dist.barrier)
     activation = s.training.micro_batch_size * s.training.seq_len * s.model.hidden_size * 4
     busy = _busy_send_seconds(activation)  # the receivers measured it; every rank has the mean
+    executor_s, transport_s = _transfer_host_seconds(s)
     return {
-        "transfer_host_s": _transfer_host_seconds(s),
+        "transfer_host_s": executor_s,
+        "transfer_thread_s": transport_s,
         "busy_send_s": busy,
         "collective_s": _collectives(mesh),
         "block_s": blocks,

@@ -161,6 +161,12 @@ class ComputeModel(Strict):
     (runtime/microbench_host.py: a send followed by 5 ms of compute vs one followed by a wait, receives
     posted at once, mean of 300 each). With `p2p_rendezvous` it applies only to a transfer whose
     receive is posted while its sender computes; without, to every transfer."""
+    p2p_thread_us: float = Field(default=0.0, ge=0)
+    """CPU time the transport's own threads spend per pipeline transfer on each side (gloo's TCP event
+    loops: polling, moving the message), beside the rank's; it takes a core only where ranks share the
+    cores (compute_slots_per_node below the ranks per node), and 0 on GPUs. Measured on the local
+    machine (runtime/microbench_host.py: the gloo threads' CPU time per transfer in the executor's
+    2-stage step, from Linux's per-thread schedstat)."""
     p2p_rendezvous: bool = False
     """Pipeline transfers start only once both the send and the receive are posted, not when the send is
     posted: gloo's unbound-buffer protocol (gloo/transport/tcp/pair.cc: a posted receive sends

@@ -48,6 +48,7 @@ BOUNDS: dict[str, Bound] = {
     "p2p_overhead_us": Bound(
         1_000.0, "the executor's bookkeeping and gloo post per transfer side: ~0.1 ms of Python, never 1 ms"
     ),
+    "p2p_thread_us": Bound(1_000.0, "an event loop's wake-ups and a message's copy: ~0.1 ms, never 1 ms"),
     "p2p_busy_delay_us": Bound(
         12_000.0,
         "a runnable thread waits at most one scheduler period for its slice: Linux CFS sched_latency 6 ms "
@@ -177,6 +178,7 @@ def host_costs(
     fields = {
         "p2p_overhead_us": host["transfer_host_s"] * 1e6,
         "p2p_busy_delay_us": host.get("busy_send_s", 0.0) * 1e6,  # absent from profiles before it
+        "p2p_thread_us": host.get("transfer_thread_s", 0.0) * 1e6,  # 0 where /proc has no schedstat
         "tp_collective_overhead_us": (coll["dtensor_all_reduce"] - coll["all_reduce"]) * 1e6,
         "sp_collective_overhead_us": (coll["dtensor_all_gather"] - coll["all_gather"]) * 1e6,
     }

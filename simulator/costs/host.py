@@ -5,7 +5,8 @@ small models on GPU, they are a large part of a step. Each is a per-unit cost th
 microbenchmarks measure in isolation (`plancast.runtime.microbench.measure_host`), multiplied here by how
 many of those units a plan's step has:
 
-- a pipeline transfer post, each side (ComputeModel.p2p_overhead_us);
+- a pipeline transfer post, each side (ComputeModel.p2p_overhead_us), and the transport threads' CPU
+  beside it (p2p_thread_us: engine/core.py, only where ranks share the cores);
 - an FSDP2 collective issued by a unit hook (dp_collective_overhead_us), per ZeRO-2/3 collective;
 - a tensor-parallel transformer block's DTensor dispatch (tp_/sp_layer_overhead_us), per layer and
   micro-batch, forward and backward together;

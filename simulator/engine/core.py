@@ -162,11 +162,21 @@ class Engine:
             if self.plan.rendezvous:
                 self.busy_until[rank] = self.env.now + seconds
             return self.env.timeout(seconds)
+        return self.env.process(_occupy(self, rank, self._node_slots(rank, slots), seconds))
+
+    def _node_slots(self, rank: int, slots: int) -> simpy.Resource:
         node = rank // self.plan.s.cluster.gpus_per_node
         res = self._slots.get(node)
         if res is None:
             res = self._slots[node] = simpy.Resource(self.env, capacity=slots)
-        return self.env.process(_occupy(self, rank, res, seconds))
+        return res
+
+    def transport_cpu(self, rank: int) -> None:
+        """The transport threads' CPU time of one transfer side of `rank` (plan.p2p_thread_s), taking a
+        core beside the ranks' own work where ranks share the cores; nothing waits for it."""
+        slots = self.plan.compute_slots
+        if slots and self.plan.p2p_thread_s:
+            self.env.process(_occupy(self, None, self._node_slots(rank, slots), self.plan.p2p_thread_s))
 
     def is_busy(self, rank: int) -> bool:
         """Whether `rank` computes now (or waits for a core to): rendezvous plans only."""
@@ -237,12 +247,16 @@ def _stop_waiting(event: simpy.Event | None) -> None:
         event.callbacks.clear()
 
 
-def _occupy(sim: Engine, rank: int, res: simpy.Resource, seconds: float) -> simpy.events.ProcessGenerator:
+def _occupy(
+    sim: Engine, rank: int | None, res: simpy.Resource, seconds: float
+) -> simpy.events.ProcessGenerator:
+    """Hold one of `res`'s cores for `seconds`, for `rank` (its compute) or None (a transport thread)."""
     env = sim.env
-    if sim.plan.rendezvous:  # waiting for a core counts as busy: the rank's threads want one too
-        sim.busy_until[rank] = math.inf
+    track = rank if sim.plan.rendezvous else None
+    if track is not None:  # waiting for a core counts as busy: the rank's threads want one too
+        sim.busy_until[track] = math.inf
     with res.request() as req:
         yield req
-        if sim.plan.rendezvous:
-            sim.busy_until[rank] = env.now + seconds
+        if track is not None:
+            sim.busy_until[track] = env.now + seconds
         yield env.timeout(seconds)

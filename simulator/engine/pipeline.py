@@ -74,6 +74,8 @@ def send(sim: Engine, st: RankState, kind: str, a: Action, to_stage: int) -> sim
     else:
         start = now
         sim.land_after(key, seconds)
+    sim.transport_cpu(st.rank)
+    sim.transport_cpu(dst)
     sim.transfers.append(
         new_span(
             (
@@ -108,6 +110,8 @@ def start_transfer(sim: Engine, key: TransferKey, p: Posted, extra_s: float) -> 
             collective.interrupt(slices_done)
     lands = start + seconds
     sim.land_at(key, lands)
+    sim.transport_cpu(p.rank)
+    sim.transport_cpu(p.dst)
     if p.done is not None:
         p.done.land_in(lands - now)
     a = p.a

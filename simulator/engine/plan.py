@@ -101,7 +101,9 @@ class StepPlan:
     """Transfers start once both sides have posted (cluster.compute.p2p_rendezvous: gloo)."""
     p2p_busy_s: float
     """A transfer's extra time while its sender computes (cluster.compute.p2p_busy_delay_us)."""
-    # (the seven above are plain fields, not properties: the event loop reads them per action, and an
+    p2p_thread_s: float
+    """CPU time of the transport's threads per transfer side (cluster.compute.p2p_thread_us)."""
+    # (the eight above are plain fields, not properties: the event loop reads them per action, and an
     # instance attribute is the cheapest read there is)
     _tiers: dict[tuple[int, int], int] = field(default_factory=dict, compare=False, repr=False)
     _p2p_seconds: dict[tuple[int, int], float] = field(default_factory=dict, compare=False, repr=False)
@@ -155,6 +157,7 @@ class StepPlan:
             p2p_host_s=host.p2p_s,
             rendezvous=s.cluster.compute.p2p_rendezvous,
             p2p_busy_s=s.cluster.compute.p2p_busy_delay_us * 1e-6,
+            p2p_thread_s=s.cluster.compute.p2p_thread_us * 1e-6,
         )
 
     # --------------------------------------------------------------------------------- the layout
