@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import os
-import statistics
 import time
 from collections.abc import Callable
 from typing import Any
@@ -23,6 +21,7 @@ from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distrib
 
 from plancast.runtime.instrument.keys import Completion
 from plancast.runtime.instrument.spy import SpyCapture
+from plancast.runtime.microbench_pipeline import spin, transfer_host_seconds
 from plancast.runtime.model import Decoder, ModelConfig
 from plancast.runtime.parallel.fsdp import apply_fsdp
 from plancast.runtime.parallel.tp import apply_tensor_parallel
@@ -117,144 +116,8 @@ def _optimizer_step(s: Scenario, mesh: DeviceMesh, tensors: int, dtensor: bool) 
     return instrumented(optimizer.step) if dtensor else optimizer.step
 
 
-def _transport_thread_seconds() -> float:
-    """CPU time so far of this process's gloo threads (its TCP event loops), from Linux's per-thread
-    schedstat (nanoseconds); 0 where /proc has none."""
-    total = 0
-    try:
-        tasks = os.listdir("/proc/self/task")
-    except OSError:
-        return 0.0
-    for tid in tasks:
-        try:
-            with open(f"/proc/self/task/{tid}/comm") as comm:
-                if not comm.read().startswith("gloo"):
-                    continue
-            with open(f"/proc/self/task/{tid}/schedstat") as stat:
-                total += int(stat.read().split()[0])
-        except (OSError, ValueError, IndexError):
-            continue
-    return total * 1e-9
-
-
-def _transfer_host_seconds(s: Scenario) -> tuple[float, float]:
-    """Host CPU time per pipeline transfer on each side: the executor's (runtime/parallel/pp.py, posting
-    included), what a pipeline adds to a rank's thread beyond its passes; and gloo's threads', which
-    move the message beside it.
-
-    Rank pairs run a 2-stage GPipe step of TRANSFER_MICROBATCHES micro-batches whose stages do almost
-    nothing (one scaling op; the last also the head and loss), through the real executor and recorder;
-    then every rank runs the same two stages as one, alone. The pair's main-thread CPU time
-    (time.thread_time) minus the single rank's, over the pair's transfer sides (4 per micro-batch: a
-    send and a receive each way), median of TRANSFER_STEPS steps; gloo's threads' CPU time over the
-    pair's steps the same way (the single rank moves no message). The pairs' means on every rank."""
-    from plancast.runtime.instrument import StepRecorder, choose_capture, default_timer
-    from plancast.runtime.parallel.pp import PipelineExecutor, StageRunner
-    from plancast.runtime.plan import rank_plan
-    from plancast.simulator.loader import parse_scenario
-
-    rank, world = dist.get_rank(), dist.get_world_size()
-    pairs = world // 2
-    m, t = TRANSFER_MICROBATCHES, s.training
-    shape = (t.micro_batch_size, t.seq_len, s.model.hidden_size)
-
-    def variant(pp: int, dp: int) -> Scenario:
-        """Only the plan's shape matters (the stages are stand-ins): a plain two-layer model of the
-        scenario's activation and vocabulary sizes, whatever else the scenario holds."""
-        h = s.model.hidden_size
-        data = {
-            "model": {
-                "hidden_size": h,
-                "num_hidden_layers": 2,
-                "num_attention_heads": 1,
-                "intermediate_size": 4 * h,
-                "vocab_size": s.model.vocab_size,
-            },
-            "training": {
-                "seq_len": t.seq_len,
-                "micro_batch_size": t.micro_batch_size,
-                "global_batch_size": t.micro_batch_size * m * dp,
-                "dtype": "fp32",
-            },
-            "parallelism": {"pipeline_parallel_degree": pp, "data_parallel_degree": dp},
-            "cluster": {"preset": "local-cpu", "gpus_per_node": pp * dp},
-        }
-        return parse_scenario(data).scenario
-
-    split, whole = variant(2, max(pairs, 1)), variant(1, world)
-    scale = nn.Parameter(torch.ones(()))
-    head = nn.Parameter(torch.randn(s.model.hidden_size, s.model.vocab_size) * 0.02)
-    tokens = [torch.randint(0, s.model.vocab_size, shape[:2]) for _ in range(m)]
-    inputs = [torch.randn(shape) for _ in range(m)]
-
-    def stages(plan: Any) -> dict[int, StageRunner]:
-        def first(x: torch.Tensor) -> torch.Tensor:
-            return x * scale
-
-        def last(x: torch.Tensor) -> torch.Tensor:
-            return (x * scale) @ head
-
-        def both(x: torch.Tensor) -> torch.Tensor:
-            return last(first(x))
-
-        fns = {(0, False): first, (1, True): last, (0, True): both}
-        return {
-            c.stage: StageRunner(c.stage, c.chunk, fns[(c.stage, c.has_head)], [scale, head])
-            for c in plan.chunks
-        }
-
-    def thread_seconds(scenario: Scenario, alone: bool) -> tuple[float, float]:
-        plan = rank_plan(scenario, rank, scenario.pp * scenario.dp)
-        recorder = StepRecorder(
-            rank,
-            default_timer(torch.device("cpu")),
-            choose_capture(False, "cpu", "dispatch"),
-            device_type="cpu",
-        )
-        executor = PipelineExecutor(plan, stages(plan), recorder, shape, torch.float32, torch.device("cpu"))
-        times, transport = [], []
-        for step in range(TRANSFER_STEPS + 1):
-            if not alone:
-                dist.barrier()
-            recorder.begin_step()
-            start, moved = time.thread_time(), _transport_thread_seconds()
-            executor.run(inputs, tokens)
-            times.append(time.thread_time() - start)
-            transport.append(_transport_thread_seconds() - moved)
-            recorder.finish(step)
-        return statistics.median(times[1:]), statistics.median(transport[1:])
-
-    mine = [0.0, 0.0]
-    if rank < 2 * pairs:
-        (split_s, moved_s), (whole_s, _) = (
-            thread_seconds(split, alone=False),
-            thread_seconds(whole, alone=True),
-        )
-        mine = [max(split_s - whole_s / 2, 0.0), moved_s]
-    else:  # an odd world's last rank: keeps a core busy meanwhile, at the pairs' barriers
-        for _ in range(TRANSFER_STEPS + 1):
-            dist.barrier()
-            _spin(TRANSFER_GAP_S)
-    total = torch.tensor(mine)
-    dist.all_reduce(total)
-    executor_s, transport_s = (float(v) / max(2 * pairs, 1) / (2 * m) for v in total)
-    return executor_s, transport_s
-
-
-TRANSFER_MICROBATCHES = 8
-TRANSFER_STEPS = 9  # a median of 9 steps of 32 transfer sides each
-TRANSFER_GAP_S = 0.001  # what an odd world's last rank computes at each of the pairs' barriers
-
-
 BUSY_S = 0.005  # the sender computes this long after posting: longer than a transfer, as in a pipeline
 REPEAT_BUSY = 300  # a heavy tail (most transfers are prompt, some wait a scheduler slice): a mean of many
-
-
-def _spin(seconds: float) -> None:
-    """One rank's compute for `seconds`: small matmuls on its one thread, as a rank's forward runs."""
-    a, end = torch.ones(64, 64), time.perf_counter() + seconds
-    while time.perf_counter() < end:
-        a @ a
 
 
 def _busy_send_seconds(nbytes: int) -> float:
@@ -274,11 +137,11 @@ def _busy_send_seconds(nbytes: int) -> float:
         dist.barrier()
         if rank >= 2 * pairs:  # an odd world's last rank: it keeps a core busy, as its stage would
             if busy:
-                _spin(BUSY_S)
+                spin(BUSY_S)
         elif rank % 2 == 0:
             work = dist.isend(x, rank + 1)
             if busy:
-                _spin(BUSY_S)
+                spin(BUSY_S)
             if work is not None:
                 work.wait()
         else:
@@ -328,7 +191,7 @@ def measure_host(s: Scenario, world: int) -> dict[str, Any]:
         optimizer[kind] = interleaved_medians(steps, sync=dist.barrier)
     activation = s.training.micro_batch_size * s.training.seq_len * s.model.hidden_size * 4
     busy = _busy_send_seconds(activation)  # the receivers measured it; every rank has the mean
-    executor_s, transport_s = _transfer_host_seconds(s)
+    executor_s, transport_s = transfer_host_seconds(s)
     return {
         "transfer_host_s": executor_s,
         "transfer_thread_s": transport_s,

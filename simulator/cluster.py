@@ -153,7 +153,7 @@ class ComputeModel(Strict):
     """Host time per pipeline transfer on each side (the pipelining runtime's per-action bookkeeping,
     posting the send or receive); ~0 on GPUs, whose host runs ahead. Measured: the executor's
     main-thread CPU time in a 2-stage GPipe step of near-empty stages, minus the same stages run as one
-    on one rank, per transfer side (runtime/microbench_host.py)."""
+    on one rank, per transfer side (runtime/microbench_pipeline.py)."""
     p2p_busy_delay_us: float = Field(default=0.0, ge=0)
     """Mean extra time of a pipeline transfer whose sender computes while it should move the message, on
     CPU ranks that keep the cores busy: gloo moves messages on background threads, which can wait for a
@@ -165,7 +165,7 @@ class ComputeModel(Strict):
     """CPU time the transport's own threads spend per pipeline transfer on each side (gloo's TCP event
     loops: polling, moving the message), beside the rank's; it takes a core only where ranks share the
     cores (compute_slots_per_node below the ranks per node), and 0 on GPUs. Measured on the local
-    machine (runtime/microbench_host.py: the gloo threads' CPU time per transfer in the executor's
+    machine (runtime/microbench_pipeline.py: the gloo threads' CPU time per transfer in the executor's
     2-stage step, from Linux's per-thread schedstat)."""
     p2p_rendezvous: bool = False
     """Pipeline transfers start only once both the send and the receive are posted, not when the send is
