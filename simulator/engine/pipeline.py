@@ -76,25 +76,28 @@ def send(sim: Engine, st: RankState, kind: str, a: Action, to_stage: int) -> sim
         sim.land_after(key, seconds)
     sim.transport_cpu(st.rank)
     sim.transport_cpu(dst)
-    sim.transfers.append(
-        new_span(
-            (
-                st.rank,
-                "pp",
-                "send",
-                a.stage,
-                a.chunk,
-                a.microbatch,
-                0 if kind == "F" else 1,
-                dst,
-                start,
-                seconds,
-                sim.plan.p2p_bytes,
-                0.0,
-            )
-        )
-    )
+    record_send(sim, st.rank, dst, kind, a, start, seconds)
     return None if sim.plan.overlap_p2p else sim.env.timeout(seconds)
+
+
+def record_send(sim: Engine, rank: int, dst: int, kind: str, a: Action, start_s: float, dur_s: float) -> None:
+    """The send span of one transfer (index 0: activations, 1: gradients)."""
+    index = 0 if kind == "F" else 1
+    span = (
+        rank,
+        "pp",
+        "send",
+        a.stage,
+        a.chunk,
+        a.microbatch,
+        index,
+        dst,
+        start_s,
+        dur_s,
+        sim.plan.p2p_bytes,
+        0.0,
+    )
+    sim.transfers.append(new_span(span))
 
 
 def start_transfer(sim: Engine, key: TransferKey, p: Posted, extra_s: float) -> None:
@@ -114,26 +117,7 @@ def start_transfer(sim: Engine, key: TransferKey, p: Posted, extra_s: float) -> 
     sim.transport_cpu(p.dst)
     if p.done is not None:
         p.done.land_in(lands - now)
-    a = p.a
-    index = 0 if p.kind == "F" else 1
-    sim.transfers.append(
-        new_span(
-            (
-                p.rank,
-                "pp",
-                "send",
-                a.stage,
-                a.chunk,
-                a.microbatch,
-                index,
-                p.dst,
-                p.at_s,
-                lands - p.at_s,
-                sim.plan.p2p_bytes,
-                0.0,
-            )
-        )
-    )
+    record_send(sim, p.rank, p.dst, p.kind, p.a, p.at_s, lands - p.at_s)
 
 
 def post_next_receive(sim: Engine, st: RankState) -> None:
