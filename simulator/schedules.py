@@ -232,6 +232,31 @@ _Key = tuple[ActionKind, int, int]
 """(kind, stage, microbatch): identifies one action across the whole schedule."""
 
 
+class Receive(NamedTuple):
+    """One cross-rank receive of a rank's schedule: F (activation) or B (gradient), for `stage`'s
+    `microbatch`, from rank `src`."""
+
+    kind: str
+    stage: int
+    microbatch: int
+    src: int
+
+
+def cross_rank_receives(
+    actions: tuple[Action, ...], num_stages: int, holder: Callable[[int], int], rank: int
+) -> tuple[Receive, ...]:
+    """The receives from other ranks of `rank`'s `actions`, in the order the schedule waits for them
+    (the order each peer sends in): what the runtime posts ahead on gloo (runtime/parallel/pp.py) and
+    the simulator replays (simulator/engine/pipeline.py). `holder(stage)`: the rank holding a stage."""
+    out = []
+    for a in actions:
+        if a.kind == "F" and a.stage > 0 and holder(a.stage - 1) != rank:
+            out.append(Receive("F", a.stage, a.microbatch, holder(a.stage - 1)))
+        elif a.kind == "B" and a.stage < num_stages - 1 and holder(a.stage + 1) != rank:
+            out.append(Receive("B", a.stage, a.microbatch, holder(a.stage + 1)))
+    return tuple(out)
+
+
 def check_dependencies(schedule: Schedule, pp: int, virtual_stages: int = 1) -> None:
     """Raise ValueError unless ``schedule`` is complete, well placed and runs without deadlock.
 

@@ -38,7 +38,7 @@ from torch.distributed.pipelining._backward import stage_backward_input, stage_b
 
 from plancast.runtime.instrument import SpanKey, StepRecorder
 from plancast.runtime.plan import RankPlan
-from plancast.simulator.schedules import Action
+from plancast.simulator.schedules import Action, Receive, cross_rank_receives
 
 BackwardFn = Callable[[torch.Tensor, torch.Tensor | None], None]
 
@@ -83,7 +83,7 @@ class PipelineExecutor:
     _pending: list[Any] = field(default_factory=list)
     _ahead: dict[tuple[str, int, int], tuple[Any, torch.Tensor]] = field(default_factory=dict)
     """Receives posted ahead (gloo), by (F or B, stage, micro-batch): their work and buffer."""
-    _to_post: list[tuple[str, int, int, int]] = field(default_factory=list)
+    _to_post: list[Receive] = field(default_factory=list)
     """Receives of the step not posted yet, in schedule order: (F or B, stage, micro-batch, peer)."""
 
     @property
@@ -204,16 +204,10 @@ class PipelineExecutor:
             self._post_next()
         return buf
 
-    def _receives(self) -> list[tuple[str, int, int, int]]:
-        """This rank's receives from other ranks, in the order its schedule waits for them."""
-        plan, out = self.plan, []
-        for a in plan.actions:
-            if a.kind == "F" and a.stage > 0 and plan.holder(a.stage - 1) != plan.rank:
-                out.append(("F", a.stage, a.microbatch, plan.holder(a.stage - 1)))
-            elif a.kind == "B" and a.stage < plan.num_stages - 1 and plan.holder(a.stage + 1) != plan.rank:
-                out.append(("B", a.stage, a.microbatch, plan.holder(a.stage + 1)))
-        out.reverse()  # popped from the end
-        return out
+    def _receives(self) -> list[Receive]:
+        """This rank's receives from other ranks, last first (popped from the end)."""
+        plan = self.plan
+        return list(reversed(cross_rank_receives(plan.actions, plan.num_stages, plan.holder, plan.rank)))
 
     def _post_next(self) -> None:
         """Post the next receive of the step ahead, if any is left."""

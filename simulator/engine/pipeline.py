@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import simpy
 
 from plancast.simulator.engine.spans import Process, new_span
-from plancast.simulator.schedules import Action
+from plancast.simulator.schedules import Action, cross_rank_receives
 
 if TYPE_CHECKING:
     from plancast.simulator.engine.core import Engine, RankState, TransferKey
@@ -135,13 +135,9 @@ def post_next_receive(sim: Engine, st: RankState) -> None:
 
 def receives(sim: Engine, st: RankState) -> tuple[TransferKey, ...]:
     """The rank's pipeline receives of the step, in the order its schedule waits for them."""
-    plan, keys = sim.plan, []
-    for a in plan.schedule[st.coord.pp]:
-        if a.kind == "F" and a.stage > 0 and st.holders[a.stage - 1] != st.rank:
-            keys.append((st.rank, "F", a.stage, a.microbatch))
-        elif a.kind == "B" and a.stage < plan.stages - 1 and st.holders[a.stage + 1] != st.rank:
-            keys.append((st.rank, "B", a.stage, a.microbatch))
-    return tuple(keys)
+    actions, stages = sim.plan.schedule[st.coord.pp], sim.plan.stages
+    received = cross_rank_receives(actions, stages, st.holders.__getitem__, st.rank)
+    return tuple((st.rank, r.kind, r.stage, r.microbatch) for r in received)
 
 
 def recv(sim: Engine, st: RankState, kind: str, a: Action, from_stage: int) -> Process:
