@@ -231,8 +231,10 @@ class Cluster(Strict):
     """Power usage effectiveness (facility / IT energy). Default 1.10: Google's 2023 fleet average
     (Google 2024 Environmental Report)."""
     compute_slots_per_node: int | None = Field(default=None, gt=0)
-    """Ranks of a node share this many compute units (CPU cores when ranks are CPU processes);
-    None: every rank has its own device. `plancast calibrate` sets it to this machine's cores."""
+    """Ranks of a node share this many compute units (CPU cores when ranks are CPU processes): with more
+    runnable passes than units, each runs at units / runnable of one (processor sharing, as Linux's
+    scheduler shares cores: simulator/engine/cores.py). None: every rank has its own device.
+    `plancast calibrate` sets it to this machine's cores."""
 
     @model_validator(mode="before")
     @classmethod

@@ -15,6 +15,7 @@ import simpy
 from plancast.simulator.costs.collectives import CollectiveKind, Level
 from plancast.simulator.costs.stage import StageCost
 from plancast.simulator.engine import data_parallel, pipeline, processes
+from plancast.simulator.engine.cores import SharedCores
 from plancast.simulator.engine.due import Due
 from plancast.simulator.engine.link import Link
 from plancast.simulator.engine.pipeline import Arrival, Posted
@@ -98,7 +99,7 @@ class Engine:
         self.dp_wait_s: dict[int, float] = {}  # per rank: compute-stream time spent waiting for gathers
         self._links: dict[tuple[int, int], Link] = {}
         self._routes: dict[tuple[int, int], tuple[float, Link | None]] = {}
-        self._slots: dict[int, simpy.Resource] = {}
+        self._cores: dict[int, SharedCores] = {}
         self._indices: dict[tuple[int, str, str, int, int, int], int] = {}
 
     def run(self) -> list[Span]:
@@ -155,28 +156,33 @@ class Engine:
         return route
 
     def busy(self, rank: int, seconds: float) -> simpy.Event:
-        """An event that fires after `seconds` of compute, queued for one of the node's compute slots
-        when ranks share them (CPU cores), else a plain timeout."""
+        """An event that fires after `seconds` of compute: a plain timeout, or, where ranks share a
+        node's cores (CPU), a job on them that runs at its share of a core (cores.SharedCores)."""
         slots = self.plan.compute_slots
         if not slots:
             if self.plan.rendezvous:
                 self.busy_until[rank] = self.env.now + seconds
             return self.env.timeout(seconds)
-        return self.env.process(_occupy(self, rank, self._node_slots(rank, slots), seconds))
+        done = self._node_cores(rank, slots).run(seconds)
+        assert done is not None
+        if self.plan.rendezvous:  # busy until the shared job ends (its end moves with the sharing)
+            self.busy_until[rank] = math.inf
+            done.callbacks.append(lambda _: self.busy_until.__setitem__(rank, self.env.now))
+        return done
 
-    def _node_slots(self, rank: int, slots: int) -> simpy.Resource:
+    def _node_cores(self, rank: int, slots: int) -> SharedCores:
         node = rank // self.plan.s.cluster.gpus_per_node
-        res = self._slots.get(node)
-        if res is None:
-            res = self._slots[node] = simpy.Resource(self.env, capacity=slots)
-        return res
+        cores = self._cores.get(node)
+        if cores is None:
+            cores = self._cores[node] = SharedCores(self.env, slots)
+        return cores
 
     def transport_cpu(self, rank: int) -> None:
-        """The transport threads' CPU time of one transfer side of `rank` (plan.p2p_thread_s), taking a
-        core beside the ranks' own work where ranks share the cores; nothing waits for it."""
+        """The transport threads' CPU time of one transfer side of `rank` (plan.p2p_thread_s), sharing
+        the cores with the ranks' own work where ranks share them; nothing waits for it."""
         slots = self.plan.compute_slots
         if slots and self.plan.p2p_thread_s:
-            self.env.process(_occupy(self, None, self._node_slots(rank, slots), self.plan.p2p_thread_s))
+            self._node_cores(rank, slots).run(self.plan.p2p_thread_s, notify=False)
 
     def is_busy(self, rank: int) -> bool:
         """Whether `rank` computes now (or waits for a core to): rendezvous plans only."""
@@ -245,18 +251,3 @@ def _stop_waiting(event: simpy.Event | None) -> None:
     freed as soon as nothing refers to it (SimPy: `Event.callbacks`, the functions called when it fires)."""
     if event is not None and event.callbacks is not None:
         event.callbacks.clear()
-
-
-def _occupy(
-    sim: Engine, rank: int | None, res: simpy.Resource, seconds: float
-) -> simpy.events.ProcessGenerator:
-    """Hold one of `res`'s cores for `seconds`, for `rank` (its compute) or None (a transport thread)."""
-    env = sim.env
-    track = rank if sim.plan.rendezvous else None
-    if track is not None:  # waiting for a core counts as busy: the rank's threads want one too
-        sim.busy_until[track] = math.inf
-    with res.request() as req:
-        yield req
-        if track is not None:
-            sim.busy_until[track] = env.now + seconds
-        yield env.timeout(seconds)
