@@ -1,9 +1,9 @@
 """Predicted vs measured step time on this machine's CPU, after calibration (issue 10 target: every plan
 within 15%, mean <= 8%; no fitted parameter outside its bound).
 
-1. calibrate: this machine's microbenchmarks (once, at the scored plans' shapes, cached in --out) + eight
-   calibration runs (tiny-gpt: DP 2 at micro-batch 4, PP 2 at micro-batch 1, TP 2, TP 2 + SP and ZeRO-3
-   each at micro-batch 4 and 1) that are NOT among the scored runs (those use micro-batch 2); the
+1. calibrate: this machine's microbenchmarks (once, at the scored plans' shapes, cached in --out) + ten
+   calibration runs (tiny-gpt: DP 2 at micro-batch 4, PP 2 at micro-batch 1, TP 2, TP 2 + SP, ZeRO-2 and
+   ZeRO-3 each at micro-batch 4 and 1) that are NOT among the scored runs (those use micro-batch 2); the
    calibration's own in-sample / held-out table is printed too;
 2. for each plan of the matrix {DP 2, ZeRO-1/2/3 at 2, TP 2, TP 2 + SP, PP 2 GPipe and 1F1B at 4 and 8
    micro-batches, PP 4 interleaved}: run it with the runtime (torchrun, gloo) for 24 steps, simulate it
@@ -81,6 +81,9 @@ CALIBRATION: dict[str, dict[str, Any]] = {  # other micro-batch sizes than every
     "calibration TP 2 + SP, mb 1": {"tensor_parallel_degree": 2, "sequence_parallel": True, "_micro": 1},
     "calibration ZeRO-3 at 2, mb 4": {"zero_stage": 3, "_micro": 4},
     "calibration ZeRO-3 at 2, mb 1": {"zero_stage": 3, "_micro": 1},
+    # ZeRO-2 unshards each unit once per micro-batch, ZeRO-3 twice: the pair separates the unshard's host
+    "calibration ZeRO-2 at 2, mb 4": {"zero_stage": 2, "_micro": 4},
+    "calibration ZeRO-2 at 2, mb 1": {"zero_stage": 2, "_micro": 1},
 }
 
 

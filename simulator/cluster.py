@@ -147,8 +147,15 @@ class ComputeModel(Strict):
     sp_layer_overhead_us: float = Field(default=0.0, ge=0)
     """The same for a sequence-parallel block (in place of tp_layer_overhead_us)."""
     fsdp_unit_overhead_us: float = Field(default=0.0, ge=0)
-    """Host time per FSDP2 unit (each block and the root) and micro-batch beyond its collectives (its
-    pre/post forward and backward hooks run in Python); measured by the microbenchmarks."""
+    """Host time per FSDP2 unit (each block and the root) and micro-batch beyond its collectives and
+    unshards (its pre/post forward and backward hooks run in Python); measured by the microbenchmarks
+    (with the unshards in it), refitted by `plancast calibrate` (simulator/calibration/runs.py)."""
+    fsdp_gather_overhead_us: float = Field(default=0.0, ge=0)
+    """Host time of one FSDP2 unshard beyond its all-gather (the hook that allocates the unsharded
+    parameters, issues the gather and copies the shards out). ZeRO-3 unshards each unit twice per
+    micro-batch (before forward and again before backward: reshard_after_forward=True), ZeRO-2 once
+    (FSDP2 docs, fully_shard). 0 (counted in fsdp_unit_overhead_us) unless `plancast calibrate` has
+    ZeRO-2 and ZeRO-3 runs, whose difference separates it; ~0 on GPUs."""
     p2p_overhead_us: float = Field(default=0.0, ge=0)
     """Host time per pipeline transfer on each side (the pipelining runtime's per-action bookkeeping,
     posting the send or receive); ~0 on GPUs, whose host runs ahead. Measured: the executor's

@@ -61,6 +61,7 @@ BOUNDS: dict[str, Bound] = {
     ),
     "sp_layer_overhead_us": Bound(100_000.0, "as tp_layer_overhead_us"),
     "fsdp_unit_overhead_us": Bound(50_000.0, "four hooks per unit, each ~100 Python-level ops"),
+    "fsdp_gather_overhead_us": Bound(20_000.0, "one unshard hook: ~50 Python-level ops and a copy-out"),
     "optimizer_overhead_us": Bound(1_000.0, "AdamW's per-tensor loop: ~10 ops per tensor"),
     "dtensor_optimizer_overhead_us": Bound(10_000.0, "the same ~10 ops, each through DTensor dispatch"),
 }
@@ -193,12 +194,14 @@ def host_costs(
         fields[f"{name}_layer_overhead_us"] = (blocks[name] - plain_s(world) - comm_s) * 1e6
     # one FSDP2 unit per block, measured under ZeRO-3: it gathers its parameters twice (forward and
     # backward) and reduce-scatters the gradients once (gloo runs it as an all-reduce, runtime/parallel/
-    # fsdp.py); ZeRO-2 plans use the same per-unit host time
+    # fsdp.py); ZeRO-2 plans use the same per-unit host time until calibration on runs of both stages
+    # separates the unshards (fsdp_gather_overhead_us, simulator/calibration/runs.py)
     unit_bytes = sum(chunk_tensor_bytes(s.model, 1, layers=1, has_embedding=False, has_head=False))
     fsdp_comm_s = 2 * _link_s("all_gather", world, unit_bytes, link) + _link_s(
         "all_reduce", world, unit_bytes, link
     )
     fields["fsdp_unit_overhead_us"] = (blocks["fsdp"] - plain_s(1) - fsdp_comm_s) * 1e6
+    fields["fsdp_gather_overhead_us"] = 0.0  # the unshards are inside the unit's time measured above
     # per tensor: an optimizer step moves each parameter's bytes (engine.optimizer_bytes_per_param)
     h = s.model.hidden_size
     for field, kind in (("optimizer_overhead_us", "plain"), ("dtensor_optimizer_overhead_us", "dtensor")):

@@ -41,7 +41,13 @@ from plancast.simulator.predict import simulate
 from plancast.simulator.scenario import Scenario
 
 COMPUTE_FIELDS = ("matmul_efficiency", "attention_efficiency", "memory_efficiency", "op_overhead_us")
-HOST_FIELDS = ("tp_layer_overhead_us", "sp_layer_overhead_us", "fsdp_unit_overhead_us")
+HOST_FIELDS = (
+    "tp_layer_overhead_us",
+    "sp_layer_overhead_us",
+    "fsdp_unit_overhead_us",
+    "fsdp_gather_overhead_us",
+)
+_LAYER_FIELDS = HOST_FIELDS[:2]  # fitted per field (_host_fit); the FSDP2 pair together (_fsdp_fit)
 
 
 @dataclass(frozen=True)
@@ -153,7 +159,7 @@ def _host_fit(
     runs: Sequence[RunData], fields: dict[str, float], share: float
 ) -> tuple[dict[str, float], list[str]]:
     out, notes = {}, []
-    for field in HOST_FIELDS:
+    for field in _LAYER_FIELDS:
         chosen = [(r, kind[1]) for r in runs if (kind := host_field(r.scenario)) and kind[0] == field]
         points = [
             (r.scenario.training.micro_batch_size, p)
@@ -178,13 +184,67 @@ def _host_fit(
     return out, notes
 
 
+def _fsdp_fit(
+    runs: Sequence[RunData], fields: dict[str, float], share: float
+) -> tuple[dict[str, float], list[str]]:
+    """An FSDP2 unit's host time per micro-batch, beyond the compute model: hooks + unshards x the
+    unshard's own (two unshards under ZeRO-3, one under ZeRO-2; costs/host.py). A stage is measured by
+    >= 2 of its runs at different micro-batch sizes; both stages separate the two fields (ZeRO-3 minus
+    ZeRO-2 is one unshard), one stage fits the hooks with the profile's unshard time."""
+    per_unit: dict[int, float] = {}
+    seen: list[str] = []
+    for stage in (2, 3):
+        points = [
+            (r.scenario.training.micro_batch_size, p)
+            for r in runs
+            if host_field(r.scenario) == ("fsdp_unit_overhead_us", 1)
+            and r.scenario.parallelism.zero_stage == stage
+            and (p := _host_point(r, fields, 1)) is not None
+        ]
+        sizes = sorted({b for b, _ in points})
+        seen.append(f"ZeRO-{stage}: {len(points)} run(s), micro-batch size(s) {sizes or '-'}")
+        if len(points) >= 2 and len(sizes) >= 2:
+            per_unit[stage] = statistics.median(p for _, p in points) * 1e6
+    if not per_unit:
+        return {}, [
+            "fsdp_unit_overhead_us not fitted: needs the compute spans of >= 2 ZeRO-2 or ZeRO-3 runs at "
+            f"different micro-batch sizes (given {'; '.join(seen)}); kept from the microbenchmarks"
+        ]
+    out, notes = {}, []
+    if len(per_unit) == 2:
+        out["fsdp_gather_overhead_us"], clipped = bounded(
+            "fsdp_gather_overhead_us", per_unit[3] - per_unit[2], share
+        )
+        notes.append(
+            clipped
+            or f"fsdp_gather_overhead_us = {out['fsdp_gather_overhead_us']:.0f} us per unshard: ZeRO-3's "
+            f"per-unit host ({per_unit[3]:.0f} us) minus ZeRO-2's ({per_unit[2]:.0f} us)"
+        )
+    else:
+        notes.append(
+            "fsdp_gather_overhead_us not fitted: needs runs of both ZeRO-2 and ZeRO-3 (one unshard apart) "
+            f"(given {'; '.join(seen)}); kept from the profile"
+        )
+    gather_us = out.get("fsdp_gather_overhead_us", runs[0].scenario.cluster.compute.fsdp_gather_overhead_us)
+    stage = min(per_unit)  # ZeRO-2 where measured: fewest unshards to take off
+    base_us = per_unit[stage] - (2 if stage == 3 else 1) * gather_us
+    out["fsdp_unit_overhead_us"], clipped = bounded("fsdp_unit_overhead_us", base_us, share)
+    notes.append(
+        clipped
+        or f"fsdp_unit_overhead_us = {out['fsdp_unit_overhead_us']:.0f} us per unit and micro-batch beyond "
+        f"its unshards, from the ZeRO-{stage} runs"
+    )
+    return out, notes
+
+
 def fit_runs(runs: Sequence[RunData], share: float = 1.0) -> Fit:
     """Fit every parameter the runs determine (module docstring); the rest keep the clusters' values.
     `share`: the core share the host bounds are scaled by (microbench.bounded)."""
     fields, note = _compute_fit(runs)
     optimizer, notes = _optimizer_fit(runs, fields)
     host, host_notes = _host_fit(runs, fields, share)
-    return Fit({**fields, **optimizer, **host}, (note, *notes, *host_notes))
+    fsdp, fsdp_notes = _fsdp_fit(runs, fields, share)
+    return Fit({**fields, **optimizer, **host, **fsdp}, (note, *notes, *host_notes, *fsdp_notes))
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,8 @@ many of those units a plan's step has:
 - a tensor-parallel transformer block's DTensor dispatch (tp_/sp_layer_overhead_us), per layer and
   micro-batch, forward and backward together;
 - an FSDP2 unit's hooks beyond its collectives (fsdp_unit_overhead_us), per unit (every block, plus
-  the chunk's root) and micro-batch;
+  the chunk's root) and micro-batch, and its unshards (fsdp_gather_overhead_us each: two per unit and
+  micro-batch under ZeRO-3, one under ZeRO-2);
 - the optimizer's per-tensor loop (optimizer_overhead_us, DTensor: dtensor_optimizer_overhead_us).
 """
 
@@ -47,7 +48,10 @@ class HostCosts:
             tp_layer_us = (
                 c.sp_layer_overhead_us if s.parallelism.sequence_parallel else c.tp_layer_overhead_us
             )
-        unit_us = c.fsdp_unit_overhead_us if fsdp else 0.0
+        unit_us = 0.0
+        if fsdp:  # ZeRO-3 unshards a unit before forward and again before backward, ZeRO-2 once
+            unshards = 2 if s.parallelism.zero_stage == 3 else 1
+            unit_us = c.fsdp_unit_overhead_us + unshards * c.fsdp_gather_overhead_us
         return cls(
             p2p_s=c.p2p_overhead_us * 1e-6,
             dp_collective_s=c.dp_collective_overhead_us * 1e-6 if fsdp else 0.0,

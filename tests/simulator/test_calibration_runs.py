@@ -10,6 +10,7 @@ import pytest
 from plancast.simulator.calibration.compute import Observation, model_x, stage_row
 from plancast.simulator.calibration.observations import compute_observations, mean_observations
 from plancast.simulator.calibration.runs import RunData, evaluate, fit_runs, score_table, with_fields
+from plancast.simulator.costs.host import HostCosts
 from plancast.simulator.loader import parse_scenario
 from plancast.simulator.predict import simulate
 from plancast.simulator.scenario import Scenario
@@ -139,3 +140,31 @@ def test_the_per_layer_host_time_is_fitted_from_spans_at_two_micro_batch_sizes(
     one = fit_runs([*plain, runs[2]])
     assert field not in one.fields
     assert any(note.startswith(f"{field} not fitted") and "micro-batch" in note for note in one.notes)
+
+
+def test_zero2_and_zero3_runs_separate_the_unshard_from_the_unit_hooks() -> None:
+    """ZeRO-3 unshards a unit twice per micro-batch, ZeRO-2 once: runs of both give the unshard's host
+    time (their difference) and the hooks' beyond it; ZeRO-3 runs alone fit the hooks only."""
+    plain = [measured_run(f"pp2 mb{b}", scenario(b, pipeline_parallel_degree=2), TRUE) for b in (1, 4)]
+    zero2 = [tp_run(f"z2 mb{b}", b, 0.004, data_parallel_degree=2, zero_stage=2) for b in (1, 4)]
+    zero3 = [tp_run(f"z3 mb{b}", b, 0.0055, data_parallel_degree=2, zero_stage=3) for b in (1, 4)]
+    fit = fit_runs([*plain, *zero2, *zero3])
+    assert fit.fields["fsdp_gather_overhead_us"] == pytest.approx(1500.0, rel=0.05)
+    assert fit.fields["fsdp_unit_overhead_us"] == pytest.approx(2500.0, rel=0.05)
+    # the fitted pair predicts each stage's host time: 2500 + 1 x 1500 and 2500 + 2 x 1500 per unit
+    for runs, per_unit_us in ((zero2, 4000.0), (zero3, 5500.0)):
+        s = with_fields(runs[0].scenario, fit.fields)
+        assert HostCosts.of(s).unit_s * 1e6 == pytest.approx(per_unit_us, rel=0.05)
+    only3 = fit_runs([*plain, *zero3])
+    assert "fsdp_gather_overhead_us" not in only3.fields
+    assert only3.fields["fsdp_unit_overhead_us"] == pytest.approx(5500.0, rel=0.05)
+    assert any(note.startswith("fsdp_gather_overhead_us not fitted") for note in only3.notes)
+
+
+@pytest.mark.parametrize(("stage", "unshards"), [(2, 1), (3, 2)])
+def test_the_unshard_host_time_lengthens_the_step_once_per_unshard(stage: int, unshards: int) -> None:
+    s = with_fields(scenario(2, data_parallel_degree=2, zero_stage=stage), TRUE)
+    base = simulate(s, events=False).summary["step_time_s"]
+    slower = simulate(with_fields(s, {"fsdp_gather_overhead_us": 1000.0}), events=False).summary["step_time_s"]
+    units = (s.layer_split[0] + 1) * s.num_microbatches  # every block and the root, per micro-batch
+    assert slower - base == pytest.approx(unshards * units * 1e-3, rel=0.05)
