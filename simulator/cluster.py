@@ -167,7 +167,10 @@ class ComputeModel(Strict):
     time slice. 0 on GPUs (NCCL's kernels move the data). Measured on the local machine
     (runtime/microbench_host.py: a send followed by 5 ms of compute vs one followed by a wait, receives
     posted at once, mean of 300 each). With `p2p_rendezvous` it applies only to a transfer whose
-    receive is posted while its sender computes; without, to every transfer."""
+    receive is posted while its sender computes; without, to every transfer. Where ranks share the
+    cores (compute_slots_per_node below the ranks per node), a thread woken while every core runs a
+    job waits as long: a transfer lands that much later, and a receiver blocked on it resumes that
+    much later (engine/pipeline.py)."""
     p2p_thread_us: float = Field(default=0.0, ge=0)
     """CPU time the transport's own threads spend per pipeline transfer on each side (gloo's TCP event
     loops: polling, moving the message), beside the rank's; it takes a core only where ranks share the

@@ -184,6 +184,14 @@ class Engine:
         if slots and self.plan.p2p_thread_s:
             self._node_cores(rank, slots).run(self.plan.p2p_thread_s, notify=False)
 
+    def cores_saturated(self, rank: int) -> bool:
+        """Whether every core of `rank`'s node runs a job now (ranks sharing the cores only)."""
+        slots = self.plan.compute_slots
+        if not slots:
+            return False
+        cores = self._cores.get(rank // self.plan.s.cluster.gpus_per_node)
+        return cores is not None and len(cores.jobs) >= slots
+
     def is_busy(self, rank: int) -> bool:
         """Whether `rank` computes now (or waits for a core to): rendezvous plans only."""
         return self.busy_until.get(rank, -1.0) > self.env.now

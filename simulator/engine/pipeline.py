@@ -7,6 +7,10 @@ lands. A receive posted after its send starts the transfer then, late by the bus
 sender computes at that moment (its event-loop thread must answer the receiver's notification,
 cluster.py); a send posted after its receive is written by the posting thread at once.
 
+Where ranks share the cores (more ranks than cores on a node), a thread woken while every core runs a
+job waits for a slice: the receiver's transport thread before the message lands, and a receiver
+blocked on it before it goes on (slice_wait_s).
+
 SimPy process fragments over the engine's state (core.py); processes.py calls them around each pass."""
 
 from __future__ import annotations
@@ -73,7 +77,7 @@ def send(sim: Engine, st: RankState, kind: str, a: Action, to_stage: int) -> sim
         sim.land_at(key, start + seconds)
     else:
         start = now
-        sim.land_after(key, seconds)
+        sim.land_after(key, seconds + slice_wait_s(sim, dst))
     sim.transport_cpu(st.rank)
     sim.transport_cpu(dst)
     record_send(sim, st.rank, dst, kind, a, start, seconds)
@@ -111,13 +115,21 @@ def start_transfer(sim: Engine, key: TransferKey, p: Posted, extra_s: float) -> 
         if cut is not None:
             collective, slices_done = cut
             collective.interrupt(slices_done)
-    lands = start + seconds
+    lands = start + seconds + slice_wait_s(sim, p.dst)
     sim.land_at(key, lands)
     sim.transport_cpu(p.rank)
     sim.transport_cpu(p.dst)
     if p.done is not None:
         p.done.land_in(lands - now)
     record_send(sim, p.rank, p.dst, p.kind, p.a, p.at_s, lands - p.at_s)
+
+
+def slice_wait_s(sim: Engine, rank: int) -> float:
+    """How long a thread of `rank` woken now waits for a core: the busy-thread delay where every core
+    of its node runs a job (ranks sharing the cores), else 0. Linux's EEVDF scheduler lets a running
+    task finish its slice before a woken one takes the core (kernel/sched/fair.c, RUN_TO_PARITY; base
+    slice 0.75 ms x (1 + log2 cores)); the delay is measured as p2p_busy_delay_us (cluster.py)."""
+    return sim.plan.p2p_busy_s if sim.cores_saturated(rank) else 0.0
 
 
 def post_next_receive(sim: Engine, st: RankState) -> None:
@@ -146,11 +158,14 @@ def recv(sim: Engine, st: RankState, kind: str, a: Action, from_stage: int) -> P
     key = (st.rank, kind, a.stage, a.microbatch)
     start = env.now
     landed = sim.landed.pop(key, None)
+    blocked = landed is None or landed > start
     if landed is None:
         ev = sim.arrivals[key] = Arrival(env)
         yield ev
     elif landed > start:
         yield env.timeout(landed - start)
+    if blocked and (wait := slice_wait_s(sim, st.rank)):  # woken while others hold every core
+        yield env.timeout(wait)
     if sim.plan.rendezvous:
         post_next_receive(sim, st)
     if sim.plan.p2p_host_s:

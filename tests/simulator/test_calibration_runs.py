@@ -165,6 +165,7 @@ def test_zero2_and_zero3_runs_separate_the_unshard_from_the_unit_hooks() -> None
 def test_the_unshard_host_time_lengthens_the_step_once_per_unshard(stage: int, unshards: int) -> None:
     s = with_fields(scenario(2, data_parallel_degree=2, zero_stage=stage), TRUE)
     base = simulate(s, events=False).summary["step_time_s"]
-    slower = simulate(with_fields(s, {"fsdp_gather_overhead_us": 1000.0}), events=False).summary["step_time_s"]
+    gather = with_fields(s, {"fsdp_gather_overhead_us": 1000.0})
+    slower = simulate(gather, events=False).summary["step_time_s"]
     units = (s.layer_split[0] + 1) * s.num_microbatches  # every block and the root, per micro-batch
     assert slower - base == pytest.approx(unshards * units * 1e-3, rel=0.05)
