@@ -32,7 +32,7 @@ from plancast.traces.store import RunDir, read_events, write_json
 if TYPE_CHECKING:
     from plancast.runtime.trainer import Trainer
     from plancast.simulator.scenario import Scenario
-    from plancast.traces.store import RankEventWriter
+    from plancast.traces.rank_stream import RankEventWriter
 
 COMPLETE = "COMPLETE"
 
@@ -207,8 +207,8 @@ class Checkpointer:
             torch.cuda.set_rng_state(saved["cuda_rng"])
         dist.barrier()
         load_s = time.perf_counter() - start
-        events_path = self.run.rank_events(self.rank)
-        if events_path.exists():
+        events_path = self.run.rank_files().get(self.rank)  # the killed run's stream, or its parquet
+        if events_path is not None:
             events = read_events(events_path)
             writer.append_step(events[events["step"] < steps_done].reset_index(drop=True))
         if self.rank == 0:

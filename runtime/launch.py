@@ -39,6 +39,7 @@ from plancast.runtime.process import TIMEOUT_EXIT_CODE, Stopped, run_streaming, 
 from plancast.simulator.loader import ScenarioError, load_scenario, to_toml_dict
 from plancast.simulator.scenario import Scenario
 from plancast.traces.lock import LOCK_NAME, RunLock, RunLockedError
+from plancast.traces.rank_stream import finalize_streams
 from plancast.traces.store import RunDir, atomic_open, read_measured, write_json
 
 MONITOR_INTERVAL_S = 0.5
@@ -298,15 +299,24 @@ def _run_job(run: RunDir, plan: LaunchPlan, cmd: Sequence[str], timeout_s: float
     try:
         exit_code, output, timed_out = run_streaming(cmd, timeout_s, run.logs_dir / "torchrun.log")
     except (KeyboardInterrupt, Stopped) as stop:
+        _finalize(run)
         how = "Ctrl-C" if isinstance(stop, KeyboardInterrupt) else str(stop)
         report_failure(run, plan, INTERRUPTED_EXIT_CODE, "", f"stopped by {how}; every rank was stopped")
         return INTERRUPTED_EXIT_CODE
+    _finalize(run)
     if exit_code == 0:
         print(f"plancast: run finished: {run.path}", file=sys.stderr)
         return 0
     ended = f"timed out after {timeout_s:g} s; every rank was stopped" if timed_out else None
     report_failure(run, plan, exit_code, output, ended)
     return TIMEOUT_EXIT_CODE if timed_out else FAILED_EXIT_CODE
+
+
+def _finalize(run: RunDir) -> None:
+    """The streams of ranks that never closed them (killed, crashed, stopped) become their parquet
+    files: a failed run keeps every finished step in the usual place (traces/rank_stream.py)."""
+    for problem in finalize_streams(run):
+        print(f"plancast: warning: {problem}", file=sys.stderr)
 
 
 def build_parser() -> argparse.ArgumentParser:

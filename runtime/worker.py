@@ -5,8 +5,9 @@
 
 Each rank reads ``RANK``/``WORLD_SIZE``/``LOCAL_RANK``/``GROUP_RANK`` from torchrun's environment,
 joins the default process group (NCCL when CUDA is available, else gloo with one CPU thread per
-rank), builds its ``Trainer`` and runs K steps. After every step it rewrites its rank file
-(``measured/rank-NNNNN.parquet``, atomic), so a killed run keeps its finished steps. Local rank 0
+rank), builds its ``Trainer`` and runs K steps. After every step it appends the step's events to its
+rank stream (``measured/rank-NNNNN.arrows``, traces/rank_stream.py), so a killed run keeps its finished
+steps, and at the end writes them as ``measured/rank-NNNNN.parquet``. Local rank 0
 of every node samples that node's GPUs (``runtime.telemetry``). Rank 0 writes ``measured/env.json``
 once every rank has joined, and ``measured/summary.json`` plus ``measured/telemetry.parquet`` at
 the end, from what every rank sends it (``gather_object``; no shared file system is needed for them).
@@ -44,7 +45,8 @@ from plancast.runtime.instrument import CpuCapture, cpu_capture_from
 from plancast.runtime.telemetry import TelemetrySampler, empty_table, make_sampler, write_telemetry
 from plancast.runtime.trainer import Trainer
 from plancast.simulator.loader import load_scenario
-from plancast.traces.store import RankEventWriter, RunDir, write_json
+from plancast.traces.rank_stream import RankEventWriter
+from plancast.traces.store import RunDir, write_json
 
 WARMUP_STEPS = 1
 """Steps left out of the median step time (step 0 pays for allocator growth and lazy init)."""
@@ -183,7 +185,7 @@ def run_steps(
     checkpointer: Checkpointer | None = None,
     resume: bool = False,
 ) -> RankResult:
-    """Run ``steps`` steps, rewriting the rank file after each; rank 0 reports progress on stderr.
+    """Run ``steps`` steps, appending each one's events to the rank stream; rank 0 reports progress.
     With a checkpointer: save every K steps, and with ``resume`` start after its newest checkpoint."""
     result = RankResult(env.rank)
     done = checkpointer.restore(writer) if checkpointer is not None and resume else Progress()
@@ -303,7 +305,12 @@ def run_rank(args: argparse.Namespace, env: RankEnv, run: RunDir, cpu_capture: C
         writer = RankEventWriter(run, env.rank)
         every = args.checkpoint_every or scenario.training.checkpoint_every_steps
         ckpt = Checkpointer(trainer, run, env.rank, every) if every or args.resume else None
-        result = run_steps(trainer, writer, steps, env, fault_step(os.environ, env.rank), ckpt, args.resume)
+        try:
+            result = run_steps(
+                trainer, writer, steps, env, fault_step(os.environ, env.rank), ckpt, args.resume
+            )
+        finally:  # the finished steps become the rank's parquet file, whatever stopped the steps
+            writer.close()
         result.telemetry = sampler.stop() if sampler is not None else None
         results: list[RankResult] = gather_to_rank0(result, env)
         if env.rank == 0:

@@ -16,7 +16,8 @@ import tomli_w
 from plancast.simulator.calibration.runs import with_fields
 from plancast.simulator.loader import load_scenario, parse_scenario
 from plancast.simulator.predict import simulate
-from plancast.traces.store import RankEventWriter, RunDir, write_json
+from plancast.traces.rank_stream import RankEventWriter
+from plancast.traces.store import RunDir, write_json
 from tests.cli_runner import cli_main
 
 TRUE = {
@@ -46,6 +47,7 @@ def measured_run(tmp_path: Path, name: str, micro_batch: int) -> Path:
         writer = RankEventWriter(rd, int(rank))
         for step in range(3):
             writer.append_step(rows.assign(step=step))
+        writer.close()
     write_json(rd.env_json, {"world_size": 2})
     write_json(rd.measured_summary, {"status": "ok", "step_time_s": truth.summary["step_time_s"]})
     return path

@@ -21,7 +21,8 @@ from plancast.dashboard.data import load_run
 from plancast.simulator.loader import load_scenario
 from plancast.simulator.predict import simulate
 from plancast.traces import schema
-from plancast.traces.store import RankEventWriter, RunDir, read_measured, write_events, write_json
+from plancast.traces.rank_stream import RankEventWriter
+from plancast.traces.store import RunDir, read_measured, write_events, write_json
 from tests.cli_runner import cli_main
 
 REPO = Path(__file__).resolve().parent.parent
@@ -41,6 +42,7 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
         writer = RankEventWriter(rd, int(rank))
         for step in range(3):
             writer.append_step(rows.assign(step=step, dur_us=rows["dur_us"] * 1.1))
+        writer.close()
     write_json(rd.env_json, {"world_size": 2})
     write_json(rd.measured_summary, {"status": "ok", "peak_memory_gib": 0.01})
     return path

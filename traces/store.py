@@ -4,7 +4,8 @@ Layout (docs/run-directory.md)::
 
     RUN/scenario.toml
     RUN/predicted/events.parquet, predicted/summary.json
-    RUN/measured/rank-00000.parquet (one per rank), measured/telemetry.parquet,
+    RUN/measured/rank-00000.parquet (one per rank; rank-00000.arrows while it runs),
+    RUN/measured/telemetry.parquet,
     RUN/measured/summary.json, measured/env.json
     RUN/logs/rank-00000.log (one per rank), logs/torchrun.log
     RUN/compare/summary.json
@@ -33,7 +34,7 @@ import pyarrow.parquet as pq
 from plancast.traces import schema
 
 SCHEMA_VERSION_KEY = b"plancast.schema_version"
-RANK_FILE_RE = re.compile(r"^rank-(\d+)\.parquet$")
+RANK_FILE_RE = re.compile(r"^rank-(\d+)\.(parquet|arrows)$")
 
 
 class TraceReadError(ValueError):
@@ -78,6 +79,11 @@ class RunDir:
         """The measured trace table of one rank, e.g. ``measured/rank-00003.parquet``."""
         return self.measured_dir / f"rank-{rank:05d}.parquet"
 
+    def rank_stream(self, rank: int) -> Path:
+        """One rank's events while its run goes on, a step per batch (traces/rank_stream.py), e.g.
+        ``measured/rank-00003.arrows``; gone once the rank's parquet file is written."""
+        return self.measured_dir / f"rank-{rank:05d}.arrows"
+
     @property
     def telemetry(self) -> Path:
         """GPU telemetry samples (an empty table on CPU)."""
@@ -117,13 +123,15 @@ class RunDir:
         return self.compare_dir / "summary.json"
 
     def rank_files(self) -> dict[int, Path]:
-        """Measured rank files present on disk, by rank (temporary files are ignored)."""
+        """Measured rank files present on disk, by rank (temporary files are ignored): a rank's stream
+        while it exists (a run going on, or a rank that never finished: the newer record), else its
+        parquet file."""
         if not self.measured_dir.is_dir():
             return {}
         found: dict[int, Path] = {}
         for child in self.measured_dir.iterdir():
             match = RANK_FILE_RE.match(child.name)
-            if match:
+            if match and (match.group(2) == "arrows" or int(match.group(1)) not in found):
                 found[int(match.group(1))] = child
         return dict(sorted(found.items()))
 
@@ -176,6 +184,8 @@ def read_events(path: Path) -> pd.DataFrame:
     """
     path = Path(path)
     _require_file(path)
+    if path.suffix == ".arrows":
+        return _read_stream(path)
     try:
         table = pq.read_table(path)
     except (pa.ArrowException, OSError, ValueError) as err:
@@ -184,6 +194,31 @@ def read_events(path: Path) -> pd.DataFrame:
             "writing it: delete the file and re-run"
         ) from err
     _check_schema_version(path, table.schema.metadata or {})
+    try:
+        return schema.validate(table.to_pandas())
+    except (schema.SchemaError, pa.ArrowException) as err:
+        raise TraceReadError(f"{path} does not follow the trace schema: {err}") from err
+
+
+def _read_stream(path: Path) -> pd.DataFrame:
+    """A rank stream (traces/rank_stream.py): every whole batch; a batch cut short by a kill is left out."""
+    batches = []
+    try:
+        with pa.OSFile(str(path), "rb") as source:
+            reader = pa.ipc.open_stream(source)
+            while True:
+                try:
+                    batches.append(reader.read_next_batch())
+                except StopIteration:
+                    break
+                except (pa.ArrowException, OSError):  # the last batch, written when the rank died
+                    break
+            table = pa.Table.from_batches(batches, schema=reader.schema)
+    except (pa.ArrowException, OSError, ValueError) as err:
+        raise TraceReadError(
+            f"{path} is not a rank stream ({err}); the rank was probably killed before its first step "
+            "was written: delete the file and re-run"
+        ) from err
     try:
         return schema.validate(table.to_pandas())
     except (schema.SchemaError, pa.ArrowException) as err:
@@ -347,26 +382,3 @@ def read_measured(run: RunDir, world_size: int | None = None) -> MeasuredRead:
     problems += [message for _, message in sorted(by_rank, key=lambda item: item[0])]
     events = pd.concat(frames, ignore_index=True) if frames else schema.empty_frame()
     return MeasuredRead(events=schema.validate(events), problems=problems)
-
-
-class RankEventWriter:
-    """Accumulates one rank's measured events and rewrites its rank file after every step.
-
-    Each rewrite is atomic, so a run killed at any moment leaves a complete file holding every
-    finished step. Rewriting the whole table is O(steps) per step, fine for the tens to hundreds of
-    steps a measured run records.
-    """
-
-    def __init__(self, run: RunDir, rank: int) -> None:
-        self.path = run.rank_events(rank)
-        self.rank = rank
-        self._frames: list[pd.DataFrame] = []
-
-    def append_step(self, frame: pd.DataFrame) -> None:
-        """Add one step's events (all of this rank) and rewrite the rank file."""
-        step_frame = schema.validate(frame)
-        other_ranks = sorted(set(step_frame["rank"].tolist()) - {self.rank})
-        if other_ranks:
-            raise ValueError(f"RankEventWriter for rank {self.rank} got events of rank(s) {other_ranks}")
-        self._frames.append(step_frame)
-        write_events(self.path, pd.concat(self._frames, ignore_index=True))

@@ -76,7 +76,7 @@ def import_kineto(
 ) -> None:
     """Import traces of a job plancast did not launch as RUN/measured/, ready for `plancast compare`."""
     from plancast.traces.kineto import import_kineto as read_traces
-    from plancast.traces.store import RankEventWriter, RunDir, write_json
+    from plancast.traces.store import RunDir, write_events, write_json
 
     with user_errors():
         frame = read_traces(trace_dir)
@@ -86,9 +86,7 @@ def import_kineto(
     run = RunDir(out_dir)
     run.measured_dir.mkdir(parents=True, exist_ok=True)
     for rank, events in frame.groupby("rank"):
-        writer = RankEventWriter(run, int(rank))
-        for _, step in events.groupby("step"):
-            writer.append_step(step)
+        write_events(run.rank_events(int(rank)), events.reset_index(drop=True))
     world = int(frame["rank"].max()) + 1
     write_json(run.env_json, {"world_size": world, "source": f"kineto import of {trace_dir}"})
     if s is not None:

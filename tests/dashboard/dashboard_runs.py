@@ -21,7 +21,8 @@ from plancast.dashboard.data import TELEMETRY_COLUMNS
 from plancast.simulator.loader import load_scenario, to_toml_dict
 from plancast.simulator.predict import Prediction, simulate
 from plancast.traces import store
-from plancast.traces.store import RankEventWriter, RunDir
+from plancast.traces.rank_stream import RankEventWriter
+from plancast.traces.store import RunDir
 
 REPO = Path(__file__).resolve().parents[2]
 TINY_SCENARIO = REPO / "examples" / "tiny-local-cpu.toml"
@@ -80,6 +81,7 @@ def write_measured(run: RunDir, prediction: Prediction, *, gpus: int = 0) -> Non
         writer = RankEventWriter(run, rank)
         for step in range(MEASURED_STEPS):
             writer.append_step(measured_step(prediction.events, step, rank))
+        writer.close()
     store.write_json(
         run.measured_summary,
         {

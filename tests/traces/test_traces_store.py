@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
@@ -12,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from plancast.traces import schema, store
-from plancast.traces.store import MeasuredRead, RankEventWriter, RunDir, TraceReadError
+from plancast.traces.store import MeasuredRead, RunDir, TraceReadError
 
 
 def step_events(rank: int, step: int) -> pd.DataFrame:
@@ -182,23 +181,6 @@ def test_write_json_refuses_nan(tmp_path: Path) -> None:
 def test_read_json_missing(tmp_path: Path) -> None:
     with pytest.raises(TraceReadError, match=r"env\.json is missing"):
         store.read_json(tmp_path / "env.json")
-
-
-def test_rank_writer_keeps_every_finished_step(tmp_path: Path) -> None:
-    run = RunDir(tmp_path)
-    writer = RankEventWriter(run, 1)
-    for step in range(3):
-        writer.append_step(step_events(1, step))
-        assert store.read_events(run.rank_events(1))["step"].tolist() == sorted([*range(step + 1)] * 2)
-    assert json.loads(json.dumps(store.read_measured(run, 2).problems)) == [
-        "measured/rank-00000.parquet is missing (world size 2): rank 0 is left out"
-    ]
-
-
-def test_rank_writer_refuses_other_ranks(tmp_path: Path) -> None:
-    writer = RankEventWriter(RunDir(tmp_path), 0)
-    with pytest.raises(ValueError, match=r"rank 0 got events of rank\(s\) \[1\]"):
-        writer.append_step(step_events(1, 0))
 
 
 def test_read_predicted(tmp_path: Path) -> None:
