@@ -2,12 +2,13 @@
 and their transport threads): processor sharing, the way Linux's scheduler shares them.
 
 CFS "models an 'ideal, precise multi-tasking CPU' on real hardware": with n runnable tasks each runs at
-1/n of a core's speed (Documentation/scheduler/sched-design-CFS.rst, section 1), and with several cores
-the load balancer spreads them, so each of n tasks on c cores runs at min(1, c / n) of a core. A queue
-that lets the first arrivals run to completion (first come, first served) is not what the machine
-does: a rank whose input arrives while both cores compute takes its share at once, and the passes
-already running slow down. Spans record a job's start and end, so a shared pass lasts longer than its
-work, as measured on the machine."""
+1/n of a core's speed (Documentation/scheduler/sched-design-CFS.rst, section 1); EEVDF, its successor
+since Linux 6.6, keeps that fair share and adds deadlines (Documentation/scheduler/sched-eevdf.rst).
+With several cores the load balancer spreads the tasks, so each of n tasks on c cores runs at
+min(1, c / n) of a core. Over a step this is what the machine does, where a first-come-first-served
+queue would let the first arrivals run to completion; within a slice a running task keeps its core,
+which pipeline.slice_wait_s adds for a thread woken on a saturated node. Spans record a job's start
+and end, so a shared pass lasts longer than its work, as measured on the machine."""
 
 from __future__ import annotations
 
