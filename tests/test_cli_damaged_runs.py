@@ -12,7 +12,8 @@ import pytest
 
 from plancast.simulator.loader import load_scenario
 from plancast.simulator.predict import simulate
-from plancast.traces.store import RankEventWriter, RunDir, write_json
+from plancast.traces.rank_stream import RankEventWriter
+from plancast.traces.store import RunDir, write_json
 from tests.cli_runner import cli_subprocess
 
 REPO = Path(__file__).resolve().parent.parent
@@ -37,6 +38,7 @@ def run(tmp_path: Path) -> Path:
             writer.append_step(
                 rows.assign(step=step, start_us=rows["start_us"] * 1.1, dur_us=rows["dur_us"] * 1.1)
             )
+        writer.close()
     write_json(rd.env_json, {"world_size": 2})
     write_json(rd.measured_summary, {"status": "ok", "peak_memory_gib": 0.01})
     return path
