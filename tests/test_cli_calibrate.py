@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import pytest
 import tomli_w
@@ -28,22 +29,36 @@ TRUE = {
 }
 
 
-def measured_run(tmp_path: Path, name: str, micro_batch: int) -> Path:
-    """A pp 2 run directory at `micro_batch`, measured on a machine whose compute model is TRUE."""
+def measured_run(
+    tmp_path: Path,
+    name: str,
+    micro_batch: int,
+    parallelism: dict[str, Any] | None = None,
+    unit_host_s: float = 0.0,
+) -> Path:
+    """A run directory at `micro_batch` (pp 2 unless `parallelism`), measured on a machine whose compute
+    model is TRUE; FSDP2 plans' forward and backward spans also hold `unit_host_s` per unit (every block
+    and the root) and micro-batch, half in each, as their hooks' host time."""
     data = {
         "model": {"preset": "tiny-gpt"},
         "training": {"seq_len": 64, "micro_batch_size": micro_batch, "global_batch_size": 8, "dtype": "fp32"},
-        "parallelism": {"pipeline_parallel_degree": 2},
+        "parallelism": parallelism or {"pipeline_parallel_degree": 2},
         "cluster": {"preset": "local-cpu", "gpus_per_node": 2},
     }
     path = tmp_path / name
     source = tmp_path / f"{name}.toml"
     source.write_text(tomli_w.dumps(data), encoding="utf-8")
     assert cli_main("simulate", str(source), "--out", str(path))[0] == 0
-    truth = simulate(with_fields(parse_scenario(data).scenario, TRUE))
+    s = parse_scenario(data).scenario
+    truth = simulate(with_fields(s, TRUE))
+    events = truth.events.assign(source="measured")
+    if unit_host_s:
+        passes = events["kind"].isin(["forward", "backward"])
+        units = s.layer_split[0] + 1
+        events.loc[passes, "dur_us"] += unit_host_s * units / 2 * 1e6
     rd = RunDir(path)
     rd.measured_dir.mkdir(parents=True, exist_ok=True)
-    for rank, rows in truth.events.assign(source="measured").groupby("rank"):
+    for rank, rows in events.groupby("rank"):
         writer = RankEventWriter(rd, int(rank))
         for step in range(3):
             writer.append_step(rows.assign(step=step))
@@ -88,3 +103,21 @@ def test_runs_that_determine_no_parameter_are_refused(tmp_path: Path) -> None:
     code, _, stderr = cli_main("calibrate", *map(str, runs), "-o", str(tmp_path / "p.toml"))
     assert code == 2
     assert "determine no parameter" in stderr and "different micro-batch sizes" in stderr
+
+
+def test_zero2_and_zero3_runs_separate_the_unshard_through_the_cli(tmp_path: Path) -> None:
+    """ZeRO-3 unshards a unit twice a micro-batch, ZeRO-2 once: their per-unit host times (2.5 + 1.5 ms
+    and 2.5 + 2 x 1.5 ms here) give one unshard's host time and the hooks' beyond it."""
+    plain = [measured_run(tmp_path, f"pp-mb{b}", b) for b in (1, 4)]
+    zero = [
+        measured_run(tmp_path, f"z{stage}-mb{b}", b, {"data_parallel_degree": 2, "zero_stage": stage}, host)
+        for stage, host in ((2, 0.004), (3, 0.0055))
+        for b in (1, 4)
+    ]
+    profile = tmp_path / "p.toml"
+    code, stdout, stderr = cli_main("calibrate", *map(str, plain + zero), "-o", str(profile))
+    assert code == 0, stderr
+    assert "fsdp_gather_overhead_us = " in stdout and "per unshard" in stdout
+    fitted = tomllib.loads(profile.read_text(encoding="utf-8"))["cluster"]["compute"]
+    assert fitted["fsdp_gather_overhead_us"] == pytest.approx(1500.0, rel=0.1)
+    assert fitted["fsdp_unit_overhead_us"] == pytest.approx(2500.0, rel=0.1)
