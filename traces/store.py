@@ -378,6 +378,16 @@ def read_measured(run: RunDir, world_size: int | None = None) -> MeasuredRead:
         try:
             frames.append(read_events(path))
         except TraceReadError as err:
+            parquet = run.rank_events(rank)  # a stream that cannot be read: its rank's parquet file, if any
+            if path != parquet and parquet.is_file():
+                try:
+                    frames.append(read_events(parquet))
+                except TraceReadError:
+                    pass
+                else:
+                    what = f"{run.relative(path)} could not be read ({err}): {run.relative(parquet)} is used"
+                    by_rank.append((rank, what))
+                    continue
             by_rank.append((rank, f"{run.relative(path)} could not be read ({err}): rank {rank} is left out"))
     problems += [message for _, message in sorted(by_rank, key=lambda item: item[0])]
     events = pd.concat(frames, ignore_index=True) if frames else schema.empty_frame()

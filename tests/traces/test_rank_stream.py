@@ -83,3 +83,14 @@ def test_a_resumed_rank_rewrites_its_stream_from_its_first_step(tmp_path: Path) 
     assert steps_on_disk(run, 0) == [0, 0, 1, 1]  # the stream, newer than the old parquet file
     resumed.close()
     assert steps_on_disk(run, 0) == [0, 0, 1, 1]
+
+
+def test_a_broken_stream_beside_its_parquet_file_falls_back_to_the_parquet(tmp_path: Path) -> None:
+    run = RunDir(tmp_path)
+    writer = RankEventWriter(run, 0)
+    writer.append_step(step_events(0, 0))
+    writer.close()
+    run.rank_stream(0).write_bytes(b"not a stream")  # e.g. a resumed rank killed at once
+    read = store.read_measured(run, 1)
+    assert read.events["step"].tolist() == [0, 0]
+    assert len(read.problems) == 1 and read.problems[0].endswith("measured/rank-00000.parquet is used")
