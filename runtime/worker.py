@@ -21,6 +21,7 @@ itself with SIGKILL at the start of step ``k`` (tests of the failure path use it
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import platform
 import signal
@@ -309,8 +310,11 @@ def run_rank(args: argparse.Namespace, env: RankEnv, run: RunDir, cpu_capture: C
             result = run_steps(
                 trainer, writer, steps, env, fault_step(os.environ, env.rank), ckpt, args.resume
             )
-        finally:  # the finished steps become the rank's parquet file, whatever stopped the steps
-            writer.close()
+        except BaseException:  # the finished steps become the rank's parquet file all the same; the
+            with contextlib.suppress(Exception):  # step's error is the one to report
+                writer.close()
+            raise
+        writer.close()
         result.telemetry = sampler.stop() if sampler is not None else None
         results: list[RankResult] = gather_to_rank0(result, env)
         if env.rank == 0:
