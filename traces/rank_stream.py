@@ -76,8 +76,9 @@ def finalize_streams(run: RunDir) -> list[str]:
     """Turn every rank stream left in ``run`` (a rank killed or crashed before ``close``) into its
     parquet file, and drop it; returns a sentence per stream that could not be read, which is kept."""
     problems = []
-    for stream in sorted(run.measured_dir.glob("rank-*.arrows")) if run.measured_dir.is_dir() else []:
-        rank = int(stream.name[len("rank-") : -len(".arrows")])
+    for rank, stream in run.rank_files().items():
+        if stream.suffix != ".arrows":
+            continue
         try:
             events = read_events(stream)
         except ValueError as err:

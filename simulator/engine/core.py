@@ -171,7 +171,7 @@ class Engine:
         return done
 
     def _node_cores(self, rank: int, slots: int) -> SharedCores:
-        node = rank // self.plan.s.cluster.gpus_per_node
+        node = self._node(rank)
         cores = self._cores.get(node)
         if cores is None:
             cores = self._cores[node] = SharedCores(self.env, slots)
@@ -189,8 +189,11 @@ class Engine:
         slots = self.plan.compute_slots
         if not slots:
             return False
-        cores = self._cores.get(rank // self.plan.s.cluster.gpus_per_node)
+        cores = self._cores.get(self._node(rank))
         return cores is not None and len(cores.jobs) >= slots
+
+    def _node(self, rank: int) -> int:
+        return rank // self.plan.s.cluster.gpus_per_node
 
     def is_busy(self, rank: int) -> bool:
         """Whether `rank` computes now (or waits for a core to): rendezvous plans only."""
