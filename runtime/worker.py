@@ -42,6 +42,7 @@ import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from plancast.runtime.checkpoint import Checkpointer, Progress
+from plancast.runtime.gc_schedule import StepGC
 from plancast.runtime.instrument import CpuCapture, cpu_capture_from
 from plancast.runtime.telemetry import TelemetrySampler, empty_table, make_sampler, write_telemetry
 from plancast.runtime.trainer import Trainer
@@ -191,20 +192,22 @@ def run_steps(
     result = RankResult(env.rank)
     done = checkpointer.restore(writer) if checkpointer is not None and resume else Progress()
     result.losses, result.step_times_s = done.losses, done.step_times_s
-    for step in range(done.steps_done, steps):
-        if step == fault_at:
-            os.kill(os.getpid(), signal.SIGKILL)
-        start = time.perf_counter()
-        out = trainer.step(step)
-        # up to the end of the device work (the recorder synchronizes), not the profiler's read-out
-        # after it, which TP/FSDP2 plans need to attribute library collectives (runtime/instrument/)
-        result.step_times_s.append((out.work_end_s or time.perf_counter()) - start)
-        result.losses.append(out.loss)
-        writer.append_step(out.events)
-        if env.rank == 0:
-            say(f"step {step + 1}/{steps} {result.step_times_s[-1]:.3f} s")
-        if checkpointer is not None:
-            checkpointer.maybe_save(step + 1, Progress(step + 1, result.losses, result.step_times_s))
+    with StepGC() as collector:  # no collector pass stalls one rank mid-step (gc_schedule.py)
+        for step in range(done.steps_done, steps):
+            if step == fault_at:
+                os.kill(os.getpid(), signal.SIGKILL)
+            start = time.perf_counter()
+            out = trainer.step(step)
+            # up to the end of the device work (the recorder synchronizes), not the profiler's read-out
+            # after it, which TP/FSDP2 plans need to attribute library collectives (runtime/instrument/)
+            result.step_times_s.append((out.work_end_s or time.perf_counter()) - start)
+            result.losses.append(out.loss)
+            writer.append_step(out.events)
+            if env.rank == 0:
+                say(f"step {step + 1}/{steps} {result.step_times_s[-1]:.3f} s")
+            if checkpointer is not None:
+                checkpointer.maybe_save(step + 1, Progress(step + 1, result.losses, result.step_times_s))
+            collector.between_steps(step + 1)
     result.memory_bytes = trainer.memory()
     return result
 
