@@ -140,6 +140,12 @@ def measured_step_s(run: Path) -> float:
     return float(read_json(RunDir(run).measured_summary)["step_time_s"])
 
 
+def core_wait_ms(run: Path) -> str:
+    """The run's median wait of a rank's threads for a CPU core per step (runtime/schedstat.py), ms."""
+    wait = read_json(RunDir(run).measured_summary).get("core_wait_s")
+    return "-" if wait is None else f"{wait * 1e3:.1f}"
+
+
 def _finished(run: Path) -> bool:
     summary = RunDir(run).measured_summary
     return summary.is_file() and read_json(summary).get("status") == "ok"
@@ -194,6 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     # 3. the scored matrix: the median over rounds of each run's median step time vs the prediction
     share = cached_core_share(parse_scenario(scenario_data(MATRIX["DP 2"])).scenario)
     rows = []
+    waits: dict[str, str] = {}  # what the ranks waited for a core, per round: the machine's contention
     for name, plan in MATRIX.items():
         if not runs[name]:
             continue
@@ -206,17 +213,21 @@ def main(argv: list[str] | None = None) -> int:
         per_round = [measured_step_s(run) for run in runs[name]]
         measured = statistics.median(per_round)
         rows.append((name, per_round, measured, predicted, predicted / measured - 1))
+        waits[name] = " ".join(core_wait_ms(run) for run in runs[name])
         violations = bound_violations(scenario.cluster.compute, share)
         if violations:
             print(f"{name}: parameters outside their bounds: {violations}")
     print(
         f"\n{'plan':22} {'measured s (rounds)':>26} {'median':>8} {'predicted s':>12} {'error':>8} "
-        f"{'load at run':>12}"
+        f"{'load at run':>12} {'core wait ms':>15}"
     )
     for name, per_round, measured, predicted, error in rows:
         rounds = " ".join(f"{t:.3f}" for t in per_round)
         load = " ".join(f"{x:.1f}" for x in loads[name])
-        print(f"{name:22} {rounds:>26} {measured:8.4f} {predicted:12.4f} {error:+8.1%} {load:>12}")
+        print(
+            f"{name:22} {rounds:>26} {measured:8.4f} {predicted:12.4f} {error:+8.1%} {load:>12} "
+            f"{waits[name]:>15}"
+        )
     mape = statistics.fmean(abs(r[4]) for r in rows) if rows else float("nan")
     worst = max(rows, key=lambda r: abs(r[4])) if rows else None
     print(

@@ -8,7 +8,6 @@ transfer side (posting, bookkeeping), and gloo's own threads' CPU time is read b
 
 from __future__ import annotations
 
-import os
 import statistics
 import time
 from typing import Any
@@ -17,6 +16,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from plancast.runtime.schedstat import thread_times
 from plancast.simulator.scenario import Scenario
 
 TRANSFER_MICROBATCHES = 8
@@ -32,23 +32,10 @@ def spin(seconds: float) -> None:
 
 
 def transport_thread_seconds() -> float:
-    """CPU time so far of this process's gloo threads (its TCP event loops), from Linux's per-thread
-    schedstat (nanoseconds); 0 where /proc has none."""
-    total = 0
-    try:
-        tasks = os.listdir("/proc/self/task")
-    except OSError:
-        return 0.0
-    for tid in tasks:
-        try:
-            with open(f"/proc/self/task/{tid}/comm") as comm:
-                if not comm.read().startswith("gloo"):
-                    continue
-            with open(f"/proc/self/task/{tid}/schedstat") as stat:
-                total += int(stat.read().split()[0])
-        except (OSError, ValueError, IndexError):
-            continue
-    return total * 1e-9
+    """CPU time so far of this process's gloo threads (its TCP event loops); 0 where /proc has no
+    schedstat (runtime/schedstat.py)."""
+    times = thread_times("gloo")
+    return 0.0 if times is None else times.cpu_s
 
 
 def stand_in(s: Scenario, pp: int, dp: int) -> Scenario:

@@ -44,6 +44,7 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from plancast.runtime.checkpoint import Checkpointer, Progress
 from plancast.runtime.gc_schedule import StepGC
 from plancast.runtime.instrument import CpuCapture, cpu_capture_from
+from plancast.runtime.schedstat import core_wait_s
 from plancast.runtime.telemetry import TelemetrySampler, empty_table, make_sampler, write_telemetry
 from plancast.runtime.trainer import Trainer
 from plancast.simulator.loader import load_scenario
@@ -75,6 +76,9 @@ class RankResult:
     losses: list[float | None] = field(default_factory=list)
     memory_bytes: dict[str, int] = field(default_factory=dict)
     telemetry: pd.DataFrame | None = None
+    core_wait_s: list[float] | None = field(default_factory=list)
+    """Per step, how long this rank's threads waited for a CPU core (schedstat.py); None where the
+    kernel does not say."""
 
 
 def rank_env(environ: Mapping[str, str]) -> RankEnv:
@@ -145,7 +149,8 @@ def summarize(results: Sequence[RankResult], steps: int) -> dict[str, Any]:
     A step takes as long as its slowest rank; the median runs over the steps after warm-up (over
     all steps when there is nothing else). Memory is the peak of each rank; the top-level
     ``peak_memory_gib``/``memory_gib`` are those of the rank with the largest peak, as in the
-    simulator's summary.
+    simulator's summary. Where Linux reports it, the time the ranks' threads waited for a CPU core
+    (schedstat.py) is summarized beside the step time.
     """
     per_step = [max(r.step_times_s[i] for r in results) for i in range(steps)]
     scored = per_step[WARMUP_STEPS:] or per_step
@@ -163,6 +168,22 @@ def summarize(results: Sequence[RankResult], steps: int) -> dict[str, Any]:
         "peak_memory_rank": peak_rank,
         "memory_gib": {k: memory[peak_rank][k] for k in MEMORY_PARTS},
         "rank_memory_gib": {str(r): m for r, m in sorted(memory.items())},
+        **_core_waits(results, steps),
+    }
+
+
+def _core_waits(results: Sequence[RankResult], steps: int) -> dict[str, Any]:
+    """``core_wait_s``: the median over the scored steps of the ranks' mean wait for a CPU core in the
+    step; ``rank_core_wait_s``: each rank's median. Nothing where a rank could not read it or the run
+    was resumed (its earlier steps' waits are not kept)."""
+    waits = [r.core_wait_s for r in results]
+    if not all(w is not None and len(w) == steps for w in waits):
+        return {}
+    per_rank = {r.rank: r.core_wait_s[WARMUP_STEPS:] or r.core_wait_s for r in results if r.core_wait_s}
+    mean_per_step = [statistics.fmean(step) for step in zip(*per_rank.values(), strict=True)]
+    return {
+        "core_wait_s": statistics.median(mean_per_step),
+        "rank_core_wait_s": {str(r): statistics.median(w) for r, w in sorted(per_rank.items())},
     }
 
 
@@ -192,6 +213,7 @@ def run_steps(
     result = RankResult(env.rank)
     done = checkpointer.restore(writer) if checkpointer is not None and resume else Progress()
     result.losses, result.step_times_s = done.losses, done.step_times_s
+    waited = core_wait_s()  # read once a step (~0.1 ms with a dozen threads), at its end
     with StepGC() as collector:  # no collector pass stalls one rank mid-step (gc_schedule.py)
         for step in range(done.steps_done, steps):
             if step == fault_at:
@@ -201,6 +223,7 @@ def run_steps(
             # up to the end of the device work (the recorder synchronizes), not the profiler's read-out
             # after it, which TP/FSDP2 plans need to attribute library collectives (runtime/instrument/)
             result.step_times_s.append((out.work_end_s or time.perf_counter()) - start)
+            waited = note_core_wait(result, waited)
             result.losses.append(out.loss)
             writer.append_step(out.events)
             if env.rank == 0:
@@ -210,6 +233,17 @@ def run_steps(
             collector.between_steps(step + 1)
     result.memory_bytes = trainer.memory()
     return result
+
+
+def note_core_wait(result: RankResult, before_s: float | None) -> float | None:
+    """Append the core wait since `before_s` (the previous step's end: the step and the work between
+    steps), or give up on it for the run where unknown; returns the reading now."""
+    now_s = core_wait_s()
+    if result.core_wait_s is None or before_s is None or now_s is None:
+        result.core_wait_s = None
+    else:
+        result.core_wait_s.append(now_s - before_s)
+    return now_s
 
 
 def gather_to_rank0(obj: Any, env: RankEnv) -> list[Any]:

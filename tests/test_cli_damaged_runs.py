@@ -52,6 +52,17 @@ def test_intact_run_compares_cleanly(run: Path) -> None:
     assert summary["step_time_error"] == pytest.approx(-1 / 11, rel=1e-6)  # measured = 1.1 x predicted
 
 
+def test_compare_shows_the_measured_core_wait(run: Path) -> None:
+    """The ranks' wait for a CPU core (measured/summary.json's core_wait_s) in compare's text and JSON;
+    no line where the run did not record it."""
+    assert "core wait" not in plancast("compare", str(run)).stdout
+    write_json(RunDir(run).measured_summary, {"status": "ok", "peak_memory_gib": 0.01, "core_wait_s": 0.004})
+    result = plancast("compare", str(run))
+    assert result.returncode == 0, result.stderr
+    assert "measured core wait: 4 ms a step" in result.stdout
+    assert json.loads(plancast("compare", str(run), "--json").stdout)["measured_core_wait_s"] == 0.004
+
+
 def _truncate(path: Path) -> None:
     data = path.read_bytes()
     path.write_bytes(data[: len(data) // 2])

@@ -52,7 +52,13 @@ def compare_run_dir(run_path: Path, ensure_predicted: Callable[[Path], None]) ->
         predicted_summary=predicted_summary,
         measured_summary=measured_summary,
     )
-    summary = {**to_summary(rec), **measured_status(measured_summary), "problems": problems}
+    summary = {
+        **to_summary(rec),
+        **measured_status(measured_summary),
+        # the ranks' threads' wait for a CPU core a step (runtime/schedstat.py), where the run recorded it
+        "measured_core_wait_s": (measured_summary or {}).get("core_wait_s"),
+        "problems": problems,
+    }
     checkpoints = optional_json(run.measured_dir / "checkpoints.json", problems)
     summary["components"] += checkpoint_components((predicted_summary or {}).get("checkpoint"), checkpoints)
     run.compare_dir.mkdir(parents=True, exist_ok=True)

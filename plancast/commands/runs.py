@@ -61,6 +61,11 @@ def compare(
         else "step time: no measured step"
     )
     out.print(f"measured run status: {status}")
+    if (wait := summary.get("measured_core_wait_s")) is not None:
+        out.print(
+            f"measured core wait: {wait * 1e3:.3g} ms a step (a rank's threads ready to run with no "
+            "core free, Linux schedstat; the prediction has it only where ranks share cores by design)"
+        )
     out.print(
         f"bubble: predicted {pct(summary['bubble_fraction_predicted'])}, "
         f"measured {pct(summary['bubble_fraction_measured'])}"

@@ -20,6 +20,7 @@ import pytest
 import tomli_w
 
 from plancast.runtime.expected import KEY_COLUMNS, expected_event_keys
+from plancast.runtime.schedstat import thread_times
 from plancast.runtime.launch import (
     LaunchError,
     LaunchPlan,
@@ -111,6 +112,8 @@ def test_summary_and_env(finished_run: RunDir) -> None:
     assert all(isinstance(x, float) for x in summary["losses"])  # the last stage reports each step
     assert set(summary["memory_gib"]) == {"parameters", "gradients", "optimizer", "activations"}
     assert summary["peak_memory_gib"] == max(m["peak"] for m in summary["rank_memory_gib"].values()) > 0
+    if thread_times() is not None:  # Linux with schedstat (every CI machine): the ranks' core wait
+        assert summary["core_wait_s"] >= 0 and sorted(summary["rank_core_wait_s"]) == ["0", "1"]
     env = json.loads(finished_run.env_json.read_text())
     assert (env["world_size"], env["backend"]) == (2, "gloo")
     assert len(env["hostnames"]) == len(env["devices"]) == 2

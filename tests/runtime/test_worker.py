@@ -36,6 +36,16 @@ def test_a_single_step_is_its_own_median() -> None:
     assert (summary["step_time_s"], summary["warmup_steps"]) == (2.5, 0)
 
 
+def test_summary_has_the_ranks_core_wait_where_every_rank_recorded_it() -> None:
+    ranks = [result(0, [9.0, 1.0, 3.0], [None] * 3, 1.0), result(1, [8.0, 2.0, 1.0], [1.0] * 3, 1.0)]
+    ranks[0].core_wait_s, ranks[1].core_wait_s = [5.0, 0.002, 0.004], [5.0, 0.006, 0.0]
+    summary = summarize(ranks, steps=3)
+    assert summary["core_wait_s"] == pytest.approx(0.003)  # median over steps 1-2 of the ranks' mean
+    assert summary["rank_core_wait_s"] == pytest.approx({"0": 0.003, "1": 0.003})
+    ranks[1].core_wait_s = None  # a rank whose kernel has no schedstat: nothing said
+    assert "core_wait_s" not in summarize(ranks, steps=3)
+
+
 def test_rank_env_reads_torchrun_variables() -> None:
     env = rank_env({"RANK": "5", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "GROUP_RANK": "2"})
     assert env == RankEnv(rank=5, world_size=8, local_rank=1, node=2)

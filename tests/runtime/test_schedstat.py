@@ -1,0 +1,55 @@
+"""runtime/schedstat.py against the real kernel: a thread that shares its core with a busy process
+waits on the run queue, and the reading says so."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from plancast.runtime.schedstat import core_wait_s, thread_times
+
+pytestmark = pytest.mark.skipif(thread_times() is None, reason="no per-thread schedstat (not Linux)")
+
+
+def spin(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+@pytest.fixture
+def one_core() -> Iterator[int]:
+    """This thread pinned to one core (restored after)."""
+    before = os.sched_getaffinity(0)
+    core = min(before)
+    os.sched_setaffinity(0, {core})
+    yield core
+    os.sched_setaffinity(0, before)
+
+
+def test_sharing_a_core_with_a_busy_process_is_counted_as_wait(one_core: int) -> None:
+    waited, used = core_wait_s(), thread_times()
+    assert waited is not None and used is not None
+    spin(0.1)  # alone on the core
+    alone = core_wait_s()
+    assert alone is not None
+    pid = os.fork()
+    if pid == 0:  # the competitor, on the same core (it inherits the affinity)
+        spin(0.6)
+        os._exit(0)
+    try:
+        spin(0.4)  # both runnable on one core: each gets about half of it
+    finally:
+        os.waitpid(pid, 0)
+    shared = core_wait_s()
+    assert shared is not None
+    assert shared - alone > 0.05  # ~0.2 s of the 0.4 s waited for the core; alone, next to nothing
+    after = thread_times()
+    assert after is not None and after.cpu_s > used.cpu_s
+
+
+def test_a_prefix_no_thread_has_reads_zero() -> None:
+    assert thread_times("no-such-thread-name") == (0.0, 0.0)
