@@ -24,7 +24,9 @@ Conventions every producer follows (simulator, runtime, Kineto importer):
   first and last stage, microbatch -1, ``peer`` the other holder.
 - ZeRO-1 parameter broadcasts (stream ``dp``): stage/chunk of the chunk, one per owner (``index``).
 - optimizer: stage -1, chunk -1, microbatch -1.
-- ``start_us`` is relative to the start of the step, the same origin on every rank.
+- ``start_us`` is relative to the rank's start of the step: the simulator starts every rank's step
+  at 0, a measured rank at its own step start (runtime/instrument/recorder.py), so measured ranks'
+  origins differ by how far apart the ranks began the step.
 """
 
 from __future__ import annotations
