@@ -1,0 +1,116 @@
+"""Published runs that need expert or context parallelism (issue 13): DeepSeek-V3, Llama 3 at 128K
+context, gpt-oss-120b on Megatron-Bridge. Data only; benchmarks/published_data.py gathers them."""
+
+from __future__ import annotations
+
+from benchmarks.published_megatron import llama3_row
+from benchmarks.published_record import (
+    PublishedRun,
+    Reported,
+    cluster_table,
+    plan_table,
+    training_table,
+)
+
+# --------------------------------------------------------------- MoE and long context (issue 13)
+DEEPSEEK_V3 = (
+    "DeepSeek-AI 2024, 'DeepSeek-V3 Technical Report', arXiv:2412.19437: sec. 1 (180K H800 GPU hours per "
+    "trillion tokens, 2048 H800), sec. 3.1-3.2 (PP16, EP64 over 8 nodes, ZeRO-1 DP, DualPipe), sec. 4.2 "
+    "(batch 15360, seq 4096); shapes from deepseek-ai/DeepSeek-V3 config.json"
+)
+GPT_OSS = (
+    "NVIDIA-NeMo/Megatron-Bridge docs/performance-summary-archive.md, '26.02 NeMo Container', GPT OSS 120B, "
+    "DGX-H100 BF16 row: 64 GPUs, GBS 1280, MBS 1, seq 4096, TP1 PP4 EP8, 5993 tokens/s/GPU"
+)
+
+
+GPT_OSS_2511 = (
+    "NVIDIA-NeMo/Megatron-Bridge docs/performance-summary-archive.md, '25.11 NeMo Container', System "
+    "DGX-H100, GPT OSS 120B row: 64 GPUs, BF16, GBS 512, MBS 4, seq 4096, TP1 PP4 VP1 EP8, 5630 tokens/s/GPU"
+)
+
+
+def moe_and_long_context() -> tuple[PublishedRun, ...]:
+    # DeepSeek-V3: the catalog preset (its config.json; MLA modelled as multi-head attention). H800:
+    # the hgx-h800 preset (H100 SXM compute; NVLink 160 GB/s and IB 50 GB/s as sec. 3.2.2 measures).
+    deepseek = {"preset": "deepseek-v3"}
+    h800 = {"preset": "hgx-h800", "num_nodes": 256}
+    # gpt-oss-120b: 64 query heads of 64 = 4096 != hidden 2880, which plancast's attention (head_dim =
+    # hidden / heads) cannot hold; 45 heads of 64 (9 key/value heads) keep hidden and head_dim.
+    gpt_oss = {
+        "hidden_size": 2880,
+        "num_hidden_layers": 36,
+        "num_attention_heads": 45,
+        "num_key_value_heads": 9,
+        "intermediate_size": 2880,
+        "num_local_experts": 128,
+        "num_experts_per_tok": 4,
+        "vocab_size": 201088,
+        "activation": "swiglu",
+        "norm": "rmsnorm",
+        "position_embedding": "rope",
+        "tie_word_embeddings": False,
+    }
+    gpt_oss_notes = (
+        "shapes from openai/gpt-oss-120b config.json; attention as 45 heads of 64 with 9 key/value heads "
+        "(the model's 64 query heads project 2880 -> 4096, not expressible): ~25% fewer attention "
+        "parameters; alternating 128-token sliding-window attention not expressible",
+        "recompute none and no virtual stages (VP n/a): not stated otherwise",
+        "the benchmark force-balances tokens over experts (page footnote): dropless imbalance factor kept",
+    )
+    return (
+        PublishedRun(
+            "deepseek-v3-2048xh800",
+            "deepseek-v3-2024",
+            DEEPSEEK_V3,
+            deepseek,
+            training_table(4096, 1, 15360, "bf16", "selective", flash_attention=True),
+            {
+                "tensor_parallel_degree": 1,
+                "pipeline_parallel_degree": 16,
+                "expert_parallel_degree": 64,
+                "zero_stage": 1,
+                "pipeline_parallel_schedule": "1F1B",
+            },
+            h800,
+            "other",
+            19.91,
+            Reported(180_000, "GPU-h/1T tokens"),
+            (
+                "bf16: the report trains in FP8 mixed precision (plancast has no fp8 dtype yet)",
+                "1F1B: DualPipe (which hides the all-to-alls behind compute) is not modelled; plancast's "
+                "all-to-alls block, and every token is dispatched to its k experts, not to at most 4 "
+                "nodes (node-limited routing, sec. 2.1.2)",
+                "micro-batch 1: not stated; 'selective' = the report's recompute of RMSNorm and MLA "
+                "up-projections",
+                "the batch after its ramp (15360 sequences) for the whole run's rate",
+            ),
+        ),
+        llama3_row(16384, 8, 16, 16, 131072, 128, 380, 15.30),
+        PublishedRun(
+            "nemo-gpt-oss-120b-64xh100",
+            "megatron-bridge-2026",
+            GPT_OSS,
+            gpt_oss,
+            training_table(4096, 1, 1280, "bf16", "none", flash_attention=True),
+            {**plan_table(1, 4), "expert_parallel_degree": 8},
+            cluster_table("dgx-h100-80gb", 64),
+            "megatron-lm",
+            13.67,
+            Reported(5993, "tokens/s/GPU"),
+            gpt_oss_notes,
+        ),
+        PublishedRun(
+            "nemo-gpt-oss-120b-64xh100-mbs4",
+            "megatron-bridge-2025",
+            GPT_OSS_2511,
+            gpt_oss,
+            training_table(4096, 4, 512, "bf16", "none", flash_attention=True),
+            {**plan_table(1, 4), "expert_parallel_degree": 8},
+            cluster_table("dgx-h100-80gb", 64),
+            "megatron-lm",
+            5.820,
+            Reported(5630, "tokens/s/GPU"),
+            gpt_oss_notes,
+        ),
+    )
