@@ -20,7 +20,6 @@ import pytest
 import tomli_w
 
 from plancast.runtime.expected import KEY_COLUMNS, expected_event_keys
-from plancast.runtime.schedstat import thread_times
 from plancast.runtime.launch import (
     LaunchError,
     LaunchPlan,
@@ -31,6 +30,7 @@ from plancast.runtime.launch import (
     plan_launch,
     torchrun_command,
 )
+from plancast.runtime.schedstat import thread_times
 from plancast.runtime.telemetry import COLUMNS as TELEMETRY_COLUMNS
 from plancast.simulator.loader import load_scenario, parse_scenario
 from plancast.simulator.scenario import Scenario
