@@ -61,11 +61,7 @@ def compare(
         else "step time: no measured step"
     )
     out.print(f"measured run status: {status}")
-    if (wait := summary.get("measured_core_wait_s")) is not None:
-        out.print(
-            f"measured core wait: {wait * 1e3:.3g} ms a step (a rank's threads ready to run with no "
-            "core free, Linux schedstat; the prediction has it only where ranks share cores by design)"
-        )
+    _print_core_wait(summary.get("measured_core_wait_s"))
     out.print(
         f"bubble: predicted {pct(summary['bubble_fraction_predicted'])}, "
         f"measured {pct(summary['bubble_fraction_measured'])}"
@@ -91,6 +87,15 @@ def compare(
     out.print(table)
     err.print(f"wrote {run}/compare/summary.json", markup=False)
     _exit_on_problems(summary["problems"])
+
+
+def _print_core_wait(wait_s: float | None) -> None:
+    """The measured ranks' wait for a CPU core a step (measured/summary.json), where recorded."""
+    if wait_s is not None:
+        out.print(
+            f"measured core wait: {wait_s * 1e3:.3g} ms a step (a rank's threads ready to run with no "
+            "core free, Linux schedstat; the prediction has it only where ranks share cores by design)"
+        )
 
 
 @app.command("export")
