@@ -10,7 +10,7 @@ import typer
 from plancast.app import UserError, app, example_path, load, out, require_extra, user_errors, write_predicted
 from plancast.commands.calibrate import measured_local, write_scenario_file
 from plancast.commands.dashboard import dashboard
-from plancast.commands.runs import reconcile_run
+from plancast.commands.runs import print_core_wait, reconcile_run
 from plancast.commands.simulate import print_breakdown
 
 DEMO_SCENARIO = "tiny-local-cpu.toml"
@@ -163,3 +163,4 @@ def _compare(run_dir: Path) -> None:
         "calibration runs)",
         markup=False,
     )
+    print_core_wait(summary.get("measured_core_wait_s"))  # part of what the prediction leaves out

@@ -61,7 +61,7 @@ def compare(
         else "step time: no measured step"
     )
     out.print(f"measured run status: {status}")
-    _print_core_wait(summary.get("measured_core_wait_s"))
+    print_core_wait(summary.get("measured_core_wait_s"))
     out.print(
         f"bubble: predicted {pct(summary['bubble_fraction_predicted'])}, "
         f"measured {pct(summary['bubble_fraction_measured'])}"
@@ -89,7 +89,7 @@ def compare(
     _exit_on_problems(summary["problems"])
 
 
-def _print_core_wait(wait_s: float | None) -> None:
+def print_core_wait(wait_s: float | None) -> None:
     """The measured ranks' wait for a CPU core a step (measured/summary.json), where recorded."""
     if wait_s is not None:
         out.print(
