@@ -63,6 +63,14 @@ def test_compare_shows_the_measured_core_wait(run: Path) -> None:
     assert json.loads(plancast("compare", str(run), "--json").stdout)["measured_core_wait_s"] == 0.004
 
 
+def test_compare_names_a_core_wait_that_is_not_seconds(run: Path) -> None:
+    write_json(RunDir(run).measured_summary, {"status": "ok", "core_wait_s": "lots"})
+    result = plancast("compare", str(run))
+    assert result.returncode == 2
+    assert "core_wait_s is 'lots', not seconds" in result.stderr and "Traceback" not in result.stderr
+    assert "step time: predicted" in result.stdout  # the rest is still compared
+
+
 def _truncate(path: Path) -> None:
     data = path.read_bytes()
     path.write_bytes(data[: len(data) // 2])

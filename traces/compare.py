@@ -55,8 +55,7 @@ def compare_run_dir(run_path: Path, ensure_predicted: Callable[[Path], None]) ->
     summary = {
         **to_summary(rec),
         **measured_status(measured_summary),
-        # the ranks' threads' wait for a CPU core a step (runtime/schedstat.py), where the run recorded it
-        "measured_core_wait_s": (measured_summary or {}).get("core_wait_s"),
+        "measured_core_wait_s": measured_core_wait(measured_summary, run.measured_summary, problems),
         "problems": problems,
     }
     checkpoints = optional_json(run.measured_dir / "checkpoints.json", problems)
@@ -76,6 +75,20 @@ def measured_status(measured_summary: dict[str, Any] | None) -> dict[str, Any]:
         "measured_status": status if isinstance(status, str) else "unknown",
         "measured_reason": measured_summary.get("reason"),
     }
+
+
+def measured_core_wait(
+    measured_summary: dict[str, Any] | None, path: Path, problems: list[str]
+) -> float | None:
+    """The ranks' threads' wait for a CPU core a step (runtime/schedstat.py), where the run recorded
+    it; a value that is not a number of seconds is noted as a problem and left out."""
+    wait = (measured_summary or {}).get("core_wait_s")
+    if wait is None:
+        return None
+    if isinstance(wait, bool) or not isinstance(wait, int | float) or not 0 <= wait < float("inf"):
+        problems.append(f"{path}: core_wait_s is {wait!r}, not seconds >= 0 (compared without it)")
+        return None
+    return float(wait)
 
 
 def optional_json(
