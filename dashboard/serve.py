@@ -162,21 +162,37 @@ def serve(
 
 
 def listening_ports(pid: int) -> set[int] | None:
-    """TCP ports process ``pid`` itself listens on (Linux /proc), or None where /proc cannot say."""
+    """TCP ports process ``pid`` itself listens on (Linux /proc), or None where /proc cannot say.
+
+    A descriptor the process closes between the listing and the read is skipped, and a process that
+    has exited listens on nothing: neither is "cannot say", or another program's server on the port
+    would pass for ours while our server starts (it opens and closes files all the while)."""
+    if not Path("/proc/self/fd").is_dir():
+        return None  # not Linux, or no /proc
     try:
-        inodes = {
-            link[8:-1]
-            for fd in os.listdir(f"/proc/{pid}/fd")
-            if (link := os.readlink(f"/proc/{pid}/fd/{fd}")).startswith("socket:[")
-        }
-        ports: set[int] = set()
-        for table in ("tcp", "tcp6"):
-            for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
-                fields = line.split()
-                if fields[3] == "0A" and fields[9] in inodes:  # 0A: TCP_LISTEN (include/net/tcp_states.h)
-                    ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except FileNotFoundError:
+        return set()
     except OSError:
-        return None
+        return None  # another user's process: its descriptors are not ours to read
+    inodes = set()
+    for fd in fds:
+        try:
+            link = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except FileNotFoundError:
+            continue
+        if link.startswith("socket:["):
+            inodes.add(link[8:-1])
+    ports: set[int] = set()
+    for table in ("tcp", "tcp6"):
+        try:
+            lines = Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]
+        except FileNotFoundError:
+            continue  # the process exited, or no IPv6
+        for line in lines:
+            fields = line.split()
+            if fields[3] == "0A" and fields[9] in inodes:  # 0A: TCP_LISTEN (include/net/tcp_states.h)
+                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
     return ports
 
 

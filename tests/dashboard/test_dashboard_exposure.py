@@ -118,6 +118,22 @@ def test_readiness_needs_our_own_listening_socket(impostor: int) -> None:
         child.wait()
 
 
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs Linux /proc")
+def test_a_process_busy_with_files_is_still_read_as_listening_on_nothing() -> None:
+    """A descriptor closed between listing /proc/PID/fd and reading it once made the check answer
+    "cannot say" (about one read in ten against this child), and the impostor's health answer was
+    then taken for our server's (a CI failure of the test above)."""
+    churn = "import os\nwhile True: os.close(os.open(os.devnull, os.O_RDONLY))"
+    child = subprocess.Popen([sys.executable, "-c", churn])
+    try:
+        answers = [serve.listening_ports(child.pid) for _ in range(1500)]
+    finally:
+        child.kill()
+        child.wait()
+    assert answers.count(None) == 0 and all(a == set() for a in answers)
+    assert serve.listening_ports(child.pid) == set()  # exited: listens on nothing
+
+
 def test_streamlit_settings_from_the_environment_win_over_plancast_defaults() -> None:
     command = serve.command([], 9000, environ={"STREAMLIT_CLIENT_TOOLBAR_MODE": "developer"})
     assert "--client.toolbarMode" not in command
