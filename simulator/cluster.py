@@ -142,8 +142,9 @@ class ComputeModel(Strict):
     fsdp_unit_overhead_us (the hooks issue the collectives) and leaves this 0."""
     tp_layer_overhead_us: float = Field(default=0.0, ge=0)
     """Host time per tensor-parallel transformer block and micro-batch, forward + backward, beyond its
-    collectives (DTensor dispatch and sharding propagation; simulator/costs/host.py); ~0 on GPUs.
-    Measured on this machine by the microbenchmarks (one block, tensor-parallel vs plain)."""
+    collectives (DTensor dispatch and sharding propagation; simulator/costs/host.py), simulated inside
+    the block's forward and backward passes, half in each; ~0 on GPUs. Measured on this machine by the
+    microbenchmarks (one block, tensor-parallel vs plain)."""
     sp_layer_overhead_us: float = Field(default=0.0, ge=0)
     """The same for a sequence-parallel block (in place of tp_layer_overhead_us)."""
     fsdp_unit_overhead_us: float = Field(default=0.0, ge=0)

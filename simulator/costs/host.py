@@ -14,6 +14,11 @@ many of those units a plan's step has:
   the chunk's root) and micro-batch, and its unshards (fsdp_gather_overhead_us each: two per unit and
   micro-batch under ZeRO-3, one under ZeRO-2);
 - the optimizer's per-tensor loop (optimizer_overhead_us, DTensor: dtensor_optimizer_overhead_us).
+
+The per-layer and per-unit host time runs inside the forward and backward passes that issue it (DTensor
+dispatch, a unit's hooks), where the runtime measures it and calibration fits it (calibration/runs.py,
+spans beyond the compute model); costs/stage.py adds each pass's share to it (TP_FORWARD_SHARE,
+FSDP_FORWARD_SHARE).
 """
 
 from __future__ import annotations
@@ -23,6 +28,14 @@ from dataclasses import dataclass
 
 from plancast.simulator.costs.params import chunk_tensor_bytes
 from plancast.simulator.scenario import Scenario
+
+# The forward's share of a block's host time, measured: (forward span - its compute) / (both spans -
+# their compute) on the CPU runtime's runs (benchmarks/cpu_fidelity.py, 3 sets x 2 rounds, the
+# calibrated compute model): DTensor blocks 0.41-0.52, mean 0.48 (each forward op dispatches one backward
+# op through autograd); FSDP2 units mean 0.46 under ZeRO-2 (0.40-0.54) and 0.36 under ZeRO-3 (0.30-0.42),
+# whose backward also re-gathers and issues the gradient reduce-scatter from its hooks.
+TP_FORWARD_SHARE = 0.5
+FSDP_FORWARD_SHARE = {2: 0.45, 3: 0.35}
 
 
 def rank_stages(s: Scenario, pp_rank: int) -> list[int]:
@@ -36,37 +49,41 @@ class HostCosts:
 
     p2p_s: float
     dp_collective_s: float
-    layer_s: float  # per transformer layer and micro-batch (DTensor dispatch + FSDP2 unit hooks)
-    unit_s: float  # per FSDP2 unit and micro-batch (the root's hooks; blocks are in layer_s)
+    layer_forward_s: float  # per transformer layer and micro-batch: DTensor dispatch + FSDP2 unit hooks
+    layer_backward_s: float
+    unit_forward_s: float  # per FSDP2 root unit (one per chunk) and micro-batch
+    unit_backward_s: float
 
     @classmethod
     def of(cls, s: Scenario) -> HostCosts:
         c = s.cluster.compute
-        fsdp = s.fsdp
-        tp_layer_us = 0.0
+        tp_us = 0.0
         if s.tp > 1:
-            tp_layer_us = (
-                c.sp_layer_overhead_us if s.parallelism.sequence_parallel else c.tp_layer_overhead_us
-            )
-        unit_us = 0.0
-        if fsdp:  # ZeRO-3 unshards a unit before forward and again before backward, ZeRO-2 once
-            unshards = 2 if s.parallelism.zero_stage == 3 else 1
-            unit_us = c.fsdp_unit_overhead_us + unshards * c.fsdp_gather_overhead_us
+            tp_us = c.sp_layer_overhead_us if s.parallelism.sequence_parallel else c.tp_layer_overhead_us
+        unit_us, unit_share = 0.0, 0.0
+        if s.fsdp:  # ZeRO-3 unshards a unit before forward and again before backward, ZeRO-2 once
+            stage = s.parallelism.zero_stage
+            unit_us = c.fsdp_unit_overhead_us + (2 if stage == 3 else 1) * c.fsdp_gather_overhead_us
+            unit_share = FSDP_FORWARD_SHARE[stage]
+        unit_fwd, unit_bwd = unit_us * unit_share * 1e-6, unit_us * (1 - unit_share) * 1e-6
         return cls(
             p2p_s=c.p2p_overhead_us * 1e-6,
-            dp_collective_s=c.dp_collective_overhead_us * 1e-6 if fsdp else 0.0,
-            layer_s=(tp_layer_us + unit_us) * 1e-6,
-            unit_s=unit_us * 1e-6,
+            dp_collective_s=c.dp_collective_overhead_us * 1e-6 if s.fsdp else 0.0,
+            layer_forward_s=tp_us * TP_FORWARD_SHARE * 1e-6 + unit_fwd,
+            layer_backward_s=tp_us * (1 - TP_FORWARD_SHARE) * 1e-6 + unit_bwd,
+            unit_forward_s=unit_fwd,
+            unit_backward_s=unit_bwd,
         )
 
-    def step_s(self, s: Scenario, pp_rank: int) -> float:
-        """Per-step host work of pipeline rank `pp_rank` beyond its spans: every micro-batch passes each
-        of its layers (and FSDP2 root units, one per chunk) once forward and once backward."""
-        if not (self.layer_s or self.unit_s):
-            return 0.0
-        stages = rank_stages(s, pp_rank)
-        layers = sum(s.layer_split[v] for v in stages)
-        return s.num_microbatches * (layers * self.layer_s + len(stages) * self.unit_s)
+    @property
+    def layer_s(self) -> float:
+        """A block's host time per micro-batch, both passes."""
+        return self.layer_forward_s + self.layer_backward_s
+
+    @property
+    def unit_s(self) -> float:
+        """A chunk's root unit's host time per micro-batch, both passes."""
+        return self.unit_forward_s + self.unit_backward_s
 
 
 def optimizer_tensors(s: Scenario, stages: Iterable[int]) -> float:

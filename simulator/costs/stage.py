@@ -14,6 +14,7 @@ from typing import Literal, cast
 
 from plancast.simulator.costs.collectives import CollectiveKind, Level, collective_seconds
 from plancast.simulator.costs.efficiency import op_seconds, ops_seconds
+from plancast.simulator.costs.host import HostCosts
 from plancast.simulator.costs.mixed_precision import param_pass_ops
 from plancast.simulator.costs.moe import moe_layer_forward
 from plancast.simulator.costs.moe_cp_comm import InnerCollective, layer_collectives
@@ -83,13 +84,16 @@ class StageCost:
     params: float  # parameters on one rank (before ZeRO sharding)
     tp_overlap: bool
     recompute_full: bool
+    host_s: tuple[float, float] = (0.0, 0.0)
+    """(forward, backward) host time per micro-batch beyond the blocks' own: an FSDP2 chunk's root
+    unit (costs/host.py)."""
 
     def _comm(self, seconds: float) -> float:
         return 0.0 if self.tp_overlap else seconds
 
     @property
     def forward_s(self) -> float:
-        return sum(
+        return self.host_s[0] + sum(
             g.forward_s + self._comm(g.tp_forward_s) + _blocking(g.ep_cp_forward) for g in self.segments
         )
 
@@ -104,7 +108,7 @@ class StageCost:
 
     @property
     def backward_input_s(self) -> float:
-        return sum(
+        return self.host_s[1] + sum(
             g.backward_input_s + self._comm(g.tp_backward_s) + _blocking(g.ep_cp_backward)
             for g in self.segments
         )
@@ -196,11 +200,15 @@ def _segment(
     ep_cp: tuple[tuple[InnerCollective, ...], tuple[InnerCollective, ...]] = ((), ()),
     cast_params: float = 0.0,
     weights: float = 0.0,
+    host_s: tuple[float, float] = (0.0, 0.0),
 ) -> Segment:
     """`cast_params`: the segment's parameters on this rank, whose gradient FSDP casts to its reduce dtype
     or autograd accumulates; `weights`: its GEMM weights, which autocast casts (costs/mixed_precision.py).
-    Both passes are part of the weight-gradient work; autocast's forward cast is part of the forward."""
+    Both passes are part of the weight-gradient work; autocast's forward cast is part of the forward.
+    `host_s`: the block's host time per micro-batch in its (forward, backward) (costs/host.py)."""
     fwd, bwd_in, bwd_w = _phase_seconds(ops, s)
+    fwd += host_s[0]
+    bwd_in += host_s[1]
     if part == "layer" and s.training.recompute == "selective":
         recomputed = selective_recompute(ops, Shape.of(s), s.training.selective_recompute)
         bwd_in += _phase_seconds(recomputed, s)[0]
@@ -240,6 +248,7 @@ def stage_costs(s: Scenario, tp_levels: tuple[Level, ...]) -> tuple[StageCost, .
     first_k_dense_replace on carry the MoE block and its all-to-alls (costs/moe.py)."""
     x = Shape.of(s)
     m = s.model
+    host = HostCosts.of(s)
     layer = _segment(
         "layer",
         layer_forward(x),
@@ -247,6 +256,7 @@ def stage_costs(s: Scenario, tp_levels: tuple[Level, ...]) -> tuple[StageCost, .
         tp_levels,
         layer_collectives(s, moe=False),
         *segment_params(s, "layer"),
+        host_s=(host.layer_forward_s, host.layer_backward_s),
     )
     moe_layer = layer
     if m.is_moe:
@@ -257,6 +267,7 @@ def stage_costs(s: Scenario, tp_levels: tuple[Level, ...]) -> tuple[StageCost, .
             tp_levels,
             layer_collectives(s, moe=True),
             *segment_params(s, "layer", moe=True),
+            host_s=(host.layer_forward_s, host.layer_backward_s),
         )
     params, weights = segment_params(s, "embedding")
     embedding = _segment("embedding", embedding_forward(x), s, tp_levels, cast_params=params, weights=weights)
@@ -281,7 +292,14 @@ def stage_costs(s: Scenario, tp_levels: tuple[Level, ...]) -> tuple[StageCost, .
             ep=s.ep,
         )
         out.append(
-            StageCost(v, segments, params, s.parallelism.tp_comm_overlap, s.training.recompute == "full")
+            StageCost(
+                v,
+                segments,
+                params,
+                s.parallelism.tp_comm_overlap,
+                s.training.recompute == "full",
+                (host.unit_forward_s, host.unit_backward_s),
+            )
         )
     return tuple(out)
 

@@ -274,10 +274,6 @@ class StepPlan:
         """Host cost of one data-parallel collective (FSDP2's hooks)."""
         return self.host.dp_collective_s
 
-    def step_host_s(self, pp_rank: int) -> float:
-        """Per-step host work of pipeline rank `pp_rank` beyond its spans (simulator/costs/host.py)."""
-        return self.host.step_s(self.s, pp_rank)
-
     def optimizer_s(self, pp_rank: int) -> float:
         """The optimizer step of pipeline rank `pp_rank`: memory-bound update plus per-tensor host loop."""
         owned = list(self.owned_stages(pp_rank))

@@ -35,9 +35,6 @@ def rank_step(sim: Engine, st: RankState) -> Process:
             yield from compute(sim, st, "backward_weight", a, d.backward_weight_s, d.weight_flops)
     if st.pending_dp:
         yield st.dp_done
-    step_host_s = plan.step_host_s(st.coord.pp)
-    if step_host_s:  # per-step host work (no event: a measured trace shows a gap)
-        yield sim.busy(st.rank, step_host_s)
     yield from step_end(sim, st)
     yield from optimizer(sim, st)
 

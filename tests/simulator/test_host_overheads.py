@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from plancast.simulator.calibration.compute import optimizer_tensor_overhead_us
-from plancast.simulator.costs.host import HostCosts, optimizer_tensors
+from plancast.simulator.costs.host import FSDP_FORWARD_SHARE, HostCosts, optimizer_tensors
 from plancast.simulator.costs.params import chunk_tensor_bytes
 from plancast.simulator.loader import parse_scenario
 from plancast.simulator.predict import simulate
@@ -105,27 +105,66 @@ def test_the_dtensor_rate_applies_only_to_dtensor_parameters() -> None:
 def test_a_block_overhead_adds_once_per_block_and_microbatch(
     field: str, plan: dict[str, Any], other: str, per_step: int
 ) -> None:
-    """Per-block host time sits between the last backward and the optimizer, after every wait: it adds
-    exactly (micro-batches x blocks) times; the other families' constants leave the plan alone."""
+    """Per-block host time runs inside the blocks' forward and backward spans: with nothing for it to
+    overlap, it adds exactly (micro-batches x blocks) times; the other families' constants leave the
+    plan alone."""
     base = step_s(scenario(**plan))
     assert step_s(scenario({field: 700.0}, **plan)) - base == pytest.approx(per_step * 700e-6, rel=1e-9)
     assert step_s(scenario({other: 700.0}, **plan)) == base
     assert step_s(scenario({field: 700.0})) == step_s(scenario())  # plain DDP: none of them
 
 
-def test_block_overheads_follow_the_layers_each_pipeline_rank_holds() -> None:
-    """tp 2 x pp 2 over 4 ranks: each pipeline rank holds 2 of the 4 layers, 8 micro-batches each."""
-    s = parse_scenario(
+def pp2_tp2(compute: dict[str, float]) -> Scenario:
+    return parse_scenario(
         {
             "model": {"preset": "tiny-gpt"},
             "training": {"seq_len": 32, "micro_batch_size": 1, "global_batch_size": 8, "dtype": "fp32"},
             "parallelism": {"tensor_parallel_degree": 2, "pipeline_parallel_degree": 2},
-            "cluster": {
-                "preset": "local-cpu",
-                "gpus_per_node": 4,
-                "compute": {"tp_layer_overhead_us": 100.0},
-            },
+            "cluster": {"preset": "local-cpu", "gpus_per_node": 4, "compute": compute},
         }
     ).scenario
-    host = HostCosts.of(s)
-    assert host.step_s(s, 0) == host.step_s(s, 1) == pytest.approx(8 * 2 * 100e-6)
+
+
+def test_block_overheads_sit_in_the_passes_of_the_layers_each_pipeline_rank_holds() -> None:
+    """tp 2 x pp 2 over 4 ranks: each pipeline rank holds 2 of the 4 layers, 8 micro-batches each. A
+    block's host time is in its passes (half forward, half backward), where the runtime measures it,
+    so it also holds back the next stage: the step grows by more than one rank's own share."""
+    base, slow = (simulate(pp2_tp2(c)) for c in ({}, {"tp_layer_overhead_us": 100.0}))
+    assert HostCosts.of(pp2_tp2({"tp_layer_overhead_us": 100.0})).layer_s == pytest.approx(100e-6)
+    for kind in ("forward", "backward"):
+        before, after = (
+            r.events[(r.events["stream"] == "compute") & (r.events["kind"] == kind)] for r in (base, slow)
+        )
+        grown = (after["dur_us"].to_numpy() - before["dur_us"].to_numpy()) * 1e-6
+        assert len(grown) == 2 * 2 * 8  # tp 2 x pp 2 ranks, 8 micro-batches
+        assert grown == pytest.approx(2 * 50e-6)
+    assert slow.summary["bubble_fraction"] == pytest.approx(base.summary["bubble_fraction"], abs=0.02)
+    grew = slow.summary["step_time_s"] - base.summary["step_time_s"]
+    assert 8 * 2 * 100e-6 < grew < 2 * 8 * 2 * 100e-6
+
+
+def test_tensor_parallel_host_time_is_compute_not_bubble() -> None:
+    """tp 2 without a pipeline has no bubble, however much DTensor dispatch a block costs (it used to
+    be a lump between the last backward and the optimizer, reported as 60% bubble for a CPU tp run)."""
+    r = simulate(scenario({"tp_layer_overhead_us": 5_000.0}, tensor_parallel_degree=2))
+    assert r.summary["bubble_fraction"] < 0.01
+    assert r.summary["compute_time_s"] > 8 * 4 * 5_000e-6
+
+
+@pytest.mark.parametrize("stage", [2, 3])
+def test_an_fsdp_units_host_time_leans_to_its_backward(stage: int) -> None:
+    """A unit's backward also issues the gradient reduce-scatter (and under ZeRO-3 re-gathers): its
+    passes carry the measured shares of the unit's host time (FSDP_FORWARD_SHARE)."""
+    runs = [simulate(scenario(c, zero_stage=stage)) for c in ({}, {"fsdp_unit_overhead_us": 1_000.0})]
+    grown = {}
+    for kind in ("forward", "backward"):
+        before, after = (
+            r.events[(r.events["stream"] == "compute") & (r.events["kind"] == kind)] for r in runs
+        )
+        grown[kind] = float((after["dur_us"].to_numpy() - before["dur_us"].to_numpy()).sum())
+    assert grown["forward"] / (grown["forward"] + grown["backward"]) == pytest.approx(
+        FSDP_FORWARD_SHARE[stage]
+    )
+    assert grown["forward"] + grown["backward"] == pytest.approx(
+        2 * 4 * (4 + 1) * 1_000.0
+    )  # ranks x mb x units
