@@ -137,6 +137,13 @@ class ComputeModel(Strict):
     sp_collective_overhead_us: float = Field(default=0.0, ge=0)
     """The same for the all-gathers and reduce-scatters of sequence parallelism (DTensor redistributes
     between sequence shards and replicas); measured as a 1-element DTensor all-gather minus a plain one."""
+    tp_collective_wait_us: float = Field(default=0.0, ge=0)
+    """Mean time a blocking tensor-parallel collective spends beyond its link time and host overhead
+    inside a run: its peer arriving late (ranks on shared cores drift apart between two collectives)
+    and its transport thread waiting for a time slice. 0 on GPUs and in an isolated microbenchmark;
+    fitted by `plancast calibrate` from the collectives of >= 2 tensor-parallel runs at different
+    micro-batch sizes (their measured mean minus the model's), bounded by a scheduler period
+    (simulator/calibration/runs.py)."""
     dp_collective_overhead_us: float = Field(default=0.0, ge=0)
     """Host time per ZeRO-2/3 (FSDP2) collective; the local-cpu measurement counts it in
     fsdp_unit_overhead_us (the hooks issue the collectives) and leaves this 0."""

@@ -35,10 +35,12 @@ def measured_run(
     micro_batch: int,
     parallelism: dict[str, Any] | None = None,
     unit_host_s: float = 0.0,
+    tp_wait_us: float = 0.0,
 ) -> Path:
     """A run directory at `micro_batch` (pp 2 unless `parallelism`), measured on a machine whose compute
     model is TRUE; FSDP2 plans' forward and backward spans also hold `unit_host_s` per unit (every block
-    and the root) and micro-batch, half in each, as their hooks' host time."""
+    and the root) and micro-batch, half in each, as their hooks' host time; each tensor-parallel
+    collective waits `tp_wait_us` for its peer."""
     data = {
         "model": {"preset": "tiny-gpt"},
         "training": {"seq_len": 64, "micro_batch_size": micro_batch, "global_batch_size": 8, "dtype": "fp32"},
@@ -50,7 +52,7 @@ def measured_run(
     source.write_text(tomli_w.dumps(data), encoding="utf-8")
     assert cli_main("simulate", str(source), "--out", str(path))[0] == 0
     s = parse_scenario(data).scenario
-    truth = simulate(with_fields(s, TRUE))
+    truth = simulate(with_fields(s, {**TRUE, "tp_collective_wait_us": tp_wait_us}))
     events = truth.events.assign(source="measured")
     if unit_host_s:
         passes = events["kind"].isin(["forward", "backward"])
@@ -121,3 +123,18 @@ def test_zero2_and_zero3_runs_separate_the_unshard_through_the_cli(tmp_path: Pat
     fitted = tomllib.loads(profile.read_text(encoding="utf-8"))["cluster"]["compute"]
     assert fitted["fsdp_gather_overhead_us"] == pytest.approx(1500.0, rel=0.1)
     assert fitted["fsdp_unit_overhead_us"] == pytest.approx(2500.0, rel=0.1)
+
+
+def test_tensor_parallel_runs_give_the_collectives_wait_through_the_cli(tmp_path: Path) -> None:
+    """Two tp 2 runs whose collectives each wait 0.4 ms for their peer: the profile carries the wait and
+    the held-out error of each run stays small (the other run's fit predicts it)."""
+    runs = [
+        measured_run(tmp_path, f"tp-mb{b}", b, {"tensor_parallel_degree": 2}, tp_wait_us=400.0)
+        for b in (1, 4)
+    ]
+    profile = tmp_path / "p.toml"
+    code, stdout, stderr = cli_main("calibrate", *map(str, runs), "-o", str(profile))
+    assert code == 0, stderr
+    assert "tp_collective_wait_us = 400 us per tensor-parallel collective" in stdout
+    fitted = tomllib.loads(profile.read_text(encoding="utf-8"))["cluster"]["compute"]
+    assert fitted["tp_collective_wait_us"] == pytest.approx(400.0, rel=1e-3)

@@ -38,6 +38,16 @@ def compute_observations(measured: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["rank", "stage", "kind", "seconds"])
 
 
+def tp_collective_mean_s(measured: pd.DataFrame) -> float | None:
+    """Mean measured seconds of a run's tensor-parallel collectives (steps < 1 dropped as above), the
+    waits for a late peer included; None where the run has none."""
+    frame = schema.validate(measured)
+    if frame["step"].nunique() > 1:
+        frame = frame[frame["step"] >= 1]
+    tp = frame[frame["stream"] == "tp"]
+    return float(tp["dur_us"].mean()) * 1e-6 if not tp.empty else None
+
+
 def mean_observations(obs: pd.DataFrame) -> pd.DataFrame:
     """One row per (stage, kind): the mean measured seconds (what the fit targets).
 

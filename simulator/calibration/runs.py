@@ -13,6 +13,12 @@ of the parameter and not of one run's leftovers:
   runs' spans wrap the blocks' forward and backward, so DTensor dispatch and FSDP2 hooks are inside
   them; the sizes differ in compute per micro-batch, not in host work, which separates the two.
 
+- the mean time a tensor-parallel collective waits for a late peer (tp_collective_wait_us): the
+  measured mean collective of >= 2 tensor-parallel runs at different micro-batch sizes (so different
+  collective counts per step) minus the model's mean for the same collectives (link + host overhead).
+  An isolated microbenchmark has no such wait; inside a run on shared cores it is ~0.2-0.6 ms a
+  collective (benchmarks/cpu_fidelity.py's runs), ~40% of a tp 2 step's collective time.
+
 Host costs of collectives and transfers are never fitted to runs: they come from the microbenchmarks
 (microbench.py), as do the host fields no run determines. `evaluate` scores each run in-sample (fitted on
 all runs) and held out (fitted on the other runs only, leave-one-run-out).
@@ -46,6 +52,7 @@ HOST_FIELDS = (
     "sp_layer_overhead_us",
     "fsdp_unit_overhead_us",
     "fsdp_gather_overhead_us",
+    "tp_collective_wait_us",
 )
 _LAYER_FIELDS = HOST_FIELDS[:2]  # fitted per field (_host_fit); the FSDP2 pair together (_fsdp_fit)
 
@@ -58,6 +65,7 @@ class RunData:
     scenario: Scenario
     observations: tuple[Observation, ...]  # mean seconds per (stage, pass), compute only
     step_s: float  # the measured median step time
+    tp_collective_s: float | None = None  # mean measured tensor-parallel collective, waits included
 
 
 @dataclass(frozen=True)
@@ -237,6 +245,32 @@ def _fsdp_fit(
     return out, notes
 
 
+def _tp_wait_fit(runs: Sequence[RunData], share: float) -> tuple[dict[str, float], list[str]]:
+    """tp_collective_wait_us: per tensor-parallel run, its measured mean collective minus the model's
+    mean (the same collectives without a wait), then the median over the runs (module docstring)."""
+    points = []
+    for r in runs:
+        if r.scenario.tp < 2 or r.tp_collective_s is None:
+            continue
+        events = simulate(with_fields(r.scenario, {"tp_collective_wait_us": 0.0})).events
+        modelled = events.loc[events["stream"] == "tp", "dur_us"]
+        if not modelled.empty:
+            points.append((r.scenario.training.micro_batch_size, r.tp_collective_s - modelled.mean() * 1e-6))
+    sizes = sorted({b for b, _ in points})
+    if len(points) < 2 or len(sizes) < 2:
+        return {}, [
+            "tp_collective_wait_us not fitted: needs the collectives of >= 2 tensor-parallel runs at "
+            f"different micro-batch sizes (given {len(points)} run(s), size(s) {sizes or '-'}); kept "
+            "from the profile"
+        ]
+    value, clipped = bounded("tp_collective_wait_us", statistics.median(p for _, p in points) * 1e6, share)
+    return {"tp_collective_wait_us": value}, [
+        clipped
+        or f"tp_collective_wait_us = {value:.0f} us per tensor-parallel collective (its measured mean beyond "
+        f"the link and host model), from {len(points)} runs (micro-batch sizes {sizes})"
+    ]
+
+
 def fit_runs(runs: Sequence[RunData], share: float = 1.0) -> Fit:
     """Fit every parameter the runs determine (module docstring); the rest keep the clusters' values.
     `share`: the core share the host bounds are scaled by (microbench.bounded)."""
@@ -244,7 +278,10 @@ def fit_runs(runs: Sequence[RunData], share: float = 1.0) -> Fit:
     optimizer, notes = _optimizer_fit(runs, fields)
     host, host_notes = _host_fit(runs, fields, share)
     fsdp, fsdp_notes = _fsdp_fit(runs, fields, share)
-    return Fit({**fields, **optimizer, **host, **fsdp}, (note, *notes, *host_notes, *fsdp_notes))
+    wait, wait_notes = _tp_wait_fit(runs, share)
+    return Fit(
+        {**fields, **optimizer, **host, **fsdp, **wait}, (note, *notes, *host_notes, *fsdp_notes, *wait_notes)
+    )
 
 
 @dataclass(frozen=True)

@@ -174,10 +174,13 @@ def _collectives(
     sp = s.parallelism.sequence_parallel
 
     def host_s(kind: str) -> float:
-        """Host time of one collective: sequence parallelism's gathers/scatters have their own rate."""
+        """Host time of one collective (sequence parallelism's gathers/scatters have their own rate),
+        and its mean wait for a late peer in a run (cluster.ComputeModel.tp_collective_wait_us)."""
         if sp and kind in ("all_gather", "reduce_scatter"):
-            return compute.sp_collective_overhead_us * 1e-6
-        return compute.tp_collective_overhead_us * 1e-6
+            overhead_us = compute.sp_collective_overhead_us
+        else:
+            overhead_us = compute.tp_collective_overhead_us
+        return (overhead_us + compute.tp_collective_wait_us) * 1e-6
 
     return tuple(
         Collective(

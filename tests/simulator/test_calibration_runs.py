@@ -8,7 +8,11 @@ from typing import Any
 import pytest
 
 from plancast.simulator.calibration.compute import Observation, model_x, stage_row
-from plancast.simulator.calibration.observations import compute_observations, mean_observations
+from plancast.simulator.calibration.observations import (
+    compute_observations,
+    mean_observations,
+    tp_collective_mean_s,
+)
 from plancast.simulator.calibration.runs import RunData, evaluate, fit_runs, score_table, with_fields
 from plancast.simulator.costs.host import HostCosts
 from plancast.simulator.loader import parse_scenario
@@ -169,3 +173,40 @@ def test_the_unshard_host_time_lengthens_the_step_once_per_unshard(stage: int, u
     slower = simulate(gather, events=False).summary["step_time_s"]
     units = (s.layer_split[0] + 1) * s.num_microbatches  # every block and the root, per micro-batch
     assert slower - base == pytest.approx(unshards * units * 1e-3, rel=0.05)
+
+
+def waiting_tp_run(name: str, micro_batch: int, wait_us: float) -> RunData:
+    """A tp 2 run measured on a machine whose collectives each wait `wait_us` for their peer."""
+    s = scenario(micro_batch, tensor_parallel_degree=2)
+    truth = simulate(with_fields(s, {**TRUE, "tp_collective_wait_us": wait_us}))
+    events = truth.events.assign(source="measured")
+    obs = mean_observations(compute_observations(events))
+    observations = tuple(Observation(int(r.stage), str(r.kind), float(r.seconds)) for r in obs.itertuples())
+    tp_s = tp_collective_mean_s(events)
+    return RunData(name, s, observations, float(truth.summary["step_time_s"]), tp_s)
+
+
+def test_two_tensor_parallel_runs_recover_the_collectives_wait_and_one_does_not() -> None:
+    runs = [waiting_tp_run(f"tp2 mb{b}", b, 400.0) for b in (1, 4)]
+    assert fit_runs(runs).fields["tp_collective_wait_us"] == pytest.approx(400.0, rel=1e-6)
+    one = fit_runs(runs[:1])
+    assert "tp_collective_wait_us" not in one.fields
+    assert any(n.startswith("tp_collective_wait_us not fitted") for n in one.notes)
+    # a machine that waits longer than a scheduler period is clipped to the bound, and says so
+    far = fit_runs([waiting_tp_run(f"tp2 mb{b}", b, 50_000.0) for b in (1, 4)])
+    assert far.fields["tp_collective_wait_us"] == pytest.approx(12_000.0)
+    assert any("tp_collective_wait_us: measured" in n and "clipped" in n for n in far.notes)
+
+
+def test_the_collectives_wait_lengthens_only_tensor_parallel_steps_by_each_collective() -> None:
+    """Each tp collective blocks its span: the step grows by (collectives a step) x the wait."""
+    tp = scenario(2, tensor_parallel_degree=2)
+    base = simulate(tp)
+    waited = simulate(with_fields(tp, {"tp_collective_wait_us": 500.0}))
+    per_rank = int((base.events["stream"] == "tp").sum()) // 2  # two tp ranks
+    grew = waited.summary["step_time_s"] - base.summary["step_time_s"]
+    assert grew == pytest.approx(per_rank * 500e-6, rel=1e-6)
+    dp = scenario(2, data_parallel_degree=2)
+    assert simulate(with_fields(dp, {"tp_collective_wait_us": 500.0}), events=False).summary[
+        "step_time_s"
+    ] == pytest.approx(simulate(dp, events=False).summary["step_time_s"])
