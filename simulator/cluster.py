@@ -168,7 +168,9 @@ class ComputeModel(Strict):
     """Host time per pipeline transfer on each side (the pipelining runtime's per-action bookkeeping,
     posting the send or receive); ~0 on GPUs, whose host runs ahead. Measured: the executor's
     main-thread CPU time in a 2-stage GPipe step of near-empty stages, minus the same stages run as one
-    on one rank, per transfer side (runtime/microbench_pipeline.py)."""
+    on one rank, per transfer side (runtime/microbench_pipeline.py); refitted by `plancast calibrate`
+    from the time >= 2 pipeline runs' steps hold no span, over their transfer counts (in a run it also
+    holds the wait to be scheduled back: ~260 us a side on two shared cores)."""
     p2p_busy_delay_us: float = Field(default=0.0, ge=0)
     """Mean extra time of a pipeline transfer whose sender computes while it should move the message, on
     CPU ranks that keep the cores busy: gloo moves messages on background threads, which can wait for a

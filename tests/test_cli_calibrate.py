@@ -36,11 +36,13 @@ def measured_run(
     parallelism: dict[str, Any] | None = None,
     unit_host_s: float = 0.0,
     tp_wait_us: float = 0.0,
+    p2p_us: float | None = None,
 ) -> Path:
     """A run directory at `micro_batch` (pp 2 unless `parallelism`), measured on a machine whose compute
     model is TRUE; FSDP2 plans' forward and backward spans also hold `unit_host_s` per unit (every block
     and the root) and micro-batch, half in each, as their hooks' host time; each tensor-parallel
-    collective waits `tp_wait_us` for its peer."""
+    collective waits `tp_wait_us` for its peer; each pipeline transfer side costs `p2p_us` of host
+    time (default: the preset's)."""
     data = {
         "model": {"preset": "tiny-gpt"},
         "training": {"seq_len": 64, "micro_batch_size": micro_batch, "global_batch_size": 8, "dtype": "fp32"},
@@ -52,7 +54,10 @@ def measured_run(
     source.write_text(tomli_w.dumps(data), encoding="utf-8")
     assert cli_main("simulate", str(source), "--out", str(path))[0] == 0
     s = parse_scenario(data).scenario
-    truth = simulate(with_fields(s, {**TRUE, "tp_collective_wait_us": tp_wait_us}))
+    machine = {**TRUE, "tp_collective_wait_us": tp_wait_us}
+    if p2p_us is not None:
+        machine["p2p_overhead_us"] = p2p_us
+    truth = simulate(with_fields(s, machine))
     events = truth.events.assign(source="measured")
     if unit_host_s:
         passes = events["kind"].isin(["forward", "backward"])
@@ -138,3 +143,15 @@ def test_tensor_parallel_runs_give_the_collectives_wait_through_the_cli(tmp_path
     assert "tp_collective_wait_us = 400 us per tensor-parallel collective" in stdout
     fitted = tomllib.loads(profile.read_text(encoding="utf-8"))["cluster"]["compute"]
     assert fitted["tp_collective_wait_us"] == pytest.approx(400.0, rel=1e-3)
+
+
+def test_pipeline_runs_give_the_transfer_host_time_through_the_cli(tmp_path: Path) -> None:
+    """pp 2 at micro-batch 1 and 4 (16 and 4 transfer sides a rank step) on a machine whose transfer
+    sides take 0.3 ms of host time each: the profile carries it, fitted from the untracked time."""
+    runs = [measured_run(tmp_path, f"pp-mb{b}", b, p2p_us=300.0) for b in (1, 4)]
+    profile = tmp_path / "p.toml"
+    code, stdout, stderr = cli_main("calibrate", *map(str, runs), "-o", str(profile))
+    assert code == 0, stderr
+    assert "p2p_overhead_us = 300 us per transfer side" in stdout
+    fitted = tomllib.loads(profile.read_text(encoding="utf-8"))["cluster"]["compute"]
+    assert fitted["p2p_overhead_us"] == pytest.approx(300.0, rel=1e-3)

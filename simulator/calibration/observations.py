@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+import numpy as np
 import pandas as pd
 
 from plancast.traces import schema
@@ -41,11 +42,44 @@ def compute_observations(measured: pd.DataFrame) -> pd.DataFrame:
 def tp_collective_mean_s(measured: pd.DataFrame) -> float | None:
     """Mean measured seconds of a run's tensor-parallel collectives (steps < 1 dropped as above), the
     waits for a late peer included; None where the run has none."""
-    frame = schema.validate(measured)
-    if frame["step"].nunique() > 1:
-        frame = frame[frame["step"] >= 1]
+    frame = _after_warm_up(measured)
     tp = frame[frame["stream"] == "tp"]
     return float(tp["dur_us"].mean()) * 1e-6 if not tp.empty else None
+
+
+def _after_warm_up(events: pd.DataFrame) -> pd.DataFrame:
+    frame = schema.validate(events)
+    return frame[frame["step"] >= 1] if frame["step"].nunique() > 1 else frame
+
+
+def _covered_us(starts: np.ndarray, ends: np.ndarray) -> float:
+    """Length covered by the intervals [starts, ends) (overlaps counted once)."""
+    order = np.argsort(starts, kind="stable")
+    s, e = starts[order], np.maximum.accumulate(ends[order])
+    return float(e[-1] - s[0] - np.maximum(s[1:] - e[:-1], 0.0).sum())
+
+
+def untracked_per_step(events: pd.DataFrame) -> tuple[float, float] | None:
+    """(seconds, transfer sides) per rank and step, means over ranks and steps (>= 1): the time a rank's
+    step holds no span that blocks its main thread (what is left: its bookkeeping between actions,
+    posting transfers, and any wait to be scheduled back), and the pipeline sends + receives it posts.
+    Rank steps start at 0 (measured: each rank's own start; predicted: the simulated step's). None for
+    a trace without transfers."""
+    frame = _after_warm_up(events)
+    transfers = frame["stream"].eq("pp") & frame["kind"].isin(["send", "recv"])
+    if not transfers.any():
+        return None
+    # what holds the main thread: not a send (posted, then in flight beside what follows) nor a
+    # data-parallel collective (in flight beside the backward)
+    blocking = ~(frame["kind"].eq("send") | frame["stream"].eq("dp"))
+    untracked, sides = [], []
+    for key, g in frame[blocking].groupby(["rank", "step"]):
+        starts = g["start_us"].to_numpy(dtype=float)
+        ends = starts + g["dur_us"].to_numpy(dtype=float)
+        untracked.append((ends.max() - _covered_us(starts, ends)) * 1e-6)
+        rank_step = frame[(frame["rank"] == key[0]) & (frame["step"] == key[1])]
+        sides.append(float((rank_step["stream"].eq("pp") & rank_step["kind"].isin(["send", "recv"])).sum()))
+    return float(np.mean(untracked)), float(np.mean(sides))
 
 
 def mean_observations(obs: pd.DataFrame) -> pd.DataFrame:

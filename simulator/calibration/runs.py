@@ -19,7 +19,14 @@ of the parameter and not of one run's leftovers:
   An isolated microbenchmark has no such wait; inside a run on shared cores it is ~0.2-0.6 ms a
   collective (benchmarks/cpu_fidelity.py's runs), ~40% of a tp 2 step's collective time.
 
-Host costs of collectives and transfers are never fitted to runs: they come from the microbenchmarks
+- the host time of a pipeline transfer side (p2p_overhead_us: the executor's bookkeeping and post
+  between two actions, and the wait to be scheduled back): the time a rank's step holds no span in
+  >= 2 pipeline runs with different transfer counts per step, beyond what the simulation of the same
+  run leaves untracked without it; the slope over the transfer count, so that a fixed per-step
+  remainder does not pass for a per-transfer cost. The microbenchmark measures the main thread's CPU
+  time of it in isolation (~130 us); a run on shared cores leaves ~260 us per side untracked.
+
+Host costs of collectives are never fitted to runs: they come from the microbenchmarks
 (microbench.py), as do the host fields no run determines. `evaluate` scores each run in-sample (fitted on
 all runs) and held out (fitted on the other runs only, leave-one-run-out).
 """
@@ -41,6 +48,7 @@ from plancast.simulator.calibration.compute import (
     stage_row,
 )
 from plancast.simulator.calibration.microbench import bounded
+from plancast.simulator.calibration.observations import untracked_per_step
 from plancast.simulator.cluster import Cluster
 from plancast.simulator.costs.host import optimizer_tensors, rank_stages
 from plancast.simulator.predict import simulate
@@ -53,6 +61,7 @@ HOST_FIELDS = (
     "fsdp_unit_overhead_us",
     "fsdp_gather_overhead_us",
     "tp_collective_wait_us",
+    "p2p_overhead_us",
 )
 _LAYER_FIELDS = HOST_FIELDS[:2]  # fitted per field (_host_fit); the FSDP2 pair together (_fsdp_fit)
 
@@ -66,6 +75,7 @@ class RunData:
     observations: tuple[Observation, ...]  # mean seconds per (stage, pass), compute only
     step_s: float  # the measured median step time
     tp_collective_s: float | None = None  # mean measured tensor-parallel collective, waits included
+    untracked: tuple[float, float] | None = None  # (s, transfer sides) a rank's step holds no span
 
 
 @dataclass(frozen=True)
@@ -271,6 +281,37 @@ def _tp_wait_fit(runs: Sequence[RunData], share: float) -> tuple[dict[str, float
     ]
 
 
+def _p2p_fit(
+    runs: Sequence[RunData], fields: dict[str, float], share: float
+) -> tuple[dict[str, float], list[str]]:
+    """p2p_overhead_us: the slope of (measured - simulated) untracked time per rank step over the
+    transfer sides per rank step, across pipeline runs (module docstring)."""
+    points = []
+    for r in runs:
+        if r.scenario.pp < 2 or r.untracked is None:
+            continue
+        simulated = untracked_per_step(
+            simulate(with_fields(r.scenario, {**fields, "p2p_overhead_us": 0.0})).events
+        )
+        if simulated is not None:
+            points.append((r.untracked[1], r.untracked[0] - simulated[0]))
+    sides = sorted({n for n, _ in points})
+    if len(sides) < 2:
+        return {}, [
+            "p2p_overhead_us not fitted: needs >= 2 pipeline runs with different transfer counts per step "
+            f"(given {len(points)} run(s), {sides or '-'} transfer sides per rank); kept from the "
+            "microbenchmarks"
+        ]
+    slope, intercept = np.polyfit([n for n, _ in points], [x for _, x in points], 1)
+    value, clipped = bounded("p2p_overhead_us", slope * 1e6, share)
+    return {"p2p_overhead_us": value}, [
+        clipped
+        or f"p2p_overhead_us = {value:.0f} us per transfer side (untracked time beyond the simulation's, "
+        f"per transfer, from {len(points)} runs with {', '.join(f'{n:g}' for n in sides)} sides per rank "
+        f"step; {intercept * 1e3:+.2f} ms a step left over, not modelled)"
+    ]
+
+
 def fit_runs(runs: Sequence[RunData], share: float = 1.0) -> Fit:
     """Fit every parameter the runs determine (module docstring); the rest keep the clusters' values.
     `share`: the core share the host bounds are scaled by (microbench.bounded)."""
@@ -279,8 +320,10 @@ def fit_runs(runs: Sequence[RunData], share: float = 1.0) -> Fit:
     host, host_notes = _host_fit(runs, fields, share)
     fsdp, fsdp_notes = _fsdp_fit(runs, fields, share)
     wait, wait_notes = _tp_wait_fit(runs, share)
+    p2p, p2p_notes = _p2p_fit(runs, fields, share)
     return Fit(
-        {**fields, **optimizer, **host, **fsdp, **wait}, (note, *notes, *host_notes, *fsdp_notes, *wait_notes)
+        {**fields, **optimizer, **host, **fsdp, **wait, **p2p},
+        (note, *notes, *host_notes, *fsdp_notes, *wait_notes, *p2p_notes),
     )
 
 

@@ -153,7 +153,8 @@ def receives(sim: Engine, st: RankState) -> tuple[TransferKey, ...]:
 
 
 def recv(sim: Engine, st: RankState, kind: str, a: Action, from_stage: int) -> Process:
-    """Wait until the transfer for (kind, stage, micro-batch) has landed; the wait is the recv span."""
+    """Wait until the transfer for (kind, stage, micro-batch) has landed (the wait is the recv span),
+    then the receive side's host time (plan.p2p_host_s)."""
     env = sim.env
     key = (st.rank, kind, a.stage, a.microbatch)
     start = env.now
@@ -166,10 +167,6 @@ def recv(sim: Engine, st: RankState, kind: str, a: Action, from_stage: int) -> P
         yield env.timeout(landed - start)
     if blocked and (wait := slice_wait_s(sim, st.rank)):  # woken while others hold every core
         yield env.timeout(wait)
-    if sim.plan.rendezvous:
-        post_next_receive(sim, st)
-    if sim.plan.p2p_host_s:
-        yield sim.busy(st.rank, sim.plan.p2p_host_s)
     index = 0 if kind == "F" else 1
     sim.transfers.append(
         new_span(
@@ -189,3 +186,9 @@ def recv(sim: Engine, st: RankState, kind: str, a: Action, from_stage: int) -> P
             )
         )
     )
+    # then the runtime's bookkeeping: post the next receive ahead (gloo), return to the schedule; as
+    # runtime/parallel/pp.py does it after the wait, it is outside the recv span there too
+    if sim.plan.rendezvous:
+        post_next_receive(sim, st)
+    if sim.plan.p2p_host_s:
+        yield sim.busy(st.rank, sim.plan.p2p_host_s)

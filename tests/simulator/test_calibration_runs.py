@@ -12,6 +12,7 @@ from plancast.simulator.calibration.observations import (
     compute_observations,
     mean_observations,
     tp_collective_mean_s,
+    untracked_per_step,
 )
 from plancast.simulator.calibration.runs import RunData, evaluate, fit_runs, score_table, with_fields
 from plancast.simulator.costs.host import HostCosts
@@ -210,3 +211,44 @@ def test_the_collectives_wait_lengthens_only_tensor_parallel_steps_by_each_colle
     assert simulate(with_fields(dp, {"tp_collective_wait_us": 500.0}), events=False).summary[
         "step_time_s"
     ] == pytest.approx(simulate(dp, events=False).summary["step_time_s"])
+
+
+def pipeline_run(name: str, micro_batch: int, p2p_us: float, remainder_us: float = 0.0) -> RunData:
+    """A pp 2 run measured on a machine whose transfer posts each take `p2p_us`, and whose steps hold
+    `remainder_us` more untracked time (a fixed per-step cost no transfer explains)."""
+    s = scenario(micro_batch, pipeline_parallel_degree=2)
+    truth = simulate(with_fields(s, {**TRUE, "p2p_overhead_us": p2p_us}))
+    events = truth.events.assign(source="measured")
+    obs = mean_observations(compute_observations(events))
+    observations = tuple(Observation(int(r.stage), str(r.kind), float(r.seconds)) for r in obs.itertuples())
+    untracked = untracked_per_step(events)
+    assert untracked is not None
+    measured = (untracked[0] + remainder_us * 1e-6, untracked[1])
+    return RunData(name, s, observations, float(truth.summary["step_time_s"]), None, measured)
+
+
+def test_pipeline_runs_with_different_transfer_counts_recover_the_transfer_host_time() -> None:
+    """mb 1 and 4 at global batch 8: 8 and 2 micro-batches, so 16 and 4 transfer sides per rank step;
+    the slope over them is the per-side time, and a fixed per-step remainder stays out of it."""
+    runs = [pipeline_run(f"pp2 mb{b}", b, 250.0, remainder_us=800.0) for b in (1, 4)]
+    fit = fit_runs(runs)
+    assert fit.fields["p2p_overhead_us"] == pytest.approx(250.0, rel=0.02)
+    assert any("p2p_overhead_us = " in n and "+0.80 ms a step left over" in n for n in fit.notes)
+    one = fit_runs([*runs[:1], pipeline_run("pp2 mb1 again", 1, 250.0)])  # one transfer count
+    assert "p2p_overhead_us" not in one.fields
+    assert any(n.startswith("p2p_overhead_us not fitted") for n in one.notes)
+
+
+def test_untracked_time_is_what_no_span_covers() -> None:
+    """Overlapping spans count once, a send in flight not at all; the rank's step ends at the end of
+    its last span that holds its thread."""
+    events = simulate(scenario(2, pipeline_parallel_degree=2)).events.assign(source="measured")
+    rows = events[events["rank"] == 0].copy()
+    rows["start_us"], rows["dur_us"] = 0.0, 0.0
+    compute = rows.index[rows["stream"] == "compute"][:3]
+    rows.loc[compute, ["start_us", "dur_us"]] = [[0.0, 100.0], [50.0, 100.0], [400.0, 100.0]]
+    send = rows.index[rows["kind"] == "send"][0]
+    rows.loc[send, ["start_us", "dur_us"]] = [200.0, 5_000.0]  # in flight: holds no thread
+    untracked = untracked_per_step(rows)
+    assert untracked is not None
+    assert untracked[0] == pytest.approx(250e-6)  # [0, 500) less [0, 150) and [400, 500)
