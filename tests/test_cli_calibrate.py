@@ -130,28 +130,22 @@ def test_zero2_and_zero3_runs_separate_the_unshard_through_the_cli(tmp_path: Pat
     assert fitted["fsdp_unit_overhead_us"] == pytest.approx(2500.0, rel=0.1)
 
 
-def test_tensor_parallel_runs_give_the_collectives_wait_through_the_cli(tmp_path: Path) -> None:
-    """Two tp 2 runs whose collectives each wait 0.4 ms for their peer: the profile carries the wait and
-    the held-out error of each run stays small (the other run's fit predicts it)."""
-    runs = [
-        measured_run(tmp_path, f"tp-mb{b}", b, {"tensor_parallel_degree": 2}, tp_wait_us=400.0)
-        for b in (1, 4)
-    ]
+@pytest.mark.parametrize(
+    ("parallelism", "machine", "field", "line"),
+    [
+        # tp 2 whose collectives each wait 0.4 ms for their late peer
+        ({"tensor_parallel_degree": 2}, {"tp_wait_us": 400.0}, "tp_collective_wait_us", "400 us per tensor"),
+        # pp 2 at micro-batch 1 and 4 (16 and 4 transfer sides a rank step), 0.3 ms of host time a side
+        (None, {"p2p_us": 300.0}, "p2p_overhead_us", "300 us per transfer side"),
+    ],
+)
+def test_runs_give_the_waits_a_microbenchmark_cannot_see_through_the_cli(
+    tmp_path: Path, parallelism: dict[str, Any] | None, machine: dict[str, float], field: str, line: str
+) -> None:
+    runs = [measured_run(tmp_path, f"mb{b}", b, parallelism, **machine) for b in (1, 4)]
     profile = tmp_path / "p.toml"
     code, stdout, stderr = cli_main("calibrate", *map(str, runs), "-o", str(profile))
     assert code == 0, stderr
-    assert "tp_collective_wait_us = 400 us per tensor-parallel collective" in stdout
+    assert f"{field} = {line}" in stdout
     fitted = tomllib.loads(profile.read_text(encoding="utf-8"))["cluster"]["compute"]
-    assert fitted["tp_collective_wait_us"] == pytest.approx(400.0, rel=1e-3)
-
-
-def test_pipeline_runs_give_the_transfer_host_time_through_the_cli(tmp_path: Path) -> None:
-    """pp 2 at micro-batch 1 and 4 (16 and 4 transfer sides a rank step) on a machine whose transfer
-    sides take 0.3 ms of host time each: the profile carries it, fitted from the untracked time."""
-    runs = [measured_run(tmp_path, f"pp-mb{b}", b, p2p_us=300.0) for b in (1, 4)]
-    profile = tmp_path / "p.toml"
-    code, stdout, stderr = cli_main("calibrate", *map(str, runs), "-o", str(profile))
-    assert code == 0, stderr
-    assert "p2p_overhead_us = 300 us per transfer side" in stdout
-    fitted = tomllib.loads(profile.read_text(encoding="utf-8"))["cluster"]["compute"]
-    assert fitted["p2p_overhead_us"] == pytest.approx(300.0, rel=1e-3)
+    assert fitted[field] == pytest.approx(float(line.split(maxsplit=1)[0]), rel=1e-3)

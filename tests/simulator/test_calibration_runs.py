@@ -38,13 +38,18 @@ def scenario(micro_batch: int, **parallelism: Any) -> Scenario:
     return parse_scenario(data).scenario
 
 
-def measured_run(name: str, s: Scenario, truth: dict[str, float]) -> RunData:
-    """A run 'measured' on a machine whose compute model is `truth` (its simulation, relabelled)."""
+def measured_run(name: str, s: Scenario, truth: dict[str, float], remainder_us: float = 0.0) -> RunData:
+    """A run 'measured' on a machine whose compute model is `truth` (its simulation, relabelled); its
+    steps hold `remainder_us` more untracked time (a fixed per-step cost no transfer explains)."""
     prediction = simulate(with_fields(s, truth))
     events = prediction.events.assign(source="measured")
     obs = mean_observations(compute_observations(events))
     observations = tuple(Observation(int(r.stage), str(r.kind), float(r.seconds)) for r in obs.itertuples())
-    return RunData(name, s, observations, float(prediction.summary["step_time_s"]))
+    untracked = untracked_per_step(events)
+    if untracked is not None:
+        untracked = (untracked[0] + remainder_us * 1e-6, untracked[1])
+    step_s = float(prediction.summary["step_time_s"])
+    return RunData(name, s, observations, step_s, tp_collective_mean_s(events), untracked)
 
 
 def test_two_runs_at_different_micro_batch_sizes_recover_the_compute_model() -> None:
@@ -179,12 +184,7 @@ def test_the_unshard_host_time_lengthens_the_step_once_per_unshard(stage: int, u
 def waiting_tp_run(name: str, micro_batch: int, wait_us: float) -> RunData:
     """A tp 2 run measured on a machine whose collectives each wait `wait_us` for their peer."""
     s = scenario(micro_batch, tensor_parallel_degree=2)
-    truth = simulate(with_fields(s, {**TRUE, "tp_collective_wait_us": wait_us}))
-    events = truth.events.assign(source="measured")
-    obs = mean_observations(compute_observations(events))
-    observations = tuple(Observation(int(r.stage), str(r.kind), float(r.seconds)) for r in obs.itertuples())
-    tp_s = tp_collective_mean_s(events)
-    return RunData(name, s, observations, float(truth.summary["step_time_s"]), tp_s)
+    return measured_run(name, s, {**TRUE, "tp_collective_wait_us": wait_us})
 
 
 def test_two_tensor_parallel_runs_recover_the_collectives_wait_and_one_does_not() -> None:
@@ -214,17 +214,9 @@ def test_the_collectives_wait_lengthens_only_tensor_parallel_steps_by_each_colle
 
 
 def pipeline_run(name: str, micro_batch: int, p2p_us: float, remainder_us: float = 0.0) -> RunData:
-    """A pp 2 run measured on a machine whose transfer posts each take `p2p_us`, and whose steps hold
-    `remainder_us` more untracked time (a fixed per-step cost no transfer explains)."""
+    """A pp 2 run measured on a machine whose transfer sides each take `p2p_us` of host time."""
     s = scenario(micro_batch, pipeline_parallel_degree=2)
-    truth = simulate(with_fields(s, {**TRUE, "p2p_overhead_us": p2p_us}))
-    events = truth.events.assign(source="measured")
-    obs = mean_observations(compute_observations(events))
-    observations = tuple(Observation(int(r.stage), str(r.kind), float(r.seconds)) for r in obs.itertuples())
-    untracked = untracked_per_step(events)
-    assert untracked is not None
-    measured = (untracked[0] + remainder_us * 1e-6, untracked[1])
-    return RunData(name, s, observations, float(truth.summary["step_time_s"]), None, measured)
+    return measured_run(name, s, {**TRUE, "p2p_overhead_us": p2p_us}, remainder_us)
 
 
 def test_pipeline_runs_with_different_transfer_counts_recover_the_transfer_host_time() -> None:
