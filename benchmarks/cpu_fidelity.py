@@ -1,9 +1,9 @@
 """Predicted vs measured step time on this machine's CPU, after calibration (issue 10 target: every plan
 within 15%, mean <= 8%; no fitted parameter outside its bound).
 
-1. calibrate: this machine's microbenchmarks (once, at the scored plans' shapes, cached in --out) + eleven
-   calibration runs (tiny-gpt: DP 2 at micro-batch 4; PP 2, TP 2, TP 2 + SP, ZeRO-2 and ZeRO-3 each at
-   micro-batch 4 and 1) that are NOT among the scored runs (those use micro-batch 2); the
+1. calibrate: this machine's microbenchmarks (once, at the scored plans' shapes, cached in --out) + twelve
+   calibration runs (tiny-gpt: DP 2, PP 2, TP 2, TP 2 + SP, ZeRO-2 and ZeRO-3, each at micro-batch 4
+   and 1) that are NOT among the scored runs (those use micro-batch 2); the
    calibration's own in-sample / held-out table is printed too;
 2. for each plan of the matrix {DP 2, ZeRO-1/2/3 at 2, TP 2, TP 2 + SP, PP 2 GPipe and 1F1B at 4 and 8
    micro-batches, PP 4 interleaved}: run it with the runtime (torchrun, gloo) for 24 steps, simulate it
@@ -73,6 +73,7 @@ OPTIMIZER_FIELDS = ("optimizer_overhead_us", "dtensor_optimizer_overhead_us")
 CALIBRATION: dict[str, dict[str, Any]] = {  # other micro-batch sizes than every scored run (those use 2):
     # 1 and 4 bracket it, so the per-op overhead and the efficiency scale separate in the compute fit
     "calibration DP 2, mb 4": {"_micro": 4},
+    "calibration DP 2, mb 1": {"_micro": 1},
     # 16 and 4 micro-batches: 32 and 8 transfer sides a rank step separate a side's host time
     "calibration PP 2, mb 1": {"pipeline_parallel_degree": 2, "_micro": 1},
     "calibration PP 2, mb 4": {"pipeline_parallel_degree": 2, "_micro": 4},

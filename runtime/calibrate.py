@@ -20,9 +20,9 @@ import tomli_w
 
 from plancast.simulator.calibration.compute import Observation
 from plancast.simulator.calibration.observations import (
+    collective_means_s,
     compute_observations,
     mean_observations,
-    tp_collective_mean_s,
     untracked_per_step,
 )
 from plancast.simulator.calibration.runs import RunData, Score, evaluate, fit_runs, with_fields
@@ -70,8 +70,8 @@ def run_data(path: Path, cluster: Cluster | None = None) -> tuple[RunData, list[
     obs = mean_observations(compute_observations(measured.events))
     observations = tuple(Observation(int(r.stage), str(r.kind), float(r.seconds)) for r in obs.itertuples())
     step_s = float(read_json(RunDir(path).measured_summary)["step_time_s"])
-    tp_s, untracked = tp_collective_mean_s(measured.events), untracked_per_step(measured.events)
-    run = RunData(str(path), s, observations, step_s, tp_s, untracked)
+    collectives, untracked = collective_means_s(measured.events), untracked_per_step(measured.events)
+    run = RunData(str(path), s, observations, step_s, collectives, untracked)
     return run, [f"warning: {p}" for p in measured.problems]
 
 

@@ -144,6 +144,12 @@ class ComputeModel(Strict):
     fitted by `plancast calibrate` from the collectives of >= 2 tensor-parallel runs at different
     micro-batch sizes (their measured mean minus the model's), bounded by a scheduler period
     (simulator/calibration/runs.py)."""
+    ddp_collective_wait_us: float = Field(default=0.0, ge=0)
+    """The same for a DDP gradient all-reduce: mean time beyond its link time inside a run, where it
+    runs beside the last backward and its transport threads (gloo's) wait for the cores the ranks
+    compute on. 0 on GPUs (NCCL's kernels move the data) and in an
+    isolated microbenchmark; fitted by `plancast calibrate` from >= 2 such runs at different
+    micro-batch sizes (simulator/calibration/runs.py)."""
     dp_collective_overhead_us: float = Field(default=0.0, ge=0)
     """Host time per ZeRO-2/3 (FSDP2) collective; the local-cpu measurement counts it in
     fsdp_unit_overhead_us (the hooks issue the collectives) and leaves this 0."""

@@ -37,12 +37,13 @@ def measured_run(
     unit_host_s: float = 0.0,
     tp_wait_us: float = 0.0,
     p2p_us: float | None = None,
+    ddp_wait_us: float = 0.0,
 ) -> Path:
     """A run directory at `micro_batch` (pp 2 unless `parallelism`), measured on a machine whose compute
     model is TRUE; FSDP2 plans' forward and backward spans also hold `unit_host_s` per unit (every block
     and the root) and micro-batch, half in each, as their hooks' host time; each tensor-parallel
-    collective waits `tp_wait_us` for its peer; each pipeline transfer side costs `p2p_us` of host
-    time (default: the preset's)."""
+    collective waits `tp_wait_us` for its peer and each DDP one `ddp_wait_us`; each pipeline transfer
+    side costs `p2p_us` of host time (default: the preset's)."""
     data = {
         "model": {"preset": "tiny-gpt"},
         "training": {"seq_len": 64, "micro_batch_size": micro_batch, "global_batch_size": 8, "dtype": "fp32"},
@@ -54,7 +55,7 @@ def measured_run(
     source.write_text(tomli_w.dumps(data), encoding="utf-8")
     assert cli_main("simulate", str(source), "--out", str(path))[0] == 0
     s = parse_scenario(data).scenario
-    machine = {**TRUE, "tp_collective_wait_us": tp_wait_us}
+    machine = {**TRUE, "tp_collective_wait_us": tp_wait_us, "ddp_collective_wait_us": ddp_wait_us}
     if p2p_us is not None:
         machine["p2p_overhead_us"] = p2p_us
     truth = simulate(with_fields(s, machine))
@@ -137,6 +138,8 @@ def test_zero2_and_zero3_runs_separate_the_unshard_through_the_cli(tmp_path: Pat
         ({"tensor_parallel_degree": 2}, {"tp_wait_us": 400.0}, "tp_collective_wait_us", "400 us per tensor"),
         # pp 2 at micro-batch 1 and 4 (16 and 4 transfer sides a rank step), 0.3 ms of host time a side
         (None, {"p2p_us": 300.0}, "p2p_overhead_us", "300 us per transfer side"),
+        # dp 2 whose gradient all-reduces each take 2 ms more beside the last backward
+        ({"data_parallel_degree": 2}, {"ddp_wait_us": 2000.0}, "ddp_collective_wait_us", "2000 us per DDP"),
     ],
 )
 def test_runs_give_the_waits_a_microbenchmark_cannot_see_through_the_cli(

@@ -60,6 +60,11 @@ BOUNDS: dict[str, Bound] = {
         "a peer ready to run waits at most one scheduler period for its slice: Linux CFS sched_latency "
         "6 ms x (1 + log2 cores) (kernel/sched/fair.c), 12 ms on two cores",
     ),
+    "ddp_collective_wait_us": Bound(
+        12_000.0,
+        "a transport thread ready to run waits at most one scheduler period for its slice: Linux CFS "
+        "sched_latency 6 ms x (1 + log2 cores) (kernel/sched/fair.c), 12 ms on two cores",
+    ),
     "sp_collective_overhead_us": Bound(10_000.0, "one DTensor redistribute: ~50 Python-level ops"),
     "tp_layer_overhead_us": Bound(
         100_000.0, "a block's forward + backward: ~100 DTensor ops at <= 1 ms each"

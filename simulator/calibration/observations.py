@@ -39,12 +39,24 @@ def compute_observations(measured: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["rank", "stage", "kind", "seconds"])
 
 
-def tp_collective_mean_s(measured: pd.DataFrame) -> float | None:
-    """Mean measured seconds of a run's tensor-parallel collectives (steps < 1 dropped as above), the
-    waits for a late peer included; None where the run has none."""
+def waiting_collectives(events: pd.DataFrame, stream: str) -> pd.Series:
+    """The collectives whose wait in a run calibration measures on `stream`: every tensor-parallel one;
+    on "dp", the all-reduces (DDP's gradient buckets, beside the backward), not ZeRO-1's broadcasts
+    (after the optimizer, with the cores free)."""
+    kinds = ["all_reduce"] if stream == "dp" else ["all_reduce", "all_gather", "reduce_scatter"]
+    return events["stream"].eq(stream) & events["kind"].isin(kinds)
+
+
+def collective_means_s(measured: pd.DataFrame) -> dict[str, float]:
+    """Mean seconds of a run's waiting collectives per stream, "tp" and "dp" (steps < 1 dropped as
+    above), the waits inside them included; a stream the run has none of is absent."""
     frame = _after_warm_up(measured)
-    tp = frame[frame["stream"] == "tp"]
-    return float(tp["dur_us"].mean()) * 1e-6 if not tp.empty else None
+    out = {}
+    for stream in ("tp", "dp"):
+        durations = frame.loc[waiting_collectives(frame, stream), "dur_us"]
+        if not durations.empty:
+            out[stream] = float(durations.mean()) * 1e-6
+    return out
 
 
 def _after_warm_up(events: pd.DataFrame) -> pd.DataFrame:

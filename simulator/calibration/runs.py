@@ -17,7 +17,9 @@ of the parameter and not of one run's leftovers:
   measured mean collective of >= 2 tensor-parallel runs at different micro-batch sizes (so different
   collective counts per step) minus the model's mean for the same collectives (link + host overhead).
   An isolated microbenchmark has no such wait; inside a run on shared cores it is ~0.2-0.6 ms a
-  collective (benchmarks/cpu_fidelity.py's runs), ~40% of a tp 2 step's collective time.
+  collective (benchmarks/cpu_fidelity.py's runs), ~40% of a tp 2 step's collective time. The same for
+  DDP's gradient all-reduces (ddp_collective_wait_us, from >= 2 such runs): they run beside the last
+  backward, whose compute holds the cores gloo's threads need.
 
 - the host time of a pipeline transfer side (p2p_overhead_us: the executor's bookkeeping and post
   between two actions, and the wait to be scheduled back): the time a rank's step holds no span in
@@ -33,8 +35,9 @@ all runs) and held out (fitted on the other runs only, leave-one-run-out).
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -61,6 +64,7 @@ HOST_FIELDS = (
     "fsdp_unit_overhead_us",
     "fsdp_gather_overhead_us",
     "tp_collective_wait_us",
+    "ddp_collective_wait_us",
     "p2p_overhead_us",
 )
 _LAYER_FIELDS = HOST_FIELDS[:2]  # fitted per field (_host_fit); the FSDP2 pair together (_fsdp_fit)
@@ -74,7 +78,7 @@ class RunData:
     scenario: Scenario
     observations: tuple[Observation, ...]  # mean seconds per (stage, pass), compute only
     step_s: float  # the measured median step time
-    tp_collective_s: float | None = None  # mean measured tensor-parallel collective, waits included
+    collective_s: Mapping[str, float] = dataclasses.field(default_factory=dict)  # per stream (tp, dp)
     untracked: tuple[float, float] | None = None  # (s, transfer sides) a rank's step holds no span
 
 
@@ -255,29 +259,38 @@ def _fsdp_fit(
     return out, notes
 
 
-def _tp_wait_fit(runs: Sequence[RunData], share: float) -> tuple[dict[str, float], list[str]]:
-    """tp_collective_wait_us: per tensor-parallel run, its measured mean collective minus the model's
-    mean (the same collectives without a wait), then the median over the runs (module docstring)."""
+# stream -> (the field of its collectives' wait, what they are, which runs have them)
+_WAITS: dict[str, tuple[str, str, Callable[[Scenario], bool]]] = {
+    "tp": ("tp_collective_wait_us", "tensor-parallel", lambda s: s.tp > 1),
+    "dp": ("ddp_collective_wait_us", "DDP all-reduce", lambda s: s.dp > 1 and not s.fsdp),
+}
+
+
+def _wait_fit(runs: Sequence[RunData], stream: str, share: float) -> tuple[dict[str, float], list[str]]:
+    """A collective's wait in a run (_WAITS): per run, its measured mean collective on `stream` minus
+    the model's mean for the same collectives without the wait, then the median over the runs."""
+    name, what, has = _WAITS[stream]
     points = []
     for r in runs:
-        if r.scenario.tp < 2 or r.tp_collective_s is None:
+        if not has(r.scenario) or stream not in r.collective_s:
             continue
-        events = simulate(with_fields(r.scenario, {"tp_collective_wait_us": 0.0})).events
-        modelled = events.loc[events["stream"] == "tp", "dur_us"]
+        events = simulate(with_fields(r.scenario, {name: 0.0})).events
+        modelled = events.loc[(events["stream"] == stream) & ~events["kind"].isin(["send", "recv"]), "dur_us"]
         if not modelled.empty:
-            points.append((r.scenario.training.micro_batch_size, r.tp_collective_s - modelled.mean() * 1e-6))
+            points.append(
+                (r.scenario.training.micro_batch_size, r.collective_s[stream] - modelled.mean() * 1e-6)
+            )
     sizes = sorted({b for b, _ in points})
     if len(points) < 2 or len(sizes) < 2:
         return {}, [
-            "tp_collective_wait_us not fitted: needs the collectives of >= 2 tensor-parallel runs at "
-            f"different micro-batch sizes (given {len(points)} run(s), size(s) {sizes or '-'}); kept "
-            "from the profile"
+            f"{name} not fitted: needs the collectives of >= 2 {what} runs at different micro-batch sizes "
+            f"(given {len(points)} run(s), size(s) {sizes or '-'}); kept from the profile"
         ]
-    value, clipped = bounded("tp_collective_wait_us", statistics.median(p for _, p in points) * 1e6, share)
-    return {"tp_collective_wait_us": value}, [
+    value, clipped = bounded(name, statistics.median(p for _, p in points) * 1e6, share)
+    return {name: value}, [
         clipped
-        or f"tp_collective_wait_us = {value:.0f} us per tensor-parallel collective (its measured mean beyond "
-        f"the link and host model), from {len(points)} runs (micro-batch sizes {sizes})"
+        or f"{name} = {value:.0f} us per {what} collective (its measured mean beyond the link and host "
+        f"model), from {len(points)} runs (micro-batch sizes {sizes})"
     ]
 
 
@@ -319,11 +332,12 @@ def fit_runs(runs: Sequence[RunData], share: float = 1.0) -> Fit:
     optimizer, notes = _optimizer_fit(runs, fields)
     host, host_notes = _host_fit(runs, fields, share)
     fsdp, fsdp_notes = _fsdp_fit(runs, fields, share)
-    wait, wait_notes = _tp_wait_fit(runs, share)
+    tp_wait, tp_notes = _wait_fit(runs, "tp", share)
+    dp_wait, dp_notes = _wait_fit(runs, "dp", share)
     p2p, p2p_notes = _p2p_fit(runs, fields, share)
     return Fit(
-        {**fields, **optimizer, **host, **fsdp, **wait, **p2p},
-        (note, *notes, *host_notes, *fsdp_notes, *wait_notes, *p2p_notes),
+        {**fields, **optimizer, **host, **fsdp, **tp_wait, **dp_wait, **p2p},
+        (note, *notes, *host_notes, *fsdp_notes, *tp_notes, *dp_notes, *p2p_notes),
     )
 
 

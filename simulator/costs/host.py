@@ -7,7 +7,8 @@ many of those units a plan's step has:
 
 - a pipeline transfer post, each side (ComputeModel.p2p_overhead_us), and the transport threads' CPU
   beside it (p2p_thread_us: engine/core.py, only where ranks share the cores);
-- an FSDP2 collective issued by a unit hook (dp_collective_overhead_us), per ZeRO-2/3 collective;
+- an FSDP2 collective issued by a unit hook (dp_collective_overhead_us), per ZeRO-2/3 collective; a
+  DDP gradient all-reduce's wait for the cores in a run (ddp_collective_wait_us);
 - a tensor-parallel transformer block's DTensor dispatch (tp_/sp_layer_overhead_us), per layer and
   micro-batch, forward and backward together;
 - an FSDP2 unit's hooks beyond its collectives (fsdp_unit_overhead_us), per unit (every block, plus
@@ -49,6 +50,7 @@ class HostCosts:
 
     p2p_s: float
     dp_collective_s: float
+    ddp_all_reduce_s: float  # a DDP gradient all-reduce's wait for the cores in a run
     layer_forward_s: float  # per transformer layer and micro-batch: DTensor dispatch + FSDP2 unit hooks
     layer_backward_s: float
     unit_forward_s: float  # per FSDP2 root unit (one per chunk) and micro-batch
@@ -69,6 +71,7 @@ class HostCosts:
         return cls(
             p2p_s=c.p2p_overhead_us * 1e-6,
             dp_collective_s=c.dp_collective_overhead_us * 1e-6 if s.fsdp else 0.0,
+            ddp_all_reduce_s=0.0 if s.fsdp else c.ddp_collective_wait_us * 1e-6,
             layer_forward_s=tp_us * TP_FORWARD_SHARE * 1e-6 + unit_fwd,
             layer_backward_s=tp_us * (1 - TP_FORWARD_SHARE) * 1e-6 + unit_bwd,
             unit_forward_s=unit_fwd,

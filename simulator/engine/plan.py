@@ -259,6 +259,8 @@ class StepPlan:
             if kind in ("all_gather", "reduce_scatter"):
                 algorithm = self.s.parallelism.zero_collective_algorithm or "hierarchical"
             seconds = collective_seconds(kind, levels or self.dp_levels, nbytes, algorithm) + self.dp_host_s
+            if kind == "all_reduce":
+                seconds += self.host.ddp_all_reduce_s
             self._dp_seconds[key] = seconds
         return seconds
 

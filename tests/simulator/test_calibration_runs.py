@@ -9,9 +9,9 @@ import pytest
 
 from plancast.simulator.calibration.compute import Observation, model_x, stage_row
 from plancast.simulator.calibration.observations import (
+    collective_means_s,
     compute_observations,
     mean_observations,
-    tp_collective_mean_s,
     untracked_per_step,
 )
 from plancast.simulator.calibration.runs import RunData, evaluate, fit_runs, score_table, with_fields
@@ -49,7 +49,7 @@ def measured_run(name: str, s: Scenario, truth: dict[str, float], remainder_us: 
     if untracked is not None:
         untracked = (untracked[0] + remainder_us * 1e-6, untracked[1])
     step_s = float(prediction.summary["step_time_s"])
-    return RunData(name, s, observations, step_s, tp_collective_mean_s(events), untracked)
+    return RunData(name, s, observations, step_s, collective_means_s(events), untracked)
 
 
 def test_two_runs_at_different_micro_batch_sizes_recover_the_compute_model() -> None:
@@ -181,10 +181,12 @@ def test_the_unshard_host_time_lengthens_the_step_once_per_unshard(stage: int, u
     assert slower - base == pytest.approx(unshards * units * 1e-3, rel=0.05)
 
 
-def waiting_tp_run(name: str, micro_batch: int, wait_us: float) -> RunData:
-    """A tp 2 run measured on a machine whose collectives each wait `wait_us` for their peer."""
-    s = scenario(micro_batch, tensor_parallel_degree=2)
-    return measured_run(name, s, {**TRUE, "tp_collective_wait_us": wait_us})
+def waiting_tp_run(
+    name: str, micro_batch: int, wait_us: float, field: str = "tp_collective_wait_us"
+) -> RunData:
+    """A tp 2 run (dp 2 for the DDP wait) measured on a machine whose collectives each wait `wait_us`."""
+    plan = {"tensor_parallel_degree": 2} if field.startswith("tp") else {"data_parallel_degree": 2}
+    return measured_run(name, scenario(micro_batch, **plan), {**TRUE, field: wait_us})
 
 
 def test_two_tensor_parallel_runs_recover_the_collectives_wait_and_one_does_not() -> None:
@@ -244,3 +246,21 @@ def test_untracked_time_is_what_no_span_covers() -> None:
     untracked = untracked_per_step(rows)
     assert untracked is not None
     assert untracked[0] == pytest.approx(250e-6)  # [0, 500) less [0, 150) and [400, 500)
+
+
+def test_two_ddp_runs_recover_their_collectives_wait_and_it_lengthens_only_their_steps() -> None:
+    """DDP's all-reduce runs beside the last backward; its wait in a run is fitted as the tp one, and
+    moves DDP / ZeRO-1 steps only (the rank waits for its last bucket before the optimizer)."""
+    runs = [waiting_tp_run(f"dp2 mb{b}", b, 2_000.0, "ddp_collective_wait_us") for b in (1, 4)]
+    fit = fit_runs(runs)
+    assert fit.fields["ddp_collective_wait_us"] == pytest.approx(2_000.0, rel=1e-6)
+    assert "tp_collective_wait_us" not in fit.fields
+    wait = {"ddp_collective_wait_us": 2_000.0}
+    for plan, moves in (
+        ({"data_parallel_degree": 2}, True),
+        ({"zero_stage": 1}, True),
+        ({"zero_stage": 3}, False),
+    ):
+        s = scenario(2, **plan)
+        base, waited = (simulate(x, events=False).summary["step_time_s"] for x in (s, with_fields(s, wait)))
+        assert (waited > base + 1e-3) if moves else waited == pytest.approx(base)

@@ -83,10 +83,12 @@ def test_each_host_cost_comes_from_its_own_microbenchmark() -> None:
     assert cluster.tiers[0].bandwidth_GBps == pytest.approx(BANDWIDTH_BPS / 1e9, rel=1e-6)
     assert cluster.compute_slots_per_node == 2
     assert cluster.gpu.peak_tflops["fp32"] == pytest.approx(0.02)
-    # device, compute, core share, then each host field (op overhead: compute; the collectives' wait
-    # for a late peer: only runs have it, simulator/calibration/runs.py)
-    assert len(notes) == 3 + len(BOUNDS) - 2
-    assert not any(n.startswith("tp_collective_wait_us") for n in notes) and c.tp_collective_wait_us == 0
+    # device, compute, core share, then each host field (op overhead: compute; the collectives' waits
+    # in a run: only runs have them, simulator/calibration/runs.py)
+    waits = ("tp_collective_wait_us", "ddp_collective_wait_us")
+    assert len(notes) == 3 + len(BOUNDS) - 1 - len(waits)
+    assert not any(n.startswith(waits) for n in notes)
+    assert c.tp_collective_wait_us == c.ddp_collective_wait_us == 0
 
 
 @pytest.mark.parametrize(
