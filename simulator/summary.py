@@ -26,7 +26,7 @@ from plancast.traces.breakdown import PIPELINE_KINDS, pipeline_bubble
 __all__ = ["PIPELINE_KINDS", "pipeline_bubble", "summarize"]
 
 
-def _union_length(starts: np.ndarray, ends: np.ndarray) -> float:
+def union_length(starts: np.ndarray, ends: np.ndarray) -> float:
     """Total length covered by intervals (merge overlapping ones)."""
     if len(starts) == 0:
         return 0.0
@@ -43,7 +43,7 @@ def _exposed(comm: _Intervals, busy: _Intervals) -> float:
     busy_s, busy_e = np.array(busy.starts), np.array(busy.ends)
     both_s = np.concatenate([np.array(comm.starts), busy_s])
     both_e = np.concatenate([np.array(comm.ends), busy_e])
-    return _union_length(both_s, both_e) - _union_length(busy_s, busy_e)
+    return union_length(both_s, both_e) - union_length(busy_s, busy_e)
 
 
 class _Intervals:

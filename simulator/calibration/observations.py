@@ -10,6 +10,7 @@ from collections.abc import Iterable
 import numpy as np
 import pandas as pd
 
+from plancast.simulator.summary import union_length
 from plancast.traces import schema
 from plancast.traces.schema import ALIGNMENT_KEY
 
@@ -18,9 +19,7 @@ def compute_observations(measured: pd.DataFrame) -> pd.DataFrame:
     """Per measured compute span: (stage, kind, seconds) with the tensor-parallel collectives issued
     inside it subtracted (they are communication, fitted as links). Steps < 1 (warm-up) are dropped
     when later steps exist."""
-    frame = schema.validate(measured)
-    if frame["step"].nunique() > 1:
-        frame = frame[frame["step"] >= 1]
+    frame = _after_warm_up(measured)
     compute = frame[frame["stream"] == "compute"]
     tp = frame[frame["stream"] == "tp"]
     key = ["rank", "step", "stage", "microbatch"]
@@ -64,13 +63,6 @@ def _after_warm_up(events: pd.DataFrame) -> pd.DataFrame:
     return frame[frame["step"] >= 1] if frame["step"].nunique() > 1 else frame
 
 
-def _covered_us(starts: np.ndarray, ends: np.ndarray) -> float:
-    """Length covered by the intervals [starts, ends) (overlaps counted once)."""
-    order = np.argsort(starts, kind="stable")
-    s, e = starts[order], np.maximum.accumulate(ends[order])
-    return float(e[-1] - s[0] - np.maximum(s[1:] - e[:-1], 0.0).sum())
-
-
 def untracked_per_step(events: pd.DataFrame) -> tuple[float, float] | None:
     """(seconds, transfer sides) per rank and step, means over ranks and steps (>= 1): the time a rank's
     step holds no span that blocks its main thread (what is left: its bookkeeping between actions,
@@ -84,14 +76,13 @@ def untracked_per_step(events: pd.DataFrame) -> tuple[float, float] | None:
     # what holds the main thread: not a send (posted, then in flight beside what follows) nor a
     # data-parallel collective (in flight beside the backward)
     blocking = ~(frame["kind"].eq("send") | frame["stream"].eq("dp"))
-    untracked, sides = [], []
-    for key, g in frame[blocking].groupby(["rank", "step"]):
+    sides = transfers.groupby([frame["rank"], frame["step"]]).sum()
+    untracked = []
+    for _, g in frame[blocking].groupby(["rank", "step"]):
         starts = g["start_us"].to_numpy(dtype=float)
         ends = starts + g["dur_us"].to_numpy(dtype=float)
-        untracked.append((ends.max() - _covered_us(starts, ends)) * 1e-6)
-        rank_step = frame[(frame["rank"] == key[0]) & (frame["step"] == key[1])]
-        sides.append(float((rank_step["stream"].eq("pp") & rank_step["kind"].isin(["send", "recv"])).sum()))
-    return float(np.mean(untracked)), float(np.mean(sides))
+        untracked.append((ends.max() - union_length(starts, ends)) * 1e-6)
+    return float(np.mean(untracked)), float(sides.mean())
 
 
 def mean_observations(obs: pd.DataFrame) -> pd.DataFrame:
