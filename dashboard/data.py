@@ -22,8 +22,6 @@ from pathlib import Path, PurePosixPath
 from typing import Any, TypeVar
 
 import pandas as pd
-import pyarrow as pa
-import pyarrow.parquet as pq
 import streamlit as st
 
 from plancast.dashboard.serve import ROOT_ENV, RUNS_ENV
@@ -35,6 +33,7 @@ from plancast.simulator.sweep_axes import Plan
 from plancast.traces import schema
 from plancast.traces.reconcile import Reconciliation, reconcile
 from plancast.traces.store import RANK_FILE_RE, RunDir, TraceReadError, read_events, read_json, read_measured
+from plancast.traces.telemetry import read_telemetry
 
 MAX_EXTRACTED_BYTES = 2 * 1024**3
 """Largest total size a run upload may expand to (a zip of a big measured run is a few hundred MB)."""
@@ -42,18 +41,6 @@ MAX_ZIP_MEMBERS = 100_000
 """Most files a run upload may hold (a run has a few per rank)."""
 MAX_CSV_BYTES = 64 * 1024**2
 """Largest sweep CSV read (`plancast sweep --table` writes about 200 bytes per plan)."""
-
-# Columns of measured/telemetry.parquet, written by runtime/telemetry.py (one row per sample per GPU).
-TELEMETRY_COLUMNS: dict[str, str] = {
-    "node": "string",
-    "gpu": "int32",
-    "time_us": "float64",
-    "util_pct": "float64",
-    "memory_used_MiB": "float64",
-    "power_W": "float64",
-    "sm_clock_MHz": "float64",
-    "temperature_C": "float64",
-}
 
 T = TypeVar("T")
 Stamp = tuple[tuple[str, int, int], ...]
@@ -111,24 +98,6 @@ def _read_summary(path: Path, problems: list[str]) -> dict[str, Any] | None:
             f"v{schema.SCHEMA_VERSION}: its numbers may be misread"
         )
     return summary
-
-
-def read_telemetry(path: Path) -> pd.DataFrame:
-    """measured/telemetry.parquet with the telemetry columns; TraceReadError names what is wrong."""
-    try:
-        table = pq.read_table(path)
-    except (pa.ArrowException, OSError) as err:
-        raise TraceReadError(
-            f"{path} is truncated or not a parquet file ({err}); telemetry is left out"
-        ) from err
-    frame = table.to_pandas()
-    missing = [c for c in TELEMETRY_COLUMNS if c not in frame.columns]
-    if missing:
-        raise TraceReadError(f"{path} lacks the telemetry column(s) {missing}; telemetry is left out")
-    try:
-        return frame[list(TELEMETRY_COLUMNS)].astype(TELEMETRY_COLUMNS)
-    except (TypeError, ValueError) as err:
-        raise TraceReadError(f"{path} has a telemetry column of the wrong type ({err})") from err
 
 
 def load_run(path: Path) -> RunData:

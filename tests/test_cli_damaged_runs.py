@@ -71,6 +71,24 @@ def test_compare_names_a_core_wait_that_is_not_seconds(run: Path) -> None:
     assert "step time: predicted" in result.stdout  # the rest is still compared
 
 
+KEPT_TELEMETRY = REPO / "tests" / "data" / "gpu_runs" / "llama3-4layer-one-h100" / "measured"
+KEPT_TELEMETRY = KEPT_TELEMETRY / "telemetry.parquet"
+
+
+def test_compare_shows_what_the_gpus_ran_at(run: Path) -> None:
+    """The GPUs' clock while busy (measured/telemetry.parquet, here a kept H100 run's) in compare's text
+    and JSON; no line for a run whose telemetry sampled no GPU."""
+    assert "measured GPU" not in plancast("compare", str(run)).stdout
+    (run / "measured" / "telemetry.parquet").write_bytes(KEPT_TELEMETRY.read_bytes())
+    result = plancast("compare", str(run))
+    assert result.returncode == 0, result.stderr
+    assert "measured GPU while busy: SM clock 1680 MHz (median of 5 busy samples, up to 1860 MHz)" in (
+        result.stdout.replace("\n", " ")
+    )
+    gpu = json.loads(plancast("compare", str(run), "--json").stdout)["measured_gpu"]
+    assert gpu["sm_clock_MHz"] == 1680.0 and gpu["busy_samples"] == 5
+
+
 def _truncate(path: Path) -> None:
     data = path.read_bytes()
     path.write_bytes(data[: len(data) // 2])
@@ -91,6 +109,10 @@ DAMAGE = {
         "rank-00001.parquet",
     ),
     "summary cut in the middle": (lambda r: _truncate(r / "measured" / "summary.json"), "summary.json"),
+    "telemetry cut in the middle": (
+        lambda r: (r / "measured" / "telemetry.parquet").write_bytes(KEPT_TELEMETRY.read_bytes()[:300]),
+        "telemetry.parquet",
+    ),
 }
 
 

@@ -14,6 +14,7 @@ import json
 import shutil
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from tests.cli_runner import cli_main
@@ -52,3 +53,7 @@ def test_compare_of_a_real_gpu_run(tmp_path: Path, name: str) -> None:
     assert abs(summary["step_time_error"]) <= 0.10, (name, summary["step_time_error"])
     memory = next(c for c in summary["components"] if c["component"] == "peak_memory")
     assert abs(memory["error"]) <= 0.12, (name, memory)
+    samples = pd.read_parquet(run / "measured" / "telemetry.parquet")
+    busy = samples[samples["util_pct"] >= 50]  # the steps; set-up and teardown idle below it
+    assert summary["measured_gpu"]["sm_clock_MHz"] == float(busy["sm_clock_MHz"].median())
+    assert summary["measured_gpu"]["busy_samples"] == len(busy) > 0

@@ -20,6 +20,7 @@ from plancast.traces.store import (
     read_predicted,
     write_json,
 )
+from plancast.traces.telemetry import busy_gpu, read_telemetry
 
 
 class CompareError(ValueError):
@@ -56,6 +57,7 @@ def compare_run_dir(run_path: Path, ensure_predicted: Callable[[Path], None]) ->
         **to_summary(rec),
         **measured_status(measured_summary),
         "measured_core_wait_s": measured_core_wait(measured_summary, run.measured_summary, problems),
+        "measured_gpu": measured_gpu(run.telemetry, problems),
         "problems": problems,
     }
     checkpoints = optional_json(run.measured_dir / "checkpoints.json", problems)
@@ -89,6 +91,18 @@ def measured_core_wait(
         problems.append(f"{path}: core_wait_s is {wait!r}, not seconds >= 0 (compared without it)")
         return None
     return float(wait)
+
+
+def measured_gpu(path: Path, problems: list[str]) -> dict[str, Any] | None:
+    """What the GPUs ran at while busy (traces/telemetry.busy_gpu); None without telemetry or a GPU. An
+    unreadable telemetry file is noted as a problem and left out."""
+    if not path.exists():
+        return None
+    try:
+        return busy_gpu(read_telemetry(path))
+    except TraceReadError as e:
+        problems.append(str(e))
+        return None
 
 
 def optional_json(

@@ -7,6 +7,7 @@ import streamlit as st
 from plancast.dashboard import charts, data, frames
 from plancast.dashboard.app_pages.common import current_run
 from plancast.dashboard.data import RunData
+from plancast.traces.telemetry import busy_gpu
 
 
 def prediction_only(run: RunData) -> None:
@@ -50,6 +51,7 @@ def comparison(run: RunData) -> None:
     bubble = st.columns(2)
     bubble[0].metric("Bubble fraction (predicted)", f"{rec.bubble_fraction_predicted:.1%}")
     bubble[1].metric("Bubble fraction (measured)", f"{rec.bubble_fraction_measured:.1%}")
+    measured_conditions(run)
     cols = st.columns(3)
     cols[0].metric("Events matched", len(rec.matched))
     cols[1].metric("Events missing", len(rec.missing), help="Predicted but not measured")
@@ -78,6 +80,31 @@ def comparison(run: RunData) -> None:
         span_ms = float((path["start_us"] + path["dur_us"]).max() - path["start_us"].min()) / 1e3
         st.caption(f"{len(path)} events over ranks {sorted(set(path['rank']))}, {span_ms:.1f} ms end to end.")
     st.dataframe(frames.critical_path_rows(path), hide_index=True)
+
+
+def measured_conditions(run: RunData) -> None:
+    """What the measured step ran under, as `plancast compare` prints it: the ranks' wait for a CPU core
+    (measured/summary.json) and the GPUs' clock while busy (measured/telemetry.parquet)."""
+    wait = (run.measured_summary or {}).get("core_wait_s")
+    gpu = busy_gpu(run.telemetry) if run.telemetry is not None else None
+    if not isinstance(wait, int | float) and gpu is None:
+        return
+    cols = st.columns(3)
+    if isinstance(wait, int | float) and not isinstance(wait, bool):
+        cols[0].metric(
+            "Measured core wait",
+            f"{wait * 1e3:.3g} ms a step",
+            help="A rank's threads ready to run with no core free (Linux schedstat).",
+        )
+    if gpu is not None and gpu["sm_clock_MHz"] is not None:
+        cols[1].metric(
+            "GPU SM clock while busy",
+            f"{gpu['sm_clock_MHz']:.0f} MHz",
+            help=f"Median of {gpu['busy_samples']} samples at >= 50% utilization (the slowest GPU's). A "
+            "long job at the power limit settles at a lower clock than a short check.",
+        )
+        if gpu["power_W"] is not None:
+            cols[2].metric("GPU power while busy", f"{gpu['power_W']:.0f} W")
 
 
 def measured_status(run: RunData) -> None:

@@ -62,6 +62,7 @@ def compare(
     )
     out.print(f"measured run status: {status}")
     print_core_wait(summary.get("measured_core_wait_s"))
+    print_gpu(summary.get("measured_gpu"))
     out.print(
         f"bubble: predicted {pct(summary['bubble_fraction_predicted'])}, "
         f"measured {pct(summary['bubble_fraction_measured'])}"
@@ -96,6 +97,29 @@ def print_core_wait(wait_s: float | None) -> None:
             f"measured core wait: {wait_s * 1e3:.3g} ms a step (a rank's threads ready to run with no "
             "core free, Linux schedstat; the prediction has it only where ranks share cores by design)"
         )
+
+
+def print_gpu(gpu: dict[str, Any] | None) -> None:
+    """What the GPUs ran at while busy (measured/telemetry.parquet), where a GPU was sampled."""
+    if not gpu:
+        return
+    clock, peak = gpu.get("sm_clock_MHz"), gpu.get("sm_clock_max_MHz")
+    which = f"slowest of {gpu['gpus']} GPUs, " if gpu["gpus"] > 1 else ""
+    parts = [
+        f"SM clock {clock:.0f} MHz ({which}median of {gpu['busy_samples']} busy samples"
+        + (f", up to {peak:.0f} MHz)" if peak is not None else ")")
+        if clock is not None
+        else "SM clock not read",
+    ]
+    if gpu.get("power_W") is not None:
+        parts.append(f"{gpu['power_W']:.0f} W")
+    if gpu.get("temperature_max_C") is not None:
+        parts.append(f"up to {gpu['temperature_max_C']:.0f} °C")
+    out.print(
+        "measured GPU while busy: " + ", ".join(parts) + " (a long job at the power limit settles at a "
+        "lower clock than a short check: docs/calibration.md)",
+        markup=False,
+    )
 
 
 @app.command("export")

@@ -17,12 +17,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import tomli_w
 
-from plancast.dashboard.data import TELEMETRY_COLUMNS
 from plancast.simulator.loader import load_scenario, to_toml_dict
 from plancast.simulator.predict import Prediction, simulate
 from plancast.traces import store
 from plancast.traces.rank_stream import RankEventWriter
 from plancast.traces.store import RunDir
+from plancast.traces.telemetry import TELEMETRY_COLUMNS
 
 REPO = Path(__file__).resolve().parents[2]
 TINY_SCENARIO = REPO / "examples" / "tiny-local-cpu.toml"

@@ -16,6 +16,7 @@ from dashboard_runs import DAMAGES, MEASURED_STEPS, predict_tiny
 from plancast.dashboard import data, frames
 from plancast.simulator.loader import ScenarioError
 from plancast.traces.store import RunDir
+from plancast.traces.telemetry import TELEMETRY_COLUMNS
 
 
 def test_healthy_run_loads_every_part(healthy_run: Path) -> None:
@@ -25,7 +26,7 @@ def test_healthy_run_loads_every_part(healthy_run: Path) -> None:
     assert len(run.predicted) == len(predict_tiny().events)
     assert sorted(run.measured["step"].unique()) == list(range(MEASURED_STEPS))
     assert run.telemetry is not None and len(run.telemetry) == 0
-    assert list(run.telemetry.columns) == list(data.TELEMETRY_COLUMNS)
+    assert list(run.telemetry.columns) == list(TELEMETRY_COLUMNS)
 
 
 def test_damaged_run_names_the_file_and_keeps_the_rest(damaged_run: tuple[str, Path]) -> None:

@@ -18,6 +18,8 @@ from plancast.dashboard import frames
 from plancast.dashboard.data import compare_run, load_run
 from plancast.traces.store import read_json, write_json
 
+REPO = Path(__file__).resolve().parents[2]
+GPU_RUNS = REPO / "tests" / "data" / "gpu_runs"
 PAGES = ["overview", "timeline", "breakdown", "memory", "telemetry", "sweep", "what_if", "decision"]
 
 
@@ -46,6 +48,38 @@ def test_overview_compares_predicted_and_measured(open_page: OpenPage, healthy_r
     components = at.dataframe[0].value
     assert {"step_time", "forward", "backward", "bubble", "peak_memory"} <= set(components["component"])
     assert len(at.dataframe) == 3  # components, largest mismatches, critical path
+
+
+def test_overview_shows_what_the_measured_gpu_ran_at(open_page: OpenPage, tmp_path: Path) -> None:
+    """A kept H100 run: the GPU's clock over its busy samples, as `plancast compare` prints it; a CPU
+    run (the healthy fixture, empty telemetry) shows no such metric."""
+    run = tmp_path / "h100"
+    shutil.copytree(GPU_RUNS / "llama3-4layer-one-h100", run)
+    shutil.copy(REPO / "benchmarks" / "gpu_scenarios" / "llama3-4layer-one-h100.toml", run / "scenario.toml")
+    at = open_page(run, "overview")
+    no_exception(at)
+    shown = metrics(at)
+    assert shown["GPU SM clock while busy"] == "1680 MHz"
+    assert shown["GPU power while busy"] == "666 W"
+
+
+def test_overview_shows_the_measured_core_wait(
+    open_page: OpenPage, healthy_run: Path, tmp_path: Path
+) -> None:
+    run = tmp_path / "waited"
+    shutil.copytree(healthy_run, run)
+    summary = read_json(run / "measured" / "summary.json")
+    write_json(run / "measured" / "summary.json", {**summary, "core_wait_s": 0.004})
+    at = open_page(run, "overview")
+    no_exception(at)
+    assert metrics(at)["Measured core wait"] == "4 ms a step"
+
+
+def test_overview_of_a_cpu_run_has_no_gpu_clock(open_page: OpenPage, healthy_run: Path) -> None:
+    at = open_page(healthy_run, "overview")
+    no_exception(at)
+    assert "GPU SM clock while busy" not in metrics(at)
+    assert "Measured core wait" not in metrics(at)  # the fixture's runtime recorded none
 
 
 def test_overview_of_a_prediction_says_there_is_no_measurement(
