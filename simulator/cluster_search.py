@@ -125,7 +125,8 @@ def search(
             continue
         enumerated += result.enumerated
         if not result.finalists:
-            skipped.append(f"{label}: no plan fits in {scenario.cluster.gpu.memory_GiB:g} GiB per GPU")
+            limit = min(scenario.cluster.gpu.memory_GiB, max_memory_gib or scenario.cluster.gpu.memory_GiB)
+            skipped.append(f"{label}: no plan fits in {limit:g} GiB per GPU")
         for ranked in result.finalists:
             planned = ranked.plan.apply(resized(scenario, gpus))
             run = plan_run(planned, ranked.step_time_s or 0.0)

@@ -28,6 +28,18 @@ def test_sweep_json_has_the_same_plans() -> None:
     assert len(data["plans"]) <= 3
 
 
+def test_a_sweep_where_nothing_fits_exits_1_with_and_without_json() -> None:
+    """docs/cli.md's exit code 1 holds for scripts too: the JSON (its empty list) and then exit 1, for one
+    size and for several; the skip lines name the limit asked for, not the GPU's memory."""
+    for gpus in ("2", "2,4"):
+        code, out, err = cli_main("sweep", EXAMPLE, "--gpus", gpus, "--max-memory-gib", "0.001", "--json")
+        assert code == 1, (gpus, err)
+        assert json.loads(out)["plans"] == []
+        assert "fits" in err and "8 GiB" not in err and "Traceback" not in err
+        code, out, err = cli_main("sweep", EXAMPLE, "--gpus", gpus, "--max-memory-gib", "0.001")
+        assert code == 1 and "fits" in err
+
+
 def test_sweep_refuses_a_non_positive_gpu_count() -> None:
     code, out, err = cli_main("sweep", EXAMPLE, "--gpus", "0")
     assert code == 2

@@ -83,10 +83,11 @@ def cluster_sweep(
                 "pareto": front,
             }
         )
-        return
-    if not result.rows:
+    if not result.rows:  # after the JSON too: a script sees the empty list and exit code 1
         err.print("no plan fits on any of the clusters and sizes searched", markup=False)
         raise typer.Exit(1)
+    if json_:
+        return
     out.print(f"{len(result.rows)} finalists of {result.enumerated:,} plans, ranked by {rank_by}")
     out.print(ranked_table(result.rows[:top]))
 

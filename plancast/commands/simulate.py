@@ -274,12 +274,12 @@ def _single_sweep(
                 "plans": rows[:top],
             }
         )
-        return
-    if not result.finalists:
+    if not result.finalists:  # after the JSON too: a script sees the empty list and exit code 1
         limit_gib = min(s.cluster.gpu.memory_GiB, max_memory_gib or s.cluster.gpu.memory_GiB)
         err.print(f"no plan of {result.enumerated} fits in {limit_gib:g} GiB per GPU", markup=False)
         raise typer.Exit(1)
-    _print_plans(result, top, elapsed)
+    if not json_:
+        _print_plans(result, top, elapsed)
 
 
 def _print_plans(result: SweepResult, top: int, elapsed_s: float) -> None:
