@@ -150,6 +150,11 @@ def check_framework_behaviour(scenario: Scenario) -> None:
             f"parallelism.fsdp_backward_prefetch = {p.fsdp_backward_prefetch!r}: the runtime runs FSDP2, "
             "which gathers the next unit before this one's backward; set fsdp_backward_prefetch = 'pre'"
         )
+    if t.fp8:
+        raise PlanError(
+            "training.fp8 = true: the runtime has no FP8 GEMM path (Transformer Engine or torchao float8); "
+            "simulate the plan, or set fp8 = false to run it in bf16"
+        )
     if t.dtype == "fp16":
         raise PlanError(
             "training.dtype = 'fp16' needs a loss scaler, which the runtime does not run; use bf16 (the same "

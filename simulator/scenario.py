@@ -149,6 +149,11 @@ class Training(Strict):
     attention policy's memory). `plancast run` runs the attention policy only and refuses "op"."""
     flash_attention: bool = False
     """Fused attention (Dao et al. 2022): no s x s scores in memory; off reproduces Megatron-LM 2022."""
+    fp8: bool = False
+    """The transformer blocks' GEMMs in FP8 with per-tensor scaling (Transformer Engine's `--fp8-format
+    hybrid`, torchao float8), everything else in `dtype`: the GPU's FP8 peak, a cast of each GEMM input,
+    an FP8 weight copy; attention and the output layer stay in `dtype` (simulator/costs/fp8.py). Needs
+    a GPU with an FP8 peak (Hopper or newer). `plancast run` has no FP8 path and refuses it."""
     grad_accumulation_fp32: bool | None = None
     """Keep gradients in fp32 (Megatron-LM `--accumulate-allreduce-grads-in-fp32`): 18 bytes per parameter
     for mixed-precision Adam instead of the ZeRO paper's 16. Default: parallelism.framework's (on for

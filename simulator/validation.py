@@ -285,6 +285,19 @@ def _check_cluster(s: Scenario, errors: list[Problem], warnings: list[str]) -> N
             f"whole cluster ({c.world_size} ranks)"
         )
     dtype = s.training.dtype
+    if s.training.fp8 and "fp8" not in c.gpu.peak_tflops:
+        errors.append(
+            Problem(
+                "training.fp8",
+                f"{c.gpu.name} has no FP8 tensor cores (no fp8 in cluster.gpu.peak_tflops: "
+                f"{sorted(c.gpu.peak_tflops)}); use a Hopper or newer GPU, add its fp8 peak, or set "
+                "fp8 = false",
+            )
+        )
+    if s.training.fp8 and dtype == "fp32":
+        errors.append(
+            Problem("training.fp8", 'FP8 GEMMs run inside mixed precision: set training.dtype = "bf16"')
+        )
     if c.gpu.peak_dtype(dtype) not in c.gpu.peak_tflops:
         errors.append(
             Problem(

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from plancast.simulator.cluster import GPU, ComputeModel
+from plancast.simulator.costs.fp8 import fp8_matmul_efficiency
 from plancast.simulator.costs.ops import Op
 
 
@@ -24,12 +25,14 @@ def op_seconds(
     hbm_s = op.bytes * byte_scale / (gpu.hbm_GBps * 1e9 * compute.memory_efficiency)
     if op.category == "memory" or flops == 0.0:
         return hbm_s + compute.op_overhead_us * 1e-6
+    peak = gpu.peak_flops("fp8" if op.fp8 else dtype)
     if op.category == "matmul":
         half = compute.matmul_half_gflop * 1e9
-        eff = compute.matmul_efficiency * flops / (flops + half)
+        e_max = fp8_matmul_efficiency(compute) if op.fp8 else compute.matmul_efficiency
+        eff = e_max * flops / (flops + half)
     else:
         eff = compute.attention_efficiency
-    flop_s = flops / (gpu.peak_flops(dtype) * gpu.clock_fraction * eff)  # a power limit lowers the clock
+    flop_s = flops / (peak * gpu.clock_fraction * eff)  # a power limit lowers the clock
     return max(flop_s, hbm_s) + compute.op_overhead_us * 1e-6
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from plancast.simulator.costs.fp8 import fp8_weight_copy_bytes
 from plancast.simulator.costs.moe import moe_activation_bytes
 from plancast.simulator.costs.ops import DTYPE_BYTES, Shape, gemm_weight_elements, layer_forward
 from plancast.simulator.costs.params import layer_params, moe_layer_count, rank_parameters
@@ -147,6 +148,9 @@ def rank_memory(s: Scenario, pp_rank: int, schedule: Schedule | None = None) -> 
     starts = [sum(split[:v]) for v in range(stages)]
     params, experts = rank_parameters(m, split, owned, tp=s.tp, vocab_tp=s.vocab_tp, ep=s.ep)
     p_b, g_b, o_b = _model_states(s, params - experts, experts)
+    if t.fp8:  # the blocks' FP8 weight copies (costs/fp8.py): all but the embedding and output layer
+        outer = rank_parameters(m, [0] * stages, owned, tp=s.tp, vocab_tp=s.vocab_tp, ep=s.ep)[0]
+        p_b += fp8_weight_copy_bytes(params - outer, par.zero_stage)
     # ZeRO-3 keeps its own category, so each of the others keeps its textbook identity (16P/N in all):
     # the unit being computed is gathered in full, plus the one prefetched: a layer (FSDP2), or under
     # DeepSpeed a GEMM's weight and the next one's (it gathers per submodule, simulator/units.py).

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 
-from plancast.simulator.costs.ops import DTYPE_BYTES, Op, Shape, _elementwise, _gemm, layer_forward
+from plancast.simulator.costs.ops import DTYPE_BYTES, Op, Shape, _elementwise, _gemm, layer_forward, linear
 from plancast.simulator.scenario import Model, Scenario
 
 DROPLESS_IMBALANCE = 1.25
@@ -44,12 +44,12 @@ def _mlp(name: str, rows: float, h: int, ffn_local: float, x: Shape) -> list[Op]
     if x.swiglu:
         act = _elementwise(f"{name}_swiglu", rows * ffn_local, d, extra_bytes=rows * ffn_local * d)
         return [
-            _gemm(f"{name}_gate_up", rows, h, 2 * ffn_local, d),
+            *linear(f"{name}_gate_up", rows, h, 2 * ffn_local, x),
             act,
-            _gemm(f"{name}_down", rows, ffn_local, h, d),
+            *linear(f"{name}_down", rows, ffn_local, h, x),
         ]
     act = _elementwise(f"{name}_gelu", rows * ffn_local, d)
-    return [_gemm(f"{name}_fc1", rows, h, ffn_local, d), act, _gemm(f"{name}_fc2", rows, ffn_local, h, d)]
+    return [*linear(f"{name}_fc1", rows, h, ffn_local, x), act, *linear(f"{name}_fc2", rows, ffn_local, h, x)]
 
 
 def moe_block_forward(x: Shape, m: Model, ep: int, factor: float | None = None) -> tuple[Op, ...]:

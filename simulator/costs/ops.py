@@ -27,6 +27,7 @@ class Op:
     flops: float
     bytes: float  # HBM traffic (read + write)
     weight_grad: bool = False  # backward splits into input-grad and weight-grad GEMMs (zero-bubble W)
+    fp8: bool = False  # a GEMM run in FP8 (training.fp8, costs/fp8.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +49,7 @@ class Shape:
     rope: bool
     flash: bool
     kv_s: int = 0  # keys each query attends over: the whole sequence under context parallel; 0: s
+    fp8: bool = False  # the block's GEMMs in FP8 (training.fp8)
 
     @classmethod
     def of(cls, s: Scenario) -> Shape:
@@ -68,12 +70,22 @@ class Shape:
             swiglu=m.activation == "swiglu",
             rope=m.position_embedding == "rope",
             flash=t.flash_attention,
+            fp8=t.fp8,
         )
 
 
-def _gemm(name: str, m: float, k: float, n: float, d: int) -> Op:
-    """C[m,n] = A[m,k] @ B[k,n]: 2mkn FLOPs; reads A and B, writes C."""
-    return Op(name, "matmul", 2.0 * m * k * n, d * (m * k + k * n + m * n), weight_grad=True)
+def _gemm(name: str, m: float, k: float, n: float, d: int, fp8: bool = False) -> Op:
+    """C[m,n] = A[m,k] @ B[k,n]: 2mkn FLOPs; reads A and B (1 byte each in FP8), writes C."""
+    return Op(name, "matmul", 2.0 * m * k * n, (1 if fp8 else d) * (m * k + k * n) + d * m * n, True, fp8)
+
+
+def linear(name: str, m: float, k: float, n: float, x: Shape) -> list[Op]:
+    """A block's linear layer: its GEMM, under training.fp8 after the cast of its input to FP8 and its
+    FP8 transpose (read d, write 2 bytes an element; costs/fp8.py)."""
+    d = x.dtype_bytes
+    if not x.fp8:
+        return [_gemm(name, m, k, n, d)]
+    return [Op(f"{name}_fp8_cast", "memory", 0.0, (d + 2) * m * k), _gemm(name, m, k, n, d, fp8=True)]
 
 
 def _elementwise(name: str, elements: float, d: int, extra_bytes: float = 0.0) -> Op:
@@ -89,10 +101,7 @@ def layer_forward(x: Shape) -> tuple[Op, ...]:
     d, t = x.dtype_bytes, x.tp
     heads = x.heads / t
     qkv_out = (x.h + 2 * x.kv_dim) / t
-    ops = [
-        _elementwise("norm1", local_tokens * x.h, d),
-        _gemm("qkv", tokens, x.h, qkv_out, d),
-    ]
+    ops = [_elementwise("norm1", local_tokens * x.h, d), *linear("qkv", tokens, x.h, qkv_out, x)]
     if x.rope:
         ops.append(_elementwise("rope", tokens * (x.h + x.kv_dim) / t, d))
     head_dim = x.h / x.heads
@@ -112,19 +121,19 @@ def layer_forward(x: Shape) -> tuple[Op, ...]:
             Op("attn_values", "attention", score_flops, d * (probs + tokens * (x.kv_dim + x.h) / t)),
         ]
     ops += [
-        _gemm("out_proj", tokens, x.h / t, x.h, d),
+        *linear("out_proj", tokens, x.h / t, x.h, x),
         _elementwise("dropout_residual1", local_tokens * x.h, d, extra_bytes=local_tokens * x.h * (d + 1)),
         _elementwise("norm2", local_tokens * x.h, d),
     ]
     if x.swiglu:
         ops += [
-            _gemm("gate_up", tokens, x.h, 2 * x.ffn / t, d),
+            *linear("gate_up", tokens, x.h, 2 * x.ffn / t, x),
             _elementwise("swiglu", tokens * x.ffn / t, d, extra_bytes=tokens * x.ffn / t * d),
         ]
     else:
-        ops += [_gemm("fc1", tokens, x.h, x.ffn / t, d), _elementwise("gelu", tokens * x.ffn / t, d)]
+        ops += [*linear("fc1", tokens, x.h, x.ffn / t, x), _elementwise("gelu", tokens * x.ffn / t, d)]
     ops += [
-        _gemm("fc2", tokens, x.ffn / t, x.h, d),
+        *linear("fc2", tokens, x.ffn / t, x.h, x),
         _elementwise("dropout_residual2", local_tokens * x.h, d, extra_bytes=local_tokens * x.h * (d + 1)),
     ]
     return tuple(ops)
