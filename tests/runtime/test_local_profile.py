@@ -51,6 +51,16 @@ def test_the_first_simulate_measures_once_and_later_ones_read_the_cache(fresh_ca
     assert again.returncode == 0 and len(_measured_lines(again.stderr)) == 1
 
 
+@pytest.mark.distributed
+def test_the_shipped_moe_example_measures_this_machine_without_a_failure(fresh_cache: Path) -> None:
+    """The host microbenchmarks shard a probe block over tp, sp and FSDP; for an MoE model they probe its
+    dense counterpart (the runtime shards no MoE block that way), so they measure, not crash."""
+    result = cli_subprocess("simulate", str(REPO / "examples" / "tiny-moe-cpu.toml"), "--json", timeout_s=600)
+    assert result.returncode == 0, result.stderr
+    assert len(_measured_lines(result.stderr)) == 1
+    assert "failed" not in result.stderr and "Traceback" not in result.stderr, result.stderr[-2000:]
+
+
 def test_the_cache_location_and_keys(fresh_cache: Path) -> None:
     assert cache_dir() == fresh_cache
     key = machine_key()  # hostname, CPU model, cores, torch version
