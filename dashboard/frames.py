@@ -7,7 +7,7 @@ pages show; memory is GiB throughout.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -146,7 +146,7 @@ def lane_order(frame: pd.DataFrame) -> list[str]:
 
 
 # ----------------------------------------------------------------------------------------- breakdown
-def breakdown(events: pd.DataFrame) -> pd.DataFrame:
+def breakdown(events: pd.DataFrame, overlapped: Collection[str] = ()) -> pd.DataFrame:
     """Per source and rank of one step: ``rank, source, component, ms`` (long form, for stacking).
 
     Components: compute (without the optimizer), optimizer, exposed comm per stream, bubble (the step
@@ -159,7 +159,8 @@ def breakdown(events: pd.DataFrame) -> pd.DataFrame:
         if len(frame) == 0:
             continue
         step_us = float((frame["start_us"] + frame["dur_us"]).max())
-        per_rank = rank_breakdown_us(frame, step_us).set_index("rank")
+        hidden = overlapped if source == "predicted" else ()
+        per_rank = rank_breakdown_us(frame, step_us, hidden).set_index("rank")
         optimizer = frame[frame["kind"] == "optimizer"].groupby("rank")["dur_us"].sum()
         per_rank["optimizer"] = optimizer.reindex(per_rank.index, fill_value=0.0)
         per_rank["compute"] = (per_rank["compute"] - per_rank["optimizer"]).clip(lower=0.0)
@@ -175,10 +176,13 @@ def breakdown(events: pd.DataFrame) -> pd.DataFrame:
     return out[["rank", "source", "component", "ms"]]
 
 
-def bubble_fractions(events: pd.DataFrame) -> dict[str, float]:
-    """Source -> the step's bubble fraction (its critical rank's, traces/breakdown.step_bubble)."""
+def bubble_fractions(events: pd.DataFrame, overlapped: Collection[str] = ()) -> dict[str, float]:
+    """Source -> the step's bubble fraction (its critical rank's, traces/breakdown.step_bubble);
+    ``overlapped``: the streams the prediction hides under compute (its summary's)."""
     return {
-        source: step_bubble(events[events["source"] == source])[1]
+        source: step_bubble(
+            events[events["source"] == source], overlapped if source == "predicted" else ()
+        )[1]
         for source in SOURCES
         if (events["source"] == source).any()
     }

@@ -102,6 +102,7 @@ def summarize(
         "compute_time_s": c.compute,
         "exposed_comm_time_s": sum(c.exposed.values()),
         "exposed_comm_s": dict(c.exposed),
+        "overlapped_streams": ["tp"] if s.parallelism.tp_comm_overlap and s.tp > 1 else [],
         "optimizer_time_s": c.optimizer,
         "bubble_time_s": c.bubble,
         "critical_rank": critical,

@@ -3,9 +3,12 @@
 ``simulate`` (simulator/summary.py), ``compare`` (reconcile.py) and every dashboard page read the
 bubble from here, for predicted and measured events alike, so they show one number for one step:
 
-- a rank's **compute** is the union of its compute spans (forward, backward, recompute, optimizer);
-- its **exposed communication** is the time its tensor-, data- (and expert-, context-) parallel
-  collectives are not hidden under compute;
+- a rank's **compute** is the union of its compute spans (forward, backward, recompute, optimizer)
+  less the blocking collectives inside them: the tensor-, expert- and context-parallel ones
+  (``BLOCKING_STREAMS``: the pass waits for each before it goes on; tensor-parallel ones hidden by
+  ``tp_comm_overlap`` excepted, the prediction's ``overlapped_streams``);
+- its **exposed communication** is the time of those blocking collectives, and the time its
+  data-parallel collectives are not hidden under compute or under them;
 - its **bubble** is the rest of the step (``pipeline_bubble``): the rank waits on the pipeline. That
   includes the pipeline's own point-to-point spans (stream ``pp``: receives, sends, the tied-embedding
   sum) outside compute: a rank's own trace cannot tell waiting for another stage's compute from
@@ -21,6 +24,7 @@ it without traces importing the simulator.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -34,6 +38,10 @@ PIPELINE_KINDS = ("forward", "backward", "backward_input", "backward_weight", "r
 """Compute kinds of the pipeline passes (the optimizer is compute, but not a pipeline pass)."""
 PIPELINE_STREAM = "pp"
 """Its spans outside compute are part of the bubble, not exposed communication."""
+BLOCKING_STREAMS = frozenset({"tp", "ep", "cp"})
+"""Collectives a pass waits for where they sit (DTensor's and Megatron-LM's tensor-parallel ones, MoE
+all-to-alls, context-parallel K/V exchanges): exposed even inside a compute span, as the simulator's
+summary counts them (simulator/summary.py)."""
 
 
 def pipeline_bubble(step_time_s: float, compute_s: float, exposed_comm_s: float) -> tuple[float, float]:
@@ -75,29 +83,45 @@ def exposed_us(comm: pd.DataFrame, compute: pd.DataFrame) -> float:
     return both - union_us(compute["start_us"].to_numpy(), compute_ends.to_numpy())
 
 
-def rank_breakdown_us(step_frame: pd.DataFrame, step_time_us: float) -> pd.DataFrame:
+def rank_breakdown_us(
+    step_frame: pd.DataFrame, step_time_us: float, overlapped: Collection[str] = ()
+) -> pd.DataFrame:
     """Per rank of one step (µs): ``rank, compute, exposed_comm, exposed_comm:STREAM..., bubble, pipeline``.
 
     ``pipeline`` is the rank's time in pipeline passes (the critical-rank rule); the other columns
-    follow the module docstring, so compute + exposed_comm + bubble = step time on every rank."""
+    follow the module docstring, so compute + exposed_comm + bubble = step time on every rank.
+    ``overlapped``: blocking streams whose collectives this source hides under compute (a prediction
+    with ``tp_comm_overlap``: its summary's ``overlapped_streams``)."""
+    import pandas as pd
+
+    blocking = BLOCKING_STREAMS - set(overlapped)
     is_compute = step_frame["kind"].isin(schema.COMPUTE_KINDS)
     exposed_streams = sorted(set(step_frame.loc[~is_compute, "stream"].tolist()) - {PIPELINE_STREAM})
     rows = []
     for rank, events in step_frame.groupby("rank", sort=True):
         compute = events[events["kind"].isin(schema.COMPUTE_KINDS)]
         comm = events[~events["kind"].isin(schema.COMPUTE_KINDS) & (events["stream"] != PIPELINE_STREAM)]
-        compute_us = union_us(
-            compute["start_us"].to_numpy(), (compute["start_us"] + compute["dur_us"]).to_numpy()
-        )
-        row = {"rank": int(rank), "compute": compute_us, "exposed_comm": exposed_us(comm, compute)}
+        waits = comm[comm["stream"].isin(blocking)]
+        busy = pd.concat([compute, waits])  # the pass computing or waiting on a blocking collective
+        busy_us = _covered_us(busy)
+        row = {"rank": int(rank), "compute": busy_us - _covered_us(waits)}
         for stream in exposed_streams:
-            row[f"exposed_comm:{stream}"] = exposed_us(comm[comm["stream"] == stream], compute)
-        row["bubble"] = pipeline_bubble(step_time_us, compute_us, row["exposed_comm"])[0]
+            mine = comm[comm["stream"] == stream]
+            if stream in blocking:
+                row[f"exposed_comm:{stream}"] = _covered_us(mine)
+            else:  # data parallel: exposed where neither compute nor a blocking wait hides it
+                row[f"exposed_comm:{stream}"] = exposed_us(mine, busy)
+        row["exposed_comm"] = sum(row[f"exposed_comm:{stream}"] for stream in exposed_streams)
+        row["bubble"] = pipeline_bubble(step_time_us, row["compute"], row["exposed_comm"])[0]
         row["pipeline"] = float(compute.loc[compute["kind"].isin(PIPELINE_KINDS), "dur_us"].sum())
         rows.append(row)
-    import pandas as pd
+    return pd.DataFrame(rows, columns=["rank", "compute", *[f"exposed_comm:{x}" for x in exposed_streams],
+                                       "exposed_comm", "bubble", "pipeline"])
 
-    return pd.DataFrame(rows)
+
+def _covered_us(spans: pd.DataFrame) -> float:
+    """Length of the union of ``spans``."""
+    return union_us(spans["start_us"].to_numpy(), (spans["start_us"] + spans["dur_us"]).to_numpy())
 
 
 def critical_rank(per_rank: pd.DataFrame) -> int:
@@ -105,11 +129,11 @@ def critical_rank(per_rank: pd.DataFrame) -> int:
     return int(per_rank.loc[per_rank["pipeline"].idxmax(), "rank"])
 
 
-def step_bubble(step_frame: pd.DataFrame) -> tuple[float, float]:
+def step_bubble(step_frame: pd.DataFrame, overlapped: Collection[str] = ()) -> tuple[float, float]:
     """(bubble_time_us, bubble_fraction) of one step of one source: its critical rank's."""
     if len(step_frame) == 0:
         return 0.0, 0.0
     step_us = float((step_frame["start_us"] + step_frame["dur_us"]).max())
-    per_rank = rank_breakdown_us(step_frame, step_us)
+    per_rank = rank_breakdown_us(step_frame, step_us, overlapped)
     row = per_rank[per_rank["rank"] == critical_rank(per_rank)].iloc[0]
     return pipeline_bubble(step_us, float(row["compute"]), float(row["exposed_comm"]))

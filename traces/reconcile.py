@@ -17,7 +17,7 @@ Errors are signed and relative: ``(predicted - measured) / measured`` (NaN when 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -90,10 +90,12 @@ def component_table(
     measured: pd.DataFrame,
     step_time_predicted_us: float,
     step_time_measured_us: float,
+    overlapped: Collection[str] = (),
 ) -> pd.DataFrame:
-    """One row per time component of the scored step: predicted_s, measured_s, error."""
+    """One row per time component of the scored step: predicted_s, measured_s, error. ``overlapped``: the
+    streams the prediction hides under compute (its summary's ``overlapped_streams``)."""
     pred_kinds, meas_kinds = kind_means_us(predicted), kind_means_us(measured)
-    pred_rank = _critical(predicted, step_time_predicted_us)
+    pred_rank = _critical(predicted, step_time_predicted_us, overlapped)
     meas_rank = _critical(measured, step_time_measured_us)
     pairs: dict[str, tuple[float, float]] = {"step_time": (step_time_predicted_us, step_time_measured_us)}
     for kind in sorted(set(pred_kinds) | set(meas_kinds)):
@@ -114,11 +116,13 @@ def component_table(
     return pd.DataFrame(rows)
 
 
-def _critical(step_frame: pd.DataFrame, step_time_us: float) -> dict[str, float]:
+def _critical(
+    step_frame: pd.DataFrame, step_time_us: float, overlapped: Collection[str] = ()
+) -> dict[str, float]:
     """The breakdown of the step's critical rank (traces/breakdown.py): compute, exposed comm, bubble."""
     if len(step_frame) == 0:
         return {}
-    per_rank = rank_breakdown_us(step_frame, step_time_us)
+    per_rank = rank_breakdown_us(step_frame, step_time_us, overlapped)
     row = per_rank[per_rank["rank"] == critical_rank(per_rank)].iloc[0]
     return {str(k): float(v) for k, v in row.items() if k not in ("rank", "pipeline")}
 
@@ -258,11 +262,12 @@ def reconcile(
     pred = predicted[predicted["step"] == pred_step].assign(step=chosen)
     meas = measured[measured["step"] == chosen]
     matched, missing, extra = align(schema.validate(pred), schema.validate(meas))
+    overlapped = overlapped_streams(predicted_summary)
     pred_time_us = float(step_times_us(pred).iloc[0])
     meas_time_us = float(step_times_us(measured[measured["step"].isin(steps)]).median())
     components = pd.concat(
         [
-            component_table(pred, meas, pred_time_us, float(step_times_us(meas).iloc[0])),
+            component_table(pred, meas, pred_time_us, float(step_times_us(meas).iloc[0]), overlapped),
             memory_component(predicted_summary, measured_summary),
         ],
         ignore_index=True,
@@ -280,9 +285,15 @@ def reconcile(
         components=components,
         largest_mismatches=matched.loc[order[:LARGEST_MISMATCHES]].reset_index(drop=True),
         critical_path=critical_path(meas),
-        bubble_fraction_predicted=step_bubble(pred)[1],
+        bubble_fraction_predicted=step_bubble(pred, overlapped)[1],
         bubble_fraction_measured=step_bubble(meas)[1],
     )
+
+
+def overlapped_streams(predicted_summary: Mapping[str, Any] | None) -> tuple[str, ...]:
+    """The blocking streams the prediction hides under compute (`simulate`'s ``overlapped_streams``)."""
+    streams = (predicted_summary or {}).get("overlapped_streams") or ()
+    return tuple(str(x) for x in streams) if isinstance(streams, list | tuple) else ()
 
 
 def _jsonable(value: Any) -> Any:

@@ -6,6 +6,7 @@ import streamlit as st
 
 from plancast.dashboard import charts, frames
 from plancast.dashboard.app_pages.common import current_run, measured_step_picker
+from plancast.traces.reconcile import overlapped_streams
 
 run = current_run()
 st.title("Breakdown")
@@ -14,13 +15,15 @@ if not run.has_predicted and not run.has_measured:
     st.stop()
 step = measured_step_picker(run)
 events = frames.step_events(run.predicted, run.measured, step)
-parts = frames.breakdown(events)
+overlapped = overlapped_streams(run.predicted_summary)  # tp_comm_overlap hides the prediction's tp
+parts = frames.breakdown(events, overlapped)
 st.caption(
     "Per rank of one step: compute (without the optimizer), optimizer, communication not hidden under "
     "compute (per stream), and bubble (waiting on the pipeline). Left bar predicted, right bar measured."
 )
 bubble_cols = st.columns(2)
-for col, (source, fraction) in zip(bubble_cols, frames.bubble_fractions(events).items(), strict=False):
+fractions = frames.bubble_fractions(events, overlapped)
+for col, (source, fraction) in zip(bubble_cols, fractions.items(), strict=False):
     col.metric(f"Bubble fraction ({source})", f"{fraction:.1%}", help="The critical rank's, as simulate")
 st.altair_chart(charts.breakdown_chart(parts), width="stretch")
 table = parts.pivot_table(index=["rank", "source"], columns="component", values="ms", aggfunc="sum")
