@@ -329,6 +329,26 @@ def _unwise(s: Scenario, warnings: list[str]) -> None:
             "ZeRO-2/3 with pipeline parallelism re-reduces gradients every micro-batch "
             "(as DeepSpeed warns); ZeRO-1 is the usual pairing"
         )
+    warnings.extend(_no_effect(s))
+
+
+def _no_effect(s: Scenario) -> list[str]:
+    """Keys set away from their default that cannot change this plan's prediction (a flag that changes
+    nothing must say so)."""
+    par, t, out = s.parallelism, s.training, list[str]()
+    one_bucket = par.bucket_cap_MiB is None and s.dp * s.cp > 1 and par.zero_stage < 2
+    if one_bucket and par.overlap_grad_reduce is False:
+        out.append(
+            "parallelism.overlap_grad_reduce = false changes nothing here: under framework torchtitan a "
+            "chunk's gradients form one DDP bucket (torch DDP as plancast's runtime drives it), reduced "
+            "after the backward either way; megatron-lm and deepspeed model bucketed reductions"
+        )
+    if s.amp_master_params and t.grad_accumulation_fp32 is False:
+        out.append(
+            "training.grad_accumulation_fp32 = false changes nothing under framework torchtitan: its "
+            "gradients are fp32 like its parameters (autocast and FSDP2 keep fp32 master weights)"
+        )
+    return out
 
 
 def _numbers(value: Any, path: str) -> Iterator[tuple[str, float]]:

@@ -94,7 +94,9 @@ def moe_cp_warnings(s: Scenario) -> list[str]:
     """Legal but probably unintended MoE / CP settings."""
     m, out = s.model, list[str]()
     moe_only = ("num_experts_per_tok", "moe_intermediate_size", "n_shared_experts", "first_k_dense_replace")
-    set_keys = [k for k in moe_only if k in m.model_fields_set]
+    # set away from its default: a resolved scenario (`validate`, RUN/scenario.toml) writes every default
+    defaults = {k: type(m).model_fields[k].default for k in moe_only}
+    set_keys = [k for k in moe_only if k in m.model_fields_set and getattr(m, k) != defaults[k]]
     if not m.is_moe and set_keys:
         out.append(f"model.{set_keys[0]} is ignored: num_local_experts is unset, so the model is dense")
     if m.is_moe and m.first_k_dense_replace >= m.num_hidden_layers:

@@ -92,6 +92,33 @@ def test_validate_output_is_a_fixed_point(tmp_path: Path, example: Path) -> None
     code2, out2, err2 = cli_main("validate", str(again))
     assert (code2, out2) == (0, out), err2
     assert load_scenario(again).scenario == load_scenario(example).scenario
+    # the tool's own output reads back with no more warnings than the scenario it resolved
+    _, _, first_err = cli_main("validate", str(example))
+    assert err2.count("warning:") <= first_err.count("warning:"), err2
+
+
+@pytest.mark.parametrize(
+    ("framework", "key", "warns"),
+    [
+        ("torchtitan", "parallelism.overlap_grad_reduce", True),
+        ("megatron-lm", "parallelism.overlap_grad_reduce", False),
+        ("torchtitan", "training.grad_accumulation_fp32", True),
+        ("megatron-lm", "training.grad_accumulation_fp32", False),
+    ],
+)
+def test_a_key_that_changes_nothing_says_so(tmp_path: Path, framework: str, key: str, warns: bool) -> None:
+    """Under torchtitan a chunk's gradients form one DDP bucket and are fp32 whatever is asked, so these
+    two keys set to false cannot move the prediction there; under megatron-lm they do, and nothing is
+    said."""
+    table, name = key.split(".")
+    tables = {"training": {"global_batch_size": 64}, "parallelism": {"framework": framework}}
+    tables[table][name] = False
+    path = tmp_path / "s.toml"
+    cluster = {"preset": "dgx-h100-80gb", "num_nodes": 2}
+    path.write_text(tomli_w.dumps({"model": {"preset": "gpt3-1.3b"}, **tables, "cluster": cluster}))
+    code, _, err = cli_main("simulate", str(path), "--json")
+    assert code == 0, err
+    assert ("changes nothing" in err) is warns, err
 
 
 def test_validate_lists_every_problem(tmp_path: Path) -> None:
