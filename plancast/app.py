@@ -110,6 +110,25 @@ def user_errors() -> Iterator[None]:
         raise typer.Exit(EXIT_BAD_INPUT) from None
 
 
+def check_output_file(path: Path | None, flag: str) -> None:
+    """UserError before any work when `path` cannot be written as a file (a folder, or a missing parent
+    folder), so a long computation is never lost to a typo in its output path."""
+    if path is None:
+        return
+    if path.is_dir():
+        raise UserError(f"{flag} {path} is a folder; give a file path")
+    if not path.parent.is_dir():
+        raise UserError(
+            f"{flag} {path}: the folder {path.parent} does not exist; create it or choose another path"
+        )
+
+
+def check_output_dir(path: Path | None, flag: str) -> None:
+    """UserError before any work when `path` exists and is not a folder (a run directory is created)."""
+    if path is not None and path.exists() and not path.is_dir():
+        raise UserError(f"{flag} {path} is a file, not a run directory; choose a new folder name")
+
+
 # The optional parts and what each needs importable (pyproject.toml [project.optional-dependencies]).
 EXTRAS: dict[str, tuple[str, ...]] = {"runtime": ("torch",), "dashboard": ("streamlit", "altair")}
 

@@ -94,7 +94,7 @@ def _without(module: str, *args: str, cwd: Path) -> subprocess.CompletedProcess[
         ("torch", ["demo", "--no-dashboard", "--out", "RUN"], "plancast demo needs torch"),
         (
             "torch",
-            ["calibrate", "--microbench", "-o", "RUN/p.toml"],
+            ["calibrate", "--microbench", "-o", "p.toml"],
             "plancast calibrate --microbench needs torch",
         ),
         ("altair", ["demo", "--out", "RUN"], "needs altair"),

@@ -11,7 +11,7 @@ from typing import Annotated, Any
 
 import typer
 
-from plancast.app import UserError, app, err, out, require_extra, user_errors
+from plancast.app import UserError, app, check_output_file, err, out, require_extra, user_errors
 
 NO_CACHE_HELP = (
     "local-cpu: measure this machine again instead of reading the cached measurements "
@@ -86,6 +86,9 @@ def calibrate(
     from plancast.simulator.calibration.runs import score_table
 
     with user_errors():
+        check_output_file(output, "--output")
+        if world < 1:
+            raise UserError(f"--world must be at least 1, got {world}")
         runs = runs or []
         if not runs and not microbench:
             raise UserError("give two or more measured RUNs to fit, or --microbench to measure this machine")

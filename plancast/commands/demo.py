@@ -7,7 +7,17 @@ from typing import Annotated
 
 import typer
 
-from plancast.app import UserError, app, example_path, load, out, require_extra, user_errors, write_predicted
+from plancast.app import (
+    UserError,
+    app,
+    check_output_dir,
+    example_path,
+    load,
+    out,
+    require_extra,
+    user_errors,
+    write_predicted,
+)
 from plancast.commands.calibrate import measured_local, write_scenario_file
 from plancast.commands.dashboard import dashboard
 from plancast.commands.runs import print_core_wait, reconcile_run
@@ -78,6 +88,9 @@ def demo(
     import time
 
     with user_errors():
+        check_output_dir(out_dir, "--out")
+        if steps < 1:
+            raise UserError(f"--steps must be at least 1, got {steps}")
         require_extra("runtime", "plancast demo")
         if serve_dashboard:
             require_extra("dashboard", "plancast demo (or pass --no-dashboard)")

@@ -8,7 +8,17 @@ from typing import Annotated
 
 import typer
 
-from plancast.app import UserError, app, err, load, out, user_errors, write_predicted
+from plancast.app import (
+    UserError,
+    app,
+    check_output_dir,
+    check_output_file,
+    err,
+    load,
+    out,
+    user_errors,
+    write_predicted,
+)
 
 
 @app.command("import")
@@ -43,6 +53,7 @@ def import_(
     from plancast.simulator.loader import parse_scenario
 
     with user_errors():
+        check_output_file(output, "--out")
         if kind not in ("hf", "megatron", "deepspeed"):
             raise UserError(f"unknown import kind {kind!r}; choose hf, megatron or deepspeed")
         try:
@@ -79,6 +90,7 @@ def import_kineto(
     from plancast.traces.store import RunDir, write_events, write_json
 
     with user_errors():
+        check_output_dir(out_dir, "--out")
         frame = read_traces(trace_dir)
         if frame.empty:
             raise UserError(f"no profiler steps found in {trace_dir}")

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from plancast.app import UserError, app, load, out, require_extra, user_errors
+from plancast.app import UserError, app, check_output_dir, load, out, require_extra, user_errors
 from plancast.commands.calibrate import NoCacheOpt, measured_local, write_scenario_file
 
 
@@ -101,6 +101,7 @@ def run(
     from plancast.traces.lock import RunLockedError
 
     with user_errors(), tempfile.TemporaryDirectory() as tmp:
+        check_output_dir(out_dir, "--out")
         scenario, out_dir, steps = _inputs(scenario, out_dir, steps, resume)
         scenario = _checked(scenario, timeout, no_cache, Path(tmp))
         try:

@@ -12,6 +12,8 @@ from plancast.app import (
     ScenarioArg,
     UserError,
     app,
+    check_output_dir,
+    check_output_file,
     err,
     load,
     out,
@@ -129,6 +131,7 @@ def simulate(
     from plancast.simulator.predict import simulate as run_simulation
 
     with user_errors():
+        check_output_dir(out_dir, "--out")
         s = measured_local(scenario, load(scenario), no_cache=no_cache)
     with ExitStack() as held:
         if out_dir is not None:
@@ -212,6 +215,7 @@ def sweep(
     from plancast.commands.cluster_sweep import cluster_sweep, parse_gpus
 
     with user_errors():
+        check_output_file(table, "--table")
         s, sizes = load(scenario), parse_gpus(gpus)
     if len(sizes) > 1 or cluster is not None or rank_by != "step":
         cluster_sweep(
