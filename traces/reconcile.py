@@ -264,10 +264,12 @@ def reconcile(
     matched, missing, extra = align(schema.validate(pred), schema.validate(meas))
     overlapped = overlapped_streams(predicted_summary)
     pred_time_us = float(step_times_us(pred).iloc[0])
-    meas_time_us = float(step_times_us(measured[measured["step"].isin(steps)]).median())
+    # the chosen step's time: the scored steps' median (the lower of the middle two if even), so the
+    # step time and the components compared are one step's
+    meas_time_us = float(step_times_us(meas).iloc[0])
     components = pd.concat(
         [
-            component_table(pred, meas, pred_time_us, float(step_times_us(meas).iloc[0]), overlapped),
+            component_table(pred, meas, pred_time_us, meas_time_us, overlapped),
             memory_component(predicted_summary, measured_summary),
         ],
         ignore_index=True,

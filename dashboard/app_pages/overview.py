@@ -45,7 +45,8 @@ def comparison(run: RunData) -> None:
     cols[1].metric(
         "Measured step time",
         frames.format_seconds(rec.step_time_measured_s),
-        help=f"Median over measured steps {list(rec.scored_steps)} (step 0 is warm-up).",
+        help=f"Step {rec.step}: the median of measured steps {list(rec.scored_steps)} (the lower of the "
+        "middle two when even; step 0 is warm-up).",
     )
     cols[2].metric("Step-time error", error, help="(predicted − measured) / measured")
     bubble = st.columns(2)

@@ -136,7 +136,8 @@ def test_explicit_step_and_memory_component() -> None:
         ({0: 10.0}, 0, 10.0),
         ({0: 5.0, 1: 7.0}, 1, 7.0),
         ({0: 999.0, 1: 50.0, 2: 70.0, 3: 60.0}, 3, 60.0),
-        ({0: 1.0, 1: 30.0, 2: 10.0, 3: 20.0, 4: 40.0}, 3, 25.0),  # even: lower middle step, median time
+        # even: the lower middle step, and its time (the header and the components are one step's)
+        ({0: 1.0, 1: 30.0, 2: 10.0, 3: 20.0, 4: 40.0}, 3, 20.0),
     ],
 )
 def test_median_step(step_times_us: dict[int, float], chosen: int, measured_us: float) -> None:
@@ -150,6 +151,8 @@ def test_median_step(step_times_us: dict[int, float], chosen: int, measured_us: 
     rec = reconcile.reconcile(predicted, measured)
     assert (rec.step, rec.step_time_measured_s * 1e6) == (chosen, pytest.approx(measured_us))
     assert (len(rec.matched), len(rec.missing), len(rec.extra)) == (1, 0, 0)
+    step_row = rec.components[rec.components["component"] == "step_time"].iloc[0]
+    assert step_row["measured_s"] == rec.step_time_measured_s
 
 
 def test_summary_is_strict_json() -> None:
