@@ -36,6 +36,8 @@ if TYPE_CHECKING:  # pandas only where a measured frame is broken down: `simulat
 
 PIPELINE_KINDS = ("forward", "backward", "backward_input", "backward_weight", "recompute")
 """Compute kinds of the pipeline passes (the optimizer is compute, but not a pipeline pass)."""
+NOISE = 1e-9
+"""Relative size below which a difference of sums is float rounding, shown as 0 (not 2e-16 of a step)."""
 PIPELINE_STREAM = "pp"
 """Its spans outside compute are part of the bubble, not exposed communication."""
 BLOCKING_STREAMS = frozenset({"tp", "ep", "cp"})
@@ -50,7 +52,9 @@ def pipeline_bubble(step_time_s: float, compute_s: float, exposed_comm_s: float)
     The bubble is the part of the step in which the rank neither computes (forward, backward,
     recompute, optimizer: ``compute_s``) nor waits on tensor/data-parallel communication that nothing
     hides (``exposed_comm_s``). bubble_fraction = bubble_time_s / step_time_s. Works in any unit."""
-    bubble_s = max(step_time_s - compute_s - exposed_comm_s, 0.0)
+    bubble_s = step_time_s - compute_s - exposed_comm_s
+    if bubble_s <= NOISE * step_time_s:  # float rounding of sums over thousands of spans is not a bubble
+        bubble_s = 0.0
     return bubble_s, (bubble_s / step_time_s if step_time_s > 0 else 0.0)
 
 
@@ -80,7 +84,8 @@ def exposed_us(comm: pd.DataFrame, compute: pd.DataFrame) -> float:
         np.concatenate([comm["start_us"].to_numpy(), compute["start_us"].to_numpy()]),
         np.concatenate([comm_ends.to_numpy(), compute_ends.to_numpy()]),
     )
-    return both - union_us(compute["start_us"].to_numpy(), compute_ends.to_numpy())
+    exposed = both - union_us(compute["start_us"].to_numpy(), compute_ends.to_numpy())
+    return exposed if exposed > NOISE * both else 0.0
 
 
 def rank_breakdown_us(

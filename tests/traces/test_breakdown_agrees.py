@@ -71,3 +71,14 @@ def test_a_blocking_collective_inside_a_pass_is_communication_a_data_parallel_on
     assert row["exposed_comm:dp"] == 5.0 and row["bubble"] == 5.0
     hidden = rank_breakdown_us(frame, 110.0, overlapped=("tp",)).iloc[0]
     assert hidden["compute"] == 100.0 and hidden["exposed_comm:tp"] == 0.0
+
+
+def test_float_rounding_is_no_bubble() -> None:
+    """A pp = 1 plan's step less its parts is 1e-14 of rounding, shown as 0 in every report."""
+    from plancast.traces.breakdown import pipeline_bubble
+
+    assert pipeline_bubble(245.25, 233.3248849494570, 11.925115050542991) == (0.0, 0.0)
+    assert pipeline_bubble(1.0, 0.5, 0.25) == (0.25, 0.25)
+    scenario = load_scenario(REPO / "examples" / "llama3-8b-cp4-128k.toml").scenario
+    summary = simulate(scenario, events=False).summary
+    assert summary["bubble_time_s"] == 0.0 and summary["bubble_fraction"] == 0.0
