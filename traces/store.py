@@ -143,6 +143,17 @@ class RunDir:
             return str(path)
 
 
+def _umask() -> int:
+    """The process's umask (read by setting it, then restoring it: done once, at import, before any
+    thread of ours could create a file under the momentary 0)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+UMASK = _umask()
+
+
 @contextmanager
 def atomic_open(path: Path, mode: str) -> Iterator[IO[Any]]:
     """Open a temporary file next to ``path``; on success rename it over ``path``, on error delete it.
@@ -153,6 +164,7 @@ def atomic_open(path: Path, mode: str) -> Iterator[IO[Any]]:
     fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     tmp = Path(tmp_name)
     try:
+        os.fchmod(fd, 0o666 & ~UMASK)  # mkstemp's 0600 would hide a shared run from its readers
         with os.fdopen(fd, mode) as handle:
             yield handle
             handle.flush()

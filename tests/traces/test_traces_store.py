@@ -188,3 +188,13 @@ def test_read_predicted(tmp_path: Path) -> None:
     frame = step_events(0, 0).assign(source="predicted")
     store.write_events(run.predicted_events, frame)
     pd.testing.assert_frame_equal(store.read_predicted(run), schema.validate(frame))
+
+
+def test_files_follow_the_umask_not_mkstemps_0600(tmp_path: Path) -> None:
+    """A run directory shared on a cluster file system is readable by the group and others when the
+    umask allows it, as any file the user writes (atomic_open's temporary file starts at 0600)."""
+    from plancast.traces.store import UMASK, write_json
+
+    path = tmp_path / "summary.json"
+    write_json(path, {"a": 1})
+    assert path.stat().st_mode & 0o777 == 0o666 & ~UMASK
