@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.cli_runner import cli_main
 
 EXAMPLE = str(Path(__file__).resolve().parent.parent / "examples" / "tiny-local-cpu.toml")
@@ -38,6 +40,15 @@ def test_a_sweep_where_nothing_fits_exits_1_with_and_without_json() -> None:
         assert "fits" in err and "8 GiB" not in err and "Traceback" not in err
         code, out, err = cli_main("sweep", EXAMPLE, "--gpus", gpus, "--max-memory-gib", "0.001")
         assert code == 1 and "fits" in err
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"), [("--top", "0"), ("--top", "-1"), ("--finalists", "0"), ("--finalists", "-1")]
+)
+def test_sweep_refuses_a_non_positive_count_by_its_flag(flag: str, value: str) -> None:
+    """--finalists -1 printed 'no plan fits' and exit 1 (false), --top 0 printed nothing with exit 0."""
+    code, out, err = cli_main("sweep", EXAMPLE, "--gpus", "2", flag, value)
+    assert code == 2 and flag in err and "Traceback" not in out + err, err
 
 
 def test_sweep_refuses_a_non_positive_gpu_count() -> None:

@@ -176,10 +176,11 @@ def sweep(
             "searches each size.",
         ),
     ],
-    top: Annotated[int, typer.Option(help="Plans to print.")] = 10,
+    top: Annotated[int, typer.Option(min=1, help="Plans to print.")] = 10,
     finalists: Annotated[
         int | None,
         typer.Option(
+            min=1,
             help="Best estimated plans to run through the full engine (default 24; 4 per size and cluster "
             "when searching several)."
         ),
