@@ -16,6 +16,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from plancast.simulator.catalog.frameworks import framework_defaults
 from plancast.simulator.scenario import Scenario
 from plancast.simulator.schedules import schedule_problems, schedule_warnings
 from plancast.simulator.validation_moe import model_moe_problems, moe_cp_warnings, plan_moe_cp_problems
@@ -343,10 +344,12 @@ def _no_effect(s: Scenario) -> list[str]:
             "chunk's gradients form one DDP bucket (torch DDP as plancast's runtime drives it), reduced "
             "after the backward either way; megatron-lm and deepspeed model bucketed reductions"
         )
-    if s.amp_master_params and t.grad_accumulation_fp32 is False:
+    default = framework_defaults(par.framework, dtype=t.dtype, dp=max(s.dp, 1))["grad_accumulation_fp32"]
+    if s.amp_master_params and t.grad_accumulation_fp32 != default:
         out.append(
-            "training.grad_accumulation_fp32 = false changes nothing under framework torchtitan: its "
-            "gradients are fp32 like its parameters (autocast and FSDP2 keep fp32 master weights)"
+            f"training.grad_accumulation_fp32 = {str(t.grad_accumulation_fp32).lower()} changes nothing "
+            "under framework torchtitan: its gradients are fp32 like its parameters (autocast and FSDP2 "
+            "keep fp32 master weights)"
         )
     return out
 

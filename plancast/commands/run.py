@@ -5,12 +5,15 @@ from __future__ import annotations
 import math
 import tempfile
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from plancast.app import UserError, app, check_output_dir, load, out, require_extra, user_errors
+from plancast.app import UserError, app, check_output_dir, err, load, out, require_extra, user_errors
 from plancast.commands.calibrate import NoCacheOpt, measured_local, write_scenario_file
+
+if TYPE_CHECKING:
+    from plancast.simulator.scenario import Scenario
 
 
 def _inputs(
@@ -40,10 +43,31 @@ def _checked(scenario: Path, timeout: float, no_cache: bool, tmp: Path) -> Path:
     require_extra("runtime", "plancast run")
     if timeout <= 0 or not math.isfinite(timeout):
         raise UserError(f"--timeout must be a positive number of seconds, got {timeout:g}")
+    _runnable(loaded)
     measured = measured_local(scenario, loaded, no_cache=no_cache)
     if measured is not loaded:  # the run (and RUN/scenario.toml) on this machine's measured cluster
         return write_scenario_file(tmp / scenario.name, measured)
     return scenario
+
+
+def _runnable(s: Scenario) -> None:
+    """A plan the runtime cannot execute is refused from the scenario alone, before the local-cpu
+    microbenchmarks (launch checks it again against the ranks it starts); a GPU cluster's plan on a
+    machine without CUDA runs on CPU cores over gloo, and says so."""
+    from plancast.runtime.plan import PlanError, check_runtime_support
+
+    try:
+        check_runtime_support(s, s.tp * s.pp * s.dp * s.cp)
+    except PlanError as e:
+        raise UserError(str(e)) from None
+    import torch
+
+    if s.cluster.gpu.name != "cpu-core" and not torch.cuda.is_available():
+        err.print(
+            f"warning: this machine has no CUDA GPU: the {s.cluster.gpu.name} plan runs on CPU cores over "
+            "gloo, so its measured times are this machine's, not the cluster's the prediction is for",
+            markup=False,
+        )
 
 
 RdzvEndpointOpt = Annotated[

@@ -145,3 +145,26 @@ def test_three_ranks_of_a_four_head_model_measure_with_two(fresh_cache: Path, tm
     assert 0.0 <= record["host"]["busy_send_s"] < 0.05
     # the executor's host time per transfer side: Python bookkeeping and a gloo post, ~0.1 ms here
     assert 1e-6 < record["host"]["transfer_host_s"] < 5e-3
+
+
+def test_a_plan_the_runtime_cannot_run_is_refused_before_measuring(fresh_cache: Path, tmp_path: Path) -> None:
+    """fp16 (no loss scaler in the runtime) is known from the scenario: no microbenchmark runs first."""
+    text = SCENARIO.read_text().replace('dtype = "fp32"', 'dtype = "fp16"')
+    scenario = tmp_path / "fp16.toml"
+    scenario.write_text(text)
+    result = cli_subprocess("run", str(scenario), "--out", str(tmp_path / "run"), timeout_s=120)
+    assert result.returncode == 2 and "loss scaler" in result.stderr
+    assert _measured_lines(result.stderr) == [] and not list(fresh_cache.glob("*/*.json"))
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.distributed
+def test_a_gpu_cluster_plan_without_a_gpu_says_it_runs_on_cpu(tmp_path: Path) -> None:
+    text = SCENARIO.read_text().replace('preset = "local-cpu"', 'preset = "dgx-h100-80gb"\ngpus_per_node = 2')
+    scenario = tmp_path / "h100.toml"
+    scenario.write_text(text)
+    result = cli_subprocess(
+        "run", str(scenario), "--out", str(tmp_path / "run"), "--steps", "2", timeout_s=300
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "no CUDA GPU: the H100-SXM5-80GB plan runs on CPU cores" in result.stderr.replace("\n", " ")
