@@ -55,7 +55,7 @@ def compare_run_dir(run_path: Path, ensure_predicted: Callable[[Path], None]) ->
     )
     summary = {
         **to_summary(rec),
-        **measured_status(measured_summary),
+        **measured_status(measured_summary, unreadable=run.measured_summary.exists()),
         "measured_core_wait_s": measured_core_wait(measured_summary, run.measured_summary, problems),
         "measured_gpu": measured_gpu(run.telemetry, problems),
         "problems": problems,
@@ -67,11 +67,13 @@ def compare_run_dir(run_path: Path, ensure_predicted: Callable[[Path], None]) ->
     return summary
 
 
-def measured_status(measured_summary: dict[str, Any] | None) -> dict[str, Any]:
+def measured_status(measured_summary: dict[str, Any] | None, unreadable: bool = False) -> dict[str, Any]:
     """How the measured run ended: ``ok``, ``failed``, ``interrupted``, or ``unknown`` (no summary:
-    the run is still going, or was killed before it could write one), with its reason if any."""
+    the run is still going, or was killed before it could write one; or a summary that cannot be read,
+    ``unreadable``), with its reason if any."""
     if measured_summary is None:
-        return {"measured_status": "unknown", "measured_reason": None}
+        reason = "measured/summary.json cannot be read (the error below says why)" if unreadable else None
+        return {"measured_status": "unknown", "measured_reason": reason}
     status = measured_summary.get("status")
     return {
         "measured_status": status if isinstance(status, str) else "unknown",
