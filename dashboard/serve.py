@@ -148,11 +148,19 @@ def serve(
     (``$PLANCAST_DASHBOARD_ROOT``). ``headless=False`` lets Streamlit open a browser tab. The server
     runs in its own session: the caller stops it (Ctrl-C at the terminal reaches only the caller).
     """
+    files = [str(r) for r in runs if Path(r).exists() and not Path(r).is_dir()]
+    if files:
+        raise FileNotFoundError(
+            f"not a run directory (a file): {', '.join(files)}; give the folder `plancast run --out` or "
+            "`simulate --out` wrote"
+        )
     missing = [str(r) for r in runs if not Path(r).is_dir()]
     if missing:
         raise FileNotFoundError(
             f"run director{'y' if len(missing) == 1 else 'ies'} not found: {', '.join(missing)}"
         )
+    if runs_root is not None and runs_root != Path("runs") and not runs_root.is_dir():
+        raise FileNotFoundError(f"--runs-folder {runs_root} not found: give an existing folder of runs")
     env = {
         **os.environ,
         RUNS_ENV: os.pathsep.join(str(Path(r).resolve()) for r in runs),

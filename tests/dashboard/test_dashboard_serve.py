@@ -36,3 +36,14 @@ def test_url_names_the_port() -> None:
 def test_serve_refuses_a_missing_run(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match=r"run directory not found: .*absent"):
         serve.serve([tmp_path / "absent"])
+
+
+def test_a_file_or_a_missing_runs_folder_is_named_before_serving(tmp_path: Path) -> None:
+    from tests.cli_runner import cli_main
+
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("x")
+    code, _, err = cli_main("dashboard", str(a_file))
+    assert code == 2 and "not a run directory (a file)" in err
+    code, _, err = cli_main("dashboard", "--runs-folder", str(tmp_path / "nowhere"))
+    assert code == 2 and "--runs-folder" in err and "not found" in err
