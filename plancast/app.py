@@ -110,11 +110,14 @@ def user_errors() -> Iterator[None]:
         raise typer.Exit(EXIT_BAD_INPUT) from None
 
 
-def check_output_file(path: Path | None, flag: str) -> None:
+def check_output_file(path: Path | None, flag: str, force: bool | None = None) -> None:
     """UserError before any work when `path` cannot be written as a file (a folder, or a missing parent
-    folder), so a long computation is never lost to a typo in its output path."""
+    folder), so a long computation is never lost to a typo in its output path; with `force` False, also
+    when it exists (the user's file is replaced only with --force)."""
     if path is None:
         return
+    if force is False and path.is_file():
+        raise UserError(f"{flag} {path} exists; pass --force to replace it, or choose another path")
     if path.is_dir():
         raise UserError(f"{flag} {path} is a folder; give a file path")
     if not path.parent.is_dir():

@@ -150,6 +150,11 @@ def check_framework_behaviour(scenario: Scenario) -> None:
             f"parallelism.fsdp_backward_prefetch = {p.fsdp_backward_prefetch!r}: the runtime runs FSDP2, "
             "which gathers the next unit before this one's backward; set fsdp_backward_prefetch = 'pre'"
         )
+    if p.tp_comm_overlap and scenario.tp > 1:
+        raise PlanError(
+            "parallelism.tp_comm_overlap = true: the runtime's tensor-parallel collectives block (DTensor, "
+            "no userbuffer overlap); set tp_comm_overlap = false to run this plan"
+        )
     if t.fp8:
         raise PlanError(
             "training.fp8 = true: the runtime has no FP8 GEMM path (Transformer Engine or torchao float8); "

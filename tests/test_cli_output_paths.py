@@ -55,3 +55,16 @@ def test_refused_before_any_work(tmp_path: Path, case: str) -> None:
     assert says in err and "Traceback" not in out + err, err
     assert sorted(p.name for p in tmp_path.iterdir()) == before  # nothing written, nothing moved
     assert (tmp_path / "notes.txt").read_text() == "mine\n"
+
+
+def test_a_users_file_is_replaced_only_with_force(tmp_path: Path) -> None:
+    """`import -o` and `calibrate -o` (default ./cluster.toml) replaced an existing file silently."""
+    mine = tmp_path / "mine.toml"
+    mine.write_text("# mine\n")
+    code, _, err = cli_main("import", "hf", HF, "-o", str(mine))
+    assert code == 2 and "exists; pass --force" in err and mine.read_text() == "# mine\n"
+    code, _, err = cli_main("calibrate", "--microbench", "-o", str(mine))
+    assert code == 2 and "exists; pass --force" in err and mine.read_text() == "# mine\n"
+    code, _, err = cli_main("import", "hf", HF, "-o", str(mine), "--force")
+    assert code == 0, err
+    assert "[model]" in mine.read_text()

@@ -77,6 +77,7 @@ def calibrate(
         ),
     ] = False,
     world: Annotated[int, typer.Option(help="Processes for the microbenchmarks without runs.")] = 2,
+    force: Annotated[bool, typer.Option("--force", help="Replace the --output file if it exists.")] = False,
 ) -> None:
     """Fit a cluster profile; prints in-sample and held-out (leave-one-run-out) error per run.
 
@@ -86,7 +87,7 @@ def calibrate(
     from plancast.simulator.calibration.runs import score_table
 
     with user_errors():
-        check_output_file(output, "--output")
+        check_output_file(output, "--output", force)
         if world < 1:
             raise UserError(f"--world must be at least 1, got {world}")
         runs = runs or []

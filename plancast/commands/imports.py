@@ -43,6 +43,7 @@ def import_(
             "--num-nodes", min=1, help="Nodes of the cluster (default: just enough for tp * pp * dp GPUs)"
         ),
     ] = None,
+    force: Annotated[bool, typer.Option("--force", help="Replace the --out file if it exists.")] = False,
 ) -> None:
     """Turn another tool's configuration into a plancast scenario TOML that `simulate` accepts.
 
@@ -53,7 +54,7 @@ def import_(
     from plancast.simulator.loader import parse_scenario
 
     with user_errors():
-        check_output_file(output, "--out")
+        check_output_file(output, "--out", force)
         if kind not in ("hf", "megatron", "deepspeed"):
             raise UserError(f"unknown import kind {kind!r}; choose hf, megatron or deepspeed")
         try:

@@ -168,3 +168,14 @@ def test_a_gpu_cluster_plan_without_a_gpu_says_it_runs_on_cpu(tmp_path: Path) ->
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert "no CUDA GPU: the H100-SXM5-80GB plan runs on CPU cores" in result.stderr.replace("\n", " ")
+
+
+def test_run_refuses_tp_comm_overlap_it_would_ignore(tmp_path: Path) -> None:
+    """The runtime's DTensor collectives block: a run of a tp_comm_overlap plan would not be the plan that
+    was predicted (it ran silently before)."""
+    path = tmp_path / "overlap.toml"
+    path.write_text('[model]\npreset = "tiny-gpt"\n[training]\nseq_len = 128\ndtype = "fp32"\n'
+                    '[parallelism]\ntensor_parallel_degree = 2\ntp_comm_overlap = true\n'
+                    '[cluster]\npreset = "local-cpu"\n')
+    code, _, err = cli_main("run", str(path), "--out", str(tmp_path / "run"))
+    assert code == 2 and "tp_comm_overlap" in err and not (tmp_path / "run").exists()

@@ -129,3 +129,4 @@ def test_moe_experts_run_in_fp8_and_the_router_does_not() -> None:
     assert all(op.fp8 for op in ops if op.name.startswith("expert_") and op.category == "matmul")
     assert not next(op for op in ops if op.name == "router").fp8
     assert simulate(s, events=False).summary["step_time_s"] > 0
+
