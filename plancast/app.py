@@ -251,9 +251,10 @@ def ensure_predicted(run_path: Path) -> None:
     if run.predicted_events.exists():
         return
     if not run.scenario_toml.exists():
+        held = " --force" if run.measured_dir.is_dir() else ""  # simulate keeps a measured run's files
         raise UserError(
             f"{run_path} has neither predicted/events.parquet nor scenario.toml; "
-            f"run `plancast simulate SCENARIO --out {run_path}` first"
+            f"run `plancast simulate SCENARIO --out {run_path}{held}` first"
         )
     err.print(f"{run_path}/predicted/ is missing: simulating {run.scenario_toml}", markup=False)
     write_predicted(run_path, run_simulation(load(run.scenario_toml)))

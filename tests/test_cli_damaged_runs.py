@@ -148,3 +148,17 @@ def test_compare_without_measured_events_is_bad_input(tmp_path: Path) -> None:
     result = plancast("compare", str(path))
     assert result.returncode == 2
     assert "no readable events" in result.stderr
+
+
+def test_compare_of_an_imported_trace_gives_advice_that_works(tmp_path: Path) -> None:
+    """An imported trace has measured/ but no scenario: compare names the simulate line that writes the
+    prediction beside it (with --force, which simulate needs next to a measured run), and it works."""
+    traces = REPO / "tests" / "traces" / "data" / "kineto_annotated_gpu"
+    run = tmp_path / "run"
+    assert plancast("import-kineto", str(traces), "--out", str(run)).returncode == 0
+    result = plancast("compare", str(run))
+    assert result.returncode == 2
+    advice = result.stderr.split("`")[1]
+    assert advice.endswith("--force"), result.stderr
+    args = advice.removeprefix("plancast ").replace("SCENARIO", str(SCENARIO)).split()
+    assert plancast(*args).returncode == 0
