@@ -242,3 +242,17 @@ def test_import_in_a_real_process(tmp_path: Path) -> None:
     result = cli_subprocess("import", "hf", str(DATA / "qwen2-7b.config.json"), "-o", str(out))
     assert result.returncode == 0, result.stderr
     assert cli_subprocess("validate", str(out)).returncode == 0
+
+
+def test_import_hf_names_every_key_it_does_not_read(tmp_path: Path) -> None:
+    """Nothing is dropped silently: an unknown key, or a head_dim that is not hidden / heads, is a warning;
+    the shipped real configs read without one."""
+    config = json.loads((DATA / "llama3-8b.config.json").read_text())
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**config, "foo_bar": 1, "learning_rate": 3e-4, "head_dim": 64}))
+    code, _, err = cli_main("import", "hf", str(path))
+    assert code == 0, err
+    assert "not read: foo_bar, learning_rate" in err and "head_dim = 64 is not modelled" in err
+    for real in sorted(DATA.glob("*.config.json")):
+        code, _, err = cli_main("import", "hf", str(real))
+        assert "not read" not in err, (real.name, err)

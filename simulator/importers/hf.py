@@ -44,6 +44,35 @@ _GPT2_KEYS = {
 }
 # Keys that change the model in ways plancast does not represent (noted, not refused).
 _HF_NOT_MODELLED = ("sliding_window", "rope_scaling", "attention_bias", "mlp_bias")
+# Keys read above or in importers/hf_moe.py, and keys that change neither a shape nor the work of a step
+# as plancast models it (token ids, initialisation, dtype of the checkpoint, cache and output flags,
+# dropout probabilities: the model always counts the dropout ops, loss weights, RoPE bases, norm eps).
+_HF_READ = frozenset(
+    {
+        "architectures", "model_type", "hidden_size", "num_hidden_layers", "num_attention_heads",
+        "vocab_size", "num_key_value_heads", "intermediate_size", "max_position_embeddings",
+        "activation_function", "hidden_act", "rms_norm_eps", "rope_theta", "rotary_emb_base",
+        "rotary_pct", "tie_word_embeddings", "use_sliding_window", *_GPT2_KEYS.values(),
+        "num_local_experts", "num_experts", "n_routed_experts", "num_experts_per_tok",
+        "router_aux_loss_coef", "aux_loss_alpha", "moe_intermediate_size",
+        "shared_expert_intermediate_size", "decoder_sparse_step", "mlp_only_layers", "n_shared_experts",
+        "first_k_dense_replace", "moe_layer_freq", "kv_lora_rank", "q_lora_rank", "qk_nope_head_dim",
+        "qk_rope_head_dim", "v_head_dim", "num_nextn_predict_layers", "head_dim",
+    }
+)
+_HF_NO_EFFECT = frozenset(
+    {
+        "torch_dtype", "dtype", "transformers_version", "_name_or_path", "bos_token_id", "eos_token_id",
+        "pad_token_id", "initializer_range", "layer_norm_eps", "layer_norm_epsilon", "use_cache",
+        "pretraining_tp", "attention_dropout", "hidden_dropout", "resid_pdrop", "embd_pdrop", "attn_pdrop",
+        "summary_activation", "summary_first_dropout", "summary_proj_to_labels", "summary_type",
+        "summary_use_proj", "task_specific_params", "n_ctx", "output_router_logits", "router_jitter_noise",
+        "max_window_layers", "scale_attn_weights", "reorder_and_upcast_attn",
+        "scale_attn_by_inverse_layer_idx", "norm_topk_prob", "routed_scaling_factor", "scoring_func",
+        "topk_method", "n_group", "topk_group", "seq_aux", "ep_size", "use_parallel_residual",
+        "classifier_dropout",
+    }
+)
 
 
 def _hf_model_type(config: Mapping[str, Any]) -> str:
@@ -127,6 +156,18 @@ def hf_model(config: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
         moe, moe_notes = hf_moe_keys(config, model_type)
         model.update(moe)
         notes += moe_notes
+    head_dim = config.get("head_dim")
+    if head_dim is not None and head_dim * model["num_attention_heads"] != model["hidden_size"]:
+        notes.append(
+            f"head_dim = {head_dim!r} is not modelled: attention is sized with hidden_size / "
+            f"num_attention_heads = {model['hidden_size'] // model['num_attention_heads']}"
+        )
+    unknown = sorted(k for k in config if k not in _HF_READ | _HF_NO_EFFECT | set(_HF_NOT_MODELLED))
+    if unknown:
+        notes.append(
+            f"not read: {', '.join(unknown)} (keys plancast does not know; check they do not change the "
+            "model's shape)"
+        )
     if model_type in ("qwen2", "qwen2_moe"):
         notes.append(
             "Qwen2's query/key/value biases are not counted (plancast gives biases to LayerNorm models only)"
