@@ -84,6 +84,8 @@ def kernel_event(row: Mapping[str, Any], origin_us: float, tid: int, correlation
         "args": {
             "device": int(row["rank"]),
             "stream": tid,
+            "stream_name": str(row["stream"]),  # what `import-kineto` reads back (exported_rows)
+            "start_us": float(row["start_us"]),
             "correlation": correlation,
             "step": int(row["step"]),
             "kind": str(row["kind"]),
@@ -213,10 +215,36 @@ def _rank_trace(frame: pd.DataFrame, rank: int, world_size: int, backend: str) -
         "schemaVersion": KINETO_SCHEMA_VERSION,
         "distributedInfo": {"rank": rank, "world_size": world_size, "backend": backend},
         "deviceProperties": [],
-        "traceName": f"plancast {source} rank {rank}",
+        "traceName": f"{EXPORT_TRACE_NAME}{source} rank {rank}",
         "displayTimeUnit": "ms",
         "traceEvents": events,
     }
+
+
+EXPORT_TRACE_NAME = "plancast "
+"""How an exported file's ``traceName`` begins (``plancast SOURCE rank R``)."""
+_ROW_ARGS = ("step", "kind", "stage", "chunk", "microbatch", "index", "peer", "bytes", "flops", "start_us")
+
+
+def exported_rows(trace: Mapping[str, Any]) -> list[dict[str, Any]] | None:
+    """The table rows of a file this module wrote (its kernels carry every column in ``args``), so that
+    `plancast import-kineto` of an export gives back the events exported; None for any other trace."""
+    name = trace.get("traceName")
+    if not (isinstance(name, str) and name.startswith(EXPORT_TRACE_NAME)):
+        return None
+    rows = []
+    for event in trace.get("traceEvents", []):
+        args = event.get("args") if isinstance(event, Mapping) else None
+        if event.get("cat") != "kernel" or not isinstance(args, Mapping) or "stream_name" not in args:
+            continue
+        rows.append(
+            {
+                "stream": str(args["stream_name"]),
+                "dur_us": float(event["dur"]),
+                **{k: args[k] for k in _ROW_ARGS},
+            }
+        )
+    return rows
 
 
 def _single_source(frame: pd.DataFrame) -> str:

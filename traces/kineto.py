@@ -33,6 +33,7 @@ from typing import Any
 import pandas as pd
 
 from plancast.traces import schema
+from plancast.traces.chrome import exported_rows
 from plancast.traces.store import TraceReadError
 
 STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
@@ -204,7 +205,11 @@ def _step_number(span: Span) -> int:
 
 
 def parse_trace(trace: Mapping[str, Any], rank: int, path: Path) -> pd.DataFrame:
-    """One rank's profiler trace -> schema-valid measured events (pure apart from naming ``path``)."""
+    """One rank's profiler trace -> schema-valid measured events (pure apart from naming ``path``); a
+    file `plancast export` wrote gives back its own rows (traces/chrome.py)."""
+    exported = exported_rows(trace)
+    if exported is not None:
+        return schema.to_frame({**row, "source": "measured", "rank": rank} for row in exported)
     spans = spans_of(trace)
     starts_us = [s.ts_us for s in spans]
     windows = step_windows(spans, path)

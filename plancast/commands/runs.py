@@ -156,10 +156,10 @@ def export(
         if source in ("measured", "both"):
             measured = read_measured(rd)
             problems += measured.problems
-        for summary in (rd.predicted_summary, rd.measured_summary):  # as compare reads them
-            optional_json(summary, problems, "the run is damaged; its events were exported")
             if not measured.events.empty:
                 frames["measured"] = measured.events
+        for summary in (rd.predicted_summary, rd.measured_summary):  # as compare reads them
+            optional_json(summary, problems, "the run is damaged; its events were exported")
         if not frames:
             _exit_on_problems(problems)
             raise UserError(f"{run} has no {source} events to export")
