@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 
+from benchmarks.published_fp8 import fp8_runs
 from benchmarks.published_fsdp import mosaic, torchtitan
 from benchmarks.published_megatron import bloom, korthikanti, llama3_row, megascale, narayanan
 from benchmarks.published_moe import moe_and_long_context
@@ -32,6 +33,7 @@ from benchmarks.published_record import (
 )
 
 __all__ = [
+    "FP8_RUNS",
     "MOE_AND_LONG_CONTEXT_RUNS",
     "RUNS",
     "FlopFormula",
@@ -61,6 +63,9 @@ RUNS: tuple[PublishedRun, ...] = (
 
 MOE_AND_LONG_CONTEXT_RUNS: tuple[PublishedRun, ...] = moe_and_long_context()
 """Runs that need expert or context parallelism (issue 13): written with issue 13's key names."""
+
+FP8_RUNS: tuple[PublishedRun, ...] = fp8_runs()
+"""Runs whose GEMMs train in FP8 (training.fp8), held out of every fit like the MoE rows."""
 
 
 def groups(runs: tuple[PublishedRun, ...] = RUNS) -> dict[str, tuple[PublishedRun, ...]]:

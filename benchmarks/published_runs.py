@@ -15,7 +15,7 @@ import statistics
 import sys
 from typing import Any
 
-from benchmarks.published_data import MOE_AND_LONG_CONTEXT_RUNS, RUNS, PublishedRun
+from benchmarks.published_data import FP8_RUNS, MOE_AND_LONG_CONTEXT_RUNS, RUNS, PublishedRun
 from plancast.simulator.costs.memory import GiB, model_state_bytes, rank_memory
 from plancast.simulator.costs.params import stage_parameters
 from plancast.simulator.costs.stage import stage_costs
@@ -280,12 +280,13 @@ def print_memory(rows: list[dict[str, Any]]) -> None:
 
 
 def score_moe_runs() -> list[dict[str, Any]]:
-    """The expert- and context-parallel rows (MOE_AND_LONG_CONTEXT_RUNS), scored as the dense ones. None
-    of their sources was fitted on, so the default constants score them held out."""
+    """The expert- and context-parallel rows (MOE_AND_LONG_CONTEXT_RUNS) and the FP8 ones (FP8_RUNS),
+    scored as the dense ones. None of their sources was fitted on, so the default constants score them
+    held out."""
     from benchmarks.fit_published import run_scenario  # scipy: dev extra
 
     rows = []
-    for run in MOE_AND_LONG_CONTEXT_RUNS:
+    for run in (*MOE_AND_LONG_CONTEXT_RUNS, *FP8_RUNS):
         s = run_scenario(run)
         summary = simulate(s, events=False).summary
         pred = summary["step_time_s"]
@@ -309,7 +310,7 @@ def score_moe_runs() -> list[dict[str, Any]]:
 
 
 def print_moe_scores(rows: list[dict[str, Any]]) -> None:
-    print("Mixture-of-experts and long-context runs (expert / context parallel), held out (never fitted on)")
+    print("Mixture-of-experts, long-context and FP8 runs (expert / context parallel, training.fp8), held out")
     print(
         f"{'source':22} {'run':34} {'ep':>3} {'cp':>3} {'meas s':>8} {'pred s':>8} {'error':>8} {'ep s':>7}"
     )

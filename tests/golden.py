@@ -22,7 +22,7 @@ from typing import Any
 
 import tomli_w
 
-from benchmarks.published_data import MOE_AND_LONG_CONTEXT_RUNS, RUNS, PublishedRun, scenario_dict
+from benchmarks.published_data import FP8_RUNS, MOE_AND_LONG_CONTEXT_RUNS, RUNS, PublishedRun, scenario_dict
 from plancast.commands.calibrate import LOCAL_CPU_ENV
 from plancast.simulator.loader import ScenarioError, load_scenario, parse_scenario
 from plancast.simulator.predict import simulate
@@ -103,7 +103,7 @@ def _run_cases() -> list[Case]:
     """Every published run that parses; of each source, the run with the fewest pipeline passes also goes
     through the CLI."""
     cases = []
-    for run in (*RUNS, *MOE_AND_LONG_CONTEXT_RUNS):
+    for run in (*RUNS, *MOE_AND_LONG_CONTEXT_RUNS, *FP8_RUNS):
         data = _run_data(run)
         if run in MOE_AND_LONG_CONTEXT_RUNS and not _parses(data):
             continue

@@ -9,6 +9,7 @@ import pytest
 import tomli_w
 
 from benchmarks.published_data import (
+    FP8_RUNS,
     MOE_AND_LONG_CONTEXT_RUNS,
     RUNS,
     PublishedRun,
@@ -20,7 +21,7 @@ from benchmarks.published_data import (
 from plancast.simulator.loader import parse_scenario
 from tests.cli_runner import cli_main
 
-ALL = RUNS + MOE_AND_LONG_CONTEXT_RUNS
+ALL = RUNS + MOE_AND_LONG_CONTEXT_RUNS + FP8_RUNS
 
 
 @pytest.mark.parametrize("run", RUNS, ids=lambda r: r.name)
@@ -28,6 +29,13 @@ def test_every_row_parses_on_the_current_simulator(run: PublishedRun) -> None:
     scenario = parse_scenario(scenario_dict(run), run.name).scenario
     assert scenario.world_size == run.num_gpus
     assert scenario.training.global_batch_size * scenario.training.seq_len == run.tokens_per_step
+
+
+@pytest.mark.parametrize("run", FP8_RUNS, ids=lambda r: r.name)
+def test_fp8_rows_parse_with_fp8_gemms_on_hopper(run: PublishedRun) -> None:
+    scenario = parse_scenario(scenario_dict(run), run.name).scenario
+    assert scenario.world_size == run.num_gpus and scenario.training.fp8
+    assert scenario.cluster.gpu.name.startswith("H100")
 
 
 @pytest.mark.parametrize("run", MOE_AND_LONG_CONTEXT_RUNS, ids=lambda r: r.name)

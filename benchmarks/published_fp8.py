@@ -1,0 +1,127 @@
+"""Published runs that train their GEMMs in FP8 (`training.fp8`): Megatron-Bridge's DGX-H100 rows with
+per-tensor ("current") scaling. Data only; benchmarks/published_data.py gathers them."""
+
+from __future__ import annotations
+
+from benchmarks.published_record import PublishedRun, Reported, cluster_table, plan_table, training_table
+
+BRIDGE_2511 = (
+    "NVIDIA-NeMo/Megatron-Bridge docs/performance-summary-archive.md, '25.11 NeMo Container', System "
+    "DGX-H100, Precision FP8-CS (per-tensor current scaling), Tokens / sec / GPU"
+)
+BRIDGE_2602 = (
+    "NVIDIA-NeMo/Megatron-Bridge docs/performance-summary-archive.md, '26.02 NeMo Container', Model "
+    "LLAMA3_70B and LLAMA3.1_405B, System DGX-H100, Precision FP8, Tokens / sec / GPU"
+)
+_ASSUMPTIONS = (
+    "Megatron-core with Transformer Engine (`--fp8-format hybrid`): training.fp8 with bf16 around it, "
+    "framework megatron-lm (distributed optimizer: zero_stage 1; FSDP > 0 rows: zero_stage 3)",
+    "sequence parallel with tp > 1 and fused attention: the recipes' defaults, not stated in the table",
+    "no activation recompute and no tensor-parallel communication overlap: not stated in the table",
+)
+# name, source, citation, preset, GPUs, GBS, MBS, seq, FSDP, TP, PP, CP, VP, tokens/s/GPU
+_ROWS = (
+    (
+        "bridge-h100-fp8-llama3-8b-8gpu",
+        "megatron-bridge-2025",
+        BRIDGE_2511,
+        "llama3-8b",
+        8,
+        128,
+        1,
+        8192,
+        8,
+        1,
+        1,
+        1,
+        1,
+        14451,
+    ),
+    (
+        "bridge-h100-fp8-llama3-70b-64gpu",
+        "megatron-bridge-2025",
+        BRIDGE_2511,
+        "llama3-70b",
+        64,
+        128,
+        1,
+        8192,
+        0,
+        4,
+        8,
+        1,
+        5,
+        1602,
+    ),
+    (
+        "bridge-h100-fp8-llama31-405b-1024gpu",
+        "megatron-bridge-2025",
+        BRIDGE_2511,
+        "llama3-405b",
+        1024,
+        512,
+        1,
+        8192,
+        0,
+        8,
+        8,
+        2,
+        8,
+        292,
+    ),
+    (
+        "bridge-h100-fp8-llama3-70b-64gpu-gbs256",
+        "megatron-bridge-2026",
+        BRIDGE_2602,
+        "llama3-70b",
+        64,
+        256,
+        1,
+        8192,
+        0,
+        4,
+        8,
+        1,
+        5,
+        1621,
+    ),
+    (
+        "bridge-h100-fp8-llama31-405b-1024gpu-gbs1536",
+        "megatron-bridge-2026",
+        BRIDGE_2602,
+        "llama3-405b",
+        1024,
+        1536,
+        1,
+        8192,
+        0,
+        8,
+        8,
+        2,
+        8,
+        311,
+    ),
+)
+
+
+def fp8_runs() -> tuple[PublishedRun, ...]:
+    runs = []
+    for name, source, citation, preset, gpus, gbs, mbs, seq, fsdp, tp, pp, cp, vp, tps in _ROWS:
+        extra = {"context_parallel_degree": cp} if cp > 1 else {}
+        plan = plan_table(tp, pp, vp, sequence_parallel=tp > 1, zero_stage=3 if fsdp else 1, **extra)
+        runs.append(
+            PublishedRun(
+                name,
+                source,
+                citation,
+                {"preset": preset},
+                training_table(seq, mbs, gbs, "bf16", "none", flash_attention=True, fp8=True),
+                plan,
+                cluster_table("dgx-h100-80gb", gpus),
+                "megatron-lm",
+                gbs * seq / (tps * gpus),
+                Reported(tps, "tokens/s/GPU"),
+                _ASSUMPTIONS,
+            )
+        )
+    return tuple(runs)
