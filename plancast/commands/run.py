@@ -51,18 +51,20 @@ def _checked(scenario: Path, timeout: float, no_cache: bool, tmp: Path) -> Path:
 
 
 def _runnable(s: Scenario) -> None:
-    """A plan the runtime cannot execute is refused from the scenario alone, before the local-cpu
-    microbenchmarks (launch checks it again against the ranks it starts); a GPU cluster's plan on a
-    machine without CUDA runs on CPU cores over gloo, and says so."""
+    """On CPU cores, a plan the runtime cannot execute is refused from the scenario alone, before the
+    local-cpu microbenchmarks (launch checks it again, after whether this machine can hold the launch);
+    a GPU cluster's plan on a machine without CUDA runs on CPU cores over gloo, and says so."""
     from plancast.runtime.plan import PlanError, check_runtime_support
 
-    try:
-        check_runtime_support(s, s.tp * s.pp * s.dp * s.cp)
-    except PlanError as e:
-        raise UserError(str(e)) from None
+    if s.cluster.gpu.name == "cpu-core":
+        try:
+            check_runtime_support(s, s.tp * s.pp * s.dp * s.cp)
+        except PlanError as e:
+            raise UserError(str(e)) from None
+        return
     import torch
 
-    if s.cluster.gpu.name != "cpu-core" and not torch.cuda.is_available():
+    if not torch.cuda.is_available():
         err.print(
             f"warning: this machine has no CUDA GPU: the {s.cluster.gpu.name} plan runs on CPU cores over "
             "gloo, so its measured times are this machine's, not the cluster's the prediction is for",

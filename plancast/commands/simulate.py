@@ -165,6 +165,22 @@ WorkersOpt = Annotated[
 ]
 
 
+FinalistsOpt = Annotated[
+    int | None,
+    typer.Option(
+        min=1,
+        help="Best estimated plans to run through the full engine (default 24; 4 per size and cluster "
+        "when searching several).",
+    ),
+]
+ClusterOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--cluster", help="Catalog cluster presets to compare, comma-separated (dgx-a100-80gb,dgx-h100-80gb)."
+    ),
+]
+
+
 @app.command("sweep")
 def sweep(
     scenario: ScenarioArg,
@@ -177,21 +193,8 @@ def sweep(
         ),
     ],
     top: Annotated[int, typer.Option(min=1, help="Plans to print.")] = 10,
-    finalists: Annotated[
-        int | None,
-        typer.Option(
-            min=1,
-            help="Best estimated plans to run through the full engine (default 24; 4 per size and cluster "
-            "when searching several)."
-        ),
-    ] = None,
-    cluster: Annotated[
-        str | None,
-        typer.Option(
-            "--cluster",
-            help="Catalog cluster presets to compare, comma-separated (dgx-a100-80gb,dgx-h100-80gb).",
-        ),
-    ] = None,
+    finalists: FinalistsOpt = None,
+    cluster: ClusterOpt = None,
     rank_by: Annotated[
         str,
         typer.Option(
