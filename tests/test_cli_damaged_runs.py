@@ -183,3 +183,6 @@ def test_export_then_import_kineto_gives_back_the_same_events(tmp_path: Path) ->
     sent = read_predicted(RunDir(run))[columns].sort_values(columns).reset_index(drop=True)
     got = read_measured(RunDir(back)).events[columns].sort_values(columns).reset_index(drop=True)
     pd.testing.assert_frame_equal(sent, got, check_dtype=False)
+    compared = json.loads(plancast("compare", str(back), "--json").stdout)  # the same prediction beside it
+    assert (compared["events_missing"], compared["events_extra"]) == (0, 0)
+    assert compared["step_time_error"] == pytest.approx(0.0, abs=1e-9)

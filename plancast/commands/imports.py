@@ -19,6 +19,7 @@ from plancast.app import (
     user_errors,
     write_predicted,
 )
+from plancast.commands.calibrate import measured_local
 
 
 @app.command("import")
@@ -95,7 +96,8 @@ def import_kineto(
         frame = read_traces(trace_dir)
         if frame.empty:
             raise UserError(f"no profiler steps found in {trace_dir}")
-        s = load(scenario) if scenario is not None else None
+        # as `simulate` predicts it: a local-cpu scenario on this machine's measured cluster
+        s = measured_local(scenario, load(scenario)) if scenario is not None else None
     run = RunDir(out_dir)
     run.measured_dir.mkdir(parents=True, exist_ok=True)
     for rank, events in frame.groupby("rank"):
