@@ -174,8 +174,27 @@ def test_run_refuses_tp_comm_overlap_it_would_ignore(tmp_path: Path) -> None:
     """The runtime's DTensor collectives block: a run of a tp_comm_overlap plan would not be the plan that
     was predicted (it ran silently before)."""
     path = tmp_path / "overlap.toml"
-    path.write_text('[model]\npreset = "tiny-gpt"\n[training]\nseq_len = 128\ndtype = "fp32"\n'
-                    '[parallelism]\ntensor_parallel_degree = 2\ntp_comm_overlap = true\n'
-                    '[cluster]\npreset = "local-cpu"\n')
+    path.write_text(
+        '[model]\npreset = "tiny-gpt"\n[training]\nseq_len = 128\ndtype = "fp32"\n'
+        "[parallelism]\ntensor_parallel_degree = 2\ntp_comm_overlap = true\n"
+        '[cluster]\npreset = "local-cpu"\n'
+    )
     code, _, err = cli_main("run", str(path), "--out", str(tmp_path / "run"))
     assert code == 2 and "tp_comm_overlap" in err and not (tmp_path / "run").exists()
+
+
+@pytest.mark.distributed
+def test_import_kineto_predicts_on_the_measured_machine_as_simulate_does(
+    fresh_cache: Path, tmp_path: Path
+) -> None:
+    """An exported prediction imported back (--scenario local-cpu) is compared with the same prediction:
+    import-kineto measured nothing and predicted with the shipped constants (+70% on this machine)."""
+    run, back = tmp_path / "run", tmp_path / "back"
+    assert cli_subprocess("simulate", str(SCENARIO), "--out", str(run), timeout_s=600).returncode == 0
+    assert cli_subprocess("export", str(run), "--source", "predicted").returncode == 0
+    imported = cli_subprocess(
+        "import-kineto", str(run / "chrome" / "predicted"), "--out", str(back), "--scenario", str(SCENARIO)
+    )
+    assert imported.returncode == 0, imported.stderr
+    compared = json.loads(cli_subprocess("compare", str(back), "--json").stdout)
+    assert compared["step_time_error"] == pytest.approx(0.0, abs=1e-9)
