@@ -62,6 +62,7 @@ class ClusterSearch:
     rows: list[dict[str, Any]]
     enumerated: int
     skipped: list[str]  # "(cluster, gpus): why" for sizes with no plan
+    fits: int = 0  # plans within memory over every (cluster, size)
 
 
 def with_cluster(base: Scenario, preset: str) -> Scenario:
@@ -111,7 +112,7 @@ def search(
     combos = [(c, n) for c in clusters for n in gpu_counts]
     candidates: list[Candidate] = []
     skipped: list[str] = []
-    enumerated = 0
+    enumerated = fits = 0
     for done, (preset, gpus) in enumerate(combos):
         name = preset or base.cluster.preset or "scenario cluster"
         label = f"{name} x {gpus}"
@@ -124,6 +125,7 @@ def search(
             skipped.append(f"{label}: {e}")
             continue
         enumerated += result.enumerated
+        fits += result.fits
         if not result.finalists:
             limit = min(scenario.cluster.gpu.memory_GiB, max_memory_gib or scenario.cluster.gpu.memory_GiB)
             skipped.append(f"{label}: no plan fits in {limit:g} GiB per GPU")
@@ -139,4 +141,4 @@ def search(
     front = set(pareto_front(rows, "time_to_train_days", "cost_usd"))
     for i, row in enumerate(rows):
         row["pareto"] = i in front
-    return ClusterSearch(rank_by, rows, enumerated, skipped)
+    return ClusterSearch(rank_by, rows, enumerated, skipped, fits)

@@ -36,7 +36,9 @@ def test_a_sweep_where_nothing_fits_exits_1_with_and_without_json() -> None:
     for gpus in ("2", "2,4"):
         code, out, err = cli_main("sweep", EXAMPLE, "--gpus", gpus, "--max-memory-gib", "0.001", "--json")
         assert code == 1, (gpus, err)
-        assert json.loads(out)["plans"] == []
+        data = json.loads(out)
+        assert data["plans"] == [] and data["plans_fitting"] == 0 and data["plans_enumerated"] > 0
+        assert {"plans_enumerated", "plans_fitting", "seconds", "plans"} <= set(data)  # both JSON shapes
         assert "fits" in err and "8 GiB" not in err and "Traceback" not in err
         code, out, err = cli_main("sweep", EXAMPLE, "--gpus", gpus, "--max-memory-gib", "0.001")
         assert code == 1 and "fits" in err

@@ -46,11 +46,14 @@ def cluster_sweep(
     workers: int | None = None,
 ) -> None:
     """Search every (cluster, size), rank all finalists together, print them and the Pareto front."""
+    import time
+
     from rich.progress import Progress
 
     from plancast.pool import worker_pool
     from plancast.simulator.cluster_search import search
 
+    started = time.perf_counter()
     with user_errors():
         names = parse_clusters(clusters)
         with worker_pool(workers) as map_fn, Progress(console=err.console, transient=True) as bar:
@@ -79,6 +82,8 @@ def cluster_sweep(
             {
                 "rank_by": rank_by,
                 "plans_enumerated": result.enumerated,
+                "plans_fitting": result.fits,
+                "seconds": time.perf_counter() - started,
                 "plans": result.rows[:top],
                 "pareto": front,
             }
