@@ -32,6 +32,10 @@ class GPU(Strict):
     """Rental price per GPU-hour, USD (catalog: cited on-demand list prices); unset: no cost reported."""
     power_W: float | None = Field(default=None, gt=0)
     """Board power at full load, W (catalog: datasheet TDP); unset: no energy reported."""
+    fp8_gemm_ratio: float | None = Field(default=None, gt=0, le=2)
+    """FP8 GEMM efficiency over BF16's on this GPU (`training.fp8`): the best measured FP8 GEMM's fraction
+    of the FP8 peak over the best BF16 GEMM's of the BF16 peak (MAMF, catalog); unset: the H100 SXM's
+    0.883 (simulator/costs/fp8.py)."""
     power_limit_W: float | None = Field(default=None, gt=0)
     """Board power limit the GPUs are set to (`nvidia-smi -pl`), W, when below power_W; unset: power_W.
     A lower limit lowers the sustained clock (clock_fraction) and the energy drawn."""

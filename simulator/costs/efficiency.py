@@ -28,7 +28,7 @@ def op_seconds(
     peak = gpu.peak_flops("fp8" if op.fp8 else dtype)
     if op.category == "matmul":
         half = compute.matmul_half_gflop * 1e9
-        e_max = fp8_matmul_efficiency(compute) if op.fp8 else compute.matmul_efficiency
+        e_max = fp8_matmul_efficiency(compute, gpu) if op.fp8 else compute.matmul_efficiency
         eff = e_max * flops / (flops + half)
     else:
         eff = compute.attention_efficiency

@@ -17,7 +17,7 @@ what the bf16 input took.
 
 from __future__ import annotations
 
-from plancast.simulator.cluster import ComputeModel
+from plancast.simulator.cluster import GPU, ComputeModel
 
 # The best measured FP8 GEMM against the best BF16 one on the same GPU, as fractions of each peak:
 # H100 SXM 1402.6 of 1978.9 TFLOP/s (70.9%) vs 794.5 of 989.4 (80.3%); stas00/ml-engineering,
@@ -28,10 +28,11 @@ FP8_WEIGHT_COPY_BYTES = 2
 """Bytes per GEMM weight element of the FP8 weight and its transpose, kept for the step."""
 
 
-def fp8_matmul_efficiency(compute: ComputeModel) -> float:
+def fp8_matmul_efficiency(compute: ComputeModel, gpu: GPU) -> float:
     """Fraction of the FP8 peak a large FP8 GEMM reaches in training: the cluster's BF16 GEMM efficiency
-    scaled by the measured FP8 / BF16 ratio."""
-    return compute.matmul_efficiency * FP8_TO_BF16_EFFICIENCY
+    scaled by the GPU's measured FP8 / BF16 ratio (GPU.fp8_gemm_ratio; unset: the H100's)."""
+    ratio = gpu.fp8_gemm_ratio if gpu.fp8_gemm_ratio is not None else FP8_TO_BF16_EFFICIENCY
+    return compute.matmul_efficiency * ratio
 
 
 def fp8_weight_copy_bytes(layer_params_on_rank: float, zero_stage: int) -> float:

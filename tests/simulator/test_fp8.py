@@ -22,10 +22,21 @@ def scenario(fp8: bool, **training: Any) -> Scenario:
     """Llama 3 70B on 4 DGX H100 nodes, tp 8 pp 4, the shape NeMo's FP8 recipes run."""
     data = {
         "model": {"preset": "llama3-70b"},
-        "training": {"seq_len": 8192, "micro_batch_size": 1, "global_batch_size": 32,
-                     "flash_attention": True, "recompute": "full", "fp8": fp8, **training},
-        "parallelism": {"tensor_parallel_degree": 8, "pipeline_parallel_degree": 4,
-                        "sequence_parallel": True, "framework": "megatron-lm"},
+        "training": {
+            "seq_len": 8192,
+            "micro_batch_size": 1,
+            "global_batch_size": 32,
+            "flash_attention": True,
+            "recompute": "full",
+            "fp8": fp8,
+            **training,
+        },
+        "parallelism": {
+            "tensor_parallel_degree": 8,
+            "pipeline_parallel_degree": 4,
+            "sequence_parallel": True,
+            "framework": "megatron-lm",
+        },
         "cluster": {"preset": "dgx-h100-80gb", "num_nodes": 4},
     }
     return parse_scenario(data, "fp8").scenario
@@ -108,8 +119,10 @@ def test_simulate_refuses_fp8_where_it_cannot_apply(
 
 def test_run_refuses_fp8_before_starting_anything(tmp_path: Path) -> None:
     path = tmp_path / "fp8.toml"
-    path.write_text('[model]\npreset = "tiny-gpt"\n[training]\nseq_len = 128\nfp8 = true\nsteps = 2\n'
-                    '[cluster]\npreset = "dgx-h100-80gb"\ngpus_per_node = 2\n')
+    path.write_text(
+        '[model]\npreset = "tiny-gpt"\n[training]\nseq_len = 128\nfp8 = true\nsteps = 2\n'
+        '[cluster]\npreset = "dgx-h100-80gb"\ngpus_per_node = 2\n'
+    )
     code, _, err = cli_main("run", str(path), "--out", str(tmp_path / "run"))
     assert code == 2 and "no FP8 GEMM path" in err
     assert not (tmp_path / "run").exists()
@@ -130,3 +143,25 @@ def test_moe_experts_run_in_fp8_and_the_router_does_not() -> None:
     assert not next(op for op in ops if op.name == "router").fp8
     assert simulate(s, events=False).summary["step_time_s"] > 0
 
+
+@pytest.mark.parametrize(
+    ("preset", "ratio"), [("dgx-h100-80gb", FP8_TO_BF16_EFFICIENCY), ("hgx-h200", 0.914)]
+)
+def test_each_gpu_uses_its_own_measured_fp8_to_bf16_ratio(preset: str, ratio: float) -> None:
+    """H200's FP8 GEMMs reach 73.4% of their peak where H100's reach 70.9% (MAMF; both 80.3% in BF16)."""
+    base = scenario(True)
+    cluster = parse_scenario(
+        {
+            "model": {"preset": "llama3-70b"},
+            "training": {"fp8": True, "global_batch_size": 32},
+            "cluster": {"preset": preset, "num_nodes": 4},
+        },
+        "fp8-gpu",
+    ).scenario.cluster
+    s = base.model_copy(update={"cluster": cluster})
+    fp8 = next(op for op in layer_forward(Shape.of(s)) if op.name == "gate_up")
+    bf16 = next(op for op in layer_forward(Shape.of(scenario(False))) if op.name == "gate_up")
+    gpu, compute = s.cluster.gpu, s.cluster.compute
+    overhead = compute.op_overhead_us * 1e-6
+    t8, t16 = (op_seconds(op, gpu, compute, "bf16") - overhead for op in (fp8, bf16))
+    assert t16 / t8 == pytest.approx(2 * ratio, rel=1e-3)
