@@ -77,17 +77,7 @@ def cluster_sweep(
         pd.DataFrame(result.rows).to_csv(table, index=False)
         err.print(f"wrote {table}", markup=False)
     if json_:
-        front = [r for r in result.rows if r["pareto"]]
-        print_json(
-            {
-                "rank_by": rank_by,
-                "plans_enumerated": result.enumerated,
-                "plans_fitting": result.fits,
-                "seconds": time.perf_counter() - started,
-                "plans": result.rows[:top],
-                "pareto": front,
-            }
-        )
+        print_json(_json(result, top, time.perf_counter() - started))
     if not result.rows:  # after the JSON too: a script sees the empty list and exit code 1
         err.print("no plan fits on any of the clusters and sizes searched", markup=False)
         raise typer.Exit(1)
@@ -95,6 +85,19 @@ def cluster_sweep(
         return
     out.print(f"{len(result.rows)} finalists of {result.enumerated:,} plans, ranked by {rank_by}")
     out.print(ranked_table(result.rows[:top]))
+
+
+def _json(result: Any, top: int, seconds: float) -> dict[str, Any]:
+    """`sweep --json` over several sizes or clusters: the single-size object's keys, plus the ranking key
+    and the time-to-train vs cost Pareto front (docs/cli.md)."""
+    return {
+        "rank_by": result.rank_by,
+        "plans_enumerated": result.enumerated,
+        "plans_fitting": result.fits,
+        "seconds": seconds,
+        "plans": result.rows[:top],
+        "pareto": [r for r in result.rows if r["pareto"]],
+    }
 
 
 def parse_clusters(text: str | None) -> list[str | None]:
