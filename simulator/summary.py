@@ -21,19 +21,9 @@ from plancast.simulator.costs.model_flops import model_flops_per_token
 from plancast.simulator.costs.params import count_parameters
 from plancast.simulator.scenario import Scenario
 from plancast.simulator.schedules import Schedule
-from plancast.traces.breakdown import PIPELINE_KINDS, pipeline_bubble
+from plancast.traces.breakdown import PIPELINE_KINDS, pipeline_bubble, union_us
 
 __all__ = ["PIPELINE_KINDS", "pipeline_bubble", "summarize"]
-
-
-def union_length(starts: np.ndarray, ends: np.ndarray) -> float:
-    """Total length covered by intervals (merge overlapping ones)."""
-    if len(starts) == 0:
-        return 0.0
-    order = np.argsort(starts, kind="stable")
-    s, e = starts[order], np.maximum.accumulate(ends[order])
-    gaps = np.maximum(s[1:] - e[:-1], 0.0)
-    return float(e[-1] - s[0] - gaps.sum())
 
 
 def _exposed(comm: _Intervals, busy: _Intervals) -> float:
@@ -43,7 +33,7 @@ def _exposed(comm: _Intervals, busy: _Intervals) -> float:
     busy_s, busy_e = np.array(busy.starts), np.array(busy.ends)
     both_s = np.concatenate([np.array(comm.starts), busy_s])
     both_e = np.concatenate([np.array(comm.ends), busy_e])
-    return union_length(both_s, both_e) - union_length(busy_s, busy_e)
+    return union_us(both_s, both_e) - union_us(busy_s, busy_e)
 
 
 class _Intervals:

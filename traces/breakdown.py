@@ -78,13 +78,10 @@ def union_us(starts_us: np.ndarray, ends_us: np.ndarray) -> float:
 
 def exposed_us(comm: pd.DataFrame, compute: pd.DataFrame) -> float:
     """Time covered by ``comm`` spans and not by ``compute`` spans: |C ∪ K| - |K|."""
-    comm_ends = comm["start_us"] + comm["dur_us"]
-    compute_ends = compute["start_us"] + compute["dur_us"]
-    both = union_us(
-        np.concatenate([comm["start_us"].to_numpy(), compute["start_us"].to_numpy()]),
-        np.concatenate([comm_ends.to_numpy(), compute_ends.to_numpy()]),
-    )
-    exposed = both - union_us(compute["start_us"].to_numpy(), compute_ends.to_numpy())
+    import pandas as pd
+
+    both = _covered_us(pd.concat([comm, compute]))
+    exposed = both - _covered_us(compute)
     return exposed if exposed > NOISE * both else 0.0
 
 

@@ -10,8 +10,8 @@ from collections.abc import Iterable
 import numpy as np
 import pandas as pd
 
-from plancast.simulator.summary import union_length
 from plancast.traces import schema
+from plancast.traces.breakdown import union_us
 from plancast.traces.schema import ALIGNMENT_KEY
 
 
@@ -81,7 +81,7 @@ def untracked_per_step(events: pd.DataFrame) -> tuple[float, float] | None:
     for _, g in frame[blocking].groupby(["rank", "step"]):
         starts = g["start_us"].to_numpy(dtype=float)
         ends = starts + g["dur_us"].to_numpy(dtype=float)
-        untracked.append((ends.max() - union_length(starts, ends)) * 1e-6)
+        untracked.append((ends.max() - union_us(starts, ends)) * 1e-6)
     return float(np.mean(untracked)), float(sides.mean())
 
 
