@@ -19,10 +19,12 @@ TORCHTITAN_A100 = (
 )
 TORCHTITAN_H100 = (
     "torchtitan docs/performance.md (commit eaea6f6), Tables 1 and 3: Llama 3.1 8B FSDP on H100 "
-    "(Grand Teton), TPS/GPU without torch.compile, https://github.com/pytorch/torchtitan"
+    "(Grand Teton), TPS/GPU of the rows 'FSDP' and 'FSDP + torch.compile' (torch nightly 2024-12-23), "
+    "https://github.com/pytorch/torchtitan"
 )
 # name, preset, seq, GPUs, local batch, recompute, tokens/s per GPU, step s, Memory(GiB) (H100 Tables 1
-# and 3; the A100 tables report none)
+# and 3; the A100 tables report none). Step s = local batch x seq / (tokens/s per GPU). The A100 tables
+# and the H100 'FSDP' rows ran eagerly (torchtitan's default); '-compile' rows are 'FSDP + torch.compile'.
 _TORCHTITAN_ROWS = (
     ("a100-llama3-8b-selective", "llama3-8b", 8192, 64, 1, "selective", 2973, 2.756, None),
     ("a100-llama3-70b-full", "llama3-70b", 8192, 64, 1, "full", 331, 24.75, None),
@@ -32,6 +34,8 @@ _TORCHTITAN_ROWS = (
     ("a100-llama2-70b-b2-full", "llama2-70b", 4096, 64, 2, "full", 353, 23.21, None),
     ("h100-llama3-8b-8gpu", "llama3-8b", 8192, 8, 2, "selective", 5762, 2.844, 82.4),
     ("h100-llama3-8b-128gpu", "llama3-8b", 8192, 128, 2, "selective", 5605, 2.923, 67.0),
+    ("h100-llama3-8b-8gpu-compile", "llama3-8b", 8192, 8, 2, "selective", 6667, 2.457, 77.0),
+    ("h100-llama3-8b-128gpu-compile", "llama3-8b", 8192, 128, 2, "selective", 6514, 2.515, 62.0),
 )
 # torchtitan's train.py logs `gpu_mem_stats.max_reserved_gib`: the caching allocator's reserved peak
 TORCHTITAN_MEMORY = "max reserved (torch.cuda.max_memory_reserved)"
@@ -51,7 +55,7 @@ _H100_96GB = {
 def torchtitan() -> list[PublishedRun]:
     runs = []
     for name, preset, seq, gpus, local, recompute, tps, step_s, memory_gib in _TORCHTITAN_ROWS:
-        h100 = name.startswith("h100")
+        h100, compiled = name.startswith("h100"), name.endswith("-compile")
         assumptions = (
             "selective = per-op selective checkpointing (the source's 'selective op', torchtitan's "
             "default selective_ac_option): selective_recompute 'op'; full = full AC",
@@ -63,6 +67,9 @@ def torchtitan() -> list[PublishedRun]:
             "and we don't know its exact value'"
             if h100
             else "network of the 64-A100 cluster not stated: dgx-a100-80gb",
+            "torch.compile fuses the elementwise ops: elementwise 'fused'"
+            if compiled
+            else "no torch.compile (torchtitan's default): elementwise 'eager', the framework's default",
         )
         runs.append(
             PublishedRun(
@@ -78,6 +85,7 @@ def torchtitan() -> list[PublishedRun]:
                     recompute,
                     flash_attention=True,
                     selective_recompute="op",
+                    **({"elementwise": "fused"} if compiled else {}),
                 ),
                 plan_table(zero_stage=3, fsdp_reduce_dtype="fp32"),
                 cluster_table("dgx-h100-80gb", gpus, gpu=_H100_96GB)

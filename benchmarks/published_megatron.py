@@ -220,7 +220,8 @@ _LLAMA3_ASSUMPTIONS = (
     "each from the first and the last stages ... the first model chunk on the first stage has only the "
     "embedding' (sec. 3.3.2), which with 126 layers on pp16 and equal chunks holds only for V = 8 "
     "(16 x 8 - 2 = 126); V and N themselves are not stated",
-    "sequence parallel (TP cites Korthikanti et al. 2023) and fused attention: not stated",
+    "sequence parallel (TP cites Korthikanti et al. 2023), fused attention and fused elementwise kernels "
+    "(elementwise 'fused', as Megatron-LM's, whose parallelism the paper cites): not stated",
     "FSDP that keeps gathered weights after forward and reduce-scatters fp32-accumulated gradients once "
     "per step = Megatron's distributed optimizer: zero_stage 1",
 )
@@ -239,7 +240,16 @@ def llama3_row(
         LLAMA3,
         {"preset": "llama3-405b"},
         # no activation checkpointing at 8K (sec. 3.3.2); fp32 gradient accumulation ("numerical stability")
-        training_table(seq, 1, gbs, "bf16", "none", flash_attention=True, grad_accumulation_fp32=True),
+        training_table(
+            seq,
+            1,
+            gbs,
+            "bf16",
+            "none",
+            flash_attention=True,
+            grad_accumulation_fp32=True,
+            elementwise="fused",
+        ),
         plan_table(
             tp, pp, 8, sequence_parallel=True, zero_stage=1, pipeline_layer_split=_LLAMA3_SPLIT, **extra
         ),

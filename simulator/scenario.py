@@ -149,6 +149,12 @@ class Training(Strict):
     attention policy's memory). `plancast run` runs the attention policy only and refuses "op"."""
     flash_attention: bool = False
     """Fused attention (Dao et al. 2022): no s x s scores in memory; off reproduces Megatron-LM 2022."""
+    elementwise: Literal["fused", "eager"] | None = None
+    """How the elementwise ops run. fused: each op one kernel reading and writing its tensors once
+    (Megatron-LM's and DeepSpeed's fused kernels, Transformer Engine, torchtitan with torch.compile).
+    eager: as eager PyTorch runs them, RMSNorm, RoPE and SwiGLU as kernel sequences partly in fp32,
+    plus the attention's layout copies (simulator/costs/eager.py). Default: parallelism.framework's
+    (torchtitan eager, as its default `compile = false` and plancast's runtime; the others fused)."""
     fp8: bool = False
     """The transformer blocks' GEMMs in FP8 with per-tensor scaling (Transformer Engine's `--fp8-format
     hybrid`, torchao float8), everything else in `dtype`: the GPU's FP8 peak, a cast of each GEMM input,
@@ -308,8 +314,13 @@ class Scenario(Strict):
             updates["ddp_bucket_cap_MiB"] = bucket_params * grad_bytes / 2**20
         if updates:
             object.__setattr__(self, "parallelism", par.model_copy(update=updates))
-        if t.grad_accumulation_fp32 is None:
-            object.__setattr__(self, "training", t.model_copy(update={"grad_accumulation_fp32": grad_fp32}))
+        fills = {
+            k: v
+            for k, v in (("grad_accumulation_fp32", grad_fp32), ("elementwise", defaults["elementwise"]))
+            if getattr(t, k) is None
+        }
+        if fills:
+            object.__setattr__(self, "training", t.model_copy(update=fills))
         return self
 
     @property

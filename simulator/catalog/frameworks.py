@@ -41,6 +41,11 @@ A key written in the scenario always wins; these only fill what the scenario lea
   (megatron/core/distributed/distributed_data_parallel.py); DeepSpeed's `reduce_bucket_size` is 5e8
   elements (deepspeed/runtime/zero/config.py); torch DDP as plancast's runtime drives it keeps the
   reducer's first assignment, one bucket per chunk (`None`, see Parallelism.ddp_bucket_cap_MiB).
+- elementwise: Megatron-LM fuses its elementwise ops unless told not to (`--no-bias-gelu-fusion`,
+  `--no-bias-dropout-fusion`, `--no-rope-fusion`, `--no-bias-swiglu-fusion` turn the fusions off;
+  Transformer Engine's normalization kernels), as Megatron-DeepSpeed does with Megatron's kernels:
+  "fused". torchtitan compiles only when asked (`--training.compile`, later `--compile.enable`, off in
+  its JobConfig), so its ops run eagerly, as in plancast's runtime: "eager" (simulator/costs/eager.py).
 """
 
 from __future__ import annotations
@@ -68,6 +73,7 @@ def framework_defaults(
             "zero_collective_algorithm": "hierarchical",
             "overlap_grad_reduce": False,
             "ddp_bucket_params": max(40_000_000, 1_000_000 * dp),
+            "elementwise": "fused",
         }
     if framework == "deepspeed":
         return {
@@ -78,6 +84,7 @@ def framework_defaults(
             "zero_collective_algorithm": "ring",
             "overlap_grad_reduce": zero_stage == 3,
             "ddp_bucket_params": 500_000_000,
+            "elementwise": "fused",
         }
     return {
         "vocab_parallel": True,
@@ -87,4 +94,5 @@ def framework_defaults(
         "zero_collective_algorithm": "hierarchical",
         "overlap_grad_reduce": True,
         "ddp_bucket_params": None,
+        "elementwise": "eager",
     }

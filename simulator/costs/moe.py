@@ -13,7 +13,16 @@ from __future__ import annotations
 
 import math
 
-from plancast.simulator.costs.ops import DTYPE_BYTES, Op, Shape, _elementwise, _gemm, layer_forward, linear
+from plancast.simulator.costs.ops import (
+    DTYPE_BYTES,
+    Op,
+    Shape,
+    _elementwise,
+    _gemm,
+    layer_forward,
+    linear,
+    swiglu,
+)
 from plancast.simulator.scenario import Model, Scenario
 
 DROPLESS_IMBALANCE = 1.25
@@ -42,7 +51,7 @@ def _mlp(name: str, rows: float, h: int, ffn_local: float, x: Shape) -> list[Op]
     """One expert's MLP on `rows` tokens (SwiGLU: gate+up then down, GELU: fc1 then fc2)."""
     d = x.dtype_bytes
     if x.swiglu:
-        act = _elementwise(f"{name}_swiglu", rows * ffn_local, d, extra_bytes=rows * ffn_local * d)
+        act = swiglu(f"{name}_swiglu", rows * ffn_local, x)
         return [
             *linear(f"{name}_gate_up", rows, h, 2 * ffn_local, x),
             act,

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from plancast.simulator.costs import eager
 from plancast.simulator.scenario import Scenario
 
 Category = Literal["matmul", "attention", "memory"]
@@ -50,6 +51,8 @@ class Shape:
     flash: bool
     kv_s: int = 0  # keys each query attends over: the whole sequence under context parallel; 0: s
     fp8: bool = False  # the block's GEMMs in FP8 (training.fp8)
+    eager: bool = False  # elementwise ops as eager PyTorch runs them (training.elementwise, costs/eager.py)
+    rmsnorm: bool = False
 
     @classmethod
     def of(cls, s: Scenario) -> Shape:
@@ -71,6 +74,8 @@ class Shape:
             rope=m.position_embedding == "rope",
             flash=t.flash_attention,
             fp8=t.fp8,
+            eager=t.elementwise == "eager",
+            rmsnorm=m.norm == "rmsnorm",
         )
 
 
@@ -93,6 +98,26 @@ def _elementwise(name: str, elements: float, d: int, extra_bytes: float = 0.0) -
     return Op(name, "memory", 0.0, 2.0 * elements * d + extra_bytes)
 
 
+def _eager_op(name: str, elements: float, bytes_per_element: float) -> Op:
+    """An eager kernel sequence as one op: its bytes, one per-op overhead (the sequence's kernels queue
+    back to back on the stream; their launch gaps are not counted)."""
+    return Op(name, "memory", 0.0, elements * bytes_per_element)
+
+
+def norm(name: str, elements: float, x: Shape) -> Op:
+    """A LayerNorm or RMSNorm over `elements`: one kernel, or RMSNorm's eager sequence."""
+    if x.eager and x.rmsnorm:
+        return _eager_op(name, elements, eager.rms_norm(x.dtype_bytes))
+    return _elementwise(name, elements, x.dtype_bytes)
+
+
+def swiglu(name: str, elements: float, x: Shape) -> Op:
+    """silu(gate) * up over `elements`: one fused kernel (read two, write one), or eager's two."""
+    if x.eager:
+        return _eager_op(name, elements, eager.swiglu(x.dtype_bytes))
+    return _elementwise(name, elements, x.dtype_bytes, extra_bytes=elements * x.dtype_bytes)
+
+
 def layer_forward(x: Shape) -> tuple[Op, ...]:
     """One transformer block, forward, one micro-batch, one tensor-parallel rank (Megatron-LM split:
     QKV and FC1 column-parallel, out-projection and FC2 row-parallel)."""
@@ -101,9 +126,13 @@ def layer_forward(x: Shape) -> tuple[Op, ...]:
     d, t = x.dtype_bytes, x.tp
     heads = x.heads / t
     qkv_out = (x.h + 2 * x.kv_dim) / t
-    ops = [_elementwise("norm1", local_tokens * x.h, d), *linear("qkv", tokens, x.h, qkv_out, x)]
+    ops = [norm("norm1", local_tokens * x.h, x), *linear("qkv", tokens, x.h, qkv_out, x)]
     if x.rope:
-        ops.append(_elementwise("rope", tokens * (x.h + x.kv_dim) / t, d))
+        rope_elements = tokens * (x.h + x.kv_dim) / t
+        if x.eager:
+            ops.append(_eager_op("rope", rope_elements, eager.rope(d)))
+        else:
+            ops.append(_elementwise("rope", rope_elements, d))
     head_dim = x.h / x.heads
     # context parallel: s / cp local queries against all s keys, 1/cp of the work under the causal
     # load balance (costs/cp.py)
@@ -120,16 +149,15 @@ def layer_forward(x: Shape) -> tuple[Op, ...]:
             _elementwise("attn_dropout", probs, d, extra_bytes=probs),  # 1-byte mask
             Op("attn_values", "attention", score_flops, d * (probs + tokens * (x.kv_dim + x.h) / t)),
         ]
+    if x.eager:
+        ops.append(_eager_op("attn_layout", tokens, eager.attention_layout(d, x.h / t, x.kv_dim / t)))
     ops += [
         *linear("out_proj", tokens, x.h / t, x.h, x),
         _elementwise("dropout_residual1", local_tokens * x.h, d, extra_bytes=local_tokens * x.h * (d + 1)),
-        _elementwise("norm2", local_tokens * x.h, d),
+        norm("norm2", local_tokens * x.h, x),
     ]
     if x.swiglu:
-        ops += [
-            *linear("gate_up", tokens, x.h, 2 * x.ffn / t, x),
-            _elementwise("swiglu", tokens * x.ffn / t, d, extra_bytes=tokens * x.ffn / t * d),
-        ]
+        ops += [*linear("gate_up", tokens, x.h, 2 * x.ffn / t, x), swiglu("swiglu", tokens * x.ffn / t, x)]
     else:
         ops += [*linear("fc1", tokens, x.h, x.ffn / t, x), _elementwise("gelu", tokens * x.ffn / t, d)]
     ops += [
@@ -163,7 +191,7 @@ def head_forward(x: Shape) -> tuple[Op, ...]:
     local_tokens = tokens / x.tp if x.sp else tokens
     vocab = x.vocab / x.vocab_tp
     return (
-        _elementwise("final_norm", local_tokens * x.h, x.dtype_bytes),
+        norm("final_norm", local_tokens * x.h, x),
         _gemm("logits", tokens, x.h, vocab, x.dtype_bytes),
         _elementwise("cross_entropy", tokens * vocab, 4, extra_bytes=tokens * vocab * 4),
     )

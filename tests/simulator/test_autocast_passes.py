@@ -24,6 +24,7 @@ def scenario(framework: str, *, dtype: str = "bf16", micro: int = 2, **paralleli
             "micro_batch_size": 2,
             "global_batch_size": 2 * micro * 8,
             "dtype": dtype,
+            "elementwise": "fused",  # the frameworks' defaults differ there too (costs/eager.py)
         },
         "parallelism": {"framework": framework, **parallelism},
         "cluster": {"preset": "dgx-h100-80gb"},

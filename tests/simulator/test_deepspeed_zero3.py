@@ -20,7 +20,14 @@ def gpt_zero3(framework: str) -> Scenario:
     """A GPT block (QKV, out-projection, FC1, FC2) under ZeRO-3 over two DGX A100 nodes, no model parallel."""
     data: dict[str, Any] = {
         "model": {"preset": "gpt3-175b", "num_hidden_layers": 4},
-        "training": {"seq_len": 2048, "global_batch_size": 16, "dtype": "bf16", "recompute": "full"},
+        # elementwise pinned: the frameworks' defaults differ there too (fused vs eager)
+        "training": {
+            "seq_len": 2048,
+            "global_batch_size": 16,
+            "dtype": "bf16",
+            "recompute": "full",
+            "elementwise": "fused",
+        },
         "parallelism": {"zero_stage": 3, "framework": framework},
         "cluster": {"preset": "dgx-a100-80gb", "num_nodes": 2},
     }
