@@ -160,6 +160,12 @@ def check_framework_behaviour(scenario: Scenario) -> None:
             "training.fp8 = true: the runtime has no FP8 GEMM path (Transformer Engine or torchao float8); "
             "simulate the plan, or set fp8 = false to run it in bf16"
         )
+    if t.elementwise == "fused":
+        raise PlanError(
+            "training.elementwise = 'fused' (the default of parallelism.framework = "
+            f"{p.framework!r}): the runtime runs its elementwise ops as eager PyTorch, without fused kernels "
+            "or torch.compile; set training.elementwise = 'eager' to run this plan"
+        )
     if t.dtype == "fp16":
         raise PlanError(
             "training.dtype = 'fp16' needs a loss scaler, which the runtime does not run; use bf16 (the same "

@@ -154,7 +154,8 @@ class Training(Strict):
     (Megatron-LM's and DeepSpeed's fused kernels, Transformer Engine, torchtitan with torch.compile).
     eager: as eager PyTorch runs them, RMSNorm, RoPE and SwiGLU as kernel sequences partly in fp32,
     plus the attention's layout copies (simulator/costs/eager.py). Default: parallelism.framework's
-    (torchtitan eager, as its default `compile = false` and plancast's runtime; the others fused)."""
+    (torchtitan eager, as it runs without torch.compile unless asked and as plancast's runtime runs;
+    megatron-lm and deepspeed fused). Set "fused" for a torchtitan run with torch.compile."""
     fp8: bool = False
     """The transformer blocks' GEMMs in FP8 with per-tensor scaling (Transformer Engine's `--fp8-format
     hybrid`, torchao float8), everything else in `dtype`: the GPU's FP8 peak, a cast of each GEMM input,
@@ -210,8 +211,8 @@ class Parallelism(Strict):
     framework: Framework = DEFAULT_FRAMEWORK
     """Whose behaviour to model where frameworks differ in step time: megatron-lm | torchtitan |
     deepspeed. It sets the defaults of vocab_parallel, overlap_p2p_comm, scatter_gather_p2p,
-    zero_collective_algorithm, overlap_grad_reduce, ddp_bucket_cap_MiB and
-    training.grad_accumulation_fp32 (simulator/catalog/frameworks.py cites each); keys written in the
+    zero_collective_algorithm, overlap_grad_reduce, ddp_bucket_cap_MiB, training.grad_accumulation_fp32
+    and training.elementwise (simulator/catalog/frameworks.py cites each); keys written in the
     scenario override it. Default torchtitan: plancast's runtime is built on the same torch stack
     (DTensor tensor parallel, FSDP2, torch.distributed.pipelining), so a scenario's prediction and its
     `plancast run` measure the same behaviour."""

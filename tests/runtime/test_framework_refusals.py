@@ -18,6 +18,8 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {
     # name: (training keys, parallelism, what the message must name)
     "selective-op": ({"recompute": "selective", "selective_recompute": "op"}, {}, "'attention'"),
     "fsdp-prefetch-post": ({}, {**FSDP, "fsdp_backward_prefetch": "post"}, "fsdp_backward_prefetch = 'pre'"),
+    "elementwise-fused": ({"elementwise": "fused"}, {}, "elementwise = 'eager'"),
+    "megatron-default-fused": ({}, {"framework": "megatron-lm"}, "elementwise = 'eager'"),
 }
 
 
