@@ -256,3 +256,37 @@ def test_import_hf_names_every_key_it_does_not_read(tmp_path: Path) -> None:
     for real in sorted(DATA.glob("*.config.json")):
         code, _, err = cli_main("import", "hf", str(real))
         assert "not read" not in err, (real.name, err)
+
+
+LLAMA_MEGATRON = (
+    "torchrun pretrain_gpt.py --num-layers 32 --hidden-size 4096 --num-attention-heads 32 "
+    "--group-query-attention --num-query-groups 8 --ffn-hidden-size 14336 --swiglu --normalization RMSNorm "
+    "--position-embedding-type rope --seq-length 4096 --micro-batch-size 1 --global-batch-size 64 --bf16 "
+    "--tensor-model-parallel-size 2 --vocab-size 128256 "
+)
+FUSION_CASES = {
+    "default": ("", "fused", ""),
+    "partly": ("--no-rope-fusion --no-bias-swiglu-fusion", "fused", "RoPE, SwiGLU unfused but RMSNorm fused"),
+    "all": (
+        "--no-rope-fusion --no-bias-swiglu-fusion --transformer-impl local",
+        "eager",
+        "elementwise 'eager'",
+    ),
+}
+
+
+def test_megatron_fusion_flags_set_elementwise_and_move_the_step(tmp_path: Path) -> None:
+    """Megatron-LM's fusion flags reach training.elementwise through `plancast import megatron`, and the
+    eager scenario simulates slower than the fused one."""
+    steps = {}
+    for name, (flags, elementwise, note) in FUSION_CASES.items():
+        script, out = tmp_path / f"{name}.sh", tmp_path / f"{name}.toml"
+        script.write_text(LLAMA_MEGATRON + flags + "\n")
+        code, _, stderr = cli_main("import", "megatron", str(script), "--num-nodes", "1", "-o", str(out))
+        assert code == 0, stderr
+        assert note in stderr
+        assert tomllib.loads(out.read_text())["training"].get("elementwise", "fused") == elementwise
+        code, stdout, stderr = cli_main("simulate", str(out), "--json")
+        assert code == 0, stderr
+        steps[name] = json.loads(stdout)["step_time_s"]
+    assert steps["default"] == steps["partly"] < steps["all"]

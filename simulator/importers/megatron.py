@@ -58,8 +58,12 @@ def _megatron_parser() -> _Parser:
         "--use-distributed-optimizer",
         "--overlap-grad-reduce",
         "--tp-comm-overlap",
+        *UNFUSING_FLAGS,
     ):
         p.add_argument(flag, action="store_true")
+    p.add_argument(
+        "--transformer-impl", choices=["local", "transformer_engine"], default="transformer_engine"
+    )
     p.add_argument("--recompute-granularity", choices=["full", "selective"])
     p.add_argument("--normalization", choices=["LayerNorm", "RMSNorm"], default="LayerNorm")
     p.add_argument("--position-embedding-type", default="learned_absolute")
@@ -136,6 +140,46 @@ def _megatron_model(ns: argparse.Namespace, notes: list[str]) -> dict[str, Any]:
     return model
 
 
+# Megatron-LM fuses these elementwise ops unless told not to (megatron/training/arguments.py, store_false
+# flags); the norms are Transformer Engine's fused kernels unless --transformer-impl local, whose RMSNorm
+# falls back to torch's ("Apex does not support RMSNorm", megatron/core/models/gpt/gpt_layer_specs.py).
+UNFUSING_FLAGS = (
+    "--no-bias-swiglu-fusion",
+    "--no-rope-fusion",
+    "--no-bias-gelu-fusion",
+    "--no-bias-dropout-fusion",
+)
+
+
+def _elementwise(ns: argparse.Namespace, model: dict[str, Any], notes: list[str]) -> str | None:
+    """training.elementwise from Megatron-LM's fusion flags: "eager" when every op that plancast's eager
+    model prices (RMSNorm, RoPE, SwiGLU: simulator/costs/eager.py) runs unfused; None (the framework's
+    "fused") otherwise, with a note when only some are unfused."""
+    unfused = {
+        "RMSNorm": model["norm"] == "rmsnorm" and ns.transformer_impl == "local",
+        "RoPE": model["position_embedding"] == "rope" and ns.no_rope_fusion,
+        "SwiGLU": model["activation"] == "swiglu" and ns.no_bias_swiglu_fusion,
+    }
+    present = {
+        "RMSNorm": model["norm"] == "rmsnorm",
+        "RoPE": model["position_embedding"] == "rope",
+        "SwiGLU": model["activation"] == "swiglu",
+    }
+    ops = [op for op, here in present.items() if here]
+    if ops and all(unfused[op] for op in ops):
+        notes.append(
+            f"{', '.join(ops)} unfused (fusion flags, --transformer-impl local): elementwise 'eager'"
+        )
+        return "eager"
+    partly = [op for op in ops if unfused[op]]
+    if partly:
+        notes.append(
+            f"{', '.join(partly)} unfused but {', '.join(op for op in ops if not unfused[op])} fused: "
+            "modelled as training.elementwise 'fused' (plancast prices all or none of them eagerly)"
+        )
+    return None
+
+
 def _megatron_training(ns: argparse.Namespace, notes: list[str]) -> dict[str, Any]:
     if ns.fp16 and ns.bf16:
         raise ConfigImportError("--fp16 and --bf16: pass only one")
@@ -210,6 +254,9 @@ def from_megatron_args(args: str | Sequence[str]) -> dict[str, Any]:
     notes: list[str] = []
     model = _megatron_model(ns, notes)
     training = _megatron_training(ns, notes)
+    elementwise = _elementwise(ns, model, notes)
+    if elementwise is not None:
+        training["elementwise"] = elementwise
     parallelism = _megatron_parallelism(ns, model["num_hidden_layers"], notes)
     ignored = [tok.split("=", 1)[0] for tok in unknown if tok.startswith("--")]
     if ignored:
