@@ -143,39 +143,31 @@ def _megatron_model(ns: argparse.Namespace, notes: list[str]) -> dict[str, Any]:
 # Megatron-LM fuses these elementwise ops unless told not to (megatron/training/arguments.py, store_false
 # flags); the norms are Transformer Engine's fused kernels unless --transformer-impl local, whose RMSNorm
 # falls back to torch's ("Apex does not support RMSNorm", megatron/core/models/gpt/gpt_layer_specs.py).
-UNFUSING_FLAGS = (
-    "--no-bias-swiglu-fusion",
-    "--no-rope-fusion",
-    "--no-bias-gelu-fusion",
-    "--no-bias-dropout-fusion",
-)
+# (--no-bias-gelu-fusion and --no-bias-dropout-fusion unfuse ops plancast prices alike either way: they
+# stay among the arguments reported as not modelled.)
+UNFUSING_FLAGS = ("--no-bias-swiglu-fusion", "--no-rope-fusion")
 
 
 def _elementwise(ns: argparse.Namespace, model: dict[str, Any], notes: list[str]) -> str | None:
     """training.elementwise from Megatron-LM's fusion flags: "eager" when every op that plancast's eager
     model prices (RMSNorm, RoPE, SwiGLU: simulator/costs/eager.py) runs unfused; None (the framework's
     "fused") otherwise, with a note when only some are unfused."""
-    unfused = {
-        "RMSNorm": model["norm"] == "rmsnorm" and ns.transformer_impl == "local",
-        "RoPE": model["position_embedding"] == "rope" and ns.no_rope_fusion,
-        "SwiGLU": model["activation"] == "swiglu" and ns.no_bias_swiglu_fusion,
+    ops = {  # op: (the model has it, it runs unfused)
+        "RMSNorm": (model["norm"] == "rmsnorm", ns.transformer_impl == "local"),
+        "RoPE": (model["position_embedding"] == "rope", ns.no_rope_fusion),
+        "SwiGLU": (model["activation"] == "swiglu", ns.no_bias_swiglu_fusion),
     }
-    present = {
-        "RMSNorm": model["norm"] == "rmsnorm",
-        "RoPE": model["position_embedding"] == "rope",
-        "SwiGLU": model["activation"] == "swiglu",
-    }
-    ops = [op for op, here in present.items() if here]
-    if ops and all(unfused[op] for op in ops):
+    unfused = [op for op, (here, off) in ops.items() if here and off]
+    fused = [op for op, (here, off) in ops.items() if here and not off]
+    if unfused and not fused:
         notes.append(
-            f"{', '.join(ops)} unfused (fusion flags, --transformer-impl local): elementwise 'eager'"
+            f"{', '.join(unfused)} unfused (fusion flags, --transformer-impl local): elementwise 'eager'"
         )
         return "eager"
-    partly = [op for op in ops if unfused[op]]
-    if partly:
+    if unfused:
         notes.append(
-            f"{', '.join(partly)} unfused but {', '.join(op for op in ops if not unfused[op])} fused: "
-            "modelled as training.elementwise 'fused' (plancast prices all or none of them eagerly)"
+            f"{', '.join(unfused)} unfused but {', '.join(fused)} fused: modelled as training.elementwise "
+            "'fused' (plancast prices all or none of them eagerly)"
         )
     return None
 
