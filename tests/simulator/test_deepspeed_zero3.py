@@ -1,5 +1,6 @@
 """DeepSpeed ZeRO-3 gathers per submodule (each GEMM's weight), not per block as FSDP2 does: a block is
-several units, the prefetch looks one weight ahead, and the gathered working set is two weights."""
+several units, the prefetch looks one weight ahead, and the gathered working set is two weights. Under
+full recompute every unit, DeepSpeed's or FSDP2's, is gathered a third time."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from plancast.simulator.scenario import Scenario
 from plancast.simulator.units import dp_plan
 
 
-def gpt_zero3(framework: str) -> Scenario:
+def gpt_zero3(framework: str, recompute: str = "full") -> Scenario:
     """A GPT block (QKV, out-projection, FC1, FC2) under ZeRO-3 over two DGX A100 nodes, no model parallel."""
     data: dict[str, Any] = {
         "model": {"preset": "gpt3-175b", "num_hidden_layers": 4},
@@ -25,7 +26,7 @@ def gpt_zero3(framework: str) -> Scenario:
             "seq_len": 2048,
             "global_batch_size": 16,
             "dtype": "bf16",
-            "recompute": "full",
+            "recompute": recompute,
             "elementwise": "fused",
         },
         "parallelism": {"zero_stage": 3, "framework": framework},
@@ -67,3 +68,19 @@ def test_deepspeed_gathers_each_weight_and_moves_the_same_bytes() -> None:
 def test_deepspeed_keeps_two_weights_gathered_not_two_blocks() -> None:
     ds, fsdp = (rank_memory(gpt_zero3(f), 0).gathered for f in ("deepspeed", "torchtitan"))
     assert ds == pytest.approx(fsdp * 8 / 24, rel=1e-3)  # FC1 + FC2 = 8h^2 of two 12h^2 blocks
+
+
+@pytest.mark.parametrize("framework", ["torchtitan", "deepspeed"])
+def test_full_recompute_gathers_every_unit_a_third_time(framework: str) -> None:
+    """The model recomputes a whole stage before its backward, as plancast's runtime does, so each unit
+    is gathered for the forward, the recompute and the backward. FSDP1/2 under per-block checkpointing
+    gather twice; docs/calibration.md ("Gathers under full recompute") says why the count stays."""
+    counts = {}
+    for recompute in ("full", "none"):
+        s = gpt_zero3(framework, recompute)
+        events = simulate(s).events
+        mine = events[(events["rank"] == 0) & (events["stream"] == "dp")]
+        counts[recompute] = int((mine["kind"] == "all_gather").sum())
+        holding = sum(1 for u in units(s) if u.param_bytes > 0) * s.num_microbatches
+        assert int((mine["kind"] == "reduce_scatter").sum()) == holding
+    assert counts == {"full": 3 * holding, "none": 2 * holding}
