@@ -111,6 +111,13 @@ def norm(name: str, elements: float, x: Shape) -> Op:
     return _elementwise(name, elements, x.dtype_bytes)
 
 
+def rope(name: str, elements: float, x: Shape) -> Op:
+    """Rotary embedding of q and k over `elements`: one kernel, or eager's complex multiply in fp32."""
+    if x.eager:
+        return _eager_op(name, elements, eager.rope(x.dtype_bytes))
+    return _elementwise(name, elements, x.dtype_bytes)
+
+
 def swiglu(name: str, elements: float, x: Shape) -> Op:
     """silu(gate) * up over `elements`: one fused kernel (read two, write one), or eager's two."""
     if x.eager:
@@ -128,11 +135,7 @@ def layer_forward(x: Shape) -> tuple[Op, ...]:
     qkv_out = (x.h + 2 * x.kv_dim) / t
     ops = [norm("norm1", local_tokens * x.h, x), *linear("qkv", tokens, x.h, qkv_out, x)]
     if x.rope:
-        rope_elements = tokens * (x.h + x.kv_dim) / t
-        if x.eager:
-            ops.append(_eager_op("rope", rope_elements, eager.rope(d)))
-        else:
-            ops.append(_elementwise("rope", rope_elements, d))
+        ops.append(rope("rope", tokens * (x.h + x.kv_dim) / t, x))
     head_dim = x.h / x.heads
     # context parallel: s / cp local queries against all s keys, 1/cp of the work under the causal
     # load balance (costs/cp.py)
