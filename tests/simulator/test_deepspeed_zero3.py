@@ -75,12 +75,12 @@ def test_full_recompute_gathers_every_unit_a_third_time(framework: str) -> None:
     """The model recomputes a whole stage before its backward, as plancast's runtime does, so each unit
     is gathered for the forward, the recompute and the backward. FSDP1/2 under per-block checkpointing
     gather twice; docs/calibration.md ("Gathers under full recompute") says why the count stays."""
+    s = gpt_zero3(framework)
+    holding = sum(1 for u in units(s) if u.param_bytes > 0) * s.num_microbatches  # per step, either way
     counts = {}
     for recompute in ("full", "none"):
-        s = gpt_zero3(framework, recompute)
-        events = simulate(s).events
+        events = simulate(gpt_zero3(framework, recompute)).events
         mine = events[(events["rank"] == 0) & (events["stream"] == "dp")]
         counts[recompute] = int((mine["kind"] == "all_gather").sum())
-        holding = sum(1 for u in units(s) if u.param_bytes > 0) * s.num_microbatches
         assert int((mine["kind"] == "reduce_scatter").sum()) == holding
     assert counts == {"full": 3 * holding, "none": 2 * holding}
