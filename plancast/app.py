@@ -133,7 +133,11 @@ def check_output_dir(path: Path | None, flag: str) -> None:
 
 
 # The optional parts and what each needs importable (pyproject.toml [project.optional-dependencies]).
-EXTRAS: dict[str, tuple[str, ...]] = {"runtime": ("torch",), "dashboard": ("streamlit", "altair")}
+EXTRAS: dict[str, tuple[str, ...]] = {
+    "runtime": ("torch",),
+    "dashboard": ("streamlit", "altair"),
+    "cluster": ("torch", "submitit"),
+}
 
 
 def _importable(module: str) -> bool:

@@ -11,9 +11,9 @@ from __future__ import annotations
 import sys
 
 from plancast.app import EXIT_BAD_INPUT, app, err, user_error_types
-from plancast.commands import calibrate, dashboard, demo, imports, run, runs, scenario, simulate
+from plancast.commands import calibrate, dashboard, demo, imports, run, runs, scenario, simulate, submit
 
-VERB_MODULES = (scenario, simulate, imports, runs, run, calibrate, dashboard, demo)
+VERB_MODULES = (scenario, simulate, imports, runs, run, submit, calibrate, dashboard, demo)
 """Imported for their side effect of registering commands on `app` (listed so none is dropped)."""
 
 __all__ = ["VERB_MODULES", "app", "main"]

@@ -3,11 +3,12 @@
 ``launch`` checks the plan against the ranks it will start and against this machine (GPUs, cores,
 memory), takes the run directory's lock (one writer), writes ``RUN/scenario.toml`` (node 0), then
 runs the real launcher, ``python -m torch.distributed.run ... -m plancast.runtime.worker``, as a
-subprocess (``runtime.process``): one node through a c10d store on loopback, several through the c10d
-rendezvous (start ``launch`` once per node with the same ``rdzv_endpoint``). Each rank logs to
-``RUN/logs/rank-NNNNN.log``, torchrun to ``RUN/logs/torchrun.log``. When the job fails, runs past
-``timeout_s`` or is stopped, ``launch`` prints one paragraph naming the rank that failed first, its
-error and its log, and writes ``measured/summary.json`` with ``status = "failed"`` (or
+subprocess (``runtime.process``): one node through a c10d store on loopback, several through the static
+rendezvous (start ``launch`` once per node with the same ``rdzv_endpoint`` and its own ``node_rank``;
+under SLURM both come from the allocation, ``runtime.slurm``), so global ranks follow node order.
+Each rank logs to ``RUN/logs/rank-NNNNN.log``, torchrun to ``RUN/logs/torchrun.log`` (node 0; node
+k to ``torchrun-nodeK.log``). When the job fails, runs past ``timeout_s`` or is stopped, ``launch``
+prints one paragraph naming the rank that failed first, its error and its log, and writes ``measured/summary.json`` with ``status = "failed"`` (or
 ``"interrupted"``) and the steps each rank finished; the rank files are left as they are.
 
 Importing this module does not import torch, so the CLI stays quick.
@@ -125,10 +126,12 @@ def torchrun_command(
     else:
         if plan.rdzv_endpoint is None:
             raise LaunchError(f"--nnodes {plan.nnodes} needs --rdzv-endpoint HOST:PORT")
-        # c10d assigns node and global ranks in join order (torchrun ignores --node-rank with it);
-        # node_rank only decides which launcher writes scenario.toml and a failed summary.
-        cmd += ["--rdzv-backend", "c10d", "--rdzv-endpoint", plan.rdzv_endpoint, "--rdzv-id", rdzv_id]
-        cmd += ["--rdzv-conf", f"join_timeout={int(timeout_s)}"]
+        # The static rendezvous: global rank = node_rank x nproc_per_node + local_rank, the order the
+        # mesh (simulator/mesh.py) assumes, so tensor parallel lands inside a node. c10d would assign
+        # node ranks in join order and ignore --node-rank (torch/distributed/run.py, get_rdzv_endpoint and
+        # the rank config it sets only for "static"). Node 0's agent hosts the store at the endpoint.
+        cmd += ["--rdzv-backend", "static", "--rdzv-endpoint", plan.rdzv_endpoint, "--rdzv-id", rdzv_id]
+        cmd += ["--node-rank", str(plan.node_rank)]
     cmd += ["--max-restarts", "0", "--monitor-interval", str(MONITOR_INTERVAL_S)]
     cmd += ["-m", "plancast.runtime.worker", "--scenario", str(scenario_path), "--out", str(out_dir)]
     cmd += ["--steps", str(plan.steps), "--timeout-s", str(timeout_s)]
@@ -297,7 +300,8 @@ def launch(
 
 def _run_job(run: RunDir, plan: LaunchPlan, cmd: Sequence[str], timeout_s: float) -> int:
     try:
-        exit_code, output, timed_out = run_streaming(cmd, timeout_s, run.logs_dir / "torchrun.log")
+        log = "torchrun.log" if plan.node_rank == 0 else f"torchrun-node{plan.node_rank}.log"
+        exit_code, output, timed_out = run_streaming(cmd, timeout_s, run.logs_dir / log)
     except (KeyboardInterrupt, Stopped) as stop:
         _finalize(run)
         how = "Ctrl-C" if isinstance(stop, KeyboardInterrupt) else str(stop)

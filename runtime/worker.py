@@ -25,7 +25,6 @@ import contextlib
 import os
 import platform
 import signal
-import socket
 import statistics
 import sys
 import time
@@ -44,6 +43,7 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from plancast.runtime.checkpoint import Checkpointer, Progress
 from plancast.runtime.gc_schedule import StepGC
 from plancast.runtime.instrument import CpuCapture, cpu_capture_from
+from plancast.runtime.placement import rank_placement
 from plancast.runtime.schedstat import core_wait_s
 from plancast.runtime.telemetry import TelemetrySampler, empty_table, make_sampler, write_telemetry
 from plancast.runtime.trainer import Trainer
@@ -333,7 +333,7 @@ def run_rank(args: argparse.Namespace, env: RankEnv, run: RunDir, cpu_capture: C
         if env.local_rank == 0 and device.type == "cuda":  # CPU ranks: no GPUs to sample, nothing to say
             sampler = make_sampler(env.node, args.telemetry_interval_s)
             sampler.start()
-        info = {"rank": env.rank, "node": env.node, "hostname": socket.gethostname()}
+        info = rank_placement(env.rank, env.node, env.local_rank)
         ranks = gather_to_rank0({**info, "device": describe_device(device)}, env)
         if env.rank == 0:
             write_json(run.env_json, environment(backend, env.world_size, ranks))

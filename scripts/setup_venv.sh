@@ -23,7 +23,7 @@ if ! "$venv/bin/python" -c "import torch" >/dev/null 2>&1; then
         "${pip[@]}" "${TORCH_SPEC:-torch==2.13.0}"
     fi
 fi
-"${pip[@]}" -e ".[runtime,dashboard,dev]"
+"${pip[@]}" -e ".[runtime,dashboard,cluster,dev]"
 # HolisticTraceAnalysis (tests load exported traces with it): its package metadata pulls in jupyterlab,
 # which it does not need to analyse traces. Install what it imports first, then HTA itself with
 # --no-deps as the last step: pip checks for missing requirements only when it resolves dependencies,

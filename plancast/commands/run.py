@@ -121,8 +121,11 @@ def run(
     writer on RUN, or a failed rank (the paragraph names the first and its log, RUN/logs/); 124 timed
     out; 130 stopped by Ctrl-C or SIGTERM (measured/summary.json says "interrupted").
 
-    Multi-node: on every node run `plancast run S --out RUN --nnodes N --node-rank I --rdzv-endpoint
-    NODE0:29500`; each node writes its ranks' files into its own RUN (gather them before comparing)."""
+    Multi-node: in a SLURM job, `srun --ntasks-per-node=1 plancast run S --out RUN` (or `plancast
+    run` in the batch script, which starts that srun itself; `plancast submit` writes the job). Elsewhere,
+    on every node `plancast run S --out RUN --nnodes N --node-rank I --rdzv-endpoint NODE0:29500`.
+    Global rank = node rank x ranks per node + local rank, as the plan assumes. Nodes without a shared
+    RUN each write their own ranks: `plancast gather` merges them."""
     from plancast.runtime.launch import LaunchError, launch
     from plancast.traces.lock import RunLockedError
 
@@ -130,6 +133,10 @@ def run(
         check_output_dir(out_dir, "--out")
         scenario, out_dir, steps = _inputs(scenario, out_dir, steps, resume)
         scenario = _checked(scenario, timeout, no_cache, Path(tmp))
+        if nnodes == 1 and rdzv_endpoint is None:  # inside a SLURM job: its nodes, unless told otherwise
+            nnodes, node_rank, rdzv_endpoint, rdzv_id = _slurm_launch(
+                nnodes, node_rank, rdzv_endpoint, rdzv_id
+            )
         try:
             code = launch(
                 scenario,
@@ -151,3 +158,41 @@ def run(
     out.print(
         f"measured run written to {out_dir}; compare it with `plancast compare {out_dir}`", markup=False
     )
+
+
+def _slurm_launch(
+    nnodes: int, node_rank: int, endpoint: str | None, rdzv_id: str
+) -> tuple[int, int, str | None, str]:
+    """(nnodes, node_rank, rendezvous endpoint, rendezvous id) from the SLURM job this runs in, if any.
+
+    In the batch script of a multi-node job this process does not launch ranks: it starts itself once per
+    node under srun and exits with srun's code (runtime/slurm.py)."""
+    import os
+    import subprocess
+    import sys
+
+    from plancast.runtime.slurm import (
+        SlurmError,
+        check_one_task_per_node,
+        rendezvous_endpoint,
+        slurm_node,
+        srun_command,
+    )
+
+    try:
+        node = slurm_node(os.environ)
+        if node is None or node.nnodes == 1:
+            return nnodes, node_rank, endpoint, rdzv_id
+        if not node.in_step:
+            cmd = srun_command(node, [sys.executable, "-m", "plancast", *sys.argv[1:]])
+            err.print(f"plancast: SLURM job {node.job_id}: starting one launcher per node: {' '.join(cmd)}")
+            raise typer.Exit(subprocess.call(cmd))
+        check_one_task_per_node(node)
+        endpoint = rendezvous_endpoint(node, os.environ)
+    except SlurmError as e:
+        raise UserError(str(e)) from None
+    err.print(
+        f"plancast: SLURM job {node.job_id}: node {node.node_rank} of {node.nnodes}, rendezvous {endpoint}",
+        markup=False,
+    )
+    return node.nnodes, node.node_rank, endpoint, node.rdzv_id

@@ -15,9 +15,39 @@ def reconcile_run(run_path: Path) -> dict[str, Any]:
     from plancast.traces.compare import CompareError, compare_run_dir
 
     try:
-        return compare_run_dir(run_path, ensure_predicted)
+        summary = compare_run_dir(run_path, ensure_predicted)
     except CompareError as e:
         raise UserError(str(e)) from None
+    summary["placement"] = _placement(run_path)
+    if summary["placement"] is not None:
+        from plancast.traces.store import RunDir, write_json
+
+        write_json(RunDir(run_path).compare_summary, summary)
+    return summary
+
+
+def _placement(run_path: Path) -> dict[str, Any] | None:
+    """Where each rank ran against where the plan puts it (simulator/placement.py); None when the run
+    does not say (env.json without per-rank nodes, as from an import-kineto)."""
+    from plancast.simulator.loader import ScenarioError, load_scenario
+    from plancast.simulator.placement import check_placement
+    from plancast.traces.store import RunDir, TraceReadError, read_json_object
+
+    run = RunDir(run_path)
+    try:
+        ranks = read_json_object(run.env_json).get("ranks") if run.env_json.is_file() else None
+        scenario = load_scenario(run.scenario_toml).scenario if run.scenario_toml.is_file() else None
+    except (TraceReadError, ScenarioError, OSError, ValueError):
+        return None
+    if not isinstance(ranks, list) or scenario is None or not all(isinstance(r, dict) for r in ranks):
+        return None
+    placement = check_placement(scenario, ranks, scenario.cluster.gpus_per_node)
+    return {
+        "matches_plan": placement.matches,
+        "ranks_per_node_planned": scenario.cluster.gpus_per_node,
+        "nodes": {str(rank): node for rank, node in sorted(placement.nodes.items())},
+        "problems": placement.problems,
+    }
 
 
 def _exit_on_problems(problems: list[str]) -> None:
@@ -61,6 +91,7 @@ def compare(
         else "step time: no measured step"
     )
     out.print(f"measured run status: {status}")
+    print_placement(summary.get("placement"))
     print_core_wait(summary.get("measured_core_wait_s"))
     print_gpu(summary.get("measured_gpu"))
     out.print(
@@ -88,6 +119,22 @@ def compare(
     out.print(table)
     err.print(f"wrote {run}/compare/summary.json", markup=False)
     _exit_on_problems(summary["problems"])
+
+
+def print_placement(placement: dict[str, Any] | None) -> None:
+    """Which node each rank ran on, and every way that differs from the plan's layout."""
+    if not placement:
+        return
+    nodes: dict[str, list[str]] = {}
+    for rank, node in placement["nodes"].items():
+        nodes.setdefault(node, []).append(rank)
+    where = "; ".join(f"{node}: ranks {', '.join(ranks)}" for node, ranks in nodes.items())
+    if placement["matches_plan"]:
+        out.print(f"placement: as planned ({where})", markup=False)
+        return
+    out.print(f"placement: differs from the plan ({where}):", markup=False)
+    for problem in placement["problems"]:
+        out.print(f"  - {problem}", markup=False)
 
 
 def print_core_wait(wait_s: float | None) -> None:

@@ -10,6 +10,7 @@ import json
 import socket
 import subprocess
 import sys
+import time
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -173,23 +174,26 @@ def test_a_run_past_its_timeout_is_stopped(tmp_path: Path) -> None:
 def test_two_launches_on_loopback_act_as_two_nodes(tmp_path: Path) -> None:
     path, out = scenario_file(tmp_path, steps=2), tmp_path / "run"
     endpoint = f"127.0.0.1:{free_port()}"
-    nodes = [
-        subprocess.Popen(
-            [
-                *(sys.executable, "-m", "plancast.runtime.launch", str(path), "--out", str(out)),
-                *("--nnodes", "2"),
-                *("--node-rank", str(node), "--rdzv-endpoint", endpoint, "--timeout", "120"),
-            ]
+    nodes = []
+    for node in (1, 0):  # node 1 joins first: c10d would have made it node 0
+        nodes.append(
+            subprocess.Popen(
+                [
+                    *(sys.executable, "-m", "plancast.runtime.launch", str(path), "--out", str(out)),
+                    *("--nnodes", "2"),
+                    *("--node-rank", str(node), "--rdzv-endpoint", endpoint, "--timeout", "120"),
+                ]
+            )
         )
-        for node in (0, 1)
-    ]
+        time.sleep(1.0)
     assert [p.wait(timeout=180) for p in nodes] == [0, 0]
     run = RunDir(out)
     assert sorted(run.rank_files()) == [0, 1]
     assert json.loads(run.measured_summary.read_text())["status"] == "ok"
     env = json.loads(run.env_json.read_text())
     assert env["world_size"] == 2
-    assert sorted(r["node"] for r in env["ranks"]) == [0, 1]
+    # the static rendezvous: node 1's rank is global rank 1 whichever launcher joined first
+    assert [(r["rank"], r["node"], r["local_rank"]) for r in env["ranks"]] == [(0, 0, 0), (1, 1, 0)]
 
 
 # ---------------------------------------------------------------------------------- bad input
@@ -267,12 +271,12 @@ def test_single_node_command_binds_its_store_to_loopback() -> None:
     ]  # fmt: skip
 
 
-def test_multi_node_command_uses_the_c10d_rendezvous() -> None:
+def test_multi_node_command_uses_the_static_rendezvous_in_node_order() -> None:
     plan = LaunchPlan(4, 2, 2, 1, 5, "node0:29400")
     cmd = torchrun_command(plan, Path("/s.toml"), Path("/run"), timeout_s=60, rdzv_id="job7")
     joined = " ".join(cmd)
     assert "--nnodes 2 --nproc-per-node 2" in joined
-    assert "--rdzv-backend c10d --rdzv-endpoint node0:29400 --rdzv-id job7" in joined
+    assert "--rdzv-backend static --rdzv-endpoint node0:29400 --rdzv-id job7 --node-rank 1" in joined
     assert "--standalone" not in cmd
 
 
