@@ -8,8 +8,9 @@ rendezvous (start ``launch`` once per node with the same ``rdzv_endpoint`` and i
 under SLURM both come from the allocation, ``runtime.slurm``), so global ranks follow node order.
 Each rank logs to ``RUN/logs/rank-NNNNN.log``, torchrun to ``RUN/logs/torchrun.log`` (node 0; node
 k to ``torchrun-nodeK.log``). When the job fails, runs past ``timeout_s`` or is stopped, ``launch``
-prints one paragraph naming the rank that failed first, its error and its log, and writes ``measured/summary.json`` with ``status = "failed"`` (or
-``"interrupted"``) and the steps each rank finished; the rank files are left as they are.
+prints one paragraph naming the rank that failed first, its error and its log, and writes
+``measured/summary.json`` with ``status = "failed"`` (or ``"interrupted"``) and the steps each rank
+finished; the rank files are left as they are.
 
 Importing this module does not import torch, so the CLI stays quick.
 """
