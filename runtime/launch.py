@@ -296,7 +296,34 @@ def launch(
             f"-> {out_dir}",
             file=sys.stderr,
         )
-        return _run_job(run, plan, cmd, timeout_s)
+        code = _run_job(run, plan, cmd, timeout_s)
+        write_node_report(run, plan, code)
+        return code
+
+
+def node_report_path(run: RunDir, node_rank: int) -> Path:
+    """``RUN/logs/node-K.json``: how node K's launcher ended; a node without one was lost."""
+    return run.logs_dir / f"node-{node_rank}.json"
+
+
+def write_node_report(run: RunDir, plan: LaunchPlan, exit_code: int) -> None:
+    """This node's launcher's last word: its exit code and ranks. A node killed with its launcher (or
+    whose host went down) leaves none, which is how a multi-node job names the node it lost."""
+    import os
+    import socket
+
+    first = plan.node_rank * plan.nproc_per_node
+    write_json(
+        node_report_path(run, plan.node_rank),
+        {
+            "node_rank": plan.node_rank,
+            "node_name": os.environ.get("SLURMD_NODENAME") or socket.gethostname(),
+            "hostname": socket.gethostname(),
+            "ranks": list(range(first, first + plan.nproc_per_node)),
+            "exit_code": exit_code,
+            "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+        },
+    )
 
 
 def _run_job(run: RunDir, plan: LaunchPlan, cmd: Sequence[str], timeout_s: float) -> int:

@@ -117,7 +117,7 @@ def rendezvous_endpoint(node: SlurmNode, environ: Mapping[str, str]) -> str:
 
 def srun_command(node: SlurmNode, argv: Sequence[str]) -> list[str]:
     """The batch script's ``plancast run`` again, once per node of the allocation."""
-    return ["srun", f"--nodes={node.nnodes}", "--ntasks-per-node=1", "--kill-on-bad-exit=1", *argv]
+    return ["srun", f"--nodes={node.nnodes}", "--ntasks-per-node=1", *argv]
 
 
 def _scontrol(*args: str) -> str:

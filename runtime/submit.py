@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from plancast.traces.store import RunDir, write_json
 
@@ -40,6 +41,8 @@ TERMINAL_STATES = frozenset(
     }
 )
 """SLURM job states after which the job does not run again (squeue(1), JOB STATE CODES)."""
+SIGNAL_BEFORE_LIMIT_S = 90
+"""Seconds before the time limit at which SLURM sends SIGTERM (sbatch --signal; submitit's default delay)."""
 POLL_S = 2.0
 COMMAND_TIMEOUT_S = 60
 
@@ -121,7 +124,9 @@ def sbatch_script(req: JobRequest, python: str = sys.executable) -> str:
         cpus_per_task=None if req.gpus else req.ranks_per_node,
         account=req.account,
         setup=list(req.setup) or None,
-        srun_args=["--kill-on-bad-exit=1"],  # one node lost: the step ends on every node
+        # SIGTERM before the time limit (submitit asks for USR2, which would end plancast unrecorded):
+        # plancast stops the ranks and records the run as interrupted, keeping every finished step
+        additional_parameters={"signal": f"TERM@{SIGNAL_BEFORE_LIMIT_S}"},
         wckey="plancast",
     )
 
@@ -187,3 +192,54 @@ def _call(cmd: list[str]) -> subprocess.CompletedProcess[str]:
         return subprocess.run(cmd, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S, check=False)
     except (OSError, subprocess.TimeoutExpired) as e:
         raise SubmitError(f"{cmd[0]} did not run: {e}") from None
+
+
+def lost_nodes(run: RunDir, job_id: str, nodes: int, ranks_per_node: int) -> list[dict[str, object]]:
+    """The nodes whose launcher ended without its report for job ``job_id`` (``launch.write_node_report``;
+    a report of an earlier job of the same run does not count): killed with their ranks, or their host
+    went down. Named by ``env.json`` (the node of each rank) where it exists."""
+    from plancast.runtime.launch import node_report_path
+    from plancast.traces.store import TraceReadError, read_json_object
+
+    names: dict[int, str] = {}
+    if run.env_json.is_file():
+        try:
+            for entry in read_json_object(run.env_json).get("ranks") or []:
+                if isinstance(entry, dict) and isinstance(entry.get("rank"), int):
+                    names[entry["rank"]] = str(entry.get("node_name") or entry.get("hostname") or "?")
+        except (TraceReadError, OSError, ValueError):
+            pass
+    lost = []
+    for node in range(nodes):
+        if _reported(node_report_path(run, node), job_id):
+            continue
+        ranks = list(range(node * ranks_per_node, (node + 1) * ranks_per_node))
+        lost.append({"node_rank": node, "node_name": names.get(ranks[0], "?"), "ranks": ranks})
+    return lost
+
+
+def record_lost_nodes(run: RunDir, lost: list[dict[str, object]]) -> str:
+    """One sentence naming the lost nodes; also added to ``measured/summary.json`` (``lost_nodes``)."""
+    from plancast.traces.store import TraceReadError, read_json_object
+
+    said = "; ".join(f"node {n['node_rank']} ({n['node_name']}, ranks {n['ranks']})" for n in lost)
+    sentence = f"lost {said}: its launcher ended without a word (killed, or its host went down)"
+    summary: dict[str, Any] = {"status": "failed"}
+    try:
+        if run.measured_summary.is_file():
+            summary = read_json_object(run.measured_summary)
+    except (TraceReadError, OSError, ValueError):
+        pass
+    summary["lost_nodes"] = lost
+    summary["reason"] = sentence + (f"; {summary['reason']}" if summary.get("reason") else "")
+    write_json(run.measured_summary, summary)
+    return sentence
+
+
+def _reported(path: Path, job_id: str) -> bool:
+    from plancast.traces.store import TraceReadError, read_json_object
+
+    try:
+        return path.is_file() and read_json_object(path).get("slurm_job_id") == job_id
+    except (TraceReadError, OSError, ValueError):
+        return False

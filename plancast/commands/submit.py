@@ -120,7 +120,7 @@ def _request(
 
 def _submit(req: JobRequest, script: str, wait: bool, timeout_s: float) -> int:
     """sbatch the job; with ``wait``, follow it to its end. The exit code to leave with."""
-    from plancast.runtime.submit import SubmitError, submit, wait_for
+    from plancast.runtime.submit import SubmitError, lost_nodes, record_lost_nodes, submit, wait_for
     from plancast.traces.store import RunDir
 
     try:
@@ -142,4 +142,13 @@ def _submit(req: JobRequest, script: str, wait: bool, timeout_s: float) -> int:
     except SubmitError as e:
         raise UserError(str(e)) from None
     out.print(f"job {job_id} ended: {state}, exit code {code}", markup=False)
+    lost = lost_nodes(RunDir(req.run_dir), job_id, req.nodes, req.ranks_per_node)
+    if lost:
+        err.print(
+            f"plancast: job {job_id}: {record_lost_nodes(RunDir(req.run_dir), lost)}; finished steps "
+            f"are kept in {req.run_dir}/measured; continue with `plancast submit --resume {req.run_dir} "
+            f"--nodes {req.nodes}`",
+            markup=False,
+        )
+        return code or 2
     return code
