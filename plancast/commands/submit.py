@@ -152,3 +152,37 @@ def _submit(req: JobRequest, script: str, wait: bool, timeout_s: float) -> int:
         )
         return code or 2
     return code
+
+
+@app.command("gather")
+def gather(
+    run: Annotated[Path, typer.Argument(help="The run folder to complete (node 0's, or a new one).")],
+    nodes: Annotated[
+        list[Path], typer.Argument(help="The other nodes' run folders (copied or mounted here).")
+    ],
+) -> None:
+    """Merge the run folders of a multi-node run that had no shared file system into RUN.
+
+    Copies each node's rank files, logs and (from node 0) scenario.toml, env.json and summary.json;
+    refuses a file two folders hold with different contents (exit 2), never overwrites one."""
+    from plancast.traces.gather import GatherError
+    from plancast.traces.gather import gather as gather_runs
+    from plancast.traces.lock import RunLock, RunLockedError
+    from plancast.traces.store import RunDir, measured_world_size
+
+    with user_errors():
+        try:
+            run.mkdir(parents=True, exist_ok=True)
+            with RunLock(run, "plancast gather"):
+                report = gather_runs(run, nodes)
+        except (GatherError, RunLockedError) as e:
+            raise UserError(str(e)) from None
+    world = measured_world_size(RunDir(run))
+    missing = [] if world is None else [r for r in range(world) if r not in report.ranks]
+    out.print(
+        f"gathered {len(report.copied)} files into {run} ({len(report.same)} already there); ranks "
+        f"{report.ranks[0]}..{report.ranks[-1]}" + (f"; still missing ranks {missing}" if missing else ""),
+        markup=False,
+    )
+    if missing:
+        raise typer.Exit(2)
