@@ -296,9 +296,7 @@ def launch(
             f"-> {out_dir}",
             file=sys.stderr,
         )
-        code = _run_job(run, plan, cmd, timeout_s)
-        write_node_report(run, plan, code)
-        return code
+        return write_node_report(run, plan, _run_job(run, plan, cmd, timeout_s))
 
 
 def node_report_path(run: RunDir, node_rank: int) -> Path:
@@ -306,9 +304,10 @@ def node_report_path(run: RunDir, node_rank: int) -> Path:
     return run.logs_dir / f"node-{node_rank}.json"
 
 
-def write_node_report(run: RunDir, plan: LaunchPlan, exit_code: int) -> None:
+def write_node_report(run: RunDir, plan: LaunchPlan, exit_code: int) -> int:
     """This node's launcher's last word: its exit code and ranks. A node killed with its launcher (or
-    whose host went down) leaves none, which is how a multi-node job names the node it lost."""
+    whose host went down) leaves none, which is how a multi-node job names the node it lost. Returns
+    ``exit_code``."""
     import os
     import socket
 
@@ -324,6 +323,7 @@ def write_node_report(run: RunDir, plan: LaunchPlan, exit_code: int) -> None:
             "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
         },
     )
+    return exit_code
 
 
 def _run_job(run: RunDir, plan: LaunchPlan, cmd: Sequence[str], timeout_s: float) -> int:

@@ -121,11 +121,8 @@ def run(
     writer on RUN, or a failed rank (the paragraph names the first and its log, RUN/logs/); 124 timed
     out; 130 stopped by Ctrl-C or SIGTERM (measured/summary.json says "interrupted").
 
-    Multi-node: in a SLURM job, `srun --ntasks-per-node=1 plancast run S --out RUN` (or `plancast
-    run` in the batch script, which starts that srun itself; `plancast submit` writes the job). Elsewhere,
-    on every node `plancast run S --out RUN --nnodes N --node-rank I --rdzv-endpoint NODE0:29500`.
-    Global rank = node rank x ranks per node + local rank, as the plan assumes. Nodes without a shared
-    RUN each write their own ranks: `plancast gather` merges them."""
+    Multi-node: `srun --ntasks-per-node=1 plancast run S --out RUN` in a SLURM job, else --nnodes,
+    --node-rank, --rdzv-endpoint on every node (docs/running-on-a-cluster.md)."""
     from plancast.runtime.launch import LaunchError, launch
     from plancast.traces.lock import RunLockedError
 
@@ -134,9 +131,7 @@ def run(
         scenario, out_dir, steps = _inputs(scenario, out_dir, steps, resume)
         scenario = _checked(scenario, timeout, no_cache, Path(tmp))
         if nnodes == 1 and rdzv_endpoint is None:  # inside a SLURM job: its nodes, unless told otherwise
-            nnodes, node_rank, rdzv_endpoint, rdzv_id = _slurm_launch(
-                nnodes, node_rank, rdzv_endpoint, rdzv_id
-            )
+            nnodes, node_rank, rdzv_endpoint, rdzv_id = _slurm_launch(nnodes, node_rank, None, rdzv_id)
         try:
             code = launch(
                 scenario,

@@ -53,34 +53,17 @@ def submit(
     RUN/slurm/job.sbatch; SLURM's output goes to RUN/slurm/. Exit codes: 0 submitted (with --wait: the
     job finished), 2 bad input or sbatch refused the job, else the job's own exit code (--wait)."""
     from plancast.runtime.submit import SubmitError, parse_time, sbatch_script
-    from plancast.traces.store import RunDir
 
     with user_errors():
         require_extra("cluster", "plancast submit")
         check_output_dir(out_dir, "--out")
-        if resume is not None:
-            if scenario is not None:
-                raise UserError("--resume RUN takes the scenario from RUN: drop SCENARIO")
-            out_dir, scenario_path = resume, RunDir(resume).scenario_toml
-            if not scenario_path.is_file():
-                raise UserError(
-                    f"--resume {resume}: no scenario.toml there; pass the folder of a plancast run"
-                )
-        elif scenario is None or out_dir is None:
-            raise UserError("give a SCENARIO and --out RUN (or --resume RUN)")
-        else:
-            scenario_path = scenario
+        scenario_path, out_dir = _inputs(scenario, out_dir, resume)
         try:
-            req = _request(scenario_path, out_dir, nodes, gpus_per_node, resume is not None)
             req = replace(
-                req,
-                partition=partition,
-                time_min=parse_time(time_limit),
-                account=account,
-                steps=steps,
-                timeout_s=timeout,
-                setup=tuple(setup or ()),
-            )
+                _request(scenario_path, out_dir, nodes, gpus_per_node, resume is not None),
+                partition=partition, account=account, steps=steps, timeout_s=timeout,
+                time_min=parse_time(time_limit), setup=tuple(setup or ()),
+            )  # fmt: skip
             script = sbatch_script(req)
         except SubmitError as e:
             raise UserError(str(e)) from None
@@ -90,6 +73,21 @@ def submit(
         code = _submit(req, script, wait, timeout)
     if code:
         raise typer.Exit(code)
+
+
+def _inputs(scenario: Path | None, out_dir: Path | None, resume: Path | None) -> tuple[Path, Path]:
+    """(scenario file, run directory): as given, or those of the run ``--resume RUN`` continues."""
+    from plancast.traces.store import RunDir
+
+    if resume is None:
+        if scenario is None or out_dir is None:
+            raise UserError("give a SCENARIO and --out RUN (or --resume RUN)")
+        return scenario, out_dir
+    if scenario is not None:
+        raise UserError("--resume RUN takes the scenario from RUN: drop SCENARIO")
+    if not RunDir(resume).scenario_toml.is_file():
+        raise UserError(f"--resume {resume}: no scenario.toml there; pass the folder of a plancast run")
+    return RunDir(resume).scenario_toml, resume
 
 
 def _request(
