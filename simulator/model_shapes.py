@@ -20,6 +20,19 @@ from plancast.simulator.schedules import PlanProblem
 MLA_DIMS = ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
 """Head widths every MLA model declares beside kv_lora_rank."""
 
+MODEL_SHAPE_BOUNDS: dict[str, tuple[float, float, str]] = {
+    "model.head_dim": (1, 100_000, "100x the widest published heads (Gemma 2: 256)"),
+    "model.kv_lora_rank": (1, 1_000_000, "at most a model's width (DeepSeek-V3: 512)"),
+    "model.q_lora_rank": (1, 1_000_000, "at most a model's width (DeepSeek-V3: 1536)"),
+    "model.qk_nope_head_dim": (1, 100_000, "as head_dim (DeepSeek-V3: 128)"),
+    "model.qk_rope_head_dim": (1, 100_000, "as head_dim (DeepSeek-V3: 64)"),
+    "model.v_head_dim": (1, 100_000, "as head_dim (DeepSeek-V3: 128)"),
+    "model.num_nextn_predict_layers": (0, 100, "multi-token prediction depths (DeepSeek-V3: 1)"),
+    "model.n_group": (1, 100_000, "at most num_local_experts (DeepSeek-V3: 8)"),
+    "model.topk_group": (1, 100_000, "at most n_group (DeepSeek-V3: 4)"),
+}
+"""validation.BOUNDS entries of these keys (key path -> (min, max, why))."""
+
 
 class ModelShapes(Strict):
     """Attention and auxiliary-module shapes beyond a GPT/Llama block (all optional)."""
