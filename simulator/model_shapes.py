@@ -93,26 +93,46 @@ def model_shape_problems(m: ModelShapes, num_experts: int) -> list[PlanProblem]:
     out = list[PlanProblem]()
     if m.is_mla:
         out += [
-            PlanProblem(f"model.{k}", f"multi-head latent attention (kv_lora_rank) needs {k}; set it "
-                        "from the model's config.json (DeepSeek-V3: 128, 64, 128)")
+            PlanProblem(
+                f"model.{k}",
+                f"multi-head latent attention (kv_lora_rank) needs {k}; set it "
+                "from the model's config.json (DeepSeek-V3: 128, 64, 128)",
+            )
             for k in MLA_DIMS
             if getattr(m, k) is None
         ]
     else:
         out += [
-            PlanProblem(f"model.{k}", "has no effect without kv_lora_rank (multi-head latent attention); "
-                        "set kv_lora_rank or remove it")
+            PlanProblem(
+                f"model.{k}",
+                "has no effect without kv_lora_rank (multi-head latent attention); "
+                "set kv_lora_rank or remove it",
+            )
             for k in ("q_lora_rank", *MLA_DIMS)
             if getattr(m, k) is not None
         ]
     if (m.n_group is None) != (m.topk_group is None):
-        out.append(PlanProblem("model.topk_group", "node-limited routing needs both n_group and "
-                               "topk_group; set both (DeepSeek-V3: 8 and 4) or neither"))
+        out.append(
+            PlanProblem(
+                "model.topk_group",
+                "node-limited routing needs both n_group and "
+                "topk_group; set both (DeepSeek-V3: 8 and 4) or neither",
+            )
+        )
     elif m.n_group is not None and m.topk_group is not None:
         if m.topk_group > m.n_group:
-            out.append(PlanProblem("model.topk_group", f"{m.topk_group} exceeds n_group ({m.n_group}); "
-                                   "a token can reach at most every group"))
+            out.append(
+                PlanProblem(
+                    "model.topk_group",
+                    f"{m.topk_group} exceeds n_group ({m.n_group}); a token can reach at most every group",
+                )
+            )
         if not num_experts or num_experts % m.n_group:
-            out.append(PlanProblem("model.n_group", f"{m.n_group} groups need a number of routed experts "
-                                   f"(num_local_experts = {num_experts}) they divide; fix either"))
+            out.append(
+                PlanProblem(
+                    "model.n_group",
+                    f"{m.n_group} groups need a number of routed experts "
+                    f"(num_local_experts = {num_experts}) they divide; fix either",
+                )
+            )
     return out

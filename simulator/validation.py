@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from plancast.simulator.catalog.frameworks import framework_defaults
+from plancast.simulator.model_shapes import MODEL_SHAPE_BOUNDS, model_shape_problems
 from plancast.simulator.scenario import Scenario
 from plancast.simulator.schedules import schedule_problems, schedule_warnings
-from plancast.simulator.model_shapes import MODEL_SHAPE_BOUNDS, model_shape_problems
 from plancast.simulator.validation_moe import model_moe_problems, moe_cp_warnings, plan_moe_cp_problems
 
 Bound = tuple[float, float, str]

@@ -89,10 +89,11 @@ def layer_activation_bytes(
 ) -> float:
     """Bytes one transformer block keeps for backward, per micro-batch (Korthikanti et al. 2022, sec. 4.1;
     e.g. tensor parallel: s*b*h*(10 + 24/t + 5*a*s/(h*t)) for fp16 GPT). Generalised to GQA, SwiGLU,
-    head_dim, MLA, fp32 and fused attention; `mlp_bytes` replaces the MLP's share (an MoE block, costs/moe.py). Under
-    context parallel x.s is the rank's s / cp tokens, so everything but the K/V-length scores is /cp.
-    Selective recompute under `policy` "op" (torchtitan's per-op checkpointing) keeps the block's input
-    and the outputs costs/recompute.py lists, and fp32 logsumexp rows when attention is fused."""
+    head_dim, MLA, fp32 and fused attention; `mlp_bytes` replaces the MLP's share (an MoE block,
+    costs/moe.py). Under context parallel x.s is the rank's s / cp tokens, so everything but the
+    K/V-length scores is /cp. Selective recompute under `policy` "op" (torchtitan's per-op
+    checkpointing) keeps the block's input and the outputs costs/recompute.py lists, and fp32
+    logsumexp rows when attention is fused."""
     d, t = x.dtype_bytes, x.tp
     sbh = x.s * x.b * x.h
     sp = t if x.sp else 1  # sequence parallel shards the otherwise replicated tensors

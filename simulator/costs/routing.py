@@ -52,6 +52,8 @@ def node_limited_levels(levels: tuple[Level, ...], m: Model, members_per_node: i
         return levels
     first_remote = 1 if members_per_node > 1 else 0  # the first level is inside the node
     return tuple(
-        lv if i < first_remote else replace(lv, link=replace(lv.link, bandwidth_Bps=lv.link.bandwidth_Bps / factor))
+        lv
+        if i < first_remote
+        else replace(lv, link=replace(lv.link, bandwidth_Bps=lv.link.bandwidth_Bps / factor))
         for i, lv in enumerate(levels)
     )

@@ -12,7 +12,9 @@ from typing import Any
 from plancast.simulator.importers._common import ConfigImportError
 from plancast.simulator.importers._common import positive_int as _positive_int
 
-MOE_TYPES = frozenset({"mixtral", "qwen2_moe", "qwen3_moe", "gpt_oss", "deepseek_v2", "deepseek_v3", "kimi_k2"})
+MOE_TYPES = frozenset(
+    {"mixtral", "qwen2_moe", "qwen3_moe", "gpt_oss", "deepseek_v2", "deepseek_v3", "kimi_k2"}
+)
 """model_type values with routed experts."""
 
 DEEPSEEK_TYPES = frozenset({"deepseek_v2", "deepseek_v3", "kimi_k2"})
@@ -83,7 +85,9 @@ def _experts_key(model_type: str) -> str:
 def deepseek_shape_keys(config: Mapping[str, Any]) -> dict[str, Any]:
     """Multi-head latent attention (q_lora_rank may be null: no query compression), the MTP depth and
     group-limited routing, as DeepSeek-V2/V3 and Kimi-K2 declare them (simulator/model_shapes.py)."""
-    keys: dict[str, Any] = {k: _positive_int(config[k], k) for k in _DEEPSEEK_KEYS if config.get(k) is not None}
+    keys: dict[str, Any] = {
+        k: _positive_int(config[k], k) for k in _DEEPSEEK_KEYS if config.get(k) is not None
+    }
     if config.get("q_lora_rank") is not None and "kv_lora_rank" in keys:
         keys["q_lora_rank"] = _positive_int(config["q_lora_rank"], "q_lora_rank")
     keys["num_nextn_predict_layers"] = _int(config, "num_nextn_predict_layers", 0)
