@@ -25,6 +25,7 @@ from torch import nn
 from torch.distributed.tensor import DTensor
 from torch.utils.checkpoint import checkpoint
 
+from plancast.runtime.mla import MLAConfig, MLAttention
 from plancast.runtime.moe import MoE, MoEConfig
 from plancast.runtime.parallel.loss import vocab_parallel_cross_entropy
 from plancast.simulator.scenario import Scenario
@@ -49,15 +50,20 @@ class ModelConfig:
     """Recompute the attention core in backward (Korthikanti et al. 2022, "selective")."""
     moe: MoEConfig | None = None
     """Mixture-of-experts feed-forward (runtime/moe.py); None for a dense model."""
+    declared_head_dim: int = 0
+    """model.head_dim when the scenario declares one (Qwen3, gpt-oss); 0: hidden_size / num_heads."""
+    mla: MLAConfig | None = None
+    """Multi-head latent attention (runtime/mla.py); None: grouped-query attention."""
 
     @property
     def head_dim(self) -> int:
-        return self.hidden_size // self.num_heads
+        return self.declared_head_dim or self.hidden_size // self.num_heads
 
     @classmethod
     def from_scenario(cls, scenario: Scenario) -> ModelConfig:
         m = scenario.model
-        if m.hidden_size % m.num_attention_heads != 0:
+        declared = "head_dim" in m.model_fields_set or m.is_mla
+        if not declared and m.hidden_size % m.num_attention_heads != 0:
             raise ValueError(
                 f"model.hidden_size ({m.hidden_size}) must be divisible by model.num_attention_heads "
                 f"({m.num_attention_heads})"
@@ -86,7 +92,22 @@ class ModelConfig:
             tie_embeddings=m.tie_word_embeddings,
             selective_recompute=scenario.training.recompute == "selective",
             moe=_moe_config(scenario),
+            declared_head_dim=m.qk_head_dim if "head_dim" in m.model_fields_set else 0,
+            mla=_mla_config(scenario),
         )
+
+
+def _mla_config(scenario: Scenario) -> MLAConfig | None:
+    m = scenario.model
+    if m.kv_lora_rank is None:
+        return None
+    return MLAConfig(
+        q_lora_rank=m.q_lora_rank or 0,
+        kv_lora_rank=m.kv_lora_rank,
+        qk_nope_head_dim=m.qk_nope_head_dim or 0,
+        qk_rope_head_dim=m.qk_rope_head_dim or 0,
+        v_head_dim=m.value_head_dim,
+    )
 
 
 def _moe_config(scenario: Scenario) -> MoEConfig | None:
@@ -124,7 +145,7 @@ def rotary(x: torch.Tensor, base: float = 10000.0, positions: torch.Tensor | Non
     return torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).flatten(-2)
 
 
-def _attention_core(
+def attention_core(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None
 ) -> torch.Tensor:
     if mask is None:
@@ -175,19 +196,21 @@ class Attention(nn.Module):
         if groups > 1:
             k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
         if self.cfg.selective_recompute and torch.is_grad_enabled():
-            out = checkpoint(_attention_core, q, k, v, mask, use_reentrant=False)
+            out = checkpoint(attention_core, q, k, v, mask, use_reentrant=False)
         else:
-            out = _attention_core(q, k, v, mask)
+            out = attention_core(q, k, v, mask)
         return self.wo(out.transpose(1, 2).reshape(b, s, -1))
 
 
 class MLP(nn.Module):
-    """GELU (two matrices, GPT) or SwiGLU (three, Llama; Shazeer 2020, arXiv 2002.05202)."""
+    """GELU (two matrices, GPT), squared ReLU (two, Nemotron; So et al. 2021, arXiv 2109.08668) or SwiGLU
+    (three, Llama; Shazeer 2020, arXiv 2002.05202)."""
 
     def __init__(self, cfg: ModelConfig, ffn_size: int | None = None) -> None:
         super().__init__()
         ffn = cfg.ffn_size if ffn_size is None else ffn_size
         self.swiglu = cfg.activation == "swiglu"
+        self.relu2 = cfg.activation == "relu2"
         self.up = nn.Linear(cfg.hidden_size, ffn, bias=False)
         if self.swiglu:
             self.gate = nn.Linear(cfg.hidden_size, ffn, bias=False)
@@ -196,6 +219,8 @@ class MLP(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.swiglu:
             return self.down(F.silu(self.gate(x)) * self.up(x))
+        if self.relu2:
+            return self.down(F.relu(self.up(x)).square())
         return self.down(F.gelu(self.up(x)))
 
 
@@ -209,7 +234,7 @@ class Block(nn.Module):
     def __init__(self, cfg: ModelConfig, layer: int = 0, ep_rank: int = 0, ep: int = 1) -> None:
         super().__init__()
         self.attn_norm = _norm(cfg)
-        self.attn = Attention(cfg)
+        self.attn: nn.Module = Attention(cfg) if cfg.mla is None else MLAttention(cfg, cfg.mla)
         self.mlp_norm = _norm(cfg)
         self.mlp: nn.Module = (
             MLP(cfg)
