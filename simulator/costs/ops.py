@@ -102,7 +102,7 @@ class Shape:
             kv_s=t.seq_len,
             h=m.hidden_size,
             heads=m.num_attention_heads,
-            kv_dim=m.kv_heads * m.head_dim,
+            kv_dim=m.kv_heads * m.qk_head_dim,
             ffn=m.ffn_size,
             vocab=m.vocab_size,
             tp=s.tp,
