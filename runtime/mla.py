@@ -10,14 +10,12 @@ simulator/costs/mla.py `mla_tensor_elements` lists (the DDP buckets the simulato
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-if TYPE_CHECKING:
-    from plancast.runtime.model import ModelConfig
+from plancast.runtime.attention import attention_core, rotary
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,10 +33,11 @@ class MLAttention(nn.Module):
     """Causal multi-head latent attention over the whole sequence of one rank (no tensor or context
     parallel: runtime/model_support.py refuses those plans)."""
 
-    def __init__(self, cfg: ModelConfig, mla: MLAConfig) -> None:
+    def __init__(
+        self, h: int, heads: int, mla: MLAConfig, *, rope: bool, selective_recompute: bool = False
+    ) -> None:
         super().__init__()
-        self.cfg, self.mla = cfg, mla
-        h, heads = cfg.hidden_size, cfg.num_heads
+        self.mla, self.rope, self.selective_recompute = mla, rope, selective_recompute
         qk = mla.qk_nope_head_dim + mla.qk_rope_head_dim
         if mla.q_lora_rank:
             self.wq_a = nn.Linear(h, mla.q_lora_rank, bias=False)
@@ -57,8 +56,6 @@ class MLAttention(nn.Module):
         return self.wq(x)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        from plancast.runtime.model import attention_core, rotary  # the dense attention's own pieces
-
         b, s = x.shape[0], x.shape[1]
         nope, rope, v_dim = self.mla.qk_nope_head_dim, self.mla.qk_rope_head_dim, self.mla.v_head_dim
         q = self._queries(x).view(b, s, -1, nope + rope).transpose(1, 2)
@@ -68,11 +65,11 @@ class MLAttention(nn.Module):
         k_nope, v = kv.split([nope, v_dim], dim=-1)
         k_rope = k_rope.view(b, 1, s, rope)  # one rotary key, shared by every head (eq. 15)
         q_nope, q_rope = q.split([nope, rope], dim=-1)
-        if self.cfg.position_embedding == "rope":
+        if self.rope:
             q_rope, k_rope = rotary(q_rope), rotary(k_rope)
         q = torch.cat([q_nope, q_rope], dim=-1)
         k = torch.cat([k_nope, k_rope.expand(b, heads, s, rope)], dim=-1)
-        if self.cfg.selective_recompute and torch.is_grad_enabled():
+        if self.selective_recompute and torch.is_grad_enabled():
             out = checkpoint(attention_core, q, k, v, None, use_reentrant=False)
         else:
             out = attention_core(q, k, v)

@@ -25,6 +25,7 @@ from torch import nn
 from torch.distributed.tensor import DTensor
 from torch.utils.checkpoint import checkpoint
 
+from plancast.runtime.attention import attention_core, rotary
 from plancast.runtime.mla import MLAConfig, MLAttention
 from plancast.runtime.moe import MoE, MoEConfig
 from plancast.runtime.parallel.loss import vocab_parallel_cross_entropy
@@ -131,28 +132,6 @@ def _norm(cfg: ModelConfig) -> nn.Module:
     return nn.LayerNorm(cfg.hidden_size, eps=1e-5)
 
 
-def rotary(x: torch.Tensor, base: float = 10000.0, positions: torch.Tensor | None = None) -> torch.Tensor:
-    """Rotary position embedding (Su et al. 2021, arXiv 2104.09864) on ``x`` of shape (b, heads, s, d).
-
-    ``positions``: the global position of each of the s tokens (context parallel), default 0..s-1.
-    """
-    seq, dim = x.shape[-2], x.shape[-1]
-    inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, device=x.device, dtype=torch.float32) / dim))
-    pos = torch.arange(seq, device=x.device) if positions is None else positions
-    angles = torch.outer(pos.to(torch.float32), inv_freq)
-    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
-    x1, x2 = x[..., 0::2], x[..., 1::2]
-    return torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).flatten(-2)
-
-
-def attention_core(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None
-) -> torch.Tensor:
-    if mask is None:
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-
-
 class ContextHook(Protocol):
     """Context parallelism's view of one rank's sequence shard (runtime/parallel/cp.py)."""
 
@@ -234,7 +213,7 @@ class Block(nn.Module):
     def __init__(self, cfg: ModelConfig, layer: int = 0, ep_rank: int = 0, ep: int = 1) -> None:
         super().__init__()
         self.attn_norm = _norm(cfg)
-        self.attn: nn.Module = Attention(cfg) if cfg.mla is None else MLAttention(cfg, cfg.mla)
+        self.attn: nn.Module = Attention(cfg) if cfg.mla is None else _mla(cfg, cfg.mla)
         self.mlp_norm = _norm(cfg)
         self.mlp: nn.Module = (
             MLP(cfg)
@@ -245,6 +224,16 @@ class Block(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.attn(self.attn_norm(x))
         return x + self.mlp(self.mlp_norm(x))
+
+
+def _mla(cfg: ModelConfig, mla: MLAConfig) -> MLAttention:
+    return MLAttention(
+        cfg.hidden_size,
+        cfg.num_heads,
+        mla,
+        rope=cfg.position_embedding == "rope",
+        selective_recompute=cfg.selective_recompute,
+    )
 
 
 class Embedding(nn.Module):

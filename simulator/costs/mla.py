@@ -1,5 +1,6 @@
-"""Multi-head latent attention (MLA): its operators, parameters, saved activations and the latent that
-context parallel exchanges, one block, one micro-batch, one tensor-parallel rank.
+"""Multi-head latent attention (MLA): its parameters, saved activations and the latent that context
+parallel exchanges, one block, one micro-batch, one tensor-parallel rank (its operators are
+costs/ops.py's `mla_attention_forward`, beside the grouped-query attention they replace).
 
 Shapes: DeepSeek-V2 (arXiv 2405.04434) sec. 2.1, eq. (9)-(11) for the key/value latent
 c_KV = W_DKV h, k_C = W_UK c_KV, v_C = W_UV c_KV; eq. (12)-(13) for the query latent
@@ -18,42 +19,8 @@ heads, the output projection row-parallel.
 
 from __future__ import annotations
 
-from plancast.simulator.costs.ops import (
-    MlaRanks,
-    Op,
-    Shape,
-    attention_core_forward,
-    linear,
-    norm,
-    rope,
-)
+from plancast.simulator.costs.ops import MlaRanks, Shape
 from plancast.simulator.scenario import Model
-
-
-def mla_attention_forward(x: Shape, r: MlaRanks) -> list[Op]:
-    """Down-projections, their norms, up-projections, rotary embedding and the attention core (up to the
-    output projection's input). Under context parallel the rank up-projects the latents of all kv_s
-    tokens it gathered (costs/cp.py exchanges the latent, `cp_kv_elements_per_token`)."""
-    tokens, t, heads = x.b * x.s, x.tp, x.heads
-    nope = x.qk_dim - r.rope
-    kv_tokens = x.b * (x.kv_s or x.s)
-    if r.q_lora:
-        ops = [
-            *linear("q_down", tokens, x.h, r.q_lora, x),
-            norm("q_norm", tokens * r.q_lora, x),
-            *linear("q_up", tokens, r.q_lora, x.q_dim / t, x),
-        ]
-    else:
-        ops = linear("q_proj", tokens, x.h, x.q_dim / t, x)
-    ops += [
-        *linear("kv_down", tokens, x.h, r.kv_lora + r.rope, x),
-        norm("kv_norm", tokens * r.kv_lora, x),
-        *linear("kv_up", kv_tokens, r.kv_lora, heads * (nope + x.v_dim) / t, x),
-    ]
-    if x.rope:  # per-head rotary queries and the one shared rotary key
-        ops.append(rope("rope", tokens * (heads * r.rope / t + r.rope), x))
-    return ops + attention_core_forward(x, heads * x.qk_dim, heads * x.v_dim)
-
 
 MLA_PROJECTIONS = frozenset({"q_down", "q_up", "q_proj", "kv_down", "kv_up"})
 """The GEMMs `mla_attention_forward` issues before the attention core."""

@@ -172,14 +172,39 @@ def attention_forward(x: Shape) -> list[Op]:
     """Q/K/V projections, rotary embedding and the attention core of one block (GQA, or MLA through
     costs/mla.py), up to the out-projection's input of x.o_dim features per token."""
     if x.mla is not None:
-        from plancast.simulator.costs.mla import mla_attention_forward  # mla builds on this module's ops
-
         return mla_attention_forward(x, x.mla)
     tokens, t = x.b * x.s, x.tp
     ops = linear("qkv", tokens, x.h, (x.q_dim + 2 * x.kv_dim) / t, x)
     if x.rope:
         ops.append(rope("rope", tokens * (x.q_dim + x.kv_dim) / t, x))
     return ops + attention_core_forward(x, x.kv_dim, x.kv_dim * x.v_dim // x.qk_dim)
+
+
+def mla_attention_forward(x: Shape, r: MlaRanks) -> list[Op]:
+    """Multi-head latent attention (costs/mla.py has its shapes and sources): down-projections, their
+    norms, up-projections, rotary embedding and the attention core (up to the output projection's
+    input). Under context parallel the rank up-projects the latents of all kv_s tokens it gathered
+    (costs/cp.py exchanges the latent, costs/mla.py `cp_kv_elements_per_token`); the down-projections
+    are duplicated over tp (Megatron-Core)."""
+    tokens, t, heads = x.b * x.s, x.tp, x.heads
+    nope = x.qk_dim - r.rope
+    kv_tokens = x.b * (x.kv_s or x.s)
+    if r.q_lora:
+        ops = [
+            *linear("q_down", tokens, x.h, r.q_lora, x),
+            norm("q_norm", tokens * r.q_lora, x),
+            *linear("q_up", tokens, r.q_lora, x.q_dim / t, x),
+        ]
+    else:
+        ops = linear("q_proj", tokens, x.h, x.q_dim / t, x)
+    ops += [
+        *linear("kv_down", tokens, x.h, r.kv_lora + r.rope, x),
+        norm("kv_norm", tokens * r.kv_lora, x),
+        *linear("kv_up", kv_tokens, r.kv_lora, heads * (nope + x.v_dim) / t, x),
+    ]
+    if x.rope:  # per-head rotary queries and the one shared rotary key
+        ops.append(rope("rope", tokens * (heads * r.rope / t + r.rope), x))
+    return ops + attention_core_forward(x, heads * x.qk_dim, heads * x.v_dim)
 
 
 def attention_core_forward(x: Shape, k_dim: float, v_dim: float) -> list[Op]:
