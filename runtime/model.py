@@ -55,6 +55,8 @@ class ModelConfig:
     """model.head_dim when the scenario declares one (Qwen3, gpt-oss); 0: hidden_size / num_heads."""
     mla: MLAConfig | None = None
     """Multi-head latent attention (runtime/mla.py); None: grouped-query attention."""
+    qk_layernorm: bool = False
+    """RMSNorm over each query and key head (model.qk_layernorm, Qwen3)."""
 
     @property
     def head_dim(self) -> int:
@@ -95,6 +97,7 @@ class ModelConfig:
             moe=_moe_config(scenario),
             declared_head_dim=m.qk_head_dim if "head_dim" in m.model_fields_set else 0,
             mla=_mla_config(scenario),
+            qk_layernorm=m.qk_layernorm,
         )
 
 
@@ -155,6 +158,9 @@ class Attention(nn.Module):
         self.wk = nn.Linear(cfg.hidden_size, cfg.num_kv_heads * d, bias=False)
         self.wv = nn.Linear(cfg.hidden_size, cfg.num_kv_heads * d, bias=False)
         self.wo = nn.Linear(cfg.num_heads * d, cfg.hidden_size, bias=False)
+        # Qwen3's per-head RMSNorm of queries and keys (modeling_qwen3.py q_norm / k_norm)
+        self.q_norm = nn.RMSNorm(d, eps=1e-6) if cfg.qk_layernorm else None
+        self.k_norm = nn.RMSNorm(d, eps=1e-6) if cfg.qk_layernorm else None
         self.context: ContextHook | None = None
         """Set by ``runtime.parallel.cp`` when the sequence is split over context-parallel ranks."""
 
@@ -164,6 +170,8 @@ class Attention(nn.Module):
         q = self.wq(x).view(b, s, -1, d).transpose(1, 2)
         k = self.wk(x).view(b, s, -1, d).transpose(1, 2)
         v = self.wv(x).view(b, s, -1, d).transpose(1, 2)
+        if self.q_norm is not None and self.k_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
         ctx, mask = self.context, None
         if self.cfg.position_embedding == "rope":
             positions = ctx.positions if ctx is not None else None

@@ -15,7 +15,8 @@ class ShapeSupportError(ValueError):
 
 
 def check_model_shape_support(scenario: Scenario) -> None:
-    """Raise ShapeSupportError for MLA under tensor or context parallel and for the MTP module."""
+    """Raise ShapeSupportError for MLA under tensor or context parallel, per-head q/k norms under tensor
+    parallel, and the MTP module."""
     m = scenario.model
     if m.is_mla and scenario.tp > 1:
         raise ShapeSupportError(
@@ -28,6 +29,12 @@ def check_model_shape_support(scenario: Scenario) -> None:
             "model.kv_lora_rank (multi-head latent attention) with context_parallel_degree > 1: the runtime "
             "does not exchange MLA's latent between context-parallel ranks; set "
             "parallelism.context_parallel_degree = 1 to run this plan"
+        )
+    if m.qk_layernorm and scenario.tp > 1:
+        raise ShapeSupportError(
+            "model.qk_layernorm with tensor_parallel_degree > 1: the runtime's per-head query/key norms "
+            "are not part of its tensor-parallel plan; set parallelism.tensor_parallel_degree = 1 to run "
+            "this plan"
         )
     if m.num_nextn_predict_layers:
         raise ShapeSupportError(

@@ -64,6 +64,10 @@ class ModelShapes(Strict):
     topk_group: int | None = Field(default=None, gt=0)
     """Node-limited routing: each token's experts come from at most topk_group groups (DeepSeek-V3: 4),
     so at most that many nodes receive it across the scale-out tier (costs/routing.py)."""
+    qk_layernorm: bool = False
+    """RMSNorm over each query and key head before rotary (Qwen3's q_norm/k_norm, Megatron-LM's
+    `--qk-layernorm`; Dehghani et al. 2023, arXiv 2302.05442): 2 x head_dim parameters and one
+    elementwise op a layer. `plancast import hf` sets it for Qwen3, whose config.json has no key for it."""
 
     @property
     def is_mla(self) -> bool:
@@ -111,6 +115,13 @@ def model_shape_problems(m: ModelShapes, num_experts: int) -> list[PlanProblem]:
             for k in ("q_lora_rank", *MLA_DIMS)
             if getattr(m, k) is not None
         ]
+    if m.is_mla and m.qk_layernorm:
+        out.append(
+            PlanProblem(
+                "model.qk_layernorm",
+                "multi-head latent attention normalises its latents, not its heads; set qk_layernorm = false",
+            )
+        )
     if (m.n_group is None) != (m.topk_group is None):
         out.append(
             PlanProblem(

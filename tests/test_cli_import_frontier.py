@@ -41,3 +41,4 @@ def test_frontier_config_imports_whole_and_counts_its_parameters(
         assert model.get(key) == config.get(key), key  # read, not dropped
     if "head_dim" in config:
         assert model["head_dim"] == config["head_dim"]
+        assert model["qk_layernorm"] is True  # Qwen3's per-head q/k RMSNorm

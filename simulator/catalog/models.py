@@ -132,7 +132,7 @@ MODELS: dict[str, dict[str, object]] = {
         q_lora_rank=1536,
     ),
     # Qwen/Qwen3-30B-A3B and Qwen3-235B-A22B: 30.5B / 3.3B and 235B / 22B (Qwen3 report, arXiv
-    # 2505.09388, Table 2); head_dim 128 beside hidden / heads = 64 and 64.
+    # 2505.09388, Table 2); head_dim 128 beside hidden / heads = 64 and 64; per-head q/k RMSNorm.
     "qwen3-30b-a3b": _moe(
         _llama(2048, 48, 32, 4, 6144, 151936, 40960),
         num_local_experts=128,
@@ -140,6 +140,7 @@ MODELS: dict[str, dict[str, object]] = {
         moe_intermediate_size=768,
         router_aux_loss_coef=0.001,
         head_dim=128,
+        qk_layernorm=True,
     ),
     "qwen3-235b-a22b": _moe(
         _llama(4096, 94, 64, 4, 12288, 151936, 40960),
@@ -148,6 +149,7 @@ MODELS: dict[str, dict[str, object]] = {
         moe_intermediate_size=1536,
         router_aux_loss_coef=0.001,
         head_dim=128,
+        qk_layernorm=True,
     ),
     # openai/gpt-oss-120b: 116.8B total, 5.1B active (gpt-oss model card, arXiv 2508.10925, Table 1); 64
     # query heads of 64 over hidden 2880. Its alternating 128-token sliding-window layers are priced as

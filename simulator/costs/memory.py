@@ -104,6 +104,8 @@ def layer_activation_bytes(
         return d * sbh / sp + d * x.s * x.b * op_sac_saved_elements(layer_forward(x), x) + lse
     replicated = (4 * d + 2) * sbh / sp  # two norm inputs, QKV input, FC1 input, two 1-byte dropout masks
     qkv = d * x.s * x.b * (x.q_dim + 2 * x.kv_dim) / t
+    if x.qk_norm:  # the per-head norms keep their inputs, the projected Q and K
+        qkv += d * x.s * x.b * (x.q_dim + x.kv_dim) / t
     out_proj = d * (x.s * x.b * x.o_dim) / t
     if x.mla is not None:  # the latents, per-head Q/K/V and output MLA keeps (costs/mla.py)
         projections, output = mla_saved_elements(x, x.mla)

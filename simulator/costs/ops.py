@@ -72,6 +72,7 @@ class Shape:
     v_head_dim: int = 0  # per-head value width; 0: qk_head_dim
     mla: MlaRanks | None = None  # multi-head latent attention (costs/mla.py); None: grouped-query
     relu2: bool = False  # squared-ReLU MLP (two matrices, as GELU)
+    qk_norm: bool = False  # RMSNorm over every query and key head (model.qk_layernorm)
 
     @property
     def qk_dim(self) -> int:
@@ -119,6 +120,7 @@ class Shape:
             v_head_dim=m.value_head_dim,
             mla=MlaRanks.of(m),
             relu2=m.activation == "relu2",
+            qk_norm=m.qk_layernorm,
         )
 
 
@@ -175,6 +177,8 @@ def attention_forward(x: Shape) -> list[Op]:
         return mla_attention_forward(x, x.mla)
     tokens, t = x.b * x.s, x.tp
     ops = linear("qkv", tokens, x.h, (x.q_dim + 2 * x.kv_dim) / t, x)
+    if x.qk_norm:  # per-head RMSNorm of queries and keys (Qwen3)
+        ops.append(norm("qk_norm", tokens * (x.q_dim + x.kv_dim) / t, x))
     if x.rope:
         ops.append(rope("rope", tokens * (x.q_dim + x.kv_dim) / t, x))
     return ops + attention_core_forward(x, x.kv_dim, x.kv_dim * x.v_dim // x.qk_dim)

@@ -62,7 +62,8 @@ def _attention_params(m: Model) -> tuple[int, int]:
         return mla_layer_params(m, h, m.num_attention_heads)
     q_dim, kv_dim = m.num_attention_heads * m.qk_head_dim, m.kv_heads * m.qk_head_dim
     qkv = h * (q_dim + 2 * kv_dim) + (q_dim + 2 * kv_dim if _has_bias(m) else 0)
-    return qkv + q_dim * h, 0
+    qk_norm = 2 * m.qk_head_dim if m.qk_layernorm else 0  # one RMSNorm weight each for q and k heads
+    return qkv + q_dim * h, qk_norm
 
 
 def mtp_params(m: Model) -> tuple[LayerParams, int]:
@@ -212,7 +213,8 @@ def _attention_tensors(m: Model, tp: int) -> list[int]:
     if m.is_mla:
         return mla_tensor_elements(m, h, m.num_attention_heads, tp)
     q_dim, kv_dim = m.num_attention_heads * m.qk_head_dim, m.kv_heads * m.qk_head_dim
-    return [h * q_dim // tp, h * kv_dim // tp, h * kv_dim // tp, q_dim * h // tp]
+    qk_norm = [m.qk_head_dim] * 2 if m.qk_layernorm else []
+    return [h * q_dim // tp, h * kv_dim // tp, h * kv_dim // tp, q_dim * h // tp, *qk_norm]
 
 
 def _mlp_tensors(m: Model, width: int, tp: int) -> list[int]:

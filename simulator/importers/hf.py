@@ -176,6 +176,8 @@ def hf_model(config: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
         head_dim = _positive_int(head_dim, "head_dim")
         if head_dim * model["num_attention_heads"] != model["hidden_size"]:
             model["head_dim"] = head_dim
+    if model_type in ("qwen3", "qwen3_moe"):
+        model["qk_layernorm"] = True  # Qwen3Attention's q_norm / k_norm (modeling_qwen3.py), no config key
     notes += _architecture_notes(config, model_type)
     unknown = sorted(k for k in config if k not in _HF_READ | _HF_NO_EFFECT | set(_HF_NOT_MODELLED))
     if unknown:
@@ -193,11 +195,6 @@ def hf_model(config: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
 def _architecture_notes(config: Mapping[str, Any], model_type: str) -> list[str]:
     """What an architecture does beyond its config keys that plancast leaves out, said once."""
     notes = []
-    if model_type in ("qwen3", "qwen3_moe"):
-        notes.append(
-            "Qwen3's per-head query/key RMSNorm is not counted (2 x head_dim parameters and two small "
-            "elementwise ops a layer)"
-        )
     if model_type == "gpt_oss":
         types = config.get("layer_types")
         sliding = types.count("sliding_attention") if isinstance(types, list) else 0

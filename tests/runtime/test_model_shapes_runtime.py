@@ -45,6 +45,7 @@ SHAPES = {
     "mla-without-q-compression": MLA,
     "head-dim": {"head_dim": 24, "num_key_value_heads": 2},
     "relu2": {"activation": "relu2", "intermediate_size": 96},
+    "qk-layernorm": {"head_dim": 24, "num_key_value_heads": 2, "qk_layernorm": True},
 }
 
 

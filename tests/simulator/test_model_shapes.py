@@ -158,6 +158,14 @@ def test_nodes_spanned(
     assert nodes_spanned(top_k, nodes, n_group, topk_group) == pytest.approx(spanned)
 
 
+def test_qk_layernorm_adds_a_norm_its_weights_and_its_saved_inputs() -> None:
+    plain, normed = _scenario({"head_dim": 64}), _scenario({"head_dim": 64, "qk_layernorm": True})
+    assert count_parameters(normed.model) - count_parameters(plain.model) == 4 * 2 * 64  # 4 layers
+    assert _activations(normed) > _activations(plain)
+    slow, fast = simulate(normed, events=False).summary, simulate(plain, events=False).summary
+    assert slow["step_time_s"] > fast["step_time_s"]
+
+
 def test_squared_relu_prices_two_matrices() -> None:
     """relu2 (Nemotron) has GELU's two matrices, fewer than SwiGLU's three at the same width."""
     width = {"intermediate_size": 1024}
@@ -177,6 +185,7 @@ def test_squared_relu_prices_two_matrices() -> None:
         ({**MOE, "n_group": 2, "topk_group": 3}, "model.topk_group", "exceeds n_group"),
         ({**MOE, "n_group": 3, "topk_group": 1}, "model.n_group", "divide"),
         ({"head_dim": 0}, "model.head_dim", "greater than 0"),
+        ({**MLA, "qk_layernorm": True}, "model.qk_layernorm", "set qk_layernorm = false"),
     ],
 )
 def test_bad_shape_keys_name_the_key_and_the_fix(model: dict[str, Any], path: str, fix: str) -> None:
