@@ -44,6 +44,7 @@ SHAPES = {
     "mla": {**MLA, "q_lora_rank": 24},
     "mla-without-q-compression": MLA,
     "head-dim": {"head_dim": 24, "num_key_value_heads": 2},
+    "heads-not-dividing-hidden": {"num_attention_heads": 6, "num_key_value_heads": 2, "head_dim": 16},
     "relu2": {"activation": "relu2", "intermediate_size": 96},
     "qk-layernorm": {"head_dim": 24, "num_key_value_heads": 2, "qk_layernorm": True},
 }
