@@ -68,7 +68,7 @@ _HF_READ = frozenset(
         "shared_expert_intermediate_size", "decoder_sparse_step", "mlp_only_layers", "n_shared_experts",
         "first_k_dense_replace", "moe_layer_freq", "kv_lora_rank", "q_lora_rank", "qk_nope_head_dim",
         "qk_rope_head_dim", "v_head_dim", "num_nextn_predict_layers", "head_dim", "n_group", "topk_group",
-        "experts_per_token", "layer_types",
+        "experts_per_token", "layer_types", "partial_rotary_factor",
     }
 )
 _HF_NO_EFFECT = frozenset(
@@ -84,6 +84,7 @@ _HF_NO_EFFECT = frozenset(
         # positions' frequencies (YaRN, Llama 3.1 scaling), a SwiGLU clamp, the checkpoint's storage
         # format and remote-code class names change no shape and no work of a training step
         "rope_scaling", "initial_context_length", "swiglu_limit", "quantization_config", "auto_map",
+        "norm_eps",
     }
 )
 
@@ -162,11 +163,11 @@ def hf_model(config: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
         for k in _HF_NOT_MODELLED
         if k not in unused and config.get(k) not in (None, False)
     ]
-    if config.get("rotary_pct", 1.0) != 1.0:
-        notes.append(
-            f"rotary_pct = {config['rotary_pct']!r}: partial rotary is modelled as full "
-            "(neither has parameters)"
-        )
+    for key in ("rotary_pct", "partial_rotary_factor"):  # GPT-NeoX's and Nemotron's names
+        if config.get(key, 1.0) != 1.0:
+            notes.append(
+                f"{key} = {config[key]!r}: partial rotary is modelled as full (neither has parameters)"
+            )
     if model_type in MOE_TYPES:
         moe, moe_notes = hf_moe_keys(config, model_type)
         model.update(moe)
@@ -195,6 +196,11 @@ def hf_model(config: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
 def _architecture_notes(config: Mapping[str, Any], model_type: str) -> list[str]:
     """What an architecture does beyond its config keys that plancast leaves out, said once."""
     notes = []
+    if model_type == "nemotron" and not config.get("attention_bias") and not config.get("mlp_bias"):
+        notes.append(
+            "Nemotron's linear layers have no biases, but plancast counts a LayerNorm model's: "
+            "(heads + 2 kv heads) x head_dim + 2 hidden_size + intermediate_size parameters a layer too many"
+        )
     if model_type == "gpt_oss":
         types = config.get("layer_types")
         sliding = types.count("sliding_attention") if isinstance(types, list) else 0
