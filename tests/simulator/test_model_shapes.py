@@ -3,9 +3,11 @@ says, the ideal-case identities hold exactly, and bad combinations are refused w
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
+import tomli_w
 
 from plancast.simulator.costs.cp import kv_shard_bytes
 from plancast.simulator.costs.memory import peak_memory
@@ -15,6 +17,7 @@ from plancast.simulator.costs.routing import nodes_spanned, scale_out_factor
 from plancast.simulator.loader import ScenarioError, parse_scenario
 from plancast.simulator.predict import simulate
 from plancast.simulator.scenario import Model, Scenario
+from tests.cli_runner import cli_main
 
 MLA = {
     "kv_lora_rank": 64,
@@ -199,3 +202,12 @@ def test_heads_need_not_divide_hidden_when_head_dim_is_declared() -> None:
     assert s.model.qk_head_dim == 48
     with pytest.raises(ScenarioError, match=r"declare model\.head_dim"):
         _scenario({"num_attention_heads": 6, "num_key_value_heads": 2})
+
+
+def test_cli_refuses_an_incomplete_mla_with_exit_code_2(tmp_path: Path) -> None:
+    data = {**BASE, "model": {**BASE["model"], "kv_lora_rank": 64, "qk_rope_head_dim": 16}}
+    path = tmp_path / "mla.toml"
+    path.write_text(tomli_w.dumps(data))
+    code, _, err = cli_main("validate", str(path))
+    assert code == 2
+    assert "model.qk_nope_head_dim" in err and "model.v_head_dim" in err and "Traceback" not in err
