@@ -17,6 +17,8 @@ from plancast.simulator.costs.routing import nodes_spanned, scale_out_factor
 from plancast.simulator.loader import ScenarioError, parse_scenario
 from plancast.simulator.predict import simulate
 from plancast.simulator.scenario import Model, Scenario
+from plancast.simulator.sweep_axes import Plan
+from plancast.simulator.sweep_estimate import Estimator
 from tests.cli_runner import cli_main
 
 MLA = {
@@ -211,3 +213,14 @@ def test_cli_refuses_an_incomplete_mla_with_exit_code_2(tmp_path: Path) -> None:
     code, _, err = cli_main("validate", str(path))
     assert code == 2
     assert "model.qk_nope_head_dim" in err and "model.v_head_dim" in err and "Traceback" not in err
+
+
+def test_the_sweep_estimate_prices_mtp_with_the_head_not_the_mean_block() -> None:
+    """The sweep's closed form (simulator/sweep_estimate.py) keeps a block's time a block's and puts the
+    multi-token-prediction depth on the last stage with the head, as the full simulation does."""
+    plan = Plan(1, 2, 4, 1, "1F1B", 1, "none", False, 0)
+    plain, mtp = (
+        Estimator(_scenario({**MOE, "num_nextn_predict_layers": depth}), 8).layer(plan) for depth in (0, 1)
+    )
+    assert mtp.layer_s == plain.layer_s and mtp.embedding_s == plain.embedding_s
+    assert mtp.head_s > plain.head_s
