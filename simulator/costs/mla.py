@@ -63,13 +63,16 @@ def mla_tensor_elements(m: Model, hidden: int, heads: int, tp: int) -> list[int]
 
 
 def mla_saved_elements(x: Shape, r: MlaRanks) -> tuple[float, float]:
-    """(projections, output) elements per token one MLA block keeps for backward, replacing Korthikanti
-    et al. 2022's QKV term (h + 2 kv) / t and out-projection input h / t: the latents each norm and
-    up-projection read (duplicated over tp, so not divided), the per-head Q, K (nope + rope) and V the
-    attention core reads, and the attention output the output projection reads."""
-    latent = 2 * r.q_lora + 2 * r.kv_lora + r.rope  # q_a out, q_b in; kv_a out (+k_pe), kv_b in
-    per_head = (2 * x.q_dim + x.o_dim) / x.tp
-    return latent + per_head, x.o_dim / x.tp
+    """(projections, output) elements per local token one MLA block keeps for backward, replacing
+    Korthikanti et al. 2022's QKV term (h + 2 kv) / t and out-projection input h / t: the latents each
+    norm and up-projection reads (duplicated over tp, so not divided), the per-head Q, K (nope + rope)
+    and V the attention core reads, and the attention output the output projection reads. Under context
+    parallel the key/value up-projection's input and the K and V it makes span all kv_s tokens the rank
+    gathered (costs/ops.py `mla_attention_forward`), kv_s / s of them per local token."""
+    gathered = (x.kv_s or x.s) / x.s
+    local = 2 * r.q_lora + r.kv_lora + r.rope + x.q_dim / x.tp  # q_a out, q_b in, kv_a out (+k_pe), Q
+    per_kv_token = r.kv_lora + (x.q_dim + x.o_dim) / x.tp  # kv_b in; K (heads x (nope + rope)) and V
+    return local + gathered * per_kv_token, x.o_dim / x.tp
 
 
 def cp_kv_elements_per_token(m: Model, tp: int) -> int:

@@ -11,7 +11,9 @@ import tomli_w
 
 from plancast.simulator.costs.cp import kv_shard_bytes
 from plancast.simulator.costs.memory import peak_memory
+from plancast.simulator.costs.mla import mla_saved_elements
 from plancast.simulator.costs.model_flops import model_flops_per_token
+from plancast.simulator.costs.ops import Shape
 from plancast.simulator.costs.params import count_parameters, layer_params, mtp_parameters
 from plancast.simulator.costs.routing import nodes_spanned, scale_out_factor
 from plancast.simulator.loader import ScenarioError, parse_scenario
@@ -115,6 +117,18 @@ def test_context_parallel_exchanges_the_compressed_latent() -> None:
     assert kv_shard_bytes(mha) == tokens * 2 * (8 * 32 // 2) * 2
     smaller = _scenario({**MLA, "kv_lora_rank": 32}, parallelism=cp)
     assert kv_shard_bytes(smaller) < kv_shard_bytes(mla)
+
+
+def test_mla_under_context_parallel_keeps_the_gathered_keys_and_values() -> None:
+    """Per local token, a cp rank keeps K, V and the up-projection's input for every gathered token."""
+    one, two = (
+        _scenario(MLA, parallelism={"context_parallel_degree": cp, "pipeline_parallel_degree": 1})
+        for cp in (1, 2)
+    )
+    x1, x2 = Shape.of(one), Shape.of(two)
+    assert x1.mla is not None and x2.mla is not None
+    per_kv_token = 64 + (8 * 48 + 8 * 32)  # kv_lora_rank + K (8 heads of 32 + 16) + V (8 heads of 32)
+    assert mla_saved_elements(x2, x2.mla)[0] - mla_saved_elements(x1, x1.mla)[0] == per_kv_token
 
 
 def test_mtp_depth_adds_time_memory_and_model_flops_on_the_last_stage() -> None:
