@@ -25,6 +25,8 @@ from torch import nn
 from torch.distributed.tensor import DTensor
 from torch.utils.checkpoint import checkpoint
 
+from plancast.runtime.attention import attention_core, rotary
+from plancast.runtime.mla import MLAConfig, MLAttention
 from plancast.runtime.moe import MoE, MoEConfig
 from plancast.runtime.parallel.loss import vocab_parallel_cross_entropy
 from plancast.simulator.scenario import Scenario
@@ -49,15 +51,22 @@ class ModelConfig:
     """Recompute the attention core in backward (Korthikanti et al. 2022, "selective")."""
     moe: MoEConfig | None = None
     """Mixture-of-experts feed-forward (runtime/moe.py); None for a dense model."""
+    declared_head_dim: int = 0
+    """model.head_dim when the scenario declares one (Qwen3, gpt-oss); 0: hidden_size / num_heads."""
+    mla: MLAConfig | None = None
+    """Multi-head latent attention (runtime/mla.py); None: grouped-query attention."""
+    qk_layernorm: bool = False
+    """RMSNorm over each query and key head (model.qk_layernorm, Qwen3)."""
 
     @property
     def head_dim(self) -> int:
-        return self.hidden_size // self.num_heads
+        return self.declared_head_dim or self.hidden_size // self.num_heads
 
     @classmethod
     def from_scenario(cls, scenario: Scenario) -> ModelConfig:
         m = scenario.model
-        if m.hidden_size % m.num_attention_heads != 0:
+        declared = "head_dim" in m.model_fields_set or m.is_mla
+        if not declared and m.hidden_size % m.num_attention_heads != 0:
             raise ValueError(
                 f"model.hidden_size ({m.hidden_size}) must be divisible by model.num_attention_heads "
                 f"({m.num_attention_heads})"
@@ -86,7 +95,23 @@ class ModelConfig:
             tie_embeddings=m.tie_word_embeddings,
             selective_recompute=scenario.training.recompute == "selective",
             moe=_moe_config(scenario),
+            declared_head_dim=m.qk_head_dim if "head_dim" in m.model_fields_set else 0,
+            mla=_mla_config(scenario),
+            qk_layernorm=m.qk_layernorm,
         )
+
+
+def _mla_config(scenario: Scenario) -> MLAConfig | None:
+    m = scenario.model
+    if m.kv_lora_rank is None:
+        return None
+    return MLAConfig(
+        q_lora_rank=m.q_lora_rank or 0,
+        kv_lora_rank=m.kv_lora_rank,
+        qk_nope_head_dim=m.qk_nope_head_dim or 0,
+        qk_rope_head_dim=m.qk_rope_head_dim or 0,
+        v_head_dim=m.value_head_dim,
+    )
 
 
 def _moe_config(scenario: Scenario) -> MoEConfig | None:
@@ -108,28 +133,6 @@ def _norm(cfg: ModelConfig) -> nn.Module:
     if cfg.norm == "rmsnorm":
         return nn.RMSNorm(cfg.hidden_size, eps=1e-5)
     return nn.LayerNorm(cfg.hidden_size, eps=1e-5)
-
-
-def rotary(x: torch.Tensor, base: float = 10000.0, positions: torch.Tensor | None = None) -> torch.Tensor:
-    """Rotary position embedding (Su et al. 2021, arXiv 2104.09864) on ``x`` of shape (b, heads, s, d).
-
-    ``positions``: the global position of each of the s tokens (context parallel), default 0..s-1.
-    """
-    seq, dim = x.shape[-2], x.shape[-1]
-    inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, device=x.device, dtype=torch.float32) / dim))
-    pos = torch.arange(seq, device=x.device) if positions is None else positions
-    angles = torch.outer(pos.to(torch.float32), inv_freq)
-    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
-    x1, x2 = x[..., 0::2], x[..., 1::2]
-    return torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).flatten(-2)
-
-
-def _attention_core(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None
-) -> torch.Tensor:
-    if mask is None:
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 
 
 class ContextHook(Protocol):
@@ -155,6 +158,9 @@ class Attention(nn.Module):
         self.wk = nn.Linear(cfg.hidden_size, cfg.num_kv_heads * d, bias=False)
         self.wv = nn.Linear(cfg.hidden_size, cfg.num_kv_heads * d, bias=False)
         self.wo = nn.Linear(cfg.num_heads * d, cfg.hidden_size, bias=False)
+        # Qwen3's per-head RMSNorm of queries and keys (modeling_qwen3.py q_norm / k_norm)
+        self.q_norm = nn.RMSNorm(d, eps=1e-6) if cfg.qk_layernorm else None
+        self.k_norm = nn.RMSNorm(d, eps=1e-6) if cfg.qk_layernorm else None
         self.context: ContextHook | None = None
         """Set by ``runtime.parallel.cp`` when the sequence is split over context-parallel ranks."""
 
@@ -164,6 +170,8 @@ class Attention(nn.Module):
         q = self.wq(x).view(b, s, -1, d).transpose(1, 2)
         k = self.wk(x).view(b, s, -1, d).transpose(1, 2)
         v = self.wv(x).view(b, s, -1, d).transpose(1, 2)
+        if self.q_norm is not None and self.k_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
         ctx, mask = self.context, None
         if self.cfg.position_embedding == "rope":
             positions = ctx.positions if ctx is not None else None
@@ -175,19 +183,21 @@ class Attention(nn.Module):
         if groups > 1:
             k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
         if self.cfg.selective_recompute and torch.is_grad_enabled():
-            out = checkpoint(_attention_core, q, k, v, mask, use_reentrant=False)
+            out = checkpoint(attention_core, q, k, v, mask, use_reentrant=False)
         else:
-            out = _attention_core(q, k, v, mask)
+            out = attention_core(q, k, v, mask)
         return self.wo(out.transpose(1, 2).reshape(b, s, -1))
 
 
 class MLP(nn.Module):
-    """GELU (two matrices, GPT) or SwiGLU (three, Llama; Shazeer 2020, arXiv 2002.05202)."""
+    """GELU (two matrices, GPT), squared ReLU (two, Nemotron; So et al. 2021, arXiv 2109.08668) or SwiGLU
+    (three, Llama; Shazeer 2020, arXiv 2002.05202)."""
 
     def __init__(self, cfg: ModelConfig, ffn_size: int | None = None) -> None:
         super().__init__()
         ffn = cfg.ffn_size if ffn_size is None else ffn_size
         self.swiglu = cfg.activation == "swiglu"
+        self.relu2 = cfg.activation == "relu2"
         self.up = nn.Linear(cfg.hidden_size, ffn, bias=False)
         if self.swiglu:
             self.gate = nn.Linear(cfg.hidden_size, ffn, bias=False)
@@ -196,6 +206,8 @@ class MLP(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.swiglu:
             return self.down(F.silu(self.gate(x)) * self.up(x))
+        if self.relu2:
+            return self.down(F.relu(self.up(x)).square())
         return self.down(F.gelu(self.up(x)))
 
 
@@ -209,7 +221,7 @@ class Block(nn.Module):
     def __init__(self, cfg: ModelConfig, layer: int = 0, ep_rank: int = 0, ep: int = 1) -> None:
         super().__init__()
         self.attn_norm = _norm(cfg)
-        self.attn = Attention(cfg)
+        self.attn: nn.Module = Attention(cfg) if cfg.mla is None else _mla(cfg, cfg.mla)
         self.mlp_norm = _norm(cfg)
         self.mlp: nn.Module = (
             MLP(cfg)
@@ -220,6 +232,16 @@ class Block(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.attn(self.attn_norm(x))
         return x + self.mlp(self.mlp_norm(x))
+
+
+def _mla(cfg: ModelConfig, mla: MLAConfig) -> MLAttention:
+    return MLAttention(
+        cfg.hidden_size,
+        cfg.num_heads,
+        mla,
+        rope=cfg.position_embedding == "rope",
+        selective_recompute=cfg.selective_recompute,
+    )
 
 
 class Embedding(nn.Module):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from plancast.runtime.model_support import ShapeSupportError, check_model_shape_support
 from plancast.simulator.mesh import Coord, RankGrid
 from plancast.simulator.scenario import Scenario
 from plancast.simulator.schedules import Action, build_schedule, splits_backward
@@ -93,6 +94,10 @@ def check_runtime_support(scenario: Scenario, world_size: int) -> None:
         )
     check_moe_cp_support(scenario)
     check_framework_behaviour(scenario)
+    try:
+        check_model_shape_support(scenario)
+    except ShapeSupportError as err:
+        raise PlanError(str(err)) from None
     if m.num_attention_heads % tp or m.kv_heads % tp:
         raise PlanError(
             f"model.num_attention_heads ({m.num_attention_heads}) and num_key_value_heads ({m.kv_heads}) "

@@ -18,6 +18,7 @@ from plancast.simulator import catalog
 from plancast.simulator.catalog.frameworks import DEFAULT_FRAMEWORK, Framework, framework_defaults
 from plancast.simulator.cluster import Cluster
 from plancast.simulator.fields import Dtype, Recompute, Strict
+from plancast.simulator.model_shapes import ModelShapes
 from plancast.simulator.presets import merge_preset
 from plancast.simulator.schedules import ScheduleName
 
@@ -28,8 +29,9 @@ DEPRECATED_KEYS: dict[tuple[str, str], str] = {
 
 
 # --------------------------------------------------------------------------------------------- model
-class Model(Strict):
-    """A GPT/Llama-style decoder-only transformer."""
+class Model(ModelShapes):
+    """A GPT/Llama-style decoder-only transformer (head_dim, MLA, MTP and routing-group keys:
+    simulator/model_shapes.py)."""
 
     preset: str | None = None
     """Catalog name (`plancast catalog`); explicit keys override it."""
@@ -45,8 +47,9 @@ class Model(Strict):
     """MLP width; default 4h for GELU, Llama's 2/3 * 4h rounded up to 256 for SwiGLU."""
     vocab_size: int = Field(gt=0)
     """Vocabulary V."""
-    activation: Literal["gelu", "swiglu"] = "gelu"
-    """MLP: gelu (two matrices) or swiglu (three)."""
+    activation: Literal["gelu", "swiglu", "relu2"] = "gelu"
+    """MLP: gelu (two matrices), swiglu (three) or relu2, squared ReLU over two matrices (So et al. 2021,
+    "Primer"; Nemotron's `hidden_act = "relu2"`)."""
     norm: Literal["layernorm", "rmsnorm"] = "layernorm"
     """Normalisation layer."""
     position_embedding: Literal["learned", "rope"] = "learned"
@@ -86,8 +89,10 @@ class Model(Strict):
         if self.intermediate_size is None:
             h = self.hidden_size
             # Llama (Touvron et al. 2023): 2/3 of 4h, rounded up to a multiple of 256.
-            ffn = 4 * h if self.activation == "gelu" else 256 * math.ceil(8 * h / 3 / 256)
+            ffn = 256 * math.ceil(8 * h / 3 / 256) if self.activation == "swiglu" else 4 * h
             object.__setattr__(self, "intermediate_size", ffn)
+        if self.head_dim is None:
+            object.__setattr__(self, "head_dim", self.hidden_size // self.num_attention_heads)
         return self
 
     @property
@@ -101,10 +106,6 @@ class Model(Strict):
         """intermediate_size, resolved."""
         assert self.intermediate_size is not None  # filled by _defaults
         return self.intermediate_size
-
-    @property
-    def head_dim(self) -> int:
-        return self.hidden_size // self.num_attention_heads
 
     @property
     def num_experts(self) -> int:

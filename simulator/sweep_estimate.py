@@ -100,7 +100,9 @@ class Estimator:
             if tp_levels is None:
                 tp_levels = self._tp_levels[tp_key] = Topology.of(s).levels("tp")
             segments = stage_costs(s, tp_levels)[0].segments
-            emb, layers, head = segments[0], segments[1:-1], segments[-1]
+            # the multi-token-prediction blocks run on the last stage with the head (costs/mtp.py)
+            tail = 1 + s.model.num_nextn_predict_layers
+            emb, layers, head = segments[0], segments[1:-tail], segments[-tail:]
             one = StageCost(0, layers, 0.0, s.parallelism.tp_comm_overlap, plan.recompute == "full")
             x, n = Shape.of(s), len(layers)  # an MoE model's layers differ: the mean block
             mlp = moe_activation_bytes(x, s.model) if s.model.is_moe else None
@@ -108,7 +110,7 @@ class Estimator:
                 (one.forward_s + one.backward_s + one.recompute_s) / n,
                 one.backward_weight_s / n,
                 StageCost(0, (emb,), 0.0, one.tp_overlap, False).forward_s * 3,
-                StageCost(0, (head,), 0.0, one.tp_overlap, False).forward_s * 3,
+                StageCost(0, head, 0.0, one.tp_overlap, False).forward_s * 3,
                 layer_activation_bytes(x, plan.recompute, mlp, s.training.selective_recompute),
                 layer_activation_bytes(x, "none", mlp),
             )

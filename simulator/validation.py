@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from plancast.simulator.catalog.frameworks import framework_defaults
+from plancast.simulator.model_shapes import MODEL_SHAPE_BOUNDS, model_shape_problems
 from plancast.simulator.scenario import Scenario
 from plancast.simulator.schedules import schedule_problems, schedule_warnings
 from plancast.simulator.validation_moe import model_moe_problems, moe_cp_warnings, plan_moe_cp_problems
@@ -39,6 +40,7 @@ BOUNDS: dict[str, Bound] = {
     "model.first_k_dense_replace": (0, 10_000, "at most num_hidden_layers"),
     "model.router_aux_loss_coef": (0, 1e3, "a loss weight (Switch Transformer: 0.01)"),
     "model.moe_capacity_factor": (1e-3, 1e3, "slots per expert over the mean load (Switch: 1.0-2.0)"),
+    **MODEL_SHAPE_BOUNDS,
     "training.seq_len": (1, 100_000_000, "10x the longest published contexts (10M tokens)"),
     "training.micro_batch_size": (1, 1_000_000, "samples held by one rank at once"),
     "training.global_batch_size": (1, 100_000_000, "100x the largest published batches (~16M tokens)"),
@@ -134,14 +136,15 @@ def _check_degrees(s: Scenario, errors: list[Problem]) -> bool:
 
 def _check_model(s: Scenario, errors: list[Problem]) -> None:
     m, tp = s.model, s.tp
-    _divides(
-        errors,
-        "model.hidden_size",
-        m.hidden_size,
-        m.num_attention_heads,
-        "num_attention_heads",
-        "the head dimension must be an integer",
-    )
+    if "head_dim" not in m.model_fields_set and not m.is_mla:  # else heads need not divide the width
+        _divides(
+            errors,
+            "model.hidden_size",
+            m.hidden_size,
+            m.num_attention_heads,
+            "num_attention_heads",
+            "the head dimension must be an integer (or declare model.head_dim)",
+        )
     _divides(
         errors,
         "model.num_attention_heads",
@@ -423,6 +426,7 @@ def check_plan(s: Scenario) -> tuple[list[Problem], list[str]]:
     _check_cluster(s, errors, warnings)
     _check_model(s, errors)
     errors.extend(Problem(p.path, p.message) for p in model_moe_problems(s))
+    errors.extend(Problem(p.path, p.message) for p in model_shape_problems(s.model, s.model.num_experts))
     if _check_degrees(s, errors):
         errors.extend(Problem(p.path, p.message) for p in plan_moe_cp_problems(s))
         _check_batch(s, errors)

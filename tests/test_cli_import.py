@@ -72,9 +72,22 @@ CASES = [
                 "moe_intermediate_size": 2048,
                 "n_shared_experts": 1,
                 "first_k_dense_replace": 3,
+                "kv_lora_rank": 512,
+                "q_lora_rank": 1536,
+                "qk_rope_head_dim": 64,
+                "num_nextn_predict_layers": 1,
+                "n_group": 8,
+                "topk_group": 4,
             }
         },
-        "multi-head latent attention",
+        None,
+    ),
+    (
+        "hf",
+        "gpt-oss-120b.config.json",
+        [],
+        {"model": {"head_dim": 64, "num_local_experts": 128, "num_experts_per_tok": 4}},
+        "18 sliding-window layers are priced as full causal attention",
     ),
     (
         "megatron",
@@ -245,14 +258,15 @@ def test_import_in_a_real_process(tmp_path: Path) -> None:
 
 
 def test_import_hf_names_every_key_it_does_not_read(tmp_path: Path) -> None:
-    """Nothing is dropped silently: an unknown key, or a head_dim that is not hidden / heads, is a warning;
-    the shipped real configs read without one."""
+    """Nothing is dropped silently: an unknown key is a warning, a head_dim that is not hidden / heads is
+    imported; the shipped real configs read without a warning."""
     config = json.loads((DATA / "llama3-8b.config.json").read_text())
     path = tmp_path / "config.json"
     path.write_text(json.dumps({**config, "foo_bar": 1, "learning_rate": 3e-4, "head_dim": 64}))
-    code, _, err = cli_main("import", "hf", str(path))
+    code, out, err = cli_main("import", "hf", str(path))
     assert code == 0, err
-    assert "not read: foo_bar, learning_rate" in err and "head_dim = 64 is not modelled" in err
+    assert "not read: foo_bar, learning_rate" in err and "head_dim" not in err
+    assert tomllib.loads(out)["model"]["head_dim"] == 64
     for real in sorted(DATA.glob("*.config.json")):
         code, _, err = cli_main("import", "hf", str(real))
         assert "not read" not in err, (real.name, err)

@@ -44,6 +44,15 @@ def _moe(base: dict[str, object], **moe: object) -> dict[str, object]:
     return {**base, **moe}
 
 
+_MLA: dict[str, object] = {
+    "kv_lora_rank": 512,
+    "qk_nope_head_dim": 128,
+    "qk_rope_head_dim": 64,
+    "v_head_dim": 128,
+}
+"""Multi-head latent attention as DeepSeek-V2/V3 and Kimi-K2 size it (their config.json files)."""
+
+
 MODELS: dict[str, dict[str, object]] = {
     # GPT-3 family: Brown et al. 2020, Table 2.1 (vocab 50,257 padded to 51,200 as in Megatron-LM).
     "gpt3-125m": _gpt(768, 12, 12),
@@ -76,8 +85,8 @@ MODELS: dict[str, dict[str, object]] = {
     "llama3-8b": _llama(4096, 32, 32, 8, 14336, 128256, 8192),
     "llama3-70b": _llama(8192, 80, 64, 8, 28672, 128256, 8192),
     "llama3-405b": _llama(16384, 126, 128, 8, 53248, 128256, 8192),
-    # Mixture of experts, from each model's Hugging Face config.json. Multi-head latent attention
-    # (DeepSeek) is modelled as multi-head attention (docs/moe.md).
+    # Mixture of experts, from each model's Hugging Face config.json (tests/data/importers/ holds the
+    # files; docs/models.md). DeepSeek and Kimi attend with multi-head latent attention (_MLA).
     # mistralai/Mixtral-8x7B-v0.1: 46.7B total, 12.9B active (Jiang et al. 2024).
     "mixtral-8x7b": _moe(
         _llama(4096, 32, 32, 8, 14336, 32000, 32768),
@@ -92,7 +101,8 @@ MODELS: dict[str, dict[str, object]] = {
         num_experts_per_tok=2,
         router_aux_loss_coef=0.001,
     ),
-    # deepseek-ai/DeepSeek-V3: 671B total, 37B active (arXiv 2412.19437); the MTP module is left out.
+    # deepseek-ai/DeepSeek-V3: 671B total, 37B active (arXiv 2412.19437), plus its one-depth MTP module
+    # (sec. 2.2) and node-limited routing over 8 groups, 4 per token (sec. 2.1.2).
     "deepseek-v3": _moe(
         _llama(7168, 61, 128, 128, 18432, 129280, 163840),
         num_local_experts=256,
@@ -101,8 +111,58 @@ MODELS: dict[str, dict[str, object]] = {
         n_shared_experts=1,
         first_k_dense_replace=3,
         router_aux_loss_coef=0.001,
+        **_MLA,
+        q_lora_rank=1536,
+        num_nextn_predict_layers=1,
+        n_group=8,
+        topk_group=4,
     ),
-    # deepseek-ai/DeepSeek-V2-Lite: 15.7B total, 2.4B active (arXiv 2405.04434).
+    # moonshotai/Kimi-K2-Instruct: 1.04T total, 32.6B active (Kimi K2 report, arXiv 2507.20534, Table 2;
+    # its checkpoint holds 1.026T weights, the count plancast gives); DeepSeek-V3's shape with 384
+    # experts, 64 heads, one dense layer, no MTP, ungrouped routing.
+    "kimi-k2": _moe(
+        _llama(7168, 61, 64, 64, 18432, 163840, 131072),
+        num_local_experts=384,
+        num_experts_per_tok=8,
+        moe_intermediate_size=2048,
+        n_shared_experts=1,
+        first_k_dense_replace=1,
+        router_aux_loss_coef=0.001,
+        **_MLA,
+        q_lora_rank=1536,
+    ),
+    # Qwen/Qwen3-30B-A3B and Qwen3-235B-A22B: 30.5B / 3.3B and 235B / 22B (Qwen3 report, arXiv
+    # 2505.09388, Table 2); head_dim 128 beside hidden / heads = 64 and 64; per-head q/k RMSNorm.
+    "qwen3-30b-a3b": _moe(
+        _llama(2048, 48, 32, 4, 6144, 151936, 40960),
+        num_local_experts=128,
+        num_experts_per_tok=8,
+        moe_intermediate_size=768,
+        router_aux_loss_coef=0.001,
+        head_dim=128,
+        qk_layernorm=True,
+    ),
+    "qwen3-235b-a22b": _moe(
+        _llama(4096, 94, 64, 4, 12288, 151936, 40960),
+        num_local_experts=128,
+        num_experts_per_tok=8,
+        moe_intermediate_size=1536,
+        router_aux_loss_coef=0.001,
+        head_dim=128,
+        qk_layernorm=True,
+    ),
+    # openai/gpt-oss-120b: 116.8B total, 5.1B active (gpt-oss model card, arXiv 2508.10925, Table 1); 64
+    # query heads of 64 over hidden 2880. Its alternating 128-token sliding-window layers are priced as
+    # full attention, its attention sinks and biases left out (docs/models.md).
+    "gpt-oss-120b": _moe(
+        _llama(2880, 36, 64, 8, 2880, 201088, 131072),
+        num_local_experts=128,
+        num_experts_per_tok=4,
+        router_aux_loss_coef=0.9,
+        head_dim=64,
+    ),
+    # deepseek-ai/DeepSeek-V2-Lite: 15.7B total, 2.4B active (arXiv 2405.04434); MLA without query
+    # compression (q_lora_rank null).
     "deepseek-v2-lite": _moe(
         _llama(2048, 27, 16, 16, 10944, 102400, 163840),
         num_local_experts=64,
@@ -111,6 +171,7 @@ MODELS: dict[str, dict[str, object]] = {
         n_shared_experts=2,
         first_k_dense_replace=1,
         router_aux_loss_coef=0.001,
+        **_MLA,
     ),
     # Qwen/Qwen1.5-MoE-A2.7B: 14.3B total, 2.7B active; one shared expert of 5632 = 4 x 1408.
     "qwen1.5-moe-a2.7b": _moe(

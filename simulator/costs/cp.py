@@ -12,16 +12,17 @@ the layer (GEMMs, elementwise ops, activation memory) works on the rank's s / cp
 
 from __future__ import annotations
 
+from plancast.simulator.costs.mla import cp_kv_elements_per_token
 from plancast.simulator.costs.ops import DTYPE_BYTES
 from plancast.simulator.scenario import Scenario
 
 
 def kv_shard_bytes(s: Scenario) -> int:
-    """K and V of this rank's s / cp tokens on one tp rank (kv heads split over tp), packed: the payload
-    it contributes to the forward all-gather."""
-    m, t = s.model, s.training
-    kv_dim = m.kv_heads * m.head_dim // s.tp
-    return 2 * t.micro_batch_size * (t.seq_len // s.cp) * kv_dim * DTYPE_BYTES[t.dtype]
+    """K and V of this rank's s / cp tokens on one tp rank (kv heads split over tp), packed, or an MLA
+    model's compressed latent: the payload it contributes to the forward all-gather."""
+    t = s.training
+    per_token = cp_kv_elements_per_token(s.model, s.tp)  # K and V, or MLA's latent (costs/mla.py)
+    return t.micro_batch_size * (t.seq_len // s.cp) * per_token * DTYPE_BYTES[t.dtype]
 
 
 def kv_grad_bytes(s: Scenario) -> int:

@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from plancast.simulator.costs.fp8 import fp8_weight_copy_bytes
+from plancast.simulator.costs.mla import mla_saved_elements
 from plancast.simulator.costs.moe import moe_activation_bytes
 from plancast.simulator.costs.ops import DTYPE_BYTES, Shape, gemm_weight_elements, layer_forward
 from plancast.simulator.costs.params import layer_params, moe_layer_count, rank_parameters
@@ -88,10 +89,11 @@ def layer_activation_bytes(
 ) -> float:
     """Bytes one transformer block keeps for backward, per micro-batch (Korthikanti et al. 2022, sec. 4.1;
     e.g. tensor parallel: s*b*h*(10 + 24/t + 5*a*s/(h*t)) for fp16 GPT). Generalised to GQA, SwiGLU,
-    fp32 and fused attention; `mlp_bytes` replaces the MLP's share (an MoE block, costs/moe.py). Under
-    context parallel x.s is the rank's s / cp tokens, so everything but the K/V-length scores is /cp.
-    Selective recompute under `policy` "op" (torchtitan's per-op checkpointing) keeps the block's input
-    and the outputs costs/recompute.py lists, and fp32 logsumexp rows when attention is fused."""
+    head_dim, MLA, fp32 and fused attention; `mlp_bytes` replaces the MLP's share (an MoE block,
+    costs/moe.py). Under context parallel x.s is the rank's s / cp tokens, so everything but the
+    K/V-length scores is /cp. Selective recompute under `policy` "op" (torchtitan's per-op
+    checkpointing) keeps the block's input and the outputs costs/recompute.py lists, and fp32
+    logsumexp rows when attention is fused."""
     d, t = x.dtype_bytes, x.tp
     sbh = x.s * x.b * x.h
     sp = t if x.sp else 1  # sequence parallel shards the otherwise replicated tensors
@@ -101,8 +103,13 @@ def layer_activation_bytes(
         lse = 4.0 * x.b * x.heads / t * x.s if x.flash else 0.0
         return d * sbh / sp + d * x.s * x.b * op_sac_saved_elements(layer_forward(x), x) + lse
     replicated = (4 * d + 2) * sbh / sp  # two norm inputs, QKV input, FC1 input, two 1-byte dropout masks
-    qkv = d * x.s * x.b * (x.h + 2 * x.kv_dim) / t
-    out_proj = d * sbh / t
+    qkv = d * x.s * x.b * (x.q_dim + 2 * x.kv_dim) / t
+    if x.qk_norm:  # the per-head norms keep their inputs, the projected Q and K
+        qkv += d * x.s * x.b * (x.q_dim + x.kv_dim) / t
+    out_proj = d * (x.s * x.b * x.o_dim) / t
+    if x.mla is not None:  # the latents, per-head Q/K/V and output MLA keeps (costs/mla.py)
+        projections, output = mla_saved_elements(x, x.mla)
+        qkv, out_proj = d * x.s * x.b * projections, d * x.s * x.b * output
     mlp = (3 if x.swiglu else 2) * d * x.s * x.b * x.ffn / t if mlp_bytes is None else mlp_bytes
     scores = 0.0
     if recompute == "none" and not x.flash:  # softmax out, dropout mask, dropout out
@@ -164,6 +171,8 @@ def rank_memory(s: Scenario, pp_rank: int, schedule: Schedule | None = None) -> 
     if schedule is None:
         schedule = build_schedule(par.pipeline_parallel_schedule, s.pp, s.num_microbatches, s.vpp)
     chunk_layers = {c: split[c * s.pp + pp_rank] for c in range(s.vpp)}
+    mtp = m.num_nextn_predict_layers if stages - 1 in owned else 0
+    chunk_layers[s.vpp - 1] += mtp  # each multi-token-prediction depth keeps a block's activations
     inflight = peak_inflight_layers(schedule[pp_rank], chunk_layers)
     has_moe = any(moe_layer_count(m, starts[v], split[v]) for v in owned)
     mlp = moe_activation_bytes(x, m) if has_moe else None  # the rank's largest block, conservatively
@@ -171,7 +180,8 @@ def rank_memory(s: Scenario, pp_rank: int, schedule: Schedule | None = None) -> 
     if rebuilds_a_block(t.recompute, t.selective_recompute, moe=mlp is not None):
         acts += layer_activation_bytes(x, "none", mlp)
     if stages - 1 in owned:  # the loss's fp32 buffers for one micro-batch (vocab-parallel)
-        acts += loss_bytes_per_logit(s) * x.s * x.b * x.vocab / s.vocab_tp  # all of it when replicated
+        # all of it when replicated; one loss per multi-token-prediction depth beside the main one
+        acts += (1 + mtp) * loss_bytes_per_logit(s) * x.s * x.b * x.vocab / s.vocab_tp
     return MemoryBreakdown(p_b, g_b, o_b, acts, gathered)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from plancast.simulator.costs.moe import moe_layer_forward
+from plancast.simulator.costs.mtp import mtp_forward
 from plancast.simulator.costs.ops import Shape, head_forward, layer_forward
 from plancast.simulator.scenario import Scenario
 
@@ -11,7 +12,8 @@ def model_flops_per_token(s: Scenario) -> float:
     """Model FLOPs per token for forward + backward, no recompute: 3x the forward GEMMs and attention
     of every layer plus the logits (Narayanan et al. 2021 eq. 3 generalised; PaLM appendix B). MoE
     layers count the active parameters only: router, top-k experts at the mean load, shared experts
-    (as DeepSeek-V3's MFU counts 37B of 671B), never capacity padding or imbalance."""
+    (as DeepSeek-V3's MFU counts 37B of 671B), never capacity padding or imbalance. The
+    multi-token-prediction depths (costs/mtp.py) count as the work they are."""
     x = Shape.of(s)
     fields = {f: getattr(x, f) for f in x.__dataclass_fields__}
     seq = s.training.seq_len
@@ -21,6 +23,8 @@ def model_flops_per_token(s: Scenario) -> float:
     moe = sum(op.flops for op in moe_layer_forward(flat, m, 1, factor=1.0)) if m.is_moe else dense
     moe_layers = sum(m.is_moe_layer(i) for i in range(m.num_hidden_layers))
     layers = (m.num_hidden_layers - moe_layers) * dense + moe_layers * moe
+    if m.num_nextn_predict_layers:  # DeepSeek-V3's multi-token prediction: real work of every step
+        layers += m.num_nextn_predict_layers * sum(op.flops for op in mtp_forward(flat, m, 1, factor=1.0))
     head = sum(op.flops for op in head_forward(flat))
     tokens = x.b * seq
     return 3.0 * (layers + head) / tokens

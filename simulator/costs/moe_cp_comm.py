@@ -20,6 +20,7 @@ from plancast.simulator.costs.collectives import (
 )
 from plancast.simulator.costs.cp import kv_grad_bytes, kv_shard_bytes
 from plancast.simulator.costs.moe import all_to_all_bytes
+from plancast.simulator.costs.routing import node_limited_levels
 from plancast.simulator.mesh import GroupName, RankGrid
 from plancast.simulator.scenario import Scenario
 
@@ -38,6 +39,12 @@ def group_levels_of(s: Scenario, name: GroupName) -> tuple[Level, ...]:
     grid = RankGrid(s.pp, s.dp, s.tp, cp=s.cp, ep=s.ep)
     links = tuple(Link.of(t.bandwidth_GBps, t.latency_us, t.efficiency) for t in s.cluster.tiers)
     return group_levels(grid.group(name, 0), s.cluster.tier_sizes, links)
+
+
+def _ep_members_per_node(s: Scenario) -> int:
+    """Members of rank 0's expert-parallel group on its node (the innermost tier's unit)."""
+    ranks = RankGrid(s.pp, s.dp, s.tp, cp=s.cp, ep=s.ep).group("ep", 0)
+    return len(ranks) // len({r // s.cluster.tier_sizes[0] for r in ranks})
 
 
 def layer_collectives(
@@ -63,9 +70,8 @@ def layer_collectives(
         )
     if moe and s.ep > 1:
         nbytes = all_to_all_bytes(s)
-        a2a = InnerCollective(
-            "ep", "all_to_all", nbytes, host_s + all_to_all_seconds(group_levels_of(s, "ep"), nbytes)
-        )
+        levels = node_limited_levels(group_levels_of(s, "ep"), s.model, _ep_members_per_node(s))
+        a2a = InnerCollective("ep", "all_to_all", nbytes, host_s + all_to_all_seconds(levels, nbytes))
         fwd += [a2a, a2a]  # dispatch, combine
         bwd[:0] = [a2a, a2a]  # combine-grad, dispatch-grad, before the cp reduce-scatter
     return tuple(fwd), tuple(bwd)

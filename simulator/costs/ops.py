@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from plancast.simulator.costs import eager
-from plancast.simulator.scenario import Scenario
+from plancast.simulator.scenario import Model, Scenario
 
 Category = Literal["matmul", "attention", "memory"]
 DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
@@ -29,6 +29,21 @@ class Op:
     bytes: float  # HBM traffic (read + write)
     weight_grad: bool = False  # backward splits into input-grad and weight-grad GEMMs (zero-bubble W)
     fp8: bool = False  # a GEMM run in FP8 (training.fp8, costs/fp8.py)
+
+
+@dataclass(frozen=True, slots=True)
+class MlaRanks:
+    """Multi-head latent attention's low ranks (simulator/model_shapes.py); the head widths sit in Shape."""
+
+    q_lora: int  # 0: queries projected from the hidden state directly (q_lora_rank null)
+    kv_lora: int
+    rope: int  # the rotary key width every head shares (qk_rope_head_dim)
+
+    @classmethod
+    def of(cls, m: Model) -> MlaRanks | None:
+        if m.kv_lora_rank is None:
+            return None
+        return cls(m.q_lora_rank or 0, m.kv_lora_rank, m.qk_rope_head_dim or 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +68,31 @@ class Shape:
     fp8: bool = False  # the block's GEMMs in FP8 (training.fp8)
     eager: bool = False  # elementwise ops as eager PyTorch runs them (training.elementwise, costs/eager.py)
     rmsnorm: bool = False
+    qk_head_dim: int = 0  # per-head query/key width (model_shapes.py); 0: h / heads
+    v_head_dim: int = 0  # per-head value width; 0: qk_head_dim
+    mla: MlaRanks | None = None  # multi-head latent attention (costs/mla.py); None: grouped-query
+    relu2: bool = False  # squared-ReLU MLP (two matrices, as GELU)
+    qk_norm: bool = False  # RMSNorm over every query and key head (model.qk_layernorm)
+
+    @property
+    def qk_dim(self) -> int:
+        """Width of one head's query/key (h / heads unless the model declares head_dim or MLA)."""
+        return self.qk_head_dim or self.h // self.heads
+
+    @property
+    def q_dim(self) -> int:
+        """All query heads' width: h for a GPT/Llama block."""
+        return self.heads * self.qk_dim
+
+    @property
+    def v_dim(self) -> int:
+        """One head's value width."""
+        return self.v_head_dim or self.qk_dim
+
+    @property
+    def o_dim(self) -> int:
+        """Attention output width, the out-projection's input: heads * v_dim (h for GPT/Llama)."""
+        return self.heads * self.v_dim
 
     @classmethod
     def of(cls, s: Scenario) -> Shape:
@@ -63,7 +103,7 @@ class Shape:
             kv_s=t.seq_len,
             h=m.hidden_size,
             heads=m.num_attention_heads,
-            kv_dim=m.kv_heads * m.head_dim,
+            kv_dim=m.kv_heads * m.qk_head_dim,
             ffn=m.ffn_size,
             vocab=m.vocab_size,
             tp=s.tp,
@@ -76,6 +116,11 @@ class Shape:
             fp8=t.fp8,
             eager=t.elementwise == "eager",
             rmsnorm=m.norm == "rmsnorm",
+            qk_head_dim=m.qk_head_dim,
+            v_head_dim=m.value_head_dim,
+            mla=MlaRanks.of(m),
+            relu2=m.activation == "relu2",
+            qk_norm=m.qk_layernorm,
         )
 
 
@@ -125,45 +170,96 @@ def swiglu(name: str, elements: float, x: Shape) -> Op:
     return _elementwise(name, elements, x.dtype_bytes, extra_bytes=elements * x.dtype_bytes)
 
 
+def attention_forward(x: Shape) -> list[Op]:
+    """Q/K/V projections, rotary embedding and the attention core of one block (GQA, or MLA through
+    costs/mla.py), up to the out-projection's input of x.o_dim features per token."""
+    if x.mla is not None:
+        return mla_attention_forward(x, x.mla)
+    tokens, t = x.b * x.s, x.tp
+    ops = linear("qkv", tokens, x.h, (x.q_dim + 2 * x.kv_dim) / t, x)
+    if x.qk_norm:  # per-head RMSNorm of queries and keys (Qwen3)
+        ops.append(norm("qk_norm", tokens * (x.q_dim + x.kv_dim) / t, x))
+    if x.rope:
+        ops.append(rope("rope", tokens * (x.q_dim + x.kv_dim) / t, x))
+    return ops + attention_core_forward(x, x.kv_dim, x.kv_dim * x.v_dim // x.qk_dim)
+
+
+def mla_attention_forward(x: Shape, r: MlaRanks) -> list[Op]:
+    """Multi-head latent attention (costs/mla.py has its shapes and sources): down-projections, their
+    norms, up-projections, rotary embedding and the attention core (up to the output projection's
+    input). Under context parallel the rank up-projects the latents of all kv_s tokens it gathered
+    (costs/cp.py exchanges the latent, costs/mla.py `cp_kv_elements_per_token`); the down-projections
+    are duplicated over tp (Megatron-Core)."""
+    tokens, t, heads = x.b * x.s, x.tp, x.heads
+    nope = x.qk_dim - r.rope
+    kv_tokens = x.b * (x.kv_s or x.s)
+    if r.q_lora:
+        ops = [
+            *linear("q_down", tokens, x.h, r.q_lora, x),
+            norm("q_norm", tokens * r.q_lora, x),
+            *linear("q_up", tokens, r.q_lora, x.q_dim / t, x),
+        ]
+    else:
+        ops = linear("q_proj", tokens, x.h, x.q_dim / t, x)
+    ops += [
+        *linear("kv_down", tokens, x.h, r.kv_lora + r.rope, x),
+        norm("kv_norm", tokens * r.kv_lora, x),
+        *linear("kv_up", kv_tokens, r.kv_lora, heads * (nope + x.v_dim) / t, x),
+    ]
+    if x.rope:  # per-head rotary queries and the one shared rotary key
+        ops.append(rope("rope", tokens * (heads * r.rope / t + r.rope), x))
+    return ops + attention_core_forward(x, heads * x.qk_dim, heads * x.v_dim)
+
+
+def attention_core_forward(x: Shape, k_dim: float, v_dim: float) -> list[Op]:
+    """Scores over x.qk_dim-wide heads, softmax, dropout, values over x.v_dim-wide heads; `k_dim` and
+    `v_dim`: the key and value features per token the core reads (all heads, before the tp split)."""
+    tokens, d, t = x.b * x.s, x.dtype_bytes, x.tp
+    heads = x.heads / t
+    # context parallel: s / cp local queries against all s keys, 1/cp of the work under the causal
+    # load balance (costs/cp.py)
+    kv_s = x.kv_s or x.s
+    score_flops = 2.0 * x.b * heads * x.s * kv_s * x.qk_dim
+    value_flops = 2.0 * x.b * heads * x.s * kv_s * x.v_dim
+    ops: list[Op] = []
+    if x.flash:  # fused kernel: no s x s tensor in HBM (Dao et al. 2022)
+        io = d * tokens * (x.q_dim + x.o_dim + k_dim + v_dim) / t
+        ops.append(Op("attention", "attention", score_flops + value_flops, io))
+    else:
+        probs = x.b * heads * x.s * kv_s
+        ops += [
+            Op("scores", "attention", score_flops, d * (tokens * (x.q_dim + k_dim) / t + probs)),
+            _elementwise("softmax", probs, d),
+            _elementwise("attn_dropout", probs, d, extra_bytes=probs),  # 1-byte mask
+            Op("attn_values", "attention", value_flops, d * (probs + tokens * (v_dim + x.o_dim) / t)),
+        ]
+    if x.eager:
+        ops.append(_eager_op("attn_layout", tokens, eager.attention_layout(d, x.q_dim / t, k_dim / t)))
+    return ops
+
+
+def mlp_forward(x: Shape) -> list[Op]:
+    """The dense MLP up to its last GEMM: SwiGLU gate+up and silu(gate) * up; GELU or squared ReLU fc1
+    and its activation (Megatron-LM split: column-parallel, then fc2 row-parallel)."""
+    tokens, d, t = x.b * x.s, x.dtype_bytes, x.tp
+    if x.swiglu:
+        return [*linear("gate_up", tokens, x.h, 2 * x.ffn / t, x), swiglu("swiglu", tokens * x.ffn / t, x)]
+    act = "relu2" if x.relu2 else "gelu"  # relu then square: one fused elementwise kernel (Primer)
+    return [*linear("fc1", tokens, x.h, x.ffn / t, x), _elementwise(act, tokens * x.ffn / t, d)]
+
+
 def layer_forward(x: Shape) -> tuple[Op, ...]:
     """One transformer block, forward, one micro-batch, one tensor-parallel rank (Megatron-LM split:
     QKV and FC1 column-parallel, out-projection and FC2 row-parallel)."""
     tokens = x.b * x.s
     local_tokens = tokens / x.tp if x.sp else tokens  # elementwise ops on [s, b, h] are sharded by SP
     d, t = x.dtype_bytes, x.tp
-    heads = x.heads / t
-    qkv_out = (x.h + 2 * x.kv_dim) / t
-    ops = [norm("norm1", local_tokens * x.h, x), *linear("qkv", tokens, x.h, qkv_out, x)]
-    if x.rope:
-        ops.append(rope("rope", tokens * (x.h + x.kv_dim) / t, x))
-    head_dim = x.h / x.heads
-    # context parallel: s / cp local queries against all s keys, 1/cp of the work under the causal
-    # load balance (costs/cp.py)
-    kv_s = x.kv_s or x.s
-    score_flops = 2.0 * x.b * heads * x.s * kv_s * head_dim
-    if x.flash:  # fused kernel: no s x s tensor in HBM (Dao et al. 2022)
-        io = d * tokens * (2 * x.h + 2 * x.kv_dim) / t
-        ops.append(Op("attention", "attention", 2 * score_flops, io))
-    else:
-        probs = x.b * heads * x.s * kv_s
-        ops += [
-            Op("scores", "attention", score_flops, d * (tokens * (x.h + x.kv_dim) / t + probs)),
-            _elementwise("softmax", probs, d),
-            _elementwise("attn_dropout", probs, d, extra_bytes=probs),  # 1-byte mask
-            Op("attn_values", "attention", score_flops, d * (probs + tokens * (x.kv_dim + x.h) / t)),
-        ]
-    if x.eager:
-        ops.append(_eager_op("attn_layout", tokens, eager.attention_layout(d, x.h / t, x.kv_dim / t)))
+    ops = [norm("norm1", local_tokens * x.h, x), *attention_forward(x)]
     ops += [
-        *linear("out_proj", tokens, x.h / t, x.h, x),
+        *linear("out_proj", tokens, x.o_dim / t, x.h, x),
         _elementwise("dropout_residual1", local_tokens * x.h, d, extra_bytes=local_tokens * x.h * (d + 1)),
         norm("norm2", local_tokens * x.h, x),
-    ]
-    if x.swiglu:
-        ops += [*linear("gate_up", tokens, x.h, 2 * x.ffn / t, x), swiglu("swiglu", tokens * x.ffn / t, x)]
-    else:
-        ops += [*linear("fc1", tokens, x.h, x.ffn / t, x), _elementwise("gelu", tokens * x.ffn / t, d)]
-    ops += [
+        *mlp_forward(x),
         *linear("fc2", tokens, x.ffn / t, x.h, x),
         _elementwise("dropout_residual2", local_tokens * x.h, d, extra_bytes=local_tokens * x.h * (d + 1)),
     ]

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from plancast.simulator.costs.mla import mla_layer_params, mla_tensor_elements
 from plancast.simulator.scenario import Model
 
 
@@ -32,23 +33,58 @@ class LayerParams:
 
 
 def _mlp_params(m: Model, width: int) -> int:
-    """One MLP (or expert) of `width`: GELU 2 matrices, SwiGLU 3, plus the column-parallel bias."""
-    return (2 if m.activation == "gelu" else 3) * m.hidden_size * width + (width if _has_bias(m) else 0)
+    """One MLP (or expert) of `width`: GELU and squared ReLU 2 matrices, SwiGLU 3, plus the column-parallel
+    bias."""
+    return (3 if m.activation == "swiglu" else 2) * m.hidden_size * width + (width if _has_bias(m) else 0)
 
 
 def layer_params(m: Model, moe: bool = False) -> LayerParams:
-    """One block: QKV (GQA-aware), output projection, MLP (GELU: 2 matrices, SwiGLU: 3), two norms.
+    """One block: attention (GQA-aware QKV and output projection, or MLA: costs/mla.py), MLP (GELU and
+    squared ReLU: 2 matrices, SwiGLU: 3), two norms.
     With `moe` the MLP is replaced by the shared experts (sharded like it), the router (replicated, a
     [h, E] matrix) and the routed experts, which expert_params counts apart (they shard over ep too)."""
-    h, kv_dim = m.hidden_size, m.kv_heads * m.head_dim
+    h = m.hidden_size
     bias = _has_bias(m)
-    qkv = h * (h + 2 * kv_dim) + (h + 2 * kv_dim if bias else 0)
-    out = h * h
+    attention, attention_replicated = _attention_params(m)
     mlp = m.n_shared_experts * _mlp_params(m, m.expert_ffn_size) if moe else _mlp_params(m, m.ffn_size)
     norm = 2 * (2 * h if m.norm == "layernorm" else h)
     row_bias = 2 * h if bias else 0  # biases of the row-parallel out-projection and second MLP matrix
     router = h * m.num_experts if moe else 0
-    return LayerParams(sharded=qkv + out + mlp, replicated=norm + row_bias + router)
+    return LayerParams(sharded=attention + mlp, replicated=attention_replicated + norm + row_bias + router)
+
+
+def _attention_params(m: Model) -> tuple[int, int]:
+    """(tp-sharded, replicated) parameters of one attention: QKV of num_attention_heads query and
+    num_key_value_heads key/value heads of head_dim (and their column-parallel bias), the output
+    projection [heads * head_dim -> h]; or MLA's (costs/mla.py)."""
+    h = m.hidden_size
+    if m.is_mla:
+        return mla_layer_params(m, h, m.num_attention_heads)
+    q_dim, kv_dim = m.num_attention_heads * m.qk_head_dim, m.kv_heads * m.qk_head_dim
+    qkv = h * (q_dim + 2 * kv_dim) + (q_dim + 2 * kv_dim if _has_bias(m) else 0)
+    qk_norm = 2 * m.qk_head_dim if m.qk_layernorm else 0  # one RMSNorm weight each for q and k heads
+    return qkv + q_dim * h, qk_norm
+
+
+def mtp_params(m: Model) -> tuple[LayerParams, int]:
+    """One multi-token-prediction depth (DeepSeek-V3 sec. 2.2, Figure 3): its transformer block (an MoE
+    block when the model's layers past first_k_dense_replace are), the RMSNorms of the hidden state and of
+    the embedding, the projection M [2h -> h] (tp-sharded) and the shared head's own final norm; and the
+    block's routed experts. The embedding and output head are the main model's (shared)."""
+    h = m.hidden_size
+    moe = m.is_moe_layer(m.num_hidden_layers)
+    block = layer_params(m, moe=moe)
+    norms = 3 * (2 * h if m.norm == "layernorm" else h)
+    params = LayerParams(sharded=block.sharded + 2 * h * h, replicated=block.replicated + norms)
+    return params, expert_params(m) if moe else 0
+
+
+def mtp_parameters(m: Model) -> int:
+    """All parameters of the multi-token-prediction module (num_nextn_predict_layers depths), beyond the
+    main model's `count_parameters` (DeepSeek-V3: 671B main + 14B MTP as its checkpoint stores it, which
+    holds its own copy of the embedding and head)."""
+    params, experts = mtp_params(m)
+    return m.num_nextn_predict_layers * (params.total + experts)
 
 
 def expert_params(m: Model) -> int:
@@ -77,7 +113,8 @@ def head_params(m: Model) -> int:
 
 
 def count_parameters(m: Model) -> int:
-    """All parameters of the model (tied embeddings counted once; every expert of an MoE)."""
+    """All parameters of the model (tied embeddings counted once; every expert of an MoE), without the
+    multi-token-prediction module, as published counts are (`mtp_parameters`)."""
     moe = moe_layer_count(m)
     layers = (m.num_hidden_layers - moe) * layer_params(m).total
     layers += moe * (layer_params(m, moe=True).total + expert_params(m))
@@ -118,10 +155,17 @@ def stage_parameters(
         total += vocab_matrix + (embedding_params(m) - m.vocab_size * m.hidden_size)
     if last:
         norm = head_params(m) - (0 if m.tie_word_embeddings else m.vocab_size * m.hidden_size)
-        total += norm
+        total += norm + _mtp_rank_params(m, tp=tp, ep=ep)[0]
         if not m.tie_word_embeddings or (pipelined and not first):
             total += vocab_matrix
     return total
+
+
+def _mtp_rank_params(m: Model, *, tp: int, ep: int) -> tuple[float, float]:
+    """(all, routed-expert) parameters of the multi-token-prediction depths one last-stage rank holds."""
+    params, experts = mtp_params(m)
+    depth = m.num_nextn_predict_layers
+    return depth * (params.per_rank(tp) + experts / (tp * ep)), depth * experts / (tp * ep)
 
 
 def chunk_tensor_bytes(
@@ -141,7 +185,8 @@ def chunk_tensor_bytes(
     `ddp_bucket_bytes`). An MoE layer (global index from `first_layer`) holds its router and shared
     experts here; its routed experts are reduced by a second reducer over the expert-data-parallel
     group (`chunk_expert_bytes`)."""
-    h, d = m.hidden_size, m.head_dim
+    h = m.hidden_size
+    attention = _attention_tensors(m, tp)
     norm = [h, h] if m.norm == "layernorm" else [h]
     vocab_rows = m.vocab_size // vocab_tp
     sizes: list[int] = []
@@ -152,13 +197,24 @@ def chunk_tensor_bytes(
     mlp = _mlp_tensors(m, m.ffn_size, tp)
     moe = [h * m.num_experts] + _mlp_tensors(m, m.expert_ffn_size, tp) * m.n_shared_experts
     for layer in range(first_layer, first_layer + layers):
-        sizes += [*norm, h * h // tp, h * m.kv_heads * d // tp, h * m.kv_heads * d // tp, h * h // tp]
+        sizes += [*norm, *attention]
         sizes += norm + (moe if m.is_moe_layer(layer) else mlp)
     if has_head:
         sizes += norm
         if not (m.tie_word_embeddings and has_embedding):
             sizes.append(vocab_rows * h)
     return [n * dtype_bytes for n in sizes]
+
+
+def _attention_tensors(m: Model, tp: int) -> list[int]:
+    """One attention's parameter tensors on one tp rank, as runtime/model.py registers them (wq, wk, wv,
+    wo; or MLA's, costs/mla.py)."""
+    h = m.hidden_size
+    if m.is_mla:
+        return mla_tensor_elements(m, h, m.num_attention_heads, tp)
+    q_dim, kv_dim = m.num_attention_heads * m.qk_head_dim, m.kv_heads * m.qk_head_dim
+    qk_norm = [m.qk_head_dim] * 2 if m.qk_layernorm else []
+    return [h * q_dim // tp, h * kv_dim // tp, h * kv_dim // tp, q_dim * h // tp, *qk_norm]
 
 
 def _mlp_tensors(m: Model, width: int, tp: int) -> list[int]:
@@ -198,4 +254,6 @@ def rank_parameters(
         for v in owned
     )
     experts = sum(stage_expert_parameters(m, starts[v], split[v], tp=tp, ep=ep) for v in owned)
+    if stages - 1 in owned:  # the multi-token-prediction depths sit on the last stage
+        experts += _mtp_rank_params(m, tp=tp, ep=ep)[1]
     return total, experts

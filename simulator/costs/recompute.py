@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from plancast.simulator.costs.mla import MLA_PROJECTIONS, mla_projection_features
 from plancast.simulator.costs.ops import Op, Shape, attention_core
 
 FUSED_ATTENTION = "attention"  # the SDPA op of ops.layer_forward under flash attention
@@ -25,8 +26,8 @@ FUSED_ATTENTION = "attention"  # the SDPA op of ops.layer_forward under flash at
 def _matmul_parts(op: Op, x: Shape) -> tuple[float, ...]:
     """The shares of `op`'s work taken by each separate matmul it stands for, in issue order."""
     if op.name == "qkv":
-        total = x.h + 2 * x.kv_dim
-        return (x.h / total, x.kv_dim / total, x.kv_dim / total)
+        total = x.q_dim + 2 * x.kv_dim
+        return (x.q_dim / total, x.kv_dim / total, x.kv_dim / total)
     if op.name == "gate_up":
         return (0.5, 0.5)
     return (1.0,)
@@ -37,11 +38,13 @@ def _matmul_outputs(op: Op, x: Shape) -> tuple[float, ...]:
     GEMM's output is the full h before its reduction)."""
     t = x.tp
     if op.name == "qkv":
-        return (x.h / t, x.kv_dim / t, x.kv_dim / t)
+        return (x.q_dim / t, x.kv_dim / t, x.kv_dim / t)
     if op.name == "gate_up":
         return (x.ffn / t, x.ffn / t)
     if op.name == "fc1":
         return (x.ffn / t,)
+    if x.mla is not None and op.name in MLA_PROJECTIONS:
+        return (mla_projection_features(op.name, x, x.mla),)
     return (float(x.h),)  # out_proj, fc2
 
 
@@ -52,7 +55,7 @@ def op_sac_saved_elements(ops: tuple[Op, ...], x: Shape) -> float:
     saved, count = 0.0, 0
     for op in ops:
         if op.name == FUSED_ATTENTION:
-            saved += x.h / x.tp
+            saved += x.o_dim / x.tp
         elif op.category == "matmul":
             for features in _matmul_outputs(op, x):
                 count += 1

@@ -18,6 +18,7 @@ from plancast.simulator.costs.host import HostCosts
 from plancast.simulator.costs.mixed_precision import param_pass_ops
 from plancast.simulator.costs.moe import moe_layer_forward
 from plancast.simulator.costs.moe_cp_comm import InnerCollective, layer_collectives
+from plancast.simulator.costs.mtp import mtp_forward, mtp_is_moe
 from plancast.simulator.costs.ops import (
     DTYPE_BYTES,
     Op,
@@ -272,6 +273,7 @@ def stage_costs(s: Scenario, tp_levels: tuple[Level, ...]) -> tuple[StageCost, .
             *segment_params(s, "layer", moe=True),
             host_s=(host.layer_forward_s, host.layer_backward_s),
         )
+    mtp = _mtp_segments(s, tp_levels, host)
     params, weights = segment_params(s, "embedding")
     embedding = _segment("embedding", embedding_forward(x), s, tp_levels, cast_params=params, weights=weights)
     params, weights = segment_params(s, "head")
@@ -282,7 +284,7 @@ def stage_costs(s: Scenario, tp_levels: tuple[Level, ...]) -> tuple[StageCost, .
     for v, n_layers in enumerate(split):
         start = sum(split[:v])
         blocks = tuple(moe_layer if m.is_moe_layer(i) else layer for i in range(start, start + n_layers))
-        segments = ((embedding,) if v == 0 else ()) + blocks + ((head,) if v == last else ())
+        segments = ((embedding,) if v == 0 else ()) + blocks + ((*mtp, head) if v == last else ())
         params = stage_parameters(
             m,
             n_layers,
@@ -305,6 +307,24 @@ def stage_costs(s: Scenario, tp_levels: tuple[Level, ...]) -> tuple[StageCost, .
             )
         )
     return tuple(out)
+
+
+def _mtp_segments(s: Scenario, tp_levels: tuple[Level, ...], host: HostCosts) -> tuple[Segment, ...]:
+    """The multi-token-prediction depths, each a block's segment on the last stage (costs/mtp.py)."""
+    depth = s.model.num_nextn_predict_layers
+    if not depth:
+        return ()
+    moe = mtp_is_moe(s.model)
+    segment = _segment(
+        "layer",
+        mtp_forward(Shape.of(s), s.model, s.ep),
+        s,
+        tp_levels,
+        layer_collectives(s, moe=moe),
+        *segment_params(s, "layer", moe=moe),
+        host_s=(host.layer_forward_s, host.layer_backward_s),
+    )
+    return (segment,) * depth
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,5 +1,6 @@
-"""A Hugging Face `config.json` -> the scenario's `[model]` table (Llama, Mistral, Qwen2, GPT-2, GPT-NeoX;
-mixture-of-experts Mixtral, Qwen2-MoE, DeepSeek-V2/V3 through importers/hf_moe.py)."""
+"""A Hugging Face `config.json` -> the scenario's `[model]` table (Llama, Mistral, Qwen2/3, GPT-2, GPT-NeoX,
+Nemotron; mixture-of-experts Mixtral, Qwen2/3-MoE, gpt-oss, DeepSeek-V2/V3, Kimi-K2 through
+importers/hf_moe.py)."""
 
 from __future__ import annotations
 
@@ -8,14 +9,19 @@ from typing import Any
 
 from plancast.simulator.importers._common import ConfigImportError
 from plancast.simulator.importers._common import positive_int as _positive_int
-from plancast.simulator.importers.hf_moe import MOE_TYPES, hf_moe_keys
+from plancast.simulator.importers.hf_moe import DEEPSEEK_TYPES, MOE_TYPES, hf_moe_keys
 
 # model_type -> (MLP gated, i.e. SwiGLU with silu; tie_word_embeddings default of its config class).
-# Defaults from transformers' Llama/Mistral/Qwen2/GPT2/GPTNeoX configuration_*.py.
+# Defaults from transformers' Llama/Mistral/Qwen2/Qwen3/GPT2/GPTNeoX/Nemotron/GptOss configuration_*.py.
 _HF_ARCHS: dict[str, tuple[bool, bool]] = {
     "llama": (True, False),
     "mistral": (True, False),
     "qwen2": (True, False),
+    "qwen3": (True, False),
+    "qwen3_moe": (True, False),
+    "nemotron": (False, False),
+    "gpt_oss": (True, False),
+    "kimi_k2": (True, False),
     "gpt2": (False, True),
     "gpt_neox": (False, False),
     "mixtral": (True, False),
@@ -27,6 +33,10 @@ _HF_ARCH_NAMES = {
     "LlamaForCausalLM": "llama",
     "MistralForCausalLM": "mistral",
     "Qwen2ForCausalLM": "qwen2",
+    "Qwen3ForCausalLM": "qwen3",
+    "Qwen3MoeForCausalLM": "qwen3_moe",
+    "NemotronForCausalLM": "nemotron",
+    "GptOssForCausalLM": "gpt_oss",
     "GPT2LMHeadModel": "gpt2",
     "GPTNeoXForCausalLM": "gpt_neox",
     "MixtralForCausalLM": "mixtral",
@@ -43,7 +53,7 @@ _GPT2_KEYS = {
     "intermediate_size": "n_inner",
 }
 # Keys that change the model in ways plancast does not represent (noted, not refused).
-_HF_NOT_MODELLED = ("sliding_window", "rope_scaling", "attention_bias", "mlp_bias")
+_HF_NOT_MODELLED = ("sliding_window", "attention_bias", "mlp_bias")
 # Keys read above or in importers/hf_moe.py, and keys that change neither a shape nor the work of a step
 # as plancast models it (token ids, initialisation, dtype of the checkpoint, cache and output flags,
 # dropout probabilities: the model always counts the dropout ops, loss weights, RoPE bases, norm eps).
@@ -57,7 +67,8 @@ _HF_READ = frozenset(
         "router_aux_loss_coef", "aux_loss_alpha", "moe_intermediate_size",
         "shared_expert_intermediate_size", "decoder_sparse_step", "mlp_only_layers", "n_shared_experts",
         "first_k_dense_replace", "moe_layer_freq", "kv_lora_rank", "q_lora_rank", "qk_nope_head_dim",
-        "qk_rope_head_dim", "v_head_dim", "num_nextn_predict_layers", "head_dim",
+        "qk_rope_head_dim", "v_head_dim", "num_nextn_predict_layers", "head_dim", "n_group", "topk_group",
+        "experts_per_token", "layer_types", "partial_rotary_factor",
     }
 )
 _HF_NO_EFFECT = frozenset(
@@ -69,8 +80,11 @@ _HF_NO_EFFECT = frozenset(
         "summary_use_proj", "task_specific_params", "n_ctx", "output_router_logits", "router_jitter_noise",
         "max_window_layers", "scale_attn_weights", "reorder_and_upcast_attn",
         "scale_attn_by_inverse_layer_idx", "norm_topk_prob", "routed_scaling_factor", "scoring_func",
-        "topk_method", "n_group", "topk_group", "seq_aux", "ep_size", "use_parallel_residual",
-        "classifier_dropout",
+        "topk_method", "seq_aux", "ep_size", "use_parallel_residual", "classifier_dropout",
+        # positions' frequencies (YaRN, Llama 3.1 scaling), a SwiGLU clamp, the checkpoint's storage
+        # format and remote-code class names change no shape and no work of a training step
+        "rope_scaling", "initial_context_length", "swiglu_limit", "quantization_config", "auto_map",
+        "norm_eps",
     }
 )
 
@@ -109,9 +123,11 @@ def _hf_activation(config: Mapping[str, Any], gated: bool) -> str:
     act = config.get(key, "silu" if gated else "gelu")
     if gated and act in ("silu", "swish"):
         return "swiglu"  # silu gating: Shazeer 2020, "GLU Variants Improve Transformer"
+    if not gated and act == "relu2":
+        return "relu2"  # squared ReLU: So et al. 2021, "Primer"; Nemotron-4 (arXiv 2402.16819)
     if not gated and isinstance(act, str) and act.startswith("gelu"):
         return "gelu"  # gelu, gelu_new, gelu_fast, gelu_pytorch_tanh: the same two matrices
-    mlp = "gated (SwiGLU) MLP expects silu" if gated else "two-matrix MLP expects a gelu variant"
+    mlp = "gated (SwiGLU) MLP expects silu" if gated else "two-matrix MLP expects a gelu variant or relu2"
     raise ConfigImportError(f"{key}: {act!r} is not supported; this model's {mlp}")
 
 
@@ -147,21 +163,23 @@ def hf_model(config: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
         for k in _HF_NOT_MODELLED
         if k not in unused and config.get(k) not in (None, False)
     ]
-    if config.get("rotary_pct", 1.0) != 1.0:
-        notes.append(
-            f"rotary_pct = {config['rotary_pct']!r}: partial rotary is modelled as full "
-            "(neither has parameters)"
-        )
+    for key in ("rotary_pct", "partial_rotary_factor"):  # GPT-NeoX's and Nemotron's names
+        if config.get(key, 1.0) != 1.0:
+            notes.append(
+                f"{key} = {config[key]!r}: partial rotary is modelled as full (neither has parameters)"
+            )
     if model_type in MOE_TYPES:
         moe, moe_notes = hf_moe_keys(config, model_type)
         model.update(moe)
         notes += moe_notes
     head_dim = config.get("head_dim")
-    if head_dim is not None and head_dim * model["num_attention_heads"] != model["hidden_size"]:
-        notes.append(
-            f"head_dim = {head_dim!r} is not modelled: attention is sized with hidden_size / "
-            f"num_attention_heads = {model['hidden_size'] // model['num_attention_heads']}"
-        )
+    if head_dim is not None and model_type not in DEEPSEEK_TYPES:  # DeepSeek's MLA widths say it all
+        head_dim = _positive_int(head_dim, "head_dim")
+        if head_dim * model["num_attention_heads"] != model["hidden_size"]:
+            model["head_dim"] = head_dim
+    if model_type in ("qwen3", "qwen3_moe"):
+        model["qk_layernorm"] = True  # Qwen3Attention's q_norm / k_norm (modeling_qwen3.py), no config key
+    notes += _architecture_notes(config, model_type)
     unknown = sorted(k for k in config if k not in _HF_READ | _HF_NO_EFFECT | set(_HF_NOT_MODELLED))
     if unknown:
         notes.append(
@@ -173,6 +191,25 @@ def hf_model(config: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
             "Qwen2's query/key/value biases are not counted (plancast gives biases to LayerNorm models only)"
         )
     return model, notes
+
+
+def _architecture_notes(config: Mapping[str, Any], model_type: str) -> list[str]:
+    """What an architecture does beyond its config keys that plancast leaves out, said once."""
+    notes = []
+    if model_type == "nemotron" and not config.get("attention_bias") and not config.get("mlp_bias"):
+        notes.append(
+            "Nemotron's linear layers have no biases, but plancast counts a LayerNorm model's: "
+            "(heads + 2 kv heads) x head_dim + 2 hidden_size + intermediate_size parameters a layer too many"
+        )
+    if model_type == "gpt_oss":
+        types = config.get("layer_types")
+        sliding = types.count("sliding_attention") if isinstance(types, list) else 0
+        notes.append(
+            f"layer_types: {sliding} sliding-window layers are priced as full causal attention (more "
+            "attention work than they do once seq_len exceeds sliding_window); attention sinks (one logit "
+            "a head) and the experts' and router's biases are not counted"
+        )
+    return notes
 
 
 def from_hf_config(config: Mapping[str, Any]) -> dict[str, Any]:

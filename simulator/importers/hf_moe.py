@@ -1,6 +1,8 @@
-"""Mixture-of-experts keys of a Hugging Face `config.json` (Mixtral, Qwen2-MoE, DeepSeek-V2/V3) ->
-the scenario's MoE keys (docs/moe.md). Key names per transformers' configuration_mixtral.py,
-configuration_qwen2_moe.py and DeepSeek's configuration_deepseek.py."""
+"""Mixture-of-experts keys of a Hugging Face `config.json` (Mixtral, Qwen2-MoE, Qwen3-MoE, gpt-oss,
+DeepSeek-V2/V3, Kimi-K2) -> the scenario's MoE keys (docs/moe.md) and DeepSeek's attention and MTP
+keys (docs/models.md). Key names per transformers' configuration_mixtral.py, configuration_qwen2_moe.py,
+configuration_qwen3_moe.py, configuration_gpt_oss.py and DeepSeek's configuration_deepseek.py (which
+Kimi-K2's config.json names in auto_map)."""
 
 from __future__ import annotations
 
@@ -10,11 +12,19 @@ from typing import Any
 from plancast.simulator.importers._common import ConfigImportError
 from plancast.simulator.importers._common import positive_int as _positive_int
 
-MOE_TYPES = frozenset({"mixtral", "qwen2_moe", "deepseek_v2", "deepseek_v3"})
+MOE_TYPES = frozenset(
+    {"mixtral", "qwen2_moe", "qwen3_moe", "gpt_oss", "deepseek_v2", "deepseek_v3", "kimi_k2"}
+)
 """model_type values with routed experts."""
 
-_EXPERTS_KEY = {"mixtral": "num_local_experts", "qwen2_moe": "num_experts"}  # DeepSeek: n_routed_experts
-_AUX_KEY = {"deepseek_v2": "aux_loss_alpha", "deepseek_v3": "aux_loss_alpha"}  # others: router_aux_loss_coef
+DEEPSEEK_TYPES = frozenset({"deepseek_v2", "deepseek_v3", "kimi_k2"})
+"""DeepSeek's modeling code: MLA, shared experts, first dense layers, MTP, group-limited routing."""
+
+_EXPERTS_KEY = {"mixtral": "num_local_experts", "gpt_oss": "num_local_experts"}  # DeepSeek: n_routed_experts
+_QWEN_MOE = frozenset({"qwen2_moe", "qwen3_moe"})  # experts: num_experts; shared: a width, not a count
+_DEEPSEEK_KEYS = (
+    "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "n_group", "topk_group",
+)
 
 
 def _int(config: Mapping[str, Any], key: str, default: int | None = None) -> int:
@@ -29,18 +39,18 @@ def _int(config: Mapping[str, Any], key: str, default: int | None = None) -> int
 def hf_moe_keys(config: Mapping[str, Any], model_type: str) -> tuple[dict[str, Any], list[str]]:
     """The MoE keys of the `[model]` table, and notes on what plancast does not model."""
     model: dict[str, Any] = {
-        "num_local_experts": _int(config, _EXPERTS_KEY.get(model_type, "n_routed_experts")),
+        "num_local_experts": _int(config, _experts_key(model_type)),
         "num_experts_per_tok": _int(config, "num_experts_per_tok"),
     }
     notes: list[str] = []
-    aux = config.get(_AUX_KEY.get(model_type, "router_aux_loss_coef"))
+    aux = config.get("aux_loss_alpha" if model_type in DEEPSEEK_TYPES else "router_aux_loss_coef")
     if isinstance(aux, int | float) and not isinstance(aux, bool) and aux >= 0:
         model["router_aux_loss_coef"] = float(aux)
-    if model_type == "mixtral":
+    if model_type in ("mixtral", "gpt_oss"):  # experts as wide as intermediate_size, no shared ones
         return model, notes
     expert = _int(config, "moe_intermediate_size")
     model["moe_intermediate_size"] = expert
-    if model_type == "qwen2_moe":
+    if model_type in _QWEN_MOE:
         # One shared expert of shared_expert_intermediate_size = that many experts' widths (Qwen1.5-MoE:
         # 5632 = 4 x 1408); its sigmoid gate (h parameters) is left out.
         shared = _int(config, "shared_expert_intermediate_size", 0)
@@ -62,12 +72,23 @@ def hf_moe_keys(config: Mapping[str, Any], model_type: str) -> tuple[dict[str, A
             f"moe_layer_freq = {config['moe_layer_freq']!r} is not modelled (every layer after "
             "first_k_dense_replace is an MoE layer)"
         )
-    if config.get("kv_lora_rank"):
-        notes.append(
-            "multi-head latent attention (kv_lora_rank, q_lora_rank) is modelled as multi-head attention "
-            "with head_dim = hidden_size / num_attention_heads (DeepSeek-V3: 4h^2 = 206M vs MLA's ~187M "
-            "parameters per layer)"
-        )
-    if config.get("num_nextn_predict_layers"):
-        notes.append("num_nextn_predict_layers (multi-token prediction module) is not modelled")
+    model.update(deepseek_shape_keys(config))
     return model, notes
+
+
+def _experts_key(model_type: str) -> str:
+    if model_type in _QWEN_MOE:
+        return "num_experts"
+    return _EXPERTS_KEY.get(model_type, "n_routed_experts")
+
+
+def deepseek_shape_keys(config: Mapping[str, Any]) -> dict[str, Any]:
+    """Multi-head latent attention (q_lora_rank may be null: no query compression), the MTP depth and
+    group-limited routing, as DeepSeek-V2/V3 and Kimi-K2 declare them (simulator/model_shapes.py)."""
+    keys: dict[str, Any] = {
+        k: _positive_int(config[k], k) for k in _DEEPSEEK_KEYS if config.get(k) is not None
+    }
+    if config.get("q_lora_rank") is not None and "kv_lora_rank" in keys:
+        keys["q_lora_rank"] = _positive_int(config["q_lora_rank"], "q_lora_rank")
+    keys["num_nextn_predict_layers"] = _int(config, "num_nextn_predict_layers", 0)
+    return keys

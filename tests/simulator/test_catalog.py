@@ -81,9 +81,15 @@ PUBLISHED = [
     ("llama3-405b", 405.9e9, 0.005, "Dubey et al. 2024; meta-llama/Llama-3.1-405B model card"),
     ("mixtral-8x7b", 46.7e9, 0.005, "Jiang et al. 2024, Mixtral of Experts: 47B; HF model card 46.7B"),
     ("mixtral-8x22b", 141e9, 0.005, "mistralai/Mixtral-8x22B-v0.1 model card: 141B"),
-    # MLA modelled as MHA: 61 x (4h^2 - MLA's ~187M) = +1.2B over the report's 671B
-    ("deepseek-v3", 671e9, 0.005, "DeepSeek-V3 technical report (arXiv 2412.19437) abstract: 671B"),
-    ("deepseek-v2-lite", 15.7e9, 0.01, "DeepSeek-V2 report (arXiv 2405.04434) appendix B: 15.7B"),
+    # multi-head latent attention counted as it is (costs/mla.py); the MTP module apart, as published
+    ("deepseek-v3", 671e9, 0.001, "DeepSeek-V3 technical report (arXiv 2412.19437) abstract: 671B"),
+    ("deepseek-v2-lite", 15.7e9, 0.001, "DeepSeek-V2 report (arXiv 2405.04434) appendix B: 15.7B"),
+    # the report's 1.04T is 1.3% above what the checkpoint holds: 1,026,470,731,056 elements in its
+    # tensors, ~62.5M (6e-5) of them FP8 block scales (weight_scale_inv) rather than parameters
+    ("kimi-k2", 1.02647e12, 0.0002, "moonshotai/Kimi-K2-Instruct safetensors (61 files)"),
+    ("qwen3-30b-a3b", 30.5e9, 0.002, "Qwen/Qwen3-30B-A3B model card: 30.5B"),
+    ("qwen3-235b-a22b", 235e9, 0.001, "Qwen/Qwen3-235B-A22B model card: 235B"),
+    ("gpt-oss-120b", 116.83e9, 0.001, "gpt-oss model card (arXiv 2508.10925) Table 1: 116.83B"),
     ("qwen1.5-moe-a2.7b", 14.3e9, 0.005, "Qwen/Qwen1.5-MoE-A2.7B model card: 14.3B"),
 ]
 

@@ -96,15 +96,25 @@ PYTHIA_410M = {  # EleutherAI/pythia-410m config.json
     "use_parallel_residual": True, "vocab_size": 50304,
 }
 
+NEMOTRON = {  # the keys of transformers' NemotronConfig (configuration_nemotron.py), Minitron-8B-sized
+    "architectures": ["NemotronForCausalLM"], "model_type": "nemotron", "hidden_act": "relu2",
+    "hidden_size": 4096, "intermediate_size": 16384, "num_hidden_layers": 32, "num_attention_heads": 48,
+    "head_dim": 128, "num_key_value_heads": 8, "vocab_size": 256000, "max_position_embeddings": 4096,
+    "norm_eps": 1e-05, "partial_rotary_factor": 0.5, "rope_theta": 10000, "tie_word_embeddings": False,
+    "attention_bias": False, "mlp_bias": False,
+}
+
 
 @pytest.mark.parametrize(("config", "expected"), [
+    (NEMOTRON, {"activation": "relu2", "norm": "layernorm", "position_embedding": "rope", "head_dim": 128,
+                "intermediate_size": 16384}),
     (QWEN2_7B, {"activation": "swiglu", "norm": "rmsnorm", "position_embedding": "rope",
                 "num_key_value_heads": 4, "tie_word_embeddings": False}),
     (PYTHIA_410M, {"activation": "gelu", "norm": "layernorm", "position_embedding": "rope",
                    "tie_word_embeddings": False, "intermediate_size": 4096}),
     # no model_type: recognised from "architectures"
     ({k: v for k, v in QWEN2_7B.items() if k != "model_type"}, {"activation": "swiglu"}),
-], ids=["qwen2-7b", "pythia-410m", "architectures-only"])
+], ids=["nemotron", "qwen2-7b", "pythia-410m", "architectures-only"])
 def test_hf_other_architectures(config: dict[str, Any], expected: dict[str, Any]) -> None:
     model = from_hf_config(config)
     assert {k: model[k] for k in expected} == expected

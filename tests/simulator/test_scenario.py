@@ -186,7 +186,9 @@ INVALID = [
         "parallelism.pipeline_parallel_schedule",
         "'Interleaved1F1B'",
     ),
-    Invalid("bad-activation", with_(model__activation="relu"), "model.activation", "'gelu' or 'swiglu'"),
+    Invalid(
+        "bad-activation", with_(model__activation="relu"), "model.activation", "'gelu', 'swiglu' or 'relu2'"
+    ),
     # missing pieces
     Invalid("missing-model", with_(model=DROP), "model", "required key is missing"),
     Invalid("missing-cluster", with_(cluster=DROP), "cluster", "required key is missing"),

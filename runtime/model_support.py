@@ -1,0 +1,43 @@
+"""The model shapes the runtime executes (torch-free, beside runtime/plan.py's plan checks).
+
+The runtime runs head_dim, squared ReLU and multi-head latent attention (runtime/mla.py) on one
+tensor-parallel rank; what it does not run it refuses, naming the key and the fix, so that a run is
+always the plan that was predicted.
+"""
+
+from __future__ import annotations
+
+from plancast.simulator.scenario import Scenario
+
+
+class ShapeSupportError(ValueError):
+    """A model shape the runtime does not execute; runtime/plan.py reports it as a PlanError."""
+
+
+def check_model_shape_support(scenario: Scenario) -> None:
+    """Raise ShapeSupportError for MLA under tensor or context parallel, per-head q/k norms under tensor
+    parallel, and the MTP module."""
+    m = scenario.model
+    if m.is_mla and scenario.tp > 1:
+        raise ShapeSupportError(
+            "model.kv_lora_rank (multi-head latent attention) with tensor_parallel_degree > 1: the runtime "
+            "does not split MLA's projections over tensor parallel; set parallelism.tensor_parallel_degree "
+            "= 1 to run this plan (the simulator prices it)"
+        )
+    if m.is_mla and scenario.cp > 1:
+        raise ShapeSupportError(
+            "model.kv_lora_rank (multi-head latent attention) with context_parallel_degree > 1: the runtime "
+            "does not exchange MLA's latent between context-parallel ranks; set "
+            "parallelism.context_parallel_degree = 1 to run this plan"
+        )
+    if m.qk_layernorm and scenario.tp > 1:
+        raise ShapeSupportError(
+            "model.qk_layernorm with tensor_parallel_degree > 1: the runtime's per-head query/key norms "
+            "are not part of its tensor-parallel plan; set parallelism.tensor_parallel_degree = 1 to run "
+            "this plan"
+        )
+    if m.num_nextn_predict_layers:
+        raise ShapeSupportError(
+            f"model.num_nextn_predict_layers = {m.num_nextn_predict_layers}: the runtime does not run the "
+            "multi-token-prediction module; set it to 0 to run this plan (the simulator prices it)"
+        )
