@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 
 from plancast.simulator.mesh import Coord, RankGrid
 from plancast.simulator.scenario import Scenario
-from plancast.simulator.schedules import Action, build_schedule, splits_backward
+from plancast.simulator.schedules import Action, build_schedule, owned_stages, splits_backward, stage_rank
 
 
 class PlanError(ValueError):
@@ -21,7 +21,7 @@ class PlanError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class Chunk:
-    """One model chunk held by a rank: virtual stage ``stage`` = ``chunk * pp + pp_rank``."""
+    """One model chunk held by a rank: its virtual stage (simulator/schedules.py's ``owned_stages``)."""
 
     stage: int
     chunk: int
@@ -59,7 +59,8 @@ class RankPlan:
 
     def holder(self, stage: int) -> int:
         """Global rank holding virtual stage ``stage`` on this rank's (dp, cp, tp) pipeline."""
-        return self.grid.rank(replace(self.coord, pp=stage % self.grid.pp))
+        name = self.scenario.parallelism.pipeline_parallel_schedule
+        return self.grid.rank(replace(self.coord, pp=stage_rank(name, self.grid.pp, stage)))
 
     def tie_peer(self, chunk: Chunk) -> int | None:
         """The rank holding the other copy of the tied embedding, when it lives on another rank."""
@@ -229,13 +230,13 @@ def rank_plan(scenario: Scenario, rank: int, world_size: int | None = None) -> R
     num_stages = scenario.pp * scenario.vpp
     chunks = tuple(
         Chunk(
-            stage=c * scenario.pp + pp_rank,
+            stage=stage,
             chunk=c,
-            first_layer=ranges[c * scenario.pp + pp_rank][0],
-            last_layer=ranges[c * scenario.pp + pp_rank][1],
-            has_embedding=c * scenario.pp + pp_rank == 0,
-            has_head=c * scenario.pp + pp_rank == num_stages - 1,
+            first_layer=ranges[stage][0],
+            last_layer=ranges[stage][1],
+            has_embedding=stage == 0,
+            has_head=stage == num_stages - 1,
         )
-        for c in range(scenario.vpp)
+        for c, stage in enumerate(owned_stages(name, scenario.pp, pp_rank, scenario.vpp))
     )
     return RankPlan(scenario, grid, rank, schedule[pp_rank], chunks, splits_backward(name))

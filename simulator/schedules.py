@@ -19,28 +19,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Literal, NamedTuple, get_args
 
-ScheduleName = Literal["GPipe", "1F1B", "Interleaved1F1B", "ZeroBubble"]
-"""The scenario's ``parallelism.pipeline_parallel_schedule``; each has its rules in ``SCHEDULES``."""
+from plancast.simulator.schedule_action import Action, ActionKind, Schedule, loop_stages, v_holder, v_stages
+from plancast.simulator.schedules_zb import dual_pipe_v, zb_h2, zb_v
+
+ScheduleName = Literal["GPipe", "1F1B", "Interleaved1F1B", "ZeroBubble", "ZBH2", "ZBV", "DualPipeV"]
+"""The scenario's ``parallelism.pipeline_parallel_schedule``; each has its rules in ``SCHEDULES``.
+"ZeroBubble" is ZB-H1 (Qi et al. 2023); see docs/schedules.md for when to use which."""
 SCHEDULE_NAMES: tuple[ScheduleName, ...] = get_args(ScheduleName)
-ActionKind = Literal["F", "B", "W"]
-
-
-@dataclass(frozen=True, slots=True, order=True)
-class Action:
-    """One compute op of one microbatch on one (virtual) pipeline stage."""
-
-    kind: ActionKind
-    """F forward; B backward (input-gradient only when the schedule splits it); W weight-gradient."""
-    microbatch: int
-    """Microbatch index, 0..num_microbatches-1."""
-    stage: int
-    """Global virtual stage, ``chunk * pp + pp_rank``."""
-    chunk: int
-    """Model chunk local to the rank, 0..virtual_stages-1."""
-
-
-Schedule = tuple[tuple[Action, ...], ...]
-"""One ordered tuple of actions per pp rank (index = pp rank)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +39,10 @@ class ScheduleRules:
     microbatches (Megatron-LM's interleaved schedule assumes them); the others need exactly 1."""
     splits_backward: bool = False
     """``B`` is the input-gradient pass only and separate ``W`` actions follow (zero bubble)."""
+    v_shape: bool = False
+    """Exactly two chunks per rank placed in a V (``v_stages``): rank r holds stages r and 2 pp - 1 - r."""
+    min_microbatches_per_stage: int = 0
+    """Fewest micro-batches per virtual stage the builder needs (0: any count >= 1)."""
 
 
 class PlanProblem(NamedTuple):
@@ -91,8 +80,11 @@ def schedule_problems(
                 "data_parallel_degree)); a pipeline needs at least 1",
             )
         )
-    if SCHEDULES[name].interleaved:
+    rules = SCHEDULES[name]
+    if rules.interleaved:
         problems += _interleaved_problems(name, pp, num_microbatches, virtual_stages)
+    elif rules.v_shape:
+        problems += _v_shape_problems(name, pp, num_microbatches, virtual_stages)
     elif virtual_stages != 1:
         problems.append(
             PlanProblem(
@@ -125,10 +117,45 @@ def _interleaved_problems(name: str, pp: int, m: int, virtual_stages: int) -> li
     return problems
 
 
+def _v_shape_problems(name: str, pp: int, m: int, virtual_stages: int) -> list[PlanProblem]:
+    problems = []
+    if virtual_stages != 2:
+        problems.append(
+            PlanProblem(
+                "parallelism.virtual_stages_per_rank",
+                f"{name} runs exactly two chunks per rank in a V; set virtual_stages_per_rank = 2",
+            )
+        )
+    need = SCHEDULES[name].min_microbatches_per_stage * 2 * pp  # per stage: 2 pp stages in the V
+    if pp >= 1 and 1 <= m < need:
+        problems.append(
+            PlanProblem(
+                "training.global_batch_size",
+                f"{name} needs at least {need} micro-batches (2 x pipeline_parallel_degree, one per "
+                f"stage of the V; torch's ScheduleDualPipeV asks the same), got {m}; raise "
+                "global_batch_size or lower micro_batch_size",
+            )
+        )
+    return problems
+
+
+def owned_stages(name: ScheduleName, pp: int, pp_rank: int, virtual_stages: int) -> tuple[int, ...]:
+    """The virtual stages pipeline rank `pp_rank` holds, by chunk, under schedule `name`: the one
+    placement rule the simulator, memory model and runtime all read."""
+    if SCHEDULES[name].v_shape:
+        return v_stages(pp, pp_rank)
+    return loop_stages(pp, pp_rank, virtual_stages)
+
+
+def stage_rank(name: ScheduleName, pp: int, stage: int) -> int:
+    """The pipeline rank holding virtual `stage` under schedule `name` (inverse of ``owned_stages``)."""
+    return v_holder(pp, stage) if SCHEDULES[name].v_shape else stage % pp
+
+
 def schedule_warnings(name: ScheduleName, pp: int) -> list[str]:
-    """Legal but pointless: an interleaved or split-backward schedule without pipeline parallelism."""
+    """Legal but pointless: an interleaved, V or split-backward schedule without pipeline parallelism."""
     rules = SCHEDULES[name]
-    if pp == 1 and (rules.interleaved or rules.splits_backward):
+    if pp == 1 and (rules.interleaved or rules.splits_backward or rules.v_shape):
         return [f"{name} has no effect without pipeline parallelism"]
     return []
 
@@ -224,6 +251,14 @@ SCHEDULES: dict[ScheduleName, ScheduleRules] = {
     "1F1B": ScheduleRules(lambda rank, pp, m, _v: _one_f_one_b(rank, pp, m)),
     "Interleaved1F1B": ScheduleRules(_interleaved, interleaved=True),
     "ZeroBubble": ScheduleRules(lambda rank, pp, m, _v: _zero_bubble_h1(rank, pp, m), splits_backward=True),
+    "ZBH2": ScheduleRules(lambda rank, pp, m, _v: zb_h2(rank, pp, m), splits_backward=True),
+    "ZBV": ScheduleRules(lambda rank, pp, m, _v: zb_v(rank, pp, m), splits_backward=True, v_shape=True),
+    "DualPipeV": ScheduleRules(
+        lambda rank, pp, m, _v: dual_pipe_v(rank, pp, m),
+        splits_backward=True,
+        v_shape=True,
+        min_microbatches_per_stage=1,
+    ),
 }
 """Every schedule's rules; adding a schedule is a name in ``ScheduleName``, a builder and an entry here."""
 
@@ -257,15 +292,17 @@ def cross_rank_receives(
     return tuple(out)
 
 
-def check_dependencies(schedule: Schedule, pp: int, virtual_stages: int = 1) -> None:
+def check_dependencies(
+    schedule: Schedule, pp: int, virtual_stages: int = 1, *, v_shape: bool = False
+) -> None:
     """Raise ValueError unless ``schedule`` is complete, well placed and runs without deadlock.
 
     Checks: one tuple per rank; every action sits on the rank and chunk its stage implies; each
     (stage, microbatch) has exactly one F and one B (and one W if any W appears); on its rank F
     precedes B precedes W; and replaying the order with unit-time ops finishes (see
-    ``unit_time_makespan`` for the dependency rules).
+    ``unit_time_makespan`` for the dependency rules). `v_shape`: stages placed in a V (``v_stages``).
     """
-    _check_structure(schedule, pp, virtual_stages)
+    _check_structure(schedule, pp, virtual_stages, v_shape)
     _replay(schedule, pp * virtual_stages, lambda _action: 1.0)
 
 
@@ -277,6 +314,7 @@ def unit_time_makespan(
     f: float = 1.0,
     b: float = 1.0,
     w: float = 0.0,
+    v_shape: bool = False,
 ) -> float:
     """Time at which the last action ends, with ideal links and uniform stages.
 
@@ -288,22 +326,23 @@ def unit_time_makespan(
     Without W, GPipe and 1F1B give ``(m + pp - 1) * (f + b)``, i.e. bubble fraction
     ``(pp - 1) / (m + pp - 1)`` (Narayanan et al. 2021, arXiv 2104.04473 section 2.2.1).
     """
-    _check_structure(schedule, pp, virtual_stages)
+    _check_structure(schedule, pp, virtual_stages, v_shape)
     cost = {"F": f / virtual_stages, "B": b / virtual_stages, "W": w / virtual_stages}
     finish = _replay(schedule, pp * virtual_stages, lambda action: cost[action.kind])
     return max(finish.values(), default=0.0)
 
 
-def _check_structure(schedule: Schedule, pp: int, virtual_stages: int) -> None:
+def _check_structure(schedule: Schedule, pp: int, virtual_stages: int, v_shape: bool = False) -> None:
     if len(schedule) != pp:
         raise ValueError(f"schedule has {len(schedule)} ranks, expected pp={pp}")
     where: dict[_Key, tuple[int, int]] = {}
     for rank, actions in enumerate(schedule):
+        owned = v_stages(pp, rank) if v_shape else loop_stages(pp, rank, virtual_stages)
         for index, a in enumerate(actions):
-            if a.stage % pp != rank or a.chunk != a.stage // pp or not 0 <= a.chunk < virtual_stages:
+            if not 0 <= a.chunk < len(owned) or owned[a.chunk] != a.stage:
                 raise ValueError(
-                    f"rank {rank} cannot run {a}: stage {a.stage} is chunk {a.stage // pp} "
-                    f"of rank {a.stage % pp} (pp={pp}, virtual_stages={virtual_stages})"
+                    f"rank {rank} cannot run {a}: it holds stages {owned} by chunk "
+                    f"(pp={pp}, virtual_stages={virtual_stages}{', V placement' if v_shape else ''})"
                 )
             key = (a.kind, a.stage, a.microbatch)
             if key in where:

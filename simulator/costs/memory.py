@@ -23,7 +23,7 @@ from plancast.simulator.costs.ops import DTYPE_BYTES, Shape, gemm_weight_element
 from plancast.simulator.costs.params import layer_params, moe_layer_count, rank_parameters
 from plancast.simulator.costs.recompute import op_sac_saved_elements
 from plancast.simulator.scenario import Scenario
-from plancast.simulator.schedules import Action, Schedule, build_schedule
+from plancast.simulator.schedules import Action, Schedule, build_schedule, owned_stages
 
 GiB = 1024**3
 
@@ -144,7 +144,7 @@ def rank_memory(s: Scenario, pp_rank: int, schedule: Schedule | None = None) -> 
     m, t, par = s.model, s.training, s.parallelism
     split = s.layer_split
     stages = s.pp * s.vpp
-    owned = [c * s.pp + pp_rank for c in range(s.vpp)]  # virtual stages on this rank (loop placement)
+    owned = owned_stages(par.pipeline_parallel_schedule, s.pp, pp_rank, s.vpp)  # this rank's, by chunk
     starts = [sum(split[:v]) for v in range(stages)]
     params, experts = rank_parameters(m, split, owned, tp=s.tp, vocab_tp=s.vocab_tp, ep=s.ep)
     p_b, g_b, o_b = _model_states(s, params - experts, experts)
@@ -163,7 +163,7 @@ def rank_memory(s: Scenario, pp_rank: int, schedule: Schedule | None = None) -> 
             gathered = max(a + b for a, b in zip(w, w[1:] + w[:1], strict=True)) * DTYPE_BYTES[t.dtype]
     if schedule is None:
         schedule = build_schedule(par.pipeline_parallel_schedule, s.pp, s.num_microbatches, s.vpp)
-    chunk_layers = {c: split[c * s.pp + pp_rank] for c in range(s.vpp)}
+    chunk_layers = {c: split[stage] for c, stage in enumerate(owned)}
     inflight = peak_inflight_layers(schedule[pp_rank], chunk_layers)
     has_moe = any(moe_layer_count(m, starts[v], split[v]) for v in owned)
     mlp = moe_activation_bytes(x, m) if has_moe else None  # the rank's largest block, conservatively

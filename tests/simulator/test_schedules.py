@@ -86,8 +86,8 @@ def test_invalid_arguments(name: str, pp: int, m: int, v: int, message: str) -> 
         build_schedule(name, pp, m, v)  # type: ignore[arg-type]
 
 
-def test_only_zero_bubble_splits_the_backward() -> None:
-    assert [splits_backward(n) for n in SCHEDULE_NAMES] == [False, False, False, True]
+def test_only_the_zero_bubble_family_splits_the_backward() -> None:
+    assert [splits_backward(n) for n in SCHEDULE_NAMES] == [False, False, False, True, True, True, True]
     assert not any(a.kind == "W" for rank in build_schedule("1F1B", 4, 8) for a in rank)
 
 
@@ -362,4 +362,4 @@ def test_the_rules_are_exactly_what_the_builder_accepts(name: ScheduleName) -> N
             with pytest.raises(ValueError, match=re.escape(str(problems[0]))):
                 build_schedule(name, pp, m, v)
         else:
-            check_dependencies(build_schedule(name, pp, m, v), pp, v)
+            check_dependencies(build_schedule(name, pp, m, v), pp, v, v_shape=SCHEDULES[name].v_shape)
