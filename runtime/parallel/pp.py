@@ -8,7 +8,7 @@ torch.distributed.pipelining's own ``stage_backward_input`` / ``stage_backward_w
 the gradients at the weights' consumers so the W pass is weight-gradient GEMMs only.
 
 Sends are posted asynchronously (``isend``) and completed at the end of the step; receives block,
-so a rank runs each action as soon as its inputs arrive, exactly the rule ``check_dependencies``
+so a rank runs each action as soon as its inputs arrive, exactly the rule simulator/schedule_replay.py
 replays. Gradient accumulation: each micro-batch's loss is divided by the number of micro-batches.
 
 On gloo (CPU) the rank keeps its next receive posted ahead: the first before the first action, each

@@ -12,6 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from torch.distributed.pipelining import schedules as torch_schedules
 
+from plancast.simulator.schedule_replay import check_dependencies, unit_time_makespan
 from plancast.simulator.schedules import (
     SCHEDULE_NAMES,
     SCHEDULES,
@@ -20,10 +21,8 @@ from plancast.simulator.schedules import (
     Schedule,
     ScheduleName,
     build_schedule,
-    check_dependencies,
     schedule_problems,
     splits_backward,
-    unit_time_makespan,
     validate_schedule_args,
 )
 
