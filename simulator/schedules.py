@@ -86,7 +86,9 @@ def schedule_problems(
     if rules.interleaved:
         problems += _interleaved_problems(name, pp, num_microbatches, virtual_stages)
     elif rules.v_shape:
-        problems += _v_shape_problems(name, pp, num_microbatches, virtual_stages)
+        problems += _v_shape_problems(
+            name, pp, num_microbatches, virtual_stages, rules.min_microbatches_per_stage
+        )
     elif virtual_stages != 1:
         problems.append(
             PlanProblem(
@@ -119,7 +121,7 @@ def _interleaved_problems(name: str, pp: int, m: int, virtual_stages: int) -> li
     return problems
 
 
-def _v_shape_problems(name: str, pp: int, m: int, virtual_stages: int) -> list[PlanProblem]:
+def _v_shape_problems(name: str, pp: int, m: int, virtual_stages: int, per_stage: int) -> list[PlanProblem]:
     problems = []
     if virtual_stages != 2:
         problems.append(
@@ -128,7 +130,7 @@ def _v_shape_problems(name: str, pp: int, m: int, virtual_stages: int) -> list[P
                 f"{name} runs exactly two chunks per rank in a V; set virtual_stages_per_rank = 2",
             )
         )
-    need = SCHEDULES[name].min_microbatches_per_stage * 2 * pp  # per stage: 2 pp stages in the V
+    need = per_stage * 2 * pp  # 2 pp stages in the V
     if pp >= 1 and 1 <= m < need:
         problems.append(
             PlanProblem(
