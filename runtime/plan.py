@@ -112,10 +112,11 @@ def check_runtime_support(scenario: Scenario, world_size: int) -> None:
         raise PlanError(
             "training.global_batch_size must be a multiple of micro_batch_size * data_parallel_degree"
         )
-    if splits_backward(scenario.parallelism.pipeline_parallel_schedule) and dp * cp > 1:
+    name = scenario.parallelism.pipeline_parallel_schedule
+    if splits_backward(name) and dp * cp > 1:
         raise PlanError(
-            "pipeline_parallel_schedule = 'ZeroBubble' runs with data_parallel_degree = 1 and "
-            "context_parallel_degree = 1 only "
+            f"pipeline_parallel_schedule = {name!r} (split backward) runs with data_parallel_degree = 1 "
+            "and context_parallel_degree = 1 only "
             "(DDP/FSDP gradient hooks do not see a split weight-gradient pass); use 1F1B for dp > 1"
         )
     if scenario.parallelism.sequence_parallel and tp > 1 and dp > 1:
