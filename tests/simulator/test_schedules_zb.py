@@ -98,7 +98,7 @@ def _ours(a: Any, pp: int, paired: bool = False) -> list[Action]:
         forward, backward = a.sub_actions
         return _ours(forward, pp, paired=True) + _ours(backward, pp)
     kinds = {"F": "F", "I": "B", "W": "W", "B": "BW"}[kind]
-    return [Action(k, a.microbatch_index, a.stage_index, chunk, paired and k == "F") for k in kinds]  # type: ignore[arg-type]
+    return [Action(k, a.microbatch_index, a.stage_index, chunk, paired and k == "F") for k in kinds]
 
 
 def _torch_order(cls_name: str, pp: int, m: int) -> Schedule:
