@@ -156,6 +156,18 @@ def stage_rank(name: ScheduleName, pp: int, stage: int) -> int:
     return v_holder(pp, stage) if SCHEDULES[name].v_shape else stage % pp
 
 
+def schedule_choices(pp: int, num_microbatches: int, layers: int) -> Iterator[tuple[ScheduleName, int]]:
+    """Every (schedule, virtual stages per rank) that builds for these sizes, with a layer or more per
+    stage and some effect at this pp: the schedule axis of a plan search, read from ``SCHEDULES`` so a
+    new schedule joins the search by its entry there."""
+    for name, rules in SCHEDULES.items():
+        chunks = range(2, layers // max(pp, 1) + 1) if rules.interleaved else (2,) if rules.v_shape else (1,)
+        for v in chunks:
+            buildable = pp * v <= layers and not schedule_problems(name, pp, num_microbatches, v)
+            if buildable and not schedule_warnings(name, pp):
+                yield name, v
+
+
 def schedule_warnings(name: ScheduleName, pp: int) -> list[str]:
     """Legal but pointless: an interleaved, V or split-backward schedule without pipeline parallelism."""
     rules = SCHEDULES[name]

@@ -18,6 +18,7 @@ from plancast.simulator.schedules import (
     ScheduleName,
     build_schedule,
     owned_stages,
+    schedule_choices,
     schedule_problems,
     schedule_warnings,
     stage_rank,
@@ -253,3 +254,18 @@ def test_activation_memory(pp: int, m: int) -> None:
     assert [_peak_held(r, "B") for r in zb_h2] == [2 * (pp - r) - 1 for r in range(pp)]
     assert [_peak_held(r, "B") for r in zb_v] == [2 * pp] * pp
     assert [_peak_held(r, "B") for r in dual] == [2 * pp + 1] * pp
+
+
+def test_schedule_choices_cover_what_the_sweep_searches_and_the_new_names() -> None:
+    """`schedule_choices` is the schedule axis read from the rules: it holds every (schedule, chunks)
+    the sweep enumerates today (simulator/sweep_space.py keeps its own list) and the new schedules."""
+    from plancast.simulator.sweep_space import schedules as sweep_schedules
+
+    for pp, m, layers in itertools.product((1, 2, 4, 8), (1, 4, 8, 16, 24), (8, 16, 96)):
+        choices = set(schedule_choices(pp, m, layers))
+        assert set(sweep_schedules(pp, m, layers)) <= choices, (pp, m, layers)
+        for name, v in choices:
+            build_schedule(name, pp, m, v)  # every choice builds
+        if pp > 1 and m >= 2 * pp and layers >= 2 * pp:
+            assert {("ZBH2", 1), ("ZBV", 2), ("DualPipeV", 2)} <= choices
+    assert set(schedule_choices(1, 8, 16)) == {("GPipe", 1), ("1F1B", 1)}
