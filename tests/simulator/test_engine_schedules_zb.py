@@ -7,6 +7,8 @@ import pytest
 
 from plancast.simulator.costs.memory import rank_memory
 from plancast.simulator.engine import Engine
+from plancast.simulator.engine.spans import Span
+from plancast.simulator.loader import parse_scenario, to_toml_dict
 from plancast.simulator.schedule_replay import finish_times
 from plancast.simulator.schedules import SCHEDULES, Action, ScheduleName, build_schedule
 from plancast.simulator.summary import PIPELINE_KINDS
@@ -54,3 +56,40 @@ def test_v_placement_puts_the_first_and_last_stage_on_rank_0() -> None:
     1F1B's rank 0 does not, so with the same in-flight micro-batches its activations are lower."""
     zb_v, one_f_one_b = (rank_memory(ideal(4, 16, n, v), 0) for n, v in (("ZBV", 2), ("1F1B", 1)))
     assert zb_v.activations > one_f_one_b.activations
+
+
+def _slow_link_spans(name: ScheduleName) -> list[Span]:
+    """DualPipeV-sized plan (pp 2, 8 micro-batches) on a 50 ms link with blocking pipeline sends."""
+    data = to_toml_dict(ideal(2, 8, name, 2))
+    data["cluster"]["tiers"] = [{"name": "slow", "bandwidth_GBps": 1e15, "latency_us": 5e4}]
+    data["parallelism"]["overlap_p2p_comm"] = False
+    s = parse_scenario(data).scenario
+    return Engine(s, costs_override=uniform_costs(s)).run()
+
+
+def test_paired_forward_does_not_wait_for_its_send() -> None:
+    """DualPipe's F&B pair: the backward after a paired forward starts (its gradient receive first)
+    when the forward ends, while an unpaired forward's blocking send holds its rank for the transfer."""
+    spans = _slow_link_spans("DualPipeV")
+    sends = {(sp.rank, sp.stage, sp.microbatch) for sp in spans if sp.kind == "send" and sp.order == 0}
+    paired = {
+        (a.stage, a.microbatch) for rank in build_schedule("DualPipeV", 2, 8, 2) for a in rank if a.paired
+    }
+    forwards = [sp for sp in spans if sp.kind == "forward" and (sp.rank, sp.stage, sp.microbatch) in sends]
+    gaps = {True: [], False: []}
+    for f in forwards:
+        after = min(
+            (
+                sp
+                for sp in spans
+                if sp.rank == f.rank
+                and sp.kind != "send"
+                and sp.stream in ("compute", "pp")
+                and sp.start_s >= f.start_s + f.dur_s
+            ),
+            key=lambda sp: sp.start_s,
+        )
+        gaps[(f.stage, f.microbatch) in paired].append(after.start_s - (f.start_s + f.dur_s))
+    assert gaps[True] and gaps[False]
+    assert max(gaps[True]) == pytest.approx(0.0, abs=1e-12)
+    assert min(gaps[False]) >= 0.05 - 1e-9  # held for the whole 50 ms transfer
