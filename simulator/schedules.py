@@ -245,7 +245,7 @@ def _interleaved(rank: int, pp: int, m: int, v: int) -> tuple[Action, ...]:
 
 
 def _zero_bubble_h1(rank: int, pp: int, m: int) -> tuple[Action, ...]:
-    """ZB-H1 (Qi et al. 2023, arXiv 2311.14257 section 3.1, figure 3): 1F1B with the backward split.
+    """ZB-H1 (Qi et al. 2023, arXiv 2401.10241 section 2.1, figure 3): 1F1B with the backward split.
 
     Rank ``r`` runs 1F1B order with B as input-gradient only; the W of backward ``k`` follows
     backward ``k + r``, and the last ``r`` W's close the schedule, filling the cool-down bubble.

@@ -143,7 +143,7 @@ def test_interleaving_divides_the_bubble_by_v(pp: int, m: int, v: int) -> None:
 
 @pytest.mark.parametrize(("pp", "m"), [(1, 3), (2, 2), (2, 5), (4, 4), (4, 8), (4, 13), (8, 16)])
 def test_zero_bubble_h1_bubble(pp: int, m: int) -> None:
-    """ZB-H1 bubble (p - 1)(f + b - w) vs 1F1B's (p - 1)(f + b + w) (arXiv 2311.14257 section 3.1), m >= p."""
+    """ZB-H1 bubble (p - 1)(f + b - w) vs 1F1B's (p - 1)(f + b + w) (arXiv 2401.10241 section 2.1), m >= p."""
     zb = unit_time_makespan(build_schedule("ZeroBubble", pp, m), pp, f=1, b=1, w=1)
     one_f_one_b = unit_time_makespan(build_schedule("1F1B", pp, m), pp, f=1, b=2)
     assert zb == 3 * m + (pp - 1) * (1 + 1 - 1)
