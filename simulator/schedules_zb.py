@@ -41,10 +41,12 @@ class _Emitter:
             self.weights.append((chunk, mb))
 
     def deferred_weight(self) -> None:
-        """The oldest queued W, if any."""
+        """The oldest queued W, if any (for the micro-batch its B ran)."""
         if self.weights:
-            chunk, _ = self.weights.pop(0)
-            self.emit("W", chunk)
+            chunk, mb = self.weights.pop(0)
+            self.next[("W", chunk)] = self.count("W", chunk) + 1
+            if mb < self.m:
+                self.actions.append(Action("W", mb, self.stages[chunk], chunk))
 
 
 def zb_h2(rank: int, pp: int, m: int) -> tuple[Action, ...]:
@@ -97,9 +99,9 @@ def zb_v(rank: int, pp: int, m: int) -> tuple[Action, ...]:
         out.backward(0, full=True)
         out.emit("F", 1)
         out.backward(1, full=True)
-    for _ in range(rank):
-        out.backward(0, full=False)
-        out.backward(1, full=False)
+    for _ in range(rank):  # input gradients only; their W's close the step
+        out.emit("B", 0)
+        out.emit("B", 1)
     for _ in range(pp - rank):
         out.emit("B", 0)
         out.emit("W", 0)
@@ -128,6 +130,14 @@ def dual_pipe_v(rank: int, pp: int, m: int) -> tuple[Action, ...]:
     Needs ``m >= 2 pp``. The paired forward carries ``paired=True`` (schedule_action.Action).
     """
     out = _Emitter(v_stages(pp, rank), m)
+    _dual_pipe_v_warmup(out, rank, pp)
+    _dual_pipe_v_steady(out, rank, pp, m)
+    _dual_pipe_v_cooldown(out, rank, pp)
+    return tuple(out.actions)
+
+
+def _dual_pipe_v_warmup(out: _Emitter, rank: int, pp: int) -> None:
+    """Phases 1-3: chunk-0 forwards, F0 F1 pairs, then B1 W1 F1 rounds."""
     for _ in range(2 * (pp - rank - 1)):
         out.emit("F", 0)
     for _ in range(rank + 1):
@@ -137,6 +147,10 @@ def dual_pipe_v(rank: int, pp: int, m: int) -> tuple[Action, ...]:
         out.backward(1, full=False)
         out.deferred_weight()
         out.emit("F", 1)
+
+
+def _dual_pipe_v_steady(out: _Emitter, rank: int, pp: int, m: int) -> None:
+    """Phases 4-5: the overlapped F&B pairs (the last rank's first F0 and B1 run apart)."""
     for i in range(m - 2 * pp + rank + 1):
         out.emit("F", 0, paired=not (i == 0 and rank == pp - 1))
         out.backward(1, full=True)
@@ -146,6 +160,10 @@ def dual_pipe_v(rank: int, pp: int, m: int) -> tuple[Action, ...]:
         out.backward(1, full=True)
         out.emit("F", 1, paired=True)
         out.backward(0, full=True)
+
+
+def _dual_pipe_v_cooldown(out: _Emitter, rank: int, pp: int) -> None:
+    """Phases 6-8: backward pairs turning to split backwards half way, B0's, then the queued W's."""
     split = False
     for i in range(rank + 1):
         split = split or (i == (rank + 1) // 2 and rank % 2 == 1)
@@ -157,4 +175,3 @@ def dual_pipe_v(rank: int, pp: int, m: int) -> tuple[Action, ...]:
         out.backward(0, full=not split)
     while out.weights:
         out.deferred_weight()
-    return tuple(out.actions)
