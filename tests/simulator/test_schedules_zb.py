@@ -248,8 +248,8 @@ def _peak_held(actions: tuple[Action, ...], released_by: str) -> int:
 @pytest.mark.parametrize(("pp", "m"), [(2, 8), (4, 8), (4, 16), (8, 32)])
 def test_activation_memory(pp: int, m: int) -> None:
     """ZB-H2 holds 2p - 1 micro-batches on rank 0 against 1F1B's p (arXiv 2401.10241 section 2.2); ZB-V
-    holds 2p half-stage chunks, 1F1B's peak (arXiv 2405.15362 table 1); DualPipeV holds PP + 1 chunks,
-    PP = 2p stages (DualPipe README's memory column)."""
+    holds 2p half-stage chunks, 1F1B's peak (arXiv 2405.15362: ZB-V at 1F1B's activation memory);
+    DualPipeV one chunk more, 2p + 1 (DualPipe's README: activation PP + 1 against 1F1B's PP)."""
     zb_h2, zb_v, dual = (build_schedule(n, pp, m, _v(n)) for n in ("ZBH2", "ZBV", "DualPipeV"))
     assert [_peak_held(r, "B") for r in zb_h2] == [2 * (pp - r) - 1 for r in range(pp)]
     assert [_peak_held(r, "B") for r in zb_v] == [2 * pp] * pp
