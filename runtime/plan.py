@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from plancast.runtime.model_support import ShapeSupportError, check_model_shape_support
 from plancast.simulator.mesh import Coord, RankGrid
 from plancast.simulator.scenario import Scenario
-from plancast.simulator.schedules import Action, build_schedule, splits_backward
+from plancast.simulator.schedules import Action, build_schedule, owned_stages, splits_backward, stage_rank
 
 
 class PlanError(ValueError):
@@ -22,7 +22,7 @@ class PlanError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class Chunk:
-    """One model chunk held by a rank: virtual stage ``stage`` = ``chunk * pp + pp_rank``."""
+    """One model chunk held by a rank: its virtual stage (simulator/schedules.py's ``owned_stages``)."""
 
     stage: int
     chunk: int
@@ -60,7 +60,8 @@ class RankPlan:
 
     def holder(self, stage: int) -> int:
         """Global rank holding virtual stage ``stage`` on this rank's (dp, cp, tp) pipeline."""
-        return self.grid.rank(replace(self.coord, pp=stage % self.grid.pp))
+        name = self.scenario.parallelism.pipeline_parallel_schedule
+        return self.grid.rank(replace(self.coord, pp=stage_rank(name, self.grid.pp, stage)))
 
     def tie_peer(self, chunk: Chunk) -> int | None:
         """The rank holding the other copy of the tied embedding, when it lives on another rank."""
@@ -116,10 +117,11 @@ def check_runtime_support(scenario: Scenario, world_size: int) -> None:
         raise PlanError(
             "training.global_batch_size must be a multiple of micro_batch_size * data_parallel_degree"
         )
-    if splits_backward(scenario.parallelism.pipeline_parallel_schedule) and dp * cp > 1:
+    name = scenario.parallelism.pipeline_parallel_schedule
+    if splits_backward(name) and dp * cp > 1:
         raise PlanError(
-            "pipeline_parallel_schedule = 'ZeroBubble' runs with data_parallel_degree = 1 and "
-            "context_parallel_degree = 1 only "
+            f"pipeline_parallel_schedule = {name!r} (split backward) runs with data_parallel_degree = 1 "
+            "and context_parallel_degree = 1 only "
             "(DDP/FSDP gradient hooks do not see a split weight-gradient pass); use 1F1B for dp > 1"
         )
     if scenario.parallelism.sequence_parallel and tp > 1 and dp > 1:
@@ -234,13 +236,13 @@ def rank_plan(scenario: Scenario, rank: int, world_size: int | None = None) -> R
     num_stages = scenario.pp * scenario.vpp
     chunks = tuple(
         Chunk(
-            stage=c * scenario.pp + pp_rank,
+            stage=stage,
             chunk=c,
-            first_layer=ranges[c * scenario.pp + pp_rank][0],
-            last_layer=ranges[c * scenario.pp + pp_rank][1],
-            has_embedding=c * scenario.pp + pp_rank == 0,
-            has_head=c * scenario.pp + pp_rank == num_stages - 1,
+            first_layer=ranges[stage][0],
+            last_layer=ranges[stage][1],
+            has_embedding=stage == 0,
+            has_head=stage == num_stages - 1,
         )
-        for c in range(scenario.vpp)
+        for c, stage in enumerate(owned_stages(name, scenario.pp, pp_rank, scenario.vpp))
     )
     return RankPlan(scenario, grid, rank, schedule[pp_rank], chunks, splits_backward(name))

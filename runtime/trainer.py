@@ -277,6 +277,7 @@ class Trainer:
             scale_expert_grads(c.model, 1.0 / ep)  # runtime/parallel/ep.py: 1/dp, not 1/edp
             self._reduce_partial_grads(c)
             self._sync_tied_embedding(c)
+        self._sum_tied_copies_here()
         with self.recorder.span(OPTIMIZER):
             for c in self.chunks:
                 if self.recorder.profiling:  # attributes ZeRO-1's broadcasts to the chunk
@@ -314,10 +315,8 @@ class Trainer:
                 reduced, p.grad.device_mesh, [Replicate()] * p.grad.device_mesh.ndim, run_check=False
             )
 
-    def _sync_tied_embedding(self, c: ChunkState) -> None:
-        """Sum the gradients of the two copies of a tied embedding (first and last stage)."""
-        if c.tie_group is None:
-            return
+    def _tied_copy_grad(self, c: ChunkState) -> torch.Tensor:
+        """This rank's gradient of the tied-embedding copy chunk `c` holds (its local shard)."""
         embed, head = c.model.embed, c.model.head
         owner = embed.tok if embed is not None else head.output if head is not None else None
         weight = None if owner is None else _leaf(owner, "weight")
@@ -330,6 +329,26 @@ class Trainer:
                 # gradient: keep this rank's rows (a slice, no collective), those the output copy holds
                 weight.grad = grad = grad.redistribute(weight.device_mesh, weight.placements)
             grad = grad.to_local()
+        return grad
+
+    def _sum_tied_copies_here(self) -> None:
+        """Both copies of a tied embedding in two chunks of this rank (the V placement puts the first and
+        last stage on rank 0): sum their gradients in place, what the two holders' all-reduce does, so
+        each chunk's optimizer applies the same update to its copy."""
+        if not self.scenario.model.tie_word_embeddings:
+            return
+        embeds = [c for c in self.chunks if c.model.embed is not None and c.model.head is None]
+        heads = [c for c in self.chunks if c.model.head is not None and c.model.embed is None]
+        if embeds and heads:
+            first, last = self._tied_copy_grad(embeds[0]), self._tied_copy_grad(heads[0])
+            first.add_(last)
+            last.copy_(first)
+
+    def _sync_tied_embedding(self, c: ChunkState) -> None:
+        """Sum the gradients of the two copies of a tied embedding (first and last stage)."""
+        if c.tie_group is None:
+            return
+        grad = self._tied_copy_grad(c)
         if self.recorder.profiling:
             timed: AbstractContextManager[None] = self.recorder.comm_scope(
                 "pp", c.chunk.stage, c.chunk.chunk, peer=c.tie_peer

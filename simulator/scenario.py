@@ -193,10 +193,10 @@ class Parallelism(Strict):
     zero_stage: Literal[0, 1, 2, 3] = 0
     """0 none | 1 optimizer states | 2 + gradients | 3 + parameters (FSDP), sharded over data parallel."""
     pipeline_parallel_schedule: ScheduleName = "1F1B"
-    """Pipeline schedule: 1F1B, GPipe, Interleaved1F1B, ZeroBubble (ZB-H1), ... (`plancast schema` lists
-    every choice; simulator/schedules.py holds each one's order and rules)."""
+    """Pipeline schedule: 1F1B, GPipe, Interleaved1F1B, ZeroBubble (ZB-H1), ZBH2, ZBV, DualPipeV
+    (docs/schedules.md: bubble, memory, when to use; simulator/schedules.py: order and rules)."""
     virtual_stages_per_rank: int = Field(default=1, gt=0)
-    """Model chunks per pipeline rank (Interleaved1F1B needs >= 2)."""
+    """Model chunks per pipeline rank (Interleaved1F1B needs >= 2; ZBV and DualPipeV exactly 2, in a V)."""
     pipeline_layer_split: list[int] | None = None
     """Layers per (virtual) stage, in stage order; default: as even as possible."""
     expert_parallel_degree: int = Field(default=1, gt=0)

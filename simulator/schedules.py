@@ -6,11 +6,13 @@ and the runtime executes it, so predicted and measured events line up one to one
 Conventions (shared with ``torch.distributed.pipelining`` and Megatron-LM):
 
 - ``Action.stage`` is the *global virtual stage* ``chunk * pp + pp_rank`` ("loop" placement,
-  Narayanan et al. 2021, arXiv 2104.04473 section 2.2), so rank ``r`` owns stages ``r, r + pp, ...``.
+  Narayanan et al. 2021, arXiv 2104.04473 section 2.2), so rank ``r`` owns stages ``r, r + pp, ...``;
+  the V schedules (ZB-V, DualPipeV) place rank ``r``'s two chunks at ``r`` and ``2 pp - 1 - r``.
+  ``owned_stages`` and ``stage_rank`` are the placement every other module reads.
 - ``F`` is a forward, ``B`` a backward and ``W`` a weight-gradient pass. Schedules for which
   ``splits_backward`` is true emit ``B`` as the input-gradient pass only, followed later by ``W``.
 - No idle slots are stored: a rank runs its actions in order, each as soon as its inputs arrive.
-  ``check_dependencies`` and ``unit_time_makespan`` replay that rule with ideal (zero-latency) links.
+  simulator/schedule_replay.py replays that rule with ideal (zero-latency) links.
 """
 
 from __future__ import annotations
@@ -19,28 +21,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Literal, NamedTuple, get_args
 
-ScheduleName = Literal["GPipe", "1F1B", "Interleaved1F1B", "ZeroBubble"]
-"""The scenario's ``parallelism.pipeline_parallel_schedule``; each has its rules in ``SCHEDULES``."""
+from plancast.simulator.schedule_action import Action, ActionKind, Schedule, loop_stages, v_holder, v_stages
+from plancast.simulator.schedules_zb import dual_pipe_v, zb_h2, zb_v
+
+ScheduleName = Literal["GPipe", "1F1B", "Interleaved1F1B", "ZeroBubble", "ZBH2", "ZBV", "DualPipeV"]
+"""The scenario's ``parallelism.pipeline_parallel_schedule``; each has its rules in ``SCHEDULES``.
+"ZeroBubble" is ZB-H1 (Qi et al. 2023); see docs/schedules.md for when to use which."""
 SCHEDULE_NAMES: tuple[ScheduleName, ...] = get_args(ScheduleName)
-ActionKind = Literal["F", "B", "W"]
-
-
-@dataclass(frozen=True, slots=True, order=True)
-class Action:
-    """One compute op of one microbatch on one (virtual) pipeline stage."""
-
-    kind: ActionKind
-    """F forward; B backward (input-gradient only when the schedule splits it); W weight-gradient."""
-    microbatch: int
-    """Microbatch index, 0..num_microbatches-1."""
-    stage: int
-    """Global virtual stage, ``chunk * pp + pp_rank``."""
-    chunk: int
-    """Model chunk local to the rank, 0..virtual_stages-1."""
-
-
-Schedule = tuple[tuple[Action, ...], ...]
-"""One ordered tuple of actions per pp rank (index = pp rank)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +41,10 @@ class ScheduleRules:
     microbatches (Megatron-LM's interleaved schedule assumes them); the others need exactly 1."""
     splits_backward: bool = False
     """``B`` is the input-gradient pass only and separate ``W`` actions follow (zero bubble)."""
+    v_shape: bool = False
+    """Exactly two chunks per rank placed in a V (``v_stages``): rank r holds stages r and 2 pp - 1 - r."""
+    min_microbatches_per_stage: int = 0
+    """Fewest micro-batches per virtual stage the builder needs (0: any count >= 1)."""
 
 
 class PlanProblem(NamedTuple):
@@ -91,8 +82,13 @@ def schedule_problems(
                 "data_parallel_degree)); a pipeline needs at least 1",
             )
         )
-    if SCHEDULES[name].interleaved:
+    rules = SCHEDULES[name]
+    if rules.interleaved:
         problems += _interleaved_problems(name, pp, num_microbatches, virtual_stages)
+    elif rules.v_shape:
+        problems += _v_shape_problems(
+            name, pp, num_microbatches, virtual_stages, rules.min_microbatches_per_stage
+        )
     elif virtual_stages != 1:
         problems.append(
             PlanProblem(
@@ -125,10 +121,57 @@ def _interleaved_problems(name: str, pp: int, m: int, virtual_stages: int) -> li
     return problems
 
 
+def _v_shape_problems(name: str, pp: int, m: int, virtual_stages: int, per_stage: int) -> list[PlanProblem]:
+    problems = []
+    if virtual_stages != 2:
+        problems.append(
+            PlanProblem(
+                "parallelism.virtual_stages_per_rank",
+                f"{name} runs exactly two chunks per rank in a V; set virtual_stages_per_rank = 2",
+            )
+        )
+    need = per_stage * 2 * pp  # 2 pp stages in the V
+    if pp >= 1 and 1 <= m < need:
+        problems.append(
+            PlanProblem(
+                "training.global_batch_size",
+                f"{name} needs at least {need} micro-batches (2 x pipeline_parallel_degree, one per "
+                f"stage of the V; torch's ScheduleDualPipeV asks the same), got {m}; raise "
+                "global_batch_size or lower micro_batch_size",
+            )
+        )
+    return problems
+
+
+def owned_stages(name: ScheduleName, pp: int, pp_rank: int, virtual_stages: int) -> tuple[int, ...]:
+    """The virtual stages pipeline rank `pp_rank` holds, by chunk, under schedule `name`: the one
+    placement rule the simulator, memory model and runtime all read."""
+    if SCHEDULES[name].v_shape:
+        return v_stages(pp, pp_rank)
+    return loop_stages(pp, pp_rank, virtual_stages)
+
+
+def stage_rank(name: ScheduleName, pp: int, stage: int) -> int:
+    """The pipeline rank holding virtual `stage` under schedule `name` (inverse of ``owned_stages``)."""
+    return v_holder(pp, stage) if SCHEDULES[name].v_shape else stage % pp
+
+
+def schedule_choices(pp: int, num_microbatches: int, layers: int) -> Iterator[tuple[ScheduleName, int]]:
+    """Every (schedule, virtual stages per rank) that builds for these sizes, with a layer or more per
+    stage and some effect at this pp: the schedule axis of a plan search, read from ``SCHEDULES`` so a
+    new schedule joins the search by its entry there."""
+    for name, rules in SCHEDULES.items():
+        chunks = range(2, layers // max(pp, 1) + 1) if rules.interleaved else (2,) if rules.v_shape else (1,)
+        for v in chunks:
+            buildable = pp * v <= layers and not schedule_problems(name, pp, num_microbatches, v)
+            if buildable and not schedule_warnings(name, pp):
+                yield name, v
+
+
 def schedule_warnings(name: ScheduleName, pp: int) -> list[str]:
-    """Legal but pointless: an interleaved or split-backward schedule without pipeline parallelism."""
+    """Legal but pointless: an interleaved, V or split-backward schedule without pipeline parallelism."""
     rules = SCHEDULES[name]
-    if pp == 1 and (rules.interleaved or rules.splits_backward):
+    if pp == 1 and (rules.interleaved or rules.splits_backward or rules.v_shape):
         return [f"{name} has no effect without pipeline parallelism"]
     return []
 
@@ -202,7 +245,7 @@ def _interleaved(rank: int, pp: int, m: int, v: int) -> tuple[Action, ...]:
 
 
 def _zero_bubble_h1(rank: int, pp: int, m: int) -> tuple[Action, ...]:
-    """ZB-H1 (Qi et al. 2023, arXiv 2311.14257 section 3.1, figure 3): 1F1B with the backward split.
+    """ZB-H1 (Qi et al. 2023, arXiv 2401.10241 section 2.1, figure 3): 1F1B with the backward split.
 
     Rank ``r`` runs 1F1B order with B as input-gradient only; the W of backward ``k`` follows
     backward ``k + r``, and the last ``r`` W's close the schedule, filling the cool-down bubble.
@@ -224,12 +267,16 @@ SCHEDULES: dict[ScheduleName, ScheduleRules] = {
     "1F1B": ScheduleRules(lambda rank, pp, m, _v: _one_f_one_b(rank, pp, m)),
     "Interleaved1F1B": ScheduleRules(_interleaved, interleaved=True),
     "ZeroBubble": ScheduleRules(lambda rank, pp, m, _v: _zero_bubble_h1(rank, pp, m), splits_backward=True),
+    "ZBH2": ScheduleRules(lambda rank, pp, m, _v: zb_h2(rank, pp, m), splits_backward=True),
+    "ZBV": ScheduleRules(lambda rank, pp, m, _v: zb_v(rank, pp, m), splits_backward=True, v_shape=True),
+    "DualPipeV": ScheduleRules(
+        lambda rank, pp, m, _v: dual_pipe_v(rank, pp, m),
+        splits_backward=True,
+        v_shape=True,
+        min_microbatches_per_stage=1,
+    ),
 }
 """Every schedule's rules; adding a schedule is a name in ``ScheduleName``, a builder and an entry here."""
-
-
-_Key = tuple[ActionKind, int, int]
-"""(kind, stage, microbatch): identifies one action across the whole schedule."""
 
 
 class Receive(NamedTuple):
@@ -255,111 +302,3 @@ def cross_rank_receives(
         elif a.kind == "B" and a.stage < num_stages - 1 and holder(a.stage + 1) != rank:
             out.append(Receive("B", a.stage, a.microbatch, holder(a.stage + 1)))
     return tuple(out)
-
-
-def check_dependencies(schedule: Schedule, pp: int, virtual_stages: int = 1) -> None:
-    """Raise ValueError unless ``schedule`` is complete, well placed and runs without deadlock.
-
-    Checks: one tuple per rank; every action sits on the rank and chunk its stage implies; each
-    (stage, microbatch) has exactly one F and one B (and one W if any W appears); on its rank F
-    precedes B precedes W; and replaying the order with unit-time ops finishes (see
-    ``unit_time_makespan`` for the dependency rules).
-    """
-    _check_structure(schedule, pp, virtual_stages)
-    _replay(schedule, pp * virtual_stages, lambda _action: 1.0)
-
-
-def unit_time_makespan(
-    schedule: Schedule,
-    pp: int,
-    virtual_stages: int = 1,
-    *,
-    f: float = 1.0,
-    b: float = 1.0,
-    w: float = 0.0,
-) -> float:
-    """Time at which the last action ends, with ideal links and uniform stages.
-
-    ``f``, ``b`` and ``w`` are the durations of a forward, backward and weight-gradient pass over
-    all the layers one rank holds; a chunk op costs ``1 / virtual_stages`` of that. Ranks start at
-    0 and run their actions in order, each as soon as its inputs are ready: F of stage s needs F of
-    stage s - 1; B of stage s needs B of stage s + 1 (the last stage's B needs its own F); W needs B.
-    Without W actions ``w`` is unused; with split backwards ``b + w`` is the full backward.
-    Without W, GPipe and 1F1B give ``(m + pp - 1) * (f + b)``, i.e. bubble fraction
-    ``(pp - 1) / (m + pp - 1)`` (Narayanan et al. 2021, arXiv 2104.04473 section 2.2.1).
-    """
-    _check_structure(schedule, pp, virtual_stages)
-    cost = {"F": f / virtual_stages, "B": b / virtual_stages, "W": w / virtual_stages}
-    finish = _replay(schedule, pp * virtual_stages, lambda action: cost[action.kind])
-    return max(finish.values(), default=0.0)
-
-
-def _check_structure(schedule: Schedule, pp: int, virtual_stages: int) -> None:
-    if len(schedule) != pp:
-        raise ValueError(f"schedule has {len(schedule)} ranks, expected pp={pp}")
-    where: dict[_Key, tuple[int, int]] = {}
-    for rank, actions in enumerate(schedule):
-        for index, a in enumerate(actions):
-            if a.stage % pp != rank or a.chunk != a.stage // pp or not 0 <= a.chunk < virtual_stages:
-                raise ValueError(
-                    f"rank {rank} cannot run {a}: stage {a.stage} is chunk {a.stage // pp} "
-                    f"of rank {a.stage % pp} (pp={pp}, virtual_stages={virtual_stages})"
-                )
-            key = (a.kind, a.stage, a.microbatch)
-            if key in where:
-                raise ValueError(f"{a} appears twice (rank {rank} and rank {where[key][0]})")
-            where[key] = (rank, index)
-    num_microbatches = 1 + max((a.microbatch for actions in schedule for a in actions), default=-1)
-    kinds: tuple[ActionKind, ...] = ("F", "B", "W") if any(k[0] == "W" for k in where) else ("F", "B")
-    for stage in range(pp * virtual_stages):
-        for mb in range(num_microbatches):
-            found = {kind: where.get((kind, stage, mb)) for kind in kinds}
-            missing = [kind for kind, position in found.items() if position is None]
-            if missing:
-                raise ValueError(f"stage {stage} microbatch {mb} has no {'/'.join(missing)} action")
-            indices = [position[1] for position in found.values() if position is not None]
-            if indices != sorted(indices):
-                raise ValueError(
-                    f"stage {stage} microbatch {mb}: actions must run in {' < '.join(kinds)} order"
-                )
-    if len(where) != len(kinds) * pp * virtual_stages * num_microbatches:
-        raise ValueError(f"schedule has actions outside {len(kinds)} kinds x stages x microbatches")
-
-
-def _inputs(a: Action, num_stages: int) -> tuple[_Key, ...]:
-    """Actions whose results ``a`` consumes (same-rank order is enforced by the replay itself)."""
-    if a.kind == "F":
-        return (("F", a.stage - 1, a.microbatch),) if a.stage > 0 else ()
-    if a.kind == "B":
-        if a.stage == num_stages - 1:
-            return (("F", a.stage, a.microbatch),)
-        return (("B", a.stage + 1, a.microbatch), ("F", a.stage, a.microbatch))
-    return (("B", a.stage, a.microbatch),)
-
-
-def _replay(schedule: Schedule, num_stages: int, cost: Callable[[Action], float]) -> dict[_Key, float]:
-    """Finish time of every action, ranks running in order; raise ValueError on deadlock."""
-    finish: dict[_Key, float] = {}
-    next_index = [0] * len(schedule)
-    free_at = [0.0] * len(schedule)
-    progressed = True
-    while progressed:
-        progressed = False
-        for rank, actions in enumerate(schedule):
-            while next_index[rank] < len(actions):
-                a = actions[next_index[rank]]
-                inputs = _inputs(a, num_stages)
-                if any(key not in finish for key in inputs):
-                    break
-                start = max([free_at[rank], *(finish[key] for key in inputs)])
-                free_at[rank] = finish[(a.kind, a.stage, a.microbatch)] = start + cost(a)
-                next_index[rank] += 1
-                progressed = True
-    blocked = [
-        f"rank {r} at {acts[i]}"
-        for r, (acts, i) in enumerate(zip(schedule, next_index, strict=True))
-        if i < len(acts)
-    ]
-    if blocked:
-        raise ValueError(f"schedule deadlocks: {'; '.join(blocked)} wait on each other")
-    return finish

@@ -8,7 +8,7 @@ torch.distributed.pipelining's own ``stage_backward_input`` / ``stage_backward_w
 the gradients at the weights' consumers so the W pass is weight-gradient GEMMs only.
 
 Sends are posted asynchronously (``isend``) and completed at the end of the step; receives block,
-so a rank runs each action as soon as its inputs arrive, exactly the rule ``check_dependencies``
+so a rank runs each action as soon as its inputs arrive, exactly the rule simulator/schedule_replay.py
 replays. Gradient accumulation: each micro-batch's loss is divided by the number of micro-batches.
 
 On gloo (CPU) the rank keeps its next receive posted ahead: the first before the first action, each
@@ -197,7 +197,7 @@ class PipelineExecutor:
             work, buf = ahead
         with self.recorder.span(_p2p_key("recv", a, peer, buf, backward)):
             if ahead is None:
-                work = dist.irecv(buf, src=peer)
+                work = dist.irecv(buf, src=peer, tag=transfer_tag(backward, a.stage))
                 assert work is not None
             work.wait()
         if self.posts_ahead:
@@ -215,7 +215,7 @@ class PipelineExecutor:
             return
         kind, stage, microbatch, peer = self._to_post.pop()
         buf = torch.empty(self.activation_shape, dtype=self.dtype, device=self.device)
-        work = dist.irecv(buf, src=peer)
+        work = dist.irecv(buf, src=peer, tag=transfer_tag(kind == "B", stage))
         assert work is not None
         self._ahead[(kind, stage, microbatch)] = (work, buf)
 
@@ -226,7 +226,7 @@ class PipelineExecutor:
             self._handoff[("B" if backward else "F", a.stage, a.microbatch)] = tensor.detach()
             return
         span = self.recorder.open_async(_p2p_key("send", a, peer, tensor, backward))
-        work = dist.isend(tensor, dst=peer)
+        work = dist.isend(tensor, dst=peer, tag=transfer_tag(backward, dst_stage))
         assert work is not None
         self.recorder.watch(span, work)
         self._pending.append((work, tensor))
@@ -236,6 +236,15 @@ class PipelineExecutor:
         for work, _tensor in self._pending:
             work.wait()
         self._pending.clear()
+
+
+def transfer_tag(backward: bool, to_stage: int) -> int:
+    """The message tag of a transfer to `to_stage`: one stream per (receiving stage, direction), in which
+    both sides move micro-batches in order. Gloo matches untagged messages between two ranks in posting
+    order, and where a pair of ranks carries two streams (the V's first and last stage on rank 0 both
+    talk to rank 1 at pp 2; ZB-V's rank 0 sends its third forward before its first gradient, which rank
+    1 waits for first) an untagged gradient would land in an activation's buffer of the same shape."""
+    return 2 * to_stage + int(backward)
 
 
 def _p2p_key(kind: str, a: Action, peer: int, tensor: torch.Tensor, backward: bool) -> SpanKey:

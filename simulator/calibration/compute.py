@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from plancast.simulator.cluster import Cluster, ComputeModel, Tier
-from plancast.simulator.costs.host import optimizer_tensors
+from plancast.simulator.costs.host import optimizer_tensors, rank_stages
 from plancast.simulator.costs.mixed_precision import param_pass_ops
 from plancast.simulator.costs.ops import (
     Op,
@@ -127,7 +127,7 @@ def optimizer_tensor_overhead_us(s: Scenario, seconds: float) -> float:
     costs = stage_costs(s, Topology.of(s).levels("tp"))
     memory_s, tensors = [], []
     for r in range(s.pp):
-        stages = [c * s.pp + r for c in range(s.vpp)]
+        stages = rank_stages(s, r)
         params = sum(costs[v].params for v in stages) / (s.dp if s.parallelism.zero_stage >= 1 else 1)
         memory_s.append(optimizer_memory_s(s, params))
         tensors.append(optimizer_tensors(s, stages))

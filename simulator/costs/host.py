@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 from plancast.simulator.costs.params import chunk_tensor_bytes
 from plancast.simulator.scenario import Scenario
+from plancast.simulator.schedules import owned_stages
 
 # The forward's share of a block's host time, measured: (forward span - its compute) / (both spans -
 # their compute) on the CPU runtime's runs (benchmarks/cpu_fidelity.py, 3 sets x 2 rounds, the
@@ -40,8 +41,8 @@ FSDP_FORWARD_SHARE = {2: 0.45, 3: 0.35}
 
 
 def rank_stages(s: Scenario, pp_rank: int) -> list[int]:
-    """The virtual stages pipeline rank `pp_rank` holds (simulator/schedules.py's looped placement)."""
-    return [chunk * s.pp + pp_rank for chunk in range(s.vpp)]
+    """The virtual stages pipeline rank `pp_rank` holds, by chunk (simulator/schedules.py's placement)."""
+    return list(owned_stages(s.parallelism.pipeline_parallel_schedule, s.pp, pp_rank, s.vpp))
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,7 +24,7 @@ from plancast.simulator.costs.ops import DTYPE_BYTES, Shape, gemm_weight_element
 from plancast.simulator.costs.params import layer_params, moe_layer_count, rank_parameters
 from plancast.simulator.costs.recompute import op_sac_saved_elements
 from plancast.simulator.scenario import Scenario
-from plancast.simulator.schedules import Action, Schedule, build_schedule
+from plancast.simulator.schedules import Action, Schedule, build_schedule, owned_stages
 
 GiB = 1024**3
 
@@ -151,7 +151,7 @@ def rank_memory(s: Scenario, pp_rank: int, schedule: Schedule | None = None) -> 
     m, t, par = s.model, s.training, s.parallelism
     split = s.layer_split
     stages = s.pp * s.vpp
-    owned = [c * s.pp + pp_rank for c in range(s.vpp)]  # virtual stages on this rank (loop placement)
+    owned = owned_stages(par.pipeline_parallel_schedule, s.pp, pp_rank, s.vpp)  # this rank's, by chunk
     starts = [sum(split[:v]) for v in range(stages)]
     params, experts = rank_parameters(m, split, owned, tp=s.tp, vocab_tp=s.vocab_tp, ep=s.ep)
     p_b, g_b, o_b = _model_states(s, params - experts, experts)
@@ -170,9 +170,10 @@ def rank_memory(s: Scenario, pp_rank: int, schedule: Schedule | None = None) -> 
             gathered = max(a + b for a, b in zip(w, w[1:] + w[:1], strict=True)) * DTYPE_BYTES[t.dtype]
     if schedule is None:
         schedule = build_schedule(par.pipeline_parallel_schedule, s.pp, s.num_microbatches, s.vpp)
-    chunk_layers = {c: split[c * s.pp + pp_rank] for c in range(s.vpp)}
-    mtp = m.num_nextn_predict_layers if stages - 1 in owned else 0
-    chunk_layers[s.vpp - 1] += mtp  # each multi-token-prediction depth keeps a block's activations
+    chunk_layers = {c: split[stage] for c, stage in enumerate(owned)}
+    for c, stage in enumerate(owned):  # each multi-token-prediction depth keeps a block's activations
+        if stage == stages - 1:
+            chunk_layers[c] += m.num_nextn_predict_layers
     inflight = peak_inflight_layers(schedule[pp_rank], chunk_layers)
     has_moe = any(moe_layer_count(m, starts[v], split[v]) for v in owned)
     mlp = moe_activation_bytes(x, m) if has_moe else None  # the rank's largest block, conservatively
@@ -181,7 +182,7 @@ def rank_memory(s: Scenario, pp_rank: int, schedule: Schedule | None = None) -> 
         acts += layer_activation_bytes(x, "none", mlp)
     if stages - 1 in owned:  # the loss's fp32 buffers for one micro-batch (vocab-parallel)
         # all of it when replicated; one loss per multi-token-prediction depth beside the main one
-        acts += (1 + mtp) * loss_bytes_per_logit(s) * x.s * x.b * x.vocab / s.vocab_tp
+        acts += (1 + m.num_nextn_predict_layers) * loss_bytes_per_logit(s) * x.s * x.b * x.vocab / s.vocab_tp
     return MemoryBreakdown(p_b, g_b, o_b, acts, gathered)
 
 

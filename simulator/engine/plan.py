@@ -27,7 +27,14 @@ from plancast.simulator.costs.stage import Durations, StageCost, stage_costs
 from plancast.simulator.costs.tp_comm import sp_grad_all_reduce_bytes
 from plancast.simulator.mesh import Coord, GroupName, RankGrid, span_tier
 from plancast.simulator.scenario import Scenario
-from plancast.simulator.schedules import Action, Schedule, build_schedule, splits_backward
+from plancast.simulator.schedules import (
+    Action,
+    Schedule,
+    build_schedule,
+    owned_stages,
+    splits_backward,
+    stage_rank,
+)
 from plancast.simulator.units import UnitPlan, dp_plan
 
 MAIN_GRAD_BYTES = 4
@@ -167,7 +174,8 @@ class StepPlan:
 
     def holder(self, coord: Coord, stage: int) -> int:
         """The rank holding virtual `stage` in `coord`'s data- and tensor-parallel replica."""
-        return self.grid.rank(Coord(stage % self.s.pp, coord.dp, coord.tp, cp=coord.cp))
+        pp_rank = stage_rank(self.s.parallelism.pipeline_parallel_schedule, self.s.pp, stage)
+        return self.grid.rank(Coord(pp_rank, coord.dp, coord.tp, cp=coord.cp))
 
     def holders(self, coord: Coord) -> tuple[int, ...]:
         """Per virtual stage, its holder in `coord`'s replica."""
@@ -175,7 +183,7 @@ class StepPlan:
 
     def owned_stages(self, pp_rank: int) -> tuple[int, ...]:
         """The virtual stages of pipeline rank `pp_rank`, one per chunk."""
-        return tuple(c * self.s.pp + pp_rank for c in range(self.s.vpp))
+        return owned_stages(self.s.parallelism.pipeline_parallel_schedule, self.s.pp, pp_rank, self.s.vpp)
 
     def final_backward(self, pp_rank: int) -> Action | None:
         """The rank's last backward action of the step: its pipeline flush ends with it."""

@@ -40,7 +40,12 @@ def rank_step(sim: Engine, st: RankState) -> Process:
 
 
 def forward(sim: Engine, st: RankState, a: Action) -> Process:
-    """Receive the activation, run the forward pass, send its output to the next stage."""
+    """Receive the activation, run the forward pass, send its output to the next stage.
+
+    A forward of DualPipe's overlapped F&B pair (`a.paired`) does not wait for its send: the transfer
+    overlaps the pair's backward (DeepSeek-V3 report, arXiv 2412.19437 section 3.2.1). The two passes'
+    compute runs one after the other: the engine does not overlap two compute spans, so the pair's
+    compute is priced sequentially and only its communication is hidden (docs/schedules.md)."""
     plan = sim.plan
     d = plan.durations[a.stage]
     if a.stage > 0 and st.holders[a.stage - 1] != st.rank:
@@ -55,7 +60,7 @@ def forward(sim: Engine, st: RankState, a: Action) -> Process:
         if plan.p2p_host_s:
             yield sim.busy(st.rank, plan.p2p_host_s)
         blocking = send(sim, st, "F", a, a.stage + 1)
-        if blocking is not None:
+        if blocking is not None and not a.paired:
             yield blocking
 
 
