@@ -8,6 +8,10 @@ the outermost tier is the whole cluster and is filled in from num_nodes * gpus_p
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from plancast.simulator.catalog import sourced
+
 # Hopper runs attention as FlashAttention-2 kernels at about 35% of peak ("FlashAttention-2 achieves
 # only 35% utilization on H100", Shah et al. 2024, FlashAttention-3, abstract), not the A100 fit's 0.54.
 # GEMMs: the A100 fit (ComputeModel.matmul_efficiency 0.79) is what GEMMs reach inside training; the best
@@ -131,3 +135,8 @@ CLUSTERS: dict[str, dict[str, object]] = {
         ],
     },
 }
+
+# Blackwell (DGX/HGX, GB200/GB300 NVL72) and AMD Instinct presets, each number with its source
+# (clusters.toml; `plancast catalog --json`).
+SOURCED_CLUSTERS, CLUSTER_SOURCES = sourced.load(Path(__file__).with_name("clusters.toml"))
+CLUSTERS.update(SOURCED_CLUSTERS)
