@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from plancast.simulator.costs import eager
+from plancast.simulator.costs.fp8 import Recipe, recipe
 from plancast.simulator.scenario import Scenario
 
 Category = Literal["matmul", "attention", "memory"]
@@ -29,6 +30,7 @@ class Op:
     bytes: float  # HBM traffic (read + write)
     weight_grad: bool = False  # backward splits into input-grad and weight-grad GEMMs (zero-bubble W)
     fp8: bool = False  # a GEMM run in FP8 (training.fp8, costs/fp8.py)
+    peak: str = "fp8"  # the peak_tflops key an fp8 GEMM runs at (training.fp8_recipe)
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +53,7 @@ class Shape:
     flash: bool
     kv_s: int = 0  # keys each query attends over: the whole sequence under context parallel; 0: s
     fp8: bool = False  # the block's GEMMs in FP8 (training.fp8)
+    fp8_recipe: str = "tensorwise_delayed"  # training.fp8_recipe
     eager: bool = False  # elementwise ops as eager PyTorch runs them (training.elementwise, costs/eager.py)
     rmsnorm: bool = False
 
@@ -74,23 +77,30 @@ class Shape:
             rope=m.position_embedding == "rope",
             flash=t.flash_attention,
             fp8=t.fp8,
+            fp8_recipe=t.fp8_recipe,
             eager=t.elementwise == "eager",
             rmsnorm=m.norm == "rmsnorm",
         )
 
 
-def _gemm(name: str, m: float, k: float, n: float, d: int, fp8: bool = False) -> Op:
-    """C[m,n] = A[m,k] @ B[k,n]: 2mkn FLOPs; reads A and B (1 byte each in FP8), writes C."""
-    return Op(name, "matmul", 2.0 * m * k * n, (1 if fp8 else d) * (m * k + k * n) + d * m * n, True, fp8)
+def _gemm(name: str, m: float, k: float, n: float, d: int, narrow: Recipe | None = None) -> Op:
+    """C[m,n] = A[m,k] @ B[k,n]: 2mkn FLOPs; reads A and B (narrow: their quantized elements and scales),
+    writes C."""
+    if narrow is None:
+        return Op(name, "matmul", 2.0 * m * k * n, d * (m * k + k * n) + d * m * n, True)
+    a_b = (narrow.element_bytes + narrow.scale_bytes) * (m * k + k * n)
+    return Op(name, "matmul", 2.0 * m * k * n, a_b + d * m * n, True, True, narrow.peak)
 
 
 def linear(name: str, m: float, k: float, n: float, x: Shape) -> list[Op]:
-    """A block's linear layer: its GEMM, under training.fp8 after the cast of its input to FP8 and its
-    FP8 transpose (read d, write 2 bytes an element; costs/fp8.py)."""
+    """A block's linear layer: its GEMM, under training.fp8 after the quantization of its input in both
+    orientations (training.fp8_recipe's reads and writes, costs/fp8.py)."""
     d = x.dtype_bytes
     if not x.fp8:
         return [_gemm(name, m, k, n, d)]
-    return [Op(f"{name}_fp8_cast", "memory", 0.0, (d + 2) * m * k), _gemm(name, m, k, n, d, fp8=True)]
+    narrow = recipe(x.fp8_recipe)
+    cast = Op(f"{name}_fp8_cast", "memory", 0.0, narrow.cast_bytes(d) * m * k)
+    return [cast, _gemm(name, m, k, n, d, narrow)]
 
 
 def _elementwise(name: str, elements: float, d: int, extra_bytes: float = 0.0) -> Op:
