@@ -123,6 +123,13 @@ class ComputeModel(Strict):
     """GEMM size (GFLOP) at which achieved efficiency is half of matmul_efficiency's headroom."""
     attention_efficiency: float = Field(default=0.54, gt=0, le=1)
     """Fraction of peak reached by the attention core (QK^T, softmax-V)."""
+    fused_attention_efficiency: float | None = Field(default=None, gt=0, le=1)
+    """Causal fused attention as Transformer Engine runs it (cuDNN's kernel; parallelism.framework =
+    "megatron-lm" with flash_attention): fraction of peak over the causal half of the s x s scores, at
+    long sequences; None: such runs take attention_efficiency over the full count, as other kernels do
+    (simulator/costs/attention.py)."""
+    fused_attention_half_seq: float = Field(default=0.0, ge=0)
+    """Sequence length at which the fused kernel reaches half of fused_attention_efficiency."""
     memory_efficiency: float = Field(default=0.95, gt=0, le=1)
     """Fraction of HBM bandwidth reached by memory-bound ops (norms, activations, optimizer)."""
     op_overhead_us: float = Field(default=26.0, ge=0)

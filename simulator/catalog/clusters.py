@@ -22,8 +22,16 @@ from plancast.simulator.catalog import sourced
 # the H100's chip: 834 TFLOP/s in bursts, 755 sustained at its power limit; 794.5 x 755 / 834 = 0.73 too).
 A100_FIT_MATMUL_EFFICIENCY = 0.79  # the default of simulator.cluster.ComputeModel.matmul_efficiency
 A100_MAMF, H100_MAMF = 0.869, 0.803
+# Transformer Engine's causal fused attention (cuDNN) on H100, fwd + bwd over the causal half of the scores
+# (benchmarks/results/gpu_ops_h100_*.txt, attention[cudnn]: 0.894 of peak over the full count at seq 8192,
+# Llama 3 8B shape; 0.712 at seq 2048, MPT-7B shape): e_max x s / (s + s_half) through both points.
+_LONG, _SHORT = (8192, 0.894 / 2), (2048, 0.712 / 2)
+_RATIO = _LONG[1] / _SHORT[1]
+CUDNN_HALF_SEQ = round(_LONG[0] * _SHORT[0] * (1 - _RATIO) / (_RATIO * _SHORT[0] - _LONG[0]))
 HOPPER_COMPUTE = {
     "attention_efficiency": 0.35,
+    "fused_attention_efficiency": round(_LONG[1] * (_LONG[0] + CUDNN_HALF_SEQ) / _LONG[0], 3),
+    "fused_attention_half_seq": CUDNN_HALF_SEQ,
     "matmul_efficiency": round(A100_FIT_MATMUL_EFFICIENCY * H100_MAMF / A100_MAMF, 3),
 }
 

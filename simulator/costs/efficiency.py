@@ -31,7 +31,7 @@ def op_seconds(
         e_max = fp8_matmul_efficiency(compute, gpu) if op.fp8 else compute.matmul_efficiency
         eff = e_max * flops / (flops + half)
     else:
-        eff = compute.attention_efficiency
+        eff = op.rate or compute.attention_efficiency  # op.rate: a kernel's own (costs/attention.py)
     flop_s = flops / (peak * gpu.clock_fraction * eff)  # a power limit lowers the clock
     return max(flop_s, hbm_s) + compute.op_overhead_us * 1e-6
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from plancast.simulator.costs import eager
+from plancast.simulator.costs.attention import CAUSAL_FRACTION, fused_attention_rate
 from plancast.simulator.costs.fp8 import Recipe, recipe
 from plancast.simulator.scenario import Scenario
 
@@ -31,6 +32,7 @@ class Op:
     weight_grad: bool = False  # backward splits into input-grad and weight-grad GEMMs (zero-bubble W)
     fp8: bool = False  # a GEMM run in FP8 (training.fp8, costs/fp8.py)
     peak: str = "fp8"  # the peak_tflops key an fp8 GEMM runs at (training.fp8_recipe)
+    rate: float | None = None  # fraction of peak of its kernel, where known per kernel (costs/attention.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +56,7 @@ class Shape:
     kv_s: int = 0  # keys each query attends over: the whole sequence under context parallel; 0: s
     fp8: bool = False  # the block's GEMMs in FP8 (training.fp8)
     fp8_recipe: str = "tensorwise_delayed"  # training.fp8_recipe
+    fused_attention: float | None = None  # the causal fused kernel's rate (costs/attention.py); None: not it
     eager: bool = False  # elementwise ops as eager PyTorch runs them (training.elementwise, costs/eager.py)
     rmsnorm: bool = False
 
@@ -78,6 +81,9 @@ class Shape:
             flash=t.flash_attention,
             fp8=t.fp8,
             fp8_recipe=t.fp8_recipe,
+            fused_attention=fused_attention_rate(
+                s.cluster.compute, s.parallelism.framework, t.flash_attention, t.seq_len
+            ),
             eager=t.elementwise == "eager",
             rmsnorm=m.norm == "rmsnorm",
         )
@@ -153,7 +159,11 @@ def layer_forward(x: Shape) -> tuple[Op, ...]:
     score_flops = 2.0 * x.b * heads * x.s * kv_s * head_dim
     if x.flash:  # fused kernel: no s x s tensor in HBM (Dao et al. 2022)
         io = d * tokens * (2 * x.h + 2 * x.kv_dim) / t
-        ops.append(Op("attention", "attention", 2 * score_flops, io))
+        if x.fused_attention is None:
+            ops.append(Op("attention", "attention", 2 * score_flops, io))
+        else:  # Transformer Engine's causal fused kernel: the causal half, at its own rate
+            flops = 2 * score_flops * CAUSAL_FRACTION
+            ops.append(Op("attention", "attention", flops, io, rate=x.fused_attention))
     else:
         probs = x.b * heads * x.s * kv_s
         ops += [
