@@ -31,9 +31,13 @@ _ASSUMPTIONS = (
     "narrow GEMMs; distributed optimizer (zero_stage 1), FSDP > 0: Megatron FSDP as zero_stage 3",
     "precision -> training.fp8_recipe: FP8-CS and 26.02's FP8 tensorwise_current, MXFP8 / FP8-MX mxfp8, "
     "NVFP4 nvfp4",
-    "sequence parallel with tp > 1, tensor-parallel communication overlapped (the performance scripts' "
-    "Transformer Engine userbuffers configs for B200/GB200, NVIDIA-NeMo/Megatron-Bridge scripts/performance)",
-    "no activation recompute: not stated in the table",
+    "sequence parallel with tp > 1; tensor-parallel communication overlapped but under NVFP4, and gradients "
+    "reduced in bf16 (training.grad_accumulation_fp32 = false): NVIDIA-NeMo/Megatron-Bridge "
+    "scripts/performance/configs/llama/llama3_llm_pretrain.py (userbuffers_*_b200_*, "
+    "`tp_comm_overlap = False if precision == 'nvfp4'`, `grad_reduce_in_fp32 = False`)",
+    "no activation recompute: not stated in the table; the FSDP rows offload 20-40 layers' activations to "
+    "the Grace CPU (the scripts' cpu_offloading_num_layers), which plancast does not model: their "
+    "predicted memory does not fit",
     "GB200 / GB300 NVL72: the GPUs of a run in NVLink domains of up to 72 (64 of a rack at 64 and 256 GPUs)",
 )
 
@@ -92,11 +96,12 @@ def blackwell_runs() -> tuple[PublishedRun, ...]:
     for name, release, system, preset, gpus, precision, gbs, mbs, seq, fsdp, tp, pp, cp, vp, tps in _ROWS:
         source, citation = RELEASES[release]
         extra: dict[str, object] = {"context_parallel_degree": cp} if cp > 1 else {}
-        if tp > 1:
+        if tp > 1 and precision != "NVFP4":  # the scripts turn userbuffers off under NVFP4
             extra["tp_comm_overlap"] = True
         plan = plan_table(tp, pp, vp, sequence_parallel=tp > 1, zero_stage=3 if fsdp else 1, **extra)
         training = training_table(
-            seq, mbs, gbs, "bf16", "none", flash_attention=True, fp8=True, fp8_recipe=RECIPES[precision]
+            seq, mbs, gbs, "bf16", "none", flash_attention=True, fp8=True, fp8_recipe=RECIPES[precision],
+            grad_accumulation_fp32=False,
         )
         cluster, per_node = SYSTEMS[system]
         runs.append(

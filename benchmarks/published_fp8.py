@@ -16,6 +16,8 @@ BRIDGE_2602 = (
 _ASSUMPTIONS = (
     "Megatron-core with Transformer Engine (`--fp8-format hybrid`): training.fp8 with bf16 around it, "
     "framework megatron-lm (distributed optimizer: zero_stage 1; FSDP > 0 rows: zero_stage 3)",
+    "gradients reduced in bf16 (training.grad_accumulation_fp32 = false): the scripts' "
+    "`grad_reduce_in_fp32 = False` (scripts/performance/configs/llama/llama3_llm_pretrain.py)",
     "FP8-CS: training.fp8_recipe = tensorwise_current (the 26.02 table's 'FP8' on H100 taken as the same "
     "recipe as 25.11's FP8-CS)",
     "sequence parallel with tp > 1 and fused attention: the recipes' defaults, not stated in the table",
@@ -125,7 +127,7 @@ def fp8_runs() -> tuple[PublishedRun, ...]:
                 {"preset": preset},
                 training_table(
                     seq, mbs, gbs, "bf16", "none", flash_attention=True, fp8=True,
-                    fp8_recipe="tensorwise_current",
+                    fp8_recipe="tensorwise_current", grad_accumulation_fp32=False,
                 ),
                 plan,
                 cluster_table("dgx-h100-80gb", gpus),

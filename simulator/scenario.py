@@ -166,9 +166,10 @@ class Training(Strict):
     """How training.fp8 scales its GEMMs, by Transformer Engine / Megatron-LM / torchao names:
     tensorwise_delayed (TE DelayedScaling, Megatron `--fp8-recipe delayed`), tensorwise_current (TE
     Float8CurrentScaling, torchao tensorwise), rowwise (torchao), blockwise (DeepSeek-V3's 1x128 / 128x128
-    tiles, TE Float8BlockScaling), mxfp8 (OCP MXFP8, Blackwell) or nvfp4 (NVFP4, Blackwell; the last ~15%
-    of blocks stay in `dtype`). Each sets the GEMM peak, the cast and amax passes and the weight copies
-    kept (simulator/costs/fp8.py cites each); only with fp8 = true. `plancast run` refuses FP8."""
+    tiles, TE Float8BlockScaling), mxfp8 (OCP MXFP8, Blackwell) or nvfp4 (NVFP4, Blackwell). Each sets the
+    GEMM peak, the cast and amax passes and the weight copies kept (simulator/costs/fp8.py cites each);
+    attention, norms, embedding and output layer stay in `dtype`. Only with fp8 = true; `plancast run`
+    refuses FP8."""
     grad_accumulation_fp32: bool | None = None
     """Keep gradients in fp32 (Megatron-LM `--accumulate-allreduce-grads-in-fp32`): 18 bytes per parameter
     for mixed-precision Adam instead of the ZeRO paper's 16. Default: parallelism.framework's (on for

@@ -12,15 +12,17 @@ optimizer) in the training dtype. What changes, per recipe (RECIPES):
   scales (simulator/costs/ops.py `linear`); the backward's cast of the output gradient is priced as
   the cast's backward (costs/stage.py, MEMORY_BACKWARD_FACTOR);
 - a narrow copy of each GEMM weight (both orientations) stays for the step where the recipe's framework
-  caches it over the micro-batches, unless ZeRO-3 gathers the weights per use;
-- some recipes keep the last blocks' linear layers in `dtype` as well (`bf16_tail_fraction`).
+  caches it over the micro-batches, unless ZeRO-3 gathers the weights per use.
+Which layers stay in `dtype`: under every recipe attention (the core), norms, the embedding and the output
+layer. Every block's linear layers run narrow: Megatron-LM's `--first-last-layers-bf16` is off by default,
+and Megatron-Bridge's performance recipes leave it off (bf16_with_nvfp4_mixed; FP8-CS sets it False);
+keeping blocks wide as the NVFP4 paper does (~15% of them, most at the end) would need a key of its own.
 What a block saves for backward is left as in `dtype` (`saved_input_bytes` says what the recipe keeps;
 costs/memory.py owns the activation memory).
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Literal, get_args
 
@@ -52,8 +54,6 @@ class Recipe:
     """Bytes per GEMM weight element of the narrow weight copies kept for the step (0: cast per use)."""
     saved_input_bytes: float
     """Bytes per element of a GEMM input saved for its weight gradient (for costs/memory.py)."""
-    bf16_tail_fraction: float = 0.0
-    """Share of the blocks, counted from the last, whose linear layers stay in `dtype`."""
 
     def cast_bytes(self, dtype_bytes: int) -> float:
         """HBM bytes per input element of quantizing a GEMM input in both orientations."""
@@ -88,8 +88,8 @@ RECIPES: dict[FP8Recipe, Recipe] = {
     # NVFP4 (NVIDIA, "Pretraining LLMs with NVFP4", arXiv 2509.25149): FP4 E2M1 elements in 16-element
     # blocks with an E4M3 scale (1/16 byte), under a per-tensor FP32 scale from the tensor's amax (a pass
     # before the cast: two reads); the Hadamard transform of the weight-gradient inputs is fused into
-    # that quantization in TE. About 15% of the linear layers, most at the end, stay in BF16.
-    "nvfp4": Recipe("nvfp4", 2, 0.5, 1 / 16, 2 * (0.5 + 1 / 16), 0.5 + 1 / 16, bf16_tail_fraction=0.15),
+    # that quantization in TE. TE / Megatron-LM's NVFP4 (Megatron-Bridge bf16_with_nvfp4_mixed).
+    "nvfp4": Recipe("nvfp4", 2, 0.5, 1 / 16, 2 * (0.5 + 1 / 16), 0.5 + 1 / 16),
 }
 
 
@@ -104,11 +104,6 @@ def fp8_matmul_efficiency(compute: ComputeModel, gpu: GPU) -> float:
     FP4 GEMMs take the FP8 ratio: no FP4 MAMF is published."""
     ratio = gpu.fp8_gemm_ratio if gpu.fp8_gemm_ratio is not None else FP8_TO_BF16_EFFICIENCY
     return compute.matmul_efficiency * ratio
-
-
-def bf16_tail_blocks(name: str, num_layers: int) -> int:
-    """How many of the last blocks keep their linear layers in `dtype` under recipe `name`."""
-    return math.ceil(recipe(name).bf16_tail_fraction * num_layers)
 
 
 def fp8_weight_copy_bytes(

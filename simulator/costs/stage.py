@@ -9,13 +9,11 @@ memory-bound ops read the gradient and the saved input and write one gradient (1
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Literal, cast
 
 from plancast.simulator.costs.collectives import CollectiveKind, Level, collective_seconds
 from plancast.simulator.costs.efficiency import op_seconds, ops_seconds
-from plancast.simulator.costs.fp8 import bf16_tail_blocks
 from plancast.simulator.costs.host import HostCosts
 from plancast.simulator.costs.mixed_precision import param_pass_ops
 from plancast.simulator.costs.moe import moe_layer_forward
@@ -248,40 +246,6 @@ def segment_params(s: Scenario, part: Part, moe: bool = False) -> tuple[float, f
     return block.per_rank(s.tp) + experts, block.sharded / s.tp + experts
 
 
-def _wide_block(s: Scenario, tp_levels: tuple[Level, ...], host: HostCosts, moe: bool) -> Segment:
-    """A block with its GEMMs in the training dtype inside an FP8 run (training.fp8_recipe's tail)."""
-    x = replace(Shape.of(s), fp8=False)
-    ops = moe_layer_forward(x, s.model, s.ep) if moe else layer_forward(x)
-    return _segment(
-        "layer",
-        ops,
-        s,
-        tp_levels,
-        layer_collectives(s, moe=moe),
-        *segment_params(s, "layer", moe=moe),
-        host_s=(host.layer_forward_s, host.layer_backward_s),
-    )
-
-
-def _block_of(
-    s: Scenario, tp_levels: tuple[Level, ...], host: HostCosts, layer: Segment, moe_layer: Segment
-) -> Callable[[int], Segment]:
-    """The segment of global block i: the MoE block from first_k_dense_replace on, and, where
-    training.fp8_recipe keeps the last blocks' GEMMs in the training dtype (costs/fp8.py), those priced
-    as without FP8."""
-    m = s.model
-    tail = bf16_tail_blocks(s.training.fp8_recipe, m.num_hidden_layers) if s.training.fp8 else 0
-    first_wide = m.num_hidden_layers - tail
-    wide = {moe: _wide_block(s, tp_levels, host, moe) for moe in {False, m.is_moe}} if tail else {}
-
-    def block(i: int) -> Segment:
-        if i >= first_wide:
-            return wide[m.is_moe_layer(i)]
-        return moe_layer if m.is_moe_layer(i) else layer
-
-    return block
-
-
 def stage_costs(s: Scenario, tp_levels: tuple[Level, ...]) -> tuple[StageCost, ...]:
     """One StageCost per virtual stage (pp * v of them), in stage order. An MoE model's layers from
     first_k_dense_replace on carry the MoE block and its all-to-alls (costs/moe.py)."""
@@ -308,7 +272,6 @@ def stage_costs(s: Scenario, tp_levels: tuple[Level, ...]) -> tuple[StageCost, .
             *segment_params(s, "layer", moe=True),
             host_s=(host.layer_forward_s, host.layer_backward_s),
         )
-    block = _block_of(s, tp_levels, host, layer, moe_layer)
     params, weights = segment_params(s, "embedding")
     embedding = _segment("embedding", embedding_forward(x), s, tp_levels, cast_params=params, weights=weights)
     params, weights = segment_params(s, "head")
@@ -318,7 +281,7 @@ def stage_costs(s: Scenario, tp_levels: tuple[Level, ...]) -> tuple[StageCost, .
     out = []
     for v, n_layers in enumerate(split):
         start = sum(split[:v])
-        blocks = tuple(block(i) for i in range(start, start + n_layers))
+        blocks = tuple(moe_layer if m.is_moe_layer(i) else layer for i in range(start, start + n_layers))
         segments = ((embedding,) if v == 0 else ()) + blocks + ((head,) if v == last else ())
         params = stage_parameters(
             m,
