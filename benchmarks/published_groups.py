@@ -8,7 +8,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from benchmarks.published_data import BLACKWELL_RUNS, FP8_RUNS, PublishedRun
+from benchmarks.published_data import BLACKWELL_RUNS, FP8_RUNS, TORCHTITAN_FP8_RUNS, PublishedRun
 from plancast.simulator.predict import simulate
 
 NEW_HARDWARE = ("B200", "B300", "GB200", "GB300", "MI300X", "MI325X", "MI355X")
@@ -36,7 +36,7 @@ def _row(run: PublishedRun) -> dict[str, Any]:
 
 def score_groups() -> dict[str, list[dict[str, Any]]]:
     """{"blackwell_amd": rows, "fp8": rows, "bridge_h100_fp8": rows}, each row as `_row`."""
-    rows = {run.name: _row(run) for run in (*FP8_RUNS, *BLACKWELL_RUNS)}
+    rows = {run.name: _row(run) for run in (*FP8_RUNS, *TORCHTITAN_FP8_RUNS, *BLACKWELL_RUNS)}
     return {
         "blackwell_amd": [r for r in rows.values() if r["gpu"].startswith(NEW_HARDWARE)],
         "fp8": list(rows.values()),

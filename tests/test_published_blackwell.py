@@ -6,7 +6,13 @@ from __future__ import annotations
 import pytest
 
 from benchmarks.published_blackwell import SYSTEMS
-from benchmarks.published_data import BLACKWELL_RUNS, FP8_RUNS, PublishedRun, scenario_dict
+from benchmarks.published_data import (
+    BLACKWELL_RUNS,
+    FP8_RUNS,
+    TORCHTITAN_FP8_RUNS,
+    PublishedRun,
+    scenario_dict,
+)
 from plancast.simulator.loader import parse_scenario
 
 NAME_RECIPE = {"nvfp4": "nvfp4", "mxfp8": "mxfp8", "fp8mx": "mxfp8", "fp8cs": "tensorwise_current",
@@ -28,10 +34,20 @@ def test_every_blackwell_row_parses_on_its_system_and_recipe(run: PublishedRun) 
     assert s.cluster.tiers[0].name == "nvlink"
 
 
+@pytest.mark.parametrize("run", TORCHTITAN_FP8_RUNS, ids=lambda r: r.name)
+def test_torchtitan_float8_rows_parse_as_torchao_runs_them(run: PublishedRun) -> None:
+    s = parse_scenario(scenario_dict(run), run.name).scenario
+    assert s.world_size == run.num_gpus and s.training.fp8
+    assert s.training.fp8_recipe == "tensorwise_current" and s.training.elementwise == "fused"
+    assert s.training.global_batch_size * s.training.seq_len == run.tokens_per_step
+    assert run.framework == "torchtitan"
+
+
 def test_the_new_groups_are_wide_enough() -> None:
     """>= 15 Blackwell rows and >= 10 FP8 rows beyond the five H100 ones, over the three narrow recipes."""
     assert len(BLACKWELL_RUNS) >= 15
-    assert len(BLACKWELL_RUNS) >= 10 and len(FP8_RUNS) == 5
+    assert len(BLACKWELL_RUNS) + len(TORCHTITAN_FP8_RUNS) >= 10 and len(FP8_RUNS) == 5
+    assert len({r.source for r in (*FP8_RUNS, *BLACKWELL_RUNS, *TORCHTITAN_FP8_RUNS)}) >= 3
     recipes = {parse_scenario(scenario_dict(r)).scenario.training.fp8_recipe for r in BLACKWELL_RUNS}
     assert recipes == {"tensorwise_current", "mxfp8", "nvfp4"}
 
