@@ -58,3 +58,10 @@ def test_te_attention_is_the_causal_half_at_the_cudnn_rate() -> None:
     # half the work at 0.447 against all of it at 0.35: 0.35 / (2 x 0.447) of the time, plus one overhead
     overhead = compute.op_overhead_us * 1e-6
     assert (te_s - overhead) / (titan_s - overhead) == pytest.approx(0.35 / (2 * 0.447), rel=3e-3)
+
+
+def test_mfu_counts_the_full_scores_whatever_the_kernel_computes() -> None:
+    """Model FLOPs (Narayanan et al. 2021 eq. 3) are the same for both stacks; only the time differs."""
+    from plancast.simulator.costs.model_flops import model_flops_per_token
+
+    assert model_flops_per_token(_scenario("megatron-lm")) == model_flops_per_token(_scenario("torchtitan"))
