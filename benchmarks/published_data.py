@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 
+from benchmarks.published_blackwell import blackwell_runs
 from benchmarks.published_fp8 import fp8_runs
 from benchmarks.published_fsdp import mosaic, torchtitan
 from benchmarks.published_megatron import bloom, korthikanti, llama3_row, megascale, narayanan
@@ -31,11 +32,14 @@ from benchmarks.published_record import (
     scenario_dict,
     step_flops,
 )
+from benchmarks.published_torchtitan_fp8 import torchtitan_fp8_runs
 
 __all__ = [
+    "BLACKWELL_RUNS",
     "FP8_RUNS",
     "MOE_AND_LONG_CONTEXT_RUNS",
     "RUNS",
+    "TORCHTITAN_FP8_RUNS",
     "FlopFormula",
     "Framework",
     "PublishedRun",
@@ -66,6 +70,12 @@ MOE_AND_LONG_CONTEXT_RUNS: tuple[PublishedRun, ...] = moe_and_long_context()
 
 FP8_RUNS: tuple[PublishedRun, ...] = fp8_runs()
 """Runs whose GEMMs train in FP8 (training.fp8), held out of every fit like the MoE rows."""
+
+BLACKWELL_RUNS: tuple[PublishedRun, ...] = blackwell_runs()
+"""Runs on Blackwell (DGX B200, GB200 / GB300 NVL72) in FP8, MXFP8 and NVFP4 (issue 32), never fitted on."""
+
+TORCHTITAN_FP8_RUNS: tuple[PublishedRun, ...] = torchtitan_fp8_runs()
+"""torchtitan's torchao Float8 rows on H100 (issue 32), never fitted on."""
 
 
 def groups(runs: tuple[PublishedRun, ...] = RUNS) -> dict[str, tuple[PublishedRun, ...]]:

@@ -16,8 +16,16 @@ BRIDGE_2602 = (
 _ASSUMPTIONS = (
     "Megatron-core with Transformer Engine (`--fp8-format hybrid`): training.fp8 with bf16 around it, "
     "framework megatron-lm (distributed optimizer: zero_stage 1; FSDP > 0 rows: zero_stage 3)",
+    "gradients reduced in bf16 (training.grad_accumulation_fp32 = false): the scripts' "
+    "`grad_reduce_in_fp32 = False` (scripts/performance/configs/llama/llama3_llm_pretrain.py)",
+    "FP8-CS: training.fp8_recipe = tensorwise_current (the 26.02 table's 'FP8' on H100 taken as the same "
+    "recipe as 25.11's FP8-CS)",
     "sequence parallel with tp > 1 and fused attention: the recipes' defaults, not stated in the table",
-    "no activation recompute and no tensor-parallel communication overlap: not stated in the table",
+    "no activation recompute: not stated in the table",
+    "tensor-parallel communication overlapped where tp > 1 (parallelism.tp_comm_overlap): the performance "
+    "scripts run Transformer Engine userbuffers for these shapes (NVIDIA-NeMo/Megatron-Bridge "
+    "scripts/performance, userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192 for Llama 3 70B, "
+    "userbuffers_fp8_h100_h16384_tp8_cp2_mbs1_seqlen8192 for Llama 3.1 405B)",
 )
 # name, source, citation, preset, GPUs, GBS, MBS, seq, FSDP, TP, PP, CP, VP, tokens/s/GPU
 _ROWS = (
@@ -107,7 +115,9 @@ _ROWS = (
 def fp8_runs() -> tuple[PublishedRun, ...]:
     runs = []
     for name, source, citation, preset, gpus, gbs, mbs, seq, fsdp, tp, pp, cp, vp, tps in _ROWS:
-        extra = {"context_parallel_degree": cp} if cp > 1 else {}
+        extra: dict[str, object] = {"context_parallel_degree": cp} if cp > 1 else {}
+        if tp > 1:
+            extra["tp_comm_overlap"] = True
         plan = plan_table(tp, pp, vp, sequence_parallel=tp > 1, zero_stage=3 if fsdp else 1, **extra)
         runs.append(
             PublishedRun(
@@ -115,7 +125,10 @@ def fp8_runs() -> tuple[PublishedRun, ...]:
                 source,
                 citation,
                 {"preset": preset},
-                training_table(seq, mbs, gbs, "bf16", "none", flash_attention=True, fp8=True),
+                training_table(
+                    seq, mbs, gbs, "bf16", "none", flash_attention=True, fp8=True,
+                    fp8_recipe="tensorwise_current", grad_accumulation_fp32=False,
+                ),
                 plan,
                 cluster_table("dgx-h100-80gb", gpus),
                 "megatron-lm",

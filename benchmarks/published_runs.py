@@ -16,6 +16,7 @@ import sys
 from typing import Any
 
 from benchmarks.published_data import FP8_RUNS, MOE_AND_LONG_CONTEXT_RUNS, RUNS, PublishedRun
+from benchmarks.published_groups import print_groups, score_groups
 from plancast.simulator.costs.memory import GiB, model_state_bytes, rank_memory
 from plancast.simulator.costs.params import stage_parameters
 from plancast.simulator.costs.stage import stage_costs
@@ -362,10 +363,12 @@ def print_scores(rows: list[dict[str, Any]]) -> None:
 def main() -> int:
     t5, t4, f1 = table5(), table4(), figure1()
     scores, moe, memory = score_runs(), score_moe_runs(), score_memory()
+    hardware = score_groups()  # issue 32: Blackwell + AMD, FP8 (benchmarks/published_groups.py)
     if "--json" in sys.argv:
         tables = {
             "runs": scores,
             "moe_runs": moe,
+            **hardware,
             "memory": memory,
             "table5": t5,
             "table4": t4,
@@ -375,6 +378,7 @@ def main() -> int:
         return 0
     print_scores(scores)
     print_moe_scores(moe)
+    print_groups(hardware)
     print_memory(memory)
     print("Korthikanti et al. 2022, Table 5: iteration time (s)")
     print(f"{'model':6} {'setup':16} {'measured':>9} {'predicted':>10} {'error':>8} {'MFU':>6}")

@@ -164,8 +164,8 @@ def check_framework_behaviour(scenario: Scenario) -> None:
         )
     if t.fp8:
         raise PlanError(
-            "training.fp8 = true: the runtime has no FP8 GEMM path (Transformer Engine or torchao float8); "
-            "simulate the plan, or set fp8 = false to run it in bf16"
+            f"training.fp8 = true (training.fp8_recipe = {t.fp8_recipe!r}): the runtime has no FP8 GEMM path "
+            "(Transformer Engine or torchao float8); simulate the plan, or set fp8 = false to run it in bf16"
         )
     if t.elementwise == "fused":
         raise PlanError(

@@ -123,6 +123,13 @@ class ComputeModel(Strict):
     """GEMM size (GFLOP) at which achieved efficiency is half of matmul_efficiency's headroom."""
     attention_efficiency: float = Field(default=0.54, gt=0, le=1)
     """Fraction of peak reached by the attention core (QK^T, softmax-V)."""
+    fused_attention_efficiency: float | None = Field(default=None, gt=0, le=1)
+    """Causal fused attention as Transformer Engine runs it (cuDNN's kernel; parallelism.framework =
+    "megatron-lm" with flash_attention): fraction of peak over the causal half of the s x s scores, at
+    long sequences; None: such runs take attention_efficiency over the full count, as other kernels do
+    (simulator/costs/attention.py)."""
+    fused_attention_half_seq: float = Field(default=0.0, ge=0)
+    """Sequence length at which the fused kernel reaches half of fused_attention_efficiency."""
     memory_efficiency: float = Field(default=0.95, gt=0, le=1)
     """Fraction of HBM bandwidth reached by memory-bound ops (norms, activations, optimizer)."""
     op_overhead_us: float = Field(default=26.0, ge=0)
@@ -235,6 +242,42 @@ def _shrink_node_tier(data: Mapping[str, Any], preset_node: Any) -> Mapping[str,
     return {**data, "tiers": [*inner, *tiers[1:]]}
 
 
+def fit_tiers(tiers: list[Mapping[str, Any]], world: int, per_node: int) -> list[dict[str, Any]]:
+    """The link tiers of a cluster of `world` GPUs in nodes of `per_node`: an inner tier (a scale-up
+    domain) that does not divide the world shrinks to the largest whole-node unit that does, at most its
+    own size, and a tier left no wider than the one inside it is dropped; the outermost spans the world.
+    The innermost tier, not the node, is the rule for what runs on the fast links: a GB200 NVL72 rack is
+    one NVLink domain of 72 GPUs in nodes of 4 (NVIDIA GB200 NVL72 spec); 1,024 such GPUs are planned as
+    16 domains of 64 (16 of a rack's 18 trays), as 72 does not divide 1,024."""
+    fitted: list[dict[str, Any]] = []
+    prev = 1
+    for tier in tiers[:-1]:
+        size = min(int(tier.get("size") or world), world)
+        unit = per_node if size >= per_node else prev
+        size = max((d for d in range(prev, size + 1) if world % d == 0 and d % prev == 0 and d % unit == 0),
+                   default=prev)
+        if size > prev:
+            fitted.append({**tier, "size": size})
+            prev = size
+    return [*fitted, {**tiers[-1], "size": None}]
+
+
+def _fit_preset_tiers(data: Mapping[str, Any], from_preset: bool) -> Mapping[str, Any]:
+    """A preset's tiers fitted to the cluster's size (fit_tiers) where a scale-up domain does not divide
+    it; tiers written in the scenario are left for validation to check."""
+    tiers, node, nodes = data.get("tiers"), data.get("gpus_per_node", 8), data.get("num_nodes", 1)
+    if not (from_preset and data.get("preset") and isinstance(tiers, list) and len(tiers) > 1):
+        return data
+    if not (isinstance(node, int) and isinstance(nodes, int) and node > 0 and nodes > 0):
+        return data
+    if not all(isinstance(t, Mapping) for t in tiers):
+        return data
+    world = node * nodes
+    if all(isinstance(t.get("size"), int) and world % t["size"] == 0 for t in tiers[:-1]):
+        return data
+    return {**data, "tiers": fit_tiers(tiers, world, node)}
+
+
 class Cluster(Strict):
     """The machines: a GPU type, the node shape and the link tiers, innermost first."""
 
@@ -270,6 +313,7 @@ class Cluster(Strict):
     @classmethod
     def _preset(cls, data: Any) -> Any:
         explicit_gpu = data.get("gpu") if isinstance(data, Mapping) else None
+        explicit = set(data) if isinstance(data, Mapping) else set()
         node_only = isinstance(data, Mapping) and "gpus_per_node" in data and "tiers" not in data
         preset_node = None
         if node_only and isinstance(data.get("preset"), str) and data["preset"] in catalog.CLUSTERS:
@@ -278,6 +322,7 @@ class Cluster(Strict):
         if not isinstance(data, Mapping):
             return data
         data = _shrink_node_tier(data, preset_node)
+        data = _fit_preset_tiers(data, from_preset="tiers" not in explicit)
         if isinstance(explicit_gpu, Mapping) and data.get("preset") is not None:
             # A partial [cluster.gpu] table overrides only its keys of the preset's GPU
             # (`memory_GiB = 40` on a dgx-a100-80gb keeps the A100's peaks and bandwidth).

@@ -17,6 +17,7 @@ from pydantic import Field, field_validator, model_validator
 from plancast.simulator import catalog
 from plancast.simulator.catalog.frameworks import DEFAULT_FRAMEWORK, Framework, framework_defaults
 from plancast.simulator.cluster import Cluster
+from plancast.simulator.costs.fp8 import FP8Recipe
 from plancast.simulator.fields import Dtype, Recompute, Strict
 from plancast.simulator.model_shapes import ModelShapes
 from plancast.simulator.presets import merge_preset
@@ -162,6 +163,14 @@ class Training(Strict):
     hybrid`, torchao float8), everything else in `dtype`: the GPU's FP8 peak, a cast of each GEMM input,
     an FP8 weight copy; attention and the output layer stay in `dtype` (simulator/costs/fp8.py). Needs
     a GPU with an FP8 peak (Hopper or newer). `plancast run` has no FP8 path and refuses it."""
+    fp8_recipe: FP8Recipe = "tensorwise_delayed"
+    """How training.fp8 scales its GEMMs, by Transformer Engine / Megatron-LM / torchao names:
+    tensorwise_delayed (TE DelayedScaling, Megatron `--fp8-recipe delayed`), tensorwise_current (TE
+    Float8CurrentScaling, torchao tensorwise), rowwise (torchao), blockwise (DeepSeek-V3's 1x128 / 128x128
+    tiles, TE Float8BlockScaling), mxfp8 (OCP MXFP8, Blackwell) or nvfp4 (NVFP4, Blackwell). Each sets the
+    GEMM peak, the cast and amax passes and the weight copies kept (simulator/costs/fp8.py cites each);
+    attention, norms, embedding and output layer stay in `dtype`. Only with fp8 = true; `plancast run`
+    refuses FP8."""
     grad_accumulation_fp32: bool | None = None
     """Keep gradients in fp32 (Megatron-LM `--accumulate-allreduce-grads-in-fp32`): 18 bytes per parameter
     for mixed-precision Adam instead of the ZeRO paper's 16. Default: parallelism.framework's (on for

@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass, fields
 from functools import partial
 from typing import Any
 
+from plancast.simulator.cluster import Tier, fit_tiers
 from plancast.simulator.costs.memory import GiB, peak_memory
 from plancast.simulator.predict import simulate
 from plancast.simulator.scenario import Scenario
@@ -88,10 +89,10 @@ def _base_for(base: Scenario, gpus: int) -> Scenario:
         raise ValueError(
             f"--gpus {gpus} is not a multiple of cluster.gpus_per_node ({base.cluster.gpus_per_node})"
         )
-    tiers = [
-        t.model_copy(update={"size": None}) if i == len(base.cluster.tiers) - 1 else t
-        for i, t in enumerate(base.cluster.tiers)
-    ]
+    # The innermost tier, not the node, bounds the fast links (an NVL72 rack: nodes of 4 on one NVLink
+    # domain of 72): fit_tiers keeps each domain a divisor of the GPUs searched (simulator/cluster.py).
+    fitted = fit_tiers([t.model_dump() for t in base.cluster.tiers], gpus, per_node)
+    tiers = [Tier.model_validate(t) for t in fitted]
     cluster = base.cluster.model_copy(update={"num_nodes": nodes, "gpus_per_node": per_node, "tiers": tiers})
     return base.model_copy(update={"cluster": cluster})
 

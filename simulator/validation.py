@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from plancast.simulator.catalog.frameworks import framework_defaults
+from plancast.simulator.costs.fp8 import recipe_problems
 from plancast.simulator.model_shapes import MODEL_SHAPE_BOUNDS, model_shape_problems
 from plancast.simulator.scenario import Scenario
 from plancast.simulator.schedules import schedule_problems, schedule_warnings
@@ -302,6 +303,7 @@ def _check_cluster(s: Scenario, errors: list[Problem], warnings: list[str]) -> N
         errors.append(
             Problem("training.fp8", 'FP8 GEMMs run inside mixed precision: set training.dtype = "bf16"')
         )
+    errors.extend(Problem(*p) for p in recipe_problems(s.training.fp8, s.training.fp8_recipe, c.gpu))
     if c.gpu.peak_dtype(dtype) not in c.gpu.peak_tflops:
         errors.append(
             Problem(

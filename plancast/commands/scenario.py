@@ -79,7 +79,11 @@ def _cluster_table() -> Any:
     )
     for name, c in cat.CLUSTERS.items():
         tiers: Any = c["tiers"]
-        desc = ", ".join(f"{t['name']} {t['bandwidth_GBps']:g} GB/s {t['latency_us']:g} us" for t in tiers)
+        desc = ", ".join(
+            f"{t['name']}{' x' + str(t['size']) if 'size' in t else ''} {t['bandwidth_GBps']:g} GB/s "
+            f"{t['latency_us']:g} us"
+            for t in tiers
+        )
         table.add_row(name, str(c["gpu"]), str(c["gpus_per_node"]), desc)
     return table
 
@@ -107,6 +111,22 @@ def _model_table() -> Any:
     return table
 
 
+def _sources(found: dict[str, str] | None) -> dict[str, Any]:
+    """`{"sources": {path: source}}` for a preset whose every number is cited, else nothing."""
+    return {"sources": dict(found)} if found else {}
+
+
+def _cluster_sources(name: str, cluster: dict[str, Any]) -> dict[str, Any]:
+    """A sourced cluster's sources with its GPU's, the latter under `gpu.` (the numbers it runs on)."""
+    from plancast.simulator import catalog as cat
+
+    own = cat.CLUSTER_SOURCES.get(name)
+    if not own:
+        return {}
+    gpu = cat.GPU_SOURCES.get(str(cluster["gpu"]), {})
+    return {"sources": {**own, **{f"gpu.{path}": src for path, src in gpu.items()}}}
+
+
 def _catalog_json(kind: str) -> dict[str, Any]:
     """The presets as they appear in scenario tables; models resolved, with their parameter count."""
     from plancast.simulator import catalog as cat
@@ -115,9 +135,9 @@ def _catalog_json(kind: str) -> dict[str, Any]:
 
     result: dict[str, Any] = {}
     if kind in ("gpus", "all"):
-        result["gpus"] = {name: dict(g) for name, g in cat.GPUS.items()}
+        result["gpus"] = {name: {**g, **_sources(cat.GPU_SOURCES.get(name))} for name, g in cat.GPUS.items()}
     if kind in ("clusters", "all"):
-        result["clusters"] = {name: dict(c) for name, c in cat.CLUSTERS.items()}
+        result["clusters"] = {name: {**c, **_cluster_sources(name, c)} for name, c in cat.CLUSTERS.items()}
     if kind in ("models", "all"):
         result["models"] = {}
         for name in cat.MODELS:

@@ -5,11 +5,11 @@ from __future__ import annotations
 import copy
 import difflib
 
-from plancast.simulator.catalog.clusters import CLUSTERS
-from plancast.simulator.catalog.gpus import GPUS
+from plancast.simulator.catalog.clusters import CLUSTER_SOURCES, CLUSTERS
+from plancast.simulator.catalog.gpus import GPU_SOURCES, GPUS
 from plancast.simulator.catalog.models import MODELS
 
-__all__ = ["CLUSTERS", "GPUS", "MODELS", "lookup"]
+__all__ = ["CLUSTERS", "CLUSTER_SOURCES", "GPUS", "GPU_SOURCES", "MODELS", "lookup"]
 
 
 def lookup(table: dict[str, dict[str, object]], name: str, what: str) -> dict[str, object]:

@@ -8,6 +8,10 @@ the outermost tier is the whole cluster and is filled in from num_nodes * gpus_p
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from plancast.simulator.catalog import sourced
+
 # Hopper runs attention as FlashAttention-2 kernels at about 35% of peak ("FlashAttention-2 achieves
 # only 35% utilization on H100", Shah et al. 2024, FlashAttention-3, abstract), not the A100 fit's 0.54.
 # GEMMs: the A100 fit (ComputeModel.matmul_efficiency 0.79) is what GEMMs reach inside training; the best
@@ -18,8 +22,16 @@ from __future__ import annotations
 # the H100's chip: 834 TFLOP/s in bursts, 755 sustained at its power limit; 794.5 x 755 / 834 = 0.73 too).
 A100_FIT_MATMUL_EFFICIENCY = 0.79  # the default of simulator.cluster.ComputeModel.matmul_efficiency
 A100_MAMF, H100_MAMF = 0.869, 0.803
+# Transformer Engine's causal fused attention (cuDNN) on H100, fwd + bwd over the causal half of the scores
+# (benchmarks/results/gpu_ops_h100_*.txt, attention[cudnn]: 0.894 of peak over the full count at seq 8192,
+# Llama 3 8B shape; 0.712 at seq 2048, MPT-7B shape): e_max x s / (s + s_half) through both points.
+_LONG, _SHORT = (8192, 0.894 / 2), (2048, 0.712 / 2)
+_RATIO = _LONG[1] / _SHORT[1]
+CUDNN_HALF_SEQ = round(_LONG[0] * _SHORT[0] * (1 - _RATIO) / (_RATIO * _SHORT[0] - _LONG[0]))
 HOPPER_COMPUTE = {
     "attention_efficiency": 0.35,
+    "fused_attention_efficiency": round(_LONG[1] * (_LONG[0] + CUDNN_HALF_SEQ) / _LONG[0], 3),
+    "fused_attention_half_seq": CUDNN_HALF_SEQ,
     "matmul_efficiency": round(A100_FIT_MATMUL_EFFICIENCY * H100_MAMF / A100_MAMF, 3),
 }
 
@@ -131,3 +143,8 @@ CLUSTERS: dict[str, dict[str, object]] = {
         ],
     },
 }
+
+# Blackwell (DGX/HGX, GB200/GB300 NVL72) and AMD Instinct presets, each number with its source
+# (clusters.toml; `plancast catalog --json`).
+SOURCED_CLUSTERS, CLUSTER_SOURCES = sourced.load(Path(__file__).with_name("clusters.toml"))
+CLUSTERS.update(SOURCED_CLUSTERS)

@@ -17,6 +17,10 @@ management and `expandable_segments`), taken as 5%. CPU ranks: no device context
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from plancast.simulator.catalog import sourced
+
 _HEADROOM = {"reserved_GiB": 1.7, "fragmentation": 0.05}  # context 0.7 + NCCL 1.0
 _HEADROOM_NVLS = {"reserved_GiB": 2.2, "fragmentation": 0.05}  # context 0.7 + NCCL with NVLS 1.5
 
@@ -87,27 +91,6 @@ GPUS: dict[str, dict[str, object]] = {
         "price_usd_per_hour": 4.54,  # Spheron on-demand list, 17 March 2026
         **_HEADROOM_NVLS,
     },
-    # NVIDIA DGX B200 datasheet (2024): 72 PF FP8 training per 8 GPUs = 9 PF sparse -> 4.5 PF dense FP8,
-    # 2.25 PF dense BF16 per GPU; HBM3e 8 TB/s; 1,440 GB per 8 GPUs = 180 GB.
-    "B200-SXM-180GB": {
-        "peak_tflops": {"fp32": 80.0, "tf32": 1100.0, "fp16": 2250.0, "bf16": 2250.0, "fp8": 4500.0},
-        "hbm_GBps": 8000.0,
-        "memory_GiB": 179.1,
-        "fp8_gemm_ratio": round(0.763 / 0.776, 3),  # MAMF (as above): FP8 3432.5 (76.3%), BF16 1745.0 (77.6%)
-        "power_W": 1000.0,  # HGX B200 datasheet: 1,000 W per GPU
-        "price_usd_per_hour": 6.03,  # Spheron on-demand list, 17 March 2026
-        **_HEADROOM_NVLS,
-    },
-    # AMD Instinct MI300X datasheet (2023): FP32 163.4, TF32 653.7, FP16/BF16 1,307.4, FP8 2,614.9 TFLOP/s
-    # dense; HBM3 5.3 TB/s; 192 GB.
-    "MI300X-192GB": {
-        "peak_tflops": {"fp32": 163.4, "tf32": 653.7, "fp16": 1307.4, "bf16": 1307.4, "fp8": 2614.9},
-        "hbm_GBps": 5300.0,
-        "memory_GiB": 192.0,
-        "power_W": 750.0,  # MI300X datasheet: 750 W
-        "price_usd_per_hour": 1.99,  # median of neocloud on-demand listings, May 2026 (cliffcenter.com)
-        **_HEADROOM,
-    },
     # One x86 core as a rank (gloo on CPU). Nominal: AVX2 with two FMA ports at ~3 GHz =
     # 2 ports x 8 fp32 lanes x 2 FLOP x 3e9 = 96 GFLOP/s (Intel 64 and IA-32 Optimization Reference
     # Manual, Haswell and later). `plancast calibrate` replaces it with what this machine measures.
@@ -117,3 +100,7 @@ GPUS: dict[str, dict[str, object]] = {
         "memory_GiB": 8.0,  # a budget per rank on a 24 GiB, 2-core test machine
     },
 }
+
+# Blackwell and AMD Instinct presets, each number with its source (gpus.toml; `plancast catalog --json`).
+SOURCED_GPUS, GPU_SOURCES = sourced.load(Path(__file__).with_name("gpus.toml"))
+GPUS.update(SOURCED_GPUS)

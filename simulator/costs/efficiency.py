@@ -25,13 +25,13 @@ def op_seconds(
     hbm_s = op.bytes * byte_scale / (gpu.hbm_GBps * 1e9 * compute.memory_efficiency)
     if op.category == "memory" or flops == 0.0:
         return hbm_s + compute.op_overhead_us * 1e-6
-    peak = gpu.peak_flops("fp8" if op.fp8 else dtype)
+    peak = gpu.peak_flops(op.peak if op.fp8 else dtype)  # op.peak: training.fp8_recipe's format
     if op.category == "matmul":
         half = compute.matmul_half_gflop * 1e9
         e_max = fp8_matmul_efficiency(compute, gpu) if op.fp8 else compute.matmul_efficiency
         eff = e_max * flops / (flops + half)
     else:
-        eff = compute.attention_efficiency
+        eff = op.rate or compute.attention_efficiency  # op.rate: a kernel's own (costs/attention.py)
     flop_s = flops / (peak * gpu.clock_fraction * eff)  # a power limit lowers the clock
     return max(flop_s, hbm_s) + compute.op_overhead_us * 1e-6
 

@@ -157,7 +157,7 @@ def rank_memory(s: Scenario, pp_rank: int, schedule: Schedule | None = None) -> 
     p_b, g_b, o_b = _model_states(s, params - experts, experts)
     if t.fp8:  # the blocks' FP8 weight copies (costs/fp8.py): all but the embedding and output layer
         outer = rank_parameters(m, [0] * stages, owned, tp=s.tp, vocab_tp=s.vocab_tp, ep=s.ep)[0]
-        p_b += fp8_weight_copy_bytes(params - outer, par.zero_stage)
+        p_b += fp8_weight_copy_bytes(params - outer, par.zero_stage, t.fp8_recipe)
     # ZeRO-3 keeps its own category, so each of the others keeps its textbook identity (16P/N in all):
     # the unit being computed is gathered in full, plus the one prefetched: a layer (FSDP2), or under
     # DeepSpeed a GEMM's weight and the next one's (it gathers per submodule, simulator/units.py).

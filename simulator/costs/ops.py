@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from plancast.simulator.costs import eager
+from plancast.simulator.costs.attention import CAUSAL_FRACTION, fused_attention_rate
+from plancast.simulator.costs.fp8 import Recipe, recipe
 from plancast.simulator.scenario import Model, Scenario
 
 Category = Literal["matmul", "attention", "memory"]
@@ -29,6 +31,8 @@ class Op:
     bytes: float  # HBM traffic (read + write)
     weight_grad: bool = False  # backward splits into input-grad and weight-grad GEMMs (zero-bubble W)
     fp8: bool = False  # a GEMM run in FP8 (training.fp8, costs/fp8.py)
+    peak: str = "fp8"  # the peak_tflops key an fp8 GEMM runs at (training.fp8_recipe)
+    rate: float | None = None  # fraction of peak of its kernel, where known per kernel (costs/attention.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +70,8 @@ class Shape:
     flash: bool
     kv_s: int = 0  # keys each query attends over: the whole sequence under context parallel; 0: s
     fp8: bool = False  # the block's GEMMs in FP8 (training.fp8)
+    fp8_recipe: str = "tensorwise_delayed"  # training.fp8_recipe
+    fused_attention: float | None = None  # the causal fused kernel's rate (costs/attention.py); None: not it
     eager: bool = False  # elementwise ops as eager PyTorch runs them (training.elementwise, costs/eager.py)
     rmsnorm: bool = False
     qk_head_dim: int = 0  # per-head query/key width (model_shapes.py); 0: h / heads
@@ -114,6 +120,10 @@ class Shape:
             rope=m.position_embedding == "rope",
             flash=t.flash_attention,
             fp8=t.fp8,
+            fp8_recipe=t.fp8_recipe,
+            fused_attention=fused_attention_rate(
+                s.cluster.compute, s.parallelism.framework, t.flash_attention, t.seq_len
+            ),
             eager=t.elementwise == "eager",
             rmsnorm=m.norm == "rmsnorm",
             qk_head_dim=m.qk_head_dim,
@@ -124,18 +134,24 @@ class Shape:
         )
 
 
-def _gemm(name: str, m: float, k: float, n: float, d: int, fp8: bool = False) -> Op:
-    """C[m,n] = A[m,k] @ B[k,n]: 2mkn FLOPs; reads A and B (1 byte each in FP8), writes C."""
-    return Op(name, "matmul", 2.0 * m * k * n, (1 if fp8 else d) * (m * k + k * n) + d * m * n, True, fp8)
+def _gemm(name: str, m: float, k: float, n: float, d: int, narrow: Recipe | None = None) -> Op:
+    """C[m,n] = A[m,k] @ B[k,n]: 2mkn FLOPs; reads A and B (narrow: their quantized elements and scales),
+    writes C."""
+    if narrow is None:
+        return Op(name, "matmul", 2.0 * m * k * n, d * (m * k + k * n) + d * m * n, True)
+    a_b = (narrow.element_bytes + narrow.scale_bytes) * (m * k + k * n)
+    return Op(name, "matmul", 2.0 * m * k * n, a_b + d * m * n, True, True, narrow.peak)
 
 
 def linear(name: str, m: float, k: float, n: float, x: Shape) -> list[Op]:
-    """A block's linear layer: its GEMM, under training.fp8 after the cast of its input to FP8 and its
-    FP8 transpose (read d, write 2 bytes an element; costs/fp8.py)."""
+    """A block's linear layer: its GEMM, under training.fp8 after the quantization of its input in both
+    orientations (training.fp8_recipe's reads and writes, costs/fp8.py)."""
     d = x.dtype_bytes
     if not x.fp8:
         return [_gemm(name, m, k, n, d)]
-    return [Op(f"{name}_fp8_cast", "memory", 0.0, (d + 2) * m * k), _gemm(name, m, k, n, d, fp8=True)]
+    narrow = recipe(x.fp8_recipe)
+    cast = Op(f"{name}_fp8_cast", "memory", 0.0, narrow.cast_bytes(d) * m * k)
+    return [cast, _gemm(name, m, k, n, d, narrow)]
 
 
 def _elementwise(name: str, elements: float, d: int, extra_bytes: float = 0.0) -> Op:
@@ -224,7 +240,11 @@ def attention_core_forward(x: Shape, k_dim: float, v_dim: float) -> list[Op]:
     ops: list[Op] = []
     if x.flash:  # fused kernel: no s x s tensor in HBM (Dao et al. 2022)
         io = d * tokens * (x.q_dim + x.o_dim + k_dim + v_dim) / t
-        ops.append(Op("attention", "attention", score_flops + value_flops, io))
+        if x.fused_attention is None:
+            ops.append(Op("attention", "attention", score_flops + value_flops, io))
+        else:  # Transformer Engine's causal fused kernel: the causal half, at its own rate
+            flops = (score_flops + value_flops) * CAUSAL_FRACTION
+            ops.append(Op("attention", "attention", flops, io, rate=x.fused_attention))
     else:
         probs = x.b * heads * x.s * kv_s
         ops += [

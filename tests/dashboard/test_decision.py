@@ -94,3 +94,19 @@ def test_decision_page_plans_energy_with_the_measured_power(open_page: OpenPage,
     assert g is not None
     assert metrics(at)["Energy"] == f"{g['energy_MWh']:.3g} MWh"
     assert "(telemetry)" in "\n".join(str(c.value) for c in at.caption)
+
+
+def test_decision_page_ranks_blackwell_nvl72_and_amd_clusters_by_cost(
+    open_page: OpenPage, healthy_run: Path
+) -> None:
+    """The question of issue 32 on the page: H100, B200, a GB200 NVL72 rack and MI300X, ranked by cost."""
+    clusters = ["dgx-h100-80gb", "dgx-b200", "gb200-nvl72", "mi300x"]
+    at = open_page(healthy_run, "decision")
+    widget(at.multiselect, "Clusters").set_value(clusters)
+    widget(at.text_input, "GPU counts").set_value("8,16")
+    at.button[0].click().run()
+    no_exception(at)
+    table = at.dataframe[0].value
+    assert set(table["cluster"]) == set(clusters)
+    assert table["cost_usd"].notna().all()  # every preset has a cited price per GPU-hour
+    assert list(table["cost_usd"]) == sorted(table["cost_usd"])

@@ -1,0 +1,30 @@
+"""The attention core as the kernels run it: which kernel a plan's framework calls, what it computes and at
+what rate.
+
+A causal kernel (FlashAttention-2/3, cuDNN's fused attention) skips the score blocks above the diagonal:
+it computes about half of the s x s scores, so its FLOPs are half the full count (the FlashAttention-3
+paper, arXiv 2407.08608 sec. 4.1, counts causal FLOPs so). Megatron-LM runs attention through Transformer
+Engine's DotProductAttention, whose fused backend on Hopper and Blackwell is cuDNN's kernel (TE docs,
+"Attention backends": FusedAttention, sm90+); that kernel is priced here, at its causal count and the
+cluster's `fused_attention_efficiency`, whose curve over the sequence length is measured per GPU
+(simulator/catalog/clusters.py). Other stacks (torchtitan's SDPA and FlashAttention-2 in the published
+rows) keep the model's full count at `attention_efficiency`, the rate the published dense rows score
+with (docs/calibration.md): a causal count for them waits on an A100 measurement of the same kernels.
+"""
+
+from __future__ import annotations
+
+from plancast.simulator.cluster import ComputeModel
+
+CAUSAL_FRACTION = 0.5
+"""Share of the s x s scores a causal kernel computes (FA3 paper sec. 4.1: causal FLOPs = full / 2)."""
+
+
+def fused_attention_rate(compute: ComputeModel, framework: str, flash: bool, seq_len: int) -> float | None:
+    """Fraction of peak the causal fused (cuDNN, via Transformer Engine) kernel reaches on `seq_len`
+    tokens over its causal count: e_max x s / (s + s_half); None where the plan runs another kernel or the
+    cluster has no measured rate for it."""
+    e_max = compute.fused_attention_efficiency
+    if framework != "megatron-lm" or not flash or e_max is None:
+        return None
+    return e_max * seq_len / (seq_len + compute.fused_attention_half_seq)
