@@ -273,7 +273,7 @@ def launch(
         raise LaunchError(str(err)) from err
     run = RunDir(out_dir)
     try:
-        cmd_extra = checkpoint_arguments(scenario, run, checkpoint_every, resume)
+        cmd_extra = checkpoint_arguments(scenario, run, checkpoint_every, resume, say=_say)
     except ValueError as e:
         raise LaunchError(str(e)) from None
     lock = LOCK_NAME if node_rank == 0 else f".plancast-node{node_rank}.lock"
@@ -293,6 +293,10 @@ def launch(
             file=sys.stderr,
         )
         return _run_job(run, plan, cmd, timeout_s)
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr)
 
 
 def _run_job(run: RunDir, plan: LaunchPlan, cmd: Sequence[str], timeout_s: float) -> int:
