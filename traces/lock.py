@@ -1,4 +1,5 @@
-"""One writer per run directory: an exclusive lock on ``RUN/.plancast.lock``.
+"""One writer per run directory: an exclusive lock on ``RUN/.plancast.lock``, and the write guard
+(``claim``) every verb that writes into a run directory goes through.
 
 The lock is ``fcntl.flock`` on a file inside the run directory, so the kernel releases it when its
 holder exits however it exits (a killed writer never leaves a stale lock behind); the file keeps the
@@ -79,10 +80,43 @@ class RunLock:
             self._fd = None
 
     def __enter__(self) -> RunLock:
-        self.acquire()
+        if self._fd is None:  # `with claim(...):` enters a lock claim() already holds
+            self.acquire()
         return self
 
     def __exit__(
         self, kind: type[BaseException] | None, value: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.release()
+
+
+class MeasuredRunError(ValueError):
+    """A verb would replace the measured data of a run without --force; the message names the run."""
+
+
+def measured_files(run_path: Path) -> list[str]:
+    """The measured data in a run directory (rank files, summary, env), as paths relative to it."""
+    measured = Path(run_path) / "measured"
+    if not measured.is_dir():
+        return []
+    names = sorted(p.name for p in measured.iterdir() if not p.name.startswith("."))
+    return [f"measured/{name}" for name in names]
+
+
+def claim(run_path: Path, command: str, replaces: str | None = None, force: bool = False) -> RunLock:
+    """The held lock of ``run_path`` for ``command``, the one write guard of every verb that writes
+    into a run directory. RunLockedError when another process writes it; MeasuredRunError when the
+    verb would replace ``replaces`` (say what, e.g. "measured/") of a run holding measured data and
+    ``force`` is not given. The caller releases the lock (``with claim(...):``)."""
+    lock = RunLock(run_path, command)
+    lock.acquire()
+    found = measured_files(run_path) if replaces is not None and not force else []
+    if found:
+        lock.release()
+        shown = ", ".join(found[:3]) + (f" and {len(found) - 3} more" if len(found) > 3 else "")
+        raise MeasuredRunError(
+            f"{run_path} holds a measured run ({shown}); `{command}` would replace its {replaces}. "
+            "Choose another run directory, or pass --force to replace what this command writes "
+            "(nothing else is deleted)"
+        )
+    return lock
