@@ -291,3 +291,22 @@ def test_install_hints_work_from_a_checkout(monkeypatch: pytest.MonkeyPatch) -> 
         app.require_extra("runtime,dashboard", "plancast demo")
     assert "pip install '.[runtime,dashboard]'" in str(caught.value)
     assert "pip install 'plancast[runtime,dashboard]'" in str(caught.value)
+
+
+def test_the_documented_limits_are_the_ones_in_force() -> None:
+    from plancast.dashboard.data import MAX_TYPED_CHARS
+    from plancast.traces.store import MAX_JSON_BYTES
+
+    text = (REPO / "docs" / "cli.md").read_text()
+    mib = 1024**2
+    for figure in (
+        f"| {bounded.MAX_SCENARIO_BYTES // mib} MiB |",
+        f"| {bounded.MAX_CONFIG_BYTES // mib} MiB |",
+        f"| {MAX_JSON_BYTES // mib} MiB |",
+        f"| {bounded.MAX_TRACE_BYTES // 1024**3} GiB; a `.json.gz` also at most {bounded.MAX_GZIP_RATIO}x",
+        f"nested at most {bounded.MAX_NESTING} levels; integers of at most {bounded.MAX_INT_DIGITS} digits",
+        f"{kineto_files.MAX_TRACE_EVENTS:,} events per trace file",
+        f"{runs_command.MAX_EXPORT_EVENTS:,} events",
+        f"{MAX_TYPED_CHARS} characters",
+    ):
+        assert figure in text, figure
