@@ -63,10 +63,12 @@ def latest_complete(run: RunDir) -> int | None:
 def read_log(run: RunDir) -> dict[str, Any]:
     """``measured/checkpoints.json``: ``every_steps`` and lists ``saves`` and ``loads`` (empty when the
     run has not checkpointed)."""
+    from plancast.traces.store import read_json_object
+
     path = checkpoints_json(run)
     log: dict[str, Any] = {"every_steps": None, "saves": [], "loads": []}
-    if path.exists():
-        log.update(json.loads(path.read_text(encoding="utf-8")))
+    if path.exists():  # TraceReadError (exit 2) naming the file when it is damaged
+        log.update(read_json_object(path))
     return log
 
 

@@ -310,3 +310,31 @@ def test_the_documented_limits_are_the_ones_in_force() -> None:
         f"{MAX_TYPED_CHARS} characters",
     ):
         assert figure in text, figure
+
+
+def test_a_planted_lock_link_is_never_followed(run: Path, tmp_path: Path) -> None:
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    (run / ".plancast.lock").unlink(missing_ok=True)
+    (run / ".plancast.lock").symlink_to(victim)
+    code, _, stderr = cli_main("export", str(run))
+    assert code == 2 and "cannot be used as the run's lock" in stderr and "Traceback" not in stderr, stderr
+    assert victim.read_text() == "precious"
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "message"),
+    [
+        ("measured/summary.json", "[1, 2]", "should hold a JSON object"),
+        ("measured/summary.json", '{"steps": "six"}', "not a step count"),
+        ("measured/checkpoints.json", "[]", "should hold a JSON object"),
+    ],
+)
+def test_resume_reads_the_run_folder_without_a_traceback(
+    run: Path, name: str, content: str, message: str
+) -> None:
+    (run / name).write_text(content)
+    (run / "checkpoints" / "step-000002").mkdir(parents=True)
+    (run / "checkpoints" / "step-000002" / "COMPLETE").touch()
+    code, _, stderr = cli_main("run", "--resume", str(run))
+    assert code == 2 and message in stderr and "Traceback" not in stderr, stderr

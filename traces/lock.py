@@ -13,6 +13,7 @@ import fcntl
 import json
 import os
 import socket
+import stat
 import sys
 import time
 from pathlib import Path
@@ -32,7 +33,8 @@ def lock_path(run_path: Path, name: str = LOCK_NAME) -> Path:
 
 def _describe_holder(path: Path) -> str:
     try:
-        holder = json.loads(path.read_text(encoding="utf-8"))
+        with path.open("rb") as handle:  # the holder's own small JSON (a few hundred bytes)
+            holder = json.loads(handle.read(64 * 1024))
         return f"pid {holder['pid']} on {holder['host']} ({holder['command']}, since {holder['since']})"
     except (OSError, ValueError, KeyError, TypeError):
         return "another process"
@@ -52,7 +54,17 @@ class RunLock:
 
     def acquire(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:  # never through a link: a run folder from elsewhere could point it at a file of yours
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+        except OSError as err:
+            raise RunLockedError(
+                f"{self.path} cannot be used as the run's lock ({err.strerror or err}); it should be a "
+                "plain file plancast creates: remove it if nothing is writing the run"
+            ) from None
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            why = "is not a regular file; remove it if nothing is writing the run"
+            raise RunLockedError(f"{self.path} {why}")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
