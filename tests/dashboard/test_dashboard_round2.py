@@ -4,8 +4,11 @@ to a private folder that a refusal leaves empty, and text that is no path is a m
 from __future__ import annotations
 
 import io
+import os
 import shutil
 import stat
+import subprocess
+import sys
 import tempfile
 import zipfile
 from pathlib import Path
@@ -77,3 +80,18 @@ def test_uploads_go_to_a_private_folder_per_session(
     second = AppTest.from_file(str(data.Path(__file__).resolve().parents[2] / "dashboard" / "app.py")).run()
     no_exception(second)
     assert len([p for p in shared.iterdir() if not p.is_symlink()]) == 2  # its own folder
+
+
+def test_the_upload_folder_is_removed_when_the_process_exits(tmp_path: Path) -> None:
+    code = "from plancast.dashboard import data; p = data.upload_root(); (p / 'f').write_text('x'); print(p)"
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+        capture_output=True,
+        check=False,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    made = Path(done.stdout.strip().splitlines()[-1])
+    assert made.parent == tmp_path and made.name.startswith("plancast-dashboard-")
+    assert not made.exists()
