@@ -165,12 +165,20 @@ def _flat(table: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 # Keys a resumed run may change: how long it runs and how often it saves, not what it trains.
 RESUME_MAY_CHANGE = frozenset({"training.steps", "training.checkpoint_every_steps"})
+# Of [cluster], only the shape is the plan's: the rest describes the hardware for the prediction (a
+# local-cpu machine re-measured between the kill and the resume changes it, the training does not).
+PLAN_CLUSTER_KEYS = frozenset({"cluster.num_nodes", "cluster.gpus_per_node"})
 
 
 def scenario_changes(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:
-    """``key: saved -> now`` for every key (dotted path) whose value differs, RESUME_MAY_CHANGE aside."""
+    """``key: saved -> now`` for every key (dotted path) of the plan whose value differs: [model],
+    [training] but RESUME_MAY_CHANGE, [parallelism], and the cluster's shape (PLAN_CLUSTER_KEYS)."""
     before, after = _flat(saved), _flat(now)
-    keys = sorted((before.keys() | after.keys()) - RESUME_MAY_CHANGE)
+    keys = sorted(
+        k
+        for k in (before.keys() | after.keys()) - RESUME_MAY_CHANGE
+        if not k.startswith("cluster.") or k in PLAN_CLUSTER_KEYS
+    )
     return [f"{k}: {before.get(k)!r} -> {after.get(k)!r}" for k in keys if before.get(k) != after.get(k)]
 
 

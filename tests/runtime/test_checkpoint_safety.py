@@ -196,3 +196,23 @@ def test_the_safe_reader_loads_a_real_checkpoint(run: Path) -> None:
     for key, value in state["stage0"]["model"].items():
         assert torch.equal(target["stage0"]["model"][key], value)
     assert target["stage0"]["optim"]["param_groups"][0]["lr"] == pytest.approx(1e-3)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "refused"),
+    [
+        (("parallelism", "pipeline_parallel_degree"), 1, True),
+        (("model", "hidden_size"), 128, True),
+        (("cluster", "gpus_per_node"), 4, True),
+        (("training", "steps"), 99, False),
+        (("cluster", "compute_slots_per_node"), 7, False),  # hardware, as a re-measured machine
+    ],
+)
+def test_only_a_change_of_plan_is_refused(key: tuple[str, str], value: object, refused: bool) -> None:
+    from plancast.runtime.checkpoint import scenario_changes
+
+    saved = to_toml_dict(load_scenario(REPO / "examples" / "tiny-local-cpu.toml").scenario)
+    now = json.loads(json.dumps(saved))
+    now[key[0]][key[1]] = value
+    changes = scenario_changes(saved, now)
+    assert bool(changes) == refused and all(".".join(key) in c for c in changes)
