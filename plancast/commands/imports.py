@@ -117,7 +117,8 @@ def import_kineto(
         err.print(f"the previous measured/ is kept as {kept}", markup=False)
     world = int(frame["rank"].max()) + 1
     out.print(
-        f"imported {len(frame)} events of {world} rank(s), {frame['step'].nunique()} step(s) into {out_dir}"
+        f"imported {len(frame)} events of {frame['rank'].nunique()} rank(s) (world size {world}), "
+        f"{frame['step'].nunique()} step(s) into {out_dir}"
     )
 
 
