@@ -205,7 +205,7 @@ def confined(typed: str, roots: Sequence[Path]) -> Path:
     bad = next((c for c in typed if ord(c) < 32 or ord(c) == 127), None)
     if bad is not None or len(typed) > MAX_TYPED_CHARS:
         why = f"is over {MAX_TYPED_CHARS} characters" if bad is None else f"holds the character {bad!r}"
-        raise UploadError(f"the folder typed {why}: type the path of a folder under {first}")
+        raise UploadError(f"the path typed {why}: type a path under {first}")
     path = _resolved(first / typed)  # an absolute `typed` replaces `first`
     if path is not None and any(path.is_relative_to(root) for root in roots):
         return path

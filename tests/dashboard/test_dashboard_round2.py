@@ -35,7 +35,7 @@ def test_a_listed_link_that_points_outside_is_not_listed(tmp_path: Path, healthy
 
 @pytest.mark.parametrize("typed", ["runs\x00/x", "a\nb", "x" * 5000])
 def test_text_that_is_no_path_is_refused_with_a_message(tmp_path: Path, typed: str) -> None:
-    with pytest.raises(data.UploadError, match="the folder typed"):
+    with pytest.raises(data.UploadError, match="the path typed"):
         data.confined(typed, [tmp_path])
 
 
@@ -43,7 +43,7 @@ def test_a_nul_in_the_runs_folder_box_is_a_message(open_page: OpenPage) -> None:
     at = open_page(None, "overview")
     widget(at.sidebar.text_input, "Runs folder").set_value("runs\x00evil").run()
     no_exception(at)
-    assert any("the folder typed holds the character" in e.value for e in at.error)
+    assert any("the path typed holds the character" in e.value for e in at.error)
 
 
 def test_a_refused_upload_leaves_nothing_behind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
