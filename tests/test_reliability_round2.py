@@ -338,3 +338,11 @@ def test_resume_reads_the_run_folder_without_a_traceback(
     (run / "checkpoints" / "step-000002" / "COMPLETE").touch()
     code, _, stderr = cli_main("run", "--resume", str(run))
     assert code == 2 and message in stderr and "Traceback" not in stderr, stderr
+
+
+def test_a_deeply_nested_profiler_trace_is_refused(tmp_path: Path) -> None:
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    write(traces / "rank0.json", '{"traceEvents": [], "x": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    code, _, stderr = cli_main("import-kineto", str(traces), "--out", str(tmp_path / "run"))
+    assert code == 2 and "nested too deeply" in stderr and "Traceback" not in stderr, stderr
