@@ -240,6 +240,16 @@ def test_rows_that_contradict_their_file_are_refused_everywhere(
     assert any(message in p for p in load_run(run).problems)
 
 
+def test_a_rank_beyond_the_world_size_is_refused_everywhere(run: Path, tmp_path: Path) -> None:
+    rd = RunDir(run)
+    write_events(rd.rank_events(5), read_events(rd.rank_files()[1]).assign(rank=5))  # env.json: world 2
+    calibrate = ["calibrate", str(run), str(run), "-o", str(tmp_path / "p.toml")]
+    for args in (["compare", str(run)], ["export", str(run)], calibrate):
+        code, _, stderr = cli_main(*args)
+        assert code == 2 and "beyond the world size 2" in stderr and "Traceback" not in stderr, (args, stderr)
+    assert any("beyond the world size 2" in p for p in load_run(run).problems)
+
+
 @pytest.mark.parametrize("rank", [1_000_000_000, 1e9, -3, 4, "0"])
 def test_import_kineto_refuses_a_rank_that_is_not_one(tmp_path: Path, rank: object) -> None:
     traces = tmp_path / "traces"
