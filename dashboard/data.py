@@ -10,10 +10,12 @@ simulated into it) is simulated in memory, as `plancast compare` does on disk.
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import io
 import math
 import os
+import shutil
 import tempfile
 import zipfile
 from collections.abc import Callable, Mapping, Sequence
@@ -145,13 +147,29 @@ def looks_like_run(path: Path) -> bool:
     )
 
 
-def runs_in_folder(folder: Path) -> list[Path]:
-    """The folder itself if it is a run, else its sub-folders that are runs, by name."""
+def runs_in_folder(folder: Path, roots: Sequence[Path] | None = None) -> list[Path]:
+    """The folder itself if it is a run, else its sub-folders that are runs, by name. With `roots`, each
+    sub-folder is resolved first (symbolic links followed) and kept only when it lies inside one of
+    them: a link in the runs folder that points outside is not listed, as `confined` refuses it typed."""
     if looks_like_run(folder):
         return [folder]
     if not folder.is_dir():
         return []
-    return sorted(child for child in folder.iterdir() if looks_like_run(child))
+    found = []
+    for child in sorted(folder.iterdir()):
+        path = child if roots is None else _resolved(child)
+        if path is None or (roots is not None and not any(path.is_relative_to(r) for r in roots)):
+            continue
+        if looks_like_run(path):
+            found.append(path)
+    return list(dict.fromkeys(found))  # a link to a run listed once, as the run
+
+
+def _resolved(path: Path) -> Path | None:
+    try:
+        return path.resolve()
+    except (OSError, RuntimeError):  # a link loop
+        return None
 
 
 def command_line_runs(argv: Sequence[str], script: Path, environ: Mapping[str, str]) -> list[Path]:
@@ -175,12 +193,21 @@ def allowed_root(environ: Mapping[str, str]) -> Path:
     return Path(environ.get(ROOT_ENV) or "runs").resolve()
 
 
+MAX_TYPED_CHARS = 4096
+"""Longest path the runs-folder box takes: Linux's PATH_MAX (linux/limits.h)."""
+
+
 def confined(typed: str, roots: Sequence[Path]) -> Path:
     """``typed`` (relative paths are taken inside the first root) if it lies inside one of ``roots``
-    once resolved (symbolic links and ``..`` followed); else UploadError naming the allowed folder."""
+    once resolved (symbolic links and ``..`` followed); else UploadError naming the allowed folder, as
+    for text that is no path at all (a NUL or other control character, longer than PATH_MAX)."""
     first = roots[0]
-    path = (first / typed).resolve() if not Path(typed).is_absolute() else Path(typed).resolve()
-    if any(path.is_relative_to(root) for root in roots):
+    bad = next((c for c in typed if ord(c) < 32 or ord(c) == 127), None)
+    if bad is not None or len(typed) > MAX_TYPED_CHARS:
+        why = f"is over {MAX_TYPED_CHARS} characters" if bad is None else f"holds the character {bad!r}"
+        raise UploadError(f"the path typed {why}: type a path under {first}")
+    path = _resolved(first / typed)  # an absolute `typed` replaces `first`
+    if path is not None and any(path.is_relative_to(root) for root in roots):
         return path
     raise UploadError(
         f"{typed} is outside {first}: the dashboard only opens what lies under the runs folder it was "
@@ -259,6 +286,14 @@ def materialize_upload(files: Sequence[tuple[str, bytes]], root: Path) -> Path:
     for name, content in files:
         digest.update(name.encode() + b"\0" + hashlib.sha256(content).digest())
     target = root / f"upload-{digest.hexdigest()[:16]}"
+    try:
+        return _materialize(files, target)
+    except (UploadError, OSError):
+        shutil.rmtree(target, ignore_errors=True)  # a refused upload leaves nothing behind (disk fill)
+        raise
+
+
+def _materialize(files: Sequence[tuple[str, bytes]], target: Path) -> Path:
     run = RunDir(target)
     for name, content in files:
         if name.endswith(".zip"):
@@ -372,6 +407,16 @@ def cached_sweep(scenario_json: str, gpus: int, finalists: int) -> pd.DataFrame:
     return sweep_table(Scenario.model_validate_json(scenario_json), gpus, finalists)
 
 
+UPLOADS_KEY = "plancast_uploads"  # session state: this browser session's upload folder
+
+
 def upload_root() -> Path:
-    """Where uploaded runs are written: a per-user folder under the system temp directory."""
-    return Path(tempfile.gettempdir()) / f"plancast-dashboard-{os.getuid()}"
+    """Where this browser session's uploads are written: its own ``tempfile.mkdtemp`` (mode 0700, a name
+    no other user can guess and plant a link at), removed when the server exits."""
+    known = st.session_state.get(UPLOADS_KEY)
+    if known and Path(known).is_dir():
+        return Path(known)
+    path = Path(tempfile.mkdtemp(prefix="plancast-dashboard-"))
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    st.session_state[UPLOADS_KEY] = str(path)
+    return path

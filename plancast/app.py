@@ -86,6 +86,8 @@ _PACKAGE_USER_ERRORS = (
     ("plancast.simulator.loader", "ScenarioError"),
     ("plancast.traces.schema", "SchemaError"),
     ("plancast.traces.store", "TraceReadError"),
+    ("plancast.traces.lock", "RunLockedError"),  # another writer holds the run directory
+    ("plancast.traces.lock", "MeasuredRunError"),  # a write would replace measured data without --force
 )
 
 
@@ -152,13 +154,18 @@ def _importable(module: str) -> bool:
 def require_extra(extra: str, needed_by: str) -> None:
     """UserError (exit 2) naming the install line when an optional part of plancast is missing.
 
-    Called before anything starts (torchrun, streamlit), so a missing part never surfaces as a
-    crashed subprocess or an import traceback."""
-    missing = [name for name in EXTRAS[extra] if not _importable(name)]
-    if missing:
+    `extra` is one extra or several, comma-separated ("runtime,dashboard"): the line names every one
+    that is missing, so a fresh install learns all it needs at once. Called before anything starts
+    (torchrun, streamlit), so a missing part never surfaces as a crashed subprocess or a traceback."""
+    wanted = {name: [m for m in EXTRAS[name] if not _importable(m)] for name in extra.split(",")}
+    absent = {name: modules for name, modules in wanted.items() if modules}
+    if absent:
+        modules = [m for names in absent.values() for m in names]
+        extras = ",".join(absent)
         raise UserError(
-            f"{needed_by} needs {' and '.join(missing)} (not installed); "
-            f"install it with: pip install 'plancast[{extra}]'"
+            f"{needed_by} needs {' and '.join(modules)} (not installed); install it from a plancast "
+            f"checkout with: pip install '.[{extras}]' (or, where an index has plancast: "
+            f"pip install 'plancast[{extras}]')"
         )
 
 

@@ -29,7 +29,7 @@ from plancast.simulator.calibration.runs import RunData, Score, evaluate, fit_ru
 from plancast.simulator.cluster import Cluster
 from plancast.simulator.loader import load_scenario, parse_scenario
 from plancast.simulator.scenario import Scenario
-from plancast.traces.store import RunDir, read_json, read_measured
+from plancast.traces.store import RunDir, read_json_object, read_measured
 
 SINGLE_RUN = (
     "calibration needs at least two measured runs that vary what each parameter scales with (e.g. the "
@@ -67,12 +67,25 @@ def run_data(path: Path, cluster: Cluster | None = None) -> tuple[RunData, list[
     measured = read_measured(RunDir(path))
     if measured.events.empty:
         raise ValueError(f"{path} has no readable measured events; run `plancast run` first")
+    if measured.problems:  # as compare: a fit on part of a run, or on rows contradicting their file, misleads
+        raise ValueError(f"{path} cannot be fitted on: " + "; ".join(measured.problems))
     obs = mean_observations(compute_observations(measured.events))
     observations = tuple(Observation(int(r.stage), str(r.kind), float(r.seconds)) for r in obs.itertuples())
-    step_s = float(read_json(RunDir(path).measured_summary)["step_time_s"])
+    step_s = measured_step_s(RunDir(path))
     collectives, untracked = collective_means_s(measured.events), untracked_per_step(measured.events)
     run = RunData(str(path), s, observations, step_s, collectives, untracked)
-    return run, [f"warning: {p}" for p in measured.problems]
+    return run, []
+
+
+def measured_step_s(run: RunDir) -> float:
+    """``step_time_s`` of ``measured/summary.json``; ValueError naming the file when it is not a number."""
+    value = read_json_object(run.measured_summary).get("step_time_s")
+    if not isinstance(value, int | float) or isinstance(value, bool) or not value > 0:
+        raise ValueError(
+            f"{run.measured_summary} has step_time_s {value!r}, not a positive number: the run is damaged "
+            "or unfinished; run it again"
+        )
+    return float(value)
 
 
 def adopt(own: Cluster, measured: Cluster) -> Cluster:

@@ -14,13 +14,12 @@ Pure functions, plus reading those small files. Importing this module does not i
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from plancast.traces.store import RunDir
+from plancast.traces.store import RunDir, read_json_object
 
 
 @dataclass(frozen=True)
@@ -87,8 +86,8 @@ def read_rank_errors(run: RunDir, world_size: int) -> dict[int, RankError]:
         path = run.rank_error(rank)
         if not path.is_file():
             continue
-        try:
-            record = json.loads(path.read_text(encoding="utf-8"))
+        try:  # bounded (traces/bounded.py); a TraceReadError is a ValueError
+            record = read_json_object(path)
             errors[rank] = RankError(rank, float(record["time_s"]), str(record["error"]))
         except (OSError, ValueError, KeyError, TypeError):
             continue

@@ -139,13 +139,20 @@ def torchrun_command(
     return cmd
 
 
-def finished_steps(run: RunDir, world_size: int) -> dict[int, list[int]]:
-    """The steps whose events each rank wrote (read back from its rank file; none when unreadable)."""
+def finished_steps(run: RunDir, world_size: int) -> tuple[dict[int, list[int]], list[float]]:
+    """The steps whose events each rank wrote (read back from its rank file; none when unreadable), and
+    the seconds of each step from the first that every rank finished, read from the events: the end of
+    the step's last event on its slowest rank (events start at the rank's step start, so this is the
+    step start to the end of its work, as the worker's step_times_s of a finished run)."""
     events = read_measured(run, world_size).events
-    return {
+    steps = {
         rank: sorted({int(s) for s in events.loc[events["rank"] == rank, "step"]})
         for rank in range(world_size)
     }
+    everyone = set.intersection(*(set(done) for done in steps.values())) if steps else set()
+    leading = next((k for k in range(len(everyone) + 1) if k not in everyone), 0)
+    ends_us = (events["start_us"] + events["dur_us"]).groupby(events["step"]).max()
+    return steps, [float(ends_us[k]) / 1e6 for k in range(leading)]
 
 
 def failure_summary(
@@ -156,6 +163,7 @@ def failure_summary(
     reason: str,
     status: str = "failed",
     first_failed_rank: int | None = None,
+    step_times_s: Sequence[float] = (),
 ) -> dict[str, Any]:
     """The content of ``measured/summary.json`` for a run that did not finish (pure).
 
@@ -178,6 +186,7 @@ def failure_summary(
         "first_failed_rank": first_failed_rank,
         "failures": [asdict(f) for f in failures],
         "steps_finished": {str(r): done for r, done in steps.items()},
+        "step_times_s": list(step_times_s),  # of the steps every rank finished, from their events
     }
 
 
@@ -194,7 +203,7 @@ def report_failure(run: RunDir, plan: LaunchPlan, exit_code: int, output: str, e
 
     ``ended`` is None for a failed job, else how it was stopped (a timeout, Ctrl-C, SIGTERM)."""
     failures = parse_failures(output)
-    steps = finished_steps(run, plan.world_size)
+    steps, step_times_s = finished_steps(run, plan.world_size)
     first = first_failure(failures, read_rank_errors(run, plan.world_size))
     log_hint = f"full logs: {run.logs_dir}/rank-NNNNN.log and torchrun.log"
     if ended is not None:
@@ -210,7 +219,7 @@ def report_failure(run: RunDir, plan: LaunchPlan, exit_code: int, output: str, e
     status = "interrupted" if ended is not None and not ended.startswith("timed out") else "failed"
     if plan.node_rank == 0:
         first_rank = first[0] if first is not None and ended is None else None
-        summary = failure_summary(plan, exit_code, failures, steps, reason, status, first_rank)
+        summary = failure_summary(plan, exit_code, failures, steps, reason, status, first_rank, step_times_s)
         write_json(run.measured_summary, summary)
     done = ", ".join(f"rank {r}: {len(s)}/{plan.steps}" for r, s in list(steps.items())[:8])
     more = f" and {len(steps) - 8} more ranks" if len(steps) > 8 else ""
@@ -277,7 +286,7 @@ def launch(
         raise LaunchError(str(err)) from err
     run = RunDir(out_dir)
     try:
-        cmd_extra = checkpoint_arguments(scenario, run, checkpoint_every, resume)
+        cmd_extra = checkpoint_arguments(scenario, run, checkpoint_every, resume, say=_say)
     except ValueError as e:
         raise LaunchError(str(e)) from None
     lock = LOCK_NAME if node_rank == 0 else f".plancast-node{node_rank}.lock"
@@ -324,6 +333,10 @@ def write_node_report(run: RunDir, plan: LaunchPlan, exit_code: int) -> int:
         },
     )
     return exit_code
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr)
 
 
 def _run_job(run: RunDir, plan: LaunchPlan, cmd: Sequence[str], timeout_s: float) -> int:

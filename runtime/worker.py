@@ -206,12 +206,14 @@ def run_steps(
     env: RankEnv,
     fault_at: int | None,
     checkpointer: Checkpointer | None = None,
-    resume: bool = False,
+    resume_step: int | None = None,
 ) -> RankResult:
     """Run ``steps`` steps, appending each one's events to the rank stream; rank 0 reports progress.
-    With a checkpointer: save every K steps, and with ``resume`` start after its newest checkpoint."""
+    With a checkpointer: save every K steps, and with ``resume_step`` start after that checkpoint."""
     result = RankResult(env.rank)
-    done = checkpointer.restore(writer) if checkpointer is not None and resume else Progress()
+    done = Progress()
+    if checkpointer is not None and resume_step is not None:
+        done = checkpointer.restore(writer, resume_step)
     result.losses, result.step_times_s = done.losses, done.step_times_s
     waited = core_wait_s()  # read once a step (~0.1 ms with a dozen threads), at its end
     with StepGC() as collector:  # no collector pass stalls one rank mid-step (gc_schedule.py)
@@ -263,7 +265,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--telemetry-interval-s", type=float, default=0.5, help="GPU sampling period")
     p.add_argument("--checkpoint-every", type=int, default=None, help="checkpoint every K steps")
-    p.add_argument("--resume", action="store_true", help="resume from the run's newest checkpoint")
+    p.add_argument(
+        "--resume-step", type=int, default=None, help="resume from the checkpoint after this many steps"
+    )
     return p.parse_args(argv)
 
 
@@ -313,7 +317,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as err:
         raise SystemExit(f"plancast.runtime.worker: {err}") from None
     run = RunDir(args.out)
-    log_to_file(run, env.rank, append=args.resume)
+    log_to_file(run, env.rank, append=args.resume_step is not None)
     try:
         return run_rank(args, env, run, cpu_capture)
     except BaseException as error:
@@ -342,10 +346,10 @@ def run_rank(args: argparse.Namespace, env: RankEnv, run: RunDir, cpu_capture: C
         )
         writer = RankEventWriter(run, env.rank)
         every = args.checkpoint_every or scenario.training.checkpoint_every_steps
-        ckpt = Checkpointer(trainer, run, env.rank, every) if every or args.resume else None
+        ckpt = Checkpointer(trainer, run, env.rank, every) if every or args.resume_step is not None else None
         try:
             result = run_steps(
-                trainer, writer, steps, env, fault_step(os.environ, env.rank), ckpt, args.resume
+                trainer, writer, steps, env, fault_step(os.environ, env.rank), ckpt, args.resume_step
             )
         except BaseException:  # the finished steps become the rank's parquet file all the same; the
             with contextlib.suppress(Exception):  # step's error is the one to report

@@ -17,6 +17,8 @@ from pydantic import ValidationError
 
 from plancast.simulator.scenario import DEPRECATED_KEYS, Scenario
 from plancast.simulator.validation import Problem, check_plan
+from plancast.traces import bounded
+from plancast.traces.bounded import BoundedReadError, load_toml, read_text
 
 
 class ScenarioError(ValueError):
@@ -94,13 +96,9 @@ def load_scenario(path: str | Path) -> Loaded:
     """Read a TOML scenario file; raises ScenarioError (with the file name) on any problem."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ScenarioError([Problem("", f"file not found: {path}")], str(path)) from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise ScenarioError([Problem("", f"cannot read {path}: {err}")], str(path)) from None
-    try:
-        data = tomllib.loads(text)
+        data = load_toml(read_text(path, bounded.MAX_SCENARIO_BYTES, "a scenario"), str(path))
+    except BoundedReadError as err:
+        raise ScenarioError([Problem("", str(err))], str(path)) from None
     except tomllib.TOMLDecodeError as err:
         raise ScenarioError([Problem("", f"TOML syntax error: {err}")], str(path)) from None
     except RecursionError:  # tomllib recurses once per nested array or inline table

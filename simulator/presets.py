@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import tomllib
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from pydantic_core import PydanticCustomError
 
 from plancast.simulator import catalog
+from plancast.traces import bounded
+from plancast.traces.bounded import BoundedReadError, load_toml, read_text
 
 
 def lookup_preset(table: dict[str, dict[str, object]], name: str, what: str, key: str) -> dict[str, object]:
@@ -28,17 +29,24 @@ def lookup_preset(table: dict[str, dict[str, object]], name: str, what: str, key
 def _profile(path: str) -> dict[str, object]:
     """The [cluster] table of a calibrated profile file (`plancast calibrate -o FILE`)."""
     try:
-        table = tomllib.loads(Path(path).read_text(encoding="utf-8")).get("cluster")
-    except (OSError, tomllib.TOMLDecodeError) as err:
-        raise PydanticCustomError(
-            "unknown_preset", "{message}", {"message": f"cannot read profile {path}: {err}", "key": "preset"}
-        ) from None
-    if not isinstance(table, dict):
-        raise PydanticCustomError(
-            "unknown_preset", "{message}", {"message": f"{path} has no [cluster] table", "key": "preset"}
+        table = load_toml(read_text(path, bounded.MAX_SCENARIO_BYTES, "a cluster profile"), path).get(
+            "cluster"
         )
-    table.pop("preset", None)
+    except (BoundedReadError, tomllib.TOMLDecodeError) as err:
+        raise _profile_error(f"cannot read profile {path}: {err}") from None
+    if not isinstance(table, dict):
+        raise _profile_error(f"{path} has no [cluster] table")
+    named = table.pop("preset", None)
+    if isinstance(named, str) and named.endswith(".toml"):  # calibrate writes its catalog base, never a file
+        raise _profile_error(
+            f"{path} names another profile (preset = {named!r}); profiles do not chain: copy that "
+            f"profile's keys into {path}, or point the scenario at {named} itself"
+        )
     return table
+
+
+def _profile_error(message: str) -> PydanticCustomError:
+    return PydanticCustomError("unknown_preset", "{message}", {"message": message, "key": "preset"})
 
 
 def merge_preset(data: Any, table: dict[str, dict[str, object]], what: str) -> Any:

@@ -21,8 +21,6 @@ are not imported (Kineto does not record the peer of a point-to-point transfer i
 from __future__ import annotations
 
 import bisect
-import gzip
-import json
 import math
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -34,10 +32,10 @@ import pandas as pd
 
 from plancast.traces import schema
 from plancast.traces.chrome import exported_rows
+from plancast.traces.kineto_files import load_trace, trace_paths, trace_rank
 from plancast.traces.store import TraceReadError
 
 STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
-RANK_IN_NAME_RE = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 NCCL_KERNEL_RE = re.compile(r"^nccl(?:Dev)?Kernel_([A-Za-z]+)")
 BACKEND_SPAN_RE = re.compile(r"^(?:nccl|gloo|mpi|ucc|xccl):([A-Za-z_]+)$")
 AUTOGRAD_PREFIX = "autograd::engine::evaluate_function"
@@ -97,14 +95,21 @@ class StepWindow:
         return self.span.ts_us <= s.ts_us < self.until_us
 
 
-def import_kineto(trace_dir: Path) -> pd.DataFrame:
-    """Every ``*.json`` / ``*.json.gz`` profiler trace in ``trace_dir`` (or one file) -> measured events."""
-    paths = _trace_paths(Path(trace_dir))
+def import_kineto(trace_dir: Path, say: Callable[[str], None] = print) -> pd.DataFrame:
+    """Every ``*.json`` / ``*.json.gz`` profiler trace in ``trace_dir`` (or one file) -> measured events.
+    A lone trace that names no rank is rank 0 of a single-process job (`say` tells so)."""
+    paths = trace_paths(Path(trace_dir))
     frames: list[pd.DataFrame] = []
     seen: dict[int, Path] = {}
     for path in paths:
         trace = load_trace(path)
-        rank = trace_rank(trace, path)
+        rank = trace_rank(trace, path, alone=len(paths) == 1)
+        if rank is None:
+            rank = 0
+            say(
+                f"{path} names no rank (no distributedInfo, no rankN in its name): read as rank 0 of a "
+                "single-process job"
+            )
         if rank in seen:
             raise TraceReadError(
                 f"{seen[rank]} and {path} are both rank {rank}: keep one trace file per rank in {trace_dir}"
@@ -112,50 +117,6 @@ def import_kineto(trace_dir: Path) -> pd.DataFrame:
         seen[rank] = path
         frames.append(parse_trace(trace, rank, path))
     return schema.validate(pd.concat(frames, ignore_index=True))
-
-
-def _trace_paths(trace_dir: Path) -> list[Path]:
-    if trace_dir.is_file():
-        return [trace_dir]
-    if not trace_dir.is_dir():
-        raise TraceReadError(f"{trace_dir} does not exist: pass the folder the profiler wrote its traces to")
-    paths = sorted(p for p in trace_dir.iterdir() if p.name.endswith((".json", ".json.gz")))
-    if not paths:
-        raise TraceReadError(f"{trace_dir} has no *.json or *.json.gz profiler traces")
-    return paths
-
-
-def load_trace(path: Path) -> dict[str, Any]:
-    """Read one trace file (plain or gzipped JSON); TraceReadError if cut off or not a profiler trace."""
-    try:
-        raw = gzip.decompress(path.read_bytes()) if path.name.endswith(".gz") else path.read_bytes()
-        trace = json.loads(raw)
-    except (EOFError, OSError, UnicodeDecodeError) as err:
-        raise TraceReadError(f"{path} could not be read ({err}): is it a complete profiler trace?") from err
-    except json.JSONDecodeError as err:
-        raise TraceReadError(
-            f"{path} is not valid JSON ({err.msg} at line {err.lineno}, column {err.colno}); the "
-            "profiler was probably stopped while writing it: export the trace again"
-        ) from err
-    if not isinstance(trace, dict) or not isinstance(trace.get("traceEvents"), list):
-        raise TraceReadError(
-            f"{path} has no 'traceEvents' list, so it is not a PyTorch profiler trace: write one with "
-            "torch.profiler.tensorboard_trace_handler(...) or prof.export_chrome_trace(...)"
-        )
-    return trace
-
-
-def trace_rank(trace: Mapping[str, Any], path: Path) -> int:
-    """``distributedInfo.rank`` of a trace, else the ``rank<N>`` in its file name."""
-    info = trace.get("distributedInfo")
-    if isinstance(info, dict) and isinstance(info.get("rank"), int):
-        return int(info["rank"])
-    match = RANK_IN_NAME_RE.search(path.name)
-    if match:
-        return int(match.group(1))
-    raise TraceReadError(
-        f'{path} names no rank: add "distributedInfo": {{"rank": N}} to it or put rankN in the file name'
-    )
 
 
 def spans_of(trace: Mapping[str, Any]) -> list[Span]:

@@ -32,6 +32,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from plancast.traces import schema
+from plancast.traces.bounded import BoundedReadError, load_json, read_text
 
 SCHEMA_VERSION_KEY = b"plancast.schema_version"
 RANK_FILE_RE = re.compile(r"^rank-(\d+)\.(parquet|arrows)$")
@@ -274,28 +275,22 @@ MAX_JSON_BYTES = 64 * 1024**2
 
 
 def read_json(path: Path) -> Any:
-    """Read a JSON file; TraceReadError names the file when it is missing, damaged or not JSON."""
+    """Read a JSON file (traces/bounded.py: a regular file of at most MAX_JSON_BYTES, nesting and digits
+    capped); TraceReadError names the file when it is missing, damaged, too big or not JSON."""
     path = Path(path)
     _require_file(path)
     redo = "delete it and re-run the step that writes it"
     try:
-        if path.stat().st_size > MAX_JSON_BYTES:
-            raise TraceReadError(
-                f"{path} is larger than {MAX_JSON_BYTES // 1024**2} MiB, so not plancast's: {redo}"
-            )
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as err:
-        raise TraceReadError(f"{path} is not UTF-8 text ({err.reason}): the file is damaged; {redo}") from err
-    except OSError as err:
-        raise TraceReadError(f"{path} cannot be read ({err.strerror or err}); {redo}") from err
-    try:
-        return json.loads(text, parse_constant=_reject_constant)
+        text = read_text(path, MAX_JSON_BYTES, "a summary or env JSON")
+        return load_json(text, str(path), parse_constant=_reject_constant)
+    except BoundedReadError as err:
+        raise TraceReadError(f"{err}; {redo}") from err
     except json.JSONDecodeError as err:
         raise TraceReadError(
             f"{path} is not valid JSON ({err.msg} at line {err.lineno}, column {err.colno}); it was "
             f"probably cut off while being written: {redo}"
         ) from err
-    except (ValueError, RecursionError) as err:
+    except ValueError as err:
         raise TraceReadError(f"{path} is not plancast's JSON ({err}); {redo}") from err
 
 
@@ -317,6 +312,21 @@ def read_json_object(path: Path) -> dict[str, Any]:
 def read_predicted(run: RunDir) -> pd.DataFrame:
     """The predicted trace table of ``run``."""
     return read_events(run.predicted_events)
+
+
+def read_rank_events(path: Path, rank: int) -> pd.DataFrame:
+    """``read_events`` of rank `rank`'s file, refused (TraceReadError) when its rows contradict the file:
+    a row of another rank (that rank would look measured twice, this one missing) or a negative step."""
+    frame = read_events(path)
+    others = sorted(set(frame["rank"].unique().tolist()) - {rank})
+    if others:
+        shown = ", ".join(map(str, others[:5])) + (" ..." if len(others) > 5 else "")
+        raise TraceReadError(
+            f"{path} is rank {rank}'s file but holds rows of rank(s) {shown}: the file is damaged"
+        )
+    if (frame["step"] < 0).any():
+        raise TraceReadError(f"{path} has rows with a negative step: the file is damaged")
+    return frame
 
 
 @dataclass(frozen=True)
@@ -388,12 +398,12 @@ def read_measured(run: RunDir, world_size: int | None = None) -> MeasuredRead:
             )
             continue
         try:
-            frames.append(read_events(path))
+            frames.append(read_rank_events(path, rank))
         except TraceReadError as err:
             parquet = run.rank_events(rank)  # a stream that cannot be read: its rank's parquet file, if any
             if path != parquet and parquet.is_file():
                 try:
-                    frames.append(read_events(parquet))
+                    frames.append(read_rank_events(parquet, rank))
                 except TraceReadError:
                     pass
                 else:

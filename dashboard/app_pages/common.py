@@ -47,7 +47,8 @@ def run_picker() -> None:
         uploaded = _uploaded_run()
         found = data.command_line_runs(sys.argv, APP_SCRIPT, os.environ)
         try:
-            found += data.runs_in_folder(data.confined(folder, [root, data.upload_root()]))
+            roots = [root, data.upload_root()]
+            found += data.runs_in_folder(data.confined(folder, roots), roots)
         except UploadError as err:
             st.error(str(err))
         choices = list(dict.fromkeys([uploaded, *found] if uploaded else found))

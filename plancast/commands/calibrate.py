@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import tomllib
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -88,6 +89,7 @@ def calibrate(
 
     with user_errors():
         check_output_file(output, "--output", force)
+        guard = output_guard(output)  # held from here: the fit can take minutes
         if world < 1:
             raise UserError(f"--world must be at least 1, got {world}")
         runs = runs or []
@@ -104,7 +106,8 @@ def calibrate(
             result = fit_profile(runs, microbench=microbench, world=world)
         except ValueError as e:
             raise UserError(str(e)) from None
-    write_profile(result.cluster, output, result.notes)
+    with guard:
+        write_profile(result.cluster, output, result.notes)
     for note in result.notes:
         out.print(note, markup=False)
     if result.scores:
@@ -112,6 +115,23 @@ def calibrate(
         for line in score_table(result.scores):
             out.print(line, markup=False)
     out.print(f'wrote {output}: use it with  [cluster] preset = "{output}"', markup=False)
+
+
+def output_guard(output: Path) -> AbstractContextManager[Any]:
+    """The run directory's lock (traces/lock.py claim) when `output` goes into one, else nothing to hold;
+    a profile written into RUN/measured/ or RUN/predicted/ would sit among a run's own files: refused."""
+    from contextlib import nullcontext
+
+    from plancast.traces.lock import LOCK_NAME, claim
+
+    folder = output.resolve().parent
+    if folder.name in ("measured", "predicted") and (folder.parent / "scenario.toml").is_file():
+        where = f"inside a run's {folder.name}/ folder"
+        raise UserError(f"--output {output} is {where}; write the profile elsewhere")
+    marks = (folder / "scenario.toml", folder / "measured", folder / LOCK_NAME)
+    if any(mark.exists() for mark in marks):
+        return claim(folder, "plancast calibrate -o")
+    return nullcontext()
 
 
 def write_scenario_file(path: Path, s: Any) -> Path:

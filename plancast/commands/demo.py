@@ -91,9 +91,9 @@ def demo(
         check_output_dir(out_dir, "--out")
         if steps < 1:
             raise UserError(f"--steps must be at least 1, got {steps}")
-        require_extra("runtime", "plancast demo")
         if serve_dashboard:
-            require_extra("dashboard", "plancast demo (or pass --no-dashboard)")
+            require_extra("runtime,dashboard", "plancast demo (or pass --no-dashboard)")
+        require_extra("runtime", "plancast demo")
     from plancast.runtime.launch import launch
     from plancast.simulator.predict import simulate as run_simulation
 

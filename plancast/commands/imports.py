@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -86,28 +86,69 @@ def import_kineto(
     scenario: Annotated[
         Path | None, typer.Option(help="Scenario of the job, to predict it alongside.")
     ] = None,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="Replace measured/ of a run that holds one (the previous one is kept as "
+            "measured.replaced-TIME/, nothing is deleted).",
+        ),
+    ] = False,
 ) -> None:
     """Import traces of a job plancast did not launch as RUN/measured/, ready for `plancast compare`."""
     from plancast.traces.kineto import import_kineto as read_traces
-    from plancast.traces.store import RunDir, write_events, write_json
+    from plancast.traces.lock import claim
 
     with user_errors():
         check_output_dir(out_dir, "--out")
-        frame = read_traces(trace_dir)
+        frame = read_traces(trace_dir, say=lambda line: err.print(f"note: {line}", markup=False))
         if frame.empty:
             raise UserError(f"no profiler steps found in {trace_dir}")
         # as `simulate` predicts it: a local-cpu scenario on this machine's measured cluster
         s = measured_local(scenario, load(scenario)) if scenario is not None else None
-    run = RunDir(out_dir)
-    run.measured_dir.mkdir(parents=True, exist_ok=True)
-    for rank, events in frame.groupby("rank"):
-        write_events(run.rank_events(int(rank)), events.reset_index(drop=True))
-    world = int(frame["rank"].max()) + 1
-    write_json(run.env_json, {"world_size": world, "source": f"kineto import of {trace_dir}"})
-    if s is not None:
-        from plancast.simulator.predict import simulate as run_simulation
+        lock = claim(out_dir, "plancast import-kineto", "measured/", force)
+    with lock:
+        kept = write_measured(out_dir, frame, f"kineto import of {trace_dir}")
+        if s is not None:
+            from plancast.simulator.predict import simulate as run_simulation
 
-        write_predicted(out_dir, run_simulation(s))
+            write_predicted(out_dir, run_simulation(s))
+    if kept is not None:
+        err.print(f"the previous measured/ is kept as {kept}", markup=False)
+    world = int(frame["rank"].max()) + 1
     out.print(
-        f"imported {len(frame)} events of {world} rank(s), {frame['step'].nunique()} step(s) into {out_dir}"
+        f"imported {len(frame)} events of {frame['rank'].nunique()} rank(s) (world size {world}), "
+        f"{frame['step'].nunique()} step(s) into {out_dir}"
     )
+
+
+def write_measured(out_dir: Path, frame: Any, source: str) -> Path | None:
+    """RUN/measured/ holding exactly `frame`'s ranks and their env.json: built in a hidden folder
+    beside it, then renamed into place, so a reader sees the old measured/ or the new one, never a
+    mix. A measured/ already there is renamed to measured.replaced-TIME/ (kept, returned)."""
+    import os
+    import tempfile
+    import time
+
+    from plancast.traces.store import UMASK, RunDir, write_events, write_json
+
+    run = RunDir(out_dir)
+    run.path.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=run.path, prefix=".measured.", suffix=".tmp"))
+    try:
+        os.chmod(staging, 0o777 & ~UMASK)  # mkdtemp's 0700 would hide a shared run from its readers
+        for rank, events in frame.groupby("rank"):  # the names RunDir gives them
+            write_events(staging / run.rank_events(int(rank)).name, events.reset_index(drop=True))
+        world = int(frame["rank"].max()) + 1
+        write_json(staging / "env.json", {"world_size": world, "source": source})
+        kept = None
+        if run.measured_dir.exists():
+            kept = run.path / f"measured.replaced-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}"
+            os.rename(run.measured_dir, kept)
+        os.rename(staging, run.measured_dir)
+    except BaseException:
+        import shutil
+
+        shutil.rmtree(staging, ignore_errors=True)  # our own hidden folder, never the user's files
+        raise
+    return kept

@@ -26,13 +26,16 @@ def _inputs(
         return scenario, out_dir, steps
     if scenario is not None or (out_dir is not None and out_dir.resolve() != resume.resolve()):
         raise UserError("--resume RUN takes the scenario and run directory from RUN: drop SCENARIO and --out")
-    from plancast.traces.store import RunDir, read_json
+    from plancast.traces.store import RunDir, read_json_object
 
     run = RunDir(resume)
     if not run.scenario_toml.exists():
         raise UserError(f"--resume {resume}: no scenario.toml there; pass the directory of a `plancast run`")
     if steps is None and run.measured_summary.exists():  # the killed run's step count
-        steps = read_json(run.measured_summary).get("steps")
+        found = read_json_object(run.measured_summary).get("steps")
+        if found is not None and (not isinstance(found, int) or isinstance(found, bool) or found < 1):
+            raise UserError(f"{run.measured_summary} has steps {found!r}, not a step count; pass --steps K")
+        steps = found
     return run.scenario_toml, resume, steps
 
 

@@ -169,6 +169,12 @@ def print_gpu(gpu: dict[str, Any] | None) -> None:
     )
 
 
+MAX_EXPORT_EVENTS = 2_000_000
+"""Events one `export` writes: ~250 bytes of Chrome JSON each, so ~500 MB. ui.perfetto.dev holds a trace
+in the browser tab's memory, "2gb is typical", at 2-4x the file's size (perfetto.dev/docs/visualization/
+large-traces); json.dump also builds each rank's list in memory here (~1 KiB an event)."""
+
+
 @app.command("export")
 def export(
     run: RunArg,
@@ -183,6 +189,7 @@ def export(
     `compare`)."""
     from plancast.traces.chrome import export_chrome
     from plancast.traces.compare import optional_json
+    from plancast.traces.lock import claim
     from plancast.traces.store import RunDir, TraceReadError, read_measured, read_predicted
 
     problems: list[str] = []
@@ -210,8 +217,16 @@ def export(
         if not frames:
             _exit_on_problems(problems)
             raise UserError(f"{run} has no {source} events to export")
-    for name, frame in frames.items():
-        world = int(frame["rank"].max()) + 1
-        files = export_chrome(frame, rd.path / "chrome" / name, world)
-        out.print(f"{name}: {len(files)} file(s) in {rd.path / 'chrome' / name}")
+        if (count := sum(len(f) for f in frames.values())) > MAX_EXPORT_EVENTS:
+            raise UserError(
+                f"{run} has {count} {source} events, more than the {MAX_EXPORT_EVENTS} `export` writes "
+                "(a Chrome trace that size does not open in a browser); export --source predicted or "
+                "measured alone, or run fewer steps"
+            )
+        lock = claim(rd.path, "plancast export")  # chrome/ is derived: no --force needed, but one writer
+    with lock:
+        for name, frame in frames.items():
+            world = int(frame["rank"].max()) + 1
+            files = export_chrome(frame, rd.path / "chrome" / name, world)
+            out.print(f"{name}: {len(files)} file(s) in {rd.path / 'chrome' / name}")
     _exit_on_problems(problems)

@@ -26,6 +26,7 @@ from plancast.app import (
 from plancast.commands.calibrate import NoCacheOpt, measured_local
 
 if TYPE_CHECKING:
+    from plancast.simulator.scenario import Scenario
     from plancast.simulator.sweep import SweepResult
     from plancast.traces.lock import RunLock
 
@@ -66,23 +67,13 @@ def print_memory(summary: dict[str, Any]) -> None:
 
 
 def claim_out(out_dir: Path, force: bool) -> RunLock:
-    """The lock of RUN for writing a prediction; UserError if another process writes RUN, or if RUN
-    holds a measured run (whose scenario.toml and prediction would be replaced) without --force."""
-    from plancast.traces.lock import RunLock, RunLockedError
-    from plancast.traces.store import RunDir
+    """The lock of RUN for writing a prediction (traces/lock.py claim): refused while another process
+    writes RUN, or when RUN holds a measured run (whose scenario.toml and prediction would be replaced)
+    without --force."""
+    from plancast.traces.lock import claim
 
-    lock = RunLock(out_dir, "plancast simulate --out")
-    try:
-        lock.acquire()
-    except RunLockedError as e:
-        raise UserError(str(e)) from None
-    if RunDir(out_dir).rank_files() and not force:
-        lock.release()
-        raise UserError(
-            f"{out_dir} holds a measured run; its scenario.toml and predicted/ belong to it. Pass another "
-            "--out, or --force to replace them (compare will then judge the new scenario)"
-        )
-    return lock
+    what = "scenario.toml and predicted/ (compare would then judge the new scenario)"
+    return claim(out_dir, "plancast simulate --out", what, force)
 
 
 def print_goodput(g: dict[str, Any]) -> None:
@@ -283,11 +274,22 @@ def _single_sweep(
             }
         )
     if not result.finalists:  # after the JSON too: a script sees the empty list and exit code 1
-        limit_gib = min(s.cluster.gpu.memory_GiB, max_memory_gib or s.cluster.gpu.memory_GiB)
-        err.print(f"no plan of {result.enumerated} fits in {limit_gib:g} GiB per GPU", markup=False)
+        err.print(no_plan_message(s, n_gpus, result.enumerated, max_memory_gib), markup=False)
         raise typer.Exit(1)
     if not json_:
         _print_plans(result, top, elapsed)
+
+
+def no_plan_message(s: Scenario, n_gpus: int, enumerated: int, max_memory_gib: float | None) -> str:
+    """Why a sweep found no plan: none fits in memory, or (none enumerated) the batch cannot be split."""
+    if enumerated == 0:  # not memory: no split of the global batch over n_gpus ranks exists at all
+        return (
+            f"no plan for {n_gpus} GPUs: training.global_batch_size = {s.training.global_batch_size} cannot "
+            "be split that many ways (data-parallel replicas x micro-batches must divide it); use fewer "
+            "GPUs or a larger global batch"
+        )
+    limit_gib = min(s.cluster.gpu.memory_GiB, max_memory_gib or s.cluster.gpu.memory_GiB)
+    return f"no plan of {enumerated} fits in {limit_gib:g} GiB per GPU"
 
 
 def _print_plans(result: SweepResult, top: int, elapsed_s: float) -> None:

@@ -30,6 +30,8 @@ from plancast.simulator.importers.deepspeed import from_deepspeed_config
 from plancast.simulator.importers.hf import from_hf_config, hf_model
 from plancast.simulator.importers.megatron import from_megatron_args
 from plancast.simulator.scenario import Training
+from plancast.traces import bounded
+from plancast.traces.bounded import BoundedReadError, load_json, read_text
 
 __all__ = [
     "ConfigImportError",
@@ -67,7 +69,9 @@ def build_scenario_dict(
 def _read_json(path: Path) -> Mapping[str, Any]:
     text = _read_text(path)
     try:
-        data = json.loads(text)
+        data = load_json(text, str(path))
+    except BoundedReadError as err:
+        raise ConfigImportError(str(err)) from None
     except json.JSONDecodeError as err:
         where = f"line {err.lineno}, column {err.colno}"
         raise ConfigImportError(f"{path}: malformed JSON at {where}: {err.msg}") from None
@@ -77,12 +81,11 @@ def _read_json(path: Path) -> Mapping[str, Any]:
 
 
 def _read_text(path: Path) -> str:
+    """The text of a config file: a regular file of at most bounded.MAX_CONFIG_BYTES, as UTF-8."""
     try:
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigImportError(f"{path}: file not found") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise ConfigImportError(f"{path}: cannot read it: {err}") from None
+        return read_text(path, bounded.MAX_CONFIG_BYTES, "an imported config")
+    except BoundedReadError as err:
+        raise ConfigImportError(str(err)) from None
 
 
 def import_file(kind: ImportKind, path: str | Path) -> dict[str, Any]:

@@ -39,6 +39,31 @@ _MEGATRON_SIZES = (
 )
 
 
+_SWITCHES = (
+    "--group-query-attention",
+    "--sequence-parallel",
+    "--recompute-activations",
+    "--fp16",
+    "--bf16",
+    "--swiglu",
+    "--untie-embeddings-and-output-weights",
+    "--use-rotary-position-embeddings",
+    "--use-distributed-optimizer",
+    "--overlap-grad-reduce",
+    "--tp-comm-overlap",
+)
+_VALUE_FLAGS = (
+    *_MEGATRON_SIZES,
+    "--seed",
+    "--transformer-impl",
+    "--recompute-granularity",
+    "--normalization",
+    "--position-embedding-type",
+    "--tokenizer-type",
+    "--vocab-file",
+)
+
+
 def _megatron_parser() -> _Parser:
     """The subset of megatron/training/arguments.py that shapes one training step."""
     p = _Parser(prog="pretrain_gpt.py", allow_abbrev=False, add_help=False)
@@ -46,20 +71,7 @@ def _megatron_parser() -> _Parser:
         p.add_argument(flag, type=int)
     p.set_defaults(make_vocab_size_divisible_by=128)  # Megatron-LM's default
     p.add_argument("--seed", type=int)
-    for flag in (
-        "--group-query-attention",
-        "--sequence-parallel",
-        "--recompute-activations",
-        "--fp16",
-        "--bf16",
-        "--swiglu",
-        "--untie-embeddings-and-output-weights",
-        "--use-rotary-position-embeddings",
-        "--use-distributed-optimizer",
-        "--overlap-grad-reduce",
-        "--tp-comm-overlap",
-        *UNFUSING_FLAGS,
-    ):
+    for flag in (*_SWITCHES, *UNFUSING_FLAGS):
         p.add_argument(flag, action="store_true")
     p.add_argument(
         "--transformer-impl", choices=["local", "transformer_engine"], default="transformer_engine"
@@ -70,6 +82,28 @@ def _megatron_parser() -> _Parser:
     p.add_argument("--tokenizer-type")
     p.add_argument("--vocab-file")
     return p
+
+
+def _known_tokens(tokens: list[str]) -> tuple[list[str], list[str]]:
+    """(the tokens of the flags the parser knows, last occurrence of each; every other token), in one
+    pass: argparse's parse_known_args takes time quadratic in the tokens (seconds for 10^4), and its
+    last-one-wins for repeated flags is kept by keeping only the last."""
+    last: dict[str, list[str]] = {}
+    unknown: list[str] = []
+    switches = {*_SWITCHES, *UNFUSING_FLAGS}
+    i = 0
+    while i < len(tokens):
+        name = tokens[i].split("=", 1)[0]
+        if name in _VALUE_FLAGS and "=" not in tokens[i]:
+            last[name] = tokens[i : i + 2]  # the flag and its value
+            i += 2
+            continue
+        if name in _VALUE_FLAGS or name in switches:
+            last[name] = [tokens[i]]
+        else:
+            unknown.append(tokens[i])
+        i += 1
+    return [token for group in last.values() for token in group], unknown
 
 
 def _split_args(args: str | Sequence[str]) -> list[str]:
@@ -238,7 +272,9 @@ def from_megatron_args(args: str | Sequence[str]) -> dict[str, Any]:
     Arguments that do not shape a step (learning rate, data paths, ...) are listed in `warnings`.
     The data-parallel degree is left to the cluster (Megatron-LM derives it from the world size).
     """
-    ns, unknown = _megatron_parser().parse_known_args(_split_args(args))
+    known, unknown = _known_tokens(_split_args(args))
+    ns, rest = _megatron_parser().parse_known_args(known)
+    unknown += rest
     for flag in _MEGATRON_SIZES:  # every size is positive when given, so `or default` below is safe
         value = getattr(ns, flag[2:].replace("-", "_"))
         if value is not None:
@@ -250,7 +286,8 @@ def from_megatron_args(args: str | Sequence[str]) -> dict[str, Any]:
     if elementwise is not None:
         training["elementwise"] = elementwise
     parallelism = _megatron_parallelism(ns, model["num_hidden_layers"], notes)
-    ignored = [tok.split("=", 1)[0] for tok in unknown if tok.startswith("--")]
+    ignored = list(dict.fromkeys(tok.split("=", 1)[0] for tok in unknown if tok.startswith("--")))
     if ignored:
-        notes.append(f"ignored arguments plancast does not model: {', '.join(ignored)}")
+        more = f" and {len(ignored) - 40} more" if len(ignored) > 40 else ""
+        notes.append(f"ignored arguments plancast does not model: {', '.join(ignored[:40])}{more}")
     return {"model": model, "training": training, "parallelism": parallelism, "warnings": notes}

@@ -10,6 +10,7 @@ wrote must be the size simulator/goodput.py predicts.
 from __future__ import annotations
 
 import json
+import shutil
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -64,8 +65,12 @@ def test_killed_run_resumes_from_its_checkpoint(tmp_path: Path, monkeypatch: pyt
 
     monkeypatch.delenv("PLANCAST_FAULT_RANK")
     monkeypatch.delenv("PLANCAST_FAULT_STEP")
+    damaged = shutil.copytree(step_dir(run, 4), step_dir(run, 6))  # a newer save cut short by a full disk
+    (damaged / "__1_0.distcp").write_bytes((damaged / "__1_0.distcp").read_bytes()[:64])
     resumed = cli_subprocess("run", "--resume", str(killed), timeout_s=300)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "step-000006 is damaged" in resumed.stderr
+    assert "resuming from the previous complete checkpoint, step-000004" in resumed.stderr
     assert "step 5/6" in resumed.stderr and "step 1/6" not in resumed.stderr  # steps 4-5 only
 
     assert losses(killed) == pytest.approx(losses(reference), rel=1e-5)

@@ -195,6 +195,8 @@ def test_killing_one_rank_mid_run_names_it_and_compare_shows_failed(tmp_path: Pa
     assert 1 in summary["failed_ranks"]  # rank 0 may also have raised on its broken connection
     finished = read_measured(run).events
     assert len(set(finished.loc[finished["rank"] == 1, "step"])) >= 1  # the finished steps are intact
+    both = min(len(set(finished.loc[finished["rank"] == r, "step"])) for r in (0, 1))
+    assert len(summary["step_times_s"]) == both and min(summary["step_times_s"]) > 0  # and their times
     _, stdout, stderr = cli_main("compare", str(out))
     assert "measured run status: failed" in stdout and "rank 1 failed first" in stderr
     assert_nothing_left(out)

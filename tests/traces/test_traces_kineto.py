@@ -119,7 +119,7 @@ def write(path: Path, text: str) -> Path:
             '{"traceEvents": [{"ph": "X", "name": "aten::mm", "ts": 1, "dur": 2}]}',
             "no ProfilerStep",
         ),
-        ("trace.json", '{"traceEvents": []}', r"trace\.json names no rank"),
+        ("trace.json", '{"traceEvents": [], "distributedInfo": {"rank": -3}}', r"-3, not a rank"),
     ],
 )
 def test_damaged_traces_say_why(tmp_path: Path, name: str, text: str, message: str) -> None:
