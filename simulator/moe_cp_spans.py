@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 PHASES = frozenset({"forward", "recompute", "backward", "backward_input"})
 
-Layout = list[tuple[str, str, int, float, float]]  # stream, kind, bytes, offset_s, dur_s
+Layout = list[tuple[str, str, int, float, float, float]]  # stream, kind, bytes, offset_s, dur_s, exposed_s
 
 
 def _layout(cost: StageCost, phase: str) -> Layout:
@@ -38,10 +38,10 @@ def _layout(cost: StageCost, phase: str) -> Layout:
         else:
             own = g.forward_s + (0.0 if cost.tp_overlap else g.tp_forward_s)
         share = own / (len(colls) + 1)
-        for c in colls:
+        for c in colls:  # an overlapped all-to-all runs on beside the compute that follows it
             t += share
-            out.append((c.stream, c.kind, c.bytes, t, c.seconds))
-            t += c.seconds
+            out.append((c.stream, c.kind, c.bytes, t, c.seconds, c.blocking_s))
+            t += c.blocking_s
         t += share
     return out
 
@@ -84,7 +84,7 @@ def ep_cp_events(spans: Sequence[tuple[Any, ...]], costs: tuple[StageCost, ...])
             continue
         layout, index = layouts[sp[3]][sp[2]]
         rank, stage, chunk, mb, start = sp[0], sp[3], sp[4], sp[5], sp[8]
-        for (stream, kind, nbytes, offset, dur), i in zip(layout, index, strict=True):
+        for (stream, kind, nbytes, offset, dur, _), i in zip(layout, index, strict=True):
             rows.append((rank, stream, kind, stage, chunk, mb, i, -1, start + offset, dur, nbytes, 0.0))
     columns = ["rank", "stream", "kind", "stage", "chunk", "microbatch", "index", "peer"]
     return pd.DataFrame.from_records(rows, columns=[*columns, "start_s", "dur_s", "bytes", "flops"])
@@ -93,7 +93,8 @@ def ep_cp_events(spans: Sequence[tuple[Any, ...]], costs: tuple[StageCost, ...])
 def ep_cp_times(
     spans: Sequence[tuple[Any, ...]], costs: tuple[StageCost, ...]
 ) -> dict[str, dict[int, float]]:
-    """{"ep": {rank: seconds}, "cp": {...}}: each rank's blocking ep / cp time inside its compute spans."""
+    """{"ep": {rank: seconds}, "cp": {...}}: each rank's blocking ep / cp time inside its compute spans
+    (of an overlapped all-to-all, the part compute does not hide)."""
     out: dict[str, dict[int, float]] = {"ep": {}, "cp": {}}
     if not _has_any(costs):
         return out
@@ -104,7 +105,7 @@ def ep_cp_times(
         key = (sp[3], "forward" if sp[2] == "recompute" else sp[2])
         if key not in per:
             layout = _layout(costs[key[0]], key[1])
-            per[key] = {k: float(np.sum([c[4] for c in layout if c[0] == k])) for k in out}
+            per[key] = {k: float(np.sum([c[5] for c in layout if c[0] == k])) for k in out}
         for stream, seconds in per[key].items():
             if seconds:
                 out[stream][sp[0]] = out[stream].get(sp[0], 0.0) + seconds

@@ -31,13 +31,13 @@ def model_moe_problems(s: Scenario) -> list[PlanProblem]:
                 "use at most the number of layers (or unset num_local_experts for a dense model)",
             )
         )
-    if m.expert_ffn_size % s.tp:
+    if m.expert_ffn_size % s.etp:
         out.append(
             PlanProblem(
                 "model.moe_intermediate_size",
-                f"{m.expert_ffn_size} is not divisible by parallelism.tensor_parallel_degree ({s.tp}); "
-                "experts are split column-wise over tensor parallel (Megatron-Core's default "
-                "expert_tensor_parallel_size = tp)",
+                f"{m.expert_ffn_size} is not divisible by the expert-tensor-parallel degree ({s.etp}); "
+                "experts are split column-wise over parallelism.expert_tensor_parallel_degree (default "
+                "tensor_parallel_degree, as Megatron-Core's expert_tensor_parallel_size)",
             )
         )
     return out
@@ -54,12 +54,16 @@ def plan_moe_cp_problems(s: Scenario) -> list[PlanProblem]:
                 f"{ep} needs a mixture-of-experts model (model.num_local_experts > 0); set it to 1",
             )
         )
-    if ep > 1 and s.dp % ep:
+    folded = s.parallelism.expert_tensor_parallel_degree is not None
+    if folded:
+        out += _folding_problems(s)
+    if ep > 1 and not folded and s.dp % ep:
         out.append(
             PlanProblem(
                 "parallelism.expert_parallel_degree",
                 f"{ep} does not divide the data-parallel degree ({s.dp}); expert parallelism is carved "
-                "out of data parallelism (Megatron-Core, torchtitan): pick a divisor of dp",
+                "out of data parallelism (Megatron-Core, torchtitan): pick a divisor of dp, or fold it over "
+                "tp x cp x dp with parallelism.expert_tensor_parallel_degree (e.g. 1)",
             )
         )
     if ep > 1 and m.is_moe and m.num_experts % ep:
@@ -88,6 +92,29 @@ def plan_moe_cp_problems(s: Scenario) -> list[PlanProblem]:
             )
         )
     return out
+
+
+def _folding_problems(s: Scenario) -> list[PlanProblem]:
+    """MoE parallel folding's rule (Megatron-Core parallel_state.initialize_model_parallel: the expert
+    grid etp x ep x edp fills each pipeline stage's tp x cp x dp ranks)."""
+    etp, ep, stage = s.etp, s.ep, s.tp * s.cp * s.dp
+    if not s.model.is_moe:
+        return [
+            PlanProblem(
+                "parallelism.expert_tensor_parallel_degree",
+                f"{etp} needs a mixture-of-experts model (model.num_local_experts > 0); unset it",
+            )
+        ]
+    if stage % (ep * etp):
+        return [
+            PlanProblem(
+                "parallelism.expert_tensor_parallel_degree",
+                f"expert_parallel_degree x expert_tensor_parallel_degree = {ep} x {etp} does not divide "
+                f"tp x cp x dp = {stage}: the folded expert grid fills each pipeline stage's "
+                "ranks; pick degrees whose product divides it",
+            )
+        ]
+    return []
 
 
 def moe_cp_warnings(s: Scenario) -> list[str]:

@@ -18,6 +18,7 @@ from plancast.simulator.costs.host import HostCosts
 from plancast.simulator.costs.mixed_precision import param_pass_ops
 from plancast.simulator.costs.moe import moe_layer_forward
 from plancast.simulator.costs.moe_cp_comm import InnerCollective, layer_collectives
+from plancast.simulator.costs.moe_dispatch import exposed_fraction
 from plancast.simulator.costs.ops import (
     DTYPE_BYTES,
     Op,
@@ -45,6 +46,13 @@ class Collective:
     bytes: int
     seconds: float
     stream: str = "tp"
+    exposed_s: float | None = None
+    """Seconds the pass waits for it; None: all of them. An ep all-to-all overlapped with compute
+    (parallelism.moe_overlap_ep_comm) waits only for what the compute beside it does not hide."""
+
+    @property
+    def blocking_s(self) -> float:
+        return self.seconds if self.exposed_s is None else self.exposed_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +80,7 @@ class Segment:
     def stream_s(self, stream: str, phase: Literal["forward", "backward"]) -> float:
         """Seconds of this segment's blocking ep or cp collectives in one phase."""
         colls = self.ep_cp_forward if phase == "forward" else self.ep_cp_backward
-        return sum(c.seconds for c in colls if c.stream == stream)
+        return sum(c.blocking_s for c in colls if c.stream == stream)
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,7 +151,7 @@ class StageCost:
 
 
 def _blocking(colls: tuple[Collective, ...]) -> float:
-    return sum(c.seconds for c in colls)
+    return sum(c.blocking_s for c in colls)
 
 
 def _phase_seconds(ops: tuple[Op, ...], s: Scenario) -> tuple[float, float, float]:
@@ -227,8 +235,23 @@ def _segment(
         _collectives(part, "forward", s, tp_levels),
         _collectives(part, "backward", s, tp_levels),
         sum(op.flops for op in ops),
-        *(tuple(Collective(c.kind, c.bytes, c.seconds, c.stream) for c in phase) for phase in ep_cp),
+        *ep_overlapped(ep_cp, fwd + bwd_in + bwd_w, overlap=s.parallelism.moe_overlap_ep_comm),
     )
+
+
+def ep_overlapped(
+    ep_cp: tuple[tuple[InnerCollective, ...], tuple[InnerCollective, ...]], compute_s: float, *, overlap: bool
+) -> tuple[tuple[Collective, ...], tuple[Collective, ...]]:
+    """The block's (forward, backward) ep/cp collectives; with `overlap` each ep all-to-all exposes only
+    its share of what the block's forward + backward compute cannot hide (costs/moe_dispatch.py)."""
+    ep_s = sum(c.seconds for phase in ep_cp for c in phase if c.stream == "ep")
+    frac = exposed_fraction(ep_s, compute_s) if overlap else 1.0
+
+    def one(c: InnerCollective) -> Collective:
+        exposed = c.seconds * frac if c.stream == "ep" and overlap else None
+        return Collective(c.kind, c.bytes, c.seconds, c.stream, exposed)
+
+    return tuple(one(c) for c in ep_cp[0]), tuple(one(c) for c in ep_cp[1])
 
 
 def segment_params(s: Scenario, part: Part, moe: bool = False) -> tuple[float, float]:
@@ -242,8 +265,13 @@ def segment_params(s: Scenario, part: Part, moe: bool = False) -> tuple[float, f
         projection = 0 if m.tie_word_embeddings else m.vocab_size * m.hidden_size  # split like the vocab
         return projection / s.vocab_tp + head_params(m) - projection, embedding
     block = layer_params(m, moe=moe)
-    experts = expert_params(m) / (s.ep * s.tp) if moe else 0.0
+    experts = expert_params(m) / (s.ep * s.etp) if moe else 0.0
     return block.per_rank(s.tp) + experts, block.sharded / s.tp + experts
+
+
+def _folded_etp(s: Scenario) -> int | None:
+    """etp when the expert grid is folded (simulator/mesh.py), else None (experts over tp)."""
+    return s.etp if s.parallelism.expert_tensor_parallel_degree is not None else None
 
 
 def stage_costs(s: Scenario, tp_levels: tuple[Level, ...]) -> tuple[StageCost, ...]:
@@ -265,7 +293,7 @@ def stage_costs(s: Scenario, tp_levels: tuple[Level, ...]) -> tuple[StageCost, .
     if m.is_moe:
         moe_layer = _segment(
             "layer",
-            moe_layer_forward(x, m, s.ep),
+            moe_layer_forward(x, m, s.ep, etp=_folded_etp(s), imbalance=s.training.moe_routing_imbalance),
             s,
             tp_levels,
             layer_collectives(s, moe=True),
@@ -293,6 +321,7 @@ def stage_costs(s: Scenario, tp_levels: tuple[Level, ...]) -> tuple[StageCost, .
             vocab_tp=s.vocab_tp,
             first_layer=start,
             ep=s.ep,
+            etp=s.etp,
         )
         out.append(
             StageCost(

@@ -46,7 +46,7 @@ class Topology:
     @classmethod
     def of(cls, s: Scenario) -> Topology:
         links = tuple(Link.of(t.bandwidth_GBps, t.latency_us, t.efficiency) for t in s.cluster.tiers)
-        return cls(s.cluster.tier_sizes, links, RankGrid(s.pp, s.dp, s.tp, cp=s.cp, ep=s.ep))
+        return cls(s.cluster.tier_sizes, links, s.grid)
 
     def levels(self, axis: GroupName, rank: int = 0) -> tuple[Level, ...]:
         return group_levels(self.grid.group(axis, rank), self.tier_sizes, self.links)

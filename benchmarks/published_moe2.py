@@ -1,0 +1,273 @@
+"""Published mixture-of-experts training runs on H100 (issue 31): NVIDIA Megatron-Bridge's and NeMo
+AutoModel's performance tables. Data only; benchmarks/published_data.py gathers them into MOE_RUNS.
+
+Models the catalog has no preset for are written as a user writes them from the model's config.json.
+Where a config declares a head_dim with heads x head_dim != hidden_size (Qwen3, gpt-oss), plancast's
+attention (head_dim = hidden / heads) cannot hold it: the rows keep hidden and head_dim and lower the
+query heads, as the gpt-oss rows of benchmarks/published_moe.py do (fewer attention FLOPs; the mla
+branch adds head_dim). DeepSeek-V3 and Kimi-K2 use multi-head latent attention, priced as multi-head
+attention of the preset's shape.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from benchmarks.published_record import PublishedRun, Reported, cluster_table, plan_table, training_table
+
+BRIDGE_2511 = (
+    "NVIDIA-NeMo/Megatron-Bridge docs/performance-summary-archive.md, '25.11 NeMo Container', System "
+    "DGX-H100 table"
+)
+BRIDGE_2602 = (
+    "NVIDIA-NeMo/Megatron-Bridge docs/performance-summary-archive.md, '26.02 NeMo Container', DGX-H100 rows"
+)
+BRIDGE_2509 = (
+    "NVIDIA-NeMo/Megatron-Bridge docs/performance-summary-archive.md, '25.09 NeMo Container', System "
+    "DGX-H100 table"
+)
+AUTOMODEL = (
+    "NVIDIA-NeMo/Automodel docs/performance-summary.md, 'Pre-Training Performance, System: DGX-H100, "
+    "Precision: BF16' (time per global step); configs examples/benchmark/configs/*_te_deepep.yaml "
+    "(fake_balanced_gate: true, activation_checkpointing: true, DeepEP, FSDP2 over data parallel)"
+)
+FORCED_BALANCE = "the source force-balances tokens over experts: training.moe_routing_imbalance = 1.0"
+
+
+def _qwen3_moe(hidden: int, layers: int, heads_of_128: int, moe_ffn: int) -> dict[str, Any]:
+    """Qwen/Qwen3-30B-A3B and Qwen3-235B-A22B config.json: 128 experts, top-8, 4 key/value heads of 128,
+    vocabulary 151936, untied; query heads lowered to hidden / 128 (module docstring)."""
+    return {
+        "hidden_size": hidden,
+        "num_hidden_layers": layers,
+        "num_attention_heads": heads_of_128,
+        "num_key_value_heads": 4,
+        "intermediate_size": moe_ffn,
+        "moe_intermediate_size": moe_ffn,
+        "num_local_experts": 128,
+        "num_experts_per_tok": 8,
+        "vocab_size": 151936,
+        "activation": "swiglu",
+        "norm": "rmsnorm",
+        "position_embedding": "rope",
+        "tie_word_embeddings": False,
+    }
+
+
+QWEN3_30B = _qwen3_moe(2048, 48, 16, 768)
+QWEN3_235B = _qwen3_moe(4096, 94, 32, 1536)
+QWEN3_NOTE = (
+    "Qwen3 config.json: 32 (30B) / 64 (235B) query heads of head_dim 128 over hidden 2048 / 4096, not "
+    "expressible: half the query heads (same hidden, head_dim and key/value heads), so half the "
+    "attention's query/output FLOPs"
+)
+# openai/gpt-oss-20b config.json: 24 layers, 32 experts top-4, else as gpt-oss-120b.
+GPT_OSS_20B = {
+    "hidden_size": 2880,
+    "num_hidden_layers": 24,
+    "num_attention_heads": 45,
+    "num_key_value_heads": 9,
+    "intermediate_size": 2880,
+    "num_local_experts": 32,
+    "num_experts_per_tok": 4,
+    "vocab_size": 201088,
+    "activation": "swiglu",
+    "norm": "rmsnorm",
+    "position_embedding": "rope",
+    "tie_word_embeddings": False,
+}
+GPT_OSS_120B = {**GPT_OSS_20B, "num_hidden_layers": 36, "num_local_experts": 128}
+GPT_OSS_NOTE = (
+    "gpt-oss config.json: 64 query heads of 64 over hidden 2880, written as 45 heads of 64 with 9 "
+    "key/value heads; its alternating 128-token sliding-window attention is priced as full attention"
+)
+# moonshotai/Kimi-K2-Instruct config.json: the DeepSeek-V3 architecture with 384 experts, 64 heads,
+# one leading dense layer, vocabulary 163840.
+KIMI_K2 = {
+    "preset": "deepseek-v3",
+    "num_attention_heads": 64,
+    "num_key_value_heads": 64,
+    "num_local_experts": 384,
+    "first_k_dense_replace": 1,
+    "vocab_size": 163840,
+}
+
+
+def _bridge(
+    name: str,
+    source: str,
+    citation: str,
+    model: dict[str, Any],
+    run: tuple[int, ...],
+    rate: float,
+    notes: tuple[str, ...],
+    **recipe: Any,
+) -> PublishedRun:
+    """One Megatron-Bridge DGX-H100 row: (gpus, gbs, mbs, tp, pp, vp, ep, fp8) and its tokens/s/GPU;
+    `recipe`: what the recipe (scripts/performance/configs) sets, recompute included."""
+    gpus, gbs, mbs, tp, pp, vp, ep, fp8 = run
+    recompute = recipe.pop("recompute", "none")
+    training = training_table(
+        4096, mbs, gbs, "bf16", recompute, flash_attention=True, fp8=bool(fp8), moe_routing_imbalance=1.0
+    )
+    plan = plan_table(tp, pp, vp, expert_parallel_degree=ep, sequence_parallel=tp > 1, **recipe)
+    if ep * tp > 1 and (gpus // (tp * pp)) % ep:
+        plan["expert_tensor_parallel_degree"] = 1  # Megatron-Bridge's MoE recipes: etp 1 (folding)
+    row = PublishedRun(
+        name,
+        source,
+        citation,
+        model,
+        training,
+        plan,
+        cluster_table("dgx-h100-80gb", gpus),
+        "megatron-lm",
+        0.0,
+        Reported(rate, "tokens/s/GPU"),
+        (FORCED_BALANCE, *notes),
+    )
+    return _with_step_time(row)
+
+
+def _with_step_time(row: PublishedRun) -> PublishedRun:
+    from dataclasses import replace
+
+    from benchmarks.published_record import derive_step_time_s
+
+    return replace(row, measured_step_time_s=round(derive_step_time_s(row), 3))
+
+
+def bridge_runs() -> tuple[PublishedRun, ...]:
+    qwen = (
+        QWEN3_NOTE,
+        "FP8-CS (current scaling) as training.fp8 (per-tensor scaling)",
+        "recompute none and the performance recipe's other knobs (dispatcher, overlap) unstated",
+    )
+    dsv3 = (
+        "25.09 table states no precision; BF16 assumed (its parenthesised figure is FP8 blockwise)",
+        "MLA priced as multi-head attention",
+        "recipe of scripts/performance/configs/deepseek/deepseek_workload_base_configs.py "
+        "(DEEPSEEK_V3_PRETRAIN_CONFIG_H100_V1, a later commit than the 25.09 release): etp 1, hybridep, "
+        "no a2a overlap, recompute of mla_up_proj and mlp as 'selective'",
+    )
+    b25, b26 = "megatron-bridge-2025", "megatron-bridge-2026"
+    return (
+        _bridge(
+            "bridge-qwen3-30b-a3b-16xh100-2511",
+            b25,
+            BRIDGE_2511,
+            QWEN3_30B,
+            (16, 512, 2, 1, 2, 24, 8, 1),
+            5275,
+            qwen,
+        ),
+        _bridge(
+            "bridge-qwen3-30b-a3b-16xh100-2602",
+            b26,
+            BRIDGE_2602,
+            QWEN3_30B,
+            (16, 1024, 1, 1, 2, 12, 8, 1),
+            5113,
+            qwen,
+        ),
+        _bridge(
+            "bridge-qwen3-235b-a22b-256xh100-2511",
+            b25,
+            BRIDGE_2511,
+            QWEN3_235B,
+            (256, 2048, 1, 2, 8, 4, 32, 1),
+            1575,
+            qwen,
+        ),
+        _bridge(
+            "bridge-qwen3-235b-a22b-256xh100-2602",
+            b26,
+            BRIDGE_2602,
+            QWEN3_235B,
+            (256, 8192, 1, 2, 8, 4, 32, 1),
+            1633,
+            qwen,
+        ),
+        _bridge(
+            "bridge-deepseek-v3-1024xh100-2509",
+            b25,
+            BRIDGE_2509,
+            {"preset": "deepseek-v3"},
+            (1024, 8192, 1, 2, 8, 4, 64, 0),
+            1297,
+            dsv3,
+            expert_tensor_parallel_degree=1,
+            moe_token_dispatcher="hybridep",
+            recompute="selective",
+        ),
+    )
+
+
+def _automodel(
+    name: str, model: dict[str, Any], run: tuple[int, ...], step_s: float, *notes: str
+) -> PublishedRun:
+    """One AutoModel DGX-H100 BF16 row: (gpus, gbs, mbs, pp, vp, ep, recompute) and its time per step."""
+    gpus, gbs, mbs, pp, vp, ep, full = run
+    training = training_table(
+        4096,
+        mbs,
+        gbs,
+        "bf16",
+        "full" if full else "none",
+        flash_attention=True,
+        elementwise="fused",
+        moe_routing_imbalance=1.0,
+    )
+    plan = plan_table(1, pp, vp, expert_parallel_degree=ep, zero_stage=3, moe_token_dispatcher="deepep")
+    return PublishedRun(
+        name,
+        "nemo-automodel",
+        AUTOMODEL,
+        model,
+        training,
+        plan,
+        cluster_table("dgx-h100-80gb", gpus),
+        "torchtitan",
+        step_s,
+        Reported(step_s, "s"),
+        (
+            FORCED_BALANCE,
+            "the config's activation_checkpointing as recompute 'full' (true) or 'none'",
+            "TE kernels (attn, linear, rms_norm, rope fusion): elementwise 'fused'",
+            *notes,
+        ),
+    )
+
+
+def automodel_runs() -> tuple[PublishedRun, ...]:
+    mla = "MLA priced as multi-head attention"
+    return (
+        _automodel(
+            "automodel-deepseek-v3-1024xh100",
+            {"preset": "deepseek-v3"},
+            (1024, 8192, 1, 4, 8, 64, 1),
+            37.87,
+            mla,
+        ),
+        _automodel(
+            "automodel-deepseek-v3-256xh100", {"preset": "deepseek-v3"}, (256, 512, 1, 4, 8, 64, 1), 8.18, mla
+        ),
+        _automodel("automodel-kimi-k2-256xh100", KIMI_K2, (256, 512, 1, 8, 4, 32, 1), 8.86, mla),
+        _automodel("automodel-qwen3-30b-a3b-8xh100", QWEN3_30B, (8, 512, 4, 1, 1, 8, 1), 21.773, QWEN3_NOTE),
+        _automodel(
+            "automodel-gpt-oss-20b-8xh100",
+            GPT_OSS_20B,
+            (8, 256, 2, 1, 1, 8, 0),
+            10.04,
+            GPT_OSS_NOTE,
+            "EP column '-': ep 8 (the node) assumed; activation_checkpointing off as in the 120b config",
+        ),
+        _automodel(
+            "automodel-gpt-oss-120b-64xh100",
+            GPT_OSS_120B,
+            (64, 512, 2, 1, 1, 64, 0),
+            4.30,
+            GPT_OSS_NOTE,
+            "ep 64 from examples/benchmark/configs/gptoss_120b_te_deepep.yaml (the table prints '-')",
+        ),
+    )

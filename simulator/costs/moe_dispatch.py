@@ -1,0 +1,80 @@
+"""Seconds of one expert-parallel dispatch (or combine) under each token dispatcher, and how much of the
+all-to-all time compute hides when it is overlapped (parallelism.moe_token_dispatcher,
+parallelism.moe_overlap_ep_comm; docs/moe.md).
+
+- alltoall: NCCL all-to-all of every (token, expert) copy (collectives.all_to_all_seconds).
+- allgather: Megatron-Core's allgather dispatcher all-gathers the ep group's tokens (each rank keeps the
+  copies its experts need) and reduce-scatters the outputs back.
+- deepep / hybridep: DeepEP's normal kernels (deepseek-ai/DeepEP README; DeepSeek-V3 report sec. 3.2.2):
+  a token crosses the scale-out tier once per destination node, to the GPU of the same local index, and
+  fans out to its experts over NVLink, so the scale-out bytes are the token times the expected number
+  of remote nodes its k experts touch, not k copies. Rates as the README measures them on H800 (NVLink
+  200 GB/s per direction, CX7 400 Gb/s InfiniBand ~50 GB/s): intranode 153-158 GB/s, internode RDMA
+  43-58 GB/s. hybridep (NVIDIA's HybridEP, the other backend of Megatron-Core's flex dispatcher)
+  publishes no rates of its own here and is priced as DeepEP.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from plancast.simulator.costs.collectives import Level, all_to_all_seconds, collective_seconds
+from plancast.simulator.scenario_moe import Dispatcher
+
+DEEPEP_NVLINK_FRACTION = 153 / 200
+"""DeepEP intranode dispatch (EP8) 153 GB/s over H800's 200 GB/s NVLink per direction (README table)."""
+DEEPEP_RDMA_FRACTION = 1.0
+"""DeepEP internode dispatch 43 / 58 / 51 GB/s at EP 16 / 32 / 64 over ~50 GB/s NICs (README table):
+at the NIC's line rate (the bytes counted after per-node deduplication)."""
+
+
+def expected_remote_nodes(nodes: int, k: int) -> float:
+    """Remote nodes a token's k experts touch, experts spread evenly over `nodes` nodes and picked
+    independently: (nodes - 1) * (1 - (1 - 1/nodes)^k)."""
+    return (nodes - 1) * (1 - (1 - 1 / nodes) ** k) if nodes > 1 else 0.0
+
+
+def _deepep_seconds(levels: Sequence[Level], token_bytes: float, k: int) -> float:
+    """NVLink carries every copy but those the rank keeps, the scale-out tiers each token once per remote
+    node; both at once, the slower sets the time (one alpha per peer, as all_to_all_seconds). `levels`
+    at the tiers' raw bandwidths (efficiency 1): DeepEP's measured fractions replace NCCL's."""
+    inner, outer = levels[0], levels[1:]
+    n = inner.fan
+    for lv in outer:
+        n *= lv.fan
+    nvlink_bytes = token_bytes * k * (1 - 1 / n)
+    nvlink = nvlink_bytes / (inner.link.bandwidth_Bps * DEEPEP_NVLINK_FRACTION)
+    slowest = nvlink + (inner.fan - 1) * inner.link.latency_s
+    nodes = n // inner.fan
+    if nodes > 1:
+        link = outer[-1].link
+        rdma = token_bytes * expected_remote_nodes(nodes, k)
+        rate = link.bandwidth_Bps * DEEPEP_RDMA_FRACTION
+        slowest = max(slowest, rdma / rate + (nodes - 1) * link.latency_s)
+    return slowest
+
+
+def dispatch_seconds(
+    dispatcher: Dispatcher, levels: Sequence[Level], raw: Sequence[Level], slot_bytes: float, k: int
+) -> float:
+    """One dispatch (or combine) of a rank's `slot_bytes` (its token slots x hidden) over the ep group
+    whose tiers are `levels` (`raw`: the same at efficiency 1); `k` the experts per token."""
+    levels = [lv for lv in levels if lv.fan > 1]
+    if not levels or slot_bytes <= 0:
+        return 0.0
+    token_bytes = slot_bytes / k
+    if dispatcher == "alltoall":
+        return all_to_all_seconds(levels, slot_bytes)
+    if dispatcher == "allgather":
+        group = 1
+        for lv in levels:
+            group *= lv.fan
+        return collective_seconds("all_gather", levels, token_bytes * group)
+    return _deepep_seconds([lv for lv in raw if lv.fan > 1], token_bytes, k)
+
+
+def exposed_fraction(ep_s: float, compute_s: float) -> float:
+    """Share of a block's ep all-to-all time left exposed when overlapped with compute: Megatron-Core's
+    EP overlap (and DualPipe) runs one micro-batch's dispatch/combine during another's forward or
+    backward, so a block's all-to-alls hide behind up to a block's forward + backward compute."""
+    return max(0.0, ep_s - compute_s) / ep_s if ep_s > 0 else 1.0
