@@ -151,6 +151,11 @@ def bridge_runs() -> tuple[PublishedRun, ...]:
         "no a2a overlap, recompute of mla_up_proj and mlp as 'selective'",
     )
     b25, b26 = "megatron-bridge-2025", "megatron-bridge-2026"
+    tokendrop = (
+        QWEN3_NOTE,
+        "25.09 '(tokendrop)' row: capacity factor 1.0 assumed (the table states dropping, not the factor)",
+        "25.09 table states no precision; FP8-CS as the 25.11 row of the same plan",
+    )
     return (
         _bridge(
             "bridge-qwen3-30b-a3b-16xh100-2511",
@@ -187,6 +192,15 @@ def bridge_runs() -> tuple[PublishedRun, ...]:
             (256, 8192, 1, 2, 8, 4, 32, 1),
             1633,
             qwen,
+        ),
+        _bridge(
+            "bridge-qwen3-235b-a22b-256xh100-2509-tokendrop",
+            b25,
+            BRIDGE_2509,
+            {**QWEN3_235B, "moe_capacity_factor": 1.0},
+            (256, 2048, 1, 2, 8, 4, 32, 1),
+            1204,
+            tokendrop,
         ),
         _bridge(
             "bridge-deepseek-v3-1024xh100-2509",

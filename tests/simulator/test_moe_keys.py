@@ -1,0 +1,133 @@
+"""Issue 31's MoE keys, each moving the prediction the way its mechanism says, and MoE parallel folding
+(EP64 over TP2 x DP32 with etp 1) accepted as Megatron-Core accepts it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import tomli_w
+
+from plancast.simulator.loader import load_scenario, parse_scenario
+from plancast.simulator.mesh import RankGrid
+from plancast.simulator.predict import simulate
+from plancast.simulator.scenario import Scenario
+from tests.cli_runner import cli_main
+
+# A fine-grained MoE (64 experts of width 512, top-8) on 4 DGX H100 nodes, ep 32 over 4 nodes.
+MOE: dict[str, Any] = {
+    "model": {
+        "hidden_size": 1024,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 8,
+        "vocab_size": 32000,
+        "activation": "swiglu",
+        "norm": "rmsnorm",
+        "position_embedding": "rope",
+        "num_local_experts": 64,
+        "num_experts_per_tok": 8,
+        "moe_intermediate_size": 512,
+    },
+    "training": {"seq_len": 4096, "micro_batch_size": 1, "global_batch_size": 64, "dtype": "bf16"},
+    "parallelism": {"expert_parallel_degree": 32, "framework": "megatron-lm"},
+    "cluster": {"preset": "dgx-h100-80gb", "num_nodes": 4},
+}
+
+
+def _scenario(section: str = "parallelism", **keys: Any) -> Scenario:
+    return parse_scenario({**MOE, section: {**MOE[section], **keys}}, "moe-keys").scenario
+
+
+def _summary(section: str = "parallelism", **keys: Any) -> dict[str, Any]:
+    return simulate(_scenario(section, **keys), events=False).summary
+
+
+def test_forced_balance_is_faster_and_a_larger_imbalance_slower() -> None:
+    times = [_summary("training", moe_routing_imbalance=x)["step_time_s"] for x in (1.0, 1.25, 2.0)]
+    assert times[0] < times[1] < times[2]
+
+
+def test_deepep_crosses_the_scale_out_tier_once_per_node_so_its_all_to_alls_are_shorter() -> None:
+    """k = 8 experts over 4 nodes touch ~2.7 remote nodes per token: DeepEP sends ~2.7 token copies over
+    InfiniBand where NCCL's all-to-all sends 8 * 3/4 = 6."""
+    exposed = {d: _summary(moe_token_dispatcher=d)["exposed_comm_s"]["ep"] for d in ("alltoall", "deepep")}
+    assert exposed["deepep"] < 0.6 * exposed["alltoall"]
+    assert _summary(moe_token_dispatcher="hybridep")["exposed_comm_s"]["ep"] == exposed["deepep"]
+
+
+def test_allgather_moves_every_token_to_every_member_so_it_is_slower_at_large_ep() -> None:
+    alltoall = _summary()["exposed_comm_s"]["ep"]
+    assert _summary(moe_token_dispatcher="allgather")["exposed_comm_s"]["ep"] > alltoall
+
+
+def test_overlapped_all_to_alls_shorten_the_step_and_stay_visible_as_overlapped_events() -> None:
+    plain = simulate(_scenario())
+    overlapped = simulate(_scenario(moe_overlap_ep_comm=True))
+    assert overlapped.summary["step_time_s"] < plain.summary["step_time_s"]
+    assert overlapped.summary["exposed_comm_s"]["ep"] < plain.summary["exposed_comm_s"]["ep"]
+    assert overlapped.summary["overlapped_streams"] == ["ep"] and plain.summary["overlapped_streams"] == []
+    ep = [
+        df[(df["stream"] == "ep") & (df["kind"] == "all_to_all")] for df in (plain.events, overlapped.events)
+    ]
+    assert len(ep[0]) == len(ep[1]) > 0
+    assert ep[1]["dur_us"].sum() == pytest.approx(ep[0]["dur_us"].sum())  # the same transfers, hidden
+
+
+def test_grouped_gemm_prices_fine_grained_experts_above_separate_small_gemms() -> None:
+    """The local experts run as one grouped GEMM: the MFU of a 64-expert model at ep 32 (2 experts a
+    rank) and at ep 4 (16 experts a rank) stay close, not 8x apart in per-op overheads."""
+    few, many = (_summary(expert_parallel_degree=ep)["mfu"] for ep in (32, 4))
+    assert many > few * 0.8
+
+
+FOLDED: dict[str, Any] = {
+    "model": {"preset": "deepseek-v3"},
+    "training": {"seq_len": 4096, "micro_batch_size": 1, "global_batch_size": 4096, "dtype": "bf16"},
+    "parallelism": {
+        "tensor_parallel_degree": 2,
+        "pipeline_parallel_degree": 32,
+        "sequence_parallel": True,
+        "expert_parallel_degree": 64,
+        "zero_stage": 1,
+        "framework": "megatron-lm",
+    },
+    "cluster": {"preset": "hgx-h800", "num_nodes": 256},
+}
+
+
+def _write(tmp_path: Path, data: dict[str, Any]) -> Path:
+    path = tmp_path / "s.toml"
+    path.write_text(tomli_w.dumps(data))
+    return path
+
+
+def test_ep64_over_tp2_dp32_is_refused_unfolded_and_accepted_with_etp_1(tmp_path: Path) -> None:
+    code, _, err = cli_main("validate", str(_write(tmp_path, FOLDED)))
+    assert code == 2 and "expert_tensor_parallel_degree" in err and "does not divide" in err
+    folded = {**FOLDED, "parallelism": {**FOLDED["parallelism"], "expert_tensor_parallel_degree": 1}}
+    s = load_scenario(_write(tmp_path, folded)).scenario
+    assert (s.tp, s.dp, s.ep, s.etp, s.edp) == (2, 32, 64, 1, 1)
+    assert s.grid.group("ep", 0) == tuple(range(64))  # both tp ranks of 32 dp replicas
+    bad = {**FOLDED, "parallelism": {**FOLDED["parallelism"], "expert_tensor_parallel_degree": 4}}
+    code, _, err = cli_main("validate", str(_write(tmp_path, bad)))
+    assert code == 2 and "64 x 4 does not divide tp x cp x dp = 64" in err
+
+
+@pytest.mark.parametrize(
+    ("pp", "dp", "cp", "tp", "ep", "etp"), [(2, 4, 1, 2, 4, 2), (1, 8, 2, 2, 4, 1), (2, 2, 2, 4, 8, 2)]
+)
+def test_folded_expert_grid_partitions_each_stage(
+    pp: int, dp: int, cp: int, tp: int, ep: int, etp: int
+) -> None:
+    """Megatron-Core's expert grid: stage-local rank = (edp_i * ep + ep_i) * etp + etp_i."""
+    grid = RankGrid(pp, dp, tp, cp=cp, ep=ep, etp=etp)
+    stage = dp * cp * tp
+    for name in ("ep", "edp"):
+        groups = grid.groups(name)
+        assert sorted(r for g in groups for r in g) == list(range(grid.world_size))
+        assert all(len({r // stage for r in g}) == 1 for g in groups)  # inside one pipeline stage
+    assert grid.size("edp") == stage // (ep * etp)
+    assert grid.group("ep", 0) == tuple(j * etp for j in range(ep))
+    if etp == tp and cp == 1:
+        assert grid.groups("ep") == RankGrid(pp, dp, tp, ep=ep).groups("ep")  # the unfolded layout
