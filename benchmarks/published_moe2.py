@@ -32,6 +32,10 @@ AUTOMODEL = (
     "(fake_balanced_gate: true, activation_checkpointing: true, DeepEP, FSDP2 over data parallel)"
 )
 FORCED_BALANCE = "the source force-balances tokens over experts: training.moe_routing_imbalance = 1.0"
+FAKE_GATE = (
+    "fake_balanced_gate routes token i to experts ik .. ik+k-1 mod E (FakeBalancedGate, "
+    "nemo_automodel/components/moe/layers.py): training.moe_token_spread = 'contiguous'"
+)
 
 
 def _qwen3_moe(hidden: int, layers: int, heads_of_128: int, moe_ffn: int) -> dict[str, Any]:
@@ -231,6 +235,7 @@ def _automodel(
         flash_attention=True,
         elementwise="fused",
         moe_routing_imbalance=1.0,
+        moe_token_spread="contiguous",
     )
     plan = plan_table(1, pp, vp, expert_parallel_degree=ep, zero_stage=3, moe_token_dispatcher="deepep")
     return PublishedRun(
@@ -246,6 +251,7 @@ def _automodel(
         Reported(step_s, "s"),
         (
             FORCED_BALANCE,
+            FAKE_GATE,
             "the config's activation_checkpointing as recompute 'full' (true) or 'none'",
             "TE kernels (attn, linear, rms_norm, rope fusion): elementwise 'fused'",
             *notes,

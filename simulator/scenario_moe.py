@@ -14,6 +14,9 @@ Dispatcher = Literal["alltoall", "allgather", "deepep", "hybridep"]
 """Megatron-Core's `--moe-token-dispatcher-type` (alltoall, allgather, flex) with flex's backends
 (`--moe-flex-dispatcher-backend deepep | hybridep`) named directly."""
 
+TokenSpread = Literal["independent", "contiguous"]
+"""How a token's k experts spread over the expert-parallel ranks (training.moe_token_spread)."""
+
 DROPLESS_IMBALANCE = 1.25
 """Busiest-expert load over the mean load without a capacity: Switch Transformer found capacity factor
 1.25 drops under 1% of tokens (Fedus et al. 2021, sec. 2.2 and Table 1), i.e. expert loads stay within
@@ -29,6 +32,13 @@ class MoeTrainingKeys(Strict):
     tokens). 1.0: forced balance, as benchmarks run it (Megatron-Core
     `--moe-router-force-load-balancing`, NeMo AutoModel `fake_balanced_gate`). Ignored when
     model.moe_capacity_factor is set (every padded slot is computed)."""
+    moe_token_spread: TokenSpread = "independent"
+    """Where a token's k experts lie, which sets how many ranks and nodes DeepEP/HybridEP send it to
+    (parallelism.moe_token_dispatcher; NCCL's all-to-all sends every copy regardless). independent: as
+    k distinct experts picked at random (a learned router, Megatron-Core's forced balance by random
+    logits). contiguous: k consecutive experts, token i taking experts ik .. ik+k-1 mod E (NeMo
+    AutoModel's `fake_balanced_gate`, components/moe/layers.py FakeBalancedGate), so most tokens reach
+    one or two ranks of a single node."""
 
 
 class MoeParallelismKeys(Strict):

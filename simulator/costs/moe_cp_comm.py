@@ -64,8 +64,9 @@ def layer_collectives(
     if moe and s.ep > 1:
         nbytes = all_to_all_bytes(s)
         levels, raw = group_levels_of(s, "ep"), group_levels_of(s, "ep", raw=True)
-        k = s.model.num_experts_per_tok
-        seconds = dispatch_seconds(s.parallelism.moe_token_dispatcher, levels, raw, nbytes, k)
+        m = s.model
+        routing = (m.num_experts_per_tok, m.num_experts, s.training.moe_token_spread)
+        seconds = dispatch_seconds(s.parallelism.moe_token_dispatcher, levels, raw, nbytes, routing)
         a2a = InnerCollective("ep", "all_to_all", nbytes, host_s + seconds)
         fwd += [a2a, a2a]  # dispatch, combine
         bwd[:0] = [a2a, a2a]  # combine-grad, dispatch-grad, before the cp reduce-scatter

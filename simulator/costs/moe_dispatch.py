@@ -7,8 +7,9 @@ parallelism.moe_overlap_ep_comm; docs/moe.md).
   copies its experts need) and reduce-scatters the outputs back.
 - deepep / hybridep: DeepEP's normal kernels (deepseek-ai/DeepEP README; DeepSeek-V3 report sec. 3.2.2):
   a token crosses the scale-out tier once per destination node, to the GPU of the same local index, and
-  fans out to its experts over NVLink, so the scale-out bytes are the token times the expected number
-  of remote nodes its k experts touch, not k copies. Rates as the README measures them on H800 (NVLink
+  fans out over NVLink once per destination rank, so the bytes are the token times the expected number
+  of remote nodes (ranks) its k experts touch, not k copies (training.moe_token_spread says where they
+  lie). Rates as the README measures them on H800 (NVLink
   200 GB/s per direction, CX7 400 Gb/s InfiniBand ~50 GB/s): intranode 153-158 GB/s, internode RDMA
   43-58 GB/s. hybridep (NVIDIA's HybridEP, the other backend of Megatron-Core's flex dispatcher)
   publishes no rates of its own here and is priced as DeepEP.
@@ -19,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from plancast.simulator.costs.collectives import Level, all_to_all_seconds, collective_seconds
-from plancast.simulator.scenario_moe import Dispatcher
+from plancast.simulator.scenario_moe import Dispatcher, TokenSpread
 
 DEEPEP_NVLINK_FRACTION = 153 / 200
 """DeepEP intranode dispatch (EP8) 153 GB/s over H800's 200 GB/s NVLink per direction (README table)."""
@@ -28,37 +29,58 @@ DEEPEP_RDMA_FRACTION = 1.0
 at the NIC's line rate (the bytes counted after per-node deduplication)."""
 
 
-def expected_remote_nodes(nodes: int, k: int) -> float:
-    """Remote nodes a token's k experts touch, experts spread evenly over `nodes` nodes and picked
-    independently: (nodes - 1) * (1 - (1 - 1/nodes)^k)."""
-    return (nodes - 1) * (1 - (1 - 1 / nodes) ** k) if nodes > 1 else 0.0
+def remote_units(spread: TokenSpread, k: int, experts: int, units: int) -> float:
+    """Expected units (ranks or nodes, each holding experts / units consecutive experts) other than the
+    token's own that its k experts fall in. independent: k distinct experts at random, a unit is missed
+    with probability C(E - E/U, k) / C(E, k). contiguous: experts ik .. ik+k-1 mod E, averaged over the
+    starts; the token's own unit is one of the U equally often."""
+    if units <= 1:
+        return 0.0
+    per_unit = experts // units
+    if spread == "independent":
+        missed = 1.0
+        for j in range(k):
+            missed *= max(experts - per_unit - j, 0) / (experts - j)
+        return (units - 1) * (1 - missed)
+    starts = {(i * k) % experts for i in range(experts)}
+    touched = [len({((s + j) % experts) // per_unit for j in range(k)}) for s in starts]
+    return sum(touched) / len(touched) * (1 - 1 / units)
 
 
-def _deepep_seconds(levels: Sequence[Level], token_bytes: float, k: int) -> float:
-    """NVLink carries every copy but those the rank keeps, the scale-out tiers each token once per remote
-    node; both at once, the slower sets the time (one alpha per peer, as all_to_all_seconds). `levels`
-    at the tiers' raw bandwidths (efficiency 1): DeepEP's measured fractions replace NCCL's."""
+def _deepep_seconds(
+    levels: Sequence[Level], token_bytes: float, routing: tuple[int, int, TokenSpread]
+) -> float:
+    """NVLink carries a token once to each other rank holding one of its experts, the scale-out tiers once
+    per remote node; both at once, the slower sets the time (one alpha per peer, as
+    all_to_all_seconds). `levels` at the tiers' raw bandwidths (efficiency 1): DeepEP's measured
+    fractions replace NCCL's. `routing`: (k, experts, spread)."""
+    k, experts, spread = routing
     inner, outer = levels[0], levels[1:]
     n = inner.fan
     for lv in outer:
         n *= lv.fan
-    nvlink_bytes = token_bytes * k * (1 - 1 / n)
+    nvlink_bytes = token_bytes * remote_units(spread, k, experts, n)
     nvlink = nvlink_bytes / (inner.link.bandwidth_Bps * DEEPEP_NVLINK_FRACTION)
     slowest = nvlink + (inner.fan - 1) * inner.link.latency_s
     nodes = n // inner.fan
     if nodes > 1:
         link = outer[-1].link
-        rdma = token_bytes * expected_remote_nodes(nodes, k)
+        rdma = token_bytes * remote_units(spread, k, experts, nodes)
         rate = link.bandwidth_Bps * DEEPEP_RDMA_FRACTION
         slowest = max(slowest, rdma / rate + (nodes - 1) * link.latency_s)
     return slowest
 
 
 def dispatch_seconds(
-    dispatcher: Dispatcher, levels: Sequence[Level], raw: Sequence[Level], slot_bytes: float, k: int
+    dispatcher: Dispatcher,
+    levels: Sequence[Level],
+    raw: Sequence[Level],
+    slot_bytes: float,
+    routing: tuple[int, int, TokenSpread],
 ) -> float:
     """One dispatch (or combine) of a rank's `slot_bytes` (its token slots x hidden) over the ep group
-    whose tiers are `levels` (`raw`: the same at efficiency 1); `k` the experts per token."""
+    whose tiers are `levels` (`raw`: the same at efficiency 1); `routing`: (k, experts, spread)."""
+    k = routing[0]
     levels = [lv for lv in levels if lv.fan > 1]
     if not levels or slot_bytes <= 0:
         return 0.0
@@ -70,7 +92,7 @@ def dispatch_seconds(
         for lv in levels:
             group *= lv.fan
         return collective_seconds("all_gather", levels, token_bytes * group)
-    return _deepep_seconds([lv for lv in raw if lv.fan > 1], token_bytes, k)
+    return _deepep_seconds([lv for lv in raw if lv.fan > 1], token_bytes, routing)
 
 
 def exposed_fraction(ep_s: float, compute_s: float) -> float:

@@ -131,3 +131,44 @@ def test_folded_expert_grid_partitions_each_stage(
     assert grid.group("ep", 0) == tuple(j * etp for j in range(ep))
     if etp == tp and cp == 1:
         assert grid.groups("ep") == RankGrid(pp, dp, tp, ep=ep).groups("ep")  # the unfolded layout
+
+
+def test_contiguous_experts_reach_fewer_ranks_and_nodes_so_deepep_sends_less() -> None:
+    """AutoModel's fake balanced gate sends token i to experts 8i .. 8i+7: with 2 experts a rank that is
+    4 ranks of one node, against ~2.7 remote nodes and ~7.5 remote ranks for independent picks."""
+    exposed = {
+        spread: simulate(
+            parse_scenario(
+                {
+                    **MOE,
+                    "training": {**MOE["training"], "moe_token_spread": spread},
+                    "parallelism": {**MOE["parallelism"], "moe_token_dispatcher": "deepep"},
+                },
+                "spread",
+            ).scenario,
+            events=False,
+        ).summary["exposed_comm_s"]["ep"]
+        for spread in ("independent", "contiguous")
+    }
+    assert exposed["contiguous"] < 0.5 * exposed["independent"]
+    # NCCL's all-to-all sends every (token, expert) copy wherever the experts lie
+    plain = {
+        s: _summary("training", moe_token_spread=s)["exposed_comm_s"]["ep"]
+        for s in ("independent", "contiguous")
+    }
+    assert plain["independent"] == plain["contiguous"]
+
+
+@pytest.mark.parametrize(
+    ("spread", "k", "experts", "units", "expected"),
+    [
+        ("contiguous", 8, 256, 8, 7 / 8),  # one node of 32 experts, the token's own 1 time in 8
+        ("contiguous", 8, 256, 64, 2 * 63 / 64),  # two ranks of 4 experts
+        ("independent", 1, 64, 4, 3 / 4),
+        ("independent", 2, 4, 2, 1 - 0.5 * (1 / 3)),  # both picks on the other unit, or one of them
+    ],
+)
+def test_remote_units(spread: str, k: int, experts: int, units: int, expected: float) -> None:
+    from plancast.simulator.costs.moe_dispatch import remote_units
+
+    assert remote_units(spread, k, experts, units) == pytest.approx(expected)  # type: ignore[arg-type]
