@@ -154,6 +154,13 @@ def bridge_runs() -> tuple[PublishedRun, ...]:
         "(DEEPSEEK_V3_PRETRAIN_CONFIG_H100_V1, a later commit than the 25.09 release): etp 1, hybridep, "
         "no a2a overlap, recompute of mla_up_proj and mlp as 'selective'",
     )
+    qwen235 = (
+        *qwen[:2],
+        "recipe of scripts/performance/configs/qwen/qwen3_workload_base_configs.py "
+        "(QWEN3_235B_A22B_PRETRAIN_CONFIG_H100_*_V1/V2, a later commit than the release): etp 1, "
+        "alltoall dispatcher, moe_a2a_overlap on; recompute unstated: none",
+    )
+    overlap = {"moe_overlap_ep_comm": True}
     b25, b26 = "megatron-bridge-2025", "megatron-bridge-2026"
     tokendrop = (
         QWEN3_NOTE,
@@ -186,7 +193,8 @@ def bridge_runs() -> tuple[PublishedRun, ...]:
             QWEN3_235B,
             (256, 2048, 1, 2, 8, 4, 32, 1),
             1575,
-            qwen,
+            qwen235,
+            **overlap,
         ),
         _bridge(
             "bridge-qwen3-235b-a22b-256xh100-2602",
@@ -195,7 +203,8 @@ def bridge_runs() -> tuple[PublishedRun, ...]:
             QWEN3_235B,
             (256, 8192, 1, 2, 8, 4, 32, 1),
             1633,
-            qwen,
+            qwen235,
+            **overlap,
         ),
         _bridge(
             "bridge-qwen3-235b-a22b-256xh100-2509-tokendrop",
@@ -204,7 +213,8 @@ def bridge_runs() -> tuple[PublishedRun, ...]:
             {**QWEN3_235B, "moe_capacity_factor": 1.0},
             (256, 2048, 1, 2, 8, 4, 32, 1),
             1204,
-            tokendrop,
+            (*tokendrop, qwen235[2]),
+            **overlap,
         ),
         _bridge(
             "bridge-deepseek-v3-1024xh100-2509",

@@ -95,8 +95,18 @@ def dispatch_seconds(
     return _deepep_seconds([lv for lv in raw if lv.fan > 1], token_bytes, routing)
 
 
+OVERLAP_SM_FRACTION = 20 / 132
+"""Streaming multiprocessors the all-to-all kernels hold while they overlap compute: DeepSeek-V3 gives
+20 of the H800's 132 SMs to communication (DeepSeek-V3 report sec. 3.2.2; DeepEP's normal kernels run
+on 20-24), so the compute beside them runs on the rest."""
+
+
 def exposed_fraction(ep_s: float, compute_s: float) -> float:
-    """Share of a block's ep all-to-all time left exposed when overlapped with compute: Megatron-Core's
+    """Share of a block's ep all-to-all time the step still pays when overlapped with compute: Megatron-Core's
     EP overlap (and DualPipe) runs one micro-batch's dispatch/combine during another's forward or
-    backward, so a block's all-to-alls hide behind up to a block's forward + backward compute."""
-    return max(0.0, ep_s - compute_s) / ep_s if ep_s > 0 else 1.0
+    backward, so a block's all-to-alls hide behind up to a block's forward + backward compute, which
+    meanwhile runs on 1 - f of the SMs (f = OVERLAP_SM_FRACTION). Compute c beside transfers of ep
+    seconds ends after c + f * ep, or after ep when the transfers are the longer: max(f, 1 - c/ep)."""
+    if ep_s <= 0:
+        return 1.0
+    return max(OVERLAP_SM_FRACTION, (ep_s - compute_s) / ep_s)
