@@ -167,7 +167,8 @@ def rank_memory(s: Scenario, pp_rank: int, schedule: Schedule | None = None) -> 
     inflight = peak_inflight_layers(schedule[pp_rank], chunk_layers)
     has_moe = any(moe_layer_count(m, starts[v], split[v]) for v in owned)
     # the rank's largest block, conservatively
-    mlp = moe_activation_bytes(x, m, t.moe_routing_imbalance) if has_moe else None
+    folded = s.etp if par.expert_tensor_parallel_degree is not None else None
+    mlp = moe_activation_bytes(x, m, t.moe_routing_imbalance, folded) if has_moe else None
     acts = inflight * layer_activation_bytes(x, t.recompute, mlp, t.selective_recompute)
     if rebuilds_a_block(t.recompute, t.selective_recompute, moe=mlp is not None):
         acts += layer_activation_bytes(x, "none", mlp)

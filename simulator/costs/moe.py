@@ -164,14 +164,19 @@ def all_to_all_bytes(s: Scenario) -> int:
     return int(dispatch_tokens(s.model, rank_tokens(s)) * s.model.hidden_size * DTYPE_BYTES[s.training.dtype])
 
 
-def moe_activation_bytes(x: Shape, m: Model, imbalance: float = DROPLESS_IMBALANCE) -> float:
+def moe_activation_bytes(
+    x: Shape, m: Model, imbalance: float = DROPLESS_IMBALANCE, etp: int | None = None
+) -> float:
     """Bytes an MoE block keeps for backward per micro-batch, replacing the dense MLP's
     (3 or 2) * d * s * b * ffn / t of Korthikanti et al. 2022 sec. 4.1: router logits (fp32), the
-    dispatched token slots (expert inputs), the experts' intermediate activations, the shared experts'."""
+    dispatched token slots (expert inputs), the experts' intermediate activations, the shared experts'.
+    `etp` set (folded expert grid): the rank routes 1/(tp/etp) of the tokens, experts split over etp."""
     tokens, d = x.b * x.s, x.dtype_bytes
-    slots = dispatch_tokens(m, tokens) * (1.0 if m.moe_capacity_factor is not None else imbalance)
-    per_slot = (3 if x.swiglu else 2) * m.expert_ffn_size / x.tp
+    routed_tokens = tokens // (x.tp // etp) if etp else tokens
+    slots = dispatch_tokens(m, routed_tokens) * (1.0 if m.moe_capacity_factor is not None else imbalance)
+    per_slot = (3 if x.swiglu else 2) * m.expert_ffn_size / (etp or x.tp)
+    shared_per_token = (3 if x.swiglu else 2) * m.expert_ffn_size / x.tp
     router = 4 * tokens * m.num_experts
     routed = d * slots * (x.h + per_slot)
-    shared = d * tokens * per_slot * m.n_shared_experts
+    shared = d * tokens * shared_per_token * m.n_shared_experts
     return router + routed + shared

@@ -172,3 +172,21 @@ def test_remote_units(spread: str, k: int, experts: int, units: int, expected: f
     from plancast.simulator.costs.moe_dispatch import remote_units
 
     assert remote_units(spread, k, experts, units) == pytest.approx(expected)  # type: ignore[arg-type]
+
+
+def test_folding_etp_1_holds_whole_experts_and_dispatches_its_share_of_the_tp_tokens() -> None:
+    """tp 2, ep 2 either way: unfolded, both tp ranks dispatch all tokens to half-width experts; folded
+    (etp 1, sequence parallel) each dispatches half the tokens to whole experts: the same expert FLOPs,
+    half the all-to-all bytes, twice the expert parameters per rank."""
+    from plancast.simulator.costs.memory import rank_memory
+    from plancast.simulator.costs.moe import all_to_all_bytes
+    from plancast.simulator.costs.stage import stage_costs
+    from plancast.simulator.engine import Topology
+
+    base = {"tensor_parallel_degree": 2, "sequence_parallel": True, "expert_parallel_degree": 2}
+    unfolded, folded = (_scenario(**base, **extra) for extra in ({}, {"expert_tensor_parallel_degree": 1}))
+    assert (unfolded.edp, folded.edp) == (8, 16)  # dp 16 / ep 2; 32 ranks / (ep 2 x etp 1)
+    assert all_to_all_bytes(folded) * 2 == all_to_all_bytes(unfolded)
+    assert rank_memory(folded, 0).parameters > rank_memory(unfolded, 0).parameters
+    flops = [stage_costs(s, Topology.of(s).levels("tp"))[0].forward_flops for s in (unfolded, folded)]
+    assert flops[1] == pytest.approx(flops[0], rel=0.02)  # up to the experts' tile padding
