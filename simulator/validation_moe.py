@@ -7,6 +7,7 @@ returned as ``PlanProblem`` (path, message) and validation.check_plan reports th
 from __future__ import annotations
 
 from plancast.simulator.scenario import Scenario
+from plancast.simulator.scenario_moe import DROPLESS_IMBALANCE
 from plancast.simulator.schedules import PlanProblem
 
 
@@ -117,6 +118,26 @@ def _folding_problems(s: Scenario) -> list[PlanProblem]:
     return []
 
 
+def _ep_comm_warnings(s: Scenario) -> list[str]:
+    """Expert-parallel communication keys that have nothing to act on."""
+    par, out = s.parallelism, list[str]()
+    ep_keys = [
+        ("moe_token_dispatcher", par.moe_token_dispatcher != "alltoall"),
+        ("moe_overlap_ep_comm", par.moe_overlap_ep_comm),
+    ]
+    for key, set_away in ep_keys:
+        if set_away and s.ep == 1:
+            out.append(
+                f"parallelism.{key} is ignored: expert_parallel_degree is 1, so no token leaves its rank"
+            )
+    if s.model.moe_capacity_factor is not None and s.training.moe_routing_imbalance != DROPLESS_IMBALANCE:
+        out.append(
+            "training.moe_routing_imbalance is ignored: model.moe_capacity_factor pads every expert to its "
+            "capacity, which the experts compute whatever the routing"
+        )
+    return out
+
+
 def moe_cp_warnings(s: Scenario) -> list[str]:
     """Legal but probably unintended MoE / CP settings."""
     m, out = s.model, list[str]()
@@ -128,6 +149,7 @@ def moe_cp_warnings(s: Scenario) -> list[str]:
         out.append(f"model.{set_keys[0]} is ignored: num_local_experts is unset, so the model is dense")
     if m.is_moe and m.first_k_dense_replace >= m.num_hidden_layers:
         out.append("model.first_k_dense_replace covers every layer: the model has no MoE layer")
+    out += _ep_comm_warnings(s)
     if s.cp > 1 and s.training.seq_len // s.cp < 1024:
         out.append(
             f"context_parallel_degree {s.cp} leaves {s.training.seq_len // s.cp} tokens per rank: the K/V "

@@ -190,3 +190,26 @@ def test_folding_etp_1_holds_whole_experts_and_dispatches_its_share_of_the_tp_to
     assert rank_memory(folded, 0).parameters > rank_memory(unfolded, 0).parameters
     flops = [stage_costs(s, Topology.of(s).levels("tp"))[0].forward_flops for s in (unfolded, folded)]
     assert flops[1] == pytest.approx(flops[0], rel=0.02)  # up to the experts' tile padding
+
+
+@pytest.mark.parametrize(
+    ("section", "keys", "warning"),
+    [
+        (
+            "parallelism",
+            {"expert_parallel_degree": 1, "moe_token_dispatcher": "deepep"},
+            "moe_token_dispatcher is",
+        ),
+        ("parallelism", {"expert_parallel_degree": 1, "moe_overlap_ep_comm": True}, "moe_overlap_ep_comm is"),
+        ("training", {"moe_routing_imbalance": 1.0}, "moe_routing_imbalance is ignored"),
+    ],
+)
+def test_ep_keys_with_nothing_to_act_on_warn(
+    tmp_path: Path, section: str, keys: dict[str, Any], warning: str
+) -> None:
+    data = {**MOE, section: {**MOE[section], **keys}}
+    if section == "training":
+        data["model"] = {**MOE["model"], "moe_capacity_factor": 1.25}
+    code, _, err = cli_main("validate", str(_write(tmp_path, data)))
+    assert code == 0, err
+    assert warning in err
