@@ -21,8 +21,12 @@ if TYPE_CHECKING:
     import pandas as pd
 
 PHASES = frozenset({"forward", "recompute", "backward", "backward_input"})
+OVERLAP_SUFFIX = "_overlap"
+"""An overlapped all-to-all (parallelism.moe_overlap_ep_comm) is two events: what the pass waits for on
+stream "ep" (blocking, with the bytes), the rest on "ep_overlap", a communication stream beside the
+compute that hides it (traces/breakdown.py counts it exposed only where no compute covers it)."""
 
-Layout = list[tuple[str, str, int, float, float, float]]  # stream, kind, bytes, offset_s, dur_s, exposed_s
+Layout = list[tuple[str, str, int, float, float, float]]  # stream, kind, bytes, offset_s, dur_s, waited_s
 
 
 def _layout(cost: StageCost, phase: str) -> Layout:
@@ -38,12 +42,26 @@ def _layout(cost: StageCost, phase: str) -> Layout:
         else:
             own = g.forward_s + (0.0 if cost.tp_overlap else g.tp_forward_s)
         share = own / (len(colls) + 1)
-        for c in colls:  # an overlapped all-to-all runs on beside the compute that follows it
+        for c in colls:
             t += share
-            out.append((c.stream, c.kind, c.bytes, t, c.seconds, c.blocking_s))
+            out.append((c.stream, c.kind, c.bytes, t, c.blocking_s, c.blocking_s))
             t += c.blocking_s
+            if c.seconds > c.blocking_s:  # overlapped: the rest runs on beside the compute that follows
+                out.append((f"{c.stream}{OVERLAP_SUFFIX}", c.kind, 0, t, c.seconds - c.blocking_s, 0.0))
         t += share
-    return out
+    return [_inside(e, t) for e in out]
+
+
+def _inside(
+    entry: tuple[str, str, int, float, float, float], span_s: float
+) -> tuple[str, str, int, float, float, float]:
+    """An overlapped remainder kept inside its span (moved earlier, at most the span long): it hides
+    behind this span's compute; what a longer one hides behind another micro-batch's span is not drawn."""
+    stream, kind, nbytes, offset, dur, waited = entry
+    if not stream.endswith(OVERLAP_SUFFIX) or offset + dur <= span_s:
+        return entry
+    dur = min(dur, span_s)
+    return (stream, kind, nbytes, span_s - dur, dur, waited)
 
 
 def _indexed(cost: StageCost) -> dict[str, tuple[Layout, list[int]]]:

@@ -211,5 +211,4 @@ def _throughput(s: Scenario, step_time: float, hardware_flops: float) -> dict[st
 
 def overlapped_streams(s: Scenario) -> list[str]:
     """Blocking streams whose collectives the plan hides under compute (traces/breakdown.py)."""
-    tp = ["tp"] if s.parallelism.tp_comm_overlap and s.tp > 1 else []
-    return tp + (["ep"] if s.parallelism.moe_overlap_ep_comm and s.ep > 1 and s.model.is_moe else [])
+    return ["tp"] if s.parallelism.tp_comm_overlap and s.tp > 1 else []

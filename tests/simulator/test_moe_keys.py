@@ -62,16 +62,33 @@ def test_allgather_moves_every_token_to_every_member_so_it_is_slower_at_large_ep
 
 
 def test_overlapped_all_to_alls_shorten_the_step_and_stay_visible_as_overlapped_events() -> None:
+    """The same transfers: what the pass waits for stays on "ep", the rest runs on "ep_overlap" beside
+    compute, and the event breakdown (compare, dashboard) reads the same exposed time as `simulate`."""
+    from plancast.traces.breakdown import rank_breakdown_us
+
     plain = simulate(_scenario())
     overlapped = simulate(_scenario(moe_overlap_ep_comm=True))
     assert overlapped.summary["step_time_s"] < plain.summary["step_time_s"]
     assert overlapped.summary["exposed_comm_s"]["ep"] < plain.summary["exposed_comm_s"]["ep"]
-    assert overlapped.summary["overlapped_streams"] == ["ep"] and plain.summary["overlapped_streams"] == []
-    ep = [
-        df[(df["stream"] == "ep") & (df["kind"] == "all_to_all")] for df in (plain.events, overlapped.events)
-    ]
-    assert len(ep[0]) == len(ep[1]) > 0
-    assert ep[1]["dur_us"].sum() == pytest.approx(ep[0]["dur_us"].sum())  # the same transfers, hidden
+    ep, hidden = (overlapped.events[overlapped.events["stream"] == name] for name in ("ep", "ep_overlap"))
+    plain_ep = plain.events[plain.events["stream"] == "ep"]
+    assert len(ep) == len(plain_ep) > 0 and len(hidden) > 0
+    assert set(ep["kind"]) == set(hidden["kind"]) == {"all_to_all"}
+    assert ep["bytes"].sum() == plain_ep["bytes"].sum() and hidden["bytes"].sum() == 0
+    assert ep["dur_us"].sum() + hidden["dur_us"].sum() == pytest.approx(plain_ep["dur_us"].sum(), rel=1e-6)
+    events, summary = overlapped.events, overlapped.summary
+    step = events[events["step"] == events["step"].min()]
+    step_us = float((step["start_us"] + step["dur_us"]).max())
+    row = (
+        rank_breakdown_us(step, step_us, summary["overlapped_streams"])
+        .set_index("rank")
+        .loc[summary["critical_rank"]]
+    )
+    assert row["exposed_comm:ep"] / 1e6 == pytest.approx(summary["exposed_comm_s"]["ep"], rel=1e-6)
+    assert row.get("exposed_comm:ep_overlap", 0.0) == pytest.approx(0.0, abs=1e-3)
+    assert row["compute"] / 1e6 == pytest.approx(
+        summary["compute_time_s"] + summary["optimizer_time_s"], rel=1e-6
+    )
 
 
 def test_grouped_gemm_prices_fine_grained_experts_above_separate_small_gemms() -> None:
