@@ -179,11 +179,7 @@ def check_moe_cp_support(scenario: Scenario) -> None:
     ep, cp = p.expert_parallel_degree, p.context_parallel_degree
     if m.num_local_experts:
         if scenario.tp > 1:
-            raise PlanError(
-                "model.num_local_experts with tensor_parallel_degree > 1: the runtime does not shard experts "
-                "over tensor parallel; set parallelism.tensor_parallel_degree = 1 "
-                "(use expert_parallel_degree)"
-            )
+            _check_moe_folding(scenario)
         if scenario.dp > 1 and p.zero_stage > 0:
             raise PlanError(
                 f"model.num_local_experts with parallelism.zero_stage = {p.zero_stage}: the runtime reduces "
@@ -209,6 +205,19 @@ def check_moe_cp_support(scenario: Scenario) -> None:
         raise PlanError(
             "context_parallel_degree > 1 with zero_stage 2/3 is not supported by the runtime "
             "(FSDP2 would shard over data parallel only); use zero_stage 0 or 1"
+        )
+
+
+def _check_moe_folding(scenario: Scenario) -> None:
+    """MoE under tensor parallel runs as MoE parallel folding with whole experts: each rank routes its
+    sequence shard over an ep group that may span tp (simulator/mesh.py), no expert split over tp."""
+    p, m = scenario.parallelism, scenario.model
+    if p.expert_tensor_parallel_degree != 1 or not p.sequence_parallel or m.n_shared_experts:
+        raise PlanError(
+            "model.num_local_experts with tensor_parallel_degree > 1: the runtime runs MoE under tensor "
+            "parallel only as parallel folding with whole experts on sequence shards; set "
+            "parallelism.expert_tensor_parallel_degree = 1 and sequence_parallel = true (and "
+            "model.n_shared_experts = 0), or tensor_parallel_degree = 1"
         )
 
 

@@ -98,6 +98,17 @@ PLANS: dict[str, dict[str, Any]] = {
         "model": {**MOE, "first_k_dense_replace": 1},
         "recompute": "full",
     },
+    # MoE parallel folding: ep 2 over the tensor-parallel pair, whole experts on sequence shards
+    "moe-ep2-over-tp2-etp1": {
+        "parallelism": {
+            "tensor_parallel_degree": 2,
+            "sequence_parallel": True,
+            "expert_parallel_degree": 2,
+            "expert_tensor_parallel_degree": 1,
+        },
+        "world": 2,
+        "model": MOE,
+    },
     "moe-pp2": {"parallelism": {"pipeline_parallel_degree": 2}, "world": 2, "model": MOE},
     "moe-ep2xdp2": {
         "parallelism": {"data_parallel_degree": 4, "expert_parallel_degree": 2},

@@ -172,11 +172,11 @@ def _phase_seconds(ops: tuple[Op, ...], s: Scenario) -> tuple[float, float, floa
 
 
 def _collectives(
-    part: Part, phase: Literal["forward", "backward"], s: Scenario, levels: tuple[Level, ...]
+    part: Part, phase: Literal["forward", "backward"], s: Scenario, levels: tuple[Level, ...], moe: bool
 ) -> tuple[Collective, ...]:
     if s.tp == 1:
         return ()
-    plan = scenario_tp_collectives(s, part, phase, DTYPE_BYTES[s.training.dtype])
+    plan = scenario_tp_collectives(s, part, phase, DTYPE_BYTES[s.training.dtype], moe=moe)
     # tp_comm gives an all-gather's per-rank shard; the cost formulas take the gathered tensor.
     compute = s.cluster.compute
     sp = s.parallelism.sequence_parallel
@@ -212,8 +212,10 @@ def _segment(
     cast_params: float = 0.0,
     weights: float = 0.0,
     host_s: tuple[float, float] = (0.0, 0.0),
+    moe: bool = False,
 ) -> Segment:
-    """`cast_params`: the segment's parameters on this rank, whose gradient FSDP casts to its reduce dtype
+    """`moe`: an MoE block (its tensor-parallel collectives, costs/tp_comm.py).
+    `cast_params`: the segment's parameters on this rank, whose gradient FSDP casts to its reduce dtype
     or autograd accumulates; `weights`: its GEMM weights, which autocast casts (costs/mixed_precision.py).
     Both passes are part of the weight-gradient work; autocast's forward cast is part of the forward.
     `host_s`: the block's host time per micro-batch in its (forward, backward) (costs/host.py)."""
@@ -232,8 +234,8 @@ def _segment(
         fwd,
         bwd_in,
         bwd_w,
-        _collectives(part, "forward", s, tp_levels),
-        _collectives(part, "backward", s, tp_levels),
+        _collectives(part, "forward", s, tp_levels, moe),
+        _collectives(part, "backward", s, tp_levels, moe),
         sum(op.flops for op in ops),
         *ep_overlapped(ep_cp, fwd + bwd_in + bwd_w, overlap=s.parallelism.moe_overlap_ep_comm),
     )
@@ -274,6 +276,20 @@ def _folded_etp(s: Scenario) -> int | None:
     return s.etp if s.parallelism.expert_tensor_parallel_degree is not None else None
 
 
+def _moe_segment(s: Scenario, x: Shape, tp_levels: tuple[Level, ...], host: HostCosts) -> Segment:
+    """A block whose MLP is an MoE block (costs/moe.py), with its all-to-alls (costs/moe_cp_comm.py)."""
+    return _segment(
+        "layer",
+        moe_layer_forward(x, s.model, s.ep, etp=_folded_etp(s), imbalance=s.training.moe_routing_imbalance),
+        s,
+        tp_levels,
+        layer_collectives(s, moe=True),
+        *segment_params(s, "layer", moe=True),
+        host_s=(host.layer_forward_s, host.layer_backward_s),
+        moe=True,
+    )
+
+
 def stage_costs(s: Scenario, tp_levels: tuple[Level, ...]) -> tuple[StageCost, ...]:
     """One StageCost per virtual stage (pp * v of them), in stage order. An MoE model's layers from
     first_k_dense_replace on carry the MoE block and its all-to-alls (costs/moe.py)."""
@@ -289,17 +305,7 @@ def stage_costs(s: Scenario, tp_levels: tuple[Level, ...]) -> tuple[StageCost, .
         *segment_params(s, "layer"),
         host_s=(host.layer_forward_s, host.layer_backward_s),
     )
-    moe_layer = layer
-    if m.is_moe:
-        moe_layer = _segment(
-            "layer",
-            moe_layer_forward(x, m, s.ep, etp=_folded_etp(s), imbalance=s.training.moe_routing_imbalance),
-            s,
-            tp_levels,
-            layer_collectives(s, moe=True),
-            *segment_params(s, "layer", moe=True),
-            host_s=(host.layer_forward_s, host.layer_backward_s),
-        )
+    moe_layer = _moe_segment(s, x, tp_levels, host) if m.is_moe else layer
     params, weights = segment_params(s, "embedding")
     embedding = _segment("embedding", embedding_forward(x), s, tp_levels, cast_params=params, weights=weights)
     params, weights = segment_params(s, "head")

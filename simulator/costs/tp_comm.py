@@ -117,11 +117,15 @@ def _vocab_parallel(
 
 
 def scenario_tp_collectives(
-    s: Scenario, part: Part, phase: Phase, dtype_bytes: int
+    s: Scenario, part: Part, phase: Phase, dtype_bytes: int, *, moe: bool = False
 ) -> tuple[TPCollective, ...]:
     """``tp_collectives`` of one micro-batch of scenario ``s`` (the simulator and the runtime's expected
-    events read the plan through this one call)."""
+    events read the plan through this one call). ``moe``: an MoE block; on a folded expert grid with
+    etp < tp under sequence parallelism its experts work on the rank's sequence shard (Megatron-Core MoE
+    parallel folding; runtime/parallel/tp.py), so only the attention's gather and scatter remain."""
     m, t = s.model, s.training
+    if moe and part == "layer" and moe_on_sequence_shards(s):
+        return scenario_tp_collectives(s, part, phase, dtype_bytes)[:2]
     return tp_collectives(
         part,
         phase,
@@ -135,6 +139,13 @@ def scenario_tp_collectives(
         vocab_parallel=s.vocab_tp > 1,
         learned_positions=m.position_embedding == "learned",
     )
+
+
+def moe_on_sequence_shards(s: Scenario) -> bool:
+    """Whether MoE blocks run on each rank's sequence shard without tensor-parallel collectives: a folded
+    expert grid whose experts are split over fewer ranks than tp, under sequence parallelism."""
+    etp = s.parallelism.expert_tensor_parallel_degree
+    return etp is not None and etp < s.tp and s.parallelism.sequence_parallel
 
 
 def sp_grad_all_reduce_bytes(

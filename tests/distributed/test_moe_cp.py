@@ -38,6 +38,17 @@ CASES: dict[str, tuple[int, dict[str, Any], dict[str, Any]]] = {
         {"data_parallel_degree": 2, "expert_parallel_degree": 2, "expert_tensor_parallel_degree": 1},
         MOE,
     ),
+    # MoE parallel folding across tensor parallel: ep 2 over the tp pair, whole experts on sequence shards
+    "ep2-over-tp2-etp1": (
+        2,
+        {
+            "tensor_parallel_degree": 2,
+            "sequence_parallel": True,
+            "expert_parallel_degree": 2,
+            "expert_tensor_parallel_degree": 1,
+        },
+        MOE,
+    ),
     "moe-pp2-aux": (2, {"pipeline_parallel_degree": 2}, {**MOE, "router_aux_loss_coef": 0.1}),
     "cp2": (2, {"context_parallel_degree": 2}, {}),
     "cp2-rope-gqa": (
@@ -69,6 +80,17 @@ EVENT_CASES: dict[str, tuple[int, dict[str, Any], dict[str, Any], dict[str, Any]
     "ep2-folded-etp1": (
         2,
         {"data_parallel_degree": 2, "expert_parallel_degree": 2, "expert_tensor_parallel_degree": 1},
+        MOE,
+        {},
+    ),
+    "ep2-over-tp2-etp1": (
+        2,
+        {
+            "tensor_parallel_degree": 2,
+            "sequence_parallel": True,
+            "expert_parallel_degree": 2,
+            "expert_tensor_parallel_degree": 1,
+        },
         MOE,
         {},
     ),
