@@ -158,6 +158,16 @@ def sp_grad_all_reduce_bytes(
     return num_layers * 2 * (2 if layernorm else 1) * hidden_size * dtype_bytes
 
 
+def folded_router_grad_bytes(s: Scenario, first_layer: int, layers: int, dtype_bytes: int = 4) -> int:
+    """Router gradients (fp32, h x E per MoE block) the sequence-parallel all-reduce also sums when MoE
+    blocks run on sequence shards (``moe_on_sequence_shards``): the router is replicated over tp."""
+    if not moe_on_sequence_shards(s):
+        return 0
+    m = s.model
+    moe = sum(1 for i in range(first_layer, first_layer + layers) if m.is_moe_layer(i))
+    return moe * m.hidden_size * m.num_experts * dtype_bytes
+
+
 def ddp_bucket_bytes(
     param_bytes_in_registration_order: list[int],
     bucket_cap_mb: float | None,

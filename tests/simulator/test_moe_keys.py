@@ -230,3 +230,25 @@ def test_ep_keys_with_nothing_to_act_on_warn(
     code, _, err = cli_main("validate", str(_write(tmp_path, data)))
     assert code == 0, err
     assert warning in err
+
+
+def test_folded_moe_on_sequence_shards_drops_the_blocks_tp_gathers_and_sums_the_router_gradient() -> None:
+    """tp 2 with sequence parallel, ep 2 over the tp pair (etp 1): each MoE block keeps the attention's
+    all-gather and reduce-scatter only, and the step's sequence-parallel all-reduce carries the norms'
+    and the routers' gradients (as plancast run does, tests/distributed/test_moe_cp.py)."""
+    from plancast.simulator.costs.tp_comm import sp_grad_all_reduce_bytes
+
+    par = {"tensor_parallel_degree": 2, "sequence_parallel": True, "expert_parallel_degree": 2}
+    events = {
+        etp: simulate(_scenario(**par, **({"expert_tensor_parallel_degree": etp} if etp else {}))).events
+        for etp in (None, 1)
+    }
+    tp = {
+        etp: ev[(ev["stream"] == "tp") & (ev["rank"] == 0) & (ev["step"] == ev["step"].min())]
+        for etp, ev in events.items()
+    }
+    layers, microbatches = 4, 64 // (1 * 16)
+    gathers = {etp: int((t["kind"] == "all_gather").sum()) for etp, t in tp.items()}
+    assert gathers[None] - gathers[1] == layers * microbatches * 2  # the MoE's gather, forward and backward
+    sp = tp[1][tp[1]["kind"] == "all_reduce"]["bytes"].max()
+    assert sp == sp_grad_all_reduce_bytes(layers, 1024, layernorm=False) + layers * 1024 * 64 * 4
