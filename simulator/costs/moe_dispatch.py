@@ -102,11 +102,11 @@ on 20-24), so the compute beside them runs on the rest."""
 
 
 def exposed_fraction(ep_s: float, compute_s: float) -> float:
-    """Share of a block's ep all-to-all time the step still pays when overlapped with compute: Megatron-Core's
-    EP overlap (and DualPipe) runs one micro-batch's dispatch/combine during another's forward or
-    backward, so a block's all-to-alls hide behind up to a block's forward + backward compute, which
-    meanwhile runs on 1 - f of the SMs (f = OVERLAP_SM_FRACTION). Compute c beside transfers of ep
-    seconds ends after c + f * ep, or after ep when the transfers are the longer: max(f, 1 - c/ep)."""
+    """Share of ep seconds of all-to-alls the step still pays when they run beside c seconds of another
+    micro-batch's compute (Megatron-Core's EP overlap, DualPipe; costs/stage.py pairs a block's forward
+    all-to-alls with a backward and its backward ones with a forward), which meanwhile runs on 1 - f of
+    the SMs (f = OVERLAP_SM_FRACTION): the pair ends after c + f * ep, or after ep when the transfers
+    are the longer, so the share is max(f, 1 - c/ep)."""
     if ep_s <= 0:
         return 1.0
     return max(OVERLAP_SM_FRACTION, (ep_s - compute_s) / ep_s)

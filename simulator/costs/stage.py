@@ -237,23 +237,31 @@ def _segment(
         _collectives(part, "forward", s, tp_levels, moe),
         _collectives(part, "backward", s, tp_levels, moe),
         sum(op.flops for op in ops),
-        *ep_overlapped(ep_cp, fwd + bwd_in + bwd_w, overlap=s.parallelism.moe_overlap_ep_comm),
+        *ep_overlapped(ep_cp, (fwd, bwd_in + bwd_w), overlap=s.parallelism.moe_overlap_ep_comm),
     )
 
 
 def ep_overlapped(
-    ep_cp: tuple[tuple[InnerCollective, ...], tuple[InnerCollective, ...]], compute_s: float, *, overlap: bool
+    ep_cp: tuple[tuple[InnerCollective, ...], tuple[InnerCollective, ...]],
+    compute_s: tuple[float, float],
+    *,
+    overlap: bool,
 ) -> tuple[tuple[Collective, ...], tuple[Collective, ...]]:
-    """The block's (forward, backward) ep/cp collectives; with `overlap` each ep all-to-all exposes only
-    its share of what the block's forward + backward compute cannot hide (costs/moe_dispatch.py)."""
-    ep_s = sum(c.seconds for phase in ep_cp for c in phase if c.stream == "ep")
-    frac = exposed_fraction(ep_s, compute_s) if overlap else 1.0
+    """The block's (forward, backward) ep/cp collectives. With `overlap` the forward's all-to-alls hide
+    behind the backward compute of another micro-batch and the backward's behind a forward (Megatron-Core's
+    EP overlap pairs one micro-batch's forward with another's backward, as DualPipe's chunk pairs do):
+    each exposes its phase's share of what the paired compute, `compute_s` = (forward, backward), cannot
+    hide (costs/moe_dispatch.py)."""
+    fractions = []
+    for phase, paired in zip(ep_cp, reversed(compute_s), strict=True):
+        ep_s = sum(c.seconds for c in phase if c.stream == "ep")
+        fractions.append(exposed_fraction(ep_s, paired) if overlap else 1.0)
 
-    def one(c: InnerCollective) -> Collective:
+    def one(c: InnerCollective, frac: float) -> Collective:
         exposed = c.seconds * frac if c.stream == "ep" and overlap else None
         return Collective(c.kind, c.bytes, c.seconds, c.stream, exposed)
 
-    return tuple(one(c) for c in ep_cp[0]), tuple(one(c) for c in ep_cp[1])
+    return tuple(one(c, fractions[0]) for c in ep_cp[0]), tuple(one(c, fractions[1]) for c in ep_cp[1])
 
 
 def segment_params(s: Scenario, part: Part, moe: bool = False) -> tuple[float, float]:

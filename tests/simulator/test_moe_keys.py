@@ -252,3 +252,19 @@ def test_folded_moe_on_sequence_shards_drops_the_blocks_tp_gathers_and_sums_the_
     assert gathers[None] - gathers[1] == layers * microbatches * 2  # the MoE's gather, forward and backward
     sp = tp[1][tp[1]["kind"] == "all_reduce"]["bytes"].max()
     assert sp == sp_grad_all_reduce_bytes(layers, 1024, layernorm=False) + layers * 1024 * 64 * 4
+
+
+def test_overlap_pairs_forward_all_to_alls_with_a_backward_and_backward_ones_with_a_forward() -> None:
+    """Two 1 s all-to-alls a phase, forward compute 1.5 s, backward 3 s: the forward's hide behind 3 s
+    (paying only the SMs they hold, f), the backward's behind 1.5 s (0.5 s of them exposed)."""
+    from plancast.simulator.costs.moe_cp_comm import InnerCollective
+    from plancast.simulator.costs.moe_dispatch import OVERLAP_SM_FRACTION
+    from plancast.simulator.costs.stage import ep_overlapped
+
+    a2a = InnerCollective("ep", "all_to_all", 1, 1.0)
+    fwd, bwd = ep_overlapped(((a2a, a2a), (a2a, a2a)), (1.5, 3.0), overlap=True)
+    assert sum(c.blocking_s for c in fwd) == pytest.approx(2 * OVERLAP_SM_FRACTION)
+    assert sum(c.blocking_s for c in bwd) == pytest.approx(0.5)
+    assert all(c.seconds == 1.0 for c in (*fwd, *bwd))  # the transfers themselves are unchanged
+    plain = ep_overlapped(((a2a, a2a), (a2a, a2a)), (1.5, 3.0), overlap=False)
+    assert [c.blocking_s for phase in plain for c in phase] == [1.0] * 4
