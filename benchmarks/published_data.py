@@ -21,6 +21,7 @@ from benchmarks.published_fp8 import fp8_runs
 from benchmarks.published_fsdp import mosaic, torchtitan
 from benchmarks.published_megatron import bloom, korthikanti, llama3_row, megascale, narayanan
 from benchmarks.published_moe import moe_and_long_context
+from benchmarks.published_moe2 import automodel_runs, bridge_runs
 from benchmarks.published_record import (
     FlopFormula,
     Framework,
@@ -38,6 +39,7 @@ __all__ = [
     "BLACKWELL_RUNS",
     "FP8_RUNS",
     "MOE_AND_LONG_CONTEXT_RUNS",
+    "MOE_RUNS",
     "RUNS",
     "TORCHTITAN_FP8_RUNS",
     "FlopFormula",
@@ -67,6 +69,13 @@ RUNS: tuple[PublishedRun, ...] = (
 
 MOE_AND_LONG_CONTEXT_RUNS: tuple[PublishedRun, ...] = moe_and_long_context()
 """Runs that need expert or context parallelism (issue 13): written with issue 13's key names."""
+
+MOE_RUNS: tuple[PublishedRun, ...] = (
+    *(r for r in MOE_AND_LONG_CONTEXT_RUNS if model_table(r).get("num_local_experts")),
+    *bridge_runs(),
+    *automodel_runs(),
+)
+"""Every published mixture-of-experts run (issue 31): scored leave-one-source-out by published_runs."""
 
 FP8_RUNS: tuple[PublishedRun, ...] = fp8_runs()
 """Runs whose GEMMs train in FP8 (training.fp8), held out of every fit like the MoE rows."""

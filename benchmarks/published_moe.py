@@ -73,6 +73,8 @@ def moe_and_long_context() -> tuple[PublishedRun, ...]:
                 "expert_parallel_degree": 64,
                 "zero_stage": 1,
                 "pipeline_parallel_schedule": "1F1B",
+                "moe_token_dispatcher": "deepep",
+                "moe_overlap_ep_comm": True,
             },
             h800,
             "other",
@@ -81,9 +83,10 @@ def moe_and_long_context() -> tuple[PublishedRun, ...]:
             (
                 "fp8: the report's FP8 mixed precision (sec. 3.3) as training.fp8 with bf16 around it; its "
                 "fine-grained (1x128 / 128x128) scaling priced as per-tensor scaling",
-                "1F1B: DualPipe (which hides the all-to-alls behind compute) is not modelled; plancast's "
-                "all-to-alls block, and every token is dispatched to its k experts, not to at most 4 "
-                "nodes (node-limited routing, sec. 2.1.2)",
+                "1F1B with moe_overlap_ep_comm: DualPipe's bubble is not modelled (branch sched), its "
+                "overlap of dispatch/combine with compute is (sec. 3.2.1); the cross-node kernels of sec. "
+                "3.2.2 (IB once per node, NVLink forwarding) as moe_token_dispatcher 'deepep'; node-limited "
+                "routing (at most 4 nodes, sec. 2.1.2) not modelled: tokens may touch more nodes",
                 "micro-batch 1: not stated; 'selective' = the report's recompute of RMSNorm and MLA "
                 "up-projections",
                 "the batch after its ramp (15360 sequences) for the whole run's rate",

@@ -63,19 +63,19 @@ def chunk_dense_expert_bytes(
     return chunk_param_bytes(scenario, chunk, dtype_bytes), expert * (local_experts * moe_layers)
 
 
-def _tp(plan: RankPlan, part: Part, phase: Phase) -> list[str]:
-    return [c.kind for c in scenario_tp_collectives(plan.scenario, part, phase, dtype_bytes=4)]
+def _tp(plan: RankPlan, part: Part, phase: Phase, moe: bool = False) -> list[str]:
+    return [c.kind for c in scenario_tp_collectives(plan.scenario, part, phase, dtype_bytes=4, moe=moe)]
 
 
 def _tp_pass(plan: RankPlan, c: Chunk, phase: Phase) -> list[str]:
     """Tensor-parallel collective kinds of one pass through chunk ``c``, in issue order."""
-    layers = c.last_layer - c.first_layer
-    parts: list[Part] = ["embedding"] if c.has_embedding else []
-    parts += ["layer"] * layers
-    parts += ["head"] if c.has_head else []
+    m = plan.scenario.model
+    parts: list[tuple[Part, bool]] = [("embedding", False)] if c.has_embedding else []
+    parts += [("layer", m.is_moe and m.is_moe_layer(i)) for i in range(c.first_layer, c.last_layer)]
+    parts += [("head", False)] if c.has_head else []
     if phase == "backward":
         parts.reverse()
-    return [kind for part in parts for kind in _tp(plan, part, phase)]
+    return [kind for part, moe in parts for kind in _tp(plan, part, phase, moe)]
 
 
 class _FsdpState:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 
 from plancast.runtime.model_support import ShapeSupportError, check_model_shape_support
 from plancast.simulator.mesh import Coord, RankGrid
-from plancast.simulator.scenario import Scenario
+from plancast.simulator.scenario import Parallelism, Scenario
 from plancast.simulator.schedules import Action, build_schedule, owned_stages, splits_backward, stage_rank
 
 
@@ -186,11 +186,7 @@ def check_moe_cp_support(scenario: Scenario) -> None:
     ep, cp = p.expert_parallel_degree, p.context_parallel_degree
     if m.num_local_experts:
         if scenario.tp > 1:
-            raise PlanError(
-                "model.num_local_experts with tensor_parallel_degree > 1: the runtime does not shard experts "
-                "over tensor parallel; set parallelism.tensor_parallel_degree = 1 "
-                "(use expert_parallel_degree)"
-            )
+            _check_moe_folding(scenario)
         if scenario.dp > 1 and p.zero_stage > 0:
             raise PlanError(
                 f"model.num_local_experts with parallelism.zero_stage = {p.zero_stage}: the runtime reduces "
@@ -201,6 +197,7 @@ def check_moe_cp_support(scenario: Scenario) -> None:
                 "model.num_local_experts with context_parallel_degree > 1: the runtime runs context "
                 "parallelism on dense models only; set parallelism.context_parallel_degree = 1"
             )
+        _check_moe_kernels(p)
     elif ep > 1:
         raise PlanError(
             f"parallelism.expert_parallel_degree = {ep} needs a mixture-of-experts model; set "
@@ -218,16 +215,37 @@ def check_moe_cp_support(scenario: Scenario) -> None:
         )
 
 
+def _check_moe_folding(scenario: Scenario) -> None:
+    """MoE under tensor parallel runs as MoE parallel folding with whole experts: each rank routes its
+    sequence shard over an ep group that may span tp (simulator/mesh.py), no expert split over tp."""
+    p, m = scenario.parallelism, scenario.model
+    if p.expert_tensor_parallel_degree != 1 or not p.sequence_parallel or m.n_shared_experts:
+        raise PlanError(
+            "model.num_local_experts with tensor_parallel_degree > 1: the runtime runs MoE under tensor "
+            "parallel only as parallel folding with whole experts on sequence shards; set "
+            "parallelism.expert_tensor_parallel_degree = 1 and sequence_parallel = true (and "
+            "model.n_shared_experts = 0), or tensor_parallel_degree = 1"
+        )
+
+
+def _check_moe_kernels(p: Parallelism) -> None:
+    """The runtime's MoE runs NCCL/gloo all-to-alls in line, with experts whole on each rank."""
+    if p.moe_token_dispatcher != "alltoall" or p.moe_overlap_ep_comm:
+        raise PlanError(
+            f"parallelism.moe_token_dispatcher = {p.moe_token_dispatcher!r} / moe_overlap_ep_comm = "
+            f"{p.moe_overlap_ep_comm}: the runtime dispatches with blocking all-to-alls only; set "
+            "moe_token_dispatcher = 'alltoall' and moe_overlap_ep_comm = false"
+        )
+    if (p.expert_tensor_parallel_degree or 1) != 1:
+        raise PlanError(
+            f"parallelism.expert_tensor_parallel_degree = {p.expert_tensor_parallel_degree}: the runtime "
+            "keeps each expert whole on its rank; set it to 1 or unset it"
+        )
+
+
 def rank_plan(scenario: Scenario, rank: int, world_size: int | None = None) -> RankPlan:
     """The plan of global ``rank`` (``world_size`` defaults to pp * dp * cp * tp)."""
-    p = scenario.parallelism
-    grid = RankGrid(
-        pp=scenario.pp,
-        dp=scenario.dp,
-        tp=scenario.tp,
-        cp=p.context_parallel_degree,
-        ep=p.expert_parallel_degree,
-    )
+    grid = scenario.grid
     check_runtime_support(scenario, grid.world_size if world_size is None else world_size)
     name = scenario.parallelism.pipeline_parallel_schedule
     schedule = build_schedule(name, scenario.pp, scenario.num_microbatches, scenario.vpp)

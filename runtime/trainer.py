@@ -50,6 +50,7 @@ from plancast.runtime.parallel.pp import PipelineExecutor, StageRunner
 from plancast.runtime.parallel.tp import apply_tensor_parallel, local_seq_len
 from plancast.runtime.plan import Chunk, RankPlan, rank_plan
 from plancast.runtime.precision import autocast_for, compute_dtype, fsdp_policy, fused_adamw
+from plancast.simulator.costs.tp_comm import moe_on_sequence_shards
 from plancast.simulator.mesh import GroupName
 from plancast.simulator.scenario import Scenario
 
@@ -201,6 +202,7 @@ class Trainer:
                 self.mesh["tp"],
                 sequence_parallel=s.parallelism.sequence_parallel,
                 vocab_parallel=s.vocab_tp > 1,
+                moe_on_shards=moe_on_sequence_shards(s),
             )
         zero, last_backward = s.parallelism.zero_stage, None
         if s.dp > 1 and zero >= 2:
@@ -272,9 +274,11 @@ class Trainer:
         params = (p for c in self.chunks for p in c.runner.parameters)
         with self.activations.track(params) if counting else contextlib.nullcontext():
             loss = self.executor.run(mb_in, mb_tg)
-        ep = len(self.plan.grid.group("ep", self.plan.rank)) if "ep" in self.groups else 1
+        grid = self.plan.grid
+        # the expert reducer averages over edp: scaled to 1/dp in all (runtime/parallel/ep.py)
+        expert_scale = len(grid.group("edp", self.plan.rank)) / grid.dp
         for c in self.chunks:
-            scale_expert_grads(c.model, 1.0 / ep)  # runtime/parallel/ep.py: 1/dp, not 1/edp
+            scale_expert_grads(c.model, expert_scale)
             self._reduce_partial_grads(c)
             self._sync_tied_embedding(c)
         self._sum_tied_copies_here()

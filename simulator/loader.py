@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from plancast.simulator.scenario import DEPRECATED_KEYS, Scenario
+from plancast.simulator.scenario_moe import moe_keys_last
 from plancast.simulator.validation import Problem, check_plan
 from plancast.traces import bounded
 from plancast.traces.bounded import BoundedReadError, load_toml, read_text
@@ -125,5 +126,4 @@ def resolve(raw: Scenario) -> Scenario:
 
 def to_toml_dict(scenario: Scenario) -> dict[str, Any]:
     """The scenario as TOML-ready tables (None values dropped; TOML has no null)."""
-    data = scenario.model_dump(mode="json", exclude_none=True)
-    return data
+    return moe_keys_last(scenario.model_dump(mode="json", exclude_none=True))

@@ -18,6 +18,13 @@ group of a rank holds the ranks with the same pp/cp/tp whose dp index lies in th
 ``ep`` consecutive dp indices (``dp_i = edp_i * ep + ep_i``); the expert-data-parallel group ``edp``
 holds those with the same ``ep_i``, and ``dp_cp`` (the dense-gradient group, Megatron-LM's
 ``get_data_parallel_group(with_context_parallel=True)``) the ranks differing only in dp or cp.
+
+MoE parallel folding (``etp`` set; Liu et al. 2025, arXiv 2504.14960; Megatron-Core
+``parallel_state.initialize_model_parallel``, whose expert grid is ordered tp-ep-dp-pp with the expert
+tensor parallel size as its tp): the expert layers get their own grid over each pipeline stage's
+``tp * cp * dp`` consecutive ranks, ``local = (edp_i * ep + ep_i) * etp + etp_i``, independent of the
+attention's tp/cp/dp, so ep may span tensor-parallel ranks (DeepSeek-V3's EP64 over TP2 x DP32).
+With ``etp = tp`` and ``cp = 1`` it is the carved-out-of-dp layout above.
 """
 
 from __future__ import annotations
@@ -72,14 +79,25 @@ class RankGrid:
     cp: int = field(default=1, kw_only=True)
     """Context-parallel degree (shards of each sequence)."""
     ep: int = field(default=1, kw_only=True)
-    """Expert-parallel degree, carved out of dp (divides it)."""
+    """Expert-parallel degree, carved out of dp (divides it) unless etp is set."""
+    etp: int | None = field(default=None, kw_only=True)
+    """Expert-tensor-parallel degree of a folded expert grid (module docstring); None: experts use the
+    attention's tp and ep is carved out of dp."""
 
     def __post_init__(self) -> None:
-        for axis in (*AXES, "ep"):
+        for axis in (*AXES, "ep", "etp"):
             degree = getattr(self, axis)
+            if axis == "etp" and degree is None:
+                continue
             if isinstance(degree, bool) or not isinstance(degree, int) or degree < 1:
                 raise ValueError(f"RankGrid.{axis} must be an integer >= 1, got {degree!r}")
-        if self.dp % self.ep:
+        if self.etp is not None:
+            if self.stage_size % (self.ep * self.etp):
+                raise ValueError(
+                    f"RankGrid.ep={self.ep} x etp={self.etp} must divide tp x cp x dp = {self.stage_size} "
+                    "(the folded expert grid covers one pipeline stage's ranks)"
+                )
+        elif self.dp % self.ep:
             raise ValueError(
                 f"RankGrid.ep={self.ep} must divide RankGrid.dp={self.dp} (ep is carved out of dp)"
             )
@@ -88,6 +106,11 @@ class RankGrid:
     def world_size(self) -> int:
         """Total number of ranks, ``pp * dp * cp * tp``."""
         return self.pp * self.dp * self.cp * self.tp
+
+    @property
+    def stage_size(self) -> int:
+        """Ranks of one pipeline stage, ``dp * cp * tp``."""
+        return self.dp * self.cp * self.tp
 
     @property
     def mesh_shape(self) -> tuple[int, int, int, int]:
@@ -103,7 +126,8 @@ class RankGrid:
         """Ranks in one group named ``axis``."""
         name = _check_group(axis)
         sizes = {"pp": self.pp, "dp": self.dp, "cp": self.cp, "tp": self.tp, "ep": self.ep}
-        sizes.update(edp=self.dp // self.ep, dp_cp=self.dp * self.cp)
+        edp = self.dp // self.ep if self.etp is None else self.stage_size // (self.ep * self.etp)
+        sizes.update(edp=edp, dp_cp=self.dp * self.cp)
         return sizes[name]
 
     def coord(self, rank: int) -> Coord:
@@ -127,8 +151,12 @@ class RankGrid:
         return self.coord(rank).pp
 
     def ep_index(self, rank: int) -> tuple[int, int]:
-        """``(edp_i, ep_i)`` of ``rank``: its dp index is ``edp_i * ep + ep_i``."""
-        return divmod(self.coord(rank).dp, self.ep)
+        """``(edp_i, ep_i)`` of ``rank``: its dp index is ``edp_i * ep + ep_i`` (folded: its index in
+        the stage is ``(edp_i * ep + ep_i) * etp + etp_i``)."""
+        if self.etp is None:
+            return divmod(self.coord(rank).dp, self.ep)
+        self._check_rank(rank)
+        return divmod(rank % self.stage_size // self.etp, self.ep)
 
     def group(self, axis: GroupName, rank: int) -> tuple[int, ...]:
         """Sorted members of ``rank``'s process group named ``axis``."""
@@ -137,6 +165,8 @@ class RankGrid:
             return tuple(self.rank(replace(here, **{name: i})) for i in range(getattr(self, name)))
         if name == "dp_cp":
             return tuple(self.rank(replace(here, dp=d, cp=c)) for d in range(self.dp) for c in range(self.cp))
+        if self.etp is not None:
+            return self._folded_group(name, rank)
         edp_i, ep_i = divmod(here.dp, self.ep)
         dps = (
             [edp_i * self.ep + j for j in range(self.ep)]
@@ -144,6 +174,16 @@ class RankGrid:
             else [k * self.ep + ep_i for k in range(self.dp // self.ep)]
         )
         return tuple(self.rank(replace(here, dp=d)) for d in dps)
+
+    def _folded_group(self, name: GroupName, rank: int) -> tuple[int, ...]:
+        """Members of ``rank``'s ep or edp group on the folded expert grid."""
+        etp = self.etp or 1
+        base, local = divmod(rank, self.stage_size)
+        etp_i, (edp_i, ep_i) = local % etp, self.ep_index(rank)
+        if name == "ep":
+            return tuple(base * self.stage_size + (edp_i * self.ep + j) * etp + etp_i for j in range(self.ep))
+        edp = self.size("edp")
+        return tuple(base * self.stage_size + (k * self.ep + ep_i) * etp + etp_i for k in range(edp))
 
     def groups(self, axis: GroupName) -> tuple[tuple[int, ...], ...]:
         """Every process group named ``axis``, ordered by first member; together they partition the world."""
@@ -157,6 +197,9 @@ class RankGrid:
             return c.along(name) == 0
         if name == "dp_cp":
             return c.dp == 0 and c.cp == 0
+        if self.etp is not None:
+            edp_i, ep_i = self.ep_index(self.rank(c))
+            return ep_i == 0 if name == "ep" else edp_i == 0
         return c.dp % self.ep == 0 if name == "ep" else c.dp < self.ep
 
     def _check_rank(self, rank: int) -> None:

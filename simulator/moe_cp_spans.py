@@ -21,8 +21,12 @@ if TYPE_CHECKING:
     import pandas as pd
 
 PHASES = frozenset({"forward", "recompute", "backward", "backward_input"})
+OVERLAP_SUFFIX = "_overlap"
+"""An overlapped all-to-all (parallelism.moe_overlap_ep_comm) is two events: what the pass waits for on
+stream "ep" (blocking, with the bytes), the rest on "ep_overlap", a communication stream beside the
+compute that hides it (traces/breakdown.py counts it exposed only where no compute covers it)."""
 
-Layout = list[tuple[str, str, int, float, float]]  # stream, kind, bytes, offset_s, dur_s
+Layout = list[tuple[str, str, int, float, float, float]]  # stream, kind, bytes, offset_s, dur_s, waited_s
 
 
 def _layout(cost: StageCost, phase: str) -> Layout:
@@ -40,10 +44,24 @@ def _layout(cost: StageCost, phase: str) -> Layout:
         share = own / (len(colls) + 1)
         for c in colls:
             t += share
-            out.append((c.stream, c.kind, c.bytes, t, c.seconds))
-            t += c.seconds
+            out.append((c.stream, c.kind, c.bytes, t, c.blocking_s, c.blocking_s))
+            t += c.blocking_s
+            if c.seconds > c.blocking_s:  # overlapped: the rest runs on beside the compute that follows
+                out.append((f"{c.stream}{OVERLAP_SUFFIX}", c.kind, 0, t, c.seconds - c.blocking_s, 0.0))
         t += share
-    return out
+    return [_inside(e, t) for e in out]
+
+
+def _inside(
+    entry: tuple[str, str, int, float, float, float], span_s: float
+) -> tuple[str, str, int, float, float, float]:
+    """An overlapped remainder kept inside its span (moved earlier, at most the span long): it hides
+    behind this span's compute; what a longer one hides behind another micro-batch's span is not drawn."""
+    stream, kind, nbytes, offset, dur, waited = entry
+    if not stream.endswith(OVERLAP_SUFFIX) or offset + dur <= span_s:
+        return entry
+    dur = min(dur, span_s)
+    return (stream, kind, nbytes, span_s - dur, dur, waited)
 
 
 def _indexed(cost: StageCost) -> dict[str, tuple[Layout, list[int]]]:
@@ -84,7 +102,7 @@ def ep_cp_events(spans: Sequence[tuple[Any, ...]], costs: tuple[StageCost, ...])
             continue
         layout, index = layouts[sp[3]][sp[2]]
         rank, stage, chunk, mb, start = sp[0], sp[3], sp[4], sp[5], sp[8]
-        for (stream, kind, nbytes, offset, dur), i in zip(layout, index, strict=True):
+        for (stream, kind, nbytes, offset, dur, _), i in zip(layout, index, strict=True):
             rows.append((rank, stream, kind, stage, chunk, mb, i, -1, start + offset, dur, nbytes, 0.0))
     columns = ["rank", "stream", "kind", "stage", "chunk", "microbatch", "index", "peer"]
     return pd.DataFrame.from_records(rows, columns=[*columns, "start_s", "dur_s", "bytes", "flops"])
@@ -93,7 +111,8 @@ def ep_cp_events(spans: Sequence[tuple[Any, ...]], costs: tuple[StageCost, ...])
 def ep_cp_times(
     spans: Sequence[tuple[Any, ...]], costs: tuple[StageCost, ...]
 ) -> dict[str, dict[int, float]]:
-    """{"ep": {rank: seconds}, "cp": {...}}: each rank's blocking ep / cp time inside its compute spans."""
+    """{"ep": {rank: seconds}, "cp": {...}}: each rank's blocking ep / cp time inside its compute spans
+    (of an overlapped all-to-all, the part compute does not hide)."""
     out: dict[str, dict[int, float]] = {"ep": {}, "cp": {}}
     if not _has_any(costs):
         return out
@@ -104,7 +123,7 @@ def ep_cp_times(
         key = (sp[3], "forward" if sp[2] == "recompute" else sp[2])
         if key not in per:
             layout = _layout(costs[key[0]], key[1])
-            per[key] = {k: float(np.sum([c[4] for c in layout if c[0] == k])) for k in out}
+            per[key] = {k: float(np.sum([c[5] for c in layout if c[0] == k])) for k in out}
         for stream, seconds in per[key].items():
             if seconds:
                 out[stream][sp[0]] = out[stream].get(sp[0], 0.0) + seconds

@@ -19,8 +19,10 @@ from plancast.simulator.catalog.frameworks import DEFAULT_FRAMEWORK, Framework, 
 from plancast.simulator.cluster import Cluster
 from plancast.simulator.costs.fp8 import FP8Recipe
 from plancast.simulator.fields import Dtype, Recompute, Strict
+from plancast.simulator.mesh import RankGrid
 from plancast.simulator.model_shapes import ModelShapes
 from plancast.simulator.presets import merge_preset
+from plancast.simulator.scenario_moe import MoeParallelismKeys, MoeTrainingKeys
 from plancast.simulator.schedules import ScheduleName
 
 DEPRECATED_KEYS: dict[tuple[str, str], str] = {
@@ -128,7 +130,7 @@ class Model(ModelShapes):
 
 
 # ------------------------------------------------------------------------------------------ training
-class Training(Strict):
+class Training(MoeTrainingKeys):
     """One optimizer step: batch shape, precision and activation recompute."""
 
     seq_len: int = Field(default=2048, gt=0)
@@ -190,7 +192,7 @@ class Training(Strict):
 
 
 # --------------------------------------------------------------------------------------- parallelism
-class Parallelism(Strict):
+class Parallelism(MoeParallelismKeys):
     """How the model is split over the ranks (torchtitan / Megatron-LM vocabulary)."""
 
     tensor_parallel_degree: int = Field(default=1, gt=0)
@@ -356,9 +358,23 @@ class Scenario(Strict):
         return self.parallelism.expert_parallel_degree
 
     @property
+    def grid(self) -> RankGrid:
+        """The plan's rank grid (simulator/mesh.py), folded expert grid included."""
+        etp = self.parallelism.expert_tensor_parallel_degree
+        return RankGrid(self.pp, self.dp, self.tp, cp=self.cp, ep=self.ep, etp=etp)
+
+    @property
+    def etp(self) -> int:
+        """Expert-tensor-parallel degree (parallelism.expert_tensor_parallel_degree, default tp)."""
+        return self.parallelism.expert_tensor_parallel_degree or self.tp
+
+    @property
     def edp(self) -> int:
-        """Expert-data-parallel degree: replicas of each expert, dp / ep."""
-        return max(self.dp // self.ep, 1)
+        """Expert-data-parallel degree, replicas of each expert: dp / ep, or with folding
+        tp * cp * dp / (ep * etp)."""
+        if self.parallelism.expert_tensor_parallel_degree is None:
+            return max(self.dp // self.ep, 1)
+        return max(self.tp * self.cp * self.dp // (self.ep * self.etp), 1)
 
     @property
     def dp(self) -> int:

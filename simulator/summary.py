@@ -92,7 +92,7 @@ def summarize(
         "compute_time_s": c.compute,
         "exposed_comm_time_s": sum(c.exposed.values()),
         "exposed_comm_s": dict(c.exposed),
-        "overlapped_streams": ["tp"] if s.parallelism.tp_comm_overlap and s.tp > 1 else [],
+        "overlapped_streams": overlapped_streams(s),
         "optimizer_time_s": c.optimizer,
         "bubble_time_s": c.bubble,
         "critical_rank": critical,
@@ -207,3 +207,8 @@ def _throughput(s: Scenario, step_time: float, hardware_flops: float) -> dict[st
         "hfu": hw_tflops * 1e12 / peak,
         "tokens_per_s": tokens / step_time if step_time else 0.0,
     }
+
+
+def overlapped_streams(s: Scenario) -> list[str]:
+    """Blocking streams whose collectives the plan hides under compute (traces/breakdown.py)."""
+    return ["tp"] if s.parallelism.tp_comm_overlap and s.tp > 1 else []

@@ -81,7 +81,7 @@ def dp_plan(s: Scenario, cost: StageCost) -> UnitPlan:
         s.model, s.tp, layers=layers, has_embedding=first, has_head=last, dtype_bytes=4, first_layer=start
     )
     buckets = tuple(ddp_bucket_bytes(tensors, s.parallelism.bucket_cap_MiB))
-    experts = chunk_expert_bytes(s.model, s.tp, s.ep, first_layer=start, layers=layers)
+    experts = chunk_expert_bytes(s.model, s.etp, s.ep, first_layer=start, layers=layers)
     # the expert reducer runs over the expert-data-parallel group (simulator/mesh.py "edp"); none when
     # every expert has one replica
     expert_buckets = tuple(ddp_bucket_bytes([experts], s.parallelism.bucket_cap_MiB)) if s.edp > 1 else ()

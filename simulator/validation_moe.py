@@ -7,6 +7,7 @@ returned as ``PlanProblem`` (path, message) and validation.check_plan reports th
 from __future__ import annotations
 
 from plancast.simulator.scenario import Scenario
+from plancast.simulator.scenario_moe import DROPLESS_IMBALANCE
 from plancast.simulator.schedules import PlanProblem
 
 
@@ -31,13 +32,13 @@ def model_moe_problems(s: Scenario) -> list[PlanProblem]:
                 "use at most the number of layers (or unset num_local_experts for a dense model)",
             )
         )
-    if m.expert_ffn_size % s.tp:
+    if m.expert_ffn_size % s.etp:
         out.append(
             PlanProblem(
                 "model.moe_intermediate_size",
-                f"{m.expert_ffn_size} is not divisible by parallelism.tensor_parallel_degree ({s.tp}); "
-                "experts are split column-wise over tensor parallel (Megatron-Core's default "
-                "expert_tensor_parallel_size = tp)",
+                f"{m.expert_ffn_size} is not divisible by the expert-tensor-parallel degree ({s.etp}); "
+                "experts are split column-wise over parallelism.expert_tensor_parallel_degree (default "
+                "tensor_parallel_degree, as Megatron-Core's expert_tensor_parallel_size)",
             )
         )
     return out
@@ -54,12 +55,16 @@ def plan_moe_cp_problems(s: Scenario) -> list[PlanProblem]:
                 f"{ep} needs a mixture-of-experts model (model.num_local_experts > 0); set it to 1",
             )
         )
-    if ep > 1 and s.dp % ep:
+    folded = s.parallelism.expert_tensor_parallel_degree is not None
+    if folded:
+        out += _folding_problems(s)
+    if ep > 1 and not folded and s.dp % ep:
         out.append(
             PlanProblem(
                 "parallelism.expert_parallel_degree",
                 f"{ep} does not divide the data-parallel degree ({s.dp}); expert parallelism is carved "
-                "out of data parallelism (Megatron-Core, torchtitan): pick a divisor of dp",
+                "out of data parallelism (Megatron-Core, torchtitan): pick a divisor of dp, or fold it over "
+                "tp x cp x dp with parallelism.expert_tensor_parallel_degree (e.g. 1)",
             )
         )
     if ep > 1 and m.is_moe and m.num_experts % ep:
@@ -90,6 +95,49 @@ def plan_moe_cp_problems(s: Scenario) -> list[PlanProblem]:
     return out
 
 
+def _folding_problems(s: Scenario) -> list[PlanProblem]:
+    """MoE parallel folding's rule (Megatron-Core parallel_state.initialize_model_parallel: the expert
+    grid etp x ep x edp fills each pipeline stage's tp x cp x dp ranks)."""
+    etp, ep, stage = s.etp, s.ep, s.tp * s.cp * s.dp
+    if not s.model.is_moe:
+        return [
+            PlanProblem(
+                "parallelism.expert_tensor_parallel_degree",
+                f"{etp} needs a mixture-of-experts model (model.num_local_experts > 0); unset it",
+            )
+        ]
+    if stage % (ep * etp):
+        return [
+            PlanProblem(
+                "parallelism.expert_tensor_parallel_degree",
+                f"expert_parallel_degree x expert_tensor_parallel_degree = {ep} x {etp} does not divide "
+                f"tp x cp x dp = {stage}: the folded expert grid fills each pipeline stage's "
+                "ranks; pick degrees whose product divides it",
+            )
+        ]
+    return []
+
+
+def _ep_comm_warnings(s: Scenario) -> list[str]:
+    """Expert-parallel communication keys that have nothing to act on."""
+    par, out = s.parallelism, list[str]()
+    ep_keys = [
+        ("moe_token_dispatcher", par.moe_token_dispatcher != "alltoall"),
+        ("moe_overlap_ep_comm", par.moe_overlap_ep_comm),
+    ]
+    for key, set_away in ep_keys:
+        if set_away and s.ep == 1:
+            out.append(
+                f"parallelism.{key} is ignored: expert_parallel_degree is 1, so no token leaves its rank"
+            )
+    if s.model.moe_capacity_factor is not None and s.training.moe_routing_imbalance != DROPLESS_IMBALANCE:
+        out.append(
+            "training.moe_routing_imbalance is ignored: model.moe_capacity_factor pads every expert to its "
+            "capacity, which the experts compute whatever the routing"
+        )
+    return out
+
+
 def moe_cp_warnings(s: Scenario) -> list[str]:
     """Legal but probably unintended MoE / CP settings."""
     m, out = s.model, list[str]()
@@ -101,6 +149,7 @@ def moe_cp_warnings(s: Scenario) -> list[str]:
         out.append(f"model.{set_keys[0]} is ignored: num_local_experts is unset, so the model is dense")
     if m.is_moe and m.first_k_dense_replace >= m.num_hidden_layers:
         out.append("model.first_k_dense_replace covers every layer: the model has no MoE layer")
+    out += _ep_comm_warnings(s)
     if s.cp > 1 and s.training.seq_len // s.cp < 1024:
         out.append(
             f"context_parallel_degree {s.cp} leaves {s.training.seq_len // s.cp} tokens per rank: the K/V "

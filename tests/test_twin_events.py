@@ -86,11 +86,28 @@ PLANS: dict[str, dict[str, Any]] = {
     "pp2-zero2": {"parallelism": {"pipeline_parallel_degree": 2, "zero_stage": 2}, "world": 4},
     # mixture of experts (docs/moe.md): expert all-to-alls inside the compute spans
     "moe-ep2": {"parallelism": {"expert_parallel_degree": 2}, "world": 2, "model": MOE},
+    # the folded expert grid (etp set, simulator/mesh.py) at tp 1, the layout the runtime runs
+    "moe-ep2-folded-etp1": {
+        "parallelism": {"expert_parallel_degree": 2, "expert_tensor_parallel_degree": 1},
+        "world": 2,
+        "model": MOE,
+    },
     "moe-ep2-full-recompute": {
         "parallelism": {"expert_parallel_degree": 2},
         "world": 2,
         "model": {**MOE, "first_k_dense_replace": 1},
         "recompute": "full",
+    },
+    # MoE parallel folding: ep 2 over the tensor-parallel pair, whole experts on sequence shards
+    "moe-ep2-over-tp2-etp1": {
+        "parallelism": {
+            "tensor_parallel_degree": 2,
+            "sequence_parallel": True,
+            "expert_parallel_degree": 2,
+            "expert_tensor_parallel_degree": 1,
+        },
+        "world": 2,
+        "model": MOE,
     },
     "moe-pp2": {"parallelism": {"pipeline_parallel_degree": 2}, "world": 2, "model": MOE},
     "moe-ep2xdp2": {

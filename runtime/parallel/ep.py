@@ -95,7 +95,8 @@ def expert_parameters(model: nn.Module) -> list[nn.Parameter]:
 
 
 def scale_expert_grads(model: nn.Module, factor: float) -> None:
-    """Multiply every routed expert's gradient by ``factor`` (``1 / ep``: see the module docstring)."""
+    """Multiply every routed expert's gradient by ``factor`` (``edp / dp``, i.e. ``1 / ep`` unfolded: see
+    the module docstring)."""
     if factor == 1.0:
         return
     for p in expert_parameters(model):

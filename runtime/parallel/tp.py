@@ -36,6 +36,7 @@ from torch.distributed.tensor.parallel import (
 from torch.distributed.tensor.parallel.style import ParallelStyle
 
 from plancast.runtime.model import Decoder
+from plancast.runtime.moe import MoE
 
 
 def _block_plan(swiglu: bool, sequence_parallel: bool) -> dict[str, ParallelStyle]:
@@ -62,13 +63,35 @@ def _block_plan(swiglu: bool, sequence_parallel: bool) -> dict[str, ParallelStyl
     return plan
 
 
+def _moe_block_plan(swiglu: bool) -> dict[str, ParallelStyle]:
+    """An MoE block under MoE parallel folding (etp 1, sequence parallel): attention as in a dense block;
+    the MoE routes this rank's sequence shard to whole experts over its ep group (runtime/moe.py), its
+    router replicated with a Partial gradient that the step's sequence-parallel all-reduce sums
+    (Megatron-Core marks the router weight sequence-parallel for the same reduction)."""
+    plan = {k: v for k, v in _block_plan(swiglu, sequence_parallel=True).items() if not k.startswith("mlp")}
+    plan["mlp_norm"] = SequenceParallel(use_local_output=True)
+    plan["mlp.router"] = SequenceParallel(sequence_dim=0, use_local_output=True)
+    return plan
+
+
 def apply_tensor_parallel(
-    model: Decoder, tp_mesh: DeviceMesh, *, sequence_parallel: bool, vocab_parallel: bool = False
+    model: Decoder,
+    tp_mesh: DeviceMesh,
+    *,
+    sequence_parallel: bool,
+    vocab_parallel: bool = False,
+    moe_on_shards: bool = False,
 ) -> Decoder:
-    """Shard ``model``'s blocks (and with ``vocab_parallel`` its embedding and head) over ``tp_mesh``."""
+    """Shard ``model``'s blocks (and with ``vocab_parallel`` its embedding and head) over ``tp_mesh``.
+    ``moe_on_shards``: MoE blocks run on sequence shards (simulator/costs/tp_comm.py
+    ``moe_on_sequence_shards``)."""
     swiglu = model.cfg.activation == "swiglu"
     for block in model.layers.values():
-        parallelize_module(block, tp_mesh, _block_plan(swiglu, sequence_parallel))
+        is_moe = isinstance(block.mlp, MoE)
+        if is_moe and not moe_on_shards:
+            raise ValueError("an MoE block under tensor parallel needs moe_on_shards (runtime/plan.py)")
+        plan = _moe_block_plan(swiglu) if is_moe else _block_plan(swiglu, sequence_parallel)
+        parallelize_module(block, tp_mesh, plan)
     if vocab_parallel:
         _shard_vocabulary(model, tp_mesh, sequence_parallel)
     elif sequence_parallel:

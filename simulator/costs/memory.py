@@ -153,10 +153,10 @@ def rank_memory(s: Scenario, pp_rank: int, schedule: Schedule | None = None) -> 
     stages = s.pp * s.vpp
     owned = owned_stages(par.pipeline_parallel_schedule, s.pp, pp_rank, s.vpp)  # this rank's, by chunk
     starts = [sum(split[:v]) for v in range(stages)]
-    params, experts = rank_parameters(m, split, owned, tp=s.tp, vocab_tp=s.vocab_tp, ep=s.ep)
+    params, experts = rank_parameters(m, split, owned, tp=s.tp, vocab_tp=s.vocab_tp, ep=s.ep, etp=s.etp)
     p_b, g_b, o_b = _model_states(s, params - experts, experts)
     if t.fp8:  # the blocks' FP8 weight copies (costs/fp8.py): all but the embedding and output layer
-        outer = rank_parameters(m, [0] * stages, owned, tp=s.tp, vocab_tp=s.vocab_tp, ep=s.ep)[0]
+        outer = rank_parameters(m, [0] * stages, owned, tp=s.tp, vocab_tp=s.vocab_tp, ep=s.ep, etp=s.etp)[0]
         p_b += fp8_weight_copy_bytes(params - outer, par.zero_stage, t.fp8_recipe)
     # ZeRO-3 keeps its own category, so each of the others keeps its textbook identity (16P/N in all):
     # the unit being computed is gathered in full, plus the one prefetched: a layer (FSDP2), or under
@@ -176,7 +176,9 @@ def rank_memory(s: Scenario, pp_rank: int, schedule: Schedule | None = None) -> 
             chunk_layers[c] += m.num_nextn_predict_layers
     inflight = peak_inflight_layers(schedule[pp_rank], chunk_layers)
     has_moe = any(moe_layer_count(m, starts[v], split[v]) for v in owned)
-    mlp = moe_activation_bytes(x, m) if has_moe else None  # the rank's largest block, conservatively
+    # the rank's largest block, conservatively
+    folded = s.etp if par.expert_tensor_parallel_degree is not None else None
+    mlp = moe_activation_bytes(x, m, t.moe_routing_imbalance, folded) if has_moe else None
     acts = inflight * layer_activation_bytes(x, t.recompute, mlp, t.selective_recompute)
     if rebuilds_a_block(t.recompute, t.selective_recompute, moe=mlp is not None):
         acts += layer_activation_bytes(x, "none", mlp)

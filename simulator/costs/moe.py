@@ -5,8 +5,15 @@ Routing (Shazeer et al. 2017; GShard, Lepikhin et al. 2020; Switch, Fedus et al.
 rank's T tokens visits top-k of E experts. Under expert parallelism ep (Megatron-Core, torchtitan) a
 rank holds E / ep experts and receives their tokens from its ep group, so one local expert sees
 ep * T * k / E tokens on average, times a load factor: the capacity factor when routing has a capacity
-(every slot padded and computed), else ``DROPLESS_IMBALANCE``. Experts are split over tensor
-parallel like the dense MLP (Megatron-Core's default expert_tensor_parallel_size = tp).
+(every slot padded and computed), else training.moe_routing_imbalance. Experts are split over the
+expert-tensor-parallel degree etp (Megatron-Core's default: etp = tp; with MoE parallel folding each
+rank dispatches its 1/(tp/etp) share of the tensor-parallel group's tokens, simulator/mesh.py).
+
+The local experts run as one grouped GEMM per projection (Megatron-Core GroupedMLP over Transformer
+Engine's GroupedLinear, DeepGEMM's grouped GEMMs, torch._grouped_mm): one kernel whose tiles cover
+every expert's rows, so it runs at the rate of a GEMM of their total size, not of E/ep small GEMMs,
+with each expert's rows padded to the kernel's M tile (DeepGEMM README, contiguous layout: every
+expert segment aligned to the 128-row M block, get_mk_alignment_for_contiguous_layout()).
 """
 
 from __future__ import annotations
@@ -24,19 +31,26 @@ from plancast.simulator.costs.ops import (
     swiglu,
 )
 from plancast.simulator.scenario import Model, Scenario
+from plancast.simulator.scenario_moe import DROPLESS_IMBALANCE
 
-DROPLESS_IMBALANCE = 1.25
-"""Busiest-expert load over the mean load without a capacity: Switch Transformer found capacity factor
-1.25 drops under 1% of tokens (Fedus et al. 2021, sec. 2.2 and Table 1), i.e. expert loads stay within
-~1.25x the mean; the GEMMs of a dropless layer wait for the busiest expert."""
+GROUPED_GEMM_M_TILE = 128
+"""Rows each expert's segment is padded to in a grouped GEMM (DeepGEMM README, contiguous layout)."""
 
 DENSE_MLP_OPS = frozenset({"gate_up", "swiglu", "fc1", "gelu", "fc2"})
 """The dense MLP's ops in ops.layer_forward, which an MoE layer replaces."""
 
 
-def load_factor(m: Model) -> float:
+def load_factor(m: Model, imbalance: float = DROPLESS_IMBALANCE) -> float:
     """Token slots computed per expert over the mean load: the capacity factor, else the imbalance."""
-    return m.moe_capacity_factor if m.moe_capacity_factor is not None else DROPLESS_IMBALANCE
+    return m.moe_capacity_factor if m.moe_capacity_factor is not None else imbalance
+
+
+def rank_tokens(s: Scenario) -> int:
+    """Tokens one rank routes per micro-batch: b * s / cp, split over the tp / etp expert-tensor-parallel
+    subgroups of its tensor-parallel group when the expert grid is folded (Megatron-Core runs MoE with
+    sequence parallel, each rank dispatching its own tokens)."""
+    tokens = s.training.micro_batch_size * s.training.seq_len // s.cp
+    return tokens // (s.tp // s.etp) if s.parallelism.expert_tensor_parallel_degree is not None else tokens
 
 
 def dispatch_tokens(m: Model, tokens: float) -> float:
@@ -61,52 +75,108 @@ def _mlp(name: str, rows: float, h: int, ffn_local: float, x: Shape) -> list[Op]
     return [*linear(f"{name}_fc1", rows, h, ffn_local, x), act, *linear(f"{name}_fc2", rows, ffn_local, h, x)]
 
 
-def moe_block_forward(x: Shape, m: Model, ep: int, factor: float | None = None) -> tuple[Op, ...]:
+def _grouped(name: str, rows: float, groups: int, k: float, n: float, x: Shape, padded: float) -> list[Op]:
+    """One grouped GEMM: `groups` experts of `rows` tokens each, [rows, k] @ [k, n] per expert, in one
+    kernel; FLOPs of the `padded` rows per expert, bytes of the real rows and every expert's weight."""
+    d, w = x.dtype_bytes, 1 if x.fp8 else x.dtype_bytes
+    total = rows * groups
+    gemm = Op(
+        name,
+        "matmul",
+        2.0 * padded * groups * k * n,
+        w * (total * k + groups * k * n) + d * total * n,
+        True,
+        x.fp8,
+    )
+    return [Op(f"{name}_fp8_cast", "memory", 0.0, (d + 2) * total * k), gemm] if x.fp8 else [gemm]
+
+
+def _experts(rows: float, groups: int, h: int, ffn_local: float, x: Shape, pad: bool) -> list[Op]:
+    """The rank's routed experts as grouped GEMMs (module docstring); `pad`: rows rounded up to the tile."""
+    padded = math.ceil(rows / GROUPED_GEMM_M_TILE) * GROUPED_GEMM_M_TILE if pad else rows
+    width = (2 if x.swiglu else 1) * ffn_local
+    act = (
+        swiglu("expert_swiglu", rows * groups * ffn_local, x)
+        if x.swiglu
+        else _elementwise("expert_gelu", rows * groups * ffn_local, x.dtype_bytes)
+    )
+    first = "expert_gate_up" if x.swiglu else "expert_fc1"
+    second = "expert_down" if x.swiglu else "expert_fc2"
+    return [
+        *_grouped(first, rows, groups, h, width, x, padded),
+        act,
+        *_grouped(second, rows, groups, ffn_local, h, x, padded),
+    ]
+
+
+def moe_block_forward(
+    x: Shape,
+    m: Model,
+    ep: int,
+    factor: float | None = None,
+    *,
+    etp: int | None = None,
+    imbalance: float = DROPLESS_IMBALANCE,
+) -> tuple[Op, ...]:
     """Router, permutation, the rank's E / ep experts, shared experts, unpermutation (forward).
-    `factor` overrides the load factor (1.0: the mean load, for model FLOPs)."""
+    `factor` overrides the load factor (1.0: the mean load, for model FLOPs, without tile padding);
+    `etp` set: the folded expert grid, experts split over etp and 1/(tp/etp) of the tokens each."""
     tokens = x.b * x.s
     d, h, experts = x.dtype_bytes, x.h, m.num_experts
-    ffn_local = m.expert_ffn_size / x.tp
-    slots = dispatch_tokens(m, tokens)
+    ffn_local = m.expert_ffn_size / (etp or x.tp)
+    routed = tokens // (x.tp // etp) if etp else tokens
+    slots = dispatch_tokens(m, routed)
     # router: a [h, E] GEMM on every token (replicated over tp), softmax + top-k over E scores
     ops = [_gemm("router", tokens, h, experts, d), _elementwise("router_topk", tokens * experts, 4)]
     ops.append(_elementwise("permute", slots * h, d))  # gather tokens into per-expert order
-    rows = ep * tokens * m.num_experts_per_tok / experts * (factor or load_factor(m))
+    rows = ep * routed * m.num_experts_per_tok / experts * (factor or load_factor(m, imbalance))
     if m.moe_capacity_factor is not None and factor is None:
         rows = ep * slots / experts  # every padded slot is computed
-    for _ in range(experts // ep):
-        ops += _mlp("expert", rows, h, ffn_local, x)
+    ops += _experts(rows, experts // ep, h, ffn_local, x, pad=factor is None)
+    shared_ffn = m.expert_ffn_size / x.tp  # shared experts are split like the dense MLP
     for _ in range(m.n_shared_experts):  # DeepSeek-MoE shared experts see every token (Dai et al. 2024)
-        ops += _mlp("shared", tokens, h, ffn_local, x)
+        ops += _mlp("shared", tokens, h, shared_ffn, x)
     ops.append(
         _elementwise("unpermute", slots * h, d, extra_bytes=slots * h * d)
     )  # weighted sum of k outputs
     return tuple(ops)
 
 
-def moe_layer_forward(x: Shape, m: Model, ep: int, factor: float | None = None) -> tuple[Op, ...]:
+def moe_layer_forward(
+    x: Shape,
+    m: Model,
+    ep: int,
+    factor: float | None = None,
+    *,
+    etp: int | None = None,
+    imbalance: float = DROPLESS_IMBALANCE,
+) -> tuple[Op, ...]:
     """A transformer block whose MLP is an MoE block: attention as ops.layer_forward, then the MoE."""
     dense = layer_forward(x)
     head = [op for op in dense if op.name not in DENSE_MLP_OPS and op.name != "dropout_residual2"]
     tail = [op for op in dense if op.name == "dropout_residual2"]
-    return (*head, *moe_block_forward(x, m, ep, factor), *tail)
+    return (*head, *moe_block_forward(x, m, ep, factor, etp=etp, imbalance=imbalance), *tail)
 
 
 def all_to_all_bytes(s: Scenario) -> int:
     """Payload one rank sends in one dispatch or combine all-to-all: its token slots x hidden size in the
     compute dtype (each tp rank exchanges its tokens over its own ep group)."""
-    tokens = s.training.micro_batch_size * s.training.seq_len // s.cp
-    return int(dispatch_tokens(s.model, tokens) * s.model.hidden_size * DTYPE_BYTES[s.training.dtype])
+    return int(dispatch_tokens(s.model, rank_tokens(s)) * s.model.hidden_size * DTYPE_BYTES[s.training.dtype])
 
 
-def moe_activation_bytes(x: Shape, m: Model) -> float:
+def moe_activation_bytes(
+    x: Shape, m: Model, imbalance: float = DROPLESS_IMBALANCE, etp: int | None = None
+) -> float:
     """Bytes an MoE block keeps for backward per micro-batch, replacing the dense MLP's
     (3 or 2) * d * s * b * ffn / t of Korthikanti et al. 2022 sec. 4.1: router logits (fp32), the
-    dispatched token slots (expert inputs), the experts' intermediate activations, the shared experts'."""
+    dispatched token slots (expert inputs), the experts' intermediate activations, the shared experts'.
+    `etp` set (folded expert grid): the rank routes 1/(tp/etp) of the tokens, experts split over etp."""
     tokens, d = x.b * x.s, x.dtype_bytes
-    slots = dispatch_tokens(m, tokens) * (1.0 if m.moe_capacity_factor is not None else load_factor(m))
-    per_slot = (3 if x.swiglu else 2) * m.expert_ffn_size / x.tp
+    routed_tokens = tokens // (x.tp // etp) if etp else tokens
+    slots = dispatch_tokens(m, routed_tokens) * (1.0 if m.moe_capacity_factor is not None else imbalance)
+    per_slot = (3 if x.swiglu else 2) * m.expert_ffn_size / (etp or x.tp)
+    shared_per_token = (3 if x.swiglu else 2) * m.expert_ffn_size / x.tp
     router = 4 * tokens * m.num_experts
     routed = d * slots * (x.h + per_slot)
-    shared = d * tokens * per_slot * m.n_shared_experts
+    shared = d * tokens * shared_per_token * m.n_shared_experts
     return router + routed + shared

@@ -14,14 +14,14 @@ from typing import NamedTuple
 from plancast.simulator.costs.collectives import (
     Level,
     Link,
-    all_to_all_seconds,
     collective_seconds,
     group_levels,
 )
 from plancast.simulator.costs.cp import kv_grad_bytes, kv_shard_bytes
 from plancast.simulator.costs.moe import all_to_all_bytes
+from plancast.simulator.costs.moe_dispatch import dispatch_seconds
 from plancast.simulator.costs.routing import node_limited_levels
-from plancast.simulator.mesh import GroupName, RankGrid
+from plancast.simulator.mesh import GroupName
 from plancast.simulator.scenario import Scenario
 
 
@@ -34,16 +34,16 @@ class InnerCollective(NamedTuple):
     seconds: float
 
 
-def group_levels_of(s: Scenario, name: GroupName) -> tuple[Level, ...]:
-    """How the group `name` of rank 0 spreads over the cluster's tiers."""
-    grid = RankGrid(s.pp, s.dp, s.tp, cp=s.cp, ep=s.ep)
-    links = tuple(Link.of(t.bandwidth_GBps, t.latency_us, t.efficiency) for t in s.cluster.tiers)
-    return group_levels(grid.group(name, 0), s.cluster.tier_sizes, links)
+def group_levels_of(s: Scenario, name: GroupName, *, raw: bool = False) -> tuple[Level, ...]:
+    """How the group `name` of rank 0 spreads over the cluster's tiers (`raw`: links at efficiency 1)."""
+    tiers = s.cluster.tiers
+    links = tuple(Link.of(t.bandwidth_GBps, t.latency_us, 1.0 if raw else t.efficiency) for t in tiers)
+    return group_levels(s.grid.group(name, 0), s.cluster.tier_sizes, links)
 
 
 def _ep_members_per_node(s: Scenario) -> int:
     """Members of rank 0's expert-parallel group on its node (the innermost tier's unit)."""
-    ranks = RankGrid(s.pp, s.dp, s.tp, cp=s.cp, ep=s.ep).group("ep", 0)
+    ranks = s.grid.group("ep", 0)
     return len(ranks) // len({r // s.cluster.tier_sizes[0] for r in ranks})
 
 
@@ -70,8 +70,14 @@ def layer_collectives(
         )
     if moe and s.ep > 1:
         nbytes = all_to_all_bytes(s)
-        levels = node_limited_levels(group_levels_of(s, "ep"), s.model, _ep_members_per_node(s))
-        a2a = InnerCollective("ep", "all_to_all", nbytes, host_s + all_to_all_seconds(levels, nbytes))
+        # node-limited routing (model.topk_group) thins the traffic beyond the node for every dispatcher
+        members = _ep_members_per_node(s)
+        levels = node_limited_levels(group_levels_of(s, "ep"), s.model, members)
+        raw = node_limited_levels(group_levels_of(s, "ep", raw=True), s.model, members)
+        m = s.model
+        routing = (m.num_experts_per_tok, m.num_experts, s.training.moe_token_spread)
+        seconds = dispatch_seconds(s.parallelism.moe_token_dispatcher, levels, raw, nbytes, routing)
+        a2a = InnerCollective("ep", "all_to_all", nbytes, host_s + seconds)
         fwd += [a2a, a2a]  # dispatch, combine
         bwd[:0] = [a2a, a2a]  # combine-grad, dispatch-grad, before the cp reduce-scatter
     return tuple(fwd), tuple(bwd)

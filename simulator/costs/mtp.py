@@ -26,12 +26,22 @@ def mtp_is_moe(m: Model) -> bool:
     return m.is_moe_layer(m.num_hidden_layers)
 
 
-def mtp_forward(x: Shape, m: Model, ep: int, factor: float | None = None) -> tuple[Op, ...]:
+def mtp_forward(
+    x: Shape,
+    m: Model,
+    ep: int,
+    factor: float | None = None,
+    *,
+    etp: int | None = None,
+    imbalance: float | None = None,
+) -> tuple[Op, ...]:
     """One MTP depth, forward, one micro-batch, one tp rank: the shared embedding's lookup, two norms, the
-    column-parallel projection [2h -> h], the block (`factor` as costs/moe.py's), the shared head and loss."""
+    column-parallel projection [2h -> h], the block (`factor`, `etp`, `imbalance` as costs/moe.py's), the
+    shared head and loss."""
     tokens = x.b * x.s
     local_tokens = tokens / x.tp if x.sp else tokens
-    block = moe_layer_forward(x, m, ep, factor) if mtp_is_moe(m) else layer_forward(x)
+    moe_keys = {} if imbalance is None else {"imbalance": imbalance}
+    block = moe_layer_forward(x, m, ep, factor, etp=etp, **moe_keys) if mtp_is_moe(m) else layer_forward(x)
     return (
         *embedding_forward(x),
         norm("mtp_enorm", local_tokens * x.h, x),

@@ -138,9 +138,11 @@ def stage_parameters(
     vocab_tp: int,
     first_layer: int = 0,
     ep: int = 1,
+    etp: int | None = None,
 ) -> float:
     """Parameters one rank holds for one (virtual) stage of `layers` blocks under tensor parallel `tp`
-    (for an MoE, global layers from `first_layer`, routed experts split over `ep` as well).
+    (for an MoE, global layers from `first_layer`, routed experts split over `ep` and over `etp`,
+    default tp: simulator/mesh.py's folded expert grid).
 
     The embedding lives on the first stage and the head on the last, split over `vocab_tp` ranks
     (tp for Megatron-LM's vocab-parallel layers, 1 when replicated);
@@ -149,7 +151,7 @@ def stage_parameters(
     """
     moe = moe_layer_count(m, first_layer, layers)
     total = (layers - moe) * layer_params(m).per_rank(tp) + moe * layer_params(m, moe=True).per_rank(tp)
-    total += stage_expert_parameters(m, first_layer, layers, tp=tp, ep=ep)
+    total += stage_expert_parameters(m, first_layer, layers, tp=etp or tp, ep=ep)
     vocab_matrix = m.vocab_size * m.hidden_size / vocab_tp
     if first:
         total += vocab_matrix + (embedding_params(m) - m.vocab_size * m.hidden_size)
@@ -233,7 +235,14 @@ def chunk_expert_bytes(
 
 
 def rank_parameters(
-    m: Model, split: Sequence[int], owned: Sequence[int], *, tp: int, vocab_tp: int, ep: int
+    m: Model,
+    split: Sequence[int],
+    owned: Sequence[int],
+    *,
+    tp: int,
+    vocab_tp: int,
+    ep: int,
+    etp: int | None = None,
 ) -> tuple[float, float]:
     """(all, routed-expert) parameters one rank holds for its virtual stages `owned` of the layer split
     `split` (one entry per virtual stage): the memory model's and the sweep estimator's one sum."""
@@ -250,10 +259,11 @@ def rank_parameters(
             vocab_tp=vocab_tp,
             first_layer=starts[v],
             ep=ep,
+            etp=etp,
         )
         for v in owned
     )
-    experts = sum(stage_expert_parameters(m, starts[v], split[v], tp=tp, ep=ep) for v in owned)
+    experts = sum(stage_expert_parameters(m, starts[v], split[v], tp=etp or tp, ep=ep) for v in owned)
     if stages - 1 in owned:  # the multi-token-prediction depths sit on the last stage
-        experts += _mtp_rank_params(m, tp=tp, ep=ep)[1]
+        experts += _mtp_rank_params(m, tp=etp or tp, ep=ep)[1]
     return total, experts

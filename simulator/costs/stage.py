@@ -18,6 +18,7 @@ from plancast.simulator.costs.host import HostCosts
 from plancast.simulator.costs.mixed_precision import param_pass_ops
 from plancast.simulator.costs.moe import moe_layer_forward
 from plancast.simulator.costs.moe_cp_comm import InnerCollective, layer_collectives
+from plancast.simulator.costs.moe_dispatch import exposed_fraction
 from plancast.simulator.costs.mtp import mtp_forward, mtp_is_moe
 from plancast.simulator.costs.ops import (
     DTYPE_BYTES,
@@ -46,6 +47,13 @@ class Collective:
     bytes: int
     seconds: float
     stream: str = "tp"
+    exposed_s: float | None = None
+    """Seconds the pass waits for it; None: all of them. An ep all-to-all overlapped with compute
+    (parallelism.moe_overlap_ep_comm) waits only for what the compute beside it does not hide."""
+
+    @property
+    def blocking_s(self) -> float:
+        return self.seconds if self.exposed_s is None else self.exposed_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +81,7 @@ class Segment:
     def stream_s(self, stream: str, phase: Literal["forward", "backward"]) -> float:
         """Seconds of this segment's blocking ep or cp collectives in one phase."""
         colls = self.ep_cp_forward if phase == "forward" else self.ep_cp_backward
-        return sum(c.seconds for c in colls if c.stream == stream)
+        return sum(c.blocking_s for c in colls if c.stream == stream)
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,7 +152,7 @@ class StageCost:
 
 
 def _blocking(colls: tuple[Collective, ...]) -> float:
-    return sum(c.seconds for c in colls)
+    return sum(c.blocking_s for c in colls)
 
 
 def _phase_seconds(ops: tuple[Op, ...], s: Scenario) -> tuple[float, float, float]:
@@ -165,11 +173,11 @@ def _phase_seconds(ops: tuple[Op, ...], s: Scenario) -> tuple[float, float, floa
 
 
 def _collectives(
-    part: Part, phase: Literal["forward", "backward"], s: Scenario, levels: tuple[Level, ...]
+    part: Part, phase: Literal["forward", "backward"], s: Scenario, levels: tuple[Level, ...], moe: bool
 ) -> tuple[Collective, ...]:
     if s.tp == 1:
         return ()
-    plan = scenario_tp_collectives(s, part, phase, DTYPE_BYTES[s.training.dtype])
+    plan = scenario_tp_collectives(s, part, phase, DTYPE_BYTES[s.training.dtype], moe=moe)
     # tp_comm gives an all-gather's per-rank shard; the cost formulas take the gathered tensor.
     compute = s.cluster.compute
     sp = s.parallelism.sequence_parallel
@@ -205,8 +213,10 @@ def _segment(
     cast_params: float = 0.0,
     weights: float = 0.0,
     host_s: tuple[float, float] = (0.0, 0.0),
+    moe: bool = False,
 ) -> Segment:
-    """`cast_params`: the segment's parameters on this rank, whose gradient FSDP casts to its reduce dtype
+    """`moe`: an MoE block (its tensor-parallel collectives, costs/tp_comm.py).
+    `cast_params`: the segment's parameters on this rank, whose gradient FSDP casts to its reduce dtype
     or autograd accumulates; `weights`: its GEMM weights, which autocast casts (costs/mixed_precision.py).
     Both passes are part of the weight-gradient work; autocast's forward cast is part of the forward.
     `host_s`: the block's host time per micro-batch in its (forward, backward) (costs/host.py)."""
@@ -225,11 +235,34 @@ def _segment(
         fwd,
         bwd_in,
         bwd_w,
-        _collectives(part, "forward", s, tp_levels),
-        _collectives(part, "backward", s, tp_levels),
+        _collectives(part, "forward", s, tp_levels, moe),
+        _collectives(part, "backward", s, tp_levels, moe),
         sum(op.flops for op in ops),
-        *(tuple(Collective(c.kind, c.bytes, c.seconds, c.stream) for c in phase) for phase in ep_cp),
+        *ep_overlapped(ep_cp, (fwd, bwd_in + bwd_w), overlap=s.parallelism.moe_overlap_ep_comm),
     )
+
+
+def ep_overlapped(
+    ep_cp: tuple[tuple[InnerCollective, ...], tuple[InnerCollective, ...]],
+    compute_s: tuple[float, float],
+    *,
+    overlap: bool,
+) -> tuple[tuple[Collective, ...], tuple[Collective, ...]]:
+    """The block's (forward, backward) ep/cp collectives. With `overlap` the forward's all-to-alls hide
+    behind the backward compute of another micro-batch and the backward's behind a forward (Megatron-Core's
+    EP overlap pairs one micro-batch's forward with another's backward, as DualPipe's chunk pairs do):
+    each exposes its phase's share of what the paired compute, `compute_s` = (forward, backward), cannot
+    hide (costs/moe_dispatch.py)."""
+    fractions = []
+    for phase, paired in zip(ep_cp, reversed(compute_s), strict=True):
+        ep_s = sum(c.seconds for c in phase if c.stream == "ep")
+        fractions.append(exposed_fraction(ep_s, paired) if overlap else 1.0)
+
+    def one(c: InnerCollective, frac: float) -> Collective:
+        exposed = c.seconds * frac if c.stream == "ep" and overlap else None
+        return Collective(c.kind, c.bytes, c.seconds, c.stream, exposed)
+
+    return tuple(one(c, fractions[0]) for c in ep_cp[0]), tuple(one(c, fractions[1]) for c in ep_cp[1])
 
 
 def segment_params(s: Scenario, part: Part, moe: bool = False) -> tuple[float, float]:
@@ -243,8 +276,27 @@ def segment_params(s: Scenario, part: Part, moe: bool = False) -> tuple[float, f
         projection = 0 if m.tie_word_embeddings else m.vocab_size * m.hidden_size  # split like the vocab
         return projection / s.vocab_tp + head_params(m) - projection, embedding
     block = layer_params(m, moe=moe)
-    experts = expert_params(m) / (s.ep * s.tp) if moe else 0.0
+    experts = expert_params(m) / (s.ep * s.etp) if moe else 0.0
     return block.per_rank(s.tp) + experts, block.sharded / s.tp + experts
+
+
+def _folded_etp(s: Scenario) -> int | None:
+    """etp when the expert grid is folded (simulator/mesh.py), else None (experts over tp)."""
+    return s.etp if s.parallelism.expert_tensor_parallel_degree is not None else None
+
+
+def _moe_segment(s: Scenario, x: Shape, tp_levels: tuple[Level, ...], host: HostCosts) -> Segment:
+    """A block whose MLP is an MoE block (costs/moe.py), with its all-to-alls (costs/moe_cp_comm.py)."""
+    return _segment(
+        "layer",
+        moe_layer_forward(x, s.model, s.ep, etp=_folded_etp(s), imbalance=s.training.moe_routing_imbalance),
+        s,
+        tp_levels,
+        layer_collectives(s, moe=True),
+        *segment_params(s, "layer", moe=True),
+        host_s=(host.layer_forward_s, host.layer_backward_s),
+        moe=True,
+    )
 
 
 def stage_costs(s: Scenario, tp_levels: tuple[Level, ...]) -> tuple[StageCost, ...]:
@@ -262,17 +314,7 @@ def stage_costs(s: Scenario, tp_levels: tuple[Level, ...]) -> tuple[StageCost, .
         *segment_params(s, "layer"),
         host_s=(host.layer_forward_s, host.layer_backward_s),
     )
-    moe_layer = layer
-    if m.is_moe:
-        moe_layer = _segment(
-            "layer",
-            moe_layer_forward(x, m, s.ep),
-            s,
-            tp_levels,
-            layer_collectives(s, moe=True),
-            *segment_params(s, "layer", moe=True),
-            host_s=(host.layer_forward_s, host.layer_backward_s),
-        )
+    moe_layer = _moe_segment(s, x, tp_levels, host) if m.is_moe else layer
     mtp = _mtp_segments(s, tp_levels, host)
     params, weights = segment_params(s, "embedding")
     embedding = _segment("embedding", embedding_forward(x), s, tp_levels, cast_params=params, weights=weights)
@@ -295,6 +337,7 @@ def stage_costs(s: Scenario, tp_levels: tuple[Level, ...]) -> tuple[StageCost, .
             vocab_tp=s.vocab_tp,
             first_layer=start,
             ep=s.ep,
+            etp=s.etp,
         )
         out.append(
             StageCost(
@@ -315,14 +358,16 @@ def _mtp_segments(s: Scenario, tp_levels: tuple[Level, ...], host: HostCosts) ->
     if not depth:
         return ()
     moe = mtp_is_moe(s.model)
+    imbalance = s.training.moe_routing_imbalance
     segment = _segment(
         "layer",
-        mtp_forward(Shape.of(s), s.model, s.ep),
+        mtp_forward(Shape.of(s), s.model, s.ep, etp=_folded_etp(s), imbalance=imbalance),
         s,
         tp_levels,
         layer_collectives(s, moe=moe),
         *segment_params(s, "layer", moe=moe),
         host_s=(host.layer_forward_s, host.layer_backward_s),
+        moe=moe,
     )
     return (segment,) * depth
 

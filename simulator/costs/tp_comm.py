@@ -117,11 +117,15 @@ def _vocab_parallel(
 
 
 def scenario_tp_collectives(
-    s: Scenario, part: Part, phase: Phase, dtype_bytes: int
+    s: Scenario, part: Part, phase: Phase, dtype_bytes: int, *, moe: bool = False
 ) -> tuple[TPCollective, ...]:
     """``tp_collectives`` of one micro-batch of scenario ``s`` (the simulator and the runtime's expected
-    events read the plan through this one call)."""
+    events read the plan through this one call). ``moe``: an MoE block; on a folded expert grid with
+    etp < tp under sequence parallelism its experts work on the rank's sequence shard (Megatron-Core MoE
+    parallel folding; runtime/parallel/tp.py), so only the attention's gather and scatter remain."""
     m, t = s.model, s.training
+    if moe and part == "layer" and moe_on_sequence_shards(s):
+        return scenario_tp_collectives(s, part, phase, dtype_bytes)[:2]
     return tp_collectives(
         part,
         phase,
@@ -137,6 +141,13 @@ def scenario_tp_collectives(
     )
 
 
+def moe_on_sequence_shards(s: Scenario) -> bool:
+    """Whether MoE blocks run on each rank's sequence shard without tensor-parallel collectives: a folded
+    expert grid whose experts are split over fewer ranks than tp, under sequence parallelism."""
+    etp = s.parallelism.expert_tensor_parallel_degree
+    return etp is not None and etp < s.tp and s.parallelism.sequence_parallel
+
+
 def sp_grad_all_reduce_bytes(
     num_layers: int, hidden_size: int, *, layernorm: bool, dtype_bytes: int = 4
 ) -> int:
@@ -145,6 +156,16 @@ def sp_grad_all_reduce_bytes(
     Each layer has two norms (weight, plus bias for LayerNorm); Megatron-LM reduces them once per step.
     """
     return num_layers * 2 * (2 if layernorm else 1) * hidden_size * dtype_bytes
+
+
+def folded_router_grad_bytes(s: Scenario, first_layer: int, layers: int, dtype_bytes: int = 4) -> int:
+    """Router gradients (fp32, h x E per MoE block) the sequence-parallel all-reduce also sums when MoE
+    blocks run on sequence shards (``moe_on_sequence_shards``): the router is replicated over tp."""
+    if not moe_on_sequence_shards(s):
+        return 0
+    m = s.model
+    moe = sum(1 for i in range(first_layer, first_layer + layers) if m.is_moe_layer(i))
+    return moe * m.hidden_size * m.num_experts * dtype_bytes
 
 
 def ddp_bucket_bytes(

@@ -24,7 +24,7 @@ from plancast.simulator.costs.host import HostCosts, optimizer_host_s
 from plancast.simulator.costs.ops import DTYPE_BYTES
 from plancast.simulator.costs.optimizer import optimizer_memory_s
 from plancast.simulator.costs.stage import Durations, StageCost, stage_costs
-from plancast.simulator.costs.tp_comm import sp_grad_all_reduce_bytes
+from plancast.simulator.costs.tp_comm import folded_router_grad_bytes, sp_grad_all_reduce_bytes
 from plancast.simulator.mesh import Coord, GroupName, RankGrid, span_tier
 from plancast.simulator.scenario import Scenario
 from plancast.simulator.schedules import (
@@ -53,7 +53,7 @@ class Topology:
     @classmethod
     def of(cls, s: Scenario) -> Topology:
         links = tuple(Link.of(t.bandwidth_GBps, t.latency_us, t.efficiency) for t in s.cluster.tiers)
-        return cls(s.cluster.tier_sizes, links, RankGrid(s.pp, s.dp, s.tp, cp=s.cp, ep=s.ep))
+        return cls(s.cluster.tier_sizes, links, s.grid)
 
     def levels(self, axis: GroupName, rank: int = 0) -> tuple[Level, ...]:
         return group_levels(self.grid.group(axis, rank), self.tier_sizes, self.links)
@@ -248,6 +248,7 @@ class StepPlan:
         if not (s.tp > 1 and s.parallelism.sequence_parallel and layers):
             return None
         nbytes = sp_grad_all_reduce_bytes(layers, s.model.hidden_size, layernorm=s.model.norm == "layernorm")
+        nbytes += folded_router_grad_bytes(s, sum(s.layer_split[:stage]), layers)
         return nbytes, collective_seconds("all_reduce", self.tp_levels, nbytes)
 
     def dp_collective_s(

@@ -96,7 +96,7 @@ def grads_match_reference(rank: int, trainer: Trainer, reference: ReferenceRun) 
         for name, param in chunk.model.named_parameters():
             want = ref[name if name in ref else "embed.tok.weight"].grad
             assert param.grad is not None and want is not None, f"rank {rank} {name}: no gradient"
-            err = (param.grad - want).abs().max().item()
+            err = (_full(param.grad) - want).abs().max().item()  # DTensor grads: tensor parallel
             scale = want.abs().max().item()
             what = f"rank {rank} {name}: grad error {err:.3g} (max |grad| {scale:.3g})"
             assert err <= 1e-4 * scale + 1e-8, what

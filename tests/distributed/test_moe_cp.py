@@ -31,6 +31,24 @@ CASES: dict[str, tuple[int, dict[str, Any], dict[str, Any]]] = {
         },
     ),
     "ep2xdp2": (4, {"data_parallel_degree": 4, "expert_parallel_degree": 2}, MOE),
+    # the folded expert grid (simulator/mesh.py, etp set) drives the runtime's groups; at tp 1 it is the
+    # carved-out-of-dp layout, the one the runtime can run (it refuses MoE with tp > 1)
+    "ep2-folded-etp1": (
+        2,
+        {"data_parallel_degree": 2, "expert_parallel_degree": 2, "expert_tensor_parallel_degree": 1},
+        MOE,
+    ),
+    # MoE parallel folding across tensor parallel: ep 2 over the tp pair, whole experts on sequence shards
+    "ep2-over-tp2-etp1": (
+        2,
+        {
+            "tensor_parallel_degree": 2,
+            "sequence_parallel": True,
+            "expert_parallel_degree": 2,
+            "expert_tensor_parallel_degree": 1,
+        },
+        MOE,
+    ),
     "moe-pp2-aux": (2, {"pipeline_parallel_degree": 2}, {**MOE, "router_aux_loss_coef": 0.1}),
     "cp2": (2, {"context_parallel_degree": 2}, {}),
     "cp2-rope-gqa": (
@@ -59,6 +77,23 @@ EVENT_CASES: dict[str, tuple[int, dict[str, Any], dict[str, Any], dict[str, Any]
         {"recompute": "full"},
     ),
     "ep2xdp2": (4, {"data_parallel_degree": 4, "expert_parallel_degree": 2}, MOE, {}),
+    "ep2-folded-etp1": (
+        2,
+        {"data_parallel_degree": 2, "expert_parallel_degree": 2, "expert_tensor_parallel_degree": 1},
+        MOE,
+        {},
+    ),
+    "ep2-over-tp2-etp1": (
+        2,
+        {
+            "tensor_parallel_degree": 2,
+            "sequence_parallel": True,
+            "expert_parallel_degree": 2,
+            "expert_tensor_parallel_degree": 1,
+        },
+        MOE,
+        {},
+    ),
     "cp2": (2, {"context_parallel_degree": 2}, {}, {}),
     "cp2-full-recompute": (2, {"context_parallel_degree": 2}, {}, {"recompute": "full"}),
     "cp2-pp2": (4, {"context_parallel_degree": 2, "pipeline_parallel_degree": 2}, {}, {}),

@@ -22,6 +22,9 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any], int, str]] = {
         "set zero_stage = 0",
     ),
     "moe-cp2": (MOE, {"context_parallel_degree": 2}, 2, "context_parallel_degree = 1"),
+    "moe-deepep": (MOE, {"expert_parallel_degree": 2, "moe_token_dispatcher": "deepep"}, 2, "'alltoall'"),
+    "moe-overlap": (MOE, {"expert_parallel_degree": 2, "moe_overlap_ep_comm": True}, 2, "= false"),
+    "moe-etp2": (MOE, {"expert_tensor_parallel_degree": 2}, 2, "set it to 1 or unset it"),
     "cp2-tp2": (
         {"preset": "tiny-gpt"},
         {"context_parallel_degree": 2, "tensor_parallel_degree": 2},

@@ -3,6 +3,7 @@ should (a feature flag that changes nothing is a bug)."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pandas as pd
@@ -11,7 +12,7 @@ import pytest
 from plancast.simulator.costs.collectives import Level, Link, all_to_all_seconds
 from plancast.simulator.costs.memory import rank_memory
 from plancast.simulator.costs.model_flops import model_flops_per_token
-from plancast.simulator.costs.moe import DROPLESS_IMBALANCE, moe_block_forward
+from plancast.simulator.costs.moe import DROPLESS_IMBALANCE, GROUPED_GEMM_M_TILE, moe_block_forward
 from plancast.simulator.costs.ops import Shape
 from plancast.simulator.loader import parse_scenario
 from plancast.simulator.predict import simulate
@@ -121,10 +122,13 @@ def test_dropless_experts_cost_the_imbalance_factor_and_capacity_the_padding() -
     x = Shape.of(s)
     gemm = [op for op in moe_block_forward(x, s.model, 2) if op.name == "expert_gate_up"]
     rows = 2 * 128 * 2 / 4  # ep * T * k / E
-    assert gemm[0].flops == pytest.approx(2 * rows * DROPLESS_IMBALANCE * 64 * 2 * 64)
+    # one grouped GEMM over the E / ep = 2 local experts, each expert's rows padded to the 128-row tile
+    padded = math.ceil(rows * DROPLESS_IMBALANCE / GROUPED_GEMM_M_TILE) * GROUPED_GEMM_M_TILE
+    assert len(gemm) == 1
+    assert gemm[0].flops == pytest.approx(2 * padded * 2 * 64 * 2 * 64)
     capped = _scenario(model={"moe_capacity_factor": 1.0})
     gemm = [op for op in moe_block_forward(Shape.of(capped), capped.model, 2) if op.name == "expert_gate_up"]
-    assert gemm[0].flops == pytest.approx(2 * rows * 64 * 2 * 64)
+    assert gemm[0].flops == pytest.approx(2 * 128 * 2 * 64 * 2 * 64)
 
 
 @pytest.mark.parametrize(("ep", "expert_buckets"), [(2, 1), (8, 0)])

@@ -1,0 +1,81 @@
+"""The scenario keys of how a mixture-of-experts layer runs (docs/moe.md): routing balance, the expert
+layers' own parallel grid (MoE parallel folding) and the token dispatcher. Declared here, inherited by
+scenario.Training and scenario.Parallelism, so the MoE keys have one home."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from plancast.simulator.fields import Strict
+
+Dispatcher = Literal["alltoall", "allgather", "deepep", "hybridep"]
+"""Megatron-Core's `--moe-token-dispatcher-type` (alltoall, allgather, flex) with flex's backends
+(`--moe-flex-dispatcher-backend deepep | hybridep`) named directly."""
+
+TokenSpread = Literal["independent", "contiguous"]
+"""How a token's k experts spread over the expert-parallel ranks (training.moe_token_spread)."""
+
+DROPLESS_IMBALANCE = 1.25
+"""Busiest-expert load over the mean load without a capacity: Switch Transformer found capacity factor
+1.25 drops under 1% of tokens (Fedus et al. 2021, sec. 2.2 and Table 1), i.e. expert loads stay within
+~1.25x the mean; the GEMMs of a dropless layer wait for the busiest expert."""
+
+
+class MoeTrainingKeys(Strict):
+    """Training keys of MoE layers."""
+
+    moe_routing_imbalance: float = Field(default=DROPLESS_IMBALANCE, ge=1.0, le=64.0)
+    """Dropless routing: tokens of the busiest expert over the mean, which the expert GEMMs wait for.
+    Default 1.25 (Switch Transformer, Fedus et al. 2021 sec. 2.2: capacity 1.25 drops under 1% of
+    tokens). 1.0: forced balance, as benchmarks run it (Megatron-Core
+    `--moe-router-force-load-balancing`, NeMo AutoModel `fake_balanced_gate`). Ignored when
+    model.moe_capacity_factor is set (every padded slot is computed)."""
+    moe_token_spread: TokenSpread = "independent"
+    """Where a token's k experts lie, which sets how many ranks and nodes DeepEP/HybridEP send it to
+    (parallelism.moe_token_dispatcher; NCCL's all-to-all sends every copy regardless). independent: as
+    k distinct experts picked at random (a learned router, Megatron-Core's forced balance by random
+    logits). contiguous: k consecutive experts, token i taking experts ik .. ik+k-1 mod E (NeMo
+    AutoModel's `fake_balanced_gate`, components/moe/layers.py FakeBalancedGate), so most tokens reach
+    one or two ranks of a single node."""
+
+
+class MoeParallelismKeys(Strict):
+    """Parallelism keys of MoE layers."""
+
+    expert_tensor_parallel_degree: int | None = Field(default=None, gt=0)
+    """Ranks each expert's matrices are split over (etp; Megatron-Core `--expert-tensor-parallel-size`).
+    Unset: tensor_parallel_degree, and expert parallel is carved out of data parallel (ep divides dp).
+    Set: MoE parallel folding (Liu et al. 2025, arXiv 2504.14960; Megatron-Core parallel_state): the
+    expert layers get their own grid of etp x ep x edp over each pipeline stage's tp x cp x dp ranks,
+    etp innermost, so ep * etp must divide tp * cp * dp (e.g. DeepSeek-V3 EP64 over TP2 x DP32, etp 1)."""
+    moe_token_dispatcher: Dispatcher = "alltoall"
+    """How tokens reach their experts. alltoall: NCCL all-to-all of every (token, expert) copy, at the
+    cluster's link rates (Megatron-Core's alltoall dispatcher, torchtitan). allgather: all-gather of the
+    ep group's tokens, reduce-scatter back (Megatron-Core's allgather dispatcher). deepep / hybridep:
+    DeepSeek's DeepEP and NVIDIA's HybridEP kernels (Megatron-Core's flex dispatcher): each token crosses
+    the scale-out tier once per destination node and fans out over NVLink, at the bandwidths the DeepEP
+    README measures (costs/moe_dispatch.py)."""
+    moe_overlap_ep_comm: bool = False
+    """Overlap the expert all-to-alls with computation (Megatron-Core
+    `--overlap-moe-expert-parallel-comm`: the dispatch/combine of one micro-batch runs on a communication
+    stream during another's forward or backward compute; DeepSeek-V3 sec. 3.2.1 does the same in
+    DualPipe). Only the part longer than the compute it hides behind stays exposed."""
+
+
+def moe_keys_last(tables: dict[str, Any]) -> dict[str, Any]:
+    """The scenario's dumped tables with the MoE keys after each table's own (pydantic puts inherited
+    fields first), so a resolved scenario reads as before with the MoE keys at the end."""
+    out = dict(tables)
+    for name, keys in (
+        ("training", MoeTrainingKeys.model_fields),
+        ("parallelism", MoeParallelismKeys.model_fields),
+    ):
+        table = tables.get(name)
+        if isinstance(table, dict):
+            out[name] = {
+                **{k: v for k, v in table.items() if k not in keys},
+                **{k: table[k] for k in keys if k in table},
+            }
+    return out
