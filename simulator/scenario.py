@@ -140,6 +140,23 @@ class Training(Strict):
     under torch.autocast with fp32 parameters and gradients (runtime/precision.py) and refuses fp16."""
     recompute: Recompute = "none"
     """Activation recompute: none, selective (attention core, Korthikanti et al. 2022) or full."""
+    recompute_num_layers: int | None = Field(default=None, gt=0)
+    """With recompute = "full": Megatron-LM's `--recompute-num-layers` under `recompute_method`. Unset: every
+    layer keeps only its input (uniform, 1). docs/memory.md."""
+    recompute_method: Literal["block", "uniform"] = "uniform"
+    """Megatron-LM's `--recompute-method`: block recomputes the first recompute_num_layers layers of each
+    (virtual) stage and keeps all of the others' activations; uniform keeps the input of each group of
+    recompute_num_layers layers and rebuilds a whole group in backward."""
+    activation_offload: bool = False
+    """Saved activations go to host memory after each block's forward and come back for its backward
+    (Megatron-Core `--cpu-offloading`, torch `save_on_cpu`): host-link time, two blocks kept on the GPU."""
+    optimizer_cpu_offload: bool = False
+    """Optimizer states (fp32 master, Adam moments) live in host memory and the step runs on the host
+    (DeepSpeed ZeRO-Offload `offload_optimizer`, Megatron-LM `--optimizer-cpu-offload`); gradients go down
+    and parameters come back over the host link each step (simulator/costs/offload.py)."""
+    fp8_param: bool = False
+    """With fp8: FP8 primary weights (Transformer Engine `fp8_model_init`, Megatron `--fp8-param-gather`,
+    Megatron-Bridge's FP8 recipes): the blocks' GEMM weights held as FP8 and its transpose, no 16-bit copy."""
     selective_recompute: Literal["attention", "op"] = "attention"
     """What recompute = "selective" re-runs in backward. attention: the attention core (Korthikanti et al.
     2022 sec. 4.2; Megatron-LM, plancast's runtime). op: torchtitan's per-op selective checkpointing

@@ -35,6 +35,13 @@ def fp8_matmul_efficiency(compute: ComputeModel, gpu: GPU) -> float:
     return compute.matmul_efficiency * ratio
 
 
-def fp8_weight_copy_bytes(layer_params_on_rank: float, zero_stage: int) -> float:
-    """The step's FP8 weight copies on one rank (0 under ZeRO-3: each gathered weight is cast per use)."""
+def fp8_weight_copy_bytes(
+    layer_params_on_rank: float, zero_stage: int, fp8_param: bool = False, dtype_bytes: float = 2.0
+) -> float:
+    """Bytes the blocks' FP8 weights add on one rank beside the `dtype` parameters: the step's FP8 copies
+    (0 under ZeRO-3: each gathered weight is cast per use). With FP8 primary weights (training.fp8_param:
+    Transformer Engine's `fp8_model_init`, which Megatron-LM's `--fp8-param-gather` and Megatron-Bridge's
+    FP8 recipes turn on) the FP8 weight and its transpose are the parameter: no `dtype` copy is kept."""
+    if fp8_param:
+        return (FP8_WEIGHT_COPY_BYTES - dtype_bytes) * layer_params_on_rank
     return 0.0 if zero_stage >= 3 else FP8_WEIGHT_COPY_BYTES * layer_params_on_rank
