@@ -55,9 +55,8 @@ def print_memory(summary: dict[str, Any]) -> None:
     from plancast.simulator.costs.memory_fit import memory_line
 
     fit = "fits" if summary["fits_in_memory"] else "[bold red]does NOT fit[/]"
-    out.print(
-        f"{memory_line(summary)} ({fit}): " + ", ".join(f"{k} {sig(v)}" for k, v in summary["memory_gib"].items())
-    )
+    parts = ", ".join(f"{k} {sig(v)}" for k, v in summary["memory_gib"].items())
+    out.print(f"{memory_line(summary)} ({fit}): {parts}")
 
 
 def claim_out(out_dir: Path, force: bool) -> RunLock:
