@@ -17,8 +17,17 @@ _ASSUMPTIONS = (
     "Megatron-core with Transformer Engine (`--fp8-format hybrid`): training.fp8 with bf16 around it, "
     "framework megatron-lm (distributed optimizer: zero_stage 1; FSDP > 0 rows: zero_stage 3)",
     "sequence parallel with tp > 1 and fused attention: the recipes' defaults, not stated in the table",
-    "no activation recompute and no tensor-parallel communication overlap: not stated in the table",
+    "no tensor-parallel communication overlap: not stated in the table",
+    "FP8 primary weights: Megatron-Bridge's bf16_with_fp8_current_scaling_mixed sets fp8_param_gather = "
+    "True (src/megatron/bridge/training/mixed_precision.py): training.fp8_param",
+    "bf16 gradients: the performance scripts' set_basic_perf_overrides sets ddp.grad_reduce_in_fp32 = False "
+    "(scripts/performance/utils/helpers.py): grad_accumulation_fp32 false",
+    "recompute: none, but Llama 3 8B's H100 FP8-CS preset sets recompute_num_layers = 5 "
+    "(scripts/performance/configs/llama/llama3_workload_base_configs.py), which set_recompute_overrides "
+    "applies as full recompute, method block (scripts/performance/utils/helpers.py)",
 )
+# Presets of the performance matrix that recompute some layers: name -> recompute_num_layers (block).
+_RECOMPUTE_NUM_LAYERS = {"bridge-h100-fp8-llama3-8b-8gpu": 5}
 # name, source, citation, preset, GPUs, GBS, MBS, seq, FSDP, TP, PP, CP, VP, tokens/s/GPU
 _ROWS = (
     (
@@ -115,7 +124,22 @@ def fp8_runs() -> tuple[PublishedRun, ...]:
                 source,
                 citation,
                 {"preset": preset},
-                training_table(seq, mbs, gbs, "bf16", "none", flash_attention=True, fp8=True),
+                training_table(
+                    seq,
+                    mbs,
+                    gbs,
+                    "bf16",
+                    "full" if name in _RECOMPUTE_NUM_LAYERS else "none",
+                    flash_attention=True,
+                    fp8=True,
+                    fp8_param=True,
+                    grad_accumulation_fp32=False,
+                    **(
+                        {"recompute_num_layers": _RECOMPUTE_NUM_LAYERS[name], "recompute_method": "block"}
+                        if name in _RECOMPUTE_NUM_LAYERS
+                        else {}
+                    ),
+                ),
                 plan,
                 cluster_table("dgx-h100-80gb", gpus),
                 "megatron-lm",
