@@ -295,6 +295,7 @@ def _check_cluster(s: Scenario, errors: list[Problem], warnings: list[str]) -> N
                 "fp8 = false",
             )
         )
+    _check_memory_features(s, errors)
     if s.training.fp8 and dtype == "fp32":
         errors.append(
             Problem("training.fp8", 'FP8 GEMMs run inside mixed precision: set training.dtype = "bf16"')
@@ -307,6 +308,16 @@ def _check_cluster(s: Scenario, errors: list[Problem], warnings: list[str]) -> N
                 f"({sorted(c.gpu.peak_tflops)}); choose one of those or add its peak",
             )
         )
+
+
+def _check_memory_features(s: Scenario, errors: list[Problem]) -> None:
+    """Keys that only mean something beside another (docs/memory.md)."""
+    t = s.training
+    if t.recompute_num_layers is not None and t.recompute != "full":
+        fix = 'set recompute = "full" (Megatron-LM --recompute-granularity full) or remove the key'
+        errors.append(Problem("training.recompute_num_layers", f"recomputes whole layers: {fix}"))
+    if t.fp8_param and not t.fp8:
+        errors.append(Problem("training.fp8_param", "FP8 weights need FP8 GEMMs: set training.fp8 = true"))
 
 
 def _unwise(s: Scenario, warnings: list[str]) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from plancast.simulator.costs.ops import Op, Shape, attention_core
+from plancast.simulator.scenario import Scenario
 
 FUSED_ATTENTION = "attention"  # the SDPA op of ops.layer_forward under flash attention
 
@@ -80,3 +81,14 @@ def op_sac_recompute(ops: tuple[Op, ...], x: Shape) -> tuple[Op, ...]:
 def selective_recompute(ops: tuple[Op, ...], x: Shape, policy: str) -> tuple[Op, ...]:
     """The ops of one block that recompute = "selective" re-runs under `policy`."""
     return op_sac_recompute(ops, x) if policy == "op" else attention_core(ops)
+
+
+def recomputed_layers(s: Scenario, stage_layers: int) -> int | None:
+    """Blocks of a (virtual) stage of `stage_layers` whose forward backward re-runs under recompute = "full";
+    None: all of them. Megatron-LM's `--recompute-method block` with `--recompute-num-layers n` recomputes
+    the first n blocks of each model chunk and none of the rest; "uniform" recomputes every block, n at a
+    time (megatron/core/transformer/transformer_block.py `_checkpointed_forward`)."""
+    t = s.training
+    if t.recompute != "full" or t.recompute_num_layers is None or t.recompute_method == "uniform":
+        return None
+    return min(t.recompute_num_layers, stage_layers)

@@ -15,9 +15,11 @@ from typing import Literal, cast
 from plancast.simulator.costs.collectives import CollectiveKind, Level, collective_seconds
 from plancast.simulator.costs.efficiency import op_seconds, ops_seconds
 from plancast.simulator.costs.host import HostCosts
+from plancast.simulator.costs.memory import layer_activation_bytes
 from plancast.simulator.costs.mixed_precision import param_pass_ops
-from plancast.simulator.costs.moe import moe_layer_forward
+from plancast.simulator.costs.moe import moe_activation_bytes, moe_layer_forward
 from plancast.simulator.costs.moe_cp_comm import InnerCollective, layer_collectives
+from plancast.simulator.costs.offload import activation_offload_s
 from plancast.simulator.costs.ops import (
     DTYPE_BYTES,
     Op,
@@ -27,7 +29,7 @@ from plancast.simulator.costs.ops import (
     layer_forward,
 )
 from plancast.simulator.costs.params import expert_params, head_params, layer_params, stage_parameters
-from plancast.simulator.costs.recompute import selective_recompute
+from plancast.simulator.costs.recompute import recomputed_layers, selective_recompute
 from plancast.simulator.costs.tp_comm import scenario_tp_collectives
 from plancast.simulator.scenario import Scenario
 
@@ -87,6 +89,9 @@ class StageCost:
     host_s: tuple[float, float] = (0.0, 0.0)
     """(forward, backward) host time per micro-batch beyond the blocks' own: an FSDP2 chunk's root
     unit (costs/host.py)."""
+    recompute_layers: int | None = None
+    """With recompute_full: how many of the stage's first blocks backward re-runs (Megatron-LM's block
+    method, costs/recompute.py `recomputed_layers`); None: the whole stage forward."""
 
     def _comm(self, seconds: float) -> float:
         return 0.0 if self.tp_overlap else seconds
@@ -104,7 +109,21 @@ class StageCost:
 
     @property
     def recompute_s(self) -> float:
-        return self.forward_s if self.recompute_full else 0.0
+        if not self.recompute_full:
+            return 0.0
+        if self.recompute_layers is None:
+            return self.forward_s
+        return sum(
+            g.forward_s + self._comm(g.tp_forward_s) + _blocking(g.ep_cp_forward) for g in self._recomputed()
+        )
+
+    def _recomputed(self) -> tuple[Segment, ...]:
+        """The segments backward re-runs the forward of."""
+        if not self.recompute_full:
+            return ()
+        if self.recompute_layers is None:
+            return self.segments
+        return tuple(g for g in self.segments if g.part == "layer")[: self.recompute_layers]
 
     @property
     def backward_input_s(self) -> float:
@@ -126,20 +145,18 @@ class StageCost:
         """Forward + backward (+ recompute) compute time without tensor-parallel communication."""
         fwd = sum(g.forward_s for g in self.segments)
         bwd = sum(g.backward_input_s + g.backward_weight_s for g in self.segments)
-        return fwd + bwd + (fwd if self.recompute_full else 0.0)
+        return fwd + bwd + sum(g.forward_s for g in self._recomputed())
 
     def stream_comm_s(self, stream: str) -> float:
         """Blocking ep or cp communication per micro-batch (forward, recompute, backward)."""
-        fwd = sum(g.stream_s(stream, "forward") for g in self.segments)
-        return fwd * (2 if self.recompute_full else 1) + sum(
-            g.stream_s(stream, "backward") for g in self.segments
-        )
+        fwd = sum(g.stream_s(stream, "forward") for g in (*self.segments, *self._recomputed()))
+        return fwd + sum(g.stream_s(stream, "backward") for g in self.segments)
 
     @property
     def tp_comm_s(self) -> float:
         """Tensor-parallel communication per micro-batch (forward, recompute, backward)."""
-        fwd = sum(g.tp_forward_s for g in self.segments)
-        return fwd * (2 if self.recompute_full else 1) + sum(g.tp_backward_s for g in self.segments)
+        fwd = sum(g.tp_forward_s for g in (*self.segments, *self._recomputed()))
+        return fwd + sum(g.tp_backward_s for g in self.segments)
 
 
 def _blocking(colls: tuple[Collective, ...]) -> float:
@@ -204,12 +221,17 @@ def _segment(
     cast_params: float = 0.0,
     weights: float = 0.0,
     host_s: tuple[float, float] = (0.0, 0.0),
+    offload_bytes: float = 0.0,
 ) -> Segment:
     """`cast_params`: the segment's parameters on this rank, whose gradient FSDP casts to its reduce dtype
     or autograd accumulates; `weights`: its GEMM weights, which autocast casts (costs/mixed_precision.py).
     Both passes are part of the weight-gradient work; autocast's forward cast is part of the forward.
-    `host_s`: the block's host time per micro-batch in its (forward, backward) (costs/host.py)."""
+    `host_s`: the block's host time per micro-batch in its (forward, backward) (costs/host.py);
+    `offload_bytes`: what the block keeps for backward, sent to the host and back under
+    training.activation_offload (costs/offload.py)."""
     fwd, bwd_in, bwd_w = _phase_seconds(ops, s)
+    exposed = activation_offload_s(s, offload_bytes, fwd)
+    fwd, bwd_in = fwd + exposed, bwd_in + exposed
     fwd += host_s[0]
     bwd_in += host_s[1]
     if part == "layer" and s.training.recompute == "selective":
@@ -229,6 +251,13 @@ def _segment(
         sum(op.flops for op in ops),
         *(tuple(Collective(c.kind, c.bytes, c.seconds, c.stream) for c in phase) for phase in ep_cp),
     )
+
+
+def _kept_bytes(s: Scenario, x: Shape, mlp: float | None) -> float:
+    """What one block keeps for backward (the bytes activation offload moves; none without it)."""
+    if not s.training.activation_offload:
+        return 0.0
+    return layer_activation_bytes(x, s.training.recompute, mlp, s.training.selective_recompute)
 
 
 def segment_params(s: Scenario, part: Part, moe: bool = False) -> tuple[float, float]:
@@ -260,6 +289,7 @@ def stage_costs(s: Scenario, tp_levels: tuple[Level, ...]) -> tuple[StageCost, .
         layer_collectives(s, moe=False),
         *segment_params(s, "layer"),
         host_s=(host.layer_forward_s, host.layer_backward_s),
+        offload_bytes=_kept_bytes(s, x, None),
     )
     moe_layer = layer
     if m.is_moe:
@@ -271,6 +301,7 @@ def stage_costs(s: Scenario, tp_levels: tuple[Level, ...]) -> tuple[StageCost, .
             layer_collectives(s, moe=True),
             *segment_params(s, "layer", moe=True),
             host_s=(host.layer_forward_s, host.layer_backward_s),
+            offload_bytes=_kept_bytes(s, x, moe_activation_bytes(x, m)),
         )
     params, weights = segment_params(s, "embedding")
     embedding = _segment("embedding", embedding_forward(x), s, tp_levels, cast_params=params, weights=weights)
@@ -302,6 +333,7 @@ def stage_costs(s: Scenario, tp_levels: tuple[Level, ...]) -> tuple[StageCost, .
                 s.parallelism.tp_comm_overlap,
                 s.training.recompute == "full",
                 (host.unit_forward_s, host.unit_backward_s),
+                recomputed_layers(s, n_layers),
             )
         )
     return tuple(out)
@@ -335,7 +367,7 @@ class Durations:
             b_s, w_s, b_flops, w_flops = input_s + weight_s, 0.0, 2 * flops, 0.0
         return cls(
             forward_s=forward_s,
-            recompute_s=forward_s if cost.recompute_full else 0.0,
+            recompute_s=cost.recompute_s,
             backward_s=b_s,
             backward_weight_s=w_s,
             forward_flops=flops,
