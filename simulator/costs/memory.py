@@ -172,6 +172,10 @@ def rank_memory(s: Scenario, pp_rank: int, schedule: Schedule | None = None) -> 
         if par.framework == "deepspeed" and not m.is_moe:
             w = [gemm_weight_elements(op, x) for op in layer_forward(x) if op.category == "matmul"]
             gathered = max(a + b for a, b in zip(w, w[1:] + w[:1], strict=True)) * DTYPE_BYTES[t.dtype]
+    if fsdp_holds_stage_unsharded(s):
+        if par.zero_stage >= 3:
+            gathered = params * DTYPE_BYTES[t.dtype]
+        g_b += params * DTYPE_BYTES[s.fsdp_reduce_dtype]
     if schedule is None:
         schedule = build_schedule(par.pipeline_parallel_schedule, s.pp, s.num_microbatches, s.vpp)
     has_moe = any(moe_layer_count(m, starts[v], split[v]) for v in owned)
@@ -187,6 +191,18 @@ def rank_memory(s: Scenario, pp_rank: int, schedule: Schedule | None = None) -> 
     if stages - 1 in owned:  # the loss's fp32 buffers for one micro-batch (vocab-parallel)
         acts += loss_bytes_per_logit(s) * x.s * x.b * x.vocab / s.vocab_tp  # all of it when replicated
     return MemoryBreakdown(p_b, g_b, o_b, acts, gathered, host)
+
+
+def fsdp_holds_stage_unsharded(s: Scenario) -> bool:
+    """FSDP2 under pipeline parallel (torchtitan) keeps the whole stage gathered and its gradients unsharded
+    from the first micro-batch to the last: torchtitan's apply_fsdp defaults `reshard_after_forward = not
+    pp_enabled` (torchtitan/models/llama3/infra/parallelize.py), and torch.distributed.pipelining runs every
+    backward but the last with `set_requires_gradient_sync(False)` (pipelining/stage.py
+    `backward_maybe_with_nosync`), so FSDP2 accumulates the unsharded gradient in its reduce dtype
+    (fsdp/_fully_shard/_fsdp_param.py `to_accumulated_grad_if_needed`) until the last micro-batch's
+    reduce-scatter."""
+    par = s.parallelism
+    return par.framework == "torchtitan" and s.pp > 1 and par.zero_stage >= 2 and s.dp * s.cp > 1
 
 
 def chunk_activation_bytes(s: Scenario, x: Shape, layers: int, mlp: float | None) -> tuple[float, float]:
