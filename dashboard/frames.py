@@ -267,8 +267,7 @@ def memory_timeline(scenario: Scenario | None, measured_summary: Mapping[str, An
     ``rank_memory_timeline``: ``{"R": [[order, kind, stage, chunk, microbatch, allocated_gib], ...]}``)."""
     if scenario is None:
         return pd.DataFrame(columns=TIMELINE_COLUMNS)
-    grid = RankGrid(scenario.pp, scenario.dp, scenario.tp)
-    firsts = {pp: pp * grid.dp * grid.tp for pp in range(scenario.pp)}
+    firsts = {pp: pp * (scenario.world_size // scenario.pp) for pp in range(scenario.pp)}  # pp outermost
     rows = [
         {"rank": firsts[pp], "source": "predicted", **p._asdict(), "gib": p.allocated_bytes / GiB}
         for pp in range(scenario.pp)

@@ -99,6 +99,30 @@ def peak_memory(
     parts["activations"] = activations.peak
     if device.type == "cuda":
         parts["peak_bytes"] = int(torch.cuda.max_memory_allocated(device))
+        parts["reserved_bytes"] = int(torch.cuda.max_memory_reserved(device))
     else:
         parts["peak_bytes"] = sum(parts.values())
     return parts
+
+
+def bytes_now(
+    device: torch.device,
+    modules: Iterable[nn.Module],
+    optimizers: Iterable[torch.optim.Optimizer],
+    activations: ActivationAccount,
+) -> float:
+    """Bytes this rank holds now: the CUDA allocator's allocated bytes on GPU; on CPU the byte account
+    (parameters, the gradients that exist so far, optimizer states, activations saved for backward; no
+    allocator temporaries, which CPU runs cannot see)."""
+    if device.type == "cuda":
+        return float(torch.cuda.memory_allocated(device))
+    return float(sum(state_bytes(modules, optimizers).values()) + activations.current)
+
+
+TIMELINE_KINDS = frozenset({"forward", "backward", "backward_input", "backward_weight", "optimizer"})
+
+
+def memory_timeline_points(points: Iterable[tuple[Any, float]]) -> list[list[Any]]:
+    """The recorder's (span key, bytes) readings as [kind, stage, chunk, microbatch, bytes], for the kinds
+    the simulator's timeline has (simulator/costs/memory_timeline.py; a recompute is part of its backward)."""
+    return [[k.kind, k.stage, k.chunk, k.microbatch, b] for k, b in points if k.kind in TIMELINE_KINDS]

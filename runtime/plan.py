@@ -160,6 +160,11 @@ def check_framework_behaviour(scenario: Scenario) -> None:
             "training.fp8 = true: the runtime has no FP8 GEMM path (Transformer Engine or torchao float8); "
             "simulate the plan, or set fp8 = false to run it in bf16"
         )
+    if t.recompute_num_layers is not None:
+        raise PlanError(
+            "training.recompute_num_layers: the runtime recomputes whole stages (recompute = 'full') or the "
+            "attention core; simulate the plan, or remove recompute_num_layers to run full recompute"
+        )
     offloads = [k for k in ("activation_offload", "optimizer_cpu_offload") if getattr(t, k)]
     if offloads:
         raise PlanError(

@@ -11,7 +11,7 @@ import contextlib
 import functools
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, cast
 
 import pandas as pd
 import torch
@@ -30,7 +30,7 @@ from plancast.runtime.instrument import (
     choose_capture,
     default_timer,
 )
-from plancast.runtime.memory import ActivationAccount, peak_memory
+from plancast.runtime.memory import ActivationAccount, bytes_now, memory_timeline_points, peak_memory
 from plancast.runtime.model import Decoder, ModelConfig, microbatch, synthetic_batch
 from plancast.runtime.moe import is_expert_param, set_aux_loss_scale
 from plancast.runtime.parallel.cp import apply_context_parallel, shard_sequence
@@ -130,6 +130,8 @@ class Trainer:
         )
         self.activations = ActivationAccount()
         self._activations_counted = False
+        self.memory_timeline: list[list[Any]] = []
+        """The first step's memory after each compute span: [kind, stage, chunk, microbatch, bytes]."""
         self.groups = self._moe_cp_groups()
         tie_groups = self._tie_groups()
         self.chunks = [self._build_chunk(c, tie_groups) for c in self.plan.chunks]
@@ -270,6 +272,7 @@ class Trainer:
         counting = not self._activations_counted
         self._activations_counted = True
         params = (p for c in self.chunks for p in c.runner.parameters)
+        self.recorder.memory_probe = self._memory_now if counting else None
         with self.activations.track(params) if counting else contextlib.nullcontext():
             loss = self.executor.run(mb_in, mb_tg)
         ep = len(self.plan.grid.group("ep", self.plan.rank)) if "ep" in self.groups else 1
@@ -285,6 +288,9 @@ class Trainer:
                 else:
                     c.optimizer.step()
         events = self.recorder.finish(step)
+        if counting:
+            self.memory_timeline = memory_timeline_points(self.recorder.memory_points)
+            self.recorder.memory_probe = None
         last = any(c.chunk.has_head for c in self.chunks)
         if last and self.plan.grid.cp > 1:  # the mean of the sequence shards' losses, after the step
             shared = torch.tensor([loss], dtype=torch.float64)
@@ -343,6 +349,10 @@ class Trainer:
 
     def modules(self) -> list[nn.Module]:
         return [c.model for c in self.chunks]
+
+    def _memory_now(self) -> float:
+        """This rank's bytes now (runtime/memory.py `bytes_now`)."""
+        return bytes_now(self.device, self.modules(), [c.optimizer for c in self.chunks], self.activations)
 
     def memory(self) -> dict[str, int]:
         """Peak memory of this rank (bytes), with its components."""

@@ -75,3 +75,15 @@ def memory_timeline(s: Scenario, pp_rank: int, schedule: Schedule | None = None)
         points.append(MemoryPoint(order, kind, a.stage, a.chunk, a.microbatch, value))
     points.append(MemoryPoint(len(points), "optimizer", -1, -1, -1, states))
     return points
+
+
+def timeline_by_rank(s: Scenario) -> dict[str, list[list[object]]]:
+    """The predicted timeline of the first rank of each pipeline position, as the run directory keeps it
+    beside the measured one (summary.json ``rank_memory_timeline``): rank -> [[order, kind, stage, chunk,
+    microbatch, allocated GiB], ...]."""
+    schedule = build_schedule(s.parallelism.pipeline_parallel_schedule, s.pp, s.num_microbatches, s.vpp)
+    first_rank = s.world_size // s.pp  # ranks per pipeline position (simulator/mesh.py: pp outermost)
+    return {
+        str(pp * first_rank): [[*p[:5], p.allocated_bytes / 2**30] for p in memory_timeline(s, pp, schedule)]
+        for pp in range(s.pp)
+    }
