@@ -20,7 +20,7 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {
     "fsdp-prefetch-post": ({}, {**FSDP, "fsdp_backward_prefetch": "post"}, "fsdp_backward_prefetch = 'pre'"),
     "elementwise-fused": ({"elementwise": "fused"}, {}, "elementwise = 'eager'"),
     "megatron-default-fused": ({}, {"framework": "megatron-lm"}, "elementwise = 'eager'"),
-    "partial-recompute": ({"recompute": "full", "recompute_num_layers": 1}, {}, "remove recompute_num_layers"),
+    "partial-recompute": ({"recompute": "full", "recompute_num_layers": 1}, {}, "remove recompute_num"),
     "optimizer-offload": ({"optimizer_cpu_offload": True}, {}, "optimizer_cpu_offload = false"),
     "activation-offload": ({"activation_offload": True}, {}, "activation_offload = false"),
 }
