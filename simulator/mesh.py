@@ -18,6 +18,11 @@ group of a rank holds the ranks with the same pp/cp/tp whose dp index lies in th
 ``ep`` consecutive dp indices (``dp_i = edp_i * ep + ep_i``); the expert-data-parallel group ``edp``
 holds those with the same ``ep_i``, and ``dp_cp`` (the dense-gradient group, Megatron-LM's
 ``get_data_parallel_group(with_context_parallel=True)``) the ranks differing only in dp or cp.
+
+HSDP (``replicate`` > 1, torchtitan's ``dp_replicate`` x ``dp_shard``, outermost first) splits dp the
+same way: ``dp_i = replicate_i * shard + shard_i`` with ``shard = dp / replicate``. FSDP shards over
+``dp_shard_cp`` (the ranks with the same replica index differing in shard index or cp: torchtitan's
+``dp_shard_cp`` mesh) and all-reduces the sharded gradients over ``dp_replicate`` (same shard index).
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from typing import Literal, get_args
 Axis = Literal["pp", "dp", "cp", "tp"]
 """The grid's dimensions, outermost first."""
 AXES: tuple[Axis, ...] = get_args(Axis)
-GroupName = Literal["pp", "dp", "cp", "tp", "ep", "edp", "dp_cp"]
+GroupName = Literal["pp", "dp", "cp", "tp", "ep", "edp", "dp_cp", "dp_shard_cp", "dp_replicate"]
 """Process groups: one per grid axis, plus the expert-parallel (ep), expert-data-parallel (edp) and
 dense-gradient (dp_cp) groups derived from them."""
 GROUPS: tuple[GroupName, ...] = get_args(GroupName)
@@ -73,12 +78,16 @@ class RankGrid:
     """Context-parallel degree (shards of each sequence)."""
     ep: int = field(default=1, kw_only=True)
     """Expert-parallel degree, carved out of dp (divides it)."""
+    replicate: int = field(default=1, kw_only=True)
+    """HSDP replicas, carved out of dp (divides it): FSDP shards over dp / replicate (x cp)."""
 
     def __post_init__(self) -> None:
-        for axis in (*AXES, "ep"):
+        for axis in (*AXES, "ep", "replicate"):
             degree = getattr(self, axis)
             if isinstance(degree, bool) or not isinstance(degree, int) or degree < 1:
                 raise ValueError(f"RankGrid.{axis} must be an integer >= 1, got {degree!r}")
+        if self.dp % self.replicate:
+            raise ValueError(f"RankGrid.replicate={self.replicate} must divide RankGrid.dp={self.dp}")
         if self.dp % self.ep:
             raise ValueError(
                 f"RankGrid.ep={self.ep} must divide RankGrid.dp={self.dp} (ep is carved out of dp)"
@@ -104,6 +113,7 @@ class RankGrid:
         name = _check_group(axis)
         sizes = {"pp": self.pp, "dp": self.dp, "cp": self.cp, "tp": self.tp, "ep": self.ep}
         sizes.update(edp=self.dp // self.ep, dp_cp=self.dp * self.cp)
+        sizes.update(dp_shard_cp=self.dp // self.replicate * self.cp, dp_replicate=self.replicate)
         return sizes[name]
 
     def coord(self, rank: int) -> Coord:
@@ -137,6 +147,13 @@ class RankGrid:
             return tuple(self.rank(replace(here, **{name: i})) for i in range(getattr(self, name)))
         if name == "dp_cp":
             return tuple(self.rank(replace(here, dp=d, cp=c)) for d in range(self.dp) for c in range(self.cp))
+        shard = self.dp // self.replicate
+        rep_i, shard_i = divmod(here.dp, shard)
+        if name == "dp_shard_cp":
+            dps = range(rep_i * shard, (rep_i + 1) * shard)
+            return tuple(sorted(self.rank(replace(here, dp=d, cp=c)) for d in dps for c in range(self.cp)))
+        if name == "dp_replicate":
+            return tuple(self.rank(replace(here, dp=r * shard + shard_i)) for r in range(self.replicate))
         edp_i, ep_i = divmod(here.dp, self.ep)
         dps = (
             [edp_i * self.ep + j for j in range(self.ep)]
@@ -157,6 +174,11 @@ class RankGrid:
             return c.along(name) == 0
         if name == "dp_cp":
             return c.dp == 0 and c.cp == 0
+        shard = self.dp // self.replicate
+        if name == "dp_shard_cp":
+            return c.dp % shard == 0 and c.cp == 0
+        if name == "dp_replicate":
+            return c.dp < shard
         return c.dp % self.ep == 0 if name == "ep" else c.dp < self.ep
 
     def _check_rank(self, rank: int) -> None:
