@@ -160,6 +160,11 @@ def check_framework_behaviour(scenario: Scenario) -> None:
             "training.fp8 = true: the runtime has no FP8 GEMM path (Transformer Engine or torchao float8); "
             "simulate the plan, or set fp8 = false to run it in bf16"
         )
+    if p.data_parallel_replicate_degree > 1:
+        raise PlanError(
+            "parallelism.data_parallel_replicate_degree > 1: the runtime shards FSDP2 over all of dp (no "
+            "HSDP mesh yet); simulate the plan, or set data_parallel_replicate_degree = 1 to run it"
+        )
     if t.recompute_num_layers is not None:
         raise PlanError(
             "training.recompute_num_layers: the runtime recomputes whole stages (recompute = 'full') or the "

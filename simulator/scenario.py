@@ -206,6 +206,10 @@ class Parallelism(Strict):
     """Pipeline stages (ranks along the pipeline)."""
     data_parallel_degree: int = -1
     """Model replicas; -1 infers world_size / (tp * pp * cp)."""
+    data_parallel_replicate_degree: int = Field(default=1, gt=0)
+    """HSDP (torchtitan `data_parallel_replicate_degree`, FSDP `HYBRID_SHARD`): replicas of the model among
+    the dp ranks; ZeRO-2/3 shards within each group of dp / replicas (x cp) and all-reduces the sharded
+    gradients across the replicas (simulator/mesh.py). 1: shard over all of dp."""
     zero_stage: Literal[0, 1, 2, 3] = 0
     """0 none | 1 optimizer states | 2 + gradients | 3 + parameters (FSDP), sharded over data parallel."""
     pipeline_parallel_schedule: ScheduleName = "1F1B"
@@ -381,6 +385,11 @@ class Scenario(Strict):
     @property
     def vpp(self) -> int:
         return self.parallelism.virtual_stages_per_rank
+
+    @property
+    def zero_dp(self) -> int:
+        """Ranks ZeRO shards the dense model states over: dp x cp, or dp / replicas x cp under HSDP."""
+        return self.dp // self.parallelism.data_parallel_replicate_degree * self.cp
 
     @property
     def fsdp(self) -> bool:

@@ -19,6 +19,7 @@ from typing import Any
 from plancast.simulator.catalog.frameworks import framework_defaults
 from plancast.simulator.scenario import Scenario
 from plancast.simulator.schedules import schedule_problems, schedule_warnings
+from plancast.simulator.validation_memory import memory_problems
 from plancast.simulator.validation_moe import model_moe_problems, moe_cp_warnings, plan_moe_cp_problems
 
 Bound = tuple[float, float, str]
@@ -295,7 +296,7 @@ def _check_cluster(s: Scenario, errors: list[Problem], warnings: list[str]) -> N
                 "fp8 = false",
             )
         )
-    _check_memory_features(s, errors)
+    errors.extend(Problem(p.path, p.message) for p in memory_problems(s))
     if s.training.fp8 and dtype == "fp32":
         errors.append(
             Problem("training.fp8", 'FP8 GEMMs run inside mixed precision: set training.dtype = "bf16"')
@@ -308,16 +309,6 @@ def _check_cluster(s: Scenario, errors: list[Problem], warnings: list[str]) -> N
                 f"({sorted(c.gpu.peak_tflops)}); choose one of those or add its peak",
             )
         )
-
-
-def _check_memory_features(s: Scenario, errors: list[Problem]) -> None:
-    """Keys that only mean something beside another (docs/memory.md)."""
-    t = s.training
-    if t.recompute_num_layers is not None and t.recompute != "full":
-        fix = 'set recompute = "full" (Megatron-LM --recompute-granularity full) or remove the key'
-        errors.append(Problem("training.recompute_num_layers", f"recomputes whole layers: {fix}"))
-    if t.fp8_param and not t.fp8:
-        errors.append(Problem("training.fp8_param", "FP8 weights need FP8 GEMMs: set training.fp8 = true"))
 
 
 def _unwise(s: Scenario, warnings: list[str]) -> None:

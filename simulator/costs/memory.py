@@ -238,8 +238,9 @@ def peak_inflight_bytes(actions: tuple[Action, ...], chunk_bytes: dict[int, floa
 
 def _model_states(s: Scenario, dense: float, experts: float) -> tuple[float, float, float]:
     """(parameters, gradients, optimizer) bytes: ZeRO shards dense states over the dense-gradient group
-    dp * cp (Megatron-LM's data-parallel group with context parallel) and the routed experts' over the
-    expert-data-parallel group dp / ep (Megatron-Core's expert_data_parallel_group), simulator/mesh.py."""
+    dp * cp (Megatron-LM's data-parallel group with context parallel; under HSDP its shard group,
+    Scenario.zero_dp) and the routed experts' over the expert-data-parallel group dp / ep (Megatron-Core's
+    expert_data_parallel_group), simulator/mesh.py."""
     t, zero = s.training, s.parallelism.zero_stage
     grad_fp32, master = bool(t.grad_accumulation_fp32), s.amp_master_params
 
@@ -248,7 +249,7 @@ def _model_states(s: Scenario, dense: float, experts: float) -> tuple[float, flo
             n, dp=dp, zero_stage=zero, dtype=t.dtype, grad_fp32=grad_fp32, master_params=master
         )
 
-    d = states(dense, s.dp * s.cp)
+    d = states(dense, s.zero_dp)
     if not experts:
         return d
     e = states(experts, s.edp)

@@ -138,3 +138,36 @@ def test_a_key_without_the_one_it_needs_is_refused_by_name(training: dict[str, A
     with pytest.raises(ScenarioError) as err:
         scenario(training)
     assert [p.path for p in err.value.problems] == [key]
+
+
+def hsdp(replicate: int, zero_stage: int = 3) -> Scenario:
+    """Llama 3 8B, FSDP over 2 DGX H100 nodes (dp 16), torchtitan; HSDP keeps each shard group in a node."""
+    data: dict[str, Any] = {
+        "model": {"preset": "llama3-8b", "num_hidden_layers": 8},
+        "training": {"seq_len": 4096, "global_batch_size": 32, "flash_attention": True},
+        "parallelism": {"zero_stage": zero_stage, "data_parallel_replicate_degree": replicate},
+        "cluster": {"preset": "dgx-h100-80gb", "num_nodes": 2},
+    }
+    return parse_scenario(data).scenario
+
+
+def test_hsdp_shards_within_a_node_and_all_reduces_across_replicas() -> None:
+    fsdp, hybrid = hsdp(1), hsdp(2)
+    assert (fsdp.zero_dp, hybrid.zero_dp) == (16, 8)
+    a, b = rank_memory(fsdp, 0), rank_memory(hybrid, 0)
+    assert b.optimizer == pytest.approx(2 * a.optimizer, rel=1e-12)  # sharded over 8, not 16
+    assert b.total > a.total
+    events = {name: simulate(s).events for name, s in (("fsdp", fsdp), ("hsdp", hybrid))}
+    dp = {name: e[(e["stream"] == "dp") & (e["rank"] == 0)] for name, e in events.items()}
+    assert "all_reduce" not in set(dp["fsdp"]["kind"])
+    reduces = dp["hsdp"][dp["hsdp"]["kind"] == "all_reduce"]
+    assert len(reduces) == (dp["hsdp"]["kind"] == "reduce_scatter").sum() > 0
+    gather = {name: f[f["kind"] == "all_gather"]["dur_us"].median() for name, f in dp.items()}
+    assert gather["hsdp"] < gather["fsdp"]  # NVLink inside the node, not the network
+
+
+@pytest.mark.parametrize(("replicate", "zero_stage"), [(3, 3), (2, 1)])
+def test_hsdp_needs_fsdp_and_a_divisor_of_dp(replicate: int, zero_stage: int) -> None:
+    with pytest.raises(ScenarioError) as err:
+        hsdp(replicate, zero_stage)
+    assert [p.path for p in err.value.problems] == ["parallelism.data_parallel_replicate_degree"]
