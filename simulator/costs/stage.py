@@ -253,6 +253,23 @@ def _segment(
     )
 
 
+def _layer_segment(
+    s: Scenario, x: Shape, tp_levels: tuple[Level, ...], host: HostCosts, moe: bool
+) -> Segment:
+    """One transformer block (an MoE block from first_k_dense_replace on, costs/moe.py)."""
+    ops = moe_layer_forward(x, s.model, s.ep) if moe else layer_forward(x)
+    return _segment(
+        "layer",
+        ops,
+        s,
+        tp_levels,
+        layer_collectives(s, moe=moe),
+        *segment_params(s, "layer", moe=moe),
+        host_s=(host.layer_forward_s, host.layer_backward_s),
+        offload_bytes=_kept_bytes(s, x, moe_activation_bytes(x, s.model) if moe else None),
+    )
+
+
 def _kept_bytes(s: Scenario, x: Shape, mlp: float | None) -> float:
     """What one block keeps for backward (the bytes activation offload moves; none without it)."""
     if not s.training.activation_offload:
@@ -281,28 +298,8 @@ def stage_costs(s: Scenario, tp_levels: tuple[Level, ...]) -> tuple[StageCost, .
     x = Shape.of(s)
     m = s.model
     host = HostCosts.of(s)
-    layer = _segment(
-        "layer",
-        layer_forward(x),
-        s,
-        tp_levels,
-        layer_collectives(s, moe=False),
-        *segment_params(s, "layer"),
-        host_s=(host.layer_forward_s, host.layer_backward_s),
-        offload_bytes=_kept_bytes(s, x, None),
-    )
-    moe_layer = layer
-    if m.is_moe:
-        moe_layer = _segment(
-            "layer",
-            moe_layer_forward(x, m, s.ep),
-            s,
-            tp_levels,
-            layer_collectives(s, moe=True),
-            *segment_params(s, "layer", moe=True),
-            host_s=(host.layer_forward_s, host.layer_backward_s),
-            offload_bytes=_kept_bytes(s, x, moe_activation_bytes(x, m)),
-        )
+    layer = _layer_segment(s, x, tp_levels, host, moe=False)
+    moe_layer = _layer_segment(s, x, tp_levels, host, moe=True) if m.is_moe else layer
     params, weights = segment_params(s, "embedding")
     embedding = _segment("embedding", embedding_forward(x), s, tp_levels, cast_params=params, weights=weights)
     params, weights = segment_params(s, "head")
