@@ -150,8 +150,8 @@ class RankGrid:
         shard = self.dp // self.replicate
         rep_i, shard_i = divmod(here.dp, shard)
         if name == "dp_shard_cp":
-            dps = range(rep_i * shard, (rep_i + 1) * shard)
-            return tuple(sorted(self.rank(replace(here, dp=d, cp=c)) for d in dps for c in range(self.cp)))
+            shards = range(rep_i * shard, (rep_i + 1) * shard)
+            return tuple(sorted(self.rank(replace(here, dp=d, cp=c)) for d in shards for c in range(self.cp)))
         if name == "dp_replicate":
             return tuple(self.rank(replace(here, dp=r * shard + shard_i)) for r in range(self.replicate))
         edp_i, ep_i = divmod(here.dp, self.ep)

@@ -50,8 +50,9 @@ class _Scoped:
             end = rec._mark()
             rec._capture.exit()
             rec._rows.append([self._scope, self._start, end])
-            if rec.memory_probe is not None and self._scope.stream == "compute":  # type: ignore[union-attr]
-                rec.memory_points.append((self._scope, rec.memory_probe()))
+            scope = self._scope
+            if rec.memory_probe is not None and isinstance(scope, SpanKey) and scope.stream == "compute":
+                rec.memory_points.append((scope, rec.memory_probe()))
         else:
             rec._capture.exit()
 

@@ -59,7 +59,7 @@ def memory_timeline(s: Scenario, pp_rank: int, schedule: Schedule | None = None)
         cap = 2 * layer_activation_bytes(x, s.training.recompute, mlp, s.training.selective_recompute)
     loss = loss_bytes_per_logit(s) * x.s * x.b * x.vocab / s.vocab_tp
     actions = schedule[pp_rank]
-    split = any(a.kind == "W" for a in actions)  # a split backward: B is the input-gradient part
+    split_backward = any(a.kind == "W" for a in actions)  # a split backward: B is the input-gradient part
     live, points = 0.0, []
     for order, a in enumerate(actions):
         on_gpu = live if cap is None else min(live, cap)
@@ -71,7 +71,7 @@ def memory_timeline(s: Scenario, pp_rank: int, schedule: Schedule | None = None)
             live -= kept[a.chunk][0]
         else:
             value = states + on_gpu
-        kind = "backward_input" if a.kind == "B" and split else KINDS[a.kind]
+        kind = "backward_input" if a.kind == "B" and split_backward else KINDS[a.kind]
         points.append(MemoryPoint(order, kind, a.stage, a.chunk, a.microbatch, value))
     points.append(MemoryPoint(len(points), "optimizer", -1, -1, -1, states))
     return points
