@@ -165,11 +165,6 @@ def check_framework_behaviour(scenario: Scenario) -> None:
             "parallelism.data_parallel_replicate_degree > 1: the runtime shards FSDP2 over all of dp (no "
             "HSDP mesh yet); simulate the plan, or set data_parallel_replicate_degree = 1 to run it"
         )
-    if t.recompute_num_layers is not None:
-        raise PlanError(
-            "training.recompute_num_layers: the runtime recomputes whole stages (recompute = 'full') or the "
-            "attention core; simulate the plan, or remove recompute_num_layers to run full recompute"
-        )
     offloads = [k for k in ("activation_offload", "optimizer_cpu_offload") if getattr(t, k)]
     if offloads:
         raise PlanError(

@@ -148,7 +148,7 @@ class Trainer:
             shape,
             compute_dtype(scenario),
             device,
-            full_recompute=t.recompute == "full",
+            full_recompute=t.recompute == "full" and t.recompute_num_layers is None,  # else per block
             autocast=autocast_for(scenario, device),
         )
 

@@ -83,12 +83,14 @@ def selective_recompute(ops: tuple[Op, ...], x: Shape, policy: str) -> tuple[Op,
     return op_sac_recompute(ops, x) if policy == "op" else attention_core(ops)
 
 
-def recomputed_layers(s: Scenario, stage_layers: int) -> int | None:
-    """Blocks of a (virtual) stage of `stage_layers` whose forward backward re-runs under recompute = "full";
-    None: all of them. Megatron-LM's `--recompute-method block` with `--recompute-num-layers n` recomputes
-    the first n blocks of each model chunk and none of the rest; "uniform" recomputes every block, n at a
-    time (megatron/core/transformer/transformer_block.py `_checkpointed_forward`)."""
+def recomputed_layers(s: Scenario, stage_layers: int) -> int:
+    """Blocks of a (virtual) stage of `stage_layers` that partial recompute (training.recompute_num_layers)
+    checkpoints one by one, re-running each one's forward inside its backward; 0 without it (recompute =
+    "full" alone is plancast's stage-level recompute pass). Megatron-LM's `--recompute-method block`
+    checkpoints the first n blocks of each model chunk and none of the rest; "uniform" checkpoints every
+    block, n at a time (megatron/core/transformer/transformer_block.py `_checkpointed_forward`): each
+    block's forward runs again once either way."""
     t = s.training
-    if t.recompute != "full" or t.recompute_num_layers is None or t.recompute_method == "uniform":
-        return None
-    return min(t.recompute_num_layers, stage_layers)
+    if t.recompute != "full" or t.recompute_num_layers is None:
+        return 0
+    return min(t.recompute_num_layers, stage_layers) if t.recompute_method == "block" else stage_layers

@@ -9,7 +9,7 @@ memory-bound ops read the gradient and the saved input and write one gradient (1
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal, cast
 
 from plancast.simulator.costs.collectives import CollectiveKind, Level, collective_seconds
@@ -89,9 +89,6 @@ class StageCost:
     host_s: tuple[float, float] = (0.0, 0.0)
     """(forward, backward) host time per micro-batch beyond the blocks' own: an FSDP2 chunk's root
     unit (costs/host.py)."""
-    recompute_layers: int | None = None
-    """With recompute_full: how many of the stage's first blocks backward re-runs (Megatron-LM's block
-    method, costs/recompute.py `recomputed_layers`); None: the whole stage forward."""
 
     def _comm(self, seconds: float) -> float:
         return 0.0 if self.tp_overlap else seconds
@@ -109,21 +106,11 @@ class StageCost:
 
     @property
     def recompute_s(self) -> float:
-        if not self.recompute_full:
-            return 0.0
-        if self.recompute_layers is None:
-            return self.forward_s
-        return sum(
-            g.forward_s + self._comm(g.tp_forward_s) + _blocking(g.ep_cp_forward) for g in self._recomputed()
-        )
+        return self.forward_s if self.recompute_full else 0.0
 
     def _recomputed(self) -> tuple[Segment, ...]:
-        """The segments backward re-runs the forward of."""
-        if not self.recompute_full:
-            return ()
-        if self.recompute_layers is None:
-            return self.segments
-        return tuple(g for g in self.segments if g.part == "layer")[: self.recompute_layers]
+        """The segments whose forward a separate recompute pass re-runs (stage-level full recompute)."""
+        return self.segments if self.recompute_full else ()
 
     @property
     def backward_input_s(self) -> float:
@@ -270,6 +257,15 @@ def _layer_segment(
     )
 
 
+def _recomputing(block: Segment, s: Scenario) -> Segment:
+    """A block whose backward first re-runs its forward, as a checkpointed block does inside autograd's
+    backward (torch.utils.checkpoint; Megatron-LM's per-layer `tensor_parallel.checkpoint`). Its forward's
+    tensor-parallel and blocking ep/cp collectives are counted in that time (as events they stay the
+    forward's: the runtime records a checkpointed block's recompute inside its backward span)."""
+    comm = (0.0 if s.parallelism.tp_comm_overlap else block.tp_forward_s) + _blocking(block.ep_cp_forward)
+    return replace(block, backward_input_s=block.backward_input_s + block.forward_s + comm)
+
+
 def _kept_bytes(s: Scenario, x: Shape, mlp: float | None) -> float:
     """What one block keeps for backward (the bytes activation offload moves; none without it)."""
     if not s.training.activation_offload:
@@ -310,6 +306,8 @@ def stage_costs(s: Scenario, tp_levels: tuple[Level, ...]) -> tuple[StageCost, .
     for v, n_layers in enumerate(split):
         start = sum(split[:v])
         blocks = tuple(moe_layer if m.is_moe_layer(i) else layer for i in range(start, start + n_layers))
+        recomputed = recomputed_layers(s, n_layers)  # partial recompute: inside those blocks' backward
+        blocks = tuple(_recomputing(b, s) if i < recomputed else b for i, b in enumerate(blocks))
         segments = ((embedding,) if v == 0 else ()) + blocks + ((head,) if v == last else ())
         params = stage_parameters(
             m,
@@ -328,9 +326,8 @@ def stage_costs(s: Scenario, tp_levels: tuple[Level, ...]) -> tuple[StageCost, .
                 segments,
                 params,
                 s.parallelism.tp_comm_overlap,
-                s.training.recompute == "full",
+                s.training.recompute == "full" and s.training.recompute_num_layers is None,
                 (host.unit_forward_s, host.unit_backward_s),
-                recomputed_layers(s, n_layers),
             )
         )
     return tuple(out)
