@@ -19,12 +19,13 @@ def memory_problems(s: Scenario) -> list[PlanProblem]:
     if t.fp8_param and not t.fp8:
         out.append(PlanProblem("training.fp8_param", "FP8 weights need FP8 GEMMs: set training.fp8 = true"))
     replicas = par.data_parallel_replicate_degree
-    if replicas > 1 and (s.dp % replicas or par.zero_stage < 2):
+    if replicas > 1 and (s.dp % replicas or par.zero_stage < 2 or s.dp // replicas < 2):
         out.append(
             PlanProblem(
                 "parallelism.data_parallel_replicate_degree",
                 f"{replicas} replicas of {s.dp} data-parallel ranks under zero_stage {par.zero_stage}: HSDP "
-                "shards with FSDP, so set zero_stage = 2 or 3 and a replica count that divides the dp ranks",
+                "shards with FSDP over at least 2 ranks, so set zero_stage = 2 or 3 and a replica count that "
+                "divides the dp ranks into groups of 2 or more (all replicas, no sharding: zero_stage 0)",
             )
         )
     return out

@@ -167,7 +167,7 @@ def test_hsdp_shards_within_a_node_and_all_reduces_across_replicas() -> None:
     assert gather["hsdp"] < gather["fsdp"]  # NVLink inside the node, not the network
 
 
-@pytest.mark.parametrize(("replicate", "zero_stage"), [(3, 3), (2, 1)])
+@pytest.mark.parametrize(("replicate", "zero_stage"), [(3, 3), (2, 1), (16, 3)])
 def test_hsdp_needs_fsdp_and_a_divisor_of_dp(replicate: int, zero_stage: int) -> None:
     with pytest.raises(ScenarioError) as err:
         hsdp(replicate, zero_stage)
