@@ -1,4 +1,5 @@
-"""What selective recompute re-runs in backward, per policy (`training.selective_recompute`).
+"""What recompute re-runs in backward: selective recompute per policy (`training.selective_recompute`),
+and which blocks partial recompute checkpoints (`training.recompute_num_layers`, `recomputed_layers`).
 
 - attention: the attention core, QK^T, softmax, dropout and attention-over-values (Korthikanti et al.
   2022 sec. 4.2; Megatron-LM's `--recompute-granularity selective`, plancast's runtime).
