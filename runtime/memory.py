@@ -105,18 +105,13 @@ def peak_memory(
     return parts
 
 
-def bytes_now(
-    device: torch.device,
-    modules: Iterable[nn.Module],
-    optimizers: Iterable[torch.optim.Optimizer],
-    activations: ActivationAccount,
-) -> float:
-    """Bytes this rank holds now: the CUDA allocator's allocated bytes on GPU; on CPU the byte account
-    (parameters, the gradients that exist so far, optimizer states, activations saved for backward; no
-    allocator temporaries, which CPU runs cannot see)."""
+def bytes_now(device: torch.device, activations: ActivationAccount) -> float:
+    """What the memory timeline reads after each compute span: the CUDA allocator's allocated bytes on GPU;
+    on CPU the activations saved for backward so far (the trainer adds the model states, which CPU runs
+    cannot read per span without adding Python work to the step)."""
     if device.type == "cuda":
         return float(torch.cuda.memory_allocated(device))
-    return float(sum(state_bytes(modules, optimizers).values()) + activations.current)
+    return float(activations.current)
 
 
 TIMELINE_KINDS = frozenset({"forward", "backward", "backward_input", "backward_weight", "optimizer"})

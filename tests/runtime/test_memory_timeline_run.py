@@ -1,6 +1,6 @@
-"""A real 2-rank CPU run records the memory timeline (issue 33): the first step's bytes after each compute
-span (the byte account on CPU: parameters, gradients so far, optimizer states, saved activations), and
-`compare` reconciles it with the predicted timeline as memory rows."""
+"""A real 2-rank CPU run records the memory timeline (issue 33): the bytes after each compute span (on CPU
+the first step's saved activations plus the model states), and `compare` reconciles it with the predicted
+timeline as memory rows."""
 
 from __future__ import annotations
 
@@ -40,8 +40,8 @@ def test_each_rank_records_a_point_per_predicted_compute_event(run: RunDir) -> N
     for rank, points in measured.items():
         assert [p[1:5] for p in points] == [p[1:5] for p in predicted[rank]], rank
         assert all(p[5] > 0 for p in points)
-        forwards = [p[5] for p in points if p[1] == "forward"]
-        assert forwards[-1] > forwards[0]  # activations pile up over the warm-up forwards
+    first_stage = [p[5] for p in measured["0"] if p[1] == "forward"]
+    assert first_stage[-1] > first_stage[0]  # 1F1B's first stage holds pp micro-batches' activations
 
 
 @pytest.mark.distributed
@@ -52,4 +52,4 @@ def test_compare_reconciles_the_timeline_as_a_memory_row(run: RunDir) -> None:
     assert {"peak_memory", "memory_timeline"} <= set(rows)
     timeline = rows["memory_timeline"]
     assert timeline["predicted_gib"] > 0 and timeline["measured_gib"] > 0
-    assert abs(timeline["error"]) < 1.0
+    assert abs(timeline["error"]) < 0.3  # CPU: no allocator temporaries, no gathered units
