@@ -4,7 +4,8 @@ Three figures per GPU, as PyTorch reports them (torch.cuda memory statistics):
 - allocated: the tensors alive at the peak (`max_memory_allocated`; MemoryBreakdown.total);
 - reserved: what the caching allocator holds to serve them (`max_memory_reserved`): allocated over the
   share of its blocks that splitting leaves usable, 1 - cluster.gpu.fragmentation (catalog/gpus.py);
-- kept: memory no tensor can use, the CUDA context and NCCL's buffers (cluster.gpu.reserved_GiB).
+- kept: memory no tensor can use: the CUDA context and NCCL's buffers (cluster.gpu.reserved_GiB) and
+  the allocator's share of the rest (`kept_memory_gib` = memory - usable).
 A job runs out of memory when the allocator cannot grow its reserve: reserved + kept > the GPU's
 memory. That is the check `fits_in_memory` makes (the same as allocated <= usable_memory_GiB).
 Offloaded bytes (optimizer states, activations) must fit the host's share of its memory
@@ -33,7 +34,7 @@ def memory_fit(s: Scenario, mem: MemoryBreakdown) -> dict[str, Any]:
         "memory_gib": mem.gib(),
         "gpu_memory_gib": gpu.memory_GiB,
         "usable_memory_gib": gpu.usable_memory_GiB,
-        "kept_memory_gib": gpu.reserved_GiB,
+        "kept_memory_gib": gpu.memory_GiB - gpu.usable_memory_GiB,
         "host_memory_gib": mem.host / GiB,
         "host_capacity_gib": host_capacity,
         "fits_in_memory": fits_gpu and fits_host,
