@@ -21,12 +21,18 @@ _ASSUMPTIONS = (
     "FP8-CS: training.fp8_recipe = tensorwise_current (the 26.02 table's 'FP8' on H100 taken as the same "
     "recipe as 25.11's FP8-CS)",
     "sequence parallel with tp > 1 and fused attention: the recipes' defaults, not stated in the table",
-    "no activation recompute: not stated in the table",
     "tensor-parallel communication overlapped where tp > 1 (parallelism.tp_comm_overlap): the performance "
     "scripts run Transformer Engine userbuffers for these shapes (NVIDIA-NeMo/Megatron-Bridge "
     "scripts/performance, userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192 for Llama 3 70B, "
     "userbuffers_fp8_h100_h16384_tp8_cp2_mbs1_seqlen8192 for Llama 3.1 405B)",
+    "FP8 primary weights: Megatron-Bridge's bf16_with_fp8_current_scaling_mixed sets fp8_param_gather = "
+    "True (src/megatron/bridge/training/mixed_precision.py): training.fp8_param",
+    "recompute: none, but Llama 3 8B's H100 FP8-CS preset sets recompute_num_layers = 5 "
+    "(scripts/performance/configs/llama/llama3_workload_base_configs.py), which set_recompute_overrides "
+    "applies as full recompute, method block (scripts/performance/utils/helpers.py)",
 )
+# Presets of the performance matrix that recompute some layers: name -> recompute_num_layers (block).
+_RECOMPUTE_NUM_LAYERS = {"bridge-h100-fp8-llama3-8b-8gpu": 5}
 # name, source, citation, preset, GPUs, GBS, MBS, seq, FSDP, TP, PP, CP, VP, tokens/s/GPU
 _ROWS = (
     (
@@ -126,8 +132,21 @@ def fp8_runs() -> tuple[PublishedRun, ...]:
                 citation,
                 {"preset": preset},
                 training_table(
-                    seq, mbs, gbs, "bf16", "none", flash_attention=True, fp8=True,
-                    fp8_recipe="tensorwise_current", grad_accumulation_fp32=False,
+                    seq,
+                    mbs,
+                    gbs,
+                    "bf16",
+                    "full" if name in _RECOMPUTE_NUM_LAYERS else "none",
+                    flash_attention=True,
+                    fp8=True,
+                    fp8_recipe="tensorwise_current",
+                    fp8_param=True,
+                    grad_accumulation_fp32=False,
+                    **(
+                        {"recompute_num_layers": _RECOMPUTE_NUM_LAYERS[name], "recompute_method": "block"}
+                        if name in _RECOMPUTE_NUM_LAYERS
+                        else {}
+                    ),
                 ),
                 plan,
                 cluster_table("dgx-h100-80gb", gpus),

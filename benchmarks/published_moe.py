@@ -57,6 +57,9 @@ def moe_and_long_context() -> tuple[PublishedRun, ...]:
         "parameters; alternating 128-token sliding-window attention not expressible",
         "recompute none and no virtual stages (VP n/a): not stated otherwise",
         "the benchmark force-balances tokens over experts (page footnote): dropless imbalance factor kept",
+        "distributed optimizer (the recipe's ddp.use_distributed_optimizer = True, megatron/bridge/recipes/"
+        "gpt_oss): zero_stage 1; bf16 gradients (scripts/performance/configs/gpt_oss "
+        "set_gpt_oss_common_configs: ddp.grad_reduce_in_fp32 = False): grad_accumulation_fp32 false",
     )
     return (
         PublishedRun(
@@ -99,8 +102,8 @@ def moe_and_long_context() -> tuple[PublishedRun, ...]:
             "megatron-bridge-2026",
             GPT_OSS,
             gpt_oss,
-            training_table(4096, 1, 1280, "bf16", "none", flash_attention=True),
-            {**plan_table(1, 4), "expert_parallel_degree": 8},
+            training_table(4096, 1, 1280, "bf16", "none", flash_attention=True, grad_accumulation_fp32=False),
+            {**plan_table(1, 4, zero_stage=1), "expert_parallel_degree": 8},
             cluster_table("dgx-h100-80gb", 64),
             "megatron-lm",
             13.67,
@@ -112,8 +115,8 @@ def moe_and_long_context() -> tuple[PublishedRun, ...]:
             "megatron-bridge-2025",
             GPT_OSS_2511,
             gpt_oss,
-            training_table(4096, 4, 512, "bf16", "none", flash_attention=True),
-            {**plan_table(1, 4), "expert_parallel_degree": 8},
+            training_table(4096, 4, 512, "bf16", "none", flash_attention=True, grad_accumulation_fp32=False),
+            {**plan_table(1, 4, zero_stage=1), "expert_parallel_degree": 8},
             cluster_table("dgx-h100-80gb", 64),
             "megatron-lm",
             5.820,

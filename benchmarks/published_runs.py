@@ -248,36 +248,25 @@ def score_runs() -> list[dict[str, Any]]:
 
 
 def score_memory() -> list[dict[str, Any]]:
-    """Peak memory of the runs whose source reports it, predicted as `simulate` reports it (never fitted:
-    no constant of the memory model comes from these rows)."""
-    from benchmarks.fit_published import run_scenario  # scipy: dev extra
+    """Peak memory of every run whose source reports it (benchmarks/published_memory.py), predicted as the
+    statistic the source reports, allocated or reserved (never fitted: no constant of the memory model
+    comes from these rows)."""
+    from benchmarks.published_memory import score_memory_rows
 
-    rows = []
-    for run in (r for r in RUNS if r.measured_memory_gib is not None):
-        summary = simulate(run_scenario(run), events=False).summary
-        measured = float(run.measured_memory_gib or 0.0)
-        rows.append(
-            {
-                "run": run.name,
-                "metric": run.memory_metric,
-                "measured_gib": measured,
-                "predicted_gib": summary["peak_memory_gib"],
-                "error": summary["peak_memory_gib"] / measured - 1,
-                "fits_in_memory": summary["fits_in_memory"],
-            }
-        )
-    return rows
+    return score_memory_rows()
 
 
 def print_memory(rows: list[dict[str, Any]]) -> None:
-    print("Peak memory per GPU where the source reports it (GiB; predicted: allocated, the model's peak)")
-    print(f"{'run':44} {'measured':>9} {'pred':>7} {'error':>7}  fits  metric")
+    print("Peak memory per GPU where the source reports it (GiB; each row's own statistic), held out")
+    print(f"{'source':18} {'run':46} {'stat':5} {'measured':>9} {'pred':>7} {'error':>7}  fits")
     for r in rows:
         print(
-            f"{r['run'][:44]:44} {r['measured_gib']:9.1f} {r['predicted_gib']:7.1f} {r['error']:+7.1%}  "
-            f"{'yes' if r['fits_in_memory'] else 'NO ':4}  {r['metric']}"
+            f"{r['source'][:18]:18} {r['run'][:46]:46} {r['metric'][:5]:5} {r['measured_gib']:9.1f} "
+            f"{r['predicted_gib']:7.1f} {r['error']:+7.1%}  {'yes' if r['fits_in_memory'] else 'NO'}"
         )
-    print()
+    mape, worst = _mape([r["error"] for r in rows])
+    sources = len({r["source"] for r in rows})
+    print(f"{len(rows)} rows, {sources} sources: MAPE {mape:.1%} (worst {worst:.1%})\n")
 
 
 def score_moe_runs() -> list[dict[str, Any]]:

@@ -108,6 +108,30 @@ def memory_chart(memory: pd.DataFrame, limit_gib: float | None) -> alt.LayerChar
     return alt.LayerChart(layer=[bars, rule], title="Peak memory per rank")
 
 
+def memory_timeline_chart(timeline: pd.DataFrame) -> alt.FacetChart:
+    """Memory over one step, predicted against measured: a line per source over the rank's compute events
+    in issue order, one row per rank shown (frames.memory_timeline)."""
+    return (
+        alt.Chart(timeline)
+        .mark_line(point=True)
+        .encode(
+            x=alt.X("order:Q", title="compute event of the step, in issue order"),
+            y=alt.Y("gib:Q", title="allocated (GiB)"),
+            color=alt.Color("source:N", sort=list(SOURCES), title="source"),
+            tooltip=[
+                "source:N",
+                "kind:N",
+                "stage:Q",
+                "chunk:Q",
+                "microbatch:Q",
+                alt.Tooltip("gib:Q", format=".3f"),
+            ],
+        )
+        .properties(height=180)
+        .facet(row=alt.Row("rank:O", title="rank"), title="Memory over the step")
+    )
+
+
 def telemetry_chart(samples: pd.DataFrame, metric: str, title: str) -> alt.Chart:
     """One telemetry metric over time, a line per GPU (frames.telemetry)."""
     return (

@@ -14,7 +14,8 @@ from typing import Any
 import pandas as pd
 
 from plancast.simulator import cluster_search
-from plancast.simulator.costs.memory import rank_memory
+from plancast.simulator.costs.memory import GiB, rank_memory
+from plancast.simulator.costs.memory_timeline import memory_timeline as predicted_timeline
 from plancast.simulator.loader import Loaded, parse_scenario, to_toml_dict
 from plancast.simulator.mesh import RankGrid
 from plancast.simulator.scenario import Scenario
@@ -255,6 +256,34 @@ def memory(
         meas = meas[meas["rank"].isin(pred["rank"])]
     frames = [f for f in (pred, meas) if len(f)]
     return pd.concat(frames, ignore_index=True) if frames else pred
+
+
+TIMELINE_COLUMNS = ["rank", "source", "order", "kind", "stage", "chunk", "microbatch", "gib"]
+
+
+def memory_timeline(scenario: Scenario | None, measured_summary: Mapping[str, Any] | None) -> pd.DataFrame:
+    """Memory after each compute event of one step, for the first rank of each pipeline position: predicted
+    (simulator.costs.memory_timeline) and, where the run recorded it, measured (measured/summary.json
+    ``rank_memory_timeline``: ``{"R": [[order, kind, stage, chunk, microbatch, allocated_gib], ...]}``)."""
+    if scenario is None:
+        return pd.DataFrame(columns=TIMELINE_COLUMNS)
+    firsts = {pp: pp * (scenario.world_size // scenario.pp) for pp in range(scenario.pp)}  # pp outermost
+    rows = [
+        {"rank": firsts[pp], "source": "predicted", **p._asdict(), "gib": p.allocated_bytes / GiB}
+        for pp in range(scenario.pp)
+        for p in predicted_timeline(scenario, pp)
+    ]
+    measured = (measured_summary or {}).get("rank_memory_timeline")
+    if isinstance(measured, dict):
+        for rank, points in measured.items():
+            if not (str(rank).isdigit() and int(rank) in firsts.values() and isinstance(points, list)):
+                continue
+            for point in points:
+                if isinstance(point, list) and len(point) == 6 and isinstance(point[5], int | float):
+                    keys = dict(zip(TIMELINE_COLUMNS[2:7], point[:5], strict=True))
+                    rows.append({"rank": int(rank), "source": "measured", **keys, "gib": float(point[5])})
+    frame = pd.DataFrame(rows).drop(columns=["allocated_bytes"], errors="ignore")
+    return frame.reindex(columns=TIMELINE_COLUMNS)
 
 
 def memory_limit_gib(scenario: Scenario | None, summary: Mapping[str, Any] | None) -> float | None:

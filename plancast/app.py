@@ -235,6 +235,7 @@ def write_predicted(run_path: Path, prediction: Any) -> list[Path]:
     """RUN/scenario.toml, RUN/predicted/{events.parquet, summary.json} and a Chrome trace per rank."""
     import tomli_w
 
+    from plancast.simulator.costs.memory_timeline import timeline_by_rank
     from plancast.simulator.goodput import checkpoint_prediction
     from plancast.simulator.loader import to_toml_dict
     from plancast.traces.chrome import export_chrome
@@ -246,7 +247,9 @@ def write_predicted(run_path: Path, prediction: Any) -> list[Path]:
         f.write(tomli_w.dumps(to_toml_dict(prediction.scenario)).encode())
     write_events(run.predicted_events, prediction.events)
     checkpoint = checkpoint_prediction(prediction.scenario)  # compare reconciles it with a checkpointed run
-    write_json(run.predicted_summary, {**prediction.summary, "checkpoint": checkpoint})
+    timeline = timeline_by_rank(prediction.scenario)  # compare joins the measured one (traces/reconcile.py)
+    summary = {**prediction.summary, "checkpoint": checkpoint, "rank_memory_timeline": timeline}
+    write_json(run.predicted_summary, summary)
     backend = "gloo" if prediction.scenario.cluster.gpu.name.startswith("cpu") else "nccl"
     return export_chrome(
         prediction.events, run.path / "chrome" / "predicted", prediction.scenario.world_size, backend=backend

@@ -132,7 +132,7 @@ def _ddp_buckets(plan: RankPlan, c: Chunk) -> int:
 
 def _rank_keys(plan: RankPlan) -> list[_Key]:
     s = plan.scenario
-    recompute = s.training.recompute == "full"
+    recompute = s.training.recompute == "full" and s.training.recompute_num_layers is None  # stage pass
     fsdp = s.fsdp
     states = {c.stage: _FsdpState(plan, c) for c in plan.chunks} if fsdp else {}
     last_b = {a.stage: i for i, a in enumerate(plan.actions) if a.kind == "B"}

@@ -99,6 +99,25 @@ def peak_memory(
     parts["activations"] = activations.peak
     if device.type == "cuda":
         parts["peak_bytes"] = int(torch.cuda.max_memory_allocated(device))
+        parts["reserved_bytes"] = int(torch.cuda.max_memory_reserved(device))
     else:
         parts["peak_bytes"] = sum(parts.values())
     return parts
+
+
+def bytes_now(device: torch.device, activations: ActivationAccount) -> float:
+    """What the memory timeline reads after each compute span: the CUDA allocator's allocated bytes on GPU;
+    on CPU the activations saved for backward so far (the trainer adds the model states, which CPU runs
+    cannot read per span without adding Python work to the step)."""
+    if device.type == "cuda":
+        return float(torch.cuda.memory_allocated(device))
+    return float(activations.current)
+
+
+TIMELINE_KINDS = frozenset({"forward", "backward", "backward_input", "backward_weight", "optimizer"})
+
+
+def memory_timeline_points(points: Iterable[tuple[Any, float]]) -> list[list[Any]]:
+    """The recorder's (span key, bytes) readings as [kind, stage, chunk, microbatch, bytes], for the kinds
+    the simulator's timeline has (simulator/costs/memory_timeline.py; a recompute is part of its backward)."""
+    return [[k.kind, k.stage, k.chunk, k.microbatch, b] for k, b in points if k.kind in TIMELINE_KINDS]

@@ -29,6 +29,7 @@ from plancast.runtime.attention import attention_core, rotary
 from plancast.runtime.mla import MLAConfig, MLAttention
 from plancast.runtime.moe import MoE, MoEConfig
 from plancast.runtime.parallel.loss import vocab_parallel_cross_entropy
+from plancast.simulator.costs.recompute import recomputed_layers
 from plancast.simulator.scenario import Scenario
 
 
@@ -49,6 +50,11 @@ class ModelConfig:
     tie_embeddings: bool
     selective_recompute: bool = False
     """Recompute the attention core in backward (Korthikanti et al. 2022, "selective")."""
+    checkpointed_layers: int = 0
+    """Partial recompute (training.recompute_num_layers; simulator/costs/recompute.py): the first n blocks
+    of each stage are checkpointed, each group re-run inside its backward."""
+    checkpoint_group: int = 1
+    """Blocks per checkpoint: 1 for Megatron-LM's block method, recompute_num_layers for uniform."""
     moe: MoEConfig | None = None
     """Mixture-of-experts feed-forward (runtime/moe.py); None for a dense model."""
     declared_head_dim: int = 0
@@ -94,6 +100,12 @@ class ModelConfig:
             max_positions=m.max_position_embeddings,
             tie_embeddings=m.tie_word_embeddings,
             selective_recompute=scenario.training.recompute == "selective",
+            checkpointed_layers=recomputed_layers(scenario, m.num_hidden_layers),
+            checkpoint_group=(
+                scenario.training.recompute_num_layers or 1
+                if scenario.training.recompute_method == "uniform"
+                else 1
+            ),
             moe=_moe_config(scenario),
             declared_head_dim=m.qk_head_dim if "head_dim" in m.model_fields_set else 0,
             mla=_mla_config(scenario),
@@ -317,11 +329,26 @@ class Decoder(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.embed is not None:
             x = self.embed(x)
-        for layer in self.layers.values():
-            x = layer(x)
+        layers = tuple(self.layers.values())
+        checkpointed = self.cfg.checkpointed_layers if torch.is_grad_enabled() else 0
+        group, i = self.cfg.checkpoint_group, 0
+        while i < len(layers):
+            if i < checkpointed:
+                x = checkpoint(_run_layers, layers[i : i + group], x, use_reentrant=False)
+                i += group
+            else:
+                x = layers[i](x)
+                i += 1
         if self.head is not None:
             x = self.head(x)
         return x
+
+
+def _run_layers(layers: tuple[nn.Module, ...], x: torch.Tensor) -> torch.Tensor:
+    """One checkpointed group of blocks, in order."""
+    for layer in layers:
+        x = layer(x)
+    return x
 
 
 def init_weights(module: nn.Module, seed: int) -> None:

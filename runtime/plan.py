@@ -167,6 +167,17 @@ def check_framework_behaviour(scenario: Scenario) -> None:
             f"training.fp8 = true (training.fp8_recipe = {t.fp8_recipe!r}): the runtime has no FP8 GEMM path "
             "(Transformer Engine or torchao float8); simulate the plan, or set fp8 = false to run it in bf16"
         )
+    if p.data_parallel_replicate_degree > 1:
+        raise PlanError(
+            "parallelism.data_parallel_replicate_degree > 1: the runtime shards FSDP2 over all of dp (no "
+            "HSDP mesh yet); simulate the plan, or set data_parallel_replicate_degree = 1 to run it"
+        )
+    offloads = [k for k in ("activation_offload", "optimizer_cpu_offload") if getattr(t, k)]
+    if offloads:
+        raise PlanError(
+            f"training.{offloads[0]} = true: the runtime keeps activations and optimizer states on the "
+            f"device; simulate the plan, or set {offloads[0]} = false to run it"
+        )
     if t.elementwise == "fused":
         raise PlanError(
             "training.elementwise = 'fused' (the default of parallelism.framework = "

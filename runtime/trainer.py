@@ -11,7 +11,7 @@ import contextlib
 import functools
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, cast
 
 import pandas as pd
 import torch
@@ -30,7 +30,13 @@ from plancast.runtime.instrument import (
     choose_capture,
     default_timer,
 )
-from plancast.runtime.memory import ActivationAccount, peak_memory
+from plancast.runtime.memory import (
+    ActivationAccount,
+    bytes_now,
+    memory_timeline_points,
+    peak_memory,
+    state_bytes,
+)
 from plancast.runtime.model import Decoder, ModelConfig, microbatch, synthetic_batch
 from plancast.runtime.moe import is_expert_param, set_aux_loss_scale
 from plancast.runtime.parallel.cp import apply_context_parallel, shard_sequence
@@ -131,6 +137,10 @@ class Trainer:
         )
         self.activations = ActivationAccount()
         self._activations_counted = False
+        self._timeline: list[list[Any]] = []
+        # the step whose memory is read after each compute span: on GPU the second (the optimizer's
+        # states exist from the first step on), on CPU the first, the one whose activations are counted
+        self._timeline_step = 0 if self.device.type != "cuda" else min(1, scenario.training.steps - 1)
         self.groups = self._moe_cp_groups()
         tie_groups = self._tie_groups()
         self.chunks = [self._build_chunk(c, tie_groups) for c in self.plan.chunks]
@@ -147,7 +157,7 @@ class Trainer:
             shape,
             compute_dtype(scenario),
             device,
-            full_recompute=t.recompute == "full",
+            full_recompute=t.recompute == "full" and t.recompute_num_layers is None,  # else per block
             autocast=autocast_for(scenario, device),
         )
 
@@ -272,6 +282,8 @@ class Trainer:
         counting = not self._activations_counted
         self._activations_counted = True
         params = (p for c in self.chunks for p in c.runner.parameters)
+        probing = step == self._timeline_step
+        self.recorder.memory_probe = self._memory_now if probing else None
         with self.activations.track(params) if counting else contextlib.nullcontext():
             loss = self.executor.run(mb_in, mb_tg)
         grid = self.plan.grid
@@ -290,6 +302,9 @@ class Trainer:
                 else:
                     c.optimizer.step()
         events = self.recorder.finish(step)
+        if probing:
+            self._timeline = memory_timeline_points(self.recorder.memory_points)
+            self.recorder.memory_probe = None
         last = any(c.chunk.has_head for c in self.chunks)
         if last and self.plan.grid.cp > 1:  # the mean of the sequence shards' losses, after the step
             shared = torch.tensor([loss], dtype=torch.float64)
@@ -366,6 +381,21 @@ class Trainer:
 
     def modules(self) -> list[nn.Module]:
         return [c.model for c in self.chunks]
+
+    def _memory_now(self) -> float:
+        """This rank's bytes now (runtime/memory.py `bytes_now`)."""
+        return bytes_now(self.device, self.activations)
+
+    @property
+    def memory_timeline(self) -> list[list[Any]]:
+        """Memory after each compute span of one step: [kind, stage, chunk, microbatch, bytes]. On CPU the
+        first step's saved activations plus the model states as they stand at the end of the run
+        (parameters, gradients, optimizer states: held over the whole step, as the simulator counts
+        them); on GPU the allocator's allocated bytes (runtime/memory.py `bytes_now`)."""
+        if self.device.type == "cuda":
+            return self._timeline
+        states = sum(state_bytes(self.modules(), [c.optimizer for c in self.chunks]).values())
+        return [[*point[:4], point[4] + states] for point in self._timeline]
 
     def memory(self) -> dict[str, int]:
         """Peak memory of this rank (bytes), with its components."""

@@ -75,6 +75,8 @@ class RankResult:
     step_times_s: list[float] = field(default_factory=list)
     losses: list[float | None] = field(default_factory=list)
     memory_bytes: dict[str, int] = field(default_factory=dict)
+    memory_timeline: list[list[Any]] = field(default_factory=list)
+    """The first step's memory after each compute span (Trainer.memory_timeline)."""
     telemetry: pd.DataFrame | None = None
     core_wait_s: list[float] | None = field(default_factory=list)
     """Per step, how long this rank's threads waited for a CPU core (schedstat.py); None where the
@@ -168,6 +170,12 @@ def summarize(results: Sequence[RankResult], steps: int) -> dict[str, Any]:
         "peak_memory_rank": peak_rank,
         "memory_gib": {k: memory[peak_rank][k] for k in MEMORY_PARTS},
         "rank_memory_gib": {str(r): m for r, m in sorted(memory.items())},
+        **_reserved(results),
+        "rank_memory_timeline": {
+            str(r.rank): [[i, *point[:4], point[4] / GiB] for i, point in enumerate(r.memory_timeline)]
+            for r in sorted(results, key=lambda r: r.rank)
+            if r.memory_timeline
+        },
         **_core_waits(results, steps),
     }
 
@@ -185,6 +193,12 @@ def _core_waits(results: Sequence[RankResult], steps: int) -> dict[str, Any]:
         "core_wait_s": statistics.median(mean_per_step),
         "rank_core_wait_s": {str(r): statistics.median(w) for r, w in sorted(per_rank.items())},
     }
+
+
+def _reserved(results: Sequence[RankResult]) -> dict[str, float]:
+    """``peak_reserved_gib``: the caching allocator's highest reserve over the ranks (GPU runs only)."""
+    reserved = [r.memory_bytes["reserved_bytes"] for r in results if "reserved_bytes" in r.memory_bytes]
+    return {"peak_reserved_gib": max(reserved) / GiB} if reserved else {}
 
 
 def _memory_gib(memory_bytes: Mapping[str, int]) -> dict[str, float]:
@@ -234,6 +248,7 @@ def run_steps(
                 checkpointer.maybe_save(step + 1, Progress(step + 1, result.losses, result.step_times_s))
             collector.between_steps(step + 1)
     result.memory_bytes = trainer.memory()
+    result.memory_timeline = trainer.memory_timeline
     return result
 
 

@@ -16,7 +16,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from plancast.simulator.scenario import DEPRECATED_KEYS, Scenario
-from plancast.simulator.scenario_moe import moe_keys_last
+from plancast.simulator.scenario_memory import MemoryParallelismKeys, MemoryTrainingKeys
+from plancast.simulator.scenario_moe import MoeParallelismKeys, MoeTrainingKeys
 from plancast.simulator.validation import Problem, check_plan
 from plancast.traces import bounded
 from plancast.traces.bounded import BoundedReadError, load_toml, read_text
@@ -126,4 +127,16 @@ def resolve(raw: Scenario) -> Scenario:
 
 def to_toml_dict(scenario: Scenario) -> dict[str, Any]:
     """The scenario as TOML-ready tables (None values dropped; TOML has no null)."""
-    return moe_keys_last(scenario.model_dump(mode="json", exclude_none=True))
+    tables = scenario.model_dump(mode="json", exclude_none=True)
+    # pydantic puts inherited fields first: the MoE and memory keys go after each table's own, so a
+    # resolved scenario reads as before with those keys at the end
+    inherited = {
+        "training": (*MemoryTrainingKeys.model_fields, *MoeTrainingKeys.model_fields),
+        "parallelism": (*MemoryParallelismKeys.model_fields, *MoeParallelismKeys.model_fields),
+    }
+    for name, keys in inherited.items():
+        table = tables.get(name)
+        if isinstance(table, dict):
+            own = {k: v for k, v in table.items() if k not in keys}
+            tables[name] = {**own, **{k: table[k] for k in keys if k in table}}
+    return tables

@@ -25,6 +25,11 @@ tensor parallel size as its tp): the expert layers get their own grid over each 
 ``tp * cp * dp`` consecutive ranks, ``local = (edp_i * ep + ep_i) * etp + etp_i``, independent of the
 attention's tp/cp/dp, so ep may span tensor-parallel ranks (DeepSeek-V3's EP64 over TP2 x DP32).
 With ``etp = tp`` and ``cp = 1`` it is the carved-out-of-dp layout above.
+
+HSDP (``replicate`` > 1, torchtitan's ``dp_replicate`` x ``dp_shard``, outermost first) splits dp the
+same way: ``dp_i = replicate_i * shard + shard_i`` with ``shard = dp / replicate``. FSDP shards over
+``dp_shard_cp`` (the ranks with the same replica index differing in shard index or cp: torchtitan's
+``dp_shard_cp`` mesh) and all-reduces the sharded gradients over ``dp_replicate`` (same shard index).
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ from typing import Literal, get_args
 Axis = Literal["pp", "dp", "cp", "tp"]
 """The grid's dimensions, outermost first."""
 AXES: tuple[Axis, ...] = get_args(Axis)
-GroupName = Literal["pp", "dp", "cp", "tp", "ep", "edp", "dp_cp"]
+GroupName = Literal["pp", "dp", "cp", "tp", "ep", "edp", "dp_cp", "dp_shard_cp", "dp_replicate"]
 """Process groups: one per grid axis, plus the expert-parallel (ep), expert-data-parallel (edp) and
 dense-gradient (dp_cp) groups derived from them."""
 GROUPS: tuple[GroupName, ...] = get_args(GroupName)
@@ -83,14 +88,18 @@ class RankGrid:
     etp: int | None = field(default=None, kw_only=True)
     """Expert-tensor-parallel degree of a folded expert grid (module docstring); None: experts use the
     attention's tp and ep is carved out of dp."""
+    replicate: int = field(default=1, kw_only=True)
+    """HSDP replicas, carved out of dp (divides it): FSDP shards over dp / replicate (x cp)."""
 
     def __post_init__(self) -> None:
-        for axis in (*AXES, "ep", "etp"):
+        for axis in (*AXES, "ep", "etp", "replicate"):
             degree = getattr(self, axis)
             if axis == "etp" and degree is None:
                 continue
             if isinstance(degree, bool) or not isinstance(degree, int) or degree < 1:
                 raise ValueError(f"RankGrid.{axis} must be an integer >= 1, got {degree!r}")
+        if self.dp % self.replicate:
+            raise ValueError(f"RankGrid.replicate={self.replicate} must divide RankGrid.dp={self.dp}")
         if self.etp is not None:
             if self.stage_size % (self.ep * self.etp):
                 raise ValueError(
@@ -128,6 +137,7 @@ class RankGrid:
         sizes = {"pp": self.pp, "dp": self.dp, "cp": self.cp, "tp": self.tp, "ep": self.ep}
         edp = self.dp // self.ep if self.etp is None else self.stage_size // (self.ep * self.etp)
         sizes.update(edp=edp, dp_cp=self.dp * self.cp)
+        sizes.update(dp_shard_cp=self.dp // self.replicate * self.cp, dp_replicate=self.replicate)
         return sizes[name]
 
     def coord(self, rank: int) -> Coord:
@@ -165,6 +175,13 @@ class RankGrid:
             return tuple(self.rank(replace(here, **{name: i})) for i in range(getattr(self, name)))
         if name == "dp_cp":
             return tuple(self.rank(replace(here, dp=d, cp=c)) for d in range(self.dp) for c in range(self.cp))
+        shard = self.dp // self.replicate
+        rep_i, shard_i = divmod(here.dp, shard)
+        if name == "dp_shard_cp":
+            shards = range(rep_i * shard, (rep_i + 1) * shard)
+            return tuple(sorted(self.rank(replace(here, dp=d, cp=c)) for d in shards for c in range(self.cp)))
+        if name == "dp_replicate":
+            return tuple(self.rank(replace(here, dp=r * shard + shard_i)) for r in range(self.replicate))
         if self.etp is not None:
             return self._folded_group(name, rank)
         edp_i, ep_i = divmod(here.dp, self.ep)
@@ -197,6 +214,11 @@ class RankGrid:
             return c.along(name) == 0
         if name == "dp_cp":
             return c.dp == 0 and c.cp == 0
+        shard = self.dp // self.replicate
+        if name == "dp_shard_cp":
+            return c.dp % shard == 0 and c.cp == 0
+        if name == "dp_replicate":
+            return c.dp < shard
         if self.etp is not None:
             edp_i, ep_i = self.ep_index(self.rank(c))
             return ep_i == 0 if name == "ep" else edp_i == 0

@@ -47,7 +47,7 @@ def check_placement(s: Scenario, ranks: Sequence[Mapping[str, object]], ranks_pe
     """Compare the plan's node of each rank (``rank // ranks_per_node``, node order = rank order) and
     which groups it keeps inside one node with the measured placement in ``ranks``."""
     nodes = measured_nodes(ranks)
-    grid = RankGrid(s.pp, s.dp, s.tp, cp=s.cp, ep=s.ep)
+    grid = s.grid
     problems: list[str] = []
     missing = [r for r in range(grid.world_size) if r not in nodes]
     if missing:

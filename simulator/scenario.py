@@ -22,6 +22,7 @@ from plancast.simulator.fields import Dtype, Recompute, Strict
 from plancast.simulator.mesh import RankGrid
 from plancast.simulator.model_shapes import ModelShapes
 from plancast.simulator.presets import merge_preset
+from plancast.simulator.scenario_memory import MemoryParallelismKeys, MemoryTrainingKeys
 from plancast.simulator.scenario_moe import MoeParallelismKeys, MoeTrainingKeys
 from plancast.simulator.schedules import ScheduleName
 
@@ -130,7 +131,7 @@ class Model(ModelShapes):
 
 
 # ------------------------------------------------------------------------------------------ training
-class Training(MoeTrainingKeys):
+class Training(MemoryTrainingKeys, MoeTrainingKeys):
     """One optimizer step: batch shape, precision and activation recompute."""
 
     seq_len: int = Field(default=2048, gt=0)
@@ -192,7 +193,7 @@ class Training(MoeTrainingKeys):
 
 
 # --------------------------------------------------------------------------------------- parallelism
-class Parallelism(MoeParallelismKeys):
+class Parallelism(MemoryParallelismKeys, MoeParallelismKeys):
     """How the model is split over the ranks (torchtitan / Megatron-LM vocabulary)."""
 
     tensor_parallel_degree: int = Field(default=1, gt=0)
@@ -360,8 +361,9 @@ class Scenario(Strict):
     @property
     def grid(self) -> RankGrid:
         """The plan's rank grid (simulator/mesh.py), folded expert grid included."""
-        etp = self.parallelism.expert_tensor_parallel_degree
-        return RankGrid(self.pp, self.dp, self.tp, cp=self.cp, ep=self.ep, etp=etp)
+        par = self.parallelism
+        etp, replicate = par.expert_tensor_parallel_degree, par.data_parallel_replicate_degree
+        return RankGrid(self.pp, self.dp, self.tp, cp=self.cp, ep=self.ep, etp=etp, replicate=replicate)
 
     @property
     def etp(self) -> int:
@@ -390,6 +392,11 @@ class Scenario(Strict):
     @property
     def vpp(self) -> int:
         return self.parallelism.virtual_stages_per_rank
+
+    @property
+    def zero_dp(self) -> int:
+        """Ranks ZeRO shards the dense model states over: dp x cp, or dp / replicas x cp under HSDP."""
+        return self.dp // self.parallelism.data_parallel_replicate_degree * self.cp
 
     @property
     def fsdp(self) -> bool:

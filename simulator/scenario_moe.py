@@ -4,7 +4,7 @@ scenario.Training and scenario.Parallelism, so the MoE keys have one home."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import Field
 
@@ -62,20 +62,3 @@ class MoeParallelismKeys(Strict):
     `--overlap-moe-expert-parallel-comm`: the dispatch/combine of one micro-batch runs on a communication
     stream during another's forward or backward compute; DeepSeek-V3 sec. 3.2.1 does the same in
     DualPipe). Only the part longer than the compute it hides behind stays exposed."""
-
-
-def moe_keys_last(tables: dict[str, Any]) -> dict[str, Any]:
-    """The scenario's dumped tables with the MoE keys after each table's own (pydantic puts inherited
-    fields first), so a resolved scenario reads as before with the MoE keys at the end."""
-    out = dict(tables)
-    for name, keys in (
-        ("training", MoeTrainingKeys.model_fields),
-        ("parallelism", MoeParallelismKeys.model_fields),
-    ):
-        table = tables.get(name)
-        if isinstance(table, dict):
-            out[name] = {
-                **{k: v for k, v in table.items() if k not in keys},
-                **{k: table[k] for k in keys if k in table},
-            }
-    return out

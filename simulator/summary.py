@@ -16,7 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from plancast.simulator.costs.memory import GiB, peak_memory
+from plancast.simulator.costs.memory import peak_memory
+from plancast.simulator.costs.memory_fit import memory_fit
 from plancast.simulator.costs.model_flops import model_flops_per_token
 from plancast.simulator.costs.params import count_parameters
 from plancast.simulator.scenario import Scenario
@@ -85,7 +86,6 @@ def summarize(
     c = per_rank.get(critical, _Breakdown(0.0, 0.0, {}, 0.0, 0.0))
     _, bubble_fraction = pipeline_bubble(step_time, c.compute + c.optimizer, sum(c.exposed.values()))
     pp_rank, mem = peak_memory(s, schedule)
-    usable = s.cluster.gpu.usable_memory_GiB
     return {
         "step_time_s": step_time,
         "bubble_fraction": bubble_fraction,
@@ -96,12 +96,8 @@ def summarize(
         "optimizer_time_s": c.optimizer,
         "bubble_time_s": c.bubble,
         "critical_rank": critical,
-        "peak_memory_gib": mem.total / GiB,
+        **memory_fit(s, mem),
         "peak_memory_pp_rank": pp_rank,
-        "memory_gib": mem.gib(),
-        "gpu_memory_gib": s.cluster.gpu.memory_GiB,
-        "usable_memory_gib": usable,
-        "fits_in_memory": mem.total / GiB <= usable,
         "num_parameters": count_parameters(s.model),
         **_throughput(s, step_time, hardware_flops),
         "num_microbatches": s.num_microbatches,

@@ -105,15 +105,15 @@ def dp_plan(s: Scenario, cost: StageCost) -> UnitPlan:
                 sum(g.backward_input_s + g.backward_weight_s for g in root) / bwd_total,
             )
         )
-    layer = next((g for g in cost.segments if g.part == "layer"), None)
-    if layer is not None:
+    # each block its own share: blocks differ (MoE after dense ones; a partial recompute's checkpointed
+    # blocks re-run their forward in their backward, costs/recompute.py)
+    for i, layer in enumerate(g for g in cost.segments if g.part == "layer"):
         fwd_share = layer.forward_s / fwd_total
         bwd_share = (layer.backward_input_s + layer.backward_weight_s) / bwd_total
         block = [Unit("", layer_bytes, fwd_share, bwd_share)]
         if s.parallelism.framework == "deepspeed" and not s.model.is_moe:
             block = _submodules(s, layer_bytes, fwd_share, bwd_share)
-        for i in range(layers):
-            units += [replace(u, name=f"layer{i}{u.name}") for u in block]
+        units += [replace(u, name=f"layer{i}{u.name}") for u in block]
     return UnitPlan(buckets, tuple(units), expert_buckets)
 
 

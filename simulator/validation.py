@@ -21,6 +21,7 @@ from plancast.simulator.costs.fp8 import recipe_problems
 from plancast.simulator.model_shapes import MODEL_SHAPE_BOUNDS, model_shape_problems
 from plancast.simulator.scenario import Scenario
 from plancast.simulator.schedules import schedule_problems, schedule_warnings
+from plancast.simulator.validation_memory import memory_problems
 from plancast.simulator.validation_moe import model_moe_problems, moe_cp_warnings, plan_moe_cp_problems
 
 Bound = tuple[float, float, str]
@@ -299,6 +300,7 @@ def _check_cluster(s: Scenario, errors: list[Problem], warnings: list[str]) -> N
                 "fp8 = false",
             )
         )
+    errors.extend(Problem(p.path, p.message) for p in memory_problems(s))
     if s.training.fp8 and dtype == "fp32":
         errors.append(
             Problem("training.fp8", 'FP8 GEMMs run inside mixed precision: set training.dtype = "bf16"')

@@ -126,10 +126,9 @@ def test_reported_memory_is_predicted_within_15_percent_and_fits() -> None:
     111 GiB: no fit)."""
     from benchmarks.published_runs import score_memory
 
-    rows = score_memory()
-    assert {r["run"] for r in rows} == {
-        f"torchtitan-h100-llama3-8b-{gpus}gpu{tail}" for gpus in (8, 128) for tail in ("", "-compile")
-    }
+    names = {f"torchtitan-h100-llama3-8b-{gpus}gpu{tail}" for gpus in (8, 128) for tail in ("", "-compile")}
+    rows = [r for r in score_memory() if r["run"] in names]  # the whole set: tests/test_published_memory.py
+    assert {r["run"] for r in rows} == names
     for r in rows:
         assert r["fits_in_memory"], r
         assert abs(r["error"]) <= 0.15, r

@@ -61,6 +61,19 @@ PLANS: dict[str, dict[str, Any]] = {
         "world": 2,
     },
     "1f1b-full": {"parallelism": {"pipeline_parallel_degree": 2}, "world": 2, "recompute": "full"},
+    # partial recompute (issue 33): checkpointed blocks re-run inside their backward, no recompute event
+    "1f1b-partial-block": {
+        "parallelism": {"pipeline_parallel_degree": 2},
+        "world": 2,
+        "recompute": "full",
+        "training": {"recompute_num_layers": 1, "recompute_method": "block"},
+    },
+    "dp2-partial-uniform": {
+        "parallelism": {},
+        "world": 2,
+        "recompute": "full",
+        "training": {"recompute_num_layers": 2, "recompute_method": "uniform"},
+    },
     "interleaved": {
         "parallelism": {
             "pipeline_parallel_degree": 2,
@@ -140,6 +153,7 @@ def scenario(spec: dict[str, Any]) -> Scenario:
             "global_batch_size": 8,
             "dtype": "fp32",
             "recompute": spec.get("recompute", "none"),
+            **spec.get("training", {}),
         },
         "parallelism": spec["parallelism"],
         "cluster": {

@@ -130,21 +130,56 @@ def _critical(
 def memory_component(
     predicted_summary: Mapping[str, Any] | None, measured_summary: Mapping[str, Any] | None
 ) -> pd.DataFrame:
-    """The ``peak_memory`` row when both summaries carry ``peak_memory_gib``, else no rows."""
+    """The memory rows, each where both summaries carry it: ``peak_memory`` (allocated,
+    ``peak_memory_gib``), ``peak_memory_reserved`` (``peak_reserved_gib``; GPU runs) and
+    ``memory_timeline`` (the mean over the compute events both ``rank_memory_timeline`` hold, with the
+    mean relative error of those events as its error)."""
     if not predicted_summary or not measured_summary:
         return pd.DataFrame()
-    pred, meas = predicted_summary.get("peak_memory_gib"), measured_summary.get("peak_memory_gib")
-    if not isinstance(pred, int | float) or not isinstance(meas, int | float):
-        return pd.DataFrame()
-    row = {
-        "component": "peak_memory",
+    rows = []
+    for component, key in (("peak_memory", "peak_memory_gib"), ("peak_memory_reserved", "peak_reserved_gib")):
+        pred, meas = predicted_summary.get(key), measured_summary.get(key)
+        if isinstance(pred, int | float) and isinstance(meas, int | float):
+            error = relative_error(float(pred), float(meas))
+            rows.append(_memory_row(component, float(pred), float(meas), error))
+    pairs = timeline_pairs(predicted_summary, measured_summary)
+    if pairs:
+        pred_mean = sum(p for p, _ in pairs) / len(pairs)
+        meas_mean = sum(m for _, m in pairs) / len(pairs)
+        error = sum(relative_error(p, m) for p, m in pairs) / len(pairs)
+        rows.append(_memory_row("memory_timeline", pred_mean, meas_mean, error))
+    return pd.DataFrame(rows)
+
+
+def _memory_row(component: str, predicted_gib: float, measured_gib: float, error: float) -> dict[str, Any]:
+    return {
+        "component": component,
         "predicted_s": math.nan,
         "measured_s": math.nan,
-        "predicted_gib": float(pred),
-        "measured_gib": float(meas),
-        "error": relative_error(float(pred), float(meas)),
+        "predicted_gib": predicted_gib,
+        "measured_gib": measured_gib,
+        "error": error,
     }
-    return pd.DataFrame([row])
+
+
+def timeline_pairs(predicted: Mapping[str, Any], measured: Mapping[str, Any]) -> list[tuple[float, float]]:
+    """(predicted, measured) GiB of every (rank, kind, stage, chunk, microbatch) both summaries'
+    ``rank_memory_timeline`` hold: ``{"R": [[order, kind, stage, chunk, microbatch, gib], ...]}``."""
+
+    def points(summary: Mapping[str, Any]) -> dict[tuple[Any, ...], float]:
+        table = summary.get("rank_memory_timeline")
+        if not isinstance(table, Mapping):
+            return {}
+        return {
+            (str(rank), *point[1:5]): float(point[5])
+            for rank, entries in table.items()
+            if isinstance(entries, list)
+            for point in entries
+            if isinstance(point, list) and len(point) == 6 and isinstance(point[5], int | float)
+        }
+
+    pred, meas = points(predicted), points(measured)
+    return [(pred[k], meas[k]) for k in pred.keys() & meas.keys() if meas[k] > 0]
 
 
 def _check_unique_keys(frame: pd.DataFrame, source: str) -> None:

@@ -43,3 +43,15 @@ st.dataframe(
     table.pivot_table(index=["rank", "source"], columns="component", values="gib").reset_index(),
     hide_index=True,
 )
+
+st.subheader("Over the step")
+timeline = frames.memory_timeline(run.scenario, run.measured_summary)
+if len(timeline) == 0:
+    st.info("No memory timeline: the run has no usable scenario.toml to predict it from.")
+else:
+    if "measured" not in set(timeline["source"]):
+        st.caption(
+            "Measured: not recorded for this run (the runtime records allocated memory at each compute "
+            "event on GPU only; CPU runs report the peak). Showing the prediction."
+        )
+    st.altair_chart(charts.memory_timeline_chart(timeline), width="stretch")

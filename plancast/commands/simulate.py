@@ -51,19 +51,13 @@ def print_breakdown(summary: dict[str, Any]) -> None:
 
 
 def print_memory(summary: dict[str, Any]) -> None:
-    """Peak memory against usable memory: the GPU's capacity less the catalog's per-GPU headroom
-    (CUDA context, communication buffers, allocator fragmentation; simulator/catalog/gpus.py)."""
-    usable, capacity = summary["usable_memory_gib"], summary["gpu_memory_gib"]
-    fit = (
-        "fits"
-        if summary["fits_in_memory"]
-        else f"[bold red]does NOT fit[/]: {sig(summary['peak_memory_gib'] - usable)} GiB over usable"
-    )
-    out.print(
-        f"peak memory {sig(summary['peak_memory_gib'])} GiB, usable {sig(usable)} of {capacity:g} GiB "
-        f"({sig(capacity - usable)} GiB headroom) ({fit}): "
-        + ", ".join(f"{k} {sig(v)}" for k, v in summary["memory_gib"].items())
-    )
+    """Peak memory (allocated and reserved) against usable memory: the GPU's capacity less what is kept
+    for the CUDA context, communication buffers and the allocator (simulator/costs/memory_fit.py)."""
+    from plancast.simulator.costs.memory_fit import memory_line
+
+    fit = "fits" if summary["fits_in_memory"] else "[bold red]does NOT fit[/]"
+    parts = ", ".join(f"{k} {sig(v)}" for k, v in summary["memory_gib"].items())
+    out.print(f"{memory_line(summary)} ({fit}): {parts}")
 
 
 def claim_out(out_dir: Path, force: bool) -> RunLock:

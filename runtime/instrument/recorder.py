@@ -13,6 +13,7 @@ step (``StepEvents.frame``), so the per-event cost inside the step is two marks 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -49,6 +50,9 @@ class _Scoped:
             end = rec._mark()
             rec._capture.exit()
             rec._rows.append([self._scope, self._start, end])
+            scope = self._scope
+            if rec.memory_probe is not None and isinstance(scope, SpanKey) and scope.stream == "compute":
+                rec.memory_points.append((scope, rec.memory_probe()))
         else:
             rec._capture.exit()
 
@@ -79,6 +83,10 @@ class StepRecorder:
     device_type: str = "cpu"
     enabled: ClassVar[bool] = True
     """False for a recorder that records nothing: library hooks are then not installed at all."""
+    memory_probe: Callable[[], float] | None = None
+    """Bytes this rank holds now, read at the end of each compute span while set (the trainer sets it
+    for the first step: runtime/memory.py); the readings go to ``memory_points``."""
+    memory_points: list[tuple[SpanKey, float]] = field(default_factory=list)
     _rows: list[Row] = field(default_factory=list)
     _counts: dict[tuple[str, str, int, int, int], int] = field(default_factory=dict)
     _origin: Any = None
@@ -100,6 +108,7 @@ class StepRecorder:
 
     def begin_step(self) -> None:
         self._rows = []
+        self.memory_points = []
         self._counts = {}
         if self.capture == "dispatch":
             self._capture = SpyCapture.start(self.open_collective)

@@ -25,6 +25,15 @@ A key written in the scenario always wins; these only fill what the scenario lea
   and FSDP2's `MixedPrecisionPolicy(param_dtype=bf16)` casts only the gathered copy, the sharded
   parameter and its gradient staying fp32; so bf16 under torchtitan has fp32 gradients too (measured:
   a bf16 1.3B GPT on one H100 holds 4.9 GiB of gradients, 4 bytes each; docs/calibration.md).
+  Megatron-LM keeps that only for bf16 without `--grad-reduce-in-bf16` (arguments.py: "elif not
+  args.accumulate_allreduce_grads_in_fp32 and args.main_grads_dtype == torch.float32: ... = True");
+  Megatron-Core's own DistributedDataParallelConfig defaults grad_reduce_in_fp32 to False, and
+  Megatron-Bridge's performance scripts set it False (scripts/performance/utils/helpers.py
+  `set_basic_perf_overrides`): a Bridge recipe's row says grad_accumulation_fp32 = false. Its
+  distributed optimizer (`--use-distributed-optimizer`, on in every Bridge recipe) is zero_stage 1:
+  fp32 main parameters and Adam moments sharded, 16-bit parameters and the gradient buffer whole.
+  FP8 primary weights (`--fp8-param-gather`, store_true: off in Megatron-LM, on in Bridge's FP8
+  recipes) are training.fp8_param (docs/memory.md).
 - zero_collective_algorithm: NCCL runs an all-gather or reduce-scatter over whole nodes as rings, one
   channel per NIC, so the node's NICs work together: nccl-tests reach the node's summed NIC bandwidth
   as bus bandwidth (85-96 of 100 GB/s on A100 nodes with 4 HDR NICs, NVIDIA/nccl-tests#119; 200 GB/s

@@ -107,10 +107,21 @@ def fp8_matmul_efficiency(compute: ComputeModel, gpu: GPU) -> float:
 
 
 def fp8_weight_copy_bytes(
-    layer_params_on_rank: float, zero_stage: int, name: str = "tensorwise_delayed"
+    layer_params_on_rank: float,
+    zero_stage: int,
+    name: str = "tensorwise_delayed",
+    fp8_param: bool = False,
+    dtype_bytes: float = 2.0,
 ) -> float:
-    """The step's narrow weight copies on one rank (0 under ZeRO-3: each gathered weight is cast per use)."""
-    return 0.0 if zero_stage >= 3 else recipe(name).weight_copy_bytes * layer_params_on_rank
+    """Bytes the blocks' narrow weights add on one rank beside the `dtype` parameters: the step's copies of
+    recipe `name` (0 under ZeRO-3: each gathered weight is cast per use). With FP8 primary weights
+    (training.fp8_param: Transformer Engine's `fp8_model_init`, which Megatron-LM's `--fp8-param-gather`
+    and Megatron-Bridge's FP8 recipes turn on) the narrow weight and its transpose are the parameter: no
+    `dtype` copy is kept."""
+    copy = recipe(name).weight_copy_bytes
+    if fp8_param:
+        return (copy - dtype_bytes) * layer_params_on_rank
+    return 0.0 if zero_stage >= 3 else copy * layer_params_on_rank
 
 
 DEFAULT_RECIPE: FP8Recipe = "tensorwise_delayed"

@@ -15,6 +15,7 @@ every unit, 2 P unsharded; ZeRO-3: the gathered units, reported apart). Measured
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from plancast.simulator.costs.fp8 import fp8_weight_copy_bytes
@@ -38,10 +39,17 @@ class MemoryBreakdown:
     optimizer: float
     activations: float
     gathered: float = 0.0  # ZeRO-3: the unit being computed and the one prefetched, gathered in full
+    host: float = 0.0  # offloaded to host memory (optimizer states, activations): not in `total`
 
     @property
     def total(self) -> float:
+        """Bytes allocated on the GPU at the peak (torch.cuda.max_memory_allocated)."""
         return self.parameters + self.gradients + self.optimizer + self.activations + self.gathered
+
+    def reserved(self, fragmentation: float) -> float:
+        """Bytes the caching allocator holds at the peak (torch.cuda.max_memory_reserved): the allocated
+        peak over the share its split blocks leave usable (cluster.gpu.fragmentation, catalog/gpus.py)."""
+        return self.total / (1 - fragmentation)
 
     def gib(self) -> dict[str, float]:
         """The breakdown in GiB, as the CLI's summary reports it."""
@@ -155,9 +163,14 @@ def rank_memory(s: Scenario, pp_rank: int, schedule: Schedule | None = None) -> 
     starts = [sum(split[:v]) for v in range(stages)]
     params, experts = rank_parameters(m, split, owned, tp=s.tp, vocab_tp=s.vocab_tp, ep=s.ep, etp=s.etp)
     p_b, g_b, o_b = _model_states(s, params - experts, experts)
-    if t.fp8:  # the blocks' FP8 weight copies (costs/fp8.py): all but the embedding and output layer
+    if t.fp8:  # the blocks' FP8 weights (costs/fp8.py): all but the embedding and output layer
         outer = rank_parameters(m, [0] * stages, owned, tp=s.tp, vocab_tp=s.vocab_tp, ep=s.ep, etp=s.etp)[0]
-        p_b += fp8_weight_copy_bytes(params - outer, par.zero_stage, t.fp8_recipe)
+        p_b += fp8_weight_copy_bytes(
+            params - outer, par.zero_stage, t.fp8_recipe, t.fp8_param, DTYPE_BYTES[t.dtype]
+        )
+    host = 0.0
+    if t.optimizer_cpu_offload:  # the optimizer's states live on the host (costs/offload.py)
+        host, o_b = o_b, 0.0
     # ZeRO-3 keeps its own category, so each of the others keeps its textbook identity (16P/N in all):
     # the unit being computed is gathered in full, plus the one prefetched: a layer (FSDP2), or under
     # DeepSpeed a GEMM's weight and the next one's (it gathers per submodule, simulator/units.py).
@@ -168,30 +181,81 @@ def rank_memory(s: Scenario, pp_rank: int, schedule: Schedule | None = None) -> 
         if par.framework == "deepspeed" and not m.is_moe:
             w = [gemm_weight_elements(op, x) for op in layer_forward(x) if op.category == "matmul"]
             gathered = max(a + b for a, b in zip(w, w[1:] + w[:1], strict=True)) * DTYPE_BYTES[t.dtype]
+    if fsdp_holds_stage_unsharded(s):
+        if par.zero_stage >= 3:
+            gathered = params * DTYPE_BYTES[t.dtype]
+        g_b += params * DTYPE_BYTES[s.fsdp_reduce_dtype]
     if schedule is None:
         schedule = build_schedule(par.pipeline_parallel_schedule, s.pp, s.num_microbatches, s.vpp)
-    chunk_layers = {c: split[stage] for c, stage in enumerate(owned)}
-    for c, stage in enumerate(owned):  # each multi-token-prediction depth keeps a block's activations
-        if stage == stages - 1:
-            chunk_layers[c] += m.num_nextn_predict_layers
-    inflight = peak_inflight_layers(schedule[pp_rank], chunk_layers)
     has_moe = any(moe_layer_count(m, starts[v], split[v]) for v in owned)
     # the rank's largest block, conservatively
     folded = s.etp if par.expert_tensor_parallel_degree is not None else None
     mlp = moe_activation_bytes(x, m, t.moe_routing_imbalance, folded) if has_moe else None
-    acts = inflight * layer_activation_bytes(x, t.recompute, mlp, t.selective_recompute)
-    if rebuilds_a_block(t.recompute, t.selective_recompute, moe=mlp is not None):
-        acts += layer_activation_bytes(x, "none", mlp)
+    kept = {}
+    for c, stage in enumerate(owned):  # each multi-token-prediction depth keeps a block's activations
+        mtp = m.num_nextn_predict_layers if stage == stages - 1 else 0
+        kept[c] = chunk_activation_bytes(s, x, split[stage] + mtp, mlp)
+    acts = peak_inflight_bytes(schedule[pp_rank], {c: k[0] for c, k in kept.items()})
+    rebuilt = max(k[1] for k in kept.values())
+    if t.activation_offload:  # only the block computed and the one on the host link stay (offload.py)
+        layer = layer_activation_bytes(x, t.recompute, mlp, t.selective_recompute)
+        host += max(acts - 2 * layer, 0.0)
+        acts = min(acts, 2 * layer)
+    acts += rebuilt
     if stages - 1 in owned:  # the loss's fp32 buffers for one micro-batch (vocab-parallel)
         # all of it when replicated; one loss per multi-token-prediction depth beside the main one
         acts += (1 + m.num_nextn_predict_layers) * loss_bytes_per_logit(s) * x.s * x.b * x.vocab / s.vocab_tp
-    return MemoryBreakdown(p_b, g_b, o_b, acts, gathered)
+    return MemoryBreakdown(p_b, g_b, o_b, acts, gathered, host)
+
+
+def fsdp_holds_stage_unsharded(s: Scenario) -> bool:
+    """FSDP2 under pipeline parallel (torchtitan) keeps the whole stage gathered and its gradients unsharded
+    from the first micro-batch to the last: torchtitan's apply_fsdp defaults `reshard_after_forward = not
+    pp_enabled` (torchtitan/models/llama3/infra/parallelize.py), and torch.distributed.pipelining runs every
+    backward but the last with `set_requires_gradient_sync(False)` (pipelining/stage.py
+    `backward_maybe_with_nosync`), so FSDP2 accumulates the unsharded gradient in its reduce dtype
+    (fsdp/_fully_shard/_fsdp_param.py `to_accumulated_grad_if_needed`) until the last micro-batch's
+    reduce-scatter."""
+    par = s.parallelism
+    return par.framework == "torchtitan" and s.pp > 1 and par.zero_stage >= 2 and s.dp * s.cp > 1
+
+
+def chunk_activation_bytes(s: Scenario, x: Shape, layers: int, mlp: float | None) -> tuple[float, float]:
+    """(bytes a chunk of `layers` blocks keeps per micro-batch, bytes its backward rebuilds at once on top).
+
+    Partial recompute (training.recompute_num_layers, Megatron-LM megatron/core/transformer/
+    transformer_block.py `_checkpointed_forward`): "block" checkpoints the first n blocks of the chunk one
+    by one and keeps every activation of the rest; "uniform" checkpoints the input of each group of n
+    blocks and rebuilds a whole group in backward (n = 1: full recompute)."""
+    t = s.training
+    full = layer_activation_bytes(x, "none", mlp)
+    if t.recompute != "full" or t.recompute_num_layers is None:
+        rebuilt = full if rebuilds_a_block(t.recompute, t.selective_recompute, moe=mlp is not None) else 0.0
+        return layers * layer_activation_bytes(x, t.recompute, mlp, t.selective_recompute), rebuilt
+    n, checkpoint = min(t.recompute_num_layers, layers), layer_activation_bytes(x, "full", mlp)
+    if t.recompute_method == "block":
+        return n * checkpoint + (layers - n) * full, full if n else 0.0
+    return math.ceil(layers / max(n, 1)) * checkpoint, n * full
+
+
+def peak_inflight_bytes(actions: tuple[Action, ...], chunk_bytes: dict[int, float]) -> float:
+    """Most activation bytes a rank holds at once under its schedule: forward of (chunk, mb) adds what
+    the chunk keeps, its backward (B) releases it."""
+    live = peak = 0.0
+    for a in actions:
+        if a.kind == "F":
+            live += chunk_bytes[a.chunk]
+            peak = max(peak, live)
+        elif a.kind == "B":
+            live -= chunk_bytes[a.chunk]
+    return peak
 
 
 def _model_states(s: Scenario, dense: float, experts: float) -> tuple[float, float, float]:
     """(parameters, gradients, optimizer) bytes: ZeRO shards dense states over the dense-gradient group
-    dp * cp (Megatron-LM's data-parallel group with context parallel) and the routed experts' over the
-    expert-data-parallel group dp / ep (Megatron-Core's expert_data_parallel_group), simulator/mesh.py."""
+    dp * cp (Megatron-LM's data-parallel group with context parallel; under HSDP its shard group,
+    Scenario.zero_dp) and the routed experts' over the expert-data-parallel group dp / ep (Megatron-Core's
+    expert_data_parallel_group), simulator/mesh.py."""
     t, zero = s.training, s.parallelism.zero_stage
     grad_fp32, master = bool(t.grad_accumulation_fp32), s.amp_master_params
 
@@ -200,7 +264,7 @@ def _model_states(s: Scenario, dense: float, experts: float) -> tuple[float, flo
             n, dp=dp, zero_stage=zero, dtype=t.dtype, grad_fp32=grad_fp32, master_params=master
         )
 
-    d = states(dense, s.dp * s.cp)
+    d = states(dense, s.zero_dp)
     if not experts:
         return d
     e = states(experts, s.edp)

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from plancast.simulator.costs.offload import optimizer_offload_s
 from plancast.simulator.scenario import Scenario
 
 
 def optimizer_memory_s(s: Scenario, params: float) -> float:
-    """Memory-bound time of an optimizer step over `params` local parameters."""
+    """Memory-bound time of an optimizer step over `params` local parameters; on the host when the
+    optimizer is offloaded (costs/offload.py)."""
+    if s.training.optimizer_cpu_offload:
+        return optimizer_offload_s(s, params)
     return (
         params
         * optimizer_bytes_per_param(s)

@@ -1,4 +1,5 @@
-"""What selective recompute re-runs in backward, per policy (`training.selective_recompute`).
+"""What recompute re-runs in backward: selective recompute per policy (`training.selective_recompute`),
+and which blocks partial recompute checkpoints (`training.recompute_num_layers`, `recomputed_layers`).
 
 - attention: the attention core, QK^T, softmax, dropout and attention-over-values (Korthikanti et al.
   2022 sec. 4.2; Megatron-LM's `--recompute-granularity selective`, plancast's runtime).
@@ -19,6 +20,7 @@ from dataclasses import replace
 
 from plancast.simulator.costs.mla import MLA_PROJECTIONS, mla_projection_features
 from plancast.simulator.costs.ops import Op, Shape, attention_core
+from plancast.simulator.scenario import Scenario
 
 FUSED_ATTENTION = "attention"  # the SDPA op of ops.layer_forward under flash attention
 
@@ -83,3 +85,16 @@ def op_sac_recompute(ops: tuple[Op, ...], x: Shape) -> tuple[Op, ...]:
 def selective_recompute(ops: tuple[Op, ...], x: Shape, policy: str) -> tuple[Op, ...]:
     """The ops of one block that recompute = "selective" re-runs under `policy`."""
     return op_sac_recompute(ops, x) if policy == "op" else attention_core(ops)
+
+
+def recomputed_layers(s: Scenario, stage_layers: int) -> int:
+    """Blocks of a (virtual) stage of `stage_layers` that partial recompute (training.recompute_num_layers)
+    checkpoints one by one, re-running each one's forward inside its backward; 0 without it (recompute =
+    "full" alone is plancast's stage-level recompute pass). Megatron-LM's `--recompute-method block`
+    checkpoints the first n blocks of each model chunk and none of the rest; "uniform" checkpoints every
+    block, n at a time (megatron/core/transformer/transformer_block.py `_checkpointed_forward`): each
+    block's forward runs again once either way."""
+    t = s.training
+    if t.recompute != "full" or t.recompute_num_layers is None:
+        return 0
+    return min(t.recompute_num_layers, stage_layers) if t.recompute_method == "block" else stage_layers

@@ -9,17 +9,19 @@ memory-bound ops read the gradient and the saved input and write one gradient (1
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal, cast
 
 from plancast.simulator.costs.collectives import CollectiveKind, Level, collective_seconds
 from plancast.simulator.costs.efficiency import op_seconds, ops_seconds
 from plancast.simulator.costs.host import HostCosts
+from plancast.simulator.costs.memory import layer_activation_bytes
 from plancast.simulator.costs.mixed_precision import param_pass_ops
-from plancast.simulator.costs.moe import moe_layer_forward
+from plancast.simulator.costs.moe import moe_activation_bytes, moe_layer_forward
 from plancast.simulator.costs.moe_cp_comm import InnerCollective, layer_collectives
 from plancast.simulator.costs.moe_dispatch import exposed_fraction
 from plancast.simulator.costs.mtp import mtp_forward, mtp_is_moe
+from plancast.simulator.costs.offload import activation_offload_s
 from plancast.simulator.costs.ops import (
     DTYPE_BYTES,
     Op,
@@ -29,7 +31,7 @@ from plancast.simulator.costs.ops import (
     layer_forward,
 )
 from plancast.simulator.costs.params import expert_params, head_params, layer_params, stage_parameters
-from plancast.simulator.costs.recompute import selective_recompute
+from plancast.simulator.costs.recompute import recomputed_layers, selective_recompute
 from plancast.simulator.costs.tp_comm import scenario_tp_collectives
 from plancast.simulator.scenario import Scenario
 
@@ -115,6 +117,10 @@ class StageCost:
     def recompute_s(self) -> float:
         return self.forward_s if self.recompute_full else 0.0
 
+    def _recomputed(self) -> tuple[Segment, ...]:
+        """The segments whose forward a separate recompute pass re-runs (stage-level full recompute)."""
+        return self.segments if self.recompute_full else ()
+
     @property
     def backward_input_s(self) -> float:
         return self.host_s[1] + sum(
@@ -135,20 +141,18 @@ class StageCost:
         """Forward + backward (+ recompute) compute time without tensor-parallel communication."""
         fwd = sum(g.forward_s for g in self.segments)
         bwd = sum(g.backward_input_s + g.backward_weight_s for g in self.segments)
-        return fwd + bwd + (fwd if self.recompute_full else 0.0)
+        return fwd + bwd + sum(g.forward_s for g in self._recomputed())
 
     def stream_comm_s(self, stream: str) -> float:
         """Blocking ep or cp communication per micro-batch (forward, recompute, backward)."""
-        fwd = sum(g.stream_s(stream, "forward") for g in self.segments)
-        return fwd * (2 if self.recompute_full else 1) + sum(
-            g.stream_s(stream, "backward") for g in self.segments
-        )
+        fwd = sum(g.stream_s(stream, "forward") for g in (*self.segments, *self._recomputed()))
+        return fwd + sum(g.stream_s(stream, "backward") for g in self.segments)
 
     @property
     def tp_comm_s(self) -> float:
         """Tensor-parallel communication per micro-batch (forward, recompute, backward)."""
-        fwd = sum(g.tp_forward_s for g in self.segments)
-        return fwd * (2 if self.recompute_full else 1) + sum(g.tp_backward_s for g in self.segments)
+        fwd = sum(g.tp_forward_s for g in (*self.segments, *self._recomputed()))
+        return fwd + sum(g.tp_backward_s for g in self.segments)
 
 
 def _blocking(colls: tuple[Collective, ...]) -> float:
@@ -214,13 +218,18 @@ def _segment(
     weights: float = 0.0,
     host_s: tuple[float, float] = (0.0, 0.0),
     moe: bool = False,
+    offload_bytes: float = 0.0,
 ) -> Segment:
     """`moe`: an MoE block (its tensor-parallel collectives, costs/tp_comm.py).
     `cast_params`: the segment's parameters on this rank, whose gradient FSDP casts to its reduce dtype
     or autograd accumulates; `weights`: its GEMM weights, which autocast casts (costs/mixed_precision.py).
     Both passes are part of the weight-gradient work; autocast's forward cast is part of the forward.
-    `host_s`: the block's host time per micro-batch in its (forward, backward) (costs/host.py)."""
+    `host_s`: the block's host time per micro-batch in its (forward, backward) (costs/host.py);
+    `offload_bytes`: what the block keeps for backward, sent to the host and back under
+    training.activation_offload (costs/offload.py)."""
     fwd, bwd_in, bwd_w = _phase_seconds(ops, s)
+    exposed = activation_offload_s(s, offload_bytes, fwd)
+    fwd, bwd_in = fwd + exposed, bwd_in + exposed
     fwd += host_s[0]
     bwd_in += host_s[1]
     if part == "layer" and s.training.recompute == "selective":
@@ -265,6 +274,36 @@ def ep_overlapped(
     return tuple(one(c, fractions[0]) for c in ep_cp[0]), tuple(one(c, fractions[1]) for c in ep_cp[1])
 
 
+def _layer_segment(s: Scenario, x: Shape, tp_levels: tuple[Level, ...], host: HostCosts) -> Segment:
+    """One dense transformer block (an MoE block: _moe_segment)."""
+    return _segment(
+        "layer",
+        layer_forward(x),
+        s,
+        tp_levels,
+        layer_collectives(s, moe=False),
+        *segment_params(s, "layer"),
+        host_s=(host.layer_forward_s, host.layer_backward_s),
+        offload_bytes=_kept_bytes(s, x, None),
+    )
+
+
+def _recomputing(block: Segment, s: Scenario) -> Segment:
+    """A block whose backward first re-runs its forward, as a checkpointed block does inside autograd's
+    backward (torch.utils.checkpoint; Megatron-LM's per-layer `tensor_parallel.checkpoint`). Its forward's
+    tensor-parallel and blocking ep/cp collectives are counted in that time (as events they stay the
+    forward's: the runtime records a checkpointed block's recompute inside its backward span)."""
+    comm = (0.0 if s.parallelism.tp_comm_overlap else block.tp_forward_s) + _blocking(block.ep_cp_forward)
+    return replace(block, backward_input_s=block.backward_input_s + block.forward_s + comm)
+
+
+def _kept_bytes(s: Scenario, x: Shape, mlp: float | None) -> float:
+    """What one block keeps for backward (the bytes activation offload moves; none without it)."""
+    if not s.training.activation_offload:
+        return 0.0
+    return layer_activation_bytes(x, s.training.recompute, mlp, s.training.selective_recompute)
+
+
 def segment_params(s: Scenario, part: Part, moe: bool = False) -> tuple[float, float]:
     """(parameters, GEMM weights) of one block, the embedding or the head on one rank: what FSDP's
     gradient cast, autocast's weight casts and gradient accumulation pass over (costs/mixed_precision.py)."""
@@ -296,7 +335,14 @@ def _moe_segment(s: Scenario, x: Shape, tp_levels: tuple[Level, ...], host: Host
         *segment_params(s, "layer", moe=True),
         host_s=(host.layer_forward_s, host.layer_backward_s),
         moe=True,
+        offload_bytes=_kept_bytes(s, x, _moe_kept(s, x)),
     )
+
+
+def _moe_kept(s: Scenario, x: Shape) -> float:
+    """An MoE block's expert activations per token slot as memory.py counts them (costs/moe.py)."""
+    t = s.training
+    return moe_activation_bytes(x, s.model, t.moe_routing_imbalance, _folded_etp(s))
 
 
 def stage_costs(s: Scenario, tp_levels: tuple[Level, ...]) -> tuple[StageCost, ...]:
@@ -305,15 +351,7 @@ def stage_costs(s: Scenario, tp_levels: tuple[Level, ...]) -> tuple[StageCost, .
     x = Shape.of(s)
     m = s.model
     host = HostCosts.of(s)
-    layer = _segment(
-        "layer",
-        layer_forward(x),
-        s,
-        tp_levels,
-        layer_collectives(s, moe=False),
-        *segment_params(s, "layer"),
-        host_s=(host.layer_forward_s, host.layer_backward_s),
-    )
+    layer = _layer_segment(s, x, tp_levels, host)
     moe_layer = _moe_segment(s, x, tp_levels, host) if m.is_moe else layer
     mtp = _mtp_segments(s, tp_levels, host)
     params, weights = segment_params(s, "embedding")
@@ -326,6 +364,8 @@ def stage_costs(s: Scenario, tp_levels: tuple[Level, ...]) -> tuple[StageCost, .
     for v, n_layers in enumerate(split):
         start = sum(split[:v])
         blocks = tuple(moe_layer if m.is_moe_layer(i) else layer for i in range(start, start + n_layers))
+        recomputed = recomputed_layers(s, n_layers)  # partial recompute: inside those blocks' backward
+        blocks = tuple(_recomputing(b, s) if i < recomputed else b for i, b in enumerate(blocks))
         segments = ((embedding,) if v == 0 else ()) + blocks + ((*mtp, head) if v == last else ())
         params = stage_parameters(
             m,
@@ -345,7 +385,7 @@ def stage_costs(s: Scenario, tp_levels: tuple[Level, ...]) -> tuple[StageCost, .
                 segments,
                 params,
                 s.parallelism.tp_comm_overlap,
-                s.training.recompute == "full",
+                s.training.recompute == "full" and s.training.recompute_num_layers is None,
                 (host.unit_forward_s, host.unit_backward_s),
             )
         )
@@ -400,7 +440,7 @@ class Durations:
             b_s, w_s, b_flops, w_flops = input_s + weight_s, 0.0, 2 * flops, 0.0
         return cls(
             forward_s=forward_s,
-            recompute_s=forward_s if cost.recompute_full else 0.0,
+            recompute_s=cost.recompute_s,
             backward_s=b_s,
             backward_weight_s=w_s,
             forward_flops=flops,

@@ -225,7 +225,18 @@ def fsdp_pass(sim: Engine, st: RankState, kind: str, a: Action, seconds: float, 
             nbytes = unit.param_bytes * reduce_scale
             sim.dp_collective(st, "reduce_scatter", nbytes, where)
             pending += sim.plan.dp_collective_s("reduce_scatter", nbytes) if slowdown else 0.0
+            _replicate_all_reduce(sim, st, nbytes, where)
     sim.record_pass(st.rank, kind, a, start, env.now - start, flops)
     if is_backward and not par.overlap_grad_reduce:
         for unit in (unit for unit, _ in steps if unit.param_bytes > 0.0):
             sim.dp_collective(st, "reduce_scatter", unit.param_bytes * reduce_scale, where)
+            _replicate_all_reduce(sim, st, unit.param_bytes * reduce_scale, where)
+
+
+def _replicate_all_reduce(sim: Engine, st: RankState, nbytes: float, where: tuple[int, int, int]) -> None:
+    """HSDP: the unit's reduce-scattered gradient shard all-reduced across the replicas (FSDP2 with a 2-D
+    mesh, torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py `foreach_reduce`: reduce-scatter
+    over the shard dim, then all-reduce over the replicate dim)."""
+    plan = sim.plan
+    if plan.replicate_levels:
+        sim.dp_collective(st, "all_reduce", nbytes / plan.dense_dp, where, levels=plan.replicate_levels)

@@ -112,6 +112,8 @@ class StepPlan:
     """CPU time of the transport's threads per transfer side (cluster.compute.p2p_thread_us)."""
     # (the eight above are plain fields, not properties: the event loop reads them per action, and an
     # instance attribute is the cheapest read there is)
+    replicate_levels: tuple[Level, ...] = ()
+    """HSDP: the tiers of the replica group that all-reduces each unit's sharded gradient (mesh.py)."""
     _tiers: dict[tuple[int, int], int] = field(default_factory=dict, compare=False, repr=False)
     _p2p_seconds: dict[tuple[int, int], float] = field(default_factory=dict, compare=False, repr=False)
     _dp_seconds: dict[tuple[CollectiveKind, float, tuple[Level, ...] | None], float] = field(
@@ -128,7 +130,7 @@ class StepPlan:
         split = splits_backward(name)
         tp_levels = topo.levels("tp")
         costs = costs_override or stage_costs(s, tp_levels)
-        dp_levels = topo.levels("dp_cp")  # dense gradients: dp x cp (simulator/mesh.py)
+        dp_levels = topo.levels("dp_shard_cp")  # dense gradients: dp x cp, HSDP's shard group (mesh.py)
         slots = s.cluster.compute_slots_per_node
         # Shared compute only matters when a node runs more ranks than it has compute units; symmetric
         # simulation would hide the contention, so every rank is simulated then.
@@ -154,17 +156,18 @@ class StepPlan:
             p2p_bytes=p2p_bytes(s),
             overlap_p2p=bool(s.parallelism.overlap_p2p_comm),
             share_links=s.pp > 1 and bool(dp_levels),
-            dp_tier=span_tier(grid.group("dp_cp", 0), topo.tier_sizes),
+            dp_tier=span_tier(grid.group("dp_shard_cp", 0), topo.tier_sizes),
             host=host,
             compute_slots=shared,
             stages=s.pp * s.vpp,
-            dense_dp=s.dp * s.cp,
+            dense_dp=s.zero_dp,
             fsdp=zero_stage >= 2,
             simulated=frozenset(ranks),
             p2p_host_s=host.p2p_s,
             rendezvous=s.cluster.compute.p2p_rendezvous,
             p2p_busy_s=s.cluster.compute.p2p_busy_delay_us * 1e-6,
             p2p_thread_s=s.cluster.compute.p2p_thread_us * 1e-6,
+            replicate_levels=topo.levels("dp_replicate") if grid.replicate > 1 else (),
         )
 
     # --------------------------------------------------------------------------------- the layout

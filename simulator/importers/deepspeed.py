@@ -74,11 +74,26 @@ def _ds_zero(config: Mapping[str, Any], notes: list[str]) -> dict[str, Any]:
     par: dict[str, Any] = {"zero_stage": stage, "overlap_grad_reduce": overlap, "framework": "deepspeed"}
     if stage == 3 and zero.get("stage3_prefetch_bucket_size") == 0:
         par["overlap_param_gather"] = False  # a zero prefetch bucket turns parameter prefetch off
-    for key in ("offload_optimizer", "offload_param"):
-        offload = zero.get(key)
-        if isinstance(offload, Mapping) and offload.get("device", "none") != "none":
-            notes.append(f"zero_optimization.{key} to {offload['device']} is not modelled")
     return par
+
+
+def _ds_offload(config: Mapping[str, Any], notes: list[str]) -> dict[str, Any]:
+    """ZeRO-Offload (Ren et al. 2021; DeepSpeed `zero_optimization.offload_optimizer.device` "cpu" or
+    "nvme"): the optimizer states and step on the host, training.optimizer_cpu_offload."""
+    zero = config.get("zero_optimization", {})
+    training: dict[str, Any] = {}
+    offload = zero.get("offload_optimizer")
+    if isinstance(offload, Mapping) and offload.get("device", "none") not in ("none", None):
+        training["optimizer_cpu_offload"] = True
+        if offload["device"] != "cpu":
+            notes.append(
+                f"zero_optimization.offload_optimizer.device = {offload['device']!r}: modelled as host "
+                "memory (an NVMe tier's bandwidth is not)"
+            )
+    param = zero.get("offload_param")
+    if isinstance(param, Mapping) and param.get("device", "none") not in ("none", None):
+        notes.append(f"zero_optimization.offload_param to {param['device']} is not modelled (ZeRO-Infinity)")
+    return training
 
 
 def from_deepspeed_config(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -101,6 +116,7 @@ def from_deepspeed_config(config: Mapping[str, Any]) -> dict[str, Any]:
     # The activation_checkpointing section configures deepspeed.checkpointing, which recomputes whole layers.
     training["recompute"] = "full" if "activation_checkpointing" in config else "none"
     parallelism.update(_ds_zero(config, notes))
+    training.update(_ds_offload(config, notes))
     ignored = sorted(set(config) - _DS_MODELLED)
     if ignored:
         notes.append(f"ignored keys plancast does not model: {', '.join(ignored)}")

@@ -36,6 +36,7 @@ _MEGATRON_SIZES = (
     "--vocab-size",
     "--num-experts",
     "--make-vocab-size-divisible-by",
+    "--recompute-num-layers",
 )
 
 
@@ -51,12 +52,14 @@ _SWITCHES = (
     "--use-distributed-optimizer",
     "--overlap-grad-reduce",
     "--tp-comm-overlap",
+    "--optimizer-cpu-offload",
 )
 _VALUE_FLAGS = (
     *_MEGATRON_SIZES,
     "--seed",
     "--transformer-impl",
     "--recompute-granularity",
+    "--recompute-method",
     "--normalization",
     "--position-embedding-type",
     "--tokenizer-type",
@@ -77,6 +80,8 @@ def _megatron_parser() -> _Parser:
         "--transformer-impl", choices=["local", "transformer_engine"], default="transformer_engine"
     )
     p.add_argument("--recompute-granularity", choices=["full", "selective"])
+    p.add_argument("--recompute-method", choices=["uniform", "block"])
+    p.add_argument("--optimizer-offload-fraction", type=float, default=1.0)
     p.add_argument("--normalization", choices=["LayerNorm", "RMSNorm"], default="LayerNorm")
     p.add_argument("--position-embedding-type", default="learned_absolute")
     p.add_argument("--tokenizer-type")
@@ -226,9 +231,32 @@ def _megatron_training(ns: argparse.Namespace, notes: list[str]) -> dict[str, An
     # --recompute-activations is Megatron-LM's shorthand for --recompute-granularity selective.
     granularity = ns.recompute_granularity or ("selective" if ns.recompute_activations else None)
     training["recompute"] = granularity or "none"
+    training.update(_megatron_memory(ns, granularity, notes))
     if ns.seed is not None:
         training["seed"] = ns.seed
     return training
+
+
+def _megatron_memory(ns: argparse.Namespace, granularity: str | None, notes: list[str]) -> dict[str, Any]:
+    """Partial recompute and optimizer offload (megatron/training/arguments.py: `--recompute-method`,
+    `--recompute-num-layers` apply to `--recompute-granularity full`; `--optimizer-cpu-offload` with
+    `--optimizer-offload-fraction`, default 1.0)."""
+    out: dict[str, Any] = {}
+    every_layer = ns.recompute_method in (None, "uniform") and ns.recompute_num_layers in (None, 1)
+    if granularity == "full" and not every_layer:  # uniform, 1 layer: plancast's full recompute as it is
+        out["recompute_method"] = ns.recompute_method or "uniform"
+        if ns.recompute_num_layers is not None:
+            out["recompute_num_layers"] = ns.recompute_num_layers
+    elif ns.recompute_method is not None or ns.recompute_num_layers is not None:
+        notes.append("--recompute-method, --recompute-num-layers dropped: need --recompute-granularity full")
+    if ns.optimizer_cpu_offload:
+        out["optimizer_cpu_offload"] = True
+        if ns.optimizer_offload_fraction != 1.0:
+            notes.append(
+                f"--optimizer-offload-fraction {ns.optimizer_offload_fraction:g}: modelled as the whole "
+                "optimizer offloaded (fraction 1.0)"
+            )
+    return out
 
 
 def _megatron_parallelism(ns: argparse.Namespace, num_layers: int, notes: list[str]) -> dict[str, Any]:

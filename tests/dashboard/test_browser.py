@@ -100,3 +100,12 @@ def test_overview_renders_in_a_real_browser(server: str, healthy_run: Path, tmp_
             break
         time.sleep(1.0)
     assert SCREENSHOT.stat().st_size > 10_000
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium: apt-get install -y chromium")
+def test_memory_page_renders_the_timeline_in_a_real_browser(server: str, tmp_path: Path) -> None:
+    """The Memory page's timeline (predicted; the CPU fixture run records peaks only) reaches the browser."""
+    dom = rendered_dom(f"{server.rstrip('/')}/memory", tmp_path / "profile", "Over the step")
+    assert "Over the step" in dom, dom[-2000:]
+    assert "Measured: not recorded for this run" in dom
+    assert "Predicted peak" in dom

@@ -206,3 +206,24 @@ def test_summary_comparison_formats_each_figure() -> None:
     assert table.loc["bubble fraction"].tolist() == ["25.0%", "0.0%"]
     assert table.loc["MFU"].tolist() == ["40.00%", "n/a"]
     assert table.loc["fits in memory"].tolist() == ["yes", "no"]
+
+
+def test_memory_timeline_joins_measured_points_of_the_first_rank_of_each_stage(run: RunData) -> None:
+    assert run.scenario is not None
+    predicted = frames.memory_timeline(run.scenario, None)
+    first = predicted[predicted["rank"] == 0]
+    measured = {
+        "rank_memory_timeline": {
+            "0": [[p.order, p.kind, p.stage, p.chunk, p.microbatch, p.gib * 1.1] for p in first.itertuples()],
+            "7": [[0, "forward", 0, 0, 0, 1.0]],  # not a first rank of a stage: dropped
+            "1": [[0, "forward"]],  # malformed: dropped
+        }
+    }
+    table = frames.memory_timeline(run.scenario, measured)
+    got = table[table["source"] == "measured"]
+    assert set(got["rank"]) == {0}
+    assert got["gib"].tolist() == pytest.approx((first["gib"] * 1.1).tolist())
+    assert peak_memory(run.scenario)[1].total / GiB == pytest.approx(predicted["gib"].max())
+    spec = charts.memory_timeline_chart(table).to_dict()
+    assert spec["spec"]["mark"]["type"] == "line"
+    assert spec["spec"]["encoding"]["color"]["field"] == "source"

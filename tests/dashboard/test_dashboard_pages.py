@@ -156,14 +156,28 @@ def test_memory_shows_predicted_and_measured_peaks_against_the_gpu(
     summary = read_json(healthy_run / "predicted" / "summary.json")
     assert shown["Predicted peak"] == f"{summary['peak_memory_gib']:.3g} GiB"
     assert shown["GPU memory"] == f"{summary['gpu_memory_gib']:g} GiB"
-    (spec,) = charts(at)
+    spec, timeline = charts(at)
     assert [layer["mark"]["type"] for layer in spec["layer"]] == ["bar", "rule"]
+    assert timeline["spec"]["mark"]["type"] == "line" and timeline["facet"]["row"]["field"] == "rank"
     # the tiny run's peak is far below 8 GiB: the rule is off until asked for, so the bars stay visible
     limit = widget(at.toggle, "Draw the GPU's memory")
     # 2 ranks x 5 predicted categories (parameters, gradients, optimizer, activations, gathered) + 2 measured
     assert limit.value is False and chart_rows(at) == [2 * 5 + 2, 0]
     limit.set_value(True).run()
     assert chart_rows(at) == [2 * 5 + 2, 1]
+
+
+def test_memory_page_draws_the_predicted_timeline_and_says_measured_is_not_recorded(
+    open_page: OpenPage, healthy_run: Path
+) -> None:
+    """The CPU fixture run records peaks only: the timeline is the prediction, and the page says so."""
+    at = open_page(healthy_run, "memory")
+    no_exception(at)
+    run = load_run(healthy_run)
+    expected = frames.memory_timeline(run.scenario, run.measured_summary)
+    assert set(expected["source"]) == {"predicted"}
+    assert chart_rows(at, 1) == [len(expected)]
+    assert "Measured: not recorded for this run" in texts(at.caption)
 
 
 def test_telemetry_without_gpu_says_so(open_page: OpenPage, healthy_run: Path) -> None:

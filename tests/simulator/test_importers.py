@@ -159,10 +159,10 @@ def test_megatron_reports_ignored_arguments() -> None:
     notes = import_file("megatron", DATA / "gpt3-175b.megatron.sh")["warnings"]
     assert "--vocab-file $VOCAB_FILE: assumed the GPT-2 BPE vocabulary of 50257 tokens" in notes
     (ignored,) = [n for n in notes if n.startswith("ignored arguments")]
-    for flag in ("--rampup-batch-size", "--train-iters", "--lr", "--recompute-method", "--data-path",
-                 "--split"):
+    for flag in ("--rampup-batch-size", "--train-iters", "--lr", "--data-path", "--split"):
         assert flag in ignored.split(": ", 1)[1].split(", ")
     assert "--num-layers" not in ignored
+    assert "--recompute-method" not in ignored  # partial recompute is modelled (issue 33)
 
 
 SMALL = "--num-layers 2 --hidden-size 64 --num-attention-heads 4 --vocab-size 256"
@@ -305,7 +305,14 @@ def test_deepspeed_notes_offload_and_auto() -> None:
     notes = from_deepspeed_config(config)["warnings"]
     assert notes == ["train_batch_size = 'auto' left to the scenario",
                      "fp16/bf16 enabled = 'auto': training.dtype left to the scenario",
-                     "zero_optimization.offload_param to cpu is not modelled"]
+                     "zero_optimization.offload_param to cpu is not modelled (ZeRO-Infinity)"]
+
+
+def test_deepspeed_optimizer_offload_is_modelled() -> None:
+    config = {"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}}
+    imported = from_deepspeed_config(config)
+    assert imported["training"]["optimizer_cpu_offload"] is True
+    assert not [n for n in imported["warnings"] if "offload" in n]
 
 
 @pytest.mark.parametrize(("config", "key"), [

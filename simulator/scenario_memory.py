@@ -1,0 +1,42 @@
+"""The scenario keys of the memory-saving features (docs/memory.md): partial recompute, activation and
+optimizer offload, FP8 primary weights, HSDP. Declared here, inherited by scenario.Training and
+scenario.Parallelism, so these keys have one home."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from plancast.simulator.fields import Strict
+
+
+class MemoryTrainingKeys(Strict):
+    """Training keys that trade time for memory."""
+
+    recompute_num_layers: int | None = Field(default=None, gt=0)
+    """With recompute = "full": Megatron-LM's `--recompute-num-layers` under `recompute_method`. Unset: every
+    layer keeps only its input (uniform, 1). docs/memory.md."""
+    recompute_method: Literal["block", "uniform"] = "uniform"
+    """Megatron-LM's `--recompute-method`: block recomputes the first recompute_num_layers layers of each
+    (virtual) stage and keeps all of the others' activations; uniform keeps the input of each group of
+    recompute_num_layers layers and rebuilds a whole group in backward."""
+    activation_offload: bool = False
+    """Saved activations go to host memory after each block's forward and come back for its backward
+    (Megatron-Core `--cpu-offloading`, torch `save_on_cpu`): host-link time, two blocks kept on the GPU."""
+    optimizer_cpu_offload: bool = False
+    """Optimizer states (fp32 master, Adam moments) live in host memory and the step runs on the host
+    (DeepSpeed ZeRO-Offload `offload_optimizer`, Megatron-LM `--optimizer-cpu-offload`); gradients go down
+    and parameters come back over the host link each step (simulator/costs/offload.py)."""
+    fp8_param: bool = False
+    """With fp8: FP8 primary weights (Transformer Engine `fp8_model_init`, Megatron `--fp8-param-gather`,
+    Megatron-Bridge's FP8 recipes): the blocks' GEMM weights held as FP8 and its transpose, no 16-bit copy."""
+
+
+class MemoryParallelismKeys(Strict):
+    """Parallelism keys that trade communication for memory."""
+
+    data_parallel_replicate_degree: int = Field(default=1, gt=0)
+    """HSDP (torchtitan `data_parallel_replicate_degree`, FSDP `HYBRID_SHARD`): replicas of the model among
+    the dp ranks; ZeRO-2/3 shards within each group of dp / replicas (x cp) and all-reduces the sharded
+    gradients across the replicas (simulator/mesh.py). 1: shard over all of dp."""

@@ -1,0 +1,31 @@
+"""Cross-field checks of the memory keys (docs/memory.md): keys that only mean something beside another.
+
+Returned as ``PlanProblem`` (path, message with the fix); validation.check_plan reports them with the rest.
+"""
+
+from __future__ import annotations
+
+from plancast.simulator.scenario import Scenario
+from plancast.simulator.schedules import PlanProblem
+
+
+def memory_problems(s: Scenario) -> list[PlanProblem]:
+    """Partial recompute without full recompute, FP8 weights without FP8 GEMMs, HSDP without FSDP or with a
+    replica count that does not divide the data-parallel ranks."""
+    t, par, out = s.training, s.parallelism, list[PlanProblem]()
+    if t.recompute_num_layers is not None and t.recompute != "full":
+        fix = 'set recompute = "full" (Megatron-LM --recompute-granularity full) or remove the key'
+        out.append(PlanProblem("training.recompute_num_layers", f"recomputes whole layers: {fix}"))
+    if t.fp8_param and not t.fp8:
+        out.append(PlanProblem("training.fp8_param", "FP8 weights need FP8 GEMMs: set training.fp8 = true"))
+    replicas = par.data_parallel_replicate_degree
+    if replicas > 1 and (s.dp % replicas or par.zero_stage < 2 or s.dp // replicas < 2):
+        out.append(
+            PlanProblem(
+                "parallelism.data_parallel_replicate_degree",
+                f"{replicas} replicas of {s.dp} data-parallel ranks under zero_stage {par.zero_stage}: HSDP "
+                "shards with FSDP over at least 2 ranks, so set zero_stage = 2 or 3 and a replica count that "
+                "divides the dp ranks into groups of 2 or more (all replicas, no sharding: zero_stage 0)",
+            )
+        )
+    return out

@@ -1,0 +1,174 @@
+"""The memory-saving features people plan with (issue 33): each moves time and memory the right way.
+
+Partial recompute (Megatron-LM `--recompute-num-layers` / `--recompute-method`), optimizer offload
+(ZeRO-Offload, `--optimizer-cpu-offload`), activation offload, and FP8 primary weights (`fp8_param`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from plancast.simulator.costs.memory import GiB, MemoryBreakdown, layer_activation_bytes, rank_memory
+from plancast.simulator.costs.memory_fit import memory_fit
+from plancast.simulator.costs.ops import Shape
+from plancast.simulator.loader import ScenarioError, parse_scenario
+from plancast.simulator.predict import simulate
+from plancast.simulator.scenario import Scenario
+
+
+def scenario(training: dict[str, Any] | None = None, **parallelism: Any) -> Scenario:
+    """Llama 3 8B, 4 layers a stage over pp 2 on one DGX H100, Megatron-LM."""
+    data: dict[str, Any] = {
+        "model": {"preset": "llama3-8b", "num_hidden_layers": 8},
+        "training": {
+            "seq_len": 4096,
+            "micro_batch_size": 1,
+            "global_batch_size": 16,
+            "flash_attention": True,
+            **(training or {}),
+        },
+        "parallelism": {
+            "tensor_parallel_degree": 2,
+            "pipeline_parallel_degree": 2,
+            "framework": "megatron-lm",
+            **parallelism,
+        },
+        "cluster": {"preset": "dgx-h100-80gb", "num_nodes": 1},
+    }
+    return parse_scenario(data).scenario
+
+
+def step(s: Scenario) -> dict[str, Any]:
+    return simulate(s, events=False).summary
+
+
+FULL = {"recompute": "full"}
+
+
+def test_block_recompute_of_some_layers_lies_between_none_and_full() -> None:
+    none, full = scenario(), scenario(FULL)
+    part = scenario({**FULL, "recompute_num_layers": 2, "recompute_method": "block"})
+    mem = [rank_memory(s, 0).activations for s in (full, part, none)]
+    assert mem[0] < mem[1] < mem[2]
+    times = [step(s)["step_time_s"] for s in (none, part, full)]
+    assert times[0] < times[1] < times[2]
+
+
+def test_block_recompute_of_every_layer_keeps_what_full_recompute_keeps() -> None:
+    """Megatron-LM checkpoints inside the transformer block: the embedding and the output layer are not
+    re-run, as plancast's stage-level full recompute re-runs them."""
+    full = scenario(FULL)
+    every = scenario({**FULL, "recompute_num_layers": 4, "recompute_method": "block"})
+    two = scenario({**FULL, "recompute_num_layers": 2, "recompute_method": "block"})
+    assert rank_memory(every, 0) == rank_memory(full, 0)
+    assert step(two)["step_time_s"] < step(every)["step_time_s"] < step(full)["step_time_s"]
+
+
+def test_uniform_recompute_of_one_layer_is_full_recompute_and_groups_trade_checkpoints_for_rebuilds() -> None:
+    full = scenario(FULL)
+    one = scenario({**FULL, "recompute_num_layers": 1, "recompute_method": "uniform"})
+    two = scenario({**FULL, "recompute_num_layers": 2, "recompute_method": "uniform"})
+    assert rank_memory(one, 0) == rank_memory(full, 0)
+    x = Shape.of(full)
+    checkpoint, block = layer_activation_bytes(x, "full"), layer_activation_bytes(x, "none")
+    # stage 0 of 1F1B holds pp = 2 micro-batches: 4 checkpoints each at n = 1, 2 at n = 2; n blocks rebuilt
+    delta = rank_memory(two, 0).activations - rank_memory(one, 0).activations
+    assert delta == pytest.approx(2 * (2 - 4) * checkpoint + (2 - 1) * block, rel=1e-12)
+    every = scenario({**FULL, "recompute_num_layers": 4, "recompute_method": "block"})
+    assert step(two)["step_time_s"] == pytest.approx(step(every)["step_time_s"], rel=1e-12)  # each block once
+
+
+def test_optimizer_offload_moves_the_states_to_the_host_and_costs_step_time() -> None:
+    base = scenario(zero_stage=1)
+    off = scenario({"optimizer_cpu_offload": True}, zero_stage=1)
+    on_gpu, offloaded = rank_memory(base, 0), rank_memory(off, 0)
+    assert offloaded.optimizer == 0.0
+    assert offloaded.host == pytest.approx(on_gpu.optimizer, rel=1e-12)
+    assert offloaded.total < on_gpu.total
+    a, b = step(base), step(off)
+    assert b["optimizer_time_s"] > a["optimizer_time_s"]
+    assert b["step_time_s"] > a["step_time_s"]
+    peak_rank = rank_memory(off, b["peak_memory_pp_rank"])
+    assert b["host_memory_gib"] == pytest.approx(peak_rank.host / GiB, rel=1e-12)
+    assert 0 < b["host_memory_gib"] < b["host_capacity_gib"]
+
+
+def test_activation_offload_keeps_two_blocks_on_the_gpu_and_costs_time_when_copies_outrun_compute() -> None:
+    base, off = scenario(), scenario({"activation_offload": True})
+    kept = layer_activation_bytes(Shape.of(base), "none")
+    a, b = rank_memory(base, 0), rank_memory(off, 0)
+    assert b.activations < a.activations
+    assert b.host + b.activations == pytest.approx(a.activations, rel=1e-12)
+    assert b.activations - (a.activations - 2 * 4 * kept) == pytest.approx(2 * kept, rel=1e-9)
+    assert step(off)["step_time_s"] > step(base)["step_time_s"]
+
+
+def test_fp8_primary_weights_drop_the_16_bit_copy() -> None:
+    """TE's fp8_model_init: a block weight is FP8 plus its transpose (2 bytes) instead of bf16 (2) and the
+    step's FP8 copies (2)."""
+    fp8 = scenario({"fp8": True})
+    primary = scenario({"fp8": True, "fp8_param": True})
+    plain = scenario()
+    saved = rank_memory(fp8, 0).parameters - rank_memory(primary, 0).parameters
+    assert saved == pytest.approx(rank_memory(fp8, 0).parameters - rank_memory(plain, 0).parameters)
+    assert saved > 0
+    assert rank_memory(primary, 0).parameters == pytest.approx(rank_memory(plain, 0).parameters, rel=1e-12)
+
+
+def test_fit_is_judged_on_the_reserve_and_the_host() -> None:
+    s = scenario()
+    gpu = s.cluster.gpu
+    usable_bytes = gpu.usable_memory_GiB * GiB
+    fits = memory_fit(s, MemoryBreakdown(0.0, 0.0, 0.0, usable_bytes * 0.999))
+    over = memory_fit(s, MemoryBreakdown(0.0, 0.0, 0.0, usable_bytes * 1.001))
+    assert fits["fits_in_memory"] and not over["fits_in_memory"]
+    assert fits["peak_reserved_gib"] + gpu.reserved_GiB <= gpu.memory_GiB
+    host_full = memory_fit(s, MemoryBreakdown(0.0, 0.0, 0.0, 0.0, host=(fits["host_capacity_gib"] + 1) * GiB))
+    assert not host_full["fits_in_memory"]
+
+
+@pytest.mark.parametrize(
+    ("training", "key"),
+    [
+        ({"recompute": "selective", "recompute_num_layers": 2}, "training.recompute_num_layers"),
+        ({"fp8_param": True}, "training.fp8_param"),
+    ],
+)
+def test_a_key_without_the_one_it_needs_is_refused_by_name(training: dict[str, Any], key: str) -> None:
+    with pytest.raises(ScenarioError) as err:
+        scenario(training)
+    assert [p.path for p in err.value.problems] == [key]
+
+
+def hsdp(replicate: int, zero_stage: int = 3) -> Scenario:
+    """Llama 3 8B, FSDP over 2 DGX H100 nodes (dp 16), torchtitan; HSDP keeps each shard group in a node."""
+    data: dict[str, Any] = {
+        "model": {"preset": "llama3-8b", "num_hidden_layers": 8},
+        "training": {"seq_len": 4096, "global_batch_size": 32, "flash_attention": True},
+        "parallelism": {"zero_stage": zero_stage, "data_parallel_replicate_degree": replicate},
+        "cluster": {"preset": "dgx-h100-80gb", "num_nodes": 2},
+    }
+    return parse_scenario(data).scenario
+
+
+def test_hsdp_shards_within_a_node_and_all_reduces_across_replicas() -> None:
+    fsdp, hybrid = hsdp(1), hsdp(2)
+    assert (fsdp.zero_dp, hybrid.zero_dp) == (16, 8)
+    a, b = rank_memory(fsdp, 0), rank_memory(hybrid, 0)
+    assert b.optimizer == pytest.approx(2 * a.optimizer, rel=1e-12)  # sharded over 8, not 16
+    assert b.total > a.total
+    events = {name: simulate(s).events for name, s in (("fsdp", fsdp), ("hsdp", hybrid))}
+    dp = {name: e[(e["stream"] == "dp") & (e["rank"] == 0)] for name, e in events.items()}
+    assert "all_reduce" not in set(dp["fsdp"]["kind"])
+    reduces = dp["hsdp"][dp["hsdp"]["kind"] == "all_reduce"]
+    assert len(reduces) == (dp["hsdp"]["kind"] == "reduce_scatter").sum() > 0
+    gather = {name: f[f["kind"] == "all_gather"]["dur_us"].median() for name, f in dp.items()}
+    assert gather["hsdp"] < gather["fsdp"]  # NVLink inside the node, not the network
+
+
+@pytest.mark.parametrize(("replicate", "zero_stage"), [(3, 3), (2, 1), (16, 3)])
+def test_hsdp_needs_fsdp_and_a_divisor_of_dp(replicate: int, zero_stage: int) -> None:
+    with pytest.raises(ScenarioError) as err:
+        hsdp(replicate, zero_stage)
+    assert [p.path for p in err.value.problems] == ["parallelism.data_parallel_replicate_degree"]

@@ -1,0 +1,87 @@
+"""The memory validation set (issue 33): every published or measured run that states its peak memory,
+predicted as the statistic its source reports, and no published run that trained called "does not fit".
+
+Rows are benchmarks/published_memory.py (torchtitan's H100 tables, Megatron-LM PR #482's measured
+Llama 2 7B table, plancast's own GPU runs) and the runs of benchmarks/published_data.py that report
+memory. No constant of the memory model was fitted on any of them.
+"""
+
+from __future__ import annotations
+
+import statistics
+from functools import cache
+from typing import Any
+
+import pytest
+
+from benchmarks.published_data import FP8_RUNS, MOE_AND_LONG_CONTEXT_RUNS, RUNS
+
+# Rows more than 15% off, each with what the memory model does not hold yet. A row that comes within
+# 15% must leave this list (test_known_misses_are_still_missed).
+KNOWN_MISSES = {
+    "torchtitan-h100-t4-70b-2d": "70B FSDP 32 x TP 8, one micro-batch of 16 x 8K under full AC, "
+    "torch.compile and Float8: 16 GiB unaccounted for, not yet traced",
+    "torchtitan-h100-t5-405b-3d-1f1b": "torch.distributed.pipelining's receive buffers per micro-batch "
+    "(the pipeline's in-flight tensors: branch sched) and Async TP's symmetric-memory buffers",
+    "torchtitan-h100-t6-405b-4d-cp8-256k": "as the 1F1B row, plus context parallel's gathered K/V at 256K",
+}
+# Published runs that trained yet are predicted "does not fit", each with the missing piece and who owns it.
+NOT_FITTING_YET = {
+    "llama3-405b-8192": "Meta's own pipeline schedule keeps fewer micro-batches in flight than 1F1B with "
+    "the assumed interleaving (branch sched: schedules' in-flight activations)",
+    "llama3-405b-16384": "as llama3-405b-8192",
+    "llama3-405b-16384-cp16-131072": "as llama3-405b-8192",
+    "deepseek-v3-2048xh800": "MLA modelled as multi-head attention: its activations (branch mla)",
+    "nemo-gpt-oss-120b-64xh100-mbs4": "MoE block activations at micro-batch 4 (branch moex)",
+    "bridge-h100-fp8-llama3-70b-64gpu": "dropout masks Llama does not keep (dropout 0): no model key for "
+    "the dropout probability yet (model shapes, branch mla); 74.5 GiB against 73.5 usable",
+    "bridge-h100-fp8-llama3-70b-64gpu-gbs256": "as bridge-h100-fp8-llama3-70b-64gpu",
+}
+
+
+@cache
+def _memory_rows() -> tuple[dict[str, Any], ...]:
+    from benchmarks.published_runs import score_memory
+
+    return tuple(score_memory())
+
+
+def test_the_set_holds_twelve_rows_from_three_sources() -> None:
+    rows = _memory_rows()
+    assert len(rows) >= 12
+    assert len({r["source"] for r in rows}) >= 3
+    assert {r["metric"] for r in rows} == {"reserved", "allocated"}
+
+
+def test_memory_is_predicted_within_8_percent_on_average_and_15_at_worst() -> None:
+    rows = _memory_rows()
+    errors = [abs(r["error"]) for r in rows]
+    assert statistics.fmean(errors) <= 0.08, statistics.fmean(errors)
+    off = {r["run"]: r["error"] for r in rows if abs(r["error"]) > 0.15}
+    assert set(off) <= set(KNOWN_MISSES), off
+
+
+def test_known_misses_are_still_missed() -> None:
+    by_name = {r["run"]: r for r in _memory_rows()}
+    for name in KNOWN_MISSES:
+        assert abs(by_name[name]["error"]) > 0.15, f"{name} is within 15% now: remove it from KNOWN_MISSES"
+
+
+@pytest.mark.parametrize("name", sorted({r.name for r in (*RUNS, *MOE_AND_LONG_CONTEXT_RUNS, *FP8_RUNS)}))
+def test_no_published_run_that_trained_is_predicted_not_to_fit(name: str) -> None:
+    """Each of these runs trained on its GPUs, so a plan that says "does not fit" for it is wrong (and the
+    sweep would hide it). Checked on the reserve the allocator needs (fits_in_memory)."""
+    from benchmarks.fit_published import run_scenario
+    from plancast.simulator.predict import simulate
+
+    run = next(r for r in (*RUNS, *MOE_AND_LONG_CONTEXT_RUNS, *FP8_RUNS) if r.name == name)
+    fits = simulate(run_scenario(run), events=False).summary["fits_in_memory"]
+    if name in NOT_FITTING_YET:
+        assert not fits, f"{name} fits now: remove it from NOT_FITTING_YET"
+    else:
+        assert fits, name
+
+
+def test_every_memory_row_fits() -> None:
+    """The memory rows ran too."""
+    assert all(r["fits_in_memory"] for r in _memory_rows())
