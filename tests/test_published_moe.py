@@ -48,7 +48,7 @@ def test_predicted_order_matches_the_measured_order(key: str) -> None:
 _ROUTED = "activations of the routed experts (top-k slots, every layer of the stage), recompute unstated"
 _FSDP_EXPERTS = "16 bytes/parameter for experts unsharded past ep (edp 1); the run's state dtypes unstated"
 _QWEN3_235B = "activations of 64 query heads of 128 (the preset's head_dim): recompute modules unstated"
-_FSDP_PP = "FSDP2 under PP held gathered with unsharded gradients (torchtitan's rule); AutoModel's not modelled"
+_FSDP_PP = "FSDP2 under PP held gathered, gradients unsharded (torchtitan's rule); AutoModel's not modelled"
 KNOWN_UNFIT: dict[str, str] = {
     "deepseek-v3-2048xh800": "activations: DualPipe's and FP8 activation caching absent",
     "nemo-gpt-oss-120b-64xh100-mbs4": "activations of mbs 4 under PP4 with no recompute; ZeRO-0",
