@@ -7,17 +7,63 @@ from typing import Annotated, Any
 
 import typer
 
-from plancast.app import RunArg, UserError, app, ensure_predicted, err, out, pct, print_json, user_errors
+from plancast.app import (
+    RunArg,
+    UserError,
+    _importable,
+    app,
+    ensure_predicted,
+    err,
+    out,
+    pct,
+    print_json,
+    user_errors,
+)
 
 
-def reconcile_run(run_path: Path) -> dict[str, Any]:
-    """Compare RUN (simulating its scenario first when it has no prediction); RUN/compare/summary.json."""
+def reconcile_run(run_path: Path, reference_share: float | None = None) -> dict[str, Any]:
+    """Compare RUN (simulating its scenario first when it has no prediction); RUN/compare/summary.json.
+    `reference_share`: the core share the prediction's constants were measured at (default: this
+    machine's microbenchmarks' for a local-cpu run, else 1; traces/contention.py)."""
     from plancast.traces.compare import CompareError, compare_run_dir
 
     try:
-        return compare_run_dir(run_path, ensure_predicted)
+        share = profile_share(run_path) if reference_share is None else reference_share
+        return compare_run_dir(run_path, ensure_predicted, share)
     except CompareError as e:
         raise UserError(str(e)) from None
+
+
+def profile_share(run_path: Path) -> float:
+    """The core share a rank got while this machine's local-cpu profile was measured
+    (runtime/local_profile.cached_core_share), for a CPU run; 1.0 (a core of its own) for a GPU run, a
+    run from elsewhere, or without the runtime extra."""
+    from plancast.simulator.loader import ScenarioError, load_scenario
+    from plancast.traces.store import RunDir
+
+    toml = RunDir(run_path).scenario_toml
+    if not toml.is_file() or not _importable("torch"):
+        return 1.0
+    try:
+        scenario = load_scenario(toml).scenario
+    except (ScenarioError, OSError):
+        return 1.0  # compare reports a scenario it cannot read where it needs it
+    if not scenario.cluster.gpu.name.startswith("cpu"):
+        return 1.0
+    from plancast.runtime.local_profile import cached_core_share
+
+    return cached_core_share(scenario)
+
+
+def print_conditions(summary: dict[str, Any]) -> None:
+    """The machine's load beside the error (traces/contention.py) and warnings about the measurement."""
+    from plancast.traces.contention import verdict
+
+    line = verdict(summary)
+    if line:
+        out.print(line, markup=False, style="bold yellow" if summary.get("machine_busy") else None)
+    for warning in summary.get("warnings", []):
+        err.print(f"warning: {warning}", markup=False)
 
 
 def _exit_on_problems(problems: list[str]) -> None:
@@ -61,6 +107,7 @@ def compare(
         else "step time: no measured step"
     )
     out.print(f"measured run status: {status}")
+    print_conditions(summary)
     print_core_wait(summary.get("measured_core_wait_s"))
     print_gpu(summary.get("measured_gpu"))
     out.print(
