@@ -5,8 +5,9 @@ from __future__ import annotations
 import streamlit as st
 
 from plancast.dashboard import charts, data, frames
-from plancast.dashboard.app_pages.common import current_run
+from plancast.dashboard.app_pages.common import current_run, machine_load
 from plancast.dashboard.data import RunData
+from plancast.traces.contention import BUSY_LABEL
 from plancast.traces.telemetry import busy_gpu
 
 
@@ -35,20 +36,30 @@ def comparison(run: RunData) -> None:
         st.error(f"Predicted and measured events cannot be reconciled: {err}")
         return
     error = frames.format_error(rec.step_time_error)
-    cols = st.columns(3)
-    cols[0].metric(
+    head = st.columns(4)
+    head[0].metric(
         "Predicted step time",
         frames.format_seconds(rec.step_time_predicted_s),
         delta=f"{error} vs measured",
         delta_color="off",
     )
-    cols[1].metric(
+    head[1].metric(
         "Measured step time",
         frames.format_seconds(rec.step_time_measured_s),
         help=f"Step {rec.step}: the median of measured steps {list(rec.scored_steps)} (the lower of the "
         "middle two when even; step 0 is warm-up).",
     )
-    cols[2].metric("Step-time error", error, help="(predicted − measured) / measured")
+    head[2].metric("Step-time error", error, help="(predicted − measured) / measured")
+    load = machine_load(run, rec.step_time_predicted_s, rec.step_time_measured_s)
+    if load is not None and isinstance(load["step_time_error_adjusted"], float):
+        head[3].metric(
+            "Error at the measured core share",
+            frames.format_error(load["step_time_error_adjusted"]),
+            delta=BUSY_LABEL if load["machine_busy"] else None,
+            delta_color="off",
+            help="The prediction x the reference core share / the run's measured share "
+            "(traces/contention.py): what the model says for the cores the ranks actually got.",
+        )
     bubble = st.columns(2)
     bubble[0].metric("Bubble fraction (predicted)", f"{rec.bubble_fraction_predicted:.1%}")
     bubble[1].metric("Bubble fraction (measured)", f"{rec.bubble_fraction_measured:.1%}")
