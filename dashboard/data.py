@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 import pandas as pd
 import streamlit as st
 
-from plancast.dashboard.serve import ROOT_ENV, RUNS_ENV
+from plancast.dashboard.serve import ROOT_ENV, RUNS_ENV, measured_run_inside
 from plancast.simulator.loader import ScenarioError, load_scenario
 from plancast.simulator.predict import simulate
 from plancast.simulator.scenario import Scenario
@@ -148,7 +148,7 @@ def looks_like_run(path: Path) -> bool:
 def runs_in_folder(folder: Path) -> list[Path]:
     """The folder itself if it is a run, else its sub-folders that are runs, by name."""
     if looks_like_run(folder):
-        return [folder]
+        return [measured_run_inside(folder)]
     if not folder.is_dir():
         return []
     return sorted(child for child in folder.iterdir() if looks_like_run(child))
@@ -162,7 +162,7 @@ def command_line_runs(argv: Sequence[str], script: Path, environ: Mapping[str, s
     """
     args = list(argv[1:]) if argv and Path(argv[0]).resolve() == script.resolve() else []
     args += [p for p in environ.get(RUNS_ENV, "").split(os.pathsep) if p]
-    return list(dict.fromkeys(Path(a).resolve() for a in args))
+    return list(dict.fromkeys(measured_run_inside(Path(a).resolve()) for a in args))
 
 
 # ------------------------------------------------------------------------------------------ uploads

@@ -56,6 +56,7 @@ def dashboard(
     from plancast.dashboard.serve import (
         PortBusyError,
         is_loopback,
+        measured_run_inside,
         resolve_address,
         resolve_port,
         serve,
@@ -65,12 +66,16 @@ def dashboard(
     )
     from plancast.runtime.process import Stopped, stop_on_signals
 
+    opened = [measured_run_inside(r) for r in runs or []]
+    for asked, run in zip(runs or [], opened, strict=True):
+        if run != asked:
+            out.print(f"{asked} is a demo folder: opening its measured run, {run}", markup=False)
     with user_errors():
         host = resolve_address(address, os.environ)
         try:
             chosen = resolve_port(port, host, os.environ)
             process = serve(
-                list(runs or []), port=chosen, headless=not browser, address=host, runs_root=runs_folder
+                opened, port=chosen, headless=not browser, address=host, runs_root=runs_folder
             )
         except (FileNotFoundError, PortBusyError) as e:
             raise UserError(str(e)) from None
