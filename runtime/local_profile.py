@@ -111,8 +111,9 @@ def measured_cluster(
     if record is None:
         from plancast.runtime.microbench import measure
 
-        started = time.perf_counter()
+        started, load_before = time.perf_counter(), machine_load()
         record = measure(s, world=bench_world(s))
+        record["load_before"] = load_before  # what else ran: the load the profile was measured under
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(record, indent=1), encoding="utf-8")
@@ -121,7 +122,41 @@ def measured_cluster(
             f"local-cpu: measured this machine ({time.perf_counter() - started:.0f} s of microbenchmarks, "
             f"{record['world']} ranks); cached in {path} (refresh with --no-cache)"
         )
+    else:
+        note = load_changed(record.get("load_before"), machine_load(), record.get("cores"))
+        if note:
+            say(f"local-cpu: {note}; the cached profile {path} may not fit now (re-measure with --no-cache)")
     return profile_cluster(s, record)
+
+
+LOAD_CHANGE_PER_CORE = 0.5
+"""A change of the 1-minute load average by more than half a runnable thread per core: with two ranks
+on two cores, a rank's core share then moves by a third or more (2 / 2.5 = 0.8 of a core, and
+below), beyond the loop's 25% target (traces/contention.py)."""
+
+
+def machine_load() -> float | None:
+    """The 1-minute load average (runnable threads, Linux /proc/loadavg via os.getloadavg); None
+    where the platform has none."""
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
+
+
+def load_changed(then: object, now: float | None, cores: object) -> str | None:
+    """A sentence when the load now differs from the one the profile was measured under by more than
+    LOAD_CHANGE_PER_CORE per core, else None (also where either is unknown: records before this one
+    kept no load)."""
+    if now is None or isinstance(then, bool) or not isinstance(then, int | float):
+        return None
+    per_core = max(int(cores), 1) if isinstance(cores, int) and not isinstance(cores, bool) else 1
+    if abs(now - then) / per_core <= LOAD_CHANGE_PER_CORE:
+        return None
+    return (
+        f"this machine's load is {now:.1f} now and was {then:.1f} when its profile was measured "
+        f"({per_core} cores), and the profile's speeds are those of that load"
+    )
 
 
 def localize(s: Scenario, *, refresh: bool = False, say: Callable[[str], None] = lambda _: None) -> Scenario:

@@ -1,0 +1,33 @@
+"""runtime/local_profile.load_changed: when today's load differs a lot from the one the machine profile
+was measured under, the user is told; small changes and unknown loads say nothing."""
+
+from __future__ import annotations
+
+import pytest
+
+from plancast.runtime.local_profile import LOAD_CHANGE_PER_CORE, load_changed, machine_load
+
+
+@pytest.mark.parametrize(
+    ("then", "now", "cores", "told"),
+    [
+        (0.5, 0.5 + 2 * LOAD_CHANGE_PER_CORE, 2, False),  # exactly the limit: nothing
+        (0.5, 0.6 + 2 * LOAD_CHANGE_PER_CORE, 2, True),
+        (9.0, 1.0, 2, True),  # measured busy, quiet now
+        (9.0, 1.0, 32, False),  # the same change on 32 cores is small
+        (None, 9.0, 2, False),  # a record from before the load was kept
+        (True, 9.0, 2, False),
+        (0.5, None, 2, False),  # no load average on this platform
+        (0.5, 9.0, None, True),  # cores unknown: counted as one
+    ],
+)
+def test_a_large_load_change_is_told(then: object, now: float | None, cores: object, told: bool) -> None:
+    note = load_changed(then, now, cores)
+    assert (note is not None) is told
+    if note:
+        assert f"{now:.1f} now" in note
+
+
+def test_the_load_is_read_on_linux() -> None:
+    load = machine_load()
+    assert load is None or load >= 0
