@@ -33,6 +33,7 @@ from typing import Any
 
 import tomli_w
 
+from benchmarks.results_io import error_figures, write_result
 from plancast.runtime.calibrate import adopt, calibrate, write_profile
 from plancast.runtime.launch import launch
 from plancast.runtime.local_profile import cached_core_share, localize
@@ -144,9 +145,11 @@ def measured_step_s(run: Path) -> float:
 
 
 def core_wait_ms(run: Path) -> str:
-    """The run's median wait of a rank's threads for a CPU core per step (runtime/schedstat.py), ms."""
-    wait = read_json(RunDir(run).measured_summary).get("core_wait_s")
-    return "-" if wait is None else f"{wait * 1e3:.1f}"
+    """The run's median wait of a rank's threads for a CPU core per step (runtime/schedstat.py), ms,
+    and its compute threads' core share (traces/contention.py)."""
+    summary = read_json(RunDir(run).measured_summary)
+    wait, share = summary.get("core_wait_s"), summary.get("core_share")
+    return ("-" if wait is None else f"{wait * 1e3:.1f}") + ("" if share is None else f"@{share:.2f}")
 
 
 def _finished(run: Path) -> bool:
@@ -222,14 +225,14 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name}: parameters outside their bounds: {violations}")
     print(
         f"\n{'plan':22} {'measured s (rounds)':>26} {'median':>8} {'predicted s':>12} {'error':>8} "
-        f"{'load at run':>12} {'core wait ms':>15}"
+        f"{'load at run':>12} {'core wait ms@share':>19}"
     )
     for name, per_round, measured, predicted, error in rows:
         rounds = " ".join(f"{t:.3f}" for t in per_round)
         load = " ".join(f"{x:.1f}" for x in loads[name])
         print(
             f"{name:22} {rounds:>26} {measured:8.4f} {predicted:12.4f} {error:+8.1%} {load:>12} "
-            f"{waits[name]:>15}"
+            f"{waits[name]:>19}"
         )
     mape = statistics.fmean(abs(r[4]) for r in rows) if rows else float("nan")
     worst = max(rows, key=lambda r: abs(r[4])) if rows else None
@@ -240,6 +243,11 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"fitted parameters outside their bounds (core share {share:.2f}): "
         f"{bound_violations(result.cluster.compute, share) or 'none'}"
+    )
+    write_result(
+        "cpu_fidelity",
+        f"python -m benchmarks.cpu_fidelity --rounds {args.rounds}",
+        {**error_figures([r[4] for r in rows]), "plans": len(rows)},
     )
     return 0
 

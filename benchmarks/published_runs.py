@@ -16,6 +16,7 @@ import sys
 from typing import Any
 
 from benchmarks.published_data import FP8_RUNS, MOE_AND_LONG_CONTEXT_RUNS, RUNS, PublishedRun
+from benchmarks.results_io import error_figures, write_result
 from plancast.simulator.costs.memory import GiB, model_state_bytes, rank_memory
 from plancast.simulator.costs.params import stage_parameters
 from plancast.simulator.costs.stage import stage_costs
@@ -359,6 +360,20 @@ def print_scores(rows: list[dict[str, Any]]) -> None:
     )
 
 
+def save_figures(scores: list[dict[str, Any]], moe: list[dict[str, Any]]) -> None:
+    """The held-out figures the README's table quotes (benchmarks/results/published_runs.json)."""
+    fp8 = {run.name for run in FP8_RUNS}
+    write_result(
+        "published_runs",
+        "python -m benchmarks.published_runs",
+        {
+            "dense": error_figures([r["held_out_error"] for r in scores]),
+            "moe": error_figures([r["error"] for r in moe if r["run"] not in fp8]),
+            "fp8": error_figures([r["error"] for r in moe if r["run"] in fp8]),
+        },
+    )
+
+
 def main() -> int:
     t5, t4, f1 = table5(), table4(), figure1()
     scores, moe, memory = score_runs(), score_moe_runs(), score_memory()
@@ -375,6 +390,7 @@ def main() -> int:
         return 0
     print_scores(scores)
     print_moe_scores(moe)
+    save_figures(scores, moe)
     print_memory(memory)
     print("Korthikanti et al. 2022, Table 5: iteration time (s)")
     print(f"{'model':6} {'setup':16} {'measured':>9} {'predicted':>10} {'error':>8} {'MFU':>6}")

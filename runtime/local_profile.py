@@ -178,3 +178,25 @@ def cached_core_share(s: Scenario) -> float:
         except (OSError, json.JSONDecodeError):
             continue
     return 1.0
+
+
+MAX_RECORD_BYTES = 4 << 20  # a record is tens of KiB; a larger file in the cache is not one
+
+
+def latest_host_core_share() -> float:
+    """The core share a rank got during this host's latest microbenchmarks (any scenario shape: the share
+    is the machine's load), 1.0 without any. Torch-free (machine_key imports torch, seconds on a busy
+    machine), for `plancast compare` (traces/contention.py's reference)."""
+    root = cache_dir()
+    if not root.is_dir():
+        return 1.0
+    folders = [d for d in root.glob(f"{_slug(socket.gethostname())}_*") if d.is_dir()]
+    records = sorted((p for d in folders for p in d.glob("*.json")), key=lambda p: p.stat().st_mtime)
+    for candidate in reversed(records):
+        if candidate.stat().st_size > MAX_RECORD_BYTES:
+            continue
+        try:
+            return core_share(json.loads(candidate.read_text(encoding="utf-8")))
+        except (OSError, json.JSONDecodeError, TypeError, ValueError, AttributeError):
+            continue
+    return 1.0

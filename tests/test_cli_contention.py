@@ -5,7 +5,9 @@ runtime/worker.py writes them), its events the prediction's at 1.1x. The flag an
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -24,27 +26,46 @@ def plancast(*args: str) -> subprocess.CompletedProcess[str]:
     return cli_subprocess(*args, timeout_s=120)
 
 
-def measured_run(path: Path, steps: int, share: float | None) -> Path:
-    """RUN with a prediction and `steps` measured steps 1.1x as long, recorded at core share `share`."""
+@pytest.fixture(scope="module")
+def simulated(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A run with its prediction (simulated once for the module)."""
+    path = tmp_path_factory.mktemp("simulated") / "run"
     assert plancast("simulate", str(SCENARIO), "--out", str(path)).returncode == 0
-    events = simulate(load_scenario(SCENARIO).scenario).events.assign(source="measured")
-    rd = RunDir(path)
-    rd.measured_dir.mkdir(parents=True, exist_ok=True)
-    for rank, rows in events.groupby("rank"):
-        writer = RankEventWriter(rd, int(rank))
-        for step in range(steps):
-            writer.append_step(
-                rows.assign(step=step, start_us=rows["start_us"] * 1.1, dur_us=rows["dur_us"] * 1.1)
-            )
-        writer.close()
-    write_json(rd.env_json, {"world_size": 2})
-    recorded = {} if share is None else {"core_share": share, "rank_core_share": {"0": share, "1": 0.9}}
-    write_json(rd.measured_summary, {"status": "ok", "core_wait_s": 0.198, **recorded})
     return path
 
 
-def test_a_contended_run_is_flagged_busy_with_the_error_as_measured_and_at_its_share(tmp_path: Path) -> None:
-    run = measured_run(tmp_path / "run", steps=8, share=0.5)
+@pytest.fixture
+def measured_run(simulated: Path, tmp_path: Path) -> Callable[[int, float | None], Path]:
+    """A copy of the simulated run with `steps` measured steps 1.1x as long, at core share `share`."""
+    events = simulate(load_scenario(SCENARIO).scenario).events.assign(source="measured")
+
+    def make(steps: int, share: float | None) -> Path:
+        path = tmp_path / f"run-{steps}-{share}"
+        shutil.copytree(simulated, path)
+        rd = RunDir(path)
+        rd.measured_dir.mkdir(parents=True, exist_ok=True)
+        for rank, rows in events.groupby("rank"):
+            writer = RankEventWriter(rd, int(rank))
+            for step in range(steps):
+                writer.append_step(
+                    rows.assign(step=step, start_us=rows["start_us"] * 1.1, dur_us=rows["dur_us"] * 1.1)
+                )
+            writer.close()
+        write_json(rd.env_json, {"world_size": 2})
+        recorded = {} if share is None else {"core_share": share, "rank_core_share": {"0": share, "1": 0.9}}
+        write_json(rd.measured_summary, {"status": "ok", "core_wait_s": 0.198, **recorded})
+        return path
+
+    return make
+
+
+MeasuredRun = Callable[[int, float | None], Path]
+
+
+def test_a_contended_run_is_flagged_busy_with_the_error_as_measured_and_at_its_share(
+    measured_run: MeasuredRun,
+) -> None:
+    run = measured_run(8, 0.5)
     result = plancast("compare", str(run), "--json")
     assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout)
@@ -58,14 +79,14 @@ def test_a_contended_run_is_flagged_busy_with_the_error_as_measured_and_at_its_s
     assert summary["warnings"] == []
 
 
-def test_a_quiet_run_is_not_flagged_and_a_run_without_a_share_says_nothing(tmp_path: Path) -> None:
-    quiet = json.loads(plancast("compare", str(measured_run(tmp_path / "q", 8, 0.95)), "--json").stdout)
+def test_a_quiet_run_is_not_flagged_and_a_run_without_a_share_says_nothing(measured_run: MeasuredRun) -> None:
+    quiet = json.loads(plancast("compare", str(measured_run(8, 0.95)), "--json").stdout)
     assert quiet["machine_busy"] is False
-    text = plancast("compare", str(measured_run(tmp_path / "n", 8, None))).stdout
+    text = plancast("compare", str(measured_run(8, None))).stdout
     assert "core share" not in text and BUSY_LABEL not in text
 
 
-def test_compare_warns_when_too_few_steps_follow_the_warm_up(tmp_path: Path) -> None:
-    result = plancast("compare", str(measured_run(tmp_path / "run", steps=3, share=0.95)))
+def test_compare_warns_when_too_few_steps_follow_the_warm_up(measured_run: MeasuredRun) -> None:
+    result = plancast("compare", str(measured_run(3, 0.95)))
     assert result.returncode == 0
     assert "warning: only 2 measured step(s) after warm-up" in result.stderr

@@ -10,7 +10,6 @@ import typer
 from plancast.app import (
     RunArg,
     UserError,
-    _importable,
     app,
     ensure_predicted,
     err,
@@ -36,13 +35,13 @@ def reconcile_run(run_path: Path, reference_share: float | None = None) -> dict[
 
 def profile_share(run_path: Path) -> float:
     """The core share a rank got while this machine's local-cpu profile was measured
-    (runtime/local_profile.cached_core_share), for a CPU run; 1.0 (a core of its own) for a GPU run, a
-    run from elsewhere, or without the runtime extra."""
+    (runtime/local_profile.latest_host_core_share), for a CPU run; 1.0 (a core of its own) for a GPU
+    run, a machine never measured, or without the runtime extra."""
     from plancast.simulator.loader import ScenarioError, load_scenario
     from plancast.traces.store import RunDir
 
     toml = RunDir(run_path).scenario_toml
-    if not toml.is_file() or not _importable("torch"):
+    if not toml.is_file():
         return 1.0
     try:
         scenario = load_scenario(toml).scenario
@@ -50,9 +49,9 @@ def profile_share(run_path: Path) -> float:
         return 1.0  # compare reports a scenario it cannot read where it needs it
     if not scenario.cluster.gpu.name.startswith("cpu"):
         return 1.0
-    from plancast.runtime.local_profile import cached_core_share
+    from plancast.runtime.local_profile import latest_host_core_share
 
-    return cached_core_share(scenario)
+    return latest_host_core_share()
 
 
 def print_conditions(summary: dict[str, Any]) -> None:

@@ -3,9 +3,18 @@ was measured under, the user is told; small changes and unknown loads say nothin
 
 from __future__ import annotations
 
+import json
+import socket
+from pathlib import Path
+
 import pytest
 
-from plancast.runtime.local_profile import LOAD_CHANGE_PER_CORE, load_changed, machine_load
+from plancast.runtime.local_profile import (
+    LOAD_CHANGE_PER_CORE,
+    latest_host_core_share,
+    load_changed,
+    machine_load,
+)
 
 
 @pytest.mark.parametrize(
@@ -31,3 +40,16 @@ def test_a_large_load_change_is_told(then: object, now: float | None, cores: obj
 def test_the_load_is_read_on_linux() -> None:
     load = machine_load()
     assert load is None or load >= 0
+
+
+def test_compare_reads_this_hosts_latest_core_share_without_torch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PLANCAST_CACHE_DIR", str(tmp_path))
+    assert latest_host_core_share() == 1.0  # never measured: a core of its own
+    mine = tmp_path / f"{socket.gethostname()}_some-cpu_2cores_torch2"
+    theirs = tmp_path / "another-host_some-cpu_2cores_torch2"
+    for folder, share in ((mine, 0.6), (theirs, 0.3)):
+        folder.mkdir()
+        (folder / "h64-record.json").write_text(json.dumps({"cpu_share": share}))
+    assert latest_host_core_share() == pytest.approx(0.6)
