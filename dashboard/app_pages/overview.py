@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import streamlit as st
 
 from plancast.dashboard import charts, data, frames
 from plancast.dashboard.app_pages.common import current_run, machine_load
 from plancast.dashboard.data import RunData
 from plancast.traces.contention import BUSY_LABEL
+from plancast.traces.reconcile import Reconciliation
 from plancast.traces.telemetry import busy_gpu
 
 
@@ -50,16 +53,7 @@ def comparison(run: RunData) -> None:
         "middle two when even; step 0 is warm-up).",
     )
     head[2].metric("Step-time error", error, help="(predicted − measured) / measured")
-    load = machine_load(run, rec.step_time_predicted_s, rec.step_time_measured_s)
-    if load is not None and isinstance(load["step_time_error_adjusted"], float):
-        head[3].metric(
-            "Error at the measured core share",
-            frames.format_error(load["step_time_error_adjusted"]),
-            delta=BUSY_LABEL if load["machine_busy"] else None,
-            delta_color="off",
-            help="The prediction x the reference core share / the run's measured share "
-            "(traces/contention.py): what the model says for the cores the ranks actually got.",
-        )
+    adjusted_error(head[3], run, rec)
     bubble = st.columns(2)
     bubble[0].metric("Bubble fraction (predicted)", f"{rec.bubble_fraction_predicted:.1%}")
     bubble[1].metric("Bubble fraction (measured)", f"{rec.bubble_fraction_measured:.1%}")
@@ -92,6 +86,20 @@ def comparison(run: RunData) -> None:
         span_ms = float((path["start_us"] + path["dur_us"]).max() - path["start_us"].min()) / 1e3
         st.caption(f"{len(path)} events over ranks {sorted(set(path['rank']))}, {span_ms:.1f} ms end to end.")
     st.dataframe(frames.critical_path_rows(path), hide_index=True)
+
+
+def adjusted_error(col: Any, run: RunData, rec: Reconciliation) -> None:
+    """The step-time error with the run's measured core share applied to the prediction, where recorded."""
+    load = machine_load(run, rec.step_time_predicted_s, rec.step_time_measured_s)
+    if load is not None and isinstance(load["step_time_error_adjusted"], float):
+        col.metric(
+            "Error at the measured core share",
+            frames.format_error(load["step_time_error_adjusted"]),
+            delta=BUSY_LABEL if load["machine_busy"] else None,
+            delta_color="off",
+            help="The prediction x the reference core share / the run's measured share "
+            "(traces/contention.py): what the model says for the cores the ranks actually got.",
+        )
 
 
 def measured_conditions(run: RunData) -> None:
