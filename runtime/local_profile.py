@@ -123,16 +123,16 @@ def measured_cluster(
             f"{record['world']} ranks); cached in {path} (refresh with --no-cache)"
         )
     else:
-        note = load_changed(record.get("load_before"), machine_load(), record.get("cores"))
+        then = record.get("load_before")
+        note = load_changed(then, machine_load(), record.get("cores"), record.get("world"))
         if note:
             say(f"local-cpu: {note}; the cached profile {path} may not fit now (re-measure with --no-cache)")
     return profile_cluster(s, record)
 
 
-LOAD_CHANGE_PER_CORE = 0.5
-"""A change of the 1-minute load average by more than half a runnable thread per core: with two ranks
-on two cores, a rank's core share then moves by a third or more (2 / 2.5 = 0.8 of a core, and
-below), beyond the loop's 25% target (traces/contention.py)."""
+LOAD_SHARE_CHANGE = 0.8
+"""Told when the core share the load leaves the ranks now is below 0.8 of, or above 1/0.8 of, the one
+it left while the profile was measured: the loop's 25% target (traces/contention.BUSY_SHARE)."""
 
 
 def machine_load() -> float | None:
@@ -144,40 +144,29 @@ def machine_load() -> float | None:
         return None
 
 
-def load_changed(then: object, now: float | None, cores: object) -> str | None:
-    """A sentence when the load now differs from the one the profile was measured under by more than
-    LOAD_CHANGE_PER_CORE per core, else None (also where either is unknown: records before this one
-    kept no load)."""
+def expected_share(load: float, cores: int, ranks: int) -> float:
+    """The core share `ranks` busy ranks can expect beside `load` other runnable threads on `cores`
+    cores, the scheduler sharing the cores evenly among all runnable threads (Linux CFS's fair share,
+    Documentation/scheduler/sched-design-CFS.rst)."""
+    return min(1.0, cores / max(load + ranks, 1e-9))
+
+
+def load_changed(then: object, now: float | None, cores: object, ranks: object = 2) -> str | None:
+    """A sentence when the load now leaves the ranks a core share that differs from the one at the
+    profile's measurement by more than LOAD_SHARE_CHANGE, else None (also where either load is unknown:
+    records before this one kept none)."""
     if now is None or isinstance(then, bool) or not isinstance(then, int | float):
         return None
-    per_core = max(int(cores), 1) if isinstance(cores, int) and not isinstance(cores, bool) else 1
-    if abs(now - then) / per_core <= LOAD_CHANGE_PER_CORE:
+    n_cores = cores if isinstance(cores, int) and not isinstance(cores, bool) and cores > 0 else 1
+    n_ranks = ranks if isinstance(ranks, int) and not isinstance(ranks, bool) and ranks > 0 else 2
+    share_then, share_now = expected_share(then, n_cores, n_ranks), expected_share(now, n_cores, n_ranks)
+    if LOAD_SHARE_CHANGE <= share_now / share_then <= 1 / LOAD_SHARE_CHANGE:
         return None
     return (
         f"this machine's load is {now:.1f} now and was {then:.1f} when its profile was measured "
-        f"({per_core} cores), and the profile's speeds are those of that load"
+        f"({n_cores} cores, {n_ranks} ranks: a core share of {share_now:.2f} now against {share_then:.2f}), "
+        "and the profile's speeds are those of that load"
     )
-
-
-def localize(s: Scenario, *, refresh: bool = False, say: Callable[[str], None] = lambda _: None) -> Scenario:
-    """`s` with its (local-cpu) cluster measured on this machine."""
-    cluster, _ = measured_cluster(s, refresh=refresh, say=say)
-    return s.model_copy(update={"cluster": cluster})
-
-
-def cached_core_share(s: Scenario) -> float:
-    """The core share a rank got during this machine's microbenchmarks at `s`'s shapes, else during its
-    latest ones (the share is the machine's load, not the shape's); 1.0 without a record. What the
-    host-cost bounds of a profile from that record are scaled by (calibration.microbench.bounded)."""
-    path = record_path(s)
-    folder = path.parent
-    others = sorted(folder.glob("*.json"), key=lambda p: p.stat().st_mtime) if folder.is_dir() else []
-    for candidate in [path, *reversed(others)]:
-        try:
-            return core_share(json.loads(candidate.read_text(encoding="utf-8")))
-        except (OSError, json.JSONDecodeError):
-            continue
-    return 1.0
 
 
 MAX_RECORD_BYTES = 4 << 20  # a record is tens of KiB; a larger file in the cache is not one

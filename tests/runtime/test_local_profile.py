@@ -48,7 +48,7 @@ def test_the_first_simulate_measures_once_and_later_ones_read_the_cache(fresh_ca
     assert json.loads(second.stdout) == json.loads(first.stdout)  # the same cached measurement
     assert isinstance(record["load_before"], float)  # the load it was measured under
 
-    records[0].write_text(json.dumps({**record, "load_before": record["load_before"] + 50 * record["cores"]}))
+    records[0].write_text(json.dumps({**record, "load_before": record["load_before"] + 50.0}))
     busier = cli_subprocess("simulate", str(SCENARIO), "--json", timeout_s=600)  # the load moved a lot
     assert busier.returncode == 0 and _measured_lines(busier.stderr) == []
     assert "when its profile was measured" in busier.stderr and "--no-cache" in busier.stderr

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from plancast.runtime.local_profile import (
-    LOAD_CHANGE_PER_CORE,
+    LOAD_SHARE_CHANGE,
+    expected_share,
     latest_host_core_share,
     load_changed,
     machine_load,
@@ -20,10 +21,12 @@ from plancast.runtime.local_profile import (
 @pytest.mark.parametrize(
     ("then", "now", "cores", "told"),
     [
-        (0.5, 0.5 + 2 * LOAD_CHANGE_PER_CORE, 2, False),  # exactly the limit: nothing
-        (0.5, 0.6 + 2 * LOAD_CHANGE_PER_CORE, 2, True),
+        (0.0, 0.5, 2, False),  # 2 ranks on 2 cores: share 1.0 then, 0.8 now (the limit)
+        (0.0, 0.6, 2, True),  # 0.77 now
+        (0.5, 2.5, 2, True),  # 0.8 then, 0.44 now
+        (12.2, 13.4, 2, False),  # busy then and now: 0.14 and 0.13
         (9.0, 1.0, 2, True),  # measured busy, quiet now
-        (9.0, 1.0, 32, False),  # the same change on 32 cores is small
+        (9.0, 1.0, 32, False),  # 32 cores: a full share either way
         (None, 9.0, 2, False),  # a record from before the load was kept
         (True, 9.0, 2, False),
         (0.5, None, 2, False),  # no load average on this platform
@@ -31,10 +34,16 @@ from plancast.runtime.local_profile import (
     ],
 )
 def test_a_large_load_change_is_told(then: object, now: float | None, cores: object, told: bool) -> None:
-    note = load_changed(then, now, cores)
+    note = load_changed(then, now, cores, 2)
     assert (note is not None) is told
     if note:
         assert f"{now:.1f} now" in note
+
+
+def test_the_fair_share_of_the_cores() -> None:
+    assert expected_share(0.0, cores=2, ranks=2) == 1.0
+    assert expected_share(2.0, cores=2, ranks=2) == pytest.approx(0.5)
+    assert LOAD_SHARE_CHANGE == 0.8
 
 
 def test_the_load_is_read_on_linux() -> None:
