@@ -169,6 +169,27 @@ def load_changed(then: object, now: float | None, cores: object, ranks: object =
     )
 
 
+def localize(s: Scenario, *, refresh: bool = False, say: Callable[[str], None] = lambda _: None) -> Scenario:
+    """`s` with its (local-cpu) cluster measured on this machine."""
+    cluster, _ = measured_cluster(s, refresh=refresh, say=say)
+    return s.model_copy(update={"cluster": cluster})
+
+
+def cached_core_share(s: Scenario) -> float:
+    """The core share a rank got during this machine's microbenchmarks at `s`'s shapes, else during its
+    latest ones (the share is the machine's load, not the shape's); 1.0 without a record. What the
+    host-cost bounds of a profile from that record are scaled by (calibration.microbench.bounded)."""
+    path = record_path(s)
+    folder = path.parent
+    others = sorted(folder.glob("*.json"), key=lambda p: p.stat().st_mtime) if folder.is_dir() else []
+    for candidate in [path, *reversed(others)]:
+        try:
+            return core_share(json.loads(candidate.read_text(encoding="utf-8")))
+        except (OSError, json.JSONDecodeError):
+            continue
+    return 1.0
+
+
 MAX_RECORD_BYTES = 4 << 20  # a record is tens of KiB; a larger file in the cache is not one
 
 
