@@ -167,6 +167,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3, help="repeat every run this many times, interleaved")
     parser.add_argument("--out", type=Path, default=Path("runs/fidelity"))
     parser.add_argument("--reuse", action="store_true", help="keep the runs already finished in --out")
+    parser.add_argument(
+        "--max-ranks", type=int, default=None, help="leave out plans of more ranks (a shared machine: 2)"
+    )
     args = parser.parse_args(argv)
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
@@ -180,6 +183,8 @@ def main(argv: list[str] | None = None) -> int:
         folder = out / f"round-{r}"
         folder.mkdir(exist_ok=True)
         for name, plan in [*CALIBRATION.items(), *MATRIX.items()]:
+            if args.max_ranks is not None and plan.get("_world", 2) > args.max_ranks:
+                continue  # runs[name] stays empty: the plan is left out of the score, and said so below
             run = folder / _slug(name)
             path = scenario_file(folder / f"{run.name}.toml", plan)
             loads[name].append(os.getloadavg()[0])  # at the run's start (or its re-scoring, --reuse)
@@ -234,6 +239,9 @@ def main(argv: list[str] | None = None) -> int:
             f"{name:22} {rounds:>26} {measured:8.4f} {predicted:12.4f} {error:+8.1%} {load:>12} "
             f"{waits[name]:>19}"
         )
+    left_out = [name for name in MATRIX if not runs[name]]
+    if left_out:
+        print(f"left out (more ranks than --max-ranks, or failed): {', '.join(left_out)}")
     mape = statistics.fmean(abs(r[4]) for r in rows) if rows else float("nan")
     worst = max(rows, key=lambda r: abs(r[4])) if rows else None
     print(
@@ -246,7 +254,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     write_result(
         "cpu_fidelity",
-        f"python -m benchmarks.cpu_fidelity --rounds {args.rounds}",
+        f"python -m benchmarks.cpu_fidelity --rounds {args.rounds}"
+        + (f" --max-ranks {args.max_ranks}" if args.max_ranks is not None else ""),
         {**error_figures([r[4] for r in rows]), "plans": len(rows)},
     )
     return 0
