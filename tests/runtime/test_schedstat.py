@@ -56,8 +56,12 @@ def test_a_prefix_no_thread_has_reads_zero() -> None:
 
 
 def test_the_calling_threads_own_times_grow_with_its_work() -> None:
+    """20 ms of this thread's CPU time (however long the machine's load makes it take) shows in its
+    schedstat, which counts the same clock."""
     before = this_thread_times()
-    spin(0.05)
+    start = time.thread_time()
+    while time.thread_time() - start < 0.02:
+        pass
     after = this_thread_times()
     assert before is not None and after is not None
-    assert after.cpu_s - before.cpu_s > 0.02 and after.wait_s >= before.wait_s
+    assert after.cpu_s - before.cpu_s >= 0.015 and after.wait_s >= before.wait_s
