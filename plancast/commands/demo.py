@@ -22,6 +22,7 @@ from plancast.commands.calibrate import measured_local, write_scenario_file
 from plancast.commands.dashboard import dashboard
 from plancast.commands.runs import print_conditions, print_core_wait, reconcile_run
 from plancast.commands.simulate import print_breakdown
+from plancast.traces.contention import BUSY_LABEL
 
 DEMO_SCENARIO = "tiny-local-cpu.toml"
 """The demo plan, shipped as package data (examples/ installs as `plancast.examples`)."""
@@ -191,9 +192,10 @@ def _compare(run_dir: Path, reference_share: float) -> None:
         f"matched, {summary['events_missing']} missing, {summary['events_extra']} extra",
         markup=False,
     )
+    busy = f"; {BUSY_LABEL}, see below" if summary.get("machine_busy") else ""
     out.print(
         f"held-out error: {summary['step_time_error']:+.1%} (this plan, micro-batch 2, was not among the "
-        "calibration runs)",
+        f"calibration runs{busy})",
         markup=False,
     )
     print_conditions(summary)
