@@ -152,6 +152,12 @@ def core_wait_ms(run: Path) -> str:
     return ("-" if wait is None else f"{wait * 1e3:.1f}") + ("" if share is None else f"@{share:.2f}")
 
 
+def lowest_share(runs: dict[str, list[Path]]) -> float | None:
+    """The smallest core share of the scored runs (traces/contention.py): how busy the machine got."""
+    shares = [read_json(RunDir(r).measured_summary).get("core_share") for n in MATRIX for r in runs[n]]
+    return min((x for x in shares if isinstance(x, float)), default=None)
+
+
 def _finished(run: Path) -> bool:
     summary = RunDir(run).measured_summary
     return summary.is_file() and read_json(summary).get("status") == "ok"
@@ -254,9 +260,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     write_result(
         "cpu_fidelity",
-        f"python -m benchmarks.cpu_fidelity --rounds {args.rounds}"
+        f"python -m benchmarks.cpu_fidelity --rounds {args.rounds} --steps {args.steps}"
         + (f" --max-ranks {args.max_ranks}" if args.max_ranks is not None else ""),
-        {**error_figures([r[4] for r in rows]), "plans": len(rows)},
+        {**error_figures([r[4] for r in rows]), "plans": len(rows), "core_share_min": lowest_share(runs)},
     )
     return 0
 

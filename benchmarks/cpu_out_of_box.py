@@ -156,7 +156,12 @@ def report(
     write_result(
         "cpu_out_of_box",
         f"python -m benchmarks.cpu_out_of_box --rounds {args.rounds} --measurements {len(predictions)}",
-        {**error_figures(errors), "plans": len(PLANS), "spread_max": max(spreads)},
+        {
+            **error_figures(errors),
+            "plans": len(PLANS),
+            "spread_max": max(spreads),
+            "core_share_min": min((float(x) for v in shares.values() for x in v if x != "-"), default=None),
+        },
     )
     return 0 if ok else 1
 
