@@ -45,7 +45,7 @@ def _when(record: dict[str, Any], with_load: bool = True) -> str:
     at = f", load {load:.1f}" if with_load and isinstance(load, int | float) else ""
     share = record.get("figures", {}).get("core_share_min")
     if with_load and isinstance(share, int | float):
-        busy = share < BUSY_SHARE  # against a core of its own: traces/contention.py
+        busy = share < BUSY_SHARE  # traces/contention.py
         at += f", core share down to {share:.2f}" + (f": **{BUSY_LABEL}**" if busy else "")
     return f"{record.get('written_utc', '?')[:10]}{at}"
 

@@ -13,9 +13,9 @@ from plancast.traces.contention import BUSY_LABEL, MIN_SCORED_STEPS, contention,
     [
         (1.0, 1.0, 1.0, -1 / 11, False),  # a quiet machine: the adjustment changes nothing
         (0.5, 1.0, 2.0, 0.9 / 1.1, True),  # half a core: the prediction doubles
-        (0.5, 0.5, 1.0, -1 / 11, False),  # ... but the prediction was measured at half a core too
-        (0.7, 0.9, 0.9 / 0.7, (0.9 / 0.7 - 1.1) / 1.1, True),  # 0.7 < 0.8 x 0.9
-        (0.75, 0.9, 0.9 / 0.75, (0.9 / 0.75 - 1.1) / 1.1, False),  # 0.75 >= 0.72
+        (0.5, 0.5, 1.0, -1 / 11, True),  # measured at half a core too: adjusted, and still busy
+        (0.79, 0.9, 0.9 / 0.79, (0.9 / 0.79 - 1.1) / 1.1, True),  # below 0.8 of a core
+        (0.85, 0.9, 0.9 / 0.85, (0.9 / 0.85 - 1.1) / 1.1, False),
     ],
 )
 def test_the_measured_share_scales_the_prediction(
