@@ -90,3 +90,18 @@ def test_compare_warns_when_too_few_steps_follow_the_warm_up(measured_run: Measu
     result = plancast("compare", str(measured_run(3, 0.95)))
     assert result.returncode == 0
     assert "warning: only 2 measured step(s) after warm-up" in result.stderr
+
+
+def test_a_demo_run_is_held_to_its_calibration_runs_share(measured_run: MeasuredRun, tmp_path: Path) -> None:
+    """`plancast compare runs/demo/run` uses the share the demo's calibration runs got (the profile was
+    fitted on them), as the demo itself does."""
+    demo = tmp_path / "demo"
+    demo.mkdir()
+    run = measured_run(8, 0.5).rename(demo / "run")
+    for micro_batch, share in ((1, 0.4), (4, 0.6)):
+        (demo / f"calibration-mb{micro_batch}" / "measured").mkdir(parents=True)
+        write_json(RunDir(demo / f"calibration-mb{micro_batch}").measured_summary, {"core_share": share})
+    summary = json.loads(plancast("compare", str(run), "--json").stdout)
+    assert summary["core_share_reference"] == pytest.approx(0.5)
+    assert summary["step_time_error_adjusted"] == pytest.approx(-1 / 11, rel=1e-6)  # 0.5 / 0.5: as measured
+    assert summary["machine_busy"] is True  # half a core is busy, whatever the calibration got

@@ -20,7 +20,7 @@ from plancast.app import (
 )
 from plancast.commands.calibrate import measured_local, write_scenario_file
 from plancast.commands.dashboard import dashboard
-from plancast.commands.runs import print_conditions, print_core_wait, reconcile_run
+from plancast.commands.runs import calibration_share, print_conditions, print_core_wait, reconcile_run
 from plancast.commands.simulate import print_breakdown
 from plancast.traces.contention import BUSY_LABEL
 
@@ -161,23 +161,6 @@ def _calibrate(plan: Path, out_dir: Path, profile: Path) -> float:
     for line in [*result.notes, *score_table(result.scores)]:
         out.print(f"  {line}", markup=False)
     return calibration_share(calib_runs)
-
-
-def calibration_share(runs: list[Path]) -> float:
-    """The median core share of the calibration runs (measured/summary.json), 1.0 where none recorded
-    one: the load the calibrated profile was measured under."""
-    import statistics
-
-    from plancast.traces.compare import measured_share, optional_json
-    from plancast.traces.store import RunDir
-
-    shares = []
-    for run in runs:
-        path = RunDir(run).measured_summary
-        share = measured_share(optional_json(path, []), path, [])
-        if share is not None:
-            shares.append(share)
-    return statistics.median(shares) if shares else 1.0
 
 
 def _compare(run_dir: Path, reference_share: float) -> None:

@@ -33,13 +33,34 @@ def reconcile_run(run_path: Path, reference_share: float | None = None) -> dict[
         raise UserError(str(e)) from None
 
 
+def calibration_share(runs: list[Path]) -> float:
+    """The median core share of calibration runs (measured/summary.json), 1.0 where none recorded one:
+    the load a profile fitted on them was measured under."""
+    import statistics
+
+    from plancast.traces.compare import measured_share, optional_json
+    from plancast.traces.store import RunDir
+
+    shares = []
+    for run in runs:
+        path = RunDir(run).measured_summary
+        share = measured_share(optional_json(path, []), path, [])
+        if share is not None:
+            shares.append(share)
+    return statistics.median(shares) if shares else 1.0
+
+
 def profile_share(run_path: Path) -> float:
-    """The core share a rank got while this machine's local-cpu profile was measured
-    (runtime/local_profile.latest_host_core_share), for a CPU run; 1.0 (a core of its own) for a GPU
-    run, a machine never measured, or without the runtime extra."""
+    """The core share the prediction's constants were measured at: a demo's scored run (RUN/../run
+    beside calibration-mb*/) its calibration runs'; another CPU run this machine's latest
+    microbenchmarks' (runtime/local_profile.latest_host_core_share); 1.0 (a core of its own) for a GPU
+    run or a machine never measured."""
     from plancast.simulator.loader import ScenarioError, load_scenario
     from plancast.traces.store import RunDir
 
+    calibrations = sorted(run_path.parent.glob("calibration-mb*/measured")) if run_path.name == "run" else []
+    if calibrations:
+        return calibration_share([c.parent for c in calibrations])
     toml = RunDir(run_path).scenario_toml
     if not toml.is_file():
         return 1.0
