@@ -16,12 +16,17 @@ demo: $(STAMP)
 	$(BIN)/plancast demo
 
 lint: $(STAMP)
+	@echo "== lint: ruff, then mypy"
 	$(BIN)/ruff check plancast simulator traces runtime dashboard tests benchmarks
 	$(BIN)/mypy
 
+# about 41 min on one worker on a loaded 2-core machine (issue 36); two workers, with every test that
+# starts ranks or a server kept on one of them in turn (tests/conftest.py), aim at under 15 min quiet
 test: lint
+	@echo "== test dependencies: chromium for the browser test (apt-get install, only when run as root)"
 	bash scripts/setup_test_deps.sh
-	$(BIN)/python -m pytest -q
+	@echo "== the test suite on 2 workers (pytest-xdist); the slowest 15 tests are listed at the end"
+	$(BIN)/python -m pytest -q -n 2 --dist loadgroup --durations 15
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks.published_runs

@@ -33,6 +33,7 @@ from typing import Any
 
 import tomli_w
 
+from benchmarks.results_io import error_figures, write_result
 from plancast.runtime.calibrate import adopt, calibrate, write_profile
 from plancast.runtime.launch import launch
 from plancast.runtime.local_profile import cached_core_share, localize
@@ -144,9 +145,17 @@ def measured_step_s(run: Path) -> float:
 
 
 def core_wait_ms(run: Path) -> str:
-    """The run's median wait of a rank's threads for a CPU core per step (runtime/schedstat.py), ms."""
-    wait = read_json(RunDir(run).measured_summary).get("core_wait_s")
-    return "-" if wait is None else f"{wait * 1e3:.1f}"
+    """The run's median wait of a rank's threads for a CPU core per step (runtime/schedstat.py), ms,
+    and its compute threads' core share (traces/contention.py)."""
+    summary = read_json(RunDir(run).measured_summary)
+    wait, share = summary.get("core_wait_s"), summary.get("core_share")
+    return ("-" if wait is None else f"{wait * 1e3:.1f}") + ("" if share is None else f"@{share:.2f}")
+
+
+def lowest_share(runs: dict[str, list[Path]]) -> float | None:
+    """The smallest core share of the scored runs (traces/contention.py): how busy the machine got."""
+    shares = [read_json(RunDir(r).measured_summary).get("core_share") for n in MATRIX for r in runs[n]]
+    return min((x for x in shares if isinstance(x, float)), default=None)
 
 
 def _finished(run: Path) -> bool:
@@ -164,6 +173,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3, help="repeat every run this many times, interleaved")
     parser.add_argument("--out", type=Path, default=Path("runs/fidelity"))
     parser.add_argument("--reuse", action="store_true", help="keep the runs already finished in --out")
+    parser.add_argument(
+        "--max-ranks", type=int, default=None, help="leave out plans of more ranks (a shared machine: 2)"
+    )
     args = parser.parse_args(argv)
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
@@ -177,6 +189,8 @@ def main(argv: list[str] | None = None) -> int:
         folder = out / f"round-{r}"
         folder.mkdir(exist_ok=True)
         for name, plan in [*CALIBRATION.items(), *MATRIX.items()]:
+            if args.max_ranks is not None and plan.get("_world", 2) > args.max_ranks:
+                continue  # runs[name] stays empty: the plan is left out of the score, and said so below
             run = folder / _slug(name)
             path = scenario_file(folder / f"{run.name}.toml", plan)
             loads[name].append(os.getloadavg()[0])  # at the run's start (or its re-scoring, --reuse)
@@ -222,15 +236,18 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name}: parameters outside their bounds: {violations}")
     print(
         f"\n{'plan':22} {'measured s (rounds)':>26} {'median':>8} {'predicted s':>12} {'error':>8} "
-        f"{'load at run':>12} {'core wait ms':>15}"
+        f"{'load at run':>12} {'core wait ms@share':>19}"
     )
     for name, per_round, measured, predicted, error in rows:
         rounds = " ".join(f"{t:.3f}" for t in per_round)
         load = " ".join(f"{x:.1f}" for x in loads[name])
         print(
             f"{name:22} {rounds:>26} {measured:8.4f} {predicted:12.4f} {error:+8.1%} {load:>12} "
-            f"{waits[name]:>15}"
+            f"{waits[name]:>19}"
         )
+    left_out = [name for name in MATRIX if not runs[name]]
+    if left_out:
+        print(f"left out (more ranks than --max-ranks, or failed): {', '.join(left_out)}")
     mape = statistics.fmean(abs(r[4]) for r in rows) if rows else float("nan")
     worst = max(rows, key=lambda r: abs(r[4])) if rows else None
     print(
@@ -240,6 +257,12 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"fitted parameters outside their bounds (core share {share:.2f}): "
         f"{bound_violations(result.cluster.compute, share) or 'none'}"
+    )
+    write_result(
+        "cpu_fidelity",
+        f"python -m benchmarks.cpu_fidelity --rounds {args.rounds} --steps {args.steps}"
+        + (f" --max-ranks {args.max_ranks}" if args.max_ranks is not None else ""),
+        {**error_figures([r[4] for r in rows]), "plans": len(rows), "core_share_min": lowest_share(runs)},
     )
     return 0
 

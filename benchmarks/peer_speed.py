@@ -31,6 +31,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from benchmarks.results_io import write_result
 from plancast.simulator.loader import load_scenario
 from plancast.simulator.predict import simulate
 
@@ -161,6 +162,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name, r in rows.items():
         print(f"{name:32} {r['a_s']:11.3f} {r['b_s']:11.3f} {r['ratio']:7.2f}x")
     print("ratio < 1: plancast faster. Load average now:", " ".join(f"{x:.1f}" for x in os.getloadavg()))
+    write_result(
+        "peer_speed",
+        "python -m benchmarks.peer_speed --calculon PATH",
+        {
+            name.split(" (")[0]: {"plancast_s": r["a_s"], "calculon_s": r["b_s"], "ratio": r["ratio"]}
+            for name, r in rows.items()
+        },
+    )
     return 0
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from benchmarks.published_data import FP8_RUNS, MOE_AND_LONG_CONTEXT_RUNS, MOE_RUNS, RUNS, PublishedRun
 from benchmarks.published_groups import print_groups, score_groups
+from benchmarks.results_io import error_figures, write_result
 from plancast.simulator.costs.memory import GiB, model_state_bytes, rank_memory
 from plancast.simulator.costs.params import stage_parameters
 from plancast.simulator.costs.stage import stage_costs
@@ -358,6 +359,24 @@ def print_scores(rows: list[dict[str, Any]]) -> None:
     )
 
 
+def save_figures(
+    scores: list[dict[str, Any]], moe: list[dict[str, Any]], hardware: dict[str, list[dict[str, Any]]]
+) -> None:
+    """The held-out figures the README's table quotes (benchmarks/results/published_runs.json): the dense
+    rows left out one source at a time, the MoE validation rows (no constant fitted on any), the FP8 rows
+    (per-tensor, MXFP8, NVFP4) and the Blackwell + AMD rows (benchmarks/published_groups.py)."""
+    write_result(
+        "published_runs",
+        "python -m benchmarks.published_runs",
+        {
+            "dense": error_figures([r["held_out_error"] for r in scores]),
+            "moe": error_figures([r["error"] for r in moe if r["moe"]]),
+            "fp8": error_figures([r["error"] for r in hardware["fp8"]]),
+            "blackwell_amd": error_figures([r["error"] for r in hardware["blackwell_amd"]]),
+        },
+    )
+
+
 def main() -> int:
     t5, t4, f1 = table5(), table4(), figure1()
     scores, moe, memory = score_runs(), score_moe_runs(), score_memory()
@@ -377,6 +396,7 @@ def main() -> int:
     print_scores(scores)
     print_moe_scores(moe)
     print_groups(hardware)
+    save_figures(scores, moe, hardware)
     print_memory(memory)
     print("Korthikanti et al. 2022, Table 5: iteration time (s)")
     print(f"{'model':6} {'setup':16} {'measured':>9} {'predicted':>10} {'error':>8} {'MFU':>6}")

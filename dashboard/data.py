@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 import pandas as pd
 import streamlit as st
 
-from plancast.dashboard.serve import ROOT_ENV, RUNS_ENV
+from plancast.dashboard.serve import ROOT_ENV, RUNS_ENV, measured_run_inside
 from plancast.simulator.loader import ScenarioError, load_scenario
 from plancast.simulator.predict import simulate
 from plancast.simulator.scenario import Scenario
@@ -152,7 +152,7 @@ def runs_in_folder(folder: Path, roots: Sequence[Path] | None = None) -> list[Pa
     sub-folder is resolved first (symbolic links followed) and kept only when it lies inside one of
     them: a link in the runs folder that points outside is not listed, as `confined` refuses it typed."""
     if looks_like_run(folder):
-        return [folder]
+        return [measured_run_inside(folder)]
     if not folder.is_dir():
         return []
     found = []
@@ -180,7 +180,7 @@ def command_line_runs(argv: Sequence[str], script: Path, environ: Mapping[str, s
     """
     args = list(argv[1:]) if argv and Path(argv[0]).resolve() == script.resolve() else []
     args += [p for p in environ.get(RUNS_ENV, "").split(os.pathsep) if p]
-    return list(dict.fromkeys(Path(a).resolve() for a in args))
+    return list(dict.fromkeys(measured_run_inside(Path(a).resolve()) for a in args))
 
 
 # ------------------------------------------------------------------------------------------ uploads

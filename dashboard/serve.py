@@ -238,3 +238,13 @@ def stop(process: subprocess.Popen[bytes], grace_s: float = 10.0) -> None:
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()
+
+
+def measured_run_inside(path: Path) -> Path:
+    """`path`, or the measured run one level down where `path` is a demo folder (`make demo` writes
+    runs/demo/{scenario.toml, run/, calibration-mb*/}: the scored run is runs/demo/run) holding no
+    events of its own."""
+    if (path / "predicted").is_dir() or (path / "measured").is_dir():  # traces/store.RunDir's layout
+        return path
+    inner = path / "run"
+    return inner if (inner / "measured").is_dir() else path

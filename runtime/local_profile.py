@@ -38,10 +38,11 @@ def cache_dir() -> Path:
     return Path(platformdirs.user_cache_dir("plancast", appauthor=False))
 
 
-RECORD_VERSION = 6
+RECORD_VERSION = 7
 """Bumped when the microbenchmarks measure something new (2: the busy-sender transfer; 3: with every
 rank busy, in pairs; 4: a transfer's post as the runtime posts it; 5: the executor's host time per
-transfer, which replaces it; 6: the transport threads' CPU, GEMMs sampled in turns), so
+transfer, which replaces it; 6: the transport threads' CPU, GEMMs sampled in turns; 7: interquartile
+means of 11 samples instead of medians of 7, and the load measured under), so
 that a cached record without it is measured again rather than read as zero."""
 
 
@@ -111,8 +112,9 @@ def measured_cluster(
     if record is None:
         from plancast.runtime.microbench import measure
 
-        started = time.perf_counter()
+        started, load_before = time.perf_counter(), machine_load()
         record = measure(s, world=bench_world(s))
+        record["load_before"] = load_before  # what else ran: the load the profile was measured under
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(record, indent=1), encoding="utf-8")
@@ -121,7 +123,51 @@ def measured_cluster(
             f"local-cpu: measured this machine ({time.perf_counter() - started:.0f} s of microbenchmarks, "
             f"{record['world']} ranks); cached in {path} (refresh with --no-cache)"
         )
+    else:
+        then = record.get("load_before")
+        note = load_changed(then, machine_load(), record.get("cores"), record.get("world"))
+        if note:
+            say(f"local-cpu: {note}; the cached profile {path} may not fit now (re-measure with --no-cache)")
     return profile_cluster(s, record)
+
+
+LOAD_SHARE_CHANGE = 0.8
+"""Told when the core share the load leaves the ranks now is below 0.8 of, or above 1/0.8 of, the one
+it left while the profile was measured: the loop's 25% target (traces/contention.BUSY_SHARE)."""
+
+
+def machine_load() -> float | None:
+    """The 1-minute load average (runnable threads, Linux /proc/loadavg via os.getloadavg); None
+    where the platform has none."""
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
+
+
+def expected_share(load: float, cores: int, ranks: int) -> float:
+    """The core share `ranks` busy ranks can expect beside `load` other runnable threads on `cores`
+    cores, the scheduler sharing the cores evenly among all runnable threads (Linux CFS's fair share,
+    Documentation/scheduler/sched-design-CFS.rst)."""
+    return min(1.0, cores / max(load + ranks, 1e-9))
+
+
+def load_changed(then: object, now: float | None, cores: object, ranks: object = 2) -> str | None:
+    """A sentence when the load now leaves the ranks a core share that differs from the one at the
+    profile's measurement by more than LOAD_SHARE_CHANGE, else None (also where either load is unknown:
+    records before this one kept none)."""
+    if now is None or isinstance(then, bool) or not isinstance(then, int | float):
+        return None
+    n_cores = cores if isinstance(cores, int) and not isinstance(cores, bool) and cores > 0 else 1
+    n_ranks = ranks if isinstance(ranks, int) and not isinstance(ranks, bool) and ranks > 0 else 2
+    share_then, share_now = expected_share(then, n_cores, n_ranks), expected_share(now, n_cores, n_ranks)
+    if LOAD_SHARE_CHANGE <= share_now / share_then <= 1 / LOAD_SHARE_CHANGE:
+        return None
+    return (
+        f"this machine's load is {now:.1f} now and was {then:.1f} when its profile was measured "
+        f"({n_cores} cores, {n_ranks} ranks: a core share of {share_now:.2f} now against {share_then:.2f}), "
+        "and the profile's speeds are those of that load"
+    )
 
 
 def localize(s: Scenario, *, refresh: bool = False, say: Callable[[str], None] = lambda _: None) -> Scenario:
@@ -141,5 +187,27 @@ def cached_core_share(s: Scenario) -> float:
         try:
             return core_share(json.loads(candidate.read_text(encoding="utf-8")))
         except (OSError, json.JSONDecodeError):
+            continue
+    return 1.0
+
+
+MAX_RECORD_BYTES = 4 << 20  # a record is tens of KiB; a larger file in the cache is not one
+
+
+def latest_host_core_share() -> float:
+    """The core share a rank got during this host's latest microbenchmarks (any scenario shape: the share
+    is the machine's load), 1.0 without any. Torch-free (machine_key imports torch, seconds on a busy
+    machine), for `plancast compare` (traces/contention.py's reference)."""
+    root = cache_dir()
+    if not root.is_dir():
+        return 1.0
+    folders = [d for d in root.glob(f"{_slug(socket.gethostname())}_*") if d.is_dir()]
+    records = sorted((p for d in folders for p in d.glob("*.json")), key=lambda p: p.stat().st_mtime)
+    for candidate in reversed(records):
+        if candidate.stat().st_size > MAX_RECORD_BYTES:
+            continue
+        try:
+            return core_share(json.loads(candidate.read_text(encoding="utf-8")))
+        except (OSError, json.JSONDecodeError, TypeError, ValueError, AttributeError):
             continue
     return 1.0

@@ -29,7 +29,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from plancast.runtime.timing import REPEAT, interleaved_medians, median_seconds
+from plancast.runtime.timing import REPEAT, interleaved_seconds, sample_seconds
 from plancast.simulator.scenario import Scenario
 
 MESSAGE_BYTES = (1024, 16 * 1024, 256 * 1024, 1024 * 1024, 4 * 1024 * 1024)
@@ -45,7 +45,7 @@ def gemm_shapes(s: Scenario) -> list[tuple[int, int, int]]:
 def measure_device(s: Scenario, repeat: int = 3 * REPEAT) -> dict[str, Any]:
     """fp32 matmul FLOP/s per GEMM shape of `s`, the best of them as the peak, and memory bandwidth.
 
-    The shapes and the copy are sampled in turns (timing.interleaved_medians): measured one after the
+    The shapes and the copy are sampled in turns (timing.interleaved_seconds): measured one after the
     other, a few ms of load from elsewhere on a shared machine fell on one shape alone and put it at a
     third of its neighbours' rate, which bent the fitted GEMM curve."""
     gemms = {f"{m}x{k}x{n}": (m, k, n) for m, k, n in gemm_shapes(s)}
@@ -56,7 +56,7 @@ def measure_device(s: Scenario, repeat: int = 3 * REPEAT) -> dict[str, Any]:
     src = torch.empty(16 * 1024 * 1024)  # 64 MiB of fp32: far beyond the caches
     dst = torch.empty_like(src)
     fns["copy"] = functools.partial(dst.copy_, src)
-    seconds = interleaved_medians(fns, repeat)
+    seconds = interleaved_seconds(fns, repeat)
     flops = {name: 2.0 * m * k * n / seconds[name] for name, (m, k, n) in gemms.items()}
     copy_s = seconds["copy"]
     return {
@@ -77,13 +77,13 @@ def measure_links(world: int, repeat: int = REPEAT) -> list[dict[str, Any]]:
             "all_gather": functools.partial(dist.all_gather, gathered, x),
         }
         for kind, op in ops.items():
-            seconds = median_seconds(op, repeat, dist.barrier)
+            seconds = sample_seconds(op, repeat, dist.barrier)
             size = nbytes * world if kind == "all_gather" else nbytes  # the gathered tensor
             samples.append({"kind": kind, "ranks": world, "bytes": size, "seconds": seconds})
         if rank < 2:
             op = functools.partial(dist.send, x, 1) if rank == 0 else functools.partial(dist.recv, x, 0)
             samples.append(
-                {"kind": "send", "ranks": 2, "bytes": nbytes, "seconds": median_seconds(op, repeat)}
+                {"kind": "send", "ranks": 2, "bytes": nbytes, "seconds": sample_seconds(op, repeat)}
             )
     return samples
 

@@ -25,7 +25,7 @@ from plancast.runtime.microbench_pipeline import spin, transfer_host_seconds
 from plancast.runtime.model import Decoder, ModelConfig
 from plancast.runtime.parallel.fsdp import apply_fsdp
 from plancast.runtime.parallel.tp import apply_tensor_parallel
-from plancast.runtime.timing import interleaved_medians
+from plancast.runtime.timing import interleaved_seconds
 from plancast.simulator.scenario import Scenario
 
 BLOCK_COUNTS = (1, 3)  # two model depths: the difference is per block, the rest cancels
@@ -55,9 +55,9 @@ def measure_compute(s: Scenario) -> dict[str, dict[str, float]]:
             holder.pop("loss").backward()
 
         fns[f"{layers}/forward"], fns[f"{layers}/backward"] = forward, backward
-    medians = interleaved_medians(fns, repeat=15)  # forward then backward of each depth, in turns
+    typical = interleaved_seconds(fns, repeat=15)  # forward then backward of each depth, in turns
     out: dict[str, dict[str, float]] = {}
-    for name, seconds in medians.items():
+    for name, seconds in typical.items():
         depth, kind = name.split("/")
         out.setdefault(depth, {})[kind] = seconds
     return out
@@ -178,20 +178,21 @@ def _collectives(mesh: DeviceMesh) -> dict[str, float]:
         "dtensor_all_reduce": instrumented(dtensor_all_reduce),
         "dtensor_all_gather": instrumented(dtensor_all_gather),
     }
-    return interleaved_medians(ops, sync=dist.barrier)
+    return interleaved_seconds(ops, sync=dist.barrier)
 
 
 def measure_host(s: Scenario, world: int) -> dict[str, Any]:
-    """Each host cost in isolation (see the module docstring), rank 0's medians in seconds."""
+    """Each host cost in isolation (see the module docstring), rank 0's interquartile means in seconds
+    (runtime/timing.py)."""
     mesh = init_device_mesh("cpu", (world,))
     blocks: dict[str, dict[str, float]] = {}
     for variant in ("plain", "tp", "sp", "fsdp"):
         steps = {str(n): _block_step(s, mesh, variant, n) for n in BLOCK_COUNTS}
-        blocks[variant] = interleaved_medians(steps, sync=dist.barrier)
+        blocks[variant] = interleaved_seconds(steps, sync=dist.barrier)
     optimizer: dict[str, dict[str, float]] = {}
     for kind in ("plain", "dtensor"):
         steps = {str(n): _optimizer_step(s, mesh, n, kind == "dtensor") for n in OPTIMIZER_TENSORS}
-        optimizer[kind] = interleaved_medians(steps, sync=dist.barrier)
+        optimizer[kind] = interleaved_seconds(steps, sync=dist.barrier)
     activation = s.training.micro_batch_size * s.training.seq_len * s.model.hidden_size * 4
     busy = _busy_send_seconds(activation)  # the receivers measured it; every rank has the mean
     executor_s, transport_s = transfer_host_seconds(s)

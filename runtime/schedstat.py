@@ -53,3 +53,16 @@ def core_wait_s() -> float | None:
     """Run-queue wait so far of all this process's threads, seconds; None where unavailable."""
     times = thread_times()
     return None if times is None else times.wait_s
+
+
+def this_thread_times() -> ThreadTimes | None:
+    """CPU and run-queue wait of the calling thread alone (the rank's compute thread: one intra-op
+    thread on CPU, worker.select_device); None where /proc has no schedstat."""
+    import threading
+
+    try:
+        with open(f"{_TASKS}/{threading.get_native_id()}/schedstat") as stat:
+            fields = stat.read().split()
+        return ThreadTimes(int(fields[0]) * 1e-9, int(fields[1]) * 1e-9)
+    except (OSError, ValueError, IndexError):
+        return None

@@ -44,7 +44,7 @@ from plancast.runtime.checkpoint import Checkpointer, Progress
 from plancast.runtime.gc_schedule import StepGC
 from plancast.runtime.instrument import CpuCapture, cpu_capture_from
 from plancast.runtime.placement import rank_placement
-from plancast.runtime.schedstat import core_wait_s
+from plancast.runtime.schedstat import ThreadTimes, core_wait_s, this_thread_times
 from plancast.runtime.telemetry import TelemetrySampler, empty_table, make_sampler, write_telemetry
 from plancast.runtime.trainer import Trainer
 from plancast.simulator.loader import load_scenario
@@ -81,6 +81,9 @@ class RankResult:
     core_wait_s: list[float] | None = field(default_factory=list)
     """Per step, how long this rank's threads waited for a CPU core (schedstat.py); None where the
     kernel does not say."""
+    compute_thread_s: list[ThreadTimes] | None = field(default_factory=list)
+    """Per step, the compute thread's own CPU time and run-queue wait (schedstat.py): its core share
+    is cpu / (cpu + wait); None where the kernel does not say."""
 
 
 def rank_env(environ: Mapping[str, str]) -> RankEnv:
@@ -177,6 +180,7 @@ def summarize(results: Sequence[RankResult], steps: int) -> dict[str, Any]:
             if r.memory_timeline
         },
         **_core_waits(results, steps),
+        **_core_shares(results, steps),
     }
 
 
@@ -199,6 +203,25 @@ def _reserved(results: Sequence[RankResult]) -> dict[str, float]:
     """``peak_reserved_gib``: the caching allocator's highest reserve over the ranks (GPU runs only)."""
     reserved = [r.memory_bytes["reserved_bytes"] for r in results if "reserved_bytes" in r.memory_bytes]
     return {"peak_reserved_gib": max(reserved) / GiB} if reserved else {}
+
+
+def _core_shares(results: Sequence[RankResult], steps: int) -> dict[str, Any]:
+    """``core_share``: the smallest over the ranks (the slowest sets the step) of the share of its ready
+    time a rank's compute thread ran, CPU / (CPU + run-queue wait) summed over the scored steps;
+    ``rank_core_share`` each rank's. What traces/contention.py applies to the prediction. Nothing
+    where a rank could not read it, or the run was resumed."""
+    times = [r.compute_thread_s for r in results]
+    if not all(t is not None and len(t) == steps for t in times):
+        return {}
+    shares: dict[str, float] = {}
+    for r in results:
+        scored = (r.compute_thread_s or [])[WARMUP_STEPS:] or r.compute_thread_s or []
+        cpu_s, wait_s = sum(t.cpu_s for t in scored), sum(t.wait_s for t in scored)
+        if cpu_s + wait_s > 0:
+            shares[str(r.rank)] = cpu_s / (cpu_s + wait_s)
+    if not shares:
+        return {}
+    return {"core_share": min(shares.values()), "rank_core_share": dict(sorted(shares.items()))}
 
 
 def _memory_gib(memory_bytes: Mapping[str, int]) -> dict[str, float]:
@@ -230,6 +253,7 @@ def run_steps(
         done = checkpointer.restore(writer, resume_step)
     result.losses, result.step_times_s = done.losses, done.step_times_s
     waited = core_wait_s()  # read once a step (~0.1 ms with a dozen threads), at its end
+    computed = this_thread_times()
     with StepGC() as collector:  # no collector pass stalls one rank mid-step (gc_schedule.py)
         for step in range(done.steps_done, steps):
             if step == fault_at:
@@ -240,6 +264,7 @@ def run_steps(
             # after it, which TP/FSDP2 plans need to attribute library collectives (runtime/instrument/)
             result.step_times_s.append((out.work_end_s or time.perf_counter()) - start)
             waited = note_core_wait(result, waited)
+            computed = note_compute_thread(result, computed)
             result.losses.append(out.loss)
             writer.append_step(out.events)
             if env.rank == 0:
@@ -261,6 +286,17 @@ def note_core_wait(result: RankResult, before_s: float | None) -> float | None:
     else:
         result.core_wait_s.append(now_s - before_s)
     return now_s
+
+
+def note_compute_thread(result: RankResult, before: ThreadTimes | None) -> ThreadTimes | None:
+    """Append the compute thread's CPU time and wait since `before`, or give up on them for the run
+    where unknown; returns the reading now."""
+    now = this_thread_times()
+    if result.compute_thread_s is None or before is None or now is None:
+        result.compute_thread_s = None
+    else:
+        result.compute_thread_s.append(ThreadTimes(now.cpu_s - before.cpu_s, now.wait_s - before.wait_s))
+    return now
 
 
 def gather_to_rank0(obj: Any, env: RankEnv) -> list[Any]:

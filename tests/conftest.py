@@ -26,3 +26,18 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     import shutil
 
     shutil.rmtree(os.environ.get("PLANCAST_CACHE_DIR", ""), ignore_errors=True)
+
+
+SERIAL_MARKERS = ("distributed", "browser")
+"""Tests that start ranks (torchrun, gloo process groups) or a browser: two at once would put four
+ranks on a 2-core machine and stretch both past their timeouts."""
+SERIAL_FILES = ("test_dashboard_exposure.py", "test_demo_cli.py")
+"""Real dashboard servers on real ports (checked with `ss`), and the demo's ranks."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # under `pytest -n 2 --dist loadgroup` (make test) one xdist group runs on one worker, in turn, while
+    # the other worker takes the single-process tests; without xdist the marker changes nothing
+    for item in items:
+        if any(item.get_closest_marker(m) for m in SERIAL_MARKERS) or item.path.name in SERIAL_FILES:
+            item.add_marker(pytest.mark.xdist_group("ranks"))

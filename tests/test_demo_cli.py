@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import statistics
 from pathlib import Path
 
 import pytest
@@ -25,8 +27,15 @@ def test_demo_runs_again_into_the_folder_of_a_previous_demo(tmp_path: Path) -> N
 
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "moved to" in done.stdout and "held-out error:" in done.stdout
-    if thread_times() is not None:  # Linux: the ranks' wait for a core beside the error
-        assert "measured core wait:" in done.stdout
+    if thread_times() is not None:  # Linux: the ranks' wait for a core and their core share beside the error
+        assert "measured core wait:" in done.stdout and "core share" in done.stdout
+        compared = json.loads((out / "run" / "compare" / "summary.json").read_text())
+        calibrated = [
+            json.loads((out / f"calibration-mb{m}" / "measured" / "summary.json").read_text())["core_share"]
+            for m in (1, 4)
+        ]  # the profile was measured at its calibration runs' share, and the scored run is held to it
+        assert compared["core_share_reference"] == pytest.approx(statistics.median(calibrated))
+    assert "only 2 measured step(s) after warm-up" in done.stderr  # --steps 3: too few to judge
     (previous,) = [p for p in tmp_path.iterdir() if p.name.startswith("demo-")]
     assert (previous / "run" / "measured" / "rank0.parquet").read_bytes() == b"an earlier demo's measurement"
     assert (out / "run" / "measured").is_dir() and (out / "calibration-mb1" / "measured").is_dir()

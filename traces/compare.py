@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from plancast.traces.checkpoints import checkpoint_components
+from plancast.traces.contention import contention, few_steps, share_or_none
 from plancast.traces.reconcile import reconcile, to_summary
 from plancast.traces.store import (
     RunDir,
@@ -27,12 +28,16 @@ class CompareError(ValueError):
     """A run directory that cannot be compared at all (missing, or no measured events)."""
 
 
-def compare_run_dir(run_path: Path, ensure_predicted: Callable[[Path], None]) -> dict[str, Any]:
+def compare_run_dir(
+    run_path: Path, ensure_predicted: Callable[[Path], None], reference_share: float = 1.0
+) -> dict[str, Any]:
     """Reconcile RUN's predicted and measured events; writes RUN/compare/summary.json and returns it.
 
     ``ensure_predicted(run_path)`` is called first: the caller decides how a missing prediction is made
-    (the CLI simulates RUN/scenario.toml onto disk). Damaged inputs (an unreadable or missing rank file,
-    a cut summary) are left out and listed under "problems"; everything else is still compared."""
+    (the CLI simulates RUN/scenario.toml onto disk). ``reference_share`` is the core share the
+    prediction's constants were measured at (traces/contention.py). Damaged inputs (an unreadable or
+    missing rank file, a cut summary) are left out and listed under "problems"; everything else is
+    still compared."""
     run = RunDir(run_path)
     if not run.path.is_dir():
         raise CompareError(f"run directory not found: {run_path}")
@@ -60,6 +65,13 @@ def compare_run_dir(run_path: Path, ensure_predicted: Callable[[Path], None]) ->
         "measured_gpu": measured_gpu(run.telemetry, problems),
         "problems": problems,
     }
+    summary |= contention(
+        summary["step_time_predicted_s"],
+        summary["step_time_measured_s"],
+        measured_share(measured_summary, run.measured_summary, problems),
+        reference_share,
+    )
+    summary["warnings"] = [w for w in [few_steps(len(summary["scored_steps"]))] if w]
     checkpoints = optional_json(run.measured_dir / "checkpoints.json", problems)
     summary["components"] += checkpoint_components((predicted_summary or {}).get("checkpoint"), checkpoints)
     run.compare_dir.mkdir(parents=True, exist_ok=True)
@@ -93,6 +105,17 @@ def measured_core_wait(
         problems.append(f"{path}: core_wait_s is {wait!r}, not seconds >= 0 (compared without it)")
         return None
     return float(wait)
+
+
+def measured_share(
+    measured_summary: dict[str, Any] | None, path: Path, problems: list[str]
+) -> float | None:
+    """The run's core share (runtime/worker.py), where recorded; one not in (0, 1] is a problem."""
+    raw = (measured_summary or {}).get("core_share")
+    share = share_or_none(raw)
+    if raw is not None and share is None:
+        problems.append(f"{path}: core_share is {raw!r}, not a share in (0, 1] (compared without it)")
+    return share
 
 
 def measured_gpu(path: Path, problems: list[str]) -> dict[str, Any] | None:

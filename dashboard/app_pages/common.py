@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import streamlit as st
 
 from plancast.dashboard import data
 from plancast.dashboard.data import RunData, UploadError
+from plancast.traces.contention import contention, share_or_none, verdict
 from plancast.traces.reconcile import median_step, scored_steps
+from plancast.traces.store import RunDir, TraceReadError, read_json_object
 
 RUN_KEY = "plancast_run"  # session state: path (str) of the run the pages show
 APP_SCRIPT = Path(__file__).resolve().parents[1] / "app.py"
@@ -79,7 +83,37 @@ def current_run() -> RunData:
     run = data.get_run(path)
     for problem in run.problems:
         st.warning(problem, icon=":material/warning:")
+    machine_load_banner(run)
     return run
+
+
+def machine_load(
+    run: RunData, predicted_s: float | None = None, measured_s: float | None = None
+) -> dict[str, Any] | None:
+    """How busy the machine was for the run (traces/contention.py), or None where the run recorded no
+    core share. The reference share is the one `plancast compare` used (RUN/compare/summary.json),
+    else a core of its own; step times default to the predicted and measured summaries'."""
+    share = share_or_none((run.measured_summary or {}).get("core_share"))
+    if share is None:
+        return None
+    reference = 1.0
+    compared = RunDir(run.path).compare_summary
+    if compared.is_file():
+        with contextlib.suppress(TraceReadError):  # compare rewrites it; the page says what the run recorded
+            reference = share_or_none(read_json_object(compared).get("core_share_reference")) or 1.0
+    predicted_s = predicted_s or (run.predicted_summary or {}).get("step_time_s")
+    measured_s = measured_s or (run.measured_summary or {}).get("step_time_s")
+    return contention(predicted_s, measured_s, share, reference)
+
+
+def machine_load_banner(run: RunData) -> None:
+    """Every page: a run measured on a busy machine says so first (its errors are not the model's)."""
+    keys = machine_load(run)
+    line = verdict(keys) if keys else None
+    if line and keys and keys["machine_busy"]:
+        st.warning(line, icon=":material/speed:")
+    elif line:
+        st.caption(line)
 
 
 def measured_step_picker(run: RunData) -> int | None:

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import streamlit as st
 
 from plancast.dashboard import charts, data, frames
-from plancast.dashboard.app_pages.common import current_run
+from plancast.dashboard.app_pages.common import current_run, machine_load
 from plancast.dashboard.data import RunData
+from plancast.traces.contention import BUSY_LABEL
+from plancast.traces.reconcile import Reconciliation
 from plancast.traces.telemetry import busy_gpu
 
 
@@ -35,20 +39,21 @@ def comparison(run: RunData) -> None:
         st.error(f"Predicted and measured events cannot be reconciled: {err}")
         return
     error = frames.format_error(rec.step_time_error)
-    cols = st.columns(3)
-    cols[0].metric(
+    head = st.columns(4)
+    head[0].metric(
         "Predicted step time",
         frames.format_seconds(rec.step_time_predicted_s),
         delta=f"{error} vs measured",
         delta_color="off",
     )
-    cols[1].metric(
+    head[1].metric(
         "Measured step time",
         frames.format_seconds(rec.step_time_measured_s),
         help=f"Step {rec.step}: the median of measured steps {list(rec.scored_steps)} (the lower of the "
         "middle two when even; step 0 is warm-up).",
     )
-    cols[2].metric("Step-time error", error, help="(predicted − measured) / measured")
+    head[2].metric("Step-time error", error, help="(predicted − measured) / measured")
+    adjusted_error(head[3], run, rec)
     bubble = st.columns(2)
     bubble[0].metric("Bubble fraction (predicted)", f"{rec.bubble_fraction_predicted:.1%}")
     bubble[1].metric("Bubble fraction (measured)", f"{rec.bubble_fraction_measured:.1%}")
@@ -81,6 +86,20 @@ def comparison(run: RunData) -> None:
         span_ms = float((path["start_us"] + path["dur_us"]).max() - path["start_us"].min()) / 1e3
         st.caption(f"{len(path)} events over ranks {sorted(set(path['rank']))}, {span_ms:.1f} ms end to end.")
     st.dataframe(frames.critical_path_rows(path), hide_index=True)
+
+
+def adjusted_error(col: Any, run: RunData, rec: Reconciliation) -> None:
+    """The step-time error with the run's measured core share applied to the prediction, where recorded."""
+    load = machine_load(run, rec.step_time_predicted_s, rec.step_time_measured_s)
+    if load is not None and isinstance(load["step_time_error_adjusted"], float):
+        col.metric(
+            "Error at the measured core share",
+            frames.format_error(load["step_time_error_adjusted"]),
+            delta=BUSY_LABEL if load["machine_busy"] else None,
+            delta_color="off",
+            help="The prediction x the reference core share / the run's measured share "
+            "(traces/contention.py): what the model says for the cores the ranks actually got.",
+        )
 
 
 def measured_conditions(run: RunData) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -36,6 +37,15 @@ RunsFolderOpt = Annotated[
 ]
 
 
+def _runs_to_open(runs: list[Path], inside: Callable[[Path], Path]) -> list[Path]:
+    """Each RUN, or the measured run inside a demo folder (`inside`: serve.measured_run_inside), saying so."""
+    opened = [inside(r) for r in runs]
+    for asked, run in zip(runs, opened, strict=True):
+        if run != asked:
+            out.print(f"{asked} is a demo folder: opening its measured run, {run}", markup=False)
+    return opened
+
+
 @app.command("dashboard")
 def dashboard(
     runs: Annotated[list[Path] | None, typer.Argument(help="Run directories to open.")] = None,
@@ -56,6 +66,7 @@ def dashboard(
     from plancast.dashboard.serve import (
         PortBusyError,
         is_loopback,
+        measured_run_inside,
         resolve_address,
         resolve_port,
         serve,
@@ -65,12 +76,13 @@ def dashboard(
     )
     from plancast.runtime.process import Stopped, stop_on_signals
 
+    opened = _runs_to_open(runs or [], measured_run_inside)
     with user_errors():
         host = resolve_address(address, os.environ)
         try:
             chosen = resolve_port(port, host, os.environ)
             process = serve(
-                list(runs or []), port=chosen, headless=not browser, address=host, runs_root=runs_folder
+                opened, port=chosen, headless=not browser, address=host, runs_root=runs_folder
             )
         except (FileNotFoundError, PortBusyError) as e:
             raise UserError(str(e)) from None

@@ -20,8 +20,9 @@ from plancast.app import (
 )
 from plancast.commands.calibrate import measured_local, write_scenario_file
 from plancast.commands.dashboard import dashboard
-from plancast.commands.runs import print_core_wait, reconcile_run
+from plancast.commands.runs import calibration_share, print_conditions, print_core_wait, reconcile_run
 from plancast.commands.simulate import print_breakdown
+from plancast.traces.contention import BUSY_LABEL
 
 DEMO_SCENARIO = "tiny-local-cpu.toml"
 """The demo plan, shipped as package data (examples/ installs as `plancast.examples`)."""
@@ -105,7 +106,7 @@ def demo(
     out_dir.mkdir(parents=True, exist_ok=True)
     profile = out_dir / "local-cpu-calibrated.toml"
     plan = example_path(DEMO_SCENARIO)
-    _calibrate(plan, out_dir, profile)
+    reference_share = _calibrate(plan, out_dir, profile)
     # 2. simulate the demo plan on the calibrated cluster
     out.rule("2/5 simulate")
     scenario_path = _demo_scenario(plan, out_dir / "scenario.toml", str(profile.resolve()))
@@ -119,7 +120,7 @@ def demo(
     if launch(scenario_path, run_dir, steps=steps) != 0:
         raise typer.Exit(1)
     # 4. compare
-    _compare(run_dir)
+    _compare(run_dir, reference_share)
     out.print(f"non-interactive part took {time.perf_counter() - started:.0f} s", markup=False)
     # 5. dashboard
     out.rule("5/5 dashboard")
@@ -129,10 +130,11 @@ def demo(
         out.print(f"open it with: plancast dashboard {run_dir}", markup=False)
 
 
-def _calibrate(plan: Path, out_dir: Path, profile: Path) -> None:
+def _calibrate(plan: Path, out_dir: Path, profile: Path) -> float:
     """Step 1: this machine measured at the demo plan's shapes (cached), then two short runs of the plan
     at other micro-batch sizes (1 and 4; the scored run uses 2), fitted into `profile`, so the scored run
-    is held out."""
+    is held out. Returns the core share the calibration runs got (the profile's reference:
+    traces/contention.py)."""
     from plancast.runtime.calibrate import calibrate as fit_profile
     from plancast.runtime.calibrate import write_profile
     from plancast.runtime.launch import launch
@@ -158,22 +160,26 @@ def _calibrate(plan: Path, out_dir: Path, profile: Path) -> None:
     write_profile(result.cluster, profile, result.notes)
     for line in [*result.notes, *score_table(result.scores)]:
         out.print(f"  {line}", markup=False)
+    return calibration_share(calib_runs)
 
 
-def _compare(run_dir: Path) -> None:
-    """Step 4: the run against its prediction; the held-out error is the demo's headline."""
+def _compare(run_dir: Path, reference_share: float) -> None:
+    """Step 4: the run against its prediction; the held-out error is the demo's headline, beside the
+    machine's load (a busy machine is said to be one, not scored as the model's error)."""
     out.rule("4/5 compare")
     with user_errors():
-        summary = reconcile_run(run_dir)
+        summary = reconcile_run(run_dir, reference_share)
     predicted_s, measured_s = summary["step_time_predicted_s"], summary["step_time_measured_s"]
     out.print(
         f"predicted {predicted_s:.4f} s, measured {measured_s:.4f} s; events {summary['events_matched']} "
         f"matched, {summary['events_missing']} missing, {summary['events_extra']} extra",
         markup=False,
     )
+    busy = f"; {BUSY_LABEL}, see below" if summary.get("machine_busy") else ""
     out.print(
         f"held-out error: {summary['step_time_error']:+.1%} (this plan, micro-batch 2, was not among the "
-        "calibration runs)",
+        f"calibration runs{busy})",
         markup=False,
     )
+    print_conditions(summary)
     print_core_wait(summary.get("measured_core_wait_s"))  # part of what the prediction leaves out

@@ -7,15 +7,28 @@ from typing import Annotated, Any
 
 import typer
 
-from plancast.app import RunArg, UserError, app, ensure_predicted, err, out, pct, print_json, user_errors
+from plancast.app import (
+    RunArg,
+    UserError,
+    app,
+    ensure_predicted,
+    err,
+    out,
+    pct,
+    print_json,
+    user_errors,
+)
 
 
-def reconcile_run(run_path: Path) -> dict[str, Any]:
-    """Compare RUN (simulating its scenario first when it has no prediction); RUN/compare/summary.json."""
+def reconcile_run(run_path: Path, reference_share: float | None = None) -> dict[str, Any]:
+    """Compare RUN (simulating its scenario first when it has no prediction); RUN/compare/summary.json.
+    `reference_share`: the core share the prediction's constants were measured at (default: this
+    machine's microbenchmarks' for a local-cpu run, else 1; traces/contention.py)."""
     from plancast.traces.compare import CompareError, compare_run_dir
 
     try:
-        summary = compare_run_dir(run_path, ensure_predicted)
+        share = profile_share(run_path) if reference_share is None else reference_share
+        summary = compare_run_dir(run_path, ensure_predicted, share)
     except CompareError as e:
         raise UserError(str(e)) from None
     summary["placement"] = _placement(run_path)
@@ -48,6 +61,59 @@ def _placement(run_path: Path) -> dict[str, Any] | None:
         "nodes": {str(rank): node for rank, node in sorted(placement.nodes.items())},
         "problems": placement.problems,
     }
+
+
+def calibration_share(runs: list[Path]) -> float:
+    """The median core share of calibration runs (measured/summary.json), 1.0 where none recorded one:
+    the load a profile fitted on them was measured under."""
+    import statistics
+
+    from plancast.traces.compare import measured_share, optional_json
+    from plancast.traces.store import RunDir
+
+    shares = []
+    for run in runs:
+        path = RunDir(run).measured_summary
+        share = measured_share(optional_json(path, []), path, [])
+        if share is not None:
+            shares.append(share)
+    return statistics.median(shares) if shares else 1.0
+
+
+def profile_share(run_path: Path) -> float:
+    """The core share the prediction's constants were measured at: a demo's scored run (RUN/../run
+    beside calibration-mb*/) its calibration runs'; another CPU run this machine's latest
+    microbenchmarks' (runtime/local_profile.latest_host_core_share); 1.0 (a core of its own) for a GPU
+    run or a machine never measured."""
+    from plancast.simulator.loader import ScenarioError, load_scenario
+    from plancast.traces.store import RunDir
+
+    calibrations = sorted(run_path.parent.glob("calibration-mb*/measured")) if run_path.name == "run" else []
+    if calibrations:
+        return calibration_share([c.parent for c in calibrations])
+    toml = RunDir(run_path).scenario_toml
+    if not toml.is_file():
+        return 1.0
+    try:
+        scenario = load_scenario(toml).scenario
+    except (ScenarioError, OSError):
+        return 1.0  # compare reports a scenario it cannot read where it needs it
+    if not scenario.cluster.gpu.name.startswith("cpu"):
+        return 1.0
+    from plancast.runtime.local_profile import latest_host_core_share
+
+    return latest_host_core_share()
+
+
+def print_conditions(summary: dict[str, Any]) -> None:
+    """The machine's load beside the error (traces/contention.py) and warnings about the measurement."""
+    from plancast.traces.contention import verdict
+
+    line = verdict(summary)
+    if line:
+        out.print(line, markup=False, style="bold yellow" if summary.get("machine_busy") else None)
+    for warning in summary.get("warnings", []):
+        err.print(f"warning: {warning}", markup=False)
 
 
 def _exit_on_problems(problems: list[str]) -> None:
@@ -92,6 +158,7 @@ def compare(
     )
     out.print(f"measured run status: {status}")
     print_placement(summary.get("placement"))
+    print_conditions(summary)
     print_core_wait(summary.get("measured_core_wait_s"))
     print_gpu(summary.get("measured_gpu"))
     out.print(

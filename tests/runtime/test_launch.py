@@ -115,6 +115,9 @@ def test_summary_and_env(finished_run: RunDir) -> None:
     assert summary["peak_memory_gib"] == max(m["peak"] for m in summary["rank_memory_gib"].values()) > 0
     if thread_times() is not None:  # Linux with schedstat (every CI machine): the ranks' core wait
         assert summary["core_wait_s"] >= 0 and sorted(summary["rank_core_wait_s"]) == ["0", "1"]
+        shares = summary["rank_core_share"]  # each rank's compute thread's share of its ready time
+        assert sorted(shares) == ["0", "1"] and summary["core_share"] == min(shares.values())
+        assert all(0 < share <= 1 for share in shares.values())
     env = json.loads(finished_run.env_json.read_text())
     assert (env["world_size"], env["backend"]) == (2, "gloo")
     assert len(env["hostnames"]) == len(env["devices"]) == 2

@@ -46,6 +46,12 @@ def test_the_first_simulate_measures_once_and_later_ones_read_the_cache(fresh_ca
     second = cli_subprocess("simulate", str(SCENARIO), "--json", timeout_s=600)
     assert second.returncode == 0 and _measured_lines(second.stderr) == []
     assert json.loads(second.stdout) == json.loads(first.stdout)  # the same cached measurement
+    assert isinstance(record["load_before"], float)  # the load it was measured under
+
+    records[0].write_text(json.dumps({**record, "load_before": record["load_before"] + 50.0}))
+    busier = cli_subprocess("simulate", str(SCENARIO), "--json", timeout_s=600)  # the load moved a lot
+    assert busier.returncode == 0 and _measured_lines(busier.stderr) == []
+    assert "when its profile was measured" in busier.stderr and "--no-cache" in busier.stderr
 
     again = cli_subprocess("simulate", str(SCENARIO), "--json", "--no-cache", timeout_s=600)
     assert again.returncode == 0 and len(_measured_lines(again.stderr)) == 1

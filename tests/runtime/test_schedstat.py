@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from plancast.runtime.schedstat import core_wait_s, thread_times
+from plancast.runtime.schedstat import core_wait_s, this_thread_times, thread_times
 
 pytestmark = pytest.mark.skipif(thread_times() is None, reason="no per-thread schedstat (not Linux)")
 
@@ -53,3 +53,15 @@ def test_sharing_a_core_with_a_busy_process_is_counted_as_wait(one_core: int) ->
 
 def test_a_prefix_no_thread_has_reads_zero() -> None:
     assert thread_times("no-such-thread-name") == (0.0, 0.0)
+
+
+def test_the_calling_threads_own_times_grow_with_its_work() -> None:
+    """20 ms of this thread's CPU time (however long the machine's load makes it take) shows in its
+    schedstat, which counts the same clock."""
+    before = this_thread_times()
+    start = time.thread_time()
+    while time.thread_time() - start < 0.02:
+        pass
+    after = this_thread_times()
+    assert before is not None and after is not None
+    assert after.cpu_s - before.cpu_s >= 0.015 and after.wait_s >= before.wait_s

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from plancast.runtime.schedstat import ThreadTimes
 from plancast.runtime.worker import GiB, RankEnv, RankResult, fault_step, rank_env, summarize
 
 
@@ -67,3 +68,16 @@ FAULTS: list[tuple[dict[str, str], int, int | None]] = [
 @pytest.mark.parametrize(("environ", "rank", "step"), FAULTS)
 def test_fault_hook(environ: dict[str, str], rank: int, step: int | None) -> None:
     assert fault_step(environ, rank) == step
+
+
+def test_summary_has_the_smallest_core_share_of_the_ranks_compute_threads() -> None:
+    """core_share: CPU / (CPU + run-queue wait) of each rank's compute thread over the scored steps,
+    the smallest over the ranks (the slowest sets the step); step 0 (warm-up) is left out."""
+    ranks = [result(0, [9.0, 1.0, 3.0], [None] * 3, 1.0), result(1, [8.0, 2.0, 1.0], [1.0] * 3, 1.0)]
+    ranks[0].compute_thread_s = [ThreadTimes(0.1, 5.0), ThreadTimes(0.3, 0.1), ThreadTimes(0.3, 0.1)]
+    ranks[1].compute_thread_s = [ThreadTimes(0.1, 5.0), ThreadTimes(0.4, 0.0), ThreadTimes(0.2, 0.0)]
+    summary = summarize(ranks, steps=3)
+    assert summary["rank_core_share"] == pytest.approx({"0": 0.75, "1": 1.0})
+    assert summary["core_share"] == pytest.approx(0.75)
+    ranks[1].compute_thread_s = None  # a rank whose kernel has no schedstat: nothing said
+    assert "core_share" not in summarize(ranks, steps=3)

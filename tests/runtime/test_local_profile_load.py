@@ -1,0 +1,64 @@
+"""runtime/local_profile.load_changed: when today's load differs a lot from the one the machine profile
+was measured under, the user is told; small changes and unknown loads say nothing."""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+
+import pytest
+
+from plancast.runtime.local_profile import (
+    LOAD_SHARE_CHANGE,
+    expected_share,
+    latest_host_core_share,
+    load_changed,
+    machine_load,
+)
+
+
+@pytest.mark.parametrize(
+    ("then", "now", "cores", "told"),
+    [
+        (0.0, 0.5, 2, False),  # 2 ranks on 2 cores: share 1.0 then, 0.8 now (the limit)
+        (0.0, 0.6, 2, True),  # 0.77 now
+        (0.5, 2.5, 2, True),  # 0.8 then, 0.44 now
+        (12.2, 13.4, 2, False),  # busy then and now: 0.14 and 0.13
+        (9.0, 1.0, 2, True),  # measured busy, quiet now
+        (9.0, 1.0, 32, False),  # 32 cores: a full share either way
+        (None, 9.0, 2, False),  # a record from before the load was kept
+        (True, 9.0, 2, False),
+        (0.5, None, 2, False),  # no load average on this platform
+        (0.5, 9.0, None, True),  # cores unknown: counted as one
+    ],
+)
+def test_a_large_load_change_is_told(then: object, now: float | None, cores: object, told: bool) -> None:
+    note = load_changed(then, now, cores, 2)
+    assert (note is not None) is told
+    if note:
+        assert f"{now:.1f} now" in note
+
+
+def test_the_fair_share_of_the_cores() -> None:
+    assert expected_share(0.0, cores=2, ranks=2) == 1.0
+    assert expected_share(2.0, cores=2, ranks=2) == pytest.approx(0.5)
+    assert LOAD_SHARE_CHANGE == 0.8
+
+
+def test_the_load_is_read_on_linux() -> None:
+    load = machine_load()
+    assert load is None or load >= 0
+
+
+def test_compare_reads_this_hosts_latest_core_share_without_torch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PLANCAST_CACHE_DIR", str(tmp_path))
+    assert latest_host_core_share() == 1.0  # never measured: a core of its own
+    mine = tmp_path / f"{socket.gethostname()}_some-cpu_2cores_torch2"
+    theirs = tmp_path / "another-host_some-cpu_2cores_torch2"
+    for folder, share in ((mine, 0.6), (theirs, 0.3)):
+        folder.mkdir()
+        (folder / "h64-record.json").write_text(json.dumps({"cpu_share": share}))
+    assert latest_host_core_share() == pytest.approx(0.6)
