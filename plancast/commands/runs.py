@@ -157,10 +157,7 @@ def compare(
         else "step time: no measured step"
     )
     out.print(f"measured run status: {status}")
-    print_placement(summary.get("placement"))
-    print_conditions(summary)
-    print_core_wait(summary.get("measured_core_wait_s"))
-    print_gpu(summary.get("measured_gpu"))
+    print_machine(summary)
     out.print(
         f"bubble: predicted {pct(summary['bubble_fraction_predicted'])}, "
         f"measured {pct(summary['bubble_fraction_measured'])}"
@@ -186,6 +183,14 @@ def compare(
     out.print(table)
     err.print(f"wrote {run}/compare/summary.json", markup=False)
     _exit_on_problems(summary["problems"])
+
+
+def print_machine(summary: dict[str, Any]) -> None:
+    """Where the ranks ran and how busy the machine was: what the error has to be read against."""
+    print_placement(summary.get("placement"))
+    print_conditions(summary)
+    print_core_wait(summary.get("measured_core_wait_s"))
+    print_gpu(summary.get("measured_gpu"))
 
 
 def print_placement(placement: dict[str, Any] | None) -> None:
