@@ -23,7 +23,7 @@ lint: $(STAMP)
 # about 41 min on one worker on a loaded 2-core machine (issue 36); two workers, with every test that
 # starts ranks or a server kept on one of them in turn (tests/conftest.py), aim at under 15 min quiet
 test: lint
-	@echo "== test dependencies: chromium for the browser test (apt-get install, only when run as root)"
+	@echo "== test dependencies: chromium (browser test), slurm-wlm and munge (SLURM tests); apt-get, only as root"
 	bash scripts/setup_test_deps.sh
 	@echo "== the test suite on 2 workers (pytest-xdist); the slowest 15 tests are listed at the end"
 	$(BIN)/python -m pytest -q -n 2 --dist loadgroup --durations 15
