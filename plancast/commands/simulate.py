@@ -217,10 +217,14 @@ def sweep(
     With several --gpus sizes, --cluster presets or a run-level --rank-by, every (cluster, size) is
     searched and all finalists are ranked together, with the time-to-train vs cost Pareto front."""
     from plancast.commands.cluster_sweep import cluster_sweep, parse_gpus
+    from plancast.simulator.sweep_inputs import missing_batch
 
     with user_errors():
         check_output_file(table, "--table")
         s, sizes = load(scenario), parse_gpus(gpus)
+        problem = missing_batch(s)
+        if problem is not None:
+            raise UserError(f"{scenario}: {problem}")
     if len(sizes) > 1 or cluster is not None or rank_by != "step":
         cluster_sweep(
             s, sizes, cluster, rank_by, finalists=finalists or 4, top=top, json_=json_, table=table,
@@ -283,8 +287,10 @@ def _single_sweep(
             }
         )
     if not result.finalists:  # after the JSON too: a script sees the empty list and exit code 1
+        from plancast.simulator.sweep_inputs import why_empty
+
         limit_gib = min(s.cluster.gpu.memory_GiB, max_memory_gib or s.cluster.gpu.memory_GiB)
-        err.print(f"no plan of {result.enumerated} fits in {limit_gib:g} GiB per GPU", markup=False)
+        err.print(why_empty(s, n_gpus, result.enumerated, limit_gib), markup=False)
         raise typer.Exit(1)
     if not json_:
         _print_plans(result, top, elapsed)
