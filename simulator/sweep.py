@@ -1,26 +1,26 @@
-"""Which plan should I buy? Enumerate every valid plan for a model on N GPUs, rank, simulate the best.
+"""Which plan should I buy? Enumerate every valid plan for a model on N GPUs; return the best k, exactly.
 
 The space is tp x pp x dp (x ep for MoE models, x cp on long sequences) x micro-batch x schedule (with
-virtual stages) x recompute x sequence parallel x ZeRO stage: millions of plans for GPT-3 on 1,536
-GPUs. Three steps keep it fast:
+virtual stages) x recompute x sequence parallel x ZeRO stage: hundreds of thousands of plans for GPT-3
+on 1,536 GPUs. Three steps keep it fast and exact (docs/sweep.md):
 
 1. enumerate with pruning: a (tp, pp) pair whose smallest possible footprint (ZeRO-3, full recompute,
-   micro-batch 1) does not fit is skipped whole; memory is a closed form per plan;
-2. rank every plan that fits with a closed-form step time built from cached per-layer costs (the same
-   cost model the engine uses: pipeline (m + (p-1)/v)(F + B), ZB-H1's smaller bubble, exposed
-   data-parallel traffic, optimizer);
-3. run the SimPy engine on the best `finalists` plans and rank them by simulated step time.
+   micro-batch 1) does not fit is skipped whole; memory is a closed form per plan (a lower bound of
+   the exact peak, so no plan that fits is dropped);
+2. bound every plan that fits with a closed-form lower bound of the engine's step time
+   (simulator/sweep_bound.py), built from cached per-segment costs;
+3. best first: check and simulate plans in bound order, and stop once the next bound cannot beat the
+   k-th best simulated step time. Every plan left unsimulated is then slower than the k-th best, so
+   the top k is exactly the engine's top k over the whole space.
 
 Steps 1 and 2 run one (tp, pp) subtree per task over `map_fn` (every core at the CLI), the largest
 first; the per-layer costs, the one expensive cache, are worked out once per tp degree in a round before
-(simulator/sweep_space.py cuts the space).
-
-`tests/simulator/test_sweep.py` checks on small spaces that this never misses the plan an exhaustive
-engine search finds.
+(simulator/sweep_space.py cuts the space). Step 3 simulates rounds of `ROUND` plans over `map_fn`.
 """
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import math
 import operator
@@ -33,6 +33,7 @@ from plancast.simulator.costs.memory import GiB, peak_memory
 from plancast.simulator.predict import simulate
 from plancast.simulator.scenario import Scenario
 from plancast.simulator.sweep_axes import RECOMPUTE, Plan
+from plancast.simulator.sweep_bound import TOLERANCE, Bound
 from plancast.simulator.sweep_estimate import Estimator, Layer, LayerKey
 from plancast.simulator.sweep_space import (
     Root,
@@ -47,10 +48,10 @@ from plancast.simulator.validation import MAX_WORLD_SIZE, check_plan
 
 @dataclass(frozen=True, slots=True)
 class Ranked:
-    """A plan with its closed-form estimate and, for finalists, the engine's prediction."""
+    """A plan with its lower bound and, once simulated, the engine's prediction."""
 
     plan: Plan
-    estimate_s: float
+    bound_s: float
     memory_gib: float
     step_time_s: float | None = None
     summary: dict[str, Any] | None = None
@@ -62,7 +63,7 @@ class Ranked:
             **asdict(self.plan),
             "plan": self.plan.label(),
             "step_time_s": self.step_time_s,
-            "estimate_s": self.estimate_s,
+            "bound_s": self.bound_s,
             "peak_memory_gib": self.memory_gib,
             "mfu": summary.get("mfu"),
             "tokens_per_s": summary.get("tokens_per_s"),
@@ -71,12 +72,14 @@ class Ranked:
 
 @dataclass(frozen=True)
 class SweepResult:
-    """Ranked finalists plus the search's bookkeeping."""
+    """The exact best plans (the engine's top k of every plan that fits) plus the search's bookkeeping."""
 
     finalists: list[Ranked]
     enumerated: int
     fits: int
     pruned_subtrees: int
+    simulated: int = 0
+    """Plans run through the engine: every plan whose bound could beat the k-th best."""
 
 
 def _base_for(base: Scenario, gpus: int) -> Scenario:
@@ -101,8 +104,8 @@ MapFn = Callable[[Callable[[Any], Any], Sequence[Any]], Iterable[Any]]
 
 
 Estimate = tuple[float, tuple[Any, ...], float]
-"""(estimate_s, the plan's fields, memory_GiB): plain tuples cost a tenth of dataclasses to send back from
-a worker process, and sort as (estimate_s, Plan) does."""
+"""(bound_s, the plan's fields, memory_GiB): plain tuples cost a tenth of dataclasses to send back from
+a worker process, and sort as (bound_s, Plan) does."""
 _plan_fields = operator.attrgetter(*(f.name for f in fields(Plan)))
 
 
@@ -134,18 +137,19 @@ def _layer_costs(
         if key not in kept:
             kept[key] = _smallest_fits(est, limit_bytes, tp, pp, dp, ep, cp)
         if kept[key]:
-            for sp, rc in itertools.product(sequence_parallel_choices(sp_ok), RECOMPUTE):
-                est.layer(Plan(tp, pp, dp, b, "1F1B", 1, rc, sp, 0, ep, cp))
+            for sp, rc, zero in itertools.product(sequence_parallel_choices(sp_ok), RECOMPUTE, (0, 3)):
+                est.layer(Plan(tp, pp, dp, b, "1F1B", 1, rc, sp, zero, ep, cp))
     return est.layers
 
 
 def _rank_subtree(
     base: Scenario, gpus: int, limit_bytes: float, task: tuple[Root, dict[LayerKey, Layer]]
 ) -> SubtreeRanking:
-    """The plans of one (tp, pp) subtree that fit in `limit_bytes`, estimated (from the tp degree's
+    """The plans of one (tp, pp) subtree that fit in `limit_bytes`, bounded (from the tp degree's
     per-layer costs); with counts enumerated, pruned."""
     root, layers = task
     est = Estimator(base, gpus, dict(layers))
+    bound = Bound(est)
     candidates: list[Estimate] = []
     enumerated = pruned = 0
     smallest_fits: dict[tuple[int, int, int, int], bool] = {}
@@ -160,7 +164,7 @@ def _rank_subtree(
         memory = est.memory_bytes(plan)
         if memory > limit_bytes:
             continue
-        candidates.append((est.step_seconds(plan), _plan_fields(plan), memory / GiB))
+        candidates.append((bound.seconds(plan), _plan_fields(plan), memory / GiB))
     return candidates, enumerated, pruned
 
 
@@ -178,56 +182,84 @@ def _rank(base: Scenario, gpus: int, limit_bytes: float, map_fn: MapFn) -> list[
     return list(map_fn(partial(_rank_subtree, base, gpus, limit_bytes), tasks))
 
 
-def _checked(base: Scenario, limit_bytes: float, candidate: Estimate) -> Scenario | None:
-    """A candidate's scenario if it passes the exact checks (the plan's rules, peak memory over every
-    pipeline rank), else None."""
-    s = Plan(*candidate[1]).apply(base)
-    return None if check_plan(s)[0] or peak_memory(s)[1].total > limit_bytes else s
-
-
-def _simulated(finalist: tuple[Scenario, Estimate]) -> Ranked:
-    """A finalist run through the engine: its simulated step time, peak memory and summary."""
-    s, (estimate_s, plan_fields, _) = finalist
+def _simulated(base: Scenario, limit_bytes: float, candidate: Estimate) -> Ranked | None:
+    """A candidate run through the engine, if it passes the exact checks (the plan's rules, peak memory
+    over every pipeline rank): its simulated step time, peak memory and summary; else None."""
+    bound_s, plan_fields, _ = candidate
+    s = Plan(*plan_fields).apply(base)
+    if check_plan(s)[0] or peak_memory(s)[1].total > limit_bytes:
+        return None
     summary = simulate(s, events=False).summary
-    return Ranked(Plan(*plan_fields), estimate_s, summary["peak_memory_gib"], summary["step_time_s"], summary)
+    return Ranked(Plan(*plan_fields), bound_s, summary["peak_memory_gib"], summary["step_time_s"], summary)
 
 
-def _events(finalist: tuple[Scenario, Estimate]) -> int:
-    """About how many pipeline passes the engine simulates for a finalist (pipeline ranks x chunks x
-    micro-batches): what its simulation costs, from 7 to 90 ms among GPT-3's finalists."""
-    s = finalist[0]
-    return s.pp * s.vpp * s.num_microbatches
+def _passes(batch_size: int, candidate: Estimate) -> int:
+    """About how many pipeline passes the engine simulates for a plan (pipeline ranks x chunks x
+    micro-batches): what its simulation costs, from 7 to 90 ms among GPT-3's best plans."""
+    plan = Plan(*candidate[1])
+    return plan.pp * plan.virtual_stages * (batch_size // (plan.dp * plan.micro_batch_size))
 
 
-def _first_passing(
-    candidates: list[Estimate], check: Callable[[Estimate], Scenario | None], wanted: int, map_fn: MapFn
-) -> list[tuple[Scenario, Estimate]]:
-    """The first `wanted` candidates, in order, that pass `check`, with their scenarios. The checks run
-    in parallel over `map_fn`, in rounds of twice as many next candidates as are still missing; what
-    passes beyond the `wanted`-th is dropped, so the result is that of checking one by one."""
-    chosen: list[tuple[Scenario, Estimate]] = []
-    position = 0
-    while len(chosen) < wanted and position < len(candidates):
-        batch = candidates[position : position + 2 * (wanted - len(chosen))]
-        position += len(batch)
-        chosen += [(s, c) for s, c in zip(map_fn(check, batch), batch, strict=True) if s is not None]
-    return chosen[:wanted]
+ROUND = 16
+"""Plans simulated per round of the best-first search: enough to keep a pool's workers busy. The top k
+does not depend on it (only how many plans beyond the stopping point get simulated too)."""
+
+
+def best_first(
+    candidates: list[Estimate],
+    run: Callable[[Estimate], Ranked | None],
+    k: int,
+    map_fn: MapFn = map,
+    progress: Callable[[int, int], None] | None = None,
+    cost: Callable[[Estimate], int] | None = None,
+) -> tuple[list[Ranked], int]:
+    """The k fastest of `candidates` by `run`'s step time, sorted (ties by plan), and how many were run.
+
+    `candidates` are sorted by a lower bound of that time. Rounds of the next `ROUND` candidates whose
+    bound could still beat the k-th best so far run over `map_fn`; the search stops at the first
+    candidate whose bound, less the bound's rounding slack, exceeds the k-th best: it and every one
+    after it are slower, so the result is what running every candidate would give. `cost` orders each
+    round, the costliest first, so that a pool ends on short runs."""
+    best: list[Ranked] = []
+    position = simulated = 0
+    while position < len(candidates):
+        threshold = (best[k - 1].step_time_s or math.inf) if len(best) >= k else math.inf
+        batch: list[Estimate] = []
+        while position < len(candidates) and len(batch) < ROUND:
+            if candidates[position][0] * (1 - TOLERANCE) > threshold:
+                break
+            batch.append(candidates[position])
+            position += 1
+        if not batch:
+            break
+        if cost is not None:
+            batch.sort(key=cost, reverse=True)
+        for done in map_fn(run, batch):
+            simulated += 1
+            if done is not None:
+                best.append(done)
+        best.sort(key=lambda r: (r.step_time_s or math.inf, r.plan))
+        del best[k:]
+        if progress is not None:
+            below = bisect.bisect_right(candidates, threshold, lo=position, key=operator.itemgetter(0))
+            progress(simulated, simulated + below - position)
+    return best, simulated
 
 
 def sweep(
     base: Scenario,
     gpus: int,
     *,
-    finalists: int = 24,
+    finalists: int = 10,
     progress: Callable[[int, int], None] | None = None,
     max_memory_gib: float | None = None,
     map_fn: MapFn = map,
 ) -> SweepResult:
-    """Search all plans of `base`'s model and training on `gpus` GPUs; the best `finalists`, simulated.
+    """The exact `finalists` fastest plans of `base`'s model and training on `gpus` GPUs, simulated.
 
     `max_memory_gib` caps the memory a plan may use per GPU below the GPU's own (headroom for the
     framework, or a smaller card of the same kind). `map_fn` runs the subtrees of the space, then the
-    finalists (a process pool's map spreads them over cores); the result does not depend on it."""
+    simulations (a process pool's map spreads them over cores); the result does not depend on it."""
     if not 0 < gpus <= MAX_WORLD_SIZE:  # ValueError: the CLI and the dashboard show it as bad input
         raise ValueError(f"--gpus must be between 1 and {MAX_WORLD_SIZE:,}, got {gpus:,}")
     base = _base_for(base, gpus)
@@ -235,12 +267,8 @@ def sweep(
     limit = min(base.cluster.gpu.usable_memory_GiB, max_memory_gib or math.inf) * GiB
     ranked = _rank(base, gpus, limit, map_fn)
     candidates = sorted(c for part, _, _ in ranked for c in part)  # a total order: the same for any slicing
-    chosen = _first_passing(candidates, partial(_checked, base, limit), finalists, map_fn)
-    chosen.sort(key=_events, reverse=True)  # the longest first, so that the pool ends on short ones
-    simulated: list[Ranked] = []
-    for done in map_fn(_simulated, chosen):
-        simulated.append(done)
-        if progress is not None:
-            progress(len(simulated), finalists)
-    simulated.sort(key=lambda r: (r.step_time_s or math.inf, r.plan))
-    return SweepResult(simulated, sum(n for _, n, _ in ranked), len(candidates), sum(n for _, _, n in ranked))
+    run, cost = partial(_simulated, base, limit), partial(_passes, base.training.global_batch_size)
+    best, simulated = best_first(candidates, run, finalists, map_fn, progress, cost)
+    return SweepResult(
+        best, sum(n for _, n, _ in ranked), len(candidates), sum(n for _, _, n in ranked), simulated
+    )

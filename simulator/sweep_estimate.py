@@ -18,11 +18,36 @@ from plancast.simulator.costs.moe import moe_activation_bytes
 from plancast.simulator.costs.ops import DTYPE_BYTES, Shape
 from plancast.simulator.costs.optimizer import optimizer_bytes_per_param
 from plancast.simulator.costs.params import layer_params, rank_parameters
-from plancast.simulator.costs.stage import StageCost, stage_costs
+from plancast.simulator.costs.stage import Segment, StageCost, stage_costs
 from plancast.simulator.engine import Topology
 from plancast.simulator.mesh import RankGrid, span_tier
 from plancast.simulator.scenario import Scenario, even_layer_split
 from plancast.simulator.sweep_axes import Plan
+
+
+class SegmentTimes(NamedTuple):
+    """Per-micro-batch pass times of every segment of the model on one rank (costs/stage.py), for the
+    lower bound (simulator/sweep_bound.py): blocks as prefix sums, so a stage's sum is one difference."""
+
+    forward_s: tuple[float, ...]  # [0, block 0, blocks 0-1, ...]: forward + blocking tp/ep/cp comm
+    backward_input_s: tuple[float, ...]
+    backward_weight_s: tuple[float, ...]
+    embedding: tuple[float, float, float]  # (forward, backward input, backward weight)
+    head: tuple[float, float, float]
+    recompute_full: bool
+
+
+def segment_times(segments: tuple[Segment, ...], tp_overlap: bool, recompute_full: bool) -> SegmentTimes:
+    """`SegmentTimes` of a whole model's segments (embedding, blocks, head), as StageCost sums them."""
+    passes = []
+    for g in segments:
+        one = StageCost(0, (g,), 0.0, tp_overlap, False)
+        passes.append((one.forward_s, one.backward_input_s, one.backward_weight_s))
+    prefix: list[list[float]] = [[0.0], [0.0], [0.0]]
+    for times in passes[1:-1]:
+        for acc, t in zip(prefix, times, strict=True):
+            acc.append(acc[-1] + t)
+    return SegmentTimes(*(tuple(p) for p in prefix), passes[0], passes[-1], recompute_full)
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +60,7 @@ class Layer:
     head_s: float
     act_bytes: float  # activation bytes one block keeps per micro-batch
     full_act_bytes: float  # ... without recompute (the block rebuilt in a full or per-op recompute backward)
+    segments: SegmentTimes  # every segment's times, for the lower bound
 
 
 class DpCosts(NamedTuple):
@@ -48,8 +74,15 @@ class DpCosts(NamedTuple):
     optimizer_s: float
 
 
-LayerKey = tuple[int, int, bool, str, int, int]
-"""(tp, micro_batch_size, sequence_parallel, recompute, ep, cp): what a `Layer` depends on."""
+LayerKey = tuple[int, int, bool, str, int, int, bool]
+"""(tp, micro_batch_size, sequence_parallel, recompute, ep, cp, FSDP): what a `Layer` depends on. FSDP
+(ZeRO-2/3 over dp > 1) changes a block's own passes: no autocast weight casts, a gradient cast
+(costs/mixed_precision.py)."""
+
+
+def sharded(plan: Plan) -> bool:
+    """Whether FSDP shards the plan's parameters (Scenario.fsdp: ZeRO-2/3 over more than one dp rank)."""
+    return plan.dp > 1 and plan.zero_stage >= 2
 
 
 @dataclass
@@ -78,9 +111,10 @@ class Estimator:
         return split
 
     def layer(self, plan: Plan) -> Layer:
-        key = (plan.tp, plan.micro_batch_size, plan.sequence_parallel, plan.recompute, plan.ep, plan.cp)
+        fsdp = sharded(plan)
+        key = (plan.tp, plan.micro_batch_size, plan.sequence_parallel, plan.recompute, plan.ep, plan.cp, fsdp)
         cached = self.layers.get(key)
-        if cached is None:
+        if cached is None:  # one stage of every layer, on the most data-parallel grid of tp and cp
             flat = Plan(
                 plan.tp,
                 1,
@@ -90,7 +124,7 @@ class Estimator:
                 1,
                 plan.recompute,
                 plan.sequence_parallel,
-                0,
+                3 if fsdp else 0,
                 plan.ep,
                 plan.cp,
             )
@@ -111,6 +145,7 @@ class Estimator:
                 StageCost(0, (head,), 0.0, one.tp_overlap, False).forward_s * 3,
                 layer_activation_bytes(x, plan.recompute, mlp, s.training.selective_recompute),
                 layer_activation_bytes(x, "none", mlp),
+                segment_times(segments, one.tp_overlap, plan.recompute == "full"),
             )
         return cached
 

@@ -169,8 +169,8 @@ FinalistsOpt = Annotated[
     int | None,
     typer.Option(
         min=1,
-        help="Best estimated plans to run through the full engine (default 24; 4 per size and cluster "
-        "when searching several).",
+        help="How many best plans to find exactly (default: --top; 4 per size and cluster when searching "
+        "several). The search simulates every plan whose lower bound could beat the last of them.",
     ),
 ]
 ClusterOpt = Annotated[
@@ -232,7 +232,7 @@ def sweep(
         )
         return
     _single_sweep(
-        s, sizes[0], finalists or 24, top=top, json_=json_, table=table, max_memory_gib=max_memory_gib,
+        s, sizes[0], max(finalists or top, top), top=top, json_=json_, table=table, max_memory_gib=max_memory_gib,
         workers=workers,
     )
 
@@ -261,7 +261,7 @@ def _single_sweep(
         task = bar.add_task("enumerating and ranking plans", total=None)
 
         def progress(done: int, total: int) -> None:
-            bar.update(task, description="simulating finalists", completed=done, total=total)
+            bar.update(task, description="simulating plans best bound first", completed=done, total=total)
 
         try:
             result = run_sweep(
@@ -282,6 +282,8 @@ def _single_sweep(
             {
                 "plans_enumerated": result.enumerated,
                 "plans_fitting": result.fits,
+                "plans_simulated": result.simulated,
+                "exact_top": len(result.finalists),
                 "seconds": elapsed,
                 "plans": rows[:top],
             }
@@ -301,8 +303,9 @@ def _print_plans(result: SweepResult, top: int, elapsed_s: float) -> None:
     from rich.table import Table
 
     out.print(
-        f"{result.enumerated:,} plans enumerated, {result.fits:,} fit in memory, "
-        f"{len(result.finalists)} simulated in full ({elapsed_s:.1f} s)"
+        f"{result.enumerated:,} plans enumerated, {result.fits:,} fit in memory, {result.simulated:,} "
+        f"simulated in full ({elapsed_s:.1f} s): the top {len(result.finalists)} are exact (every other plan's "
+        "lower bound is slower, docs/sweep.md)"
     )
     view = Table("#", "plan", "step s", "MFU", "memory GiB", "tokens/s")
     for i, r in enumerate(result.finalists[:top], 1):

@@ -1,0 +1,243 @@
+"""A proven lower bound of the engine's step time for one plan, in closed form (docs/sweep.md proves it).
+
+The sweep simulates plans in the order of this bound and stops once the next bound cannot beat the
+k-th best simulated time, so its top k is exact. Each term is a time the engine cannot avoid:
+
+- compute: a rank runs its actions one after another; its first action (F of its first stage,
+  micro-batch 0) waits for that micro-batch's forwards on every earlier stage and their transfers, so
+  it ends no earlier than that chain plus all its own passes plus its optimizer step;
+- cool-down: a rank's last backward feeds the backward of the same micro-batch on every earlier stage,
+  one after another, down to the first rank, whose optimizer follows;
+- data parallel: the first rank's dp stream runs its collectives one after another and the optimizer
+  waits for them; each collective costs at least what one collective of their summed bytes costs
+  (collective times are subadditive in bytes, tests/simulator/test_sweep_bound.py checks it).
+
+Every pass time is summed from the same per-segment costs the engine's stages are built from
+(costs/stage.py), taken without the per-plan host costs that only add time (FSDP2 unit hooks).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from plancast.simulator.costs.collectives import CollectiveKind, Level, collective_seconds
+from plancast.simulator.costs.host import HostCosts
+from plancast.simulator.costs.ops import DTYPE_BYTES
+from plancast.simulator.costs.optimizer import optimizer_memory_s
+from plancast.simulator.costs.params import chunk_tensor_bytes
+from plancast.simulator.engine.plan import Topology, p2p_bytes
+from plancast.simulator.schedules import splits_backward
+from plancast.simulator.sweep_axes import Plan
+from plancast.simulator.sweep_estimate import Estimator, SegmentTimes
+
+TOLERANCE = 1e-9
+"""Relative slack for the bound's floating-point sums, which add the same terms as the engine in
+another order: a plan is skipped only when its bound exceeds the k-th best time by more than this."""
+
+
+class StageTimes(NamedTuple):
+    """One virtual stage's pass times for one micro-batch (costs/stage.py `Durations`, unsplit)."""
+
+    forward_s: float
+    recompute_s: float
+    backward_input_s: float
+    backward_weight_s: float
+
+    @property
+    def total_s(self) -> float:
+        return self.forward_s + self.recompute_s + self.backward_input_s + self.backward_weight_s
+
+
+def stage_times(seg: SegmentTimes, split: tuple[int, ...]) -> tuple[StageTimes, ...]:
+    """Per virtual stage of `split`, the sums of its segments (embedding on the first, head on the last)."""
+    out, start, last = [], 0, len(split) - 1
+    for v, n in enumerate(split):
+        f = seg.forward_s[start + n] - seg.forward_s[start]
+        b = seg.backward_input_s[start + n] - seg.backward_input_s[start]
+        w = seg.backward_weight_s[start + n] - seg.backward_weight_s[start]
+        for part, present in ((seg.embedding, v == 0), (seg.head, v == last)):
+            if present:
+                f, b, w = f + part[0], b + part[1], w + part[2]
+        out.append(StageTimes(f, f if seg.recompute_full else 0.0, b, w))
+        start += n
+    return tuple(out)
+
+
+def trailing_weight_passes(schedule: str, pp_rank: int, m: int) -> int | None:
+    """How many weight passes (W) may follow a rank's last backward: none without a split backward;
+    ZB-H1 defers the W of backward k to after backward k + rank, so the last rank + 1 of them follow
+    (simulator/schedules.py, _zero_bubble_h1); None for another split schedule: any of them may."""
+    if not splits_backward(schedule):  # type: ignore[arg-type]
+        return 0
+    return min(pp_rank + 1, m) if schedule == "ZeroBubble" else None
+
+
+class Compute(NamedTuple):
+    """The compute part of a plan's bound (see the module docstring)."""
+
+    other_ranks_s: float
+    """max over ranks of the forward chain into the rank plus all its passes (its optimizer not counted)."""
+    first_rank_s: float
+    """When the first rank's last pass ends at the earliest: its passes, or a later rank's last
+    backward and the cool-down from it."""
+    final_backward_start_s: float
+    """When the first rank's final backward can start at the earliest (after its recompute)."""
+    final_backward_s: float
+    """That backward pass's own time."""
+
+
+@dataclass
+class Bound:
+    """Lower bounds of the engine's step time, from an estimator's cached per-segment costs."""
+
+    est: Estimator
+    _compute: dict[tuple[object, ...], Compute] = field(default_factory=dict)
+    _dp: dict[tuple[object, ...], tuple[float, ...]] = field(default_factory=dict)
+    _hop: dict[tuple[int, int, bool], float] = field(default_factory=dict)
+
+    def seconds(self, plan: Plan, split: tuple[int, ...] | None = None) -> float:
+        """The bound for `plan` (its layers split as `split`, default even)."""
+        est, t = self.est, self.est.base.training
+        m = t.global_batch_size // (plan.micro_batch_size * plan.dp)
+        stages = plan.pp * plan.virtual_stages
+        split = split or est.split(stages)
+        c = self._compute_part(plan, m, split)
+        dense_dp = plan.dp * plan.cp
+        zero = plan.zero_stage if dense_dp > 1 else 0
+        opt = optimizer_memory_s(est.base, est.rank0_params(plan) / (dense_dp if zero >= 1 else 1))
+        if dense_dp == 1:
+            return max(c.other_ranks_s, c.first_rank_s + opt)
+        dp = self._dp_part(plan, split, zero)
+        if zero <= 1:
+            chunk0_s, all_s, broadcast_s = dp
+            if est.base.parallelism.overlap_grad_reduce:
+                drained = c.final_backward_start_s + chunk0_s
+            else:
+                drained = c.final_backward_start_s + c.final_backward_s + all_s
+            return max(c.other_ranks_s, max(c.first_rank_s, drained) + opt + broadcast_s)
+        gather_s, scatter_s = dp
+        gathers = (2 + (plan.recompute == "full")) * m if zero == 3 else 1
+        stream = gathers * gather_s + m * scatter_s
+        return max(c.other_ranks_s, max(c.first_rank_s, stream) + opt)
+
+    # ------------------------------------------------------------------------------------- compute
+    def _compute_part(self, plan: Plan, m: int, split: tuple[int, ...]) -> Compute:
+        key = (
+            plan.tp, plan.micro_batch_size, plan.sequence_parallel, plan.recompute, plan.ep, plan.cp,
+            plan.pp, plan.virtual_stages, plan.schedule, m, split,
+        )  # fmt: skip
+        cached = self._compute.get(key)
+        if cached is None:
+            times = stage_times(self.est.layer(plan).segments, split)
+            cached = self._compute[key] = chain_bound(times, plan.pp, m, plan.schedule, self._hop_s(plan))
+        return cached
+
+    def _hop_s(self, plan: Plan) -> float:
+        """The shortest a pipeline transfer can take: its bytes over the fastest tier (pipeline.py)."""
+        key = (plan.micro_batch_size, plan.cp, plan.sequence_parallel)
+        hop = self._hop.get(key)
+        if hop is None:
+            base = self.est.base
+            s = plan.apply(base)
+            nbytes = p2p_bytes(s)
+            compute = base.cluster.compute
+            busy = 0.0 if compute.p2p_rendezvous else compute.p2p_busy_delay_us * 1e-6
+            links = Topology.of(base).links
+            fastest = min(nbytes / link.bandwidth_Bps + link.latency_s for link in links)
+            hop = self._hop[key] = busy + fastest
+        return hop
+
+    # ------------------------------------------------------------------------------- data parallel
+    def _dp_part(self, plan: Plan, split: tuple[int, ...], zero: int) -> tuple[float, ...]:
+        key = (plan.tp, plan.pp, plan.virtual_stages, plan.ep, plan.cp, plan.dp, zero, split)
+        cached = self._dp.get(key)
+        if cached is None:
+            cached = self._dp[key] = self._dp_seconds(plan, split, zero)
+        return cached
+
+    def _dp_seconds(self, plan: Plan, split: tuple[int, ...], zero: int) -> tuple[float, ...]:
+        """DDP/ZeRO-1: (chunk 0's gradient all-reduce, every chunk's, ZeRO-1's broadcasts); ZeRO-2/3:
+        (one micro-batch's gathers, one step's, one micro-batch's reduce-scatters), each as one collective
+        of the summed bytes plus every collective's host cost (engine/plan.py, dp_collective_s)."""
+        base = self.est.base
+        s = plan.apply(base)
+        host = HostCosts.of(s)
+        levels = self.est.dp_levels(plan)
+        chunks = chunk_bytes(base, plan, split)  # per owned chunk: (fp32 gradient bytes, tensors)
+        grad = [b for b, _ in chunks]
+        if zero <= 1:
+            ar = host.ddp_all_reduce_s + host.dp_collective_s
+            chunk0 = _one(levels, "all_reduce", grad[0]) + ar
+            every = _one(levels, "all_reduce", sum(grad)) + ar * len(grad)
+            broadcast = 0.0
+            if zero == 1:  # every owner's shard of the rank's parameters (engine/plan.py)
+                shard = self.est.rank0_params(plan) * DTYPE_BYTES[base.training.dtype] / (plan.dp * plan.cp)
+                broadcast = _one(levels, "broadcast", shard) * plan.dp * plan.cp
+            return chunk0, every, broadcast
+        algorithm = base.parallelism.zero_collective_algorithm or "hierarchical"
+        dtype = DTYPE_BYTES[base.training.dtype]
+        scale = DTYPE_BYTES[s.fsdp_reduce_dtype] / dtype
+        gather = scatter = 0.0
+        for nbytes, units in chunks:
+            params = nbytes / 4 * dtype
+            hosts_s = units * host.dp_collective_s
+            gather += hosts_s + _one(levels, "all_gather", params, algorithm)
+            scatter += hosts_s + _one(levels, "reduce_scatter", params * scale, algorithm)
+        # ZeRO-3 gathers each unit once per pass (forward, recompute, backward), resharding after;
+        # ZeRO-2 keeps them gathered, at least one gather per step (units.py FsdpState)
+        return gather, scatter
+
+
+def _one(levels: tuple[Level, ...], kind: CollectiveKind, nbytes: float, algorithm: str = "auto") -> float:
+    return collective_seconds(kind, levels, nbytes, algorithm)  # type: ignore[arg-type]
+
+
+def chunk_bytes(base: object, plan: Plan, split: tuple[int, ...]) -> list[tuple[float, int]]:
+    """Per chunk of the first pipeline rank: (its dense fp32 gradient bytes, its FSDP units), as
+    simulator/units.py's dp_plan sizes them."""
+    from plancast.simulator.scenario import Scenario
+
+    assert isinstance(base, Scenario)
+    stages, out = len(split), []
+    for c in range(plan.virtual_stages):
+        v = c * plan.pp
+        start = sum(split[:v])
+        first, last = v == 0, v == stages - 1
+        tensors = chunk_tensor_bytes(
+            base.model, plan.tp, layers=split[v], has_embedding=first, has_head=last, first_layer=start
+        )
+        out.append((float(sum(tensors)), split[v] + (1 if first or last else 0)))
+    return out
+
+
+def chain_bound(times: tuple[StageTimes, ...], pp: int, m: int, schedule: str, hop_s: float) -> Compute:
+    """The compute part of the bound over a plan's per-stage times (see the module docstring). Under a
+    split backward the first stage's B is empty and its W is the whole backward (costs/stage.py)."""
+    split = splits_backward(schedule)  # type: ignore[arg-type]
+    work, weights = [0.0] * pp, [0.0] * pp
+    for v, st in enumerate(times):
+        work[v % pp] += m * st.total_s
+        weights[v % pp] += m * (st.backward_weight_s + (st.backward_input_s if v == 0 else 0.0))
+    other = first = work[0]
+    into = cool = 0.0
+    for r in range(1, pp):
+        prev = times[r - 1]
+        into += prev.forward_s + hop_s
+        if r == 1:  # the first stage's backward (or its W) ends its cool-down in any schedule
+            cool = prev.recompute_s + prev.backward_input_s + prev.backward_weight_s + hop_s
+        else:
+            weight = 0.0 if split else prev.backward_weight_s
+            cool += prev.recompute_s + prev.backward_input_s + weight + hop_s
+        count = trailing_weight_passes(schedule, r, m)
+        tail = weights[r] if count is None else (count * times[r].backward_weight_s if split else 0.0)
+        other = max(other, into + work[r])
+        first = max(first, into + work[r] - tail + cool)
+    s0 = times[0]
+    count = trailing_weight_passes(schedule, 0, m)
+    if split:  # the final B of stage 0 is empty; the W passes after it hold stage 0's whole backward
+        b0 = 0.0
+        tail0 = weights[0] if count is None else count * (s0.backward_input_s + s0.backward_weight_s)
+    else:
+        b0, tail0 = s0.backward_input_s + s0.backward_weight_s, 0.0
+    return Compute(other, first, max(work[0] - tail0 - b0, 0.0), b0)
