@@ -168,9 +168,16 @@ def _rank_subtree(
     return candidates, enumerated, pruned
 
 
-def _rank(base: Scenario, gpus: int, limit_bytes: float, map_fn: MapFn) -> list[SubtreeRanking]:
+def _rank(
+    base: Scenario,
+    gpus: int,
+    limit_bytes: float,
+    map_fn: MapFn,
+    layer_costs: dict[LayerKey, Layer] | None = None,
+) -> list[SubtreeRanking]:
     """Every (tp, pp) subtree ranked by `_rank_subtree`, in two rounds over `map_fn`: the per-layer costs
-    of each tp degree, then the subtrees, largest first (a subtree costs about its plan count)."""
+    of each tp degree (also added to `layer_costs`), then the subtrees, largest first (a subtree costs
+    about its plan count)."""
     sizes = subtree_sizes(base, gpus)
     tp_sizes: dict[int, int] = {}
     for (tp, _), n in sizes.items():
@@ -178,6 +185,9 @@ def _rank(base: Scenario, gpus: int, limit_bytes: float, map_fn: MapFn) -> list[
     tps = by_size(tp_sizes)
     per_tp = [[root for root in sizes if root[0] == tp] for tp in tps]
     layers = dict(zip(tps, map_fn(partial(_layer_costs, base, gpus, limit_bytes), per_tp), strict=True))
+    if layer_costs is not None:
+        for table in layers.values():
+            layer_costs.update(table)
     tasks = [(root, layers[root[0]]) for root in by_size(sizes)]
     return list(map_fn(partial(_rank_subtree, base, gpus, limit_bytes), tasks))
 
@@ -212,6 +222,7 @@ def best_first(
     map_fn: MapFn = map,
     progress: Callable[[int, int], None] | None = None,
     cost: Callable[[Estimate], int] | None = None,
+    refine: Callable[[Estimate], float] | None = None,
 ) -> tuple[list[Ranked], int]:
     """The k fastest of `candidates` by `run`'s step time, sorted (ties by plan), and how many were run.
 
@@ -219,19 +230,23 @@ def best_first(
     bound could still beat the k-th best so far run over `map_fn`; the search stops at the first
     candidate whose bound, less the bound's rounding slack, exceeds the k-th best: it and every one
     after it are slower, so the result is what running every candidate would give. `cost` orders each
-    round, the costliest first, so that a pool ends on short runs."""
+    round, the costliest first, so that a pool ends on short runs; `refine` gives a tighter lower bound
+    (never below the first), worked out only for candidates the first bound cannot rule out."""
     best: list[Ranked] = []
     position = simulated = 0
-    while position < len(candidates):
+    stopped = False
+    while position < len(candidates) and not stopped:
         threshold = (best[k - 1].step_time_s or math.inf) if len(best) >= k else math.inf
         batch: list[Estimate] = []
         while position < len(candidates) and len(batch) < ROUND:
-            if candidates[position][0] * (1 - TOLERANCE) > threshold:
+            candidate = candidates[position]
+            stopped = candidate[0] * (1 - TOLERANCE) > threshold
+            if stopped:
                 break
-            batch.append(candidates[position])
             position += 1
-        if not batch:
-            break
+            tighter = candidate[0] if refine is None else refine(candidate)
+            if tighter * (1 - TOLERANCE) <= threshold:
+                batch.append((tighter, *candidate[1:]))
         if cost is not None:
             batch.sort(key=cost, reverse=True)
         for done in map_fn(run, batch):
@@ -265,10 +280,14 @@ def sweep(
     base = _base_for(base, gpus)
     # headroom for context, NCCL, fragmentation; --max-memory-gib caps it further
     limit = min(base.cluster.gpu.usable_memory_GiB, max_memory_gib or math.inf) * GiB
-    ranked = _rank(base, gpus, limit, map_fn)
+    layers: dict[LayerKey, Layer] = {}
+    ranked = _rank(base, gpus, limit, map_fn, layers)
     candidates = sorted(c for part, _, _ in ranked for c in part)  # a total order: the same for any slicing
     run, cost = partial(_simulated, base, limit), partial(_passes, base.training.global_batch_size)
-    best, simulated = best_first(candidates, run, finalists, map_fn, progress, cost)
+    bound = Bound(Estimator(base, gpus, layers))
+    best, simulated = best_first(
+        candidates, run, finalists, map_fn, progress, cost, lambda c: bound.replayed(Plan(*c[1]))
+    )
     return SweepResult(
         best, sum(n for _, n, _ in ranked), len(candidates), sum(n for _, _, n in ranked), simulated
     )

@@ -25,11 +25,12 @@ from plancast.simulator.costs.collectives import CollectiveKind, Level, collecti
 from plancast.simulator.costs.host import HostCosts
 from plancast.simulator.costs.ops import DTYPE_BYTES
 from plancast.simulator.costs.optimizer import optimizer_memory_s
-from plancast.simulator.costs.params import chunk_tensor_bytes
+from plancast.simulator.costs.params import chunk_tensor_bytes, rank_parameters
+from plancast.simulator.costs.tp_comm import ddp_bucket_bytes
 from plancast.simulator.engine.plan import Topology, p2p_bytes
-from plancast.simulator.schedules import splits_backward
+from plancast.simulator.schedules import Schedule, build_schedule, splits_backward
 from plancast.simulator.sweep_axes import Plan
-from plancast.simulator.sweep_estimate import Estimator, SegmentTimes
+from plancast.simulator.sweep_estimate import Estimator, SegmentTimes, sharded
 
 TOLERANCE = 1e-9
 """Relative slack for the bound's floating-point sums, which add the same terms as the engine in
@@ -49,8 +50,12 @@ class StageTimes(NamedTuple):
         return self.forward_s + self.recompute_s + self.backward_input_s + self.backward_weight_s
 
 
-def stage_times(seg: SegmentTimes, split: tuple[int, ...]) -> tuple[StageTimes, ...]:
-    """Per virtual stage of `split`, the sums of its segments (embedding on the first, head on the last)."""
+def stage_times(seg: SegmentTimes, split: tuple[int, ...], units: bool = False) -> tuple[StageTimes, ...]:
+    """Per virtual stage of `split`, the sums of its segments (embedding on the first, head on the last).
+
+    `units`: ZeRO-2/3, where the engine runs a pass as its FSDP units' shares of the stage's time, each
+    block's share sized by the stage's first block (simulator/units.py, dp_plan): where blocks differ (an
+    MoE model's dense first blocks) the shares may sum below 1, and the times are scaled by that sum."""
     out, start, last = [], 0, len(split) - 1
     for v, n in enumerate(split):
         f = seg.forward_s[start + n] - seg.forward_s[start]
@@ -59,9 +64,26 @@ def stage_times(seg: SegmentTimes, split: tuple[int, ...]) -> tuple[StageTimes, 
         for part, present in ((seg.embedding, v == 0), (seg.head, v == last)):
             if present:
                 f, b, w = f + part[0], b + part[1], w + part[2]
+        scale_f = scale_b = 1.0
+        if units:
+            scale_f, scale_b = _share_sums(seg, start, n, v == 0, v == last)
+        b, w = b * scale_b, w * scale_b  # W unscaled where the schedule splits it: still a lower bound
+        f *= scale_f
         out.append(StageTimes(f, f if seg.recompute_full else 0.0, b, w))
         start += n
     return tuple(out)
+
+
+def _share_sums(seg: SegmentTimes, start: int, n: int, first: bool, last: bool) -> tuple[float, float]:
+    """(forward, backward) sums of a stage's FSDP unit shares (simulator/units.py), at most 1."""
+    sums = []
+    for prefix, index in ((seg.compute_forward_s, 0), (seg.compute_backward_s, 1)):
+        root = (seg.embedding_compute[index] if first else 0.0) + (seg.head_compute[index] if last else 0.0)
+        blocks = prefix[start + n] - prefix[start]
+        first_block = prefix[start + 1] - prefix[start] if n else 0.0
+        total = root + blocks
+        sums.append(min(1.0, (root + n * first_block) / total) if total else 1.0)
+    return sums[0], sums[1]
 
 
 def trailing_weight_passes(schedule: str, pp_rank: int, m: int) -> int | None:
@@ -94,7 +116,116 @@ class Bound:
     est: Estimator
     _compute: dict[tuple[object, ...], Compute] = field(default_factory=dict)
     _dp: dict[tuple[object, ...], tuple[float, ...]] = field(default_factory=dict)
-    _hop: dict[tuple[int, int, bool], float] = field(default_factory=dict)
+    _hop: dict[tuple[int, int, int, bool], float] = field(default_factory=dict)
+    _replays: dict[tuple[object, ...], Replay] = field(default_factory=dict)
+    _bucket_cache: dict[tuple[object, ...], tuple[tuple[tuple[int, ...], tuple[float, ...]], ...]] = field(
+        default_factory=dict
+    )
+
+    def replayed(self, plan: Plan, split: tuple[int, ...] | None = None) -> float:
+        """A tighter bound than `seconds` (never below it), for the plans the search may simulate: the
+        schedule replayed action by action, and the first rank's dp stream fed by its chunks' last
+        backwards in their replayed order (docs/sweep.md)."""
+        est, t = self.est, self.est.base.training
+        m = t.global_batch_size // (plan.micro_batch_size * plan.dp)
+        split = split or est.split(plan.pp * plan.virtual_stages)
+        rep = self._replay(plan, m, split)
+        dense_dp = plan.dp * plan.cp
+        zero = plan.zero_stage if dense_dp > 1 else 0
+        opt = optimizer_memory_s(est.base, est.rank0_params(plan) / (dense_dp if zero >= 1 else 1))
+        other, first = max(rep.rank_end_s[1:], default=0.0), rep.rank_end_s[0]
+        cheap = self.seconds(plan, split)
+        if dense_dp == 1:
+            return max(cheap, other, first + opt)
+        if zero >= 2:
+            gather_s, scatter_s = self._dp_part(plan, split, zero)
+            gathers = (2 + (plan.recompute == "full")) * m if zero == 3 else 1
+            return max(cheap, other, max(first, gathers * gather_s + m * scatter_s) + opt)
+        buckets = self._buckets(plan, split)
+        owned = [buckets[c * plan.pp] for c in range(plan.virtual_stages)]
+        drained = 0.0
+        if est.base.parallelism.overlap_grad_reduce:  # each bucket ready at its share of its chunk's last B
+            for (start, own), (sizes, seconds) in sorted(zip(rep.last_backward_s, owned, strict=True)):
+                total, done = sum(sizes) or 1, 0
+                for nbytes, collective_s in zip(sizes, seconds, strict=True):
+                    done += nbytes
+                    drained = max(drained, start + own * done / total) + collective_s
+        else:  # every chunk's buckets once the final backward ends
+            drained = max(start + own for start, own in rep.last_backward_s)
+            drained += sum(sum(seconds) for _, seconds in owned)
+        return max(cheap, other, max(first, drained) + opt + self._broadcasts(plan, split, zero))
+
+    def _replay(self, plan: Plan, m: int, split: tuple[int, ...]) -> Replay:
+        key = (
+            plan.tp, plan.micro_batch_size, plan.sequence_parallel, plan.recompute, plan.ep, plan.cp,
+            sharded(plan), _units(plan), plan.pp, plan.virtual_stages, plan.schedule, m, split,
+        )  # fmt: skip
+        cached = self._replays.get(key)
+        if cached is None:
+            times = stage_times(self.est.layer(plan).segments, split, units=_units(plan))
+            sched = build_schedule(plan.schedule, plan.pp, m, plan.virtual_stages)  # type: ignore[arg-type]
+            split_backward = splits_backward(plan.schedule)  # type: ignore[arg-type]
+            slowed = self._slowed(plan, split, times, split_backward)
+            cached = self._replays[key] = replay(times, sched, self._hop_s(plan), split_backward, slowed)
+        return cached
+
+    def _slowed(
+        self, plan: Plan, split: tuple[int, ...], times: tuple[StageTimes, ...], split_backward: bool
+    ) -> tuple[float, ...] | None:
+        """Per stage, what its last backward loses to its gradient buckets' all-reduces running beside
+        it: the engine's own closed form (engine/data_parallel.py, _reduce_chunk), DDP/ZeRO-1 with
+        overlap_grad_reduce only."""
+        base = self.est.base
+        slowdown = base.cluster.compute.overlap_slowdown
+        dense_dp = plan.dp * plan.cp
+        if not (slowdown and base.parallelism.overlap_grad_reduce and dense_dp > 1 and plan.zero_stage <= 1):
+            return None
+        return tuple(
+            slowdown * overlapped_s(sizes, seconds, _action_seconds(st, v, split_backward)[1])
+            for v, (st, (sizes, seconds)) in enumerate(zip(times, self._buckets(plan, split), strict=True))
+        )
+
+    def _buckets(
+        self, plan: Plan, split: tuple[int, ...]
+    ) -> tuple[tuple[tuple[int, ...], tuple[float, ...]], ...]:
+        """Per virtual stage, its DDP gradient buckets (simulator/units.py, dp_plan) and each one's
+        all-reduce time with its host costs (engine/plan.py, dp_collective_s)."""
+        key = (plan.tp, plan.pp, plan.virtual_stages, plan.cp, plan.dp, split)
+        cached = self._bucket_cache.get(key)
+        if cached is not None:
+            return cached
+        base = self.est.base
+        host = HostCosts.of(plan.apply(base))
+        levels = self.est.dp_levels(plan)
+        out = []
+        for v, n in enumerate(split):
+            tensors = chunk_tensor_bytes(
+                base.model, plan.tp, layers=n, has_embedding=v == 0, has_head=v == len(split) - 1,
+                first_layer=sum(split[:v]),
+            )  # fmt: skip
+            sizes = tuple(ddp_bucket_bytes(tensors, base.parallelism.bucket_cap_MiB))
+            per = host.dp_collective_s + host.ddp_all_reduce_s
+            out.append((sizes, tuple(_one(levels, "all_reduce", b) + per for b in sizes)))
+        cached = self._bucket_cache[key] = tuple(out)
+        return cached
+
+    def _broadcasts(self, plan: Plan, split: tuple[int, ...], zero: int) -> float:
+        """ZeRO-1 after the optimizer: every owner's shard of each chunk, one after another (engine
+        data_parallel.broadcast_shards, with the stage parameters of costs/params.py)."""
+        if zero != 1:
+            return 0.0
+        base, dense_dp = self.est.base, plan.dp * plan.cp
+        levels = self.est.dp_levels(plan)
+        host = HostCosts.of(plan.apply(base))
+        vocab_tp = plan.tp if base.parallelism.vocab_parallel else 1
+        total = 0.0
+        for c in range(plan.virtual_stages):
+            params = rank_parameters(
+                base.model, split, [c * plan.pp], tp=plan.tp, vocab_tp=vocab_tp, ep=plan.ep
+            )[0]
+            shard = params * DTYPE_BYTES[base.training.dtype] / dense_dp
+            total += dense_dp * (_one(levels, "broadcast", shard) + host.dp_collective_s)
+        return total
 
     def seconds(self, plan: Plan, split: tuple[int, ...] | None = None) -> float:
         """The bound for `plan` (its layers split as `split`, default even)."""
@@ -125,17 +256,17 @@ class Bound:
     def _compute_part(self, plan: Plan, m: int, split: tuple[int, ...]) -> Compute:
         key = (
             plan.tp, plan.micro_batch_size, plan.sequence_parallel, plan.recompute, plan.ep, plan.cp,
-            plan.pp, plan.virtual_stages, plan.schedule, m, split,
+            sharded(plan), _units(plan), plan.pp, plan.virtual_stages, plan.schedule, m, split,
         )  # fmt: skip
         cached = self._compute.get(key)
         if cached is None:
-            times = stage_times(self.est.layer(plan).segments, split)
+            times = stage_times(self.est.layer(plan).segments, split, units=_units(plan))
             cached = self._compute[key] = chain_bound(times, plan.pp, m, plan.schedule, self._hop_s(plan))
         return cached
 
     def _hop_s(self, plan: Plan) -> float:
         """The shortest a pipeline transfer can take: its bytes over the fastest tier (pipeline.py)."""
-        key = (plan.micro_batch_size, plan.cp, plan.sequence_parallel)
+        key = (plan.tp, plan.micro_batch_size, plan.cp, plan.sequence_parallel)
         hop = self._hop.get(key)
         if hop is None:
             base = self.est.base
@@ -187,6 +318,11 @@ class Bound:
         # ZeRO-3 gathers each unit once per pass (forward, recompute, backward), resharding after;
         # ZeRO-2 keeps them gathered, at least one gather per step (units.py FsdpState)
         return gather, scatter
+
+
+def _units(plan: Plan) -> bool:
+    """Whether the engine runs the plan's passes by FSDP units (engine/plan.py: ZeRO-2/3 over dp x cp)."""
+    return plan.zero_stage >= 2 and plan.dp * plan.cp > 1
 
 
 def _one(levels: tuple[Level, ...], kind: CollectiveKind, nbytes: float, algorithm: str = "auto") -> float:
@@ -241,3 +377,96 @@ def chain_bound(times: tuple[StageTimes, ...], pp: int, m: int, schedule: str, h
     else:
         b0, tail0 = s0.backward_input_s + s0.backward_weight_s, 0.0
     return Compute(other, first, max(work[0] - tail0 - b0, 0.0), b0)
+
+
+class Replay(NamedTuple):
+    """The schedule replayed with the bound's pass times and transfers: every action as early as its
+    rank's previous action and its input allow (the engine starts each no earlier, docs/sweep.md)."""
+
+    rank_end_s: tuple[float, ...]
+    """Per pipeline rank, when its last action ends."""
+    last_backward_s: tuple[tuple[float, float], ...]
+    """Per chunk of the first rank: (when its last backward's own pass starts, after any recompute; that
+    pass's time)."""
+
+
+def replay(
+    times: tuple[StageTimes, ...],
+    schedule: Schedule,
+    hop_s: float,
+    split: bool,
+    slowed_s: tuple[float, ...] | None = None,
+) -> Replay:
+    """`Replay` of `schedule` (simulator/schedules.py) over per-stage `times`; `slowed_s`: per stage, what
+    its last backward loses to the gradient all-reduces beside it (engine/data_parallel.py)."""
+    pp, stages = len(schedule), len(times)
+    extra = slowed_s or (0.0,) * stages
+    backwards_left = [0] * stages
+    for actions in schedule:
+        for a in actions:
+            if a.kind == "B":
+                backwards_left[a.stage] += 1
+    durations = [_action_seconds(st, v, split) for v, st in enumerate(times)]
+    forward_end: dict[tuple[int, int], float] = {}
+    backward_end: dict[tuple[int, int], float] = {}
+    position, free = [0] * pp, [0.0] * pp
+    last_b: dict[int, tuple[float, float]] = {}
+    left = sum(len(actions) for actions in schedule)
+    while left:
+        moved = False
+        for rank, actions in enumerate(schedule):
+            i, now = position[rank], free[rank]
+            while i < len(actions):
+                a = actions[i]
+                f_s, b_s, w_s, r_s = durations[a.stage]
+                if a.kind == "F":
+                    ready = forward_end.get((a.stage - 1, a.microbatch), -1.0) if a.stage else 0.0
+                    if ready < 0.0:
+                        break
+                    now = max(now, ready + hop_s if a.stage else 0.0) + f_s
+                    forward_end[a.stage, a.microbatch] = now
+                elif a.kind == "B":
+                    last_stage = a.stage == stages - 1
+                    ready = 0.0 if last_stage else backward_end.get((a.stage + 1, a.microbatch), -1.0)
+                    if ready < 0.0:
+                        break
+                    start = max(now, ready if last_stage else ready + hop_s) + r_s
+                    backwards_left[a.stage] -= 1
+                    now = start + b_s + (0.0 if backwards_left[a.stage] else extra[a.stage])
+                    backward_end[a.stage, a.microbatch] = now
+                    if rank == 0:
+                        last_b[a.stage] = (start, b_s)
+                else:
+                    now += w_s
+                i += 1
+                moved = True
+            left -= i - position[rank]
+            position[rank], free[rank] = i, now
+        if not moved:  # the schedules are checked deadlock-free (simulator/schedules.py)
+            raise ValueError("schedule deadlocks")
+    chunks = tuple(last_b[s] for s in sorted(last_b))
+    return Replay(tuple(free), chunks)
+
+
+def overlapped_s(buckets: tuple[int, ...], seconds: tuple[float, ...], backward_s: float) -> float:
+    """How long a chunk's buckets run beside its last backward of `backward_s`, each ready at its share
+    of it and drained from then (engine/data_parallel.py, _reduce_chunk, the same arithmetic)."""
+    total = sum(buckets) or 1
+    done = pending = overlapped = last_ready = 0.0
+    for nbytes, collective_s in zip(buckets, seconds, strict=True):
+        done += nbytes
+        after_s = backward_s * done / total
+        drained = min(pending, after_s - last_ready)
+        overlapped, pending, last_ready = overlapped + drained, pending - drained, after_s
+        if after_s < backward_s:
+            pending += collective_s
+    return overlapped
+
+
+def _action_seconds(st: StageTimes, stage: int, split: bool) -> tuple[float, float, float, float]:
+    """(F, B's own pass, W, B's recompute) of one stage's actions (costs/stage.py, Durations.of)."""
+    if not split:
+        return st.forward_s, st.backward_input_s + st.backward_weight_s, 0.0, st.recompute_s
+    if stage == 0:  # the first stage has no input gradient: its W is the whole backward
+        return st.forward_s, 0.0, st.backward_input_s + st.backward_weight_s, st.recompute_s
+    return st.forward_s, st.backward_input_s, st.backward_weight_s, st.recompute_s

@@ -35,19 +35,45 @@ class SegmentTimes(NamedTuple):
     embedding: tuple[float, float, float]  # (forward, backward input, backward weight)
     head: tuple[float, float, float]
     recompute_full: bool
+    compute_forward_s: tuple[float, ...]  # prefix sums of the blocks' own forward (no communication)
+    compute_backward_s: tuple[float, ...]  # ... backward (input + weight)
+    embedding_compute: tuple[float, float]  # (forward, backward) of its own
+    head_compute: tuple[float, float]
 
 
 def segment_times(segments: tuple[Segment, ...], tp_overlap: bool, recompute_full: bool) -> SegmentTimes:
-    """`SegmentTimes` of a whole model's segments (embedding, blocks, head), as StageCost sums them."""
+    """`SegmentTimes` of a whole model's segments (embedding, blocks, head), as StageCost sums them; the
+    segments' own compute apart, which sizes FSDP units' shares (simulator/units.py)."""
     passes = []
     for g in segments:
         one = StageCost(0, (g,), 0.0, tp_overlap, False)
-        passes.append((one.forward_s, one.backward_input_s, one.backward_weight_s))
-    prefix: list[list[float]] = [[0.0], [0.0], [0.0]]
+        passes.append(
+            (
+                one.forward_s,
+                one.backward_input_s,
+                one.backward_weight_s,
+                g.forward_s,
+                g.backward_input_s + g.backward_weight_s,
+            )
+        )
+    prefix: list[list[float]] = [[0.0] for _ in range(5)]
     for times in passes[1:-1]:
         for acc, t in zip(prefix, times, strict=True):
             acc.append(acc[-1] + t)
-    return SegmentTimes(*(tuple(p) for p in prefix), passes[0], passes[-1], recompute_full)
+    forward, backward_input, backward_weight, own_forward, own_backward = (tuple(p) for p in prefix)
+    emb, head = passes[0], passes[-1]
+    return SegmentTimes(
+        forward,
+        backward_input,
+        backward_weight,
+        (emb[0], emb[1], emb[2]),
+        (head[0], head[1], head[2]),
+        recompute_full,
+        own_forward,
+        own_backward,
+        (emb[3], emb[4]),
+        (head[3], head[4]),
+    )
 
 
 @dataclass(frozen=True, slots=True)

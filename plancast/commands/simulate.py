@@ -232,8 +232,8 @@ def sweep(
         )
         return
     _single_sweep(
-        s, sizes[0], max(finalists or top, top), top=top, json_=json_, table=table, max_memory_gib=max_memory_gib,
-        workers=workers,
+        s, sizes[0], max(finalists or top, top), top=top, json_=json_, table=table,
+        max_memory_gib=max_memory_gib, workers=workers,
     )
 
 
@@ -304,8 +304,8 @@ def _print_plans(result: SweepResult, top: int, elapsed_s: float) -> None:
 
     out.print(
         f"{result.enumerated:,} plans enumerated, {result.fits:,} fit in memory, {result.simulated:,} "
-        f"simulated in full ({elapsed_s:.1f} s): the top {len(result.finalists)} are exact (every other plan's "
-        "lower bound is slower, docs/sweep.md)"
+        f"simulated in full ({elapsed_s:.1f} s): the top {len(result.finalists)} are exact (every other "
+        "plan's lower bound is slower, docs/sweep.md)"
     )
     view = Table("#", "plan", "step s", "MFU", "memory GiB", "tokens/s")
     for i, r in enumerate(result.finalists[:top], 1):
