@@ -36,6 +36,7 @@ from plancast.simulator.sweep_axes import RECOMPUTE, Plan
 from plancast.simulator.sweep_bound import TOLERANCE, Bound
 from plancast.simulator.sweep_estimate import Estimator, Layer, LayerKey
 from plancast.simulator.sweep_space import (
+    LayerBalancer,
     Root,
     branches,
     by_size,
@@ -116,11 +117,17 @@ SubtreeRanking = tuple[list[Estimate], int, int]
 """A subtree's plans that fit, estimated; how many plans it has; how many the memory check pruned."""
 
 
-def _smallest_fits(est: Estimator, limit_bytes: float, tp: int, pp: int, dp: int, ep: int, cp: int) -> bool:
+def _smallest_fits(
+    est: Estimator, splits: LayerBalancer, limit_bytes: float, tp: int, pp: int, dp: int, ep: int, cp: int
+) -> bool:
     """Whether the smallest footprint of a (tp, pp, ep, cp) subtree (ZeRO-3, full recompute, micro-batch
-    1, SP where it applies) fits in `limit_bytes`: if it does not, no plan of the subtree does."""
+    1, SP where it applies, under each layer split searched) fits in `limit_bytes`: if it does not, no
+    plan of the subtree does."""
     sp = tp > 1 and (est.base.training.seq_len // cp) % tp == 0
-    return est.memory_bytes(Plan(tp, pp, dp, 1, "1F1B", 1, "full", sp, 3, ep, cp)) <= limit_bytes
+    return any(
+        est.memory_bytes(Plan(tp, pp, dp, 1, "1F1B", 1, "full", sp, 3, ep, cp, first, last)) <= limit_bytes
+        for first, last in splits.splits(pp, 1, tp, cp, sp)
+    )
 
 
 def _layer_costs(
@@ -130,12 +137,12 @@ def _layer_costs(
     smallest-footprint check keeps, as ranking them one by one would work out. Worked out once here, not
     again by each (tp, pp) task: the subtrees of a tp degree share most of them (their micro-batch sizes
     overlap), and a task re-deriving its own would cost 60% more work in all."""
-    est = Estimator(base, gpus)
+    est, splits = Estimator(base, gpus), LayerBalancer(base, gpus)
     kept: dict[tuple[int, int, int, int], bool] = {}
     for tp, pp, cp, dp, ep, b, _, sp_ok in branches(base, gpus, subtrees):
         key = (tp, pp, ep, cp)
         if key not in kept:
-            kept[key] = _smallest_fits(est, limit_bytes, tp, pp, dp, ep, cp)
+            kept[key] = _smallest_fits(est, splits, limit_bytes, tp, pp, dp, ep, cp)
         if kept[key]:
             for sp, rc, zero in itertools.product(sequence_parallel_choices(sp_ok), RECOMPUTE, (0, 3)):
                 est.layer(Plan(tp, pp, dp, b, "1F1B", 1, rc, sp, zero, ep, cp))
@@ -148,7 +155,7 @@ def _rank_subtree(
     """The plans of one (tp, pp) subtree that fit in `limit_bytes`, bounded (from the tp degree's
     per-layer costs); with counts enumerated, pruned."""
     root, layers = task
-    est = Estimator(base, gpus, dict(layers))
+    est, splits = Estimator(base, gpus, dict(layers)), LayerBalancer(base, gpus)
     bound = Bound(est)
     candidates: list[Estimate] = []
     enumerated = pruned = 0
@@ -157,7 +164,9 @@ def _rank_subtree(
         enumerated += 1
         key = (plan.tp, plan.pp, plan.ep, plan.cp)
         if key not in smallest_fits:  # smallest footprint of the whole (tp, pp, ep, cp) subtree
-            smallest_fits[key] = _smallest_fits(est, limit_bytes, plan.tp, plan.pp, plan.dp, plan.ep, plan.cp)
+            smallest_fits[key] = _smallest_fits(
+                est, splits, limit_bytes, plan.tp, plan.pp, plan.dp, plan.ep, plan.cp
+            )
         if not smallest_fits[key]:
             pruned += 1
             continue

@@ -122,19 +122,19 @@ class Bound:
         default_factory=dict
     )
 
-    def replayed(self, plan: Plan, split: tuple[int, ...] | None = None) -> float:
+    def replayed(self, plan: Plan) -> float:
         """A tighter bound than `seconds` (never below it), for the plans the search may simulate: the
         schedule replayed action by action, and the first rank's dp stream fed by its chunks' last
         backwards in their replayed order (docs/sweep.md)."""
         est, t = self.est, self.est.base.training
         m = t.global_batch_size // (plan.micro_batch_size * plan.dp)
-        split = split or est.split(plan.pp * plan.virtual_stages)
+        split = est.split(plan)
         rep = self._replay(plan, m, split)
         dense_dp = plan.dp * plan.cp
         zero = plan.zero_stage if dense_dp > 1 else 0
         opt = optimizer_memory_s(est.base, est.rank0_params(plan) / (dense_dp if zero >= 1 else 1))
         other, first = max(rep.rank_end_s[1:], default=0.0), rep.rank_end_s[0]
-        cheap = self.seconds(plan, split)
+        cheap = self.seconds(plan)
         if dense_dp == 1:
             return max(cheap, other, first + opt)
         if zero >= 2:
@@ -227,12 +227,11 @@ class Bound:
             total += dense_dp * (_one(levels, "broadcast", shard) + host.dp_collective_s)
         return total
 
-    def seconds(self, plan: Plan, split: tuple[int, ...] | None = None) -> float:
-        """The bound for `plan` (its layers split as `split`, default even)."""
+    def seconds(self, plan: Plan) -> float:
+        """The bound for `plan` (see the module docstring)."""
         est, t = self.est, self.est.base.training
         m = t.global_batch_size // (plan.micro_batch_size * plan.dp)
-        stages = plan.pp * plan.virtual_stages
-        split = split or est.split(stages)
+        split = est.split(plan)
         c = self._compute_part(plan, m, split)
         dense_dp = plan.dp * plan.cp
         zero = plan.zero_stage if dense_dp > 1 else 0

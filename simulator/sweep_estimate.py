@@ -21,7 +21,7 @@ from plancast.simulator.costs.params import layer_params, rank_parameters
 from plancast.simulator.costs.stage import Segment, StageCost, stage_costs
 from plancast.simulator.engine import Topology
 from plancast.simulator.mesh import RankGrid, span_tier
-from plancast.simulator.scenario import Scenario, even_layer_split
+from plancast.simulator.scenario import Scenario
 from plancast.simulator.sweep_axes import Plan
 
 
@@ -124,16 +124,18 @@ class Estimator:
     gpus: int
     layers: dict[LayerKey, Layer] = field(default_factory=dict)
     _dp_levels: dict[tuple[int, int, int], tuple[Any, ...]] = field(default_factory=dict)
-    _params: dict[tuple[int, int, int, int], tuple[float, float]] = field(default_factory=dict)
-    _splits: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    _params: dict[tuple[int, ...], tuple[float, float]] = field(default_factory=dict)
+    _splits: dict[tuple[int, int, int], tuple[int, ...]] = field(default_factory=dict)
     _tp_levels: dict[tuple[int, int, int], tuple[Any, ...]] = field(default_factory=dict)
     _states: dict[tuple[int, ...], float] = field(default_factory=dict)
     _dp: dict[tuple[int, ...], DpCosts] = field(default_factory=dict)
 
-    def split(self, stages: int) -> tuple[int, ...]:
-        split = self._splits.get(stages)
+    def split(self, plan: Plan) -> tuple[int, ...]:
+        """The plan's blocks per virtual stage (Plan.layer_split)."""
+        key = (plan.pp * plan.virtual_stages, plan.first_layers, plan.last_layers)
+        split = self._splits.get(key)
         if split is None:
-            split = self._splits[stages] = even_layer_split(self.base.model.num_hidden_layers, stages)
+            split = self._splits[key] = plan.layer_split(self.base.model.num_hidden_layers)
         return split
 
     def layer(self, plan: Plan) -> Layer:
@@ -190,12 +192,11 @@ class Estimator:
 
     def _rank0(self, plan: Plan) -> tuple[float, float]:
         """(all, routed-expert) parameters of the first pipeline rank."""
-        key = (plan.tp, plan.pp, plan.virtual_stages, plan.ep)
+        key = (plan.tp, plan.pp, plan.virtual_stages, plan.ep, plan.first_layers, plan.last_layers)
         params = self._params.get(key)
         if params is None:
             m = self.base.model
-            stages = plan.pp * plan.virtual_stages
-            split = even_layer_split(m.num_hidden_layers, stages)
+            split = self.split(plan)
             owned = [c * plan.pp for c in range(plan.virtual_stages)]
             vocab_tp = plan.tp if self.base.parallelism.vocab_parallel else 1
             params = self._params[key] = rank_parameters(
@@ -218,7 +219,7 @@ class Estimator:
         """Parameters, gradients and optimizer states of the first pipeline rank (costs/memory.py), with
         ZeRO-3's gathered units: the same for every batch shape, schedule and recompute of a plan's
         degrees, so worked out once per (tp, pp, v, ep, cp, dp, ZeRO stage)."""
-        key = (plan.tp, plan.pp, plan.virtual_stages, plan.ep, plan.cp, plan.dp, plan.zero_stage)
+        key = _degrees(plan)
         cached = self._states.get(key)
         if cached is None:
             t = self.base.training
@@ -244,7 +245,7 @@ class Estimator:
         """First pipeline rank's peak, as simulator.costs.memory.rank_memory computes it."""
         t = self.base.training
         stages = plan.pp * plan.virtual_stages
-        split = self.split(stages)
+        split = self.split(plan)
         mbs = t.global_batch_size // (plan.micro_batch_size * plan.dp)
         chunk_layers = tuple(split[c * plan.pp] for c in range(plan.virtual_stages))
         inflight = inflight_layers(plan.schedule, plan.pp, mbs, plan.virtual_stages, chunk_layers)
@@ -260,7 +261,7 @@ class Estimator:
         """The data-parallel collectives and the optimizer of the first pipeline rank: the same for every
         batch shape, schedule and recompute of a plan's degrees, so worked out once per (tp, pp, v, ep,
         cp, dp, ZeRO stage)."""
-        key = (plan.tp, plan.pp, plan.virtual_stages, plan.ep, plan.cp, plan.dp, plan.zero_stage)
+        key = _degrees(plan)
         cached = self._dp.get(key)
         if cached is not None:
             return cached
@@ -321,6 +322,14 @@ class Estimator:
             first_waits = m * v * gathers * dp.all_gather_s  # each chunk's first unit waits for its gather
             exposed += max(comm - m * per_mb, 0.0) + first_waits
         return pipeline + exposed + dp.optimizer_s
+
+
+def _degrees(plan: Plan) -> tuple[int, ...]:
+    """What a plan's model states and data-parallel costs depend on: its degrees, ZeRO stage and split."""
+    return (
+        plan.tp, plan.pp, plan.virtual_stages, plan.ep, plan.cp, plan.dp, plan.zero_stage, plan.first_layers,
+        plan.last_layers,
+    )  # fmt: skip
 
 
 def inflight_layers(schedule: str, pp: int, m: int, v: int, chunk_layers: tuple[int, ...]) -> int:

@@ -13,11 +13,11 @@ import pytest
 
 from plancast.simulator.costs.memory import GiB
 from plancast.simulator.scenario import Scenario
-from plancast.simulator.sweep import _base_for, _layer_costs, _plan_fields, _rank, sweep
+from plancast.simulator.sweep import _base_for, _layer_costs, _plan_fields, _rank, _smallest_fits, sweep
 from plancast.simulator.sweep_axes import Plan
 from plancast.simulator.sweep_bound import Bound
 from plancast.simulator.sweep_estimate import Estimator
-from plancast.simulator.sweep_space import by_size, enumerate_plans, roots, subtree_sizes
+from plancast.simulator.sweep_space import LayerBalancer, by_size, enumerate_plans, roots, subtree_sizes
 from tests.simulator.test_sweep import small
 
 
@@ -34,16 +34,14 @@ def one_estimator(base: Scenario, gpus: int, limit_bytes: float) -> tuple[list[A
     """The plain search: one estimator over every plan, pruning a (tp, pp, ep, cp) subtree whose smallest
     footprint does not fit; candidates (lower bound, plan, memory) sorted, counts enumerated and pruned,
     the estimator."""
-    est = Estimator(base, gpus)
+    est, splits = Estimator(base, gpus), LayerBalancer(base, gpus)
     bound = Bound(est)
     candidates, enumerated, pruned, fits = [], 0, 0, {}
     for plan in enumerate_plans(base, gpus):
         enumerated += 1
         key = (plan.tp, plan.pp, plan.ep, plan.cp)
         if key not in fits:
-            sp = plan.tp > 1 and (base.training.seq_len // plan.cp) % plan.tp == 0
-            smallest = type(plan)(plan.tp, plan.pp, plan.dp, 1, "1F1B", 1, "full", sp, 3, plan.ep, plan.cp)
-            fits[key] = est.memory_bytes(smallest) <= limit_bytes
+            fits[key] = _smallest_fits(est, splits, limit_bytes, plan.tp, plan.pp, plan.dp, plan.ep, plan.cp)
         if not fits[key]:
             pruned += 1
             continue
