@@ -4,9 +4,9 @@ lower bound is below the 10th best, simulated one by one (no best-first order, n
     .venv/bin/python scripts/sweep_exhaustive.py [NAME ...]     # every space, or those named
 
 Simulating every plan of these spaces one by one takes hours (GPT-3 on 1,536 GPUs: 71,079 plans that
-fit); a plan whose lower bound (simulator/sweep_bound.py, proven in docs/sweep.md and checked by
-tests/simulator/test_sweep_bound.py) is above the 10th best time cannot be in the top 10, so it is
-left out, and the file says how many plans that was. tests/test_sweep_exhaustive.py then checks that
+fit); a plan whose lower bound (simulator/sweep_bound.py and sweep_chain.py, proven in docs/sweep.md,
+checked by tests/simulator/test_sweep_bound.py) is above the 10th best time cannot be in the top 10,
+so it is left out, and the file says how many plans that was. tests/test_sweep_exhaustive.py then checks that
 `plancast sweep --top 10` returns exactly these plans.
 """
 

@@ -22,7 +22,8 @@ from plancast.simulator.scenario import Scenario
 from plancast.simulator.schedules import SCHEDULES, build_schedule
 from plancast.simulator.sweep import _base_for, sweep
 from plancast.simulator.sweep_axes import Plan
-from plancast.simulator.sweep_bound import TOLERANCE, Bound, trailing_weight_passes
+from plancast.simulator.sweep_bound import TOLERANCE, Bound
+from plancast.simulator.sweep_chain import trailing_weight_passes
 from plancast.simulator.sweep_estimate import Estimator
 from plancast.simulator.sweep_space import enumerate_plans
 from plancast.simulator.validation import check_plan
