@@ -27,7 +27,7 @@ from plancast.simulator.costs.optimizer import optimizer_memory_s
 from plancast.simulator.costs.params import chunk_tensor_bytes, rank_parameters
 from plancast.simulator.costs.tp_comm import ddp_bucket_bytes
 from plancast.simulator.engine.plan import Topology, p2p_bytes
-from plancast.simulator.schedules import build_schedule, splits_backward
+from plancast.simulator.schedules import Action, build_schedule, splits_backward
 from plancast.simulator.sweep_axes import Plan
 from plancast.simulator.sweep_chain import (
     Compute,
@@ -75,9 +75,7 @@ class Bound:
         if dense_dp == 1:
             return max(cheap, other, first + opt)
         if zero >= 2:
-            gather_s, scatter_s = self._dp_part(plan, split, zero)
-            gathers = (2 + (plan.recompute == "full")) * m if zero == 3 else 1
-            return max(cheap, other, max(first, gathers * gather_s + m * scatter_s) + opt)
+            return max(cheap, other, max(first, self._fsdp_stream(plan, m, split, zero)) + opt)
         buckets = self._buckets(plan, split)
         owned = [buckets[c * plan.pp] for c in range(plan.virtual_stages)]
         drained = 0.0
@@ -91,6 +89,34 @@ class Bound:
             drained = max(start + own for start, own in rep.last_backward_s)
             drained += sum(sum(seconds) for _, seconds in owned)
         return max(cheap, other, max(first, drained) + opt + self._broadcasts(plan, split, zero))
+
+    def _fsdp_stream(self, plan: Plan, m: int, split: tuple[int, ...], zero: int) -> float:
+        """ZeRO-2/3: the first rank's gathers and reduce-scatters one after another, each unit apart
+        (sized as simulator/units.py's dp_plan sizes them), gathers counted by walking the schedule
+        through the units' state as the engine does (units.py FsdpState)."""
+        base = self.est.base
+        s = plan.apply(base)
+        per_unit_host = HostCosts.of(s).dp_collective_s
+        levels = self.est.dp_levels(plan)
+        algorithm = base.parallelism.zero_collective_algorithm or "hierarchical"
+        dtype = DTYPE_BYTES[base.training.dtype]
+        scale = DTYPE_BYTES[s.fsdp_reduce_dtype] / dtype
+        layer_bytes = float(sum(chunk_tensor_bytes(base.model, plan.tp, layers=1, has_embedding=False,
+                                                   has_head=False, dtype_bytes=1))) * dtype  # fmt: skip
+        sched = build_schedule(plan.schedule, plan.pp, m, plan.virtual_stages)  # type: ignore[arg-type]
+        counts = gather_passes(sched[0], zero == 3, plan.recompute == "full")
+        total = 0.0
+        for c, (nbytes, _) in enumerate(chunk_bytes(base, plan, split)):
+            stage = c * plan.pp
+            units = [layer_bytes] * split[stage]
+            root = nbytes / 4 * dtype - split[stage] * layer_bytes
+            units += [root] if stage in (0, len(split) - 1) else []
+            gather = sum(_one(levels, "all_gather", b, algorithm) + per_unit_host for b in units if b > 0)
+            scatter = sum(
+                _one(levels, "reduce_scatter", b * scale, algorithm) + per_unit_host for b in units if b > 0
+            )
+            total += counts.get(stage, 0) * gather + m * scatter
+        return total
 
     def _replay(self, plan: Plan, m: int, split: tuple[int, ...]) -> Replay:
         key = (
@@ -254,6 +280,24 @@ class Bound:
         # ZeRO-3 gathers each unit once per pass (forward, recompute, backward), resharding after;
         # ZeRO-2 keeps them gathered, at least one gather per step (units.py FsdpState)
         return gather, scatter
+
+
+def gather_passes(actions: tuple[Action, ...], zero3: bool, recompute_full: bool) -> dict[int, int]:
+    """Per stage of one rank's schedule, how many of its passes gather the stage's units: ZeRO-3
+    reshards after every forward, so each forward, recompute and backward gathers; ZeRO-2 keeps them
+    from a forward until the next backward, so a pass gathers after a backward or at the start
+    (units.py FsdpState: backward() resets the state)."""
+    counts: dict[int, int] = {}
+    gathered: dict[int, bool] = {}
+    for a in actions:
+        if a.kind == "W":
+            continue
+        passes = ["F"] if a.kind == "F" else (["F", "B"] if recompute_full else ["B"])
+        for kind in passes:
+            if not gathered.get(a.stage, False):
+                counts[a.stage] = counts.get(a.stage, 0) + 1
+            gathered[a.stage] = False if kind == "B" else not zero3
+    return counts
 
 
 def _units(plan: Plan) -> bool:

@@ -15,14 +15,14 @@ import pytest
 
 from plancast.simulator.costs.collectives import collective_seconds
 from plancast.simulator.costs.memory import peak_memory
-from plancast.simulator.engine import Topology
+from plancast.simulator.engine import Engine, StepPlan, Topology
 from plancast.simulator.loader import load_scenario, parse_scenario
 from plancast.simulator.predict import simulate
 from plancast.simulator.scenario import Scenario
 from plancast.simulator.schedules import SCHEDULES, build_schedule
 from plancast.simulator.sweep import _base_for, sweep
 from plancast.simulator.sweep_axes import Plan
-from plancast.simulator.sweep_bound import TOLERANCE, Bound
+from plancast.simulator.sweep_bound import TOLERANCE, Bound, gather_passes
 from plancast.simulator.sweep_chain import trailing_weight_passes
 from plancast.simulator.sweep_estimate import Estimator
 from plancast.simulator.sweep_space import enumerate_plans
@@ -165,3 +165,22 @@ def test_the_top_k_is_the_brute_forces_top_k(preset: str, gpus: int, memory_gib:
     expected = brute_force_top(base, gpus, 8)
     assert [(r.step_time_s, r.plan) for r in result.finalists] == expected
     assert len(expected) == 8 and result.simulated < result.fits  # the bound spared some simulations
+
+
+@pytest.mark.parametrize("zero", [2, 3])
+@pytest.mark.parametrize(
+    ("schedule", "v", "recompute"), [("1F1B", 1, "none"), ("Interleaved1F1B", 2, "full")]
+)
+def test_gather_passes_count_the_engines_gathers(zero: int, schedule: str, v: int, recompute: str) -> None:
+    """The bound's count of ZeRO-2/3 gathers per stage is the engine's (units.py FsdpState), on the
+    first rank: each gather of a pass gathers every unit of the stage."""
+    base = toy("tiny-gpt", 8)
+    plan = Plan(1, 2, 4, 1, schedule, v, recompute, False, zero)
+    s = plan.apply(base)
+    sched = build_schedule(schedule, 2, s.num_microbatches, v)  # type: ignore[arg-type]
+    counts = gather_passes(sched[0], zero == 3, recompute == "full")
+    engine = StepPlan.of(s)
+    spans = [x for x in Engine(s).run() if x.rank == 0 and x.kind == "all_gather"]
+    for stage in engine.owned_stages(0):
+        units = sum(1 for u in engine.units[stage].units if u.param_bytes > 0)
+        assert sum(1 for x in spans if x.stage == stage) == counts[stage] * units, stage
