@@ -204,7 +204,8 @@ def sweep(
     ] = "step",
     json_: Annotated[bool, typer.Option("--json", help="Print the ranked plans as JSON.")] = False,
     table: Annotated[
-        Path | None, typer.Option("--table", help="Write every simulated plan to this CSV.")
+        Path | None,
+        typer.Option("--table", help="Write the exact best plans (--finalists, default --top) to this CSV."),
     ] = None,
     max_memory_gib: Annotated[
         float | None,
@@ -212,7 +213,8 @@ def sweep(
     ] = None,
     workers: WorkersOpt = None,
 ) -> None:
-    """Search every valid plan (tp, pp, dp, micro-batch, schedule, virtual stages, recompute, SP, ZeRO).
+    """Find the exact --top fastest of every valid plan (tp, pp, dp, ep, cp, micro-batch, schedule,
+    virtual stages, recompute, SP, ZeRO, layer split) for the scenario's batch (docs/sweep.md).
 
     With several --gpus sizes, --cluster presets or a run-level --rank-by, every (cluster, size) is
     searched and all finalists are ranked together, with the time-to-train vs cost Pareto front."""
