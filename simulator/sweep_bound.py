@@ -31,15 +31,17 @@ from plancast.simulator.schedules import Action, build_schedule, splits_backward
 from plancast.simulator.sweep_axes import Plan
 from plancast.simulator.sweep_chain import (
     Compute,
+    FsdpUnits,
     Replay,
     StageTimes,
+    StageUnits,
     action_seconds,
     chain_bound,
     overlapped_s,
     replay,
     stage_times,
 )
-from plancast.simulator.sweep_estimate import Estimator, sharded
+from plancast.simulator.sweep_estimate import Estimator, degrees, sharded
 
 TOLERANCE = 1e-9
 """Relative slack for the bound's floating-point sums, which add the same terms as the engine in
@@ -55,6 +57,7 @@ class Bound:
     _dp: dict[tuple[object, ...], tuple[float, ...]] = field(default_factory=dict)
     _hop: dict[tuple[int, int, int, bool], float] = field(default_factory=dict)
     _replays: dict[tuple[object, ...], Replay] = field(default_factory=dict)
+    _optimizer: dict[tuple[int, ...], float] = field(default_factory=dict)
     _bucket_cache: dict[tuple[object, ...], tuple[tuple[tuple[int, ...], tuple[float, ...]], ...]] = field(
         default_factory=dict
     )
@@ -69,7 +72,7 @@ class Bound:
         rep = self._replay(plan, m, split)
         dense_dp = plan.dp * plan.cp
         zero = plan.zero_stage if dense_dp > 1 else 0
-        opt = optimizer_memory_s(est.base, est.rank0_params(plan) / (dense_dp if zero >= 1 else 1))
+        opt = self._optimizer_s(plan, zero)
         other, first = max(rep.rank_end_s[1:], default=0.0), rep.rank_end_s[0]
         cheap = self.seconds(plan)
         if dense_dp == 1:
@@ -89,6 +92,16 @@ class Bound:
             drained = max(start + own for start, own in rep.last_backward_s)
             drained += sum(sum(seconds) for _, seconds in owned)
         return max(cheap, other, max(first, drained) + opt + self._broadcasts(plan, split, zero))
+
+    def _optimizer_s(self, plan: Plan, zero: int) -> float:
+        """The first rank's optimizer step, memory-bound part (engine/plan.py, optimizer_s): its bytes per
+        parameter depend on the plan (FSDP keeps no separate fp32 master copy, costs/optimizer.py)."""
+        key = (*degrees(plan), zero)
+        cached = self._optimizer.get(key)
+        if cached is None:
+            local = self.est.rank0_params(plan) / (plan.dp * plan.cp if zero >= 1 else 1)
+            cached = self._optimizer[key] = optimizer_memory_s(plan.apply(self.est.base), local)
+        return cached
 
     def _fsdp_stream(self, plan: Plan, m: int, split: tuple[int, ...], zero: int) -> float:
         """ZeRO-2/3: the first rank's gathers and reduce-scatters one after another, each unit apart
@@ -118,10 +131,61 @@ class Bound:
             total += counts.get(stage, 0) * gather + m * scatter
         return total
 
+    def _fsdp_units(self, plan: Plan, split: tuple[int, ...]) -> FsdpUnits | None:
+        """The plan's FSDP units per stage (simulator/units.py, dp_plan; its pass shares from the stage's
+        own segment times), or None for DeepSpeed, whose blocks split into more units."""
+        base = self.est.base
+        par = base.parallelism
+        if par.framework == "deepspeed":
+            return None
+        s = plan.apply(base)
+        host = HostCosts.of(s).dp_collective_s
+        levels = self.est.dp_levels(plan)
+        algorithm = par.zero_collective_algorithm or "hierarchical"
+        dtype = DTYPE_BYTES[base.training.dtype]
+        scale = DTYPE_BYTES[s.fsdp_reduce_dtype] / dtype
+        ones = chunk_tensor_bytes(
+            base.model, plan.tp, layers=1, has_embedding=False, has_head=False, dtype_bytes=1
+        )
+        layer_bytes = float(sum(ones)) * dtype
+        seg = self.est.layer(plan).segments
+        stages, start = [], 0
+        for v, n in enumerate(split):
+            first, last = v == 0, v == len(split) - 1
+            tensors = chunk_tensor_bytes(
+                base.model, plan.tp, layers=n, has_embedding=first, has_head=last, first_layer=start
+            )
+            root = first or last
+            sizes = ([float(sum(tensors)) / 4 * dtype - n * layer_bytes] if root else []) + [layer_bytes] * n
+            weights = []
+            for prefix, index in ((seg.compute_forward_s, 0), (seg.compute_backward_s, 1)):
+                own = (seg.embedding_compute[index] if first else 0.0) + (
+                    seg.head_compute[index] if last else 0.0
+                )
+                block = prefix[start + 1] - prefix[start] if n else 0.0
+                total = (own if root else 0.0) + n * block or 1.0
+                weights.append(tuple(([own / total] if root else []) + [block / total] * n))
+            stages.append(
+                StageUnits(
+                    tuple(_one(levels, "all_gather", b, algorithm) + host if b > 0 else 0.0 for b in sizes),
+                    tuple(_one(levels, "reduce_scatter", b * scale, algorithm) + host for b in sizes),
+                    weights[0],
+                    weights[1],
+                    root,
+                )
+            )
+            start += n
+        ahead = 1 if par.overlap_param_gather else 0
+        backward_ahead = 0 if par.fsdp_backward_prefetch == "post" else ahead
+        return FsdpUnits(
+            tuple(stages), plan.zero_stage == 3, ahead, backward_ahead, bool(par.overlap_grad_reduce)
+        )
+
     def _replay(self, plan: Plan, m: int, split: tuple[int, ...]) -> Replay:
         key = (
             plan.tp, plan.micro_batch_size, plan.sequence_parallel, plan.recompute, plan.ep, plan.cp,
-            sharded(plan), _units(plan), plan.pp, plan.virtual_stages, plan.schedule, m, split,
+            sharded(plan), _units(plan), plan.pp, plan.dp, plan.zero_stage, plan.virtual_stages,
+            plan.schedule, m, split,
         )  # fmt: skip
         cached = self._replays.get(key)
         if cached is None:
@@ -129,7 +193,10 @@ class Bound:
             sched = build_schedule(plan.schedule, plan.pp, m, plan.virtual_stages)  # type: ignore[arg-type]
             split_backward = splits_backward(plan.schedule)  # type: ignore[arg-type]
             slowed = self._slowed(plan, split, times, split_backward)
-            cached = self._replays[key] = replay(times, sched, self._hop_s(plan), split_backward, slowed)
+            units = self._fsdp_units(plan, split) if _units(plan) else None
+            cached = self._replays[key] = replay(
+                times, sched, self._hop_s(plan), split_backward, slowed, units
+            )
         return cached
 
     def _slowed(
@@ -198,7 +265,7 @@ class Bound:
         c = self._compute_part(plan, m, split)
         dense_dp = plan.dp * plan.cp
         zero = plan.zero_stage if dense_dp > 1 else 0
-        opt = optimizer_memory_s(est.base, est.rank0_params(plan) / (dense_dp if zero >= 1 else 1))
+        opt = self._optimizer_s(plan, zero)
         if dense_dp == 1:
             return max(c.other_ranks_s, c.first_rank_s + opt)
         dp = self._dp_part(plan, split, zero)

@@ -4,6 +4,7 @@ chains, and the schedule replayed action by action."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from plancast.simulator.schedules import Schedule, splits_backward
@@ -125,22 +126,76 @@ class Replay(NamedTuple):
     pass's time)."""
 
 
+class StageUnits(NamedTuple):
+    """One virtual stage's FSDP units in forward order (the root first where the stage has one), as
+    simulator/units.py's dp_plan makes them: each one's gather and reduce-scatter seconds (host cost
+    included; a unit without parameters gathers nothing) and its weight in a pass's time."""
+
+    gather_s: tuple[float, ...]
+    scatter_s: tuple[float, ...]
+    forward_weight: tuple[float, ...]
+    backward_weight: tuple[float, ...]
+    root: bool
+
+
+@dataclass
+class FsdpUnits:
+    """ZeRO-2/3 passes as the engine runs them (engine/data_parallel.py, fsdp_pass), without events:
+    each unit waits for its gather, issued with one unit of prefetch (`ahead`) on the rank's serial dp
+    stream, where reduce-scatters queue too. Times only lower bounds: no link sharing, no slowdown."""
+
+    stages: tuple[StageUnits, ...]
+    zero3: bool
+    ahead_forward: int
+    ahead_backward: int
+    reduce_in_pass: bool
+    gathered: dict[int, bool] = field(default_factory=dict)
+
+    def run(
+        self, stage: int, backward: bool, start: float, seconds: float, stream: float
+    ) -> tuple[float, float]:
+        """(when the pass ends, when the rank's dp stream is free) for one pass of `seconds` from `start`."""
+        u = self.stages[stage]
+        blocks = list(range(1 if u.root else 0, len(u.gather_s)))
+        order = [*reversed(blocks), *([0] if u.root else [])] if backward else list(range(len(u.gather_s)))
+        weight = u.backward_weight if backward else u.forward_weight
+        ahead = self.ahead_backward if backward else self.ahead_forward
+        need = not self.gathered.get(stage, False)
+        holding = [q for q, unit in enumerate(order) if u.gather_s[unit] > 0.0]
+        rank_of = {q: n for n, q in enumerate(holding)}
+        landed: dict[int, float] = {}
+        now = start
+        for q, unit in enumerate(order):
+            n = rank_of.get(q)
+            for j in holding[n : n + 1 + ahead] if n is not None and need else ():
+                if j not in landed:
+                    stream = landed[j] = max(stream, now) + u.gather_s[order[j]]
+            now = max(now, landed.get(q, now)) + seconds * weight[unit]
+            if backward and self.reduce_in_pass and n is not None:
+                stream = max(stream, now) + u.scatter_s[unit]
+        if backward and not self.reduce_in_pass:
+            for unit in order:
+                if u.gather_s[unit] > 0.0:
+                    stream = max(stream, now) + u.scatter_s[unit]
+        self.gathered[stage] = not (backward or self.zero3)
+        return now, stream
+
+
 def replay(
     times: tuple[StageTimes, ...],
     schedule: Schedule,
     hop_s: float,
     split: bool,
     slowed_s: tuple[float, ...] | None = None,
+    units: FsdpUnits | None = None,
 ) -> Replay:
     """`Replay` of `schedule` (simulator/schedules.py) over per-stage `times`; `slowed_s`: per stage, what
-    its last backward loses to the gradient all-reduces beside it (engine/data_parallel.py)."""
+    its last backward loses to the gradient all-reduces beside it (engine/data_parallel.py); `units`:
+    ZeRO-2/3 passes unit by unit (`FsdpUnits`), each rank then ending no earlier than its dp stream."""
     pp, stages = len(schedule), len(times)
+    stream = [0.0] * pp
     extra = slowed_s or (0.0,) * stages
-    backwards_left = [0] * stages
-    for actions in schedule:
-        for a in actions:
-            if a.kind == "B":
-                backwards_left[a.stage] += 1
+    backwards_left = _backwards_per_stage(schedule, stages)
     durations = [action_seconds(st, v, split) for v, st in enumerate(times)]
     forward_end: dict[tuple[int, int], float] = {}
     backward_end: dict[tuple[int, int], float] = {}
@@ -158,16 +213,21 @@ def replay(
                     ready = forward_end.get((a.stage - 1, a.microbatch), -1.0) if a.stage else 0.0
                     if ready < 0.0:
                         break
-                    now = max(now, ready + hop_s if a.stage else 0.0) + f_s
+                    start = max(now, ready + hop_s if a.stage else 0.0)
+                    if units is None:
+                        now = start + f_s
+                    else:
+                        now, stream[rank] = units.run(a.stage, False, start, f_s, stream[rank])
                     forward_end[a.stage, a.microbatch] = now
                 elif a.kind == "B":
                     last_stage = a.stage == stages - 1
                     ready = 0.0 if last_stage else backward_end.get((a.stage + 1, a.microbatch), -1.0)
                     if ready < 0.0:
                         break
-                    start = max(now, ready if last_stage else ready + hop_s) + r_s
+                    start = max(now, ready if last_stage else ready + hop_s)
+                    start, now, stream[rank] = _backward(units, a.stage, start, r_s, b_s, stream[rank])
                     backwards_left[a.stage] -= 1
-                    now = start + b_s + (0.0 if backwards_left[a.stage] else extra[a.stage])
+                    now += 0.0 if backwards_left[a.stage] else extra[a.stage]
                     backward_end[a.stage, a.microbatch] = now
                     if rank == 0:
                         last_b[a.stage] = (start, b_s)
@@ -180,7 +240,29 @@ def replay(
         if not moved:  # the schedules are checked deadlock-free (simulator/schedules.py)
             raise ValueError("schedule deadlocks")
     chunks = tuple(last_b[s] for s in sorted(last_b))
-    return Replay(tuple(free), chunks)
+    return Replay(tuple(max(f, d) for f, d in zip(free, stream, strict=True)), chunks)
+
+
+def _backwards_per_stage(schedule: Schedule, stages: int) -> list[int]:
+    counts = [0] * stages
+    for actions in schedule:
+        for a in actions:
+            if a.kind == "B":
+                counts[a.stage] += 1
+    return counts
+
+
+def _backward(
+    units: FsdpUnits | None, stage: int, start: float, recompute_s: float, backward_s: float, stream: float
+) -> tuple[float, float, float]:
+    """A backward action from `start`: (when its own pass starts, after any recompute; when it ends; when
+    the rank's dp stream is free)."""
+    if units is None:
+        return start + recompute_s, start + recompute_s + backward_s, stream
+    if recompute_s:
+        start, stream = units.run(stage, False, start, recompute_s, stream)
+    end, stream = units.run(stage, True, start, backward_s, stream)
+    return start, end, stream
 
 
 def overlapped_s(buckets: tuple[int, ...], seconds: tuple[float, ...], backward_s: float) -> float:

@@ -219,7 +219,7 @@ class Estimator:
         """Parameters, gradients and optimizer states of the first pipeline rank (costs/memory.py), with
         ZeRO-3's gathered units: the same for every batch shape, schedule and recompute of a plan's
         degrees, so worked out once per (tp, pp, v, ep, cp, dp, ZeRO stage)."""
-        key = _degrees(plan)
+        key = degrees(plan)
         cached = self._states.get(key)
         if cached is None:
             t = self.base.training
@@ -261,7 +261,7 @@ class Estimator:
         """The data-parallel collectives and the optimizer of the first pipeline rank: the same for every
         batch shape, schedule and recompute of a plan's degrees, so worked out once per (tp, pp, v, ep,
         cp, dp, ZeRO stage)."""
-        key = _degrees(plan)
+        key = degrees(plan)
         cached = self._dp.get(key)
         if cached is not None:
             return cached
@@ -324,7 +324,7 @@ class Estimator:
         return pipeline + exposed + dp.optimizer_s
 
 
-def _degrees(plan: Plan) -> tuple[int, ...]:
+def degrees(plan: Plan) -> tuple[int, ...]:
     """What a plan's model states and data-parallel costs depend on: its degrees, ZeRO stage and split."""
     return (
         plan.tp, plan.pp, plan.virtual_stages, plan.ep, plan.cp, plan.dp, plan.zero_stage, plan.first_layers,

@@ -107,12 +107,14 @@ def test_a_shared_estimator_gives_each_plan_what_a_fresh_one_does(preset: str) -
     }
     base = _base_for(parse_scenario(data).scenario, 8)
     shared = _Estimator(base, 8)
+    shared_bound = Bound(shared)
     plans = list(enumerate_plans(base, 8))
     assert len({(p.zero_stage, p.dp, p.ep, p.virtual_stages) for p in plans}) >= 28  # degrees and ZeRO vary
     for plan in plans:
         fresh = _Estimator(base, 8)
-        assert (shared.memory_bytes(plan), shared.step_seconds(plan), Bound(shared).seconds(plan)) == (
+        assert (shared.memory_bytes(plan), shared.step_seconds(plan), shared_bound.seconds(plan)) == (
             fresh.memory_bytes(plan),
             fresh.step_seconds(plan),
             Bound(fresh).seconds(plan),
         ), plan
+        assert shared_bound.replayed(plan) == Bound(fresh).replayed(plan), plan
