@@ -21,6 +21,7 @@ first; the per-layer costs, the one expensive cache, are worked out once per tp 
 from __future__ import annotations
 
 import bisect
+import heapq
 import itertools
 import math
 import operator
@@ -219,6 +220,35 @@ def _passes(batch_size: int, candidate: Estimate) -> int:
     return plan.pp * plan.virtual_stages * (batch_size // (plan.dp * plan.micro_batch_size))
 
 
+class _Frontier:
+    """Candidates in the order of their tighter bound, refining only those whose first bound is below
+    every tighter bound worked out so far (lazy evaluation: a candidate comes out once no other can
+    have a smaller tighter bound)."""
+
+    def __init__(self, candidates: list[Estimate], refine: Callable[[Estimate], float] | None) -> None:
+        self.candidates, self.refine = candidates, refine
+        self.position = 0
+        self.heap: list[Estimate] = []
+
+    def pop(self) -> Estimate | None:
+        """The candidate with the smallest tighter bound (its bound in place of the first), or None."""
+        while True:
+            next_s = self.candidates[self.position][0] if self.position < len(self.candidates) else math.inf
+            if self.heap and self.heap[0][0] <= next_s:
+                return heapq.heappop(self.heap)
+            if self.position >= len(self.candidates):
+                return None
+            candidate = self.candidates[self.position]
+            self.position += 1
+            tighter = candidate[0] if self.refine is None else max(candidate[0], self.refine(candidate))
+            heapq.heappush(self.heap, (tighter, *candidate[1:]))
+
+    def below(self, threshold_s: float) -> int:
+        """About how many candidates left could still beat `threshold_s` (for progress)."""
+        rest = bisect.bisect_right(self.candidates, threshold_s, lo=self.position, key=operator.itemgetter(0))
+        return rest - self.position + sum(1 for c in self.heap if c[0] <= threshold_s)
+
+
 ROUND = 16
 """Plans simulated per round of the best-first search: enough to keep a pool's workers busy. The top k
 does not depend on it (only how many plans beyond the stopping point get simulated too)."""
@@ -235,27 +265,24 @@ def best_first(
 ) -> tuple[list[Ranked], int]:
     """The k fastest of `candidates` by `run`'s step time, sorted (ties by plan), and how many were run.
 
-    `candidates` are sorted by a lower bound of that time. Rounds of the next `ROUND` candidates whose
-    bound could still beat the k-th best so far run over `map_fn`; the search stops at the first
-    candidate whose bound, less the bound's rounding slack, exceeds the k-th best: it and every one
-    after it are slower, so the result is what running every candidate would give. `cost` orders each
-    round, the costliest first, so that a pool ends on short runs; `refine` gives a tighter lower bound
-    (never below the first), worked out only for candidates the first bound cannot rule out."""
+    `candidates` are sorted by a lower bound of that time; `refine` gives a tighter one (never below
+    it), worked out lazily (`_Frontier`). Rounds of the next `ROUND` candidates by tighter bound run over
+    `map_fn`; the search stops at the first whose bound, less the bound's rounding slack, exceeds the
+    k-th best: it and every one after it are slower, so the result is what running every candidate
+    would give. `cost` orders each round, the costliest first, so that a pool ends on short runs."""
     best: list[Ranked] = []
-    position = simulated = 0
+    frontier = _Frontier(candidates, refine)
+    simulated = 0
     stopped = False
-    while position < len(candidates) and not stopped:
+    while not stopped:
         threshold = (best[k - 1].step_time_s or math.inf) if len(best) >= k else math.inf
         batch: list[Estimate] = []
-        while position < len(candidates) and len(batch) < ROUND:
-            candidate = candidates[position]
-            stopped = candidate[0] * (1 - TOLERANCE) > threshold
-            if stopped:
+        while len(batch) < ROUND:
+            candidate = frontier.pop()
+            stopped = candidate is None or candidate[0] * (1 - TOLERANCE) > threshold
+            if stopped or candidate is None:
                 break
-            position += 1
-            tighter = candidate[0] if refine is None else refine(candidate)
-            if tighter * (1 - TOLERANCE) <= threshold:
-                batch.append((tighter, *candidate[1:]))
+            batch.append(candidate)
         if cost is not None:
             batch.sort(key=cost, reverse=True)
         for done in map_fn(run, batch):
@@ -265,8 +292,7 @@ def best_first(
         best.sort(key=lambda r: (r.step_time_s or math.inf, r.plan))
         del best[k:]
         if progress is not None:
-            below = bisect.bisect_right(candidates, threshold, lo=position, key=operator.itemgetter(0))
-            progress(simulated, simulated + below - position)
+            progress(simulated, simulated + frontier.below(threshold))
     return best, simulated
 
 
