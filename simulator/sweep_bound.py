@@ -184,9 +184,9 @@ class Bound:
     def _replay(self, plan: Plan, m: int, split: tuple[int, ...]) -> Replay:
         key = (
             plan.tp, plan.micro_batch_size, plan.sequence_parallel, plan.recompute, plan.ep, plan.cp,
-            sharded(plan), _units(plan), plan.pp, plan.dp, plan.zero_stage, plan.virtual_stages,
-            plan.schedule, m, split,
-        )  # fmt: skip
+            sharded(plan), _units(plan), plan.pp, plan.dp, plan.zero_stage if _units(plan) else -1,
+            plan.virtual_stages, plan.schedule, m, split,
+        )  # fmt: skip  (DDP and ZeRO-1 replay alike: the same buckets, no FSDP units)
         cached = self._replays.get(key)
         if cached is None:
             times = stage_times(self.est.layer(plan).segments, split, units=_units(plan))
