@@ -27,7 +27,7 @@ from plancast.simulator.costs.optimizer import optimizer_memory_s
 from plancast.simulator.costs.params import chunk_tensor_bytes, rank_parameters
 from plancast.simulator.costs.tp_comm import ddp_bucket_bytes
 from plancast.simulator.engine.plan import Topology, p2p_bytes
-from plancast.simulator.schedules import Action, build_schedule, splits_backward
+from plancast.simulator.schedules import Action, Schedule, build_schedule, splits_backward
 from plancast.simulator.sweep_axes import Plan
 from plancast.simulator.sweep_chain import (
     Compute,
@@ -58,6 +58,7 @@ class Bound:
     _hop: dict[tuple[int, int, int, bool], float] = field(default_factory=dict)
     _replays: dict[tuple[object, ...], Replay] = field(default_factory=dict)
     _optimizer: dict[tuple[int, ...], float] = field(default_factory=dict)
+    _schedules: dict[tuple[str, int, int, int], Schedule] = field(default_factory=dict)
     _bucket_cache: dict[tuple[object, ...], tuple[tuple[tuple[int, ...], tuple[float, ...]], ...]] = field(
         default_factory=dict
     )
@@ -103,6 +104,14 @@ class Bound:
             cached = self._optimizer[key] = optimizer_memory_s(plan.apply(self.est.base), local)
         return cached
 
+    def _schedule(self, plan: Plan, m: int) -> Schedule:
+        """The plan's schedule (simulator/schedules.py), built once per (name, pp, m, v)."""
+        key = (plan.schedule, plan.pp, m, plan.virtual_stages)
+        cached = self._schedules.get(key)
+        if cached is None:
+            cached = self._schedules[key] = build_schedule(plan.schedule, plan.pp, m, plan.virtual_stages)  # type: ignore[arg-type]
+        return cached
+
     def _fsdp_stream(self, plan: Plan, m: int, split: tuple[int, ...], zero: int) -> float:
         """ZeRO-2/3: the first rank's gathers and reduce-scatters one after another, each unit apart
         (sized as simulator/units.py's dp_plan sizes them), gathers counted by walking the schedule
@@ -116,7 +125,7 @@ class Bound:
         scale = DTYPE_BYTES[s.fsdp_reduce_dtype] / dtype
         layer_bytes = float(sum(chunk_tensor_bytes(base.model, plan.tp, layers=1, has_embedding=False,
                                                    has_head=False, dtype_bytes=1))) * dtype  # fmt: skip
-        sched = build_schedule(plan.schedule, plan.pp, m, plan.virtual_stages)  # type: ignore[arg-type]
+        sched = self._schedule(plan, m)
         counts = gather_passes(sched[0], zero == 3, plan.recompute == "full")
         total = 0.0
         for c, (nbytes, _) in enumerate(chunk_bytes(base, plan, split)):
@@ -183,14 +192,26 @@ class Bound:
 
     def _replay(self, plan: Plan, m: int, split: tuple[int, ...]) -> Replay:
         key = (
-            plan.tp, plan.micro_batch_size, plan.sequence_parallel, plan.recompute, plan.ep, plan.cp,
-            sharded(plan), _units(plan), plan.pp, plan.dp, plan.zero_stage if _units(plan) else -1,
-            plan.virtual_stages, plan.schedule, m, split,
+            plan.tp,
+            plan.micro_batch_size,
+            plan.sequence_parallel,
+            plan.recompute,
+            plan.ep,
+            plan.cp,
+            sharded(plan),
+            _units(plan),
+            plan.pp,
+            plan.dp,
+            plan.zero_stage if _units(plan) else -1,
+            plan.virtual_stages,
+            plan.schedule,
+            m,
+            split,
         )  # fmt: skip  (DDP and ZeRO-1 replay alike: the same buckets, no FSDP units)
         cached = self._replays.get(key)
         if cached is None:
             times = stage_times(self.est.layer(plan).segments, split, units=_units(plan))
-            sched = build_schedule(plan.schedule, plan.pp, m, plan.virtual_stages)  # type: ignore[arg-type]
+            sched = self._schedule(plan, m)
             split_backward = splits_backward(plan.schedule)  # type: ignore[arg-type]
             slowed = self._slowed(plan, split, times, split_backward)
             units = self._fsdp_units(plan, split) if _units(plan) else None
