@@ -3,7 +3,8 @@
 - the 1T-parameter plan of Korthikanti et al. Table 3: 512 GPUs, TP 8, PP 64, 512 micro-batches [< 1 s]
 - a 4096-GPU plan: GPT-3 175B, TP 8, PP 32, DP 16, 128 micro-batches, interleaved x2 [< 2 s]
 - full fidelity (every rank simulated) on 1024 GPUs: 175B, TP 8, PP 8, DP 16 [< 60 s]
-- `plancast sweep` for GPT-3 175B, global batch 1536, on 1536 A100s [< 60 s]
+- `plancast sweep` (exact top 10, docs/sweep.md) for GPT-3 175B, global batch 1536, on 1536 A100s
+  [whole process < 3 s on a quiet 2-core machine], and for DeepSeek-V3 on 2,048 H800s [< 10 s]
 
 Medians of repeated runs; wall time and this process's CPU time (the CPU time is what a quiet machine
 would show when others share it).
@@ -96,6 +97,7 @@ def large_plans() -> None:
     big = gpt3_4096()
     full = gpt3_1024()
     base = load_scenario("examples/gpt3-175b-dgx-a100.toml").scenario
+    deepseek = load_scenario("examples/deepseek-v3-h800.toml").scenario
     cases: list[tuple[str, Callable[[], Any], int, float]] = [
         ("1T, 512 GPUs (TP8 PP64, m=512)", lambda: simulate(one_t, events=False), 5, 1.0),
         ("1T, 512 GPUs, with all events", lambda: simulate(one_t, events=True), 3, 1.0),
@@ -106,9 +108,10 @@ def large_plans() -> None:
             1,
             60.0,
         ),
-        ("sweep 175B on 1536 GPUs", lambda: sweep(base, 1536), 1, 60.0),
+        ("sweep 175B on 1536 GPUs, exact top 10", lambda: sweep(base, 1536), 1, 3.0),
+        ("sweep DeepSeek-V3 on 2048 GPUs, exact top 10", lambda: sweep(deepseek, 2048), 1, 10.0),
     ]
-    print(f"{'case':45} {'wall s':>8} {'cpu s':>8} {'target s':>9}  result")
+    print(f"{'case':45} {'wall s':>8} {'cpu s':>8} {'target s':>9}  {'load avg':>8}  result")
     for name, fn, repeat, target in cases:
         wall, cpu, result = timed(fn, repeat)
         if hasattr(result, "summary"):
@@ -116,9 +119,11 @@ def large_plans() -> None:
             info = f"step {summary['step_time_s']:.3f} s, {summary['simulated_ranks']} ranks simulated"
         else:
             info = (
-                f"{result.enumerated:,} plans, {result.fits:,} fit, best {result.finalists[0].plan.label()}"
+                f"{result.enumerated:,} plans, {result.fits:,} fit, {result.simulated:,} simulated, "
+                f"best {result.finalists[0].plan.label()}"
             )
-        print(f"{name:45} {wall:8.3f} {cpu:8.3f} {target:9.1f}  {info}", flush=True)
+        load = os.getloadavg()[0]
+        print(f"{name:45} {wall:8.3f} {cpu:8.3f} {target:9.1f}  {load:8.1f}  {info}", flush=True)
 
 
 def alternating(commands: dict[str, list[str]], rounds: int) -> dict[str, float]:

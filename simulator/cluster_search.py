@@ -18,6 +18,7 @@ from plancast.simulator.cluster import Cluster
 from plancast.simulator.goodput import plan_run, resized
 from plancast.simulator.scenario import Scenario
 from plancast.simulator.sweep import MapFn, Ranked, sweep
+from plancast.simulator.sweep_inputs import why_empty
 
 RANK_KEYS: dict[str, str] = {
     "step": "step_time_s",
@@ -128,7 +129,7 @@ def search(
         fits += result.fits
         if not result.finalists:
             limit = min(scenario.cluster.gpu.memory_GiB, max_memory_gib or scenario.cluster.gpu.memory_GiB)
-            skipped.append(f"{label}: no plan fits in {limit:g} GiB per GPU")
+            skipped.append(f"{label}: {why_empty(scenario, gpus, result.enumerated, limit)}")
         for ranked in result.finalists:
             planned = ranked.plan.apply(resized(scenario, gpus))
             run = plan_run(planned, ranked.step_time_s or 0.0)

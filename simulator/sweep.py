@@ -1,26 +1,27 @@
-"""Which plan should I buy? Enumerate every valid plan for a model on N GPUs, rank, simulate the best.
+"""Which plan should I buy? Enumerate every valid plan for a model on N GPUs; return the best k, exactly.
 
 The space is tp x pp x dp (x ep for MoE models, x cp on long sequences) x micro-batch x schedule (with
-virtual stages) x recompute x sequence parallel x ZeRO stage: millions of plans for GPT-3 on 1,536
-GPUs. Three steps keep it fast:
+virtual stages) x recompute x sequence parallel x ZeRO stage: hundreds of thousands of plans for GPT-3
+on 1,536 GPUs. Three steps keep it fast and exact (docs/sweep.md):
 
 1. enumerate with pruning: a (tp, pp) pair whose smallest possible footprint (ZeRO-3, full recompute,
-   micro-batch 1) does not fit is skipped whole; memory is a closed form per plan;
-2. rank every plan that fits with a closed-form step time built from cached per-layer costs (the same
-   cost model the engine uses: pipeline (m + (p-1)/v)(F + B), ZB-H1's smaller bubble, exposed
-   data-parallel traffic, optimizer);
-3. run the SimPy engine on the best `finalists` plans and rank them by simulated step time.
+   micro-batch 1) does not fit is skipped whole; memory is a closed form per plan (a lower bound of
+   the exact peak, so no plan that fits is dropped);
+2. bound every plan that fits with a closed-form lower bound of the engine's step time
+   (simulator/sweep_bound.py), built from cached per-segment costs;
+3. best first: check and simulate plans in bound order, and stop once the next bound cannot beat the
+   k-th best simulated step time. Every plan left unsimulated is then slower than the k-th best, so
+   the top k is exactly the engine's top k over the whole space.
 
 Steps 1 and 2 run one (tp, pp) subtree per task over `map_fn` (every core at the CLI), the largest
 first; the per-layer costs, the one expensive cache, are worked out once per tp degree in a round before
-(simulator/sweep_space.py cuts the space).
-
-`tests/simulator/test_sweep.py` checks on small spaces that this never misses the plan an exhaustive
-engine search finds.
+(simulator/sweep_space.py cuts the space). Step 3 simulates rounds of `ROUND` plans over `map_fn`.
 """
 
 from __future__ import annotations
 
+import bisect
+import heapq
 import itertools
 import math
 import operator
@@ -34,8 +35,10 @@ from plancast.simulator.costs.memory import GiB, peak_memory
 from plancast.simulator.predict import simulate
 from plancast.simulator.scenario import Scenario
 from plancast.simulator.sweep_axes import RECOMPUTE, Plan
+from plancast.simulator.sweep_bound import TOLERANCE, Bound
 from plancast.simulator.sweep_estimate import Estimator, Layer, LayerKey
 from plancast.simulator.sweep_space import (
+    LayerBalancer,
     Root,
     branches,
     by_size,
@@ -48,10 +51,10 @@ from plancast.simulator.validation import MAX_WORLD_SIZE, check_plan
 
 @dataclass(frozen=True, slots=True)
 class Ranked:
-    """A plan with its closed-form estimate and, for finalists, the engine's prediction."""
+    """A plan with its lower bound and, once simulated, the engine's prediction."""
 
     plan: Plan
-    estimate_s: float
+    bound_s: float
     memory_gib: float
     step_time_s: float | None = None
     summary: dict[str, Any] | None = None
@@ -63,7 +66,7 @@ class Ranked:
             **asdict(self.plan),
             "plan": self.plan.label(),
             "step_time_s": self.step_time_s,
-            "estimate_s": self.estimate_s,
+            "bound_s": self.bound_s,
             "peak_memory_gib": self.memory_gib,
             "mfu": summary.get("mfu"),
             "tokens_per_s": summary.get("tokens_per_s"),
@@ -72,12 +75,14 @@ class Ranked:
 
 @dataclass(frozen=True)
 class SweepResult:
-    """Ranked finalists plus the search's bookkeeping."""
+    """The exact best plans (the engine's top k of every plan that fits) plus the search's bookkeeping."""
 
     finalists: list[Ranked]
     enumerated: int
     fits: int
     pruned_subtrees: int
+    simulated: int = 0
+    """Plans run through the engine: every plan whose bound could beat the k-th best."""
 
 
 def _base_for(base: Scenario, gpus: int) -> Scenario:
@@ -102,8 +107,8 @@ MapFn = Callable[[Callable[[Any], Any], Sequence[Any]], Iterable[Any]]
 
 
 Estimate = tuple[float, tuple[Any, ...], float]
-"""(estimate_s, the plan's fields, memory_GiB): plain tuples cost a tenth of dataclasses to send back from
-a worker process, and sort as (estimate_s, Plan) does."""
+"""(bound_s, the plan's fields, memory_GiB): plain tuples cost a tenth of dataclasses to send back from
+a worker process, and sort as (bound_s, Plan) does."""
 _plan_fields = operator.attrgetter(*(f.name for f in fields(Plan)))
 
 
@@ -114,11 +119,17 @@ SubtreeRanking = tuple[list[Estimate], int, int]
 """A subtree's plans that fit, estimated; how many plans it has; how many the memory check pruned."""
 
 
-def _smallest_fits(est: Estimator, limit_bytes: float, tp: int, pp: int, dp: int, ep: int, cp: int) -> bool:
+def _smallest_fits(
+    est: Estimator, splits: LayerBalancer, limit_bytes: float, tp: int, pp: int, dp: int, ep: int, cp: int
+) -> bool:
     """Whether the smallest footprint of a (tp, pp, ep, cp) subtree (ZeRO-3, full recompute, micro-batch
-    1, SP where it applies) fits in `limit_bytes`: if it does not, no plan of the subtree does."""
+    1, SP where it applies, under each layer split searched) fits in `limit_bytes`: if it does not, no
+    plan of the subtree does."""
     sp = tp > 1 and (est.base.training.seq_len // cp) % tp == 0
-    return est.memory_bytes(Plan(tp, pp, dp, 1, "1F1B", 1, "full", sp, 3, ep, cp)) <= limit_bytes
+    return any(
+        est.memory_bytes(Plan(tp, pp, dp, 1, "1F1B", 1, "full", sp, 3, ep, cp, first, last)) <= limit_bytes
+        for first, last in splits.splits(pp, 1, tp, cp, sp)
+    )
 
 
 def _layer_costs(
@@ -128,25 +139,26 @@ def _layer_costs(
     smallest-footprint check keeps, as ranking them one by one would work out. Worked out once here, not
     again by each (tp, pp) task: the subtrees of a tp degree share most of them (their micro-batch sizes
     overlap), and a task re-deriving its own would cost 60% more work in all."""
-    est = Estimator(base, gpus)
+    est, splits = Estimator(base, gpus), LayerBalancer(base, gpus)
     kept: dict[tuple[int, int, int, int], bool] = {}
     for tp, pp, cp, dp, ep, b, _, sp_ok in branches(base, gpus, subtrees):
         key = (tp, pp, ep, cp)
         if key not in kept:
-            kept[key] = _smallest_fits(est, limit_bytes, tp, pp, dp, ep, cp)
+            kept[key] = _smallest_fits(est, splits, limit_bytes, tp, pp, dp, ep, cp)
         if kept[key]:
-            for sp, rc in itertools.product(sequence_parallel_choices(sp_ok), RECOMPUTE):
-                est.layer(Plan(tp, pp, dp, b, "1F1B", 1, rc, sp, 0, ep, cp))
+            for sp, rc, zero in itertools.product(sequence_parallel_choices(sp_ok), RECOMPUTE, (0, 3)):
+                est.layer(Plan(tp, pp, dp, b, "1F1B", 1, rc, sp, zero, ep, cp))
     return est.layers
 
 
 def _rank_subtree(
     base: Scenario, gpus: int, limit_bytes: float, task: tuple[Root, dict[LayerKey, Layer]]
 ) -> SubtreeRanking:
-    """The plans of one (tp, pp) subtree that fit in `limit_bytes`, estimated (from the tp degree's
+    """The plans of one (tp, pp) subtree that fit in `limit_bytes`, bounded (from the tp degree's
     per-layer costs); with counts enumerated, pruned."""
     root, layers = task
-    est = Estimator(base, gpus, dict(layers))
+    est, splits = Estimator(base, gpus, dict(layers)), LayerBalancer(base, gpus)
+    bound = Bound(est)
     candidates: list[Estimate] = []
     enumerated = pruned = 0
     smallest_fits: dict[tuple[int, int, int, int], bool] = {}
@@ -154,20 +166,29 @@ def _rank_subtree(
         enumerated += 1
         key = (plan.tp, plan.pp, plan.ep, plan.cp)
         if key not in smallest_fits:  # smallest footprint of the whole (tp, pp, ep, cp) subtree
-            smallest_fits[key] = _smallest_fits(est, limit_bytes, plan.tp, plan.pp, plan.dp, plan.ep, plan.cp)
+            smallest_fits[key] = _smallest_fits(
+                est, splits, limit_bytes, plan.tp, plan.pp, plan.dp, plan.ep, plan.cp
+            )
         if not smallest_fits[key]:
             pruned += 1
             continue
         memory = est.memory_bytes(plan)
         if memory > limit_bytes:
             continue
-        candidates.append((est.step_seconds(plan), _plan_fields(plan), memory / GiB))
+        candidates.append((bound.seconds(plan), _plan_fields(plan), memory / GiB))
     return candidates, enumerated, pruned
 
 
-def _rank(base: Scenario, gpus: int, limit_bytes: float, map_fn: MapFn) -> list[SubtreeRanking]:
+def _rank(
+    base: Scenario,
+    gpus: int,
+    limit_bytes: float,
+    map_fn: MapFn,
+    layer_costs: dict[LayerKey, Layer] | None = None,
+) -> list[SubtreeRanking]:
     """Every (tp, pp) subtree ranked by `_rank_subtree`, in two rounds over `map_fn`: the per-layer costs
-    of each tp degree, then the subtrees, largest first (a subtree costs about its plan count)."""
+    of each tp degree (also added to `layer_costs`), then the subtrees, largest first (a subtree costs
+    about its plan count)."""
     sizes = subtree_sizes(base, gpus)
     tp_sizes: dict[int, int] = {}
     for (tp, _), n in sizes.items():
@@ -175,73 +196,134 @@ def _rank(base: Scenario, gpus: int, limit_bytes: float, map_fn: MapFn) -> list[
     tps = by_size(tp_sizes)
     per_tp = [[root for root in sizes if root[0] == tp] for tp in tps]
     layers = dict(zip(tps, map_fn(partial(_layer_costs, base, gpus, limit_bytes), per_tp), strict=True))
+    if layer_costs is not None:
+        for table in layers.values():
+            layer_costs.update(table)
     tasks = [(root, layers[root[0]]) for root in by_size(sizes)]
     return list(map_fn(partial(_rank_subtree, base, gpus, limit_bytes), tasks))
 
 
-def _checked(base: Scenario, limit_bytes: float, candidate: Estimate) -> Scenario | None:
-    """A candidate's scenario if it passes the exact checks (the plan's rules, peak memory over every
-    pipeline rank), else None."""
-    s = Plan(*candidate[1]).apply(base)
-    return None if check_plan(s)[0] or peak_memory(s)[1].total > limit_bytes else s
-
-
-def _simulated(finalist: tuple[Scenario, Estimate]) -> Ranked:
-    """A finalist run through the engine: its simulated step time, peak memory and summary."""
-    s, (estimate_s, plan_fields, _) = finalist
+def _simulated(base: Scenario, limit_bytes: float, candidate: Estimate) -> Ranked | None:
+    """A candidate run through the engine, if it passes the exact checks (the plan's rules, peak memory
+    over every pipeline rank): its simulated step time, peak memory and summary; else None."""
+    bound_s, plan_fields, _ = candidate
+    s = Plan(*plan_fields).apply(base)
+    if check_plan(s)[0] or peak_memory(s)[1].total > limit_bytes:
+        return None
     summary = simulate(s, events=False).summary
-    return Ranked(Plan(*plan_fields), estimate_s, summary["peak_memory_gib"], summary["step_time_s"], summary)
+    return Ranked(Plan(*plan_fields), bound_s, summary["peak_memory_gib"], summary["step_time_s"], summary)
 
 
-def _events(finalist: tuple[Scenario, Estimate]) -> int:
-    """About how many pipeline passes the engine simulates for a finalist (pipeline ranks x chunks x
-    micro-batches): what its simulation costs, from 7 to 90 ms among GPT-3's finalists."""
-    s = finalist[0]
-    return s.pp * s.vpp * s.num_microbatches
+def _passes(batch_size: int, candidate: Estimate) -> int:
+    """About how many pipeline passes the engine simulates for a plan (pipeline ranks x chunks x
+    micro-batches): what its simulation costs, from 7 to 90 ms among GPT-3's best plans."""
+    plan = Plan(*candidate[1])
+    return plan.pp * plan.virtual_stages * (batch_size // (plan.dp * plan.micro_batch_size))
 
 
-def _first_passing(
-    candidates: list[Estimate], check: Callable[[Estimate], Scenario | None], wanted: int, map_fn: MapFn
-) -> list[tuple[Scenario, Estimate]]:
-    """The first `wanted` candidates, in order, that pass `check`, with their scenarios. The checks run
-    in parallel over `map_fn`, in rounds of twice as many next candidates as are still missing; what
-    passes beyond the `wanted`-th is dropped, so the result is that of checking one by one."""
-    chosen: list[tuple[Scenario, Estimate]] = []
-    position = 0
-    while len(chosen) < wanted and position < len(candidates):
-        batch = candidates[position : position + 2 * (wanted - len(chosen))]
-        position += len(batch)
-        chosen += [(s, c) for s, c in zip(map_fn(check, batch), batch, strict=True) if s is not None]
-    return chosen[:wanted]
+class _Frontier:
+    """Candidates in the order of their tighter bound, refining only those whose first bound is below
+    every tighter bound worked out so far (lazy evaluation: a candidate comes out once no other can
+    have a smaller tighter bound)."""
+
+    def __init__(self, candidates: list[Estimate], refine: Callable[[Estimate], float] | None) -> None:
+        self.candidates, self.refine = candidates, refine
+        self.position = 0
+        self.heap: list[Estimate] = []
+
+    def pop(self) -> Estimate | None:
+        """The candidate with the smallest tighter bound (its bound in place of the first), or None."""
+        while True:
+            next_s = self.candidates[self.position][0] if self.position < len(self.candidates) else math.inf
+            if self.heap and self.heap[0][0] <= next_s:
+                return heapq.heappop(self.heap)
+            if self.position >= len(self.candidates):
+                return None
+            candidate = self.candidates[self.position]
+            self.position += 1
+            tighter = candidate[0] if self.refine is None else max(candidate[0], self.refine(candidate))
+            heapq.heappush(self.heap, (tighter, *candidate[1:]))
+
+    def below(self, threshold_s: float) -> int:
+        """About how many candidates left could still beat `threshold_s` (for progress)."""
+        rest = bisect.bisect_right(self.candidates, threshold_s, lo=self.position, key=operator.itemgetter(0))
+        return rest - self.position + sum(1 for c in self.heap if c[0] <= threshold_s)
+
+
+ROUND = 16
+"""Plans simulated per round of the best-first search: enough to keep a pool's workers busy. The top k
+does not depend on it (only how many plans beyond the stopping point get simulated too)."""
+
+
+def best_first(
+    candidates: list[Estimate],
+    run: Callable[[Estimate], Ranked | None],
+    k: int,
+    map_fn: MapFn = map,
+    progress: Callable[[int, int], None] | None = None,
+    cost: Callable[[Estimate], int] | None = None,
+    refine: Callable[[Estimate], float] | None = None,
+) -> tuple[list[Ranked], int]:
+    """The k fastest of `candidates` by `run`'s step time, sorted (ties by plan), and how many were run.
+
+    `candidates` are sorted by a lower bound of that time; `refine` gives a tighter one (never below
+    it), worked out lazily (`_Frontier`). Rounds of the next `ROUND` candidates by tighter bound run over
+    `map_fn`; the search stops at the first whose bound, less the bound's rounding slack, exceeds the
+    k-th best: it and every one after it are slower, so the result is what running every candidate
+    would give. `cost` orders each round, the costliest first, so that a pool ends on short runs."""
+    best: list[Ranked] = []
+    frontier = _Frontier(candidates, refine)
+    simulated = 0
+    stopped = False
+    while not stopped:
+        threshold = (best[k - 1].step_time_s or math.inf) if len(best) >= k else math.inf
+        batch: list[Estimate] = []
+        while len(batch) < ROUND:
+            candidate = frontier.pop()
+            stopped = candidate is None or candidate[0] * (1 - TOLERANCE) > threshold
+            if stopped or candidate is None:
+                break
+            batch.append(candidate)
+        if cost is not None:
+            batch.sort(key=cost, reverse=True)
+        for done in map_fn(run, batch):
+            simulated += 1
+            if done is not None:
+                best.append(done)
+        best.sort(key=lambda r: (r.step_time_s or math.inf, r.plan))
+        del best[k:]
+        if progress is not None:
+            progress(simulated, simulated + frontier.below(threshold))
+    return best, simulated
 
 
 def sweep(
     base: Scenario,
     gpus: int,
     *,
-    finalists: int = 24,
+    finalists: int = 10,
     progress: Callable[[int, int], None] | None = None,
     max_memory_gib: float | None = None,
     map_fn: MapFn = map,
 ) -> SweepResult:
-    """Search all plans of `base`'s model and training on `gpus` GPUs; the best `finalists`, simulated.
+    """The exact `finalists` fastest plans of `base`'s model and training on `gpus` GPUs, simulated.
 
     `max_memory_gib` caps the memory a plan may use per GPU below the GPU's own (headroom for the
     framework, or a smaller card of the same kind). `map_fn` runs the subtrees of the space, then the
-    finalists (a process pool's map spreads them over cores); the result does not depend on it."""
+    simulations (a process pool's map spreads them over cores); the result does not depend on it."""
     if not 0 < gpus <= MAX_WORLD_SIZE:  # ValueError: the CLI and the dashboard show it as bad input
         raise ValueError(f"--gpus must be between 1 and {MAX_WORLD_SIZE:,}, got {gpus:,}")
     base = _base_for(base, gpus)
     # headroom for context, NCCL, fragmentation; --max-memory-gib caps it further
     limit = min(base.cluster.gpu.usable_memory_GiB, max_memory_gib or math.inf) * GiB
-    ranked = _rank(base, gpus, limit, map_fn)
+    layers: dict[LayerKey, Layer] = {}
+    ranked = _rank(base, gpus, limit, map_fn, layers)
     candidates = sorted(c for part, _, _ in ranked for c in part)  # a total order: the same for any slicing
-    chosen = _first_passing(candidates, partial(_checked, base, limit), finalists, map_fn)
-    chosen.sort(key=_events, reverse=True)  # the longest first, so that the pool ends on short ones
-    simulated: list[Ranked] = []
-    for done in map_fn(_simulated, chosen):
-        simulated.append(done)
-        if progress is not None:
-            progress(len(simulated), finalists)
-    simulated.sort(key=lambda r: (r.step_time_s or math.inf, r.plan))
-    return SweepResult(simulated, sum(n for _, n, _ in ranked), len(candidates), sum(n for _, _, n in ranked))
+    run, cost = partial(_simulated, base, limit), partial(_passes, base.training.global_batch_size)
+    bound = Bound(Estimator(base, gpus, layers))
+    best, simulated = best_first(
+        candidates, run, finalists, map_fn, progress, cost, lambda c: bound.replayed(Plan(*c[1]))
+    )
+    return SweepResult(
+        best, sum(n for _, n, _ in ranked), len(candidates), sum(n for _, _, n in ranked), simulated
+    )

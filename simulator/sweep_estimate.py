@@ -18,11 +18,62 @@ from plancast.simulator.costs.moe import moe_activation_bytes
 from plancast.simulator.costs.ops import DTYPE_BYTES, Shape
 from plancast.simulator.costs.optimizer import optimizer_bytes_per_param
 from plancast.simulator.costs.params import layer_params, rank_parameters
-from plancast.simulator.costs.stage import StageCost, stage_costs
+from plancast.simulator.costs.stage import Segment, StageCost, stage_costs
 from plancast.simulator.engine import Topology
 from plancast.simulator.mesh import RankGrid, span_tier
-from plancast.simulator.scenario import Scenario, even_layer_split
+from plancast.simulator.scenario import Scenario
 from plancast.simulator.sweep_axes import Plan
+
+
+class SegmentTimes(NamedTuple):
+    """Per-micro-batch pass times of every segment of the model on one rank (costs/stage.py), for the
+    lower bound (simulator/sweep_bound.py): blocks as prefix sums, so a stage's sum is one difference."""
+
+    forward_s: tuple[float, ...]  # [0, block 0, blocks 0-1, ...]: forward + blocking tp/ep/cp comm
+    backward_input_s: tuple[float, ...]
+    backward_weight_s: tuple[float, ...]
+    embedding: tuple[float, float, float]  # (forward, backward input, backward weight)
+    head: tuple[float, float, float]
+    recompute_full: bool
+    compute_forward_s: tuple[float, ...]  # prefix sums of the blocks' own forward (no communication)
+    compute_backward_s: tuple[float, ...]  # ... backward (input + weight)
+    embedding_compute: tuple[float, float]  # (forward, backward) of its own
+    head_compute: tuple[float, float]
+
+
+def segment_times(segments: tuple[Segment, ...], tp_overlap: bool, recompute_full: bool) -> SegmentTimes:
+    """`SegmentTimes` of a whole model's segments (embedding, blocks, head), as StageCost sums them; the
+    segments' own compute apart, which sizes FSDP units' shares (simulator/units.py)."""
+    passes = []
+    for g in segments:
+        one = StageCost(0, (g,), 0.0, tp_overlap, False)
+        passes.append(
+            (
+                one.forward_s,
+                one.backward_input_s,
+                one.backward_weight_s,
+                g.forward_s,
+                g.backward_input_s + g.backward_weight_s,
+            )
+        )
+    prefix: list[list[float]] = [[0.0] for _ in range(5)]
+    for times in passes[1:-1]:
+        for acc, t in zip(prefix, times, strict=True):
+            acc.append(acc[-1] + t)
+    forward, backward_input, backward_weight, own_forward, own_backward = (tuple(p) for p in prefix)
+    emb, head = passes[0], passes[-1]
+    return SegmentTimes(
+        forward,
+        backward_input,
+        backward_weight,
+        (emb[0], emb[1], emb[2]),
+        (head[0], head[1], head[2]),
+        recompute_full,
+        own_forward,
+        own_backward,
+        (emb[3], emb[4]),
+        (head[3], head[4]),
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +86,7 @@ class Layer:
     head_s: float
     act_bytes: float  # activation bytes one block keeps per micro-batch
     full_act_bytes: float  # ... without recompute (the block rebuilt in a full or per-op recompute backward)
+    segments: SegmentTimes  # every segment's times, for the lower bound
 
 
 class DpCosts(NamedTuple):
@@ -48,8 +100,15 @@ class DpCosts(NamedTuple):
     optimizer_s: float
 
 
-LayerKey = tuple[int, int, bool, str, int, int]
-"""(tp, micro_batch_size, sequence_parallel, recompute, ep, cp): what a `Layer` depends on."""
+LayerKey = tuple[int, int, bool, str, int, int, bool]
+"""(tp, micro_batch_size, sequence_parallel, recompute, ep, cp, FSDP): what a `Layer` depends on. FSDP
+(ZeRO-2/3 over dp > 1) changes a block's own passes: no autocast weight casts, a gradient cast
+(costs/mixed_precision.py)."""
+
+
+def sharded(plan: Plan) -> bool:
+    """Whether FSDP shards the plan's parameters (Scenario.fsdp: ZeRO-2/3 over more than one dp rank)."""
+    return plan.dp > 1 and plan.zero_stage >= 2
 
 
 @dataclass
@@ -65,22 +124,25 @@ class Estimator:
     gpus: int
     layers: dict[LayerKey, Layer] = field(default_factory=dict)
     _dp_levels: dict[tuple[int, int, int], tuple[Any, ...]] = field(default_factory=dict)
-    _params: dict[tuple[int, int, int, int], tuple[float, float]] = field(default_factory=dict)
-    _splits: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    _params: dict[tuple[int, ...], tuple[float, float]] = field(default_factory=dict)
+    _splits: dict[tuple[int, int, int], tuple[int, ...]] = field(default_factory=dict)
     _tp_levels: dict[tuple[int, int, int], tuple[Any, ...]] = field(default_factory=dict)
     _states: dict[tuple[int, ...], float] = field(default_factory=dict)
     _dp: dict[tuple[int, ...], DpCosts] = field(default_factory=dict)
 
-    def split(self, stages: int) -> tuple[int, ...]:
-        split = self._splits.get(stages)
+    def split(self, plan: Plan) -> tuple[int, ...]:
+        """The plan's blocks per virtual stage (Plan.layer_split)."""
+        key = (plan.pp * plan.virtual_stages, plan.first_layers, plan.last_layers)
+        split = self._splits.get(key)
         if split is None:
-            split = self._splits[stages] = even_layer_split(self.base.model.num_hidden_layers, stages)
+            split = self._splits[key] = plan.layer_split(self.base.model.num_hidden_layers)
         return split
 
     def layer(self, plan: Plan) -> Layer:
-        key = (plan.tp, plan.micro_batch_size, plan.sequence_parallel, plan.recompute, plan.ep, plan.cp)
+        fsdp = sharded(plan)
+        key = (plan.tp, plan.micro_batch_size, plan.sequence_parallel, plan.recompute, plan.ep, plan.cp, fsdp)
         cached = self.layers.get(key)
-        if cached is None:
+        if cached is None:  # one stage of every layer, on the most data-parallel grid of tp and cp
             flat = Plan(
                 plan.tp,
                 1,
@@ -90,7 +152,7 @@ class Estimator:
                 1,
                 plan.recompute,
                 plan.sequence_parallel,
-                0,
+                3 if fsdp else 0,
                 plan.ep,
                 plan.cp,
             )
@@ -113,6 +175,7 @@ class Estimator:
                 StageCost(0, head, 0.0, one.tp_overlap, False).forward_s * 3,
                 layer_activation_bytes(x, plan.recompute, mlp, s.training.selective_recompute),
                 layer_activation_bytes(x, "none", mlp),
+                segment_times(segments, one.tp_overlap, plan.recompute == "full"),
             )
         return cached
 
@@ -131,12 +194,11 @@ class Estimator:
 
     def _rank0(self, plan: Plan) -> tuple[float, float]:
         """(all, routed-expert) parameters of the first pipeline rank."""
-        key = (plan.tp, plan.pp, plan.virtual_stages, plan.ep)
+        key = (plan.tp, plan.pp, plan.virtual_stages, plan.ep, plan.first_layers, plan.last_layers)
         params = self._params.get(key)
         if params is None:
             m = self.base.model
-            stages = plan.pp * plan.virtual_stages
-            split = even_layer_split(m.num_hidden_layers, stages)
+            split = self.split(plan)
             owned = [c * plan.pp for c in range(plan.virtual_stages)]
             vocab_tp = plan.tp if self.base.parallelism.vocab_parallel else 1
             params = self._params[key] = rank_parameters(
@@ -159,7 +221,7 @@ class Estimator:
         """Parameters, gradients and optimizer states of the first pipeline rank (costs/memory.py), with
         ZeRO-3's gathered units: the same for every batch shape, schedule and recompute of a plan's
         degrees, so worked out once per (tp, pp, v, ep, cp, dp, ZeRO stage)."""
-        key = (plan.tp, plan.pp, plan.virtual_stages, plan.ep, plan.cp, plan.dp, plan.zero_stage)
+        key = degrees(plan)
         cached = self._states.get(key)
         if cached is None:
             t = self.base.training
@@ -185,7 +247,7 @@ class Estimator:
         """First pipeline rank's peak, as simulator.costs.memory.rank_memory computes it."""
         t = self.base.training
         stages = plan.pp * plan.virtual_stages
-        split = self.split(stages)
+        split = self.split(plan)
         mbs = t.global_batch_size // (plan.micro_batch_size * plan.dp)
         chunk_layers = tuple(split[c * plan.pp] for c in range(plan.virtual_stages))
         inflight = inflight_layers(plan.schedule, plan.pp, mbs, plan.virtual_stages, chunk_layers)
@@ -201,7 +263,7 @@ class Estimator:
         """The data-parallel collectives and the optimizer of the first pipeline rank: the same for every
         batch shape, schedule and recompute of a plan's degrees, so worked out once per (tp, pp, v, ep,
         cp, dp, ZeRO stage)."""
-        key = (plan.tp, plan.pp, plan.virtual_stages, plan.ep, plan.cp, plan.dp, plan.zero_stage)
+        key = degrees(plan)
         cached = self._dp.get(key)
         if cached is not None:
             return cached
@@ -262,6 +324,14 @@ class Estimator:
             first_waits = m * v * gathers * dp.all_gather_s  # each chunk's first unit waits for its gather
             exposed += max(comm - m * per_mb, 0.0) + first_waits
         return pipeline + exposed + dp.optimizer_s
+
+
+def degrees(plan: Plan) -> tuple[int, ...]:
+    """What a plan's model states and data-parallel costs depend on: its degrees, ZeRO stage and split."""
+    return (
+        plan.tp, plan.pp, plan.virtual_stages, plan.ep, plan.cp, plan.dp, plan.zero_stage, plan.first_layers,
+        plan.last_layers,
+    )  # fmt: skip
 
 
 def inflight_layers(schedule: str, pp: int, m: int, v: int, chunk_layers: tuple[int, ...]) -> int:

@@ -12,7 +12,15 @@ from collections.abc import Iterable, Iterator
 from typing import TypeVar
 
 from plancast.simulator.scenario import Scenario
-from plancast.simulator.sweep_axes import RECOMPUTE, ZERO_STAGES, Plan, cp_choices, divisors, ep_choices
+from plancast.simulator.sweep_axes import (
+    RECOMPUTE,
+    ZERO_STAGES,
+    Plan,
+    balanced_layers,
+    cp_choices,
+    divisors,
+    ep_choices,
+)
 
 Root = tuple[int, int]
 """(tp, pp): the root of a subtree of plans (everything else varies below it)."""
@@ -63,11 +71,48 @@ def enumerate_plans(base: Scenario, gpus: int, subtrees: Iterable[Root] | None =
     `subtrees` restricts the search to those (tp, pp) roots (one task of a worker)."""
     layers = base.model.num_hidden_layers
     chosen = roots(base, gpus) if subtrees is None else subtrees
+    balancer = LayerBalancer(base, gpus)
     for tp, pp, cp, dp, ep, b, mbs, sp_ok in branches(base, gpus, chosen):
         for schedule, v in schedules(pp, mbs, layers):
             for sp in sequence_parallel_choices(sp_ok):
-                for rc, zero in itertools.product(RECOMPUTE, ZERO_STAGES):
-                    yield Plan(tp, pp, dp, b, schedule, v, rc, sp, zero, ep, cp)
+                for first, last in balancer.splits(pp, v, tp, cp, sp):
+                    for rc, zero in itertools.product(RECOMPUTE, ZERO_STAGES):
+                        yield Plan(tp, pp, dp, b, schedule, v, rc, sp, zero, ep, cp, first, last)
+
+
+class LayerBalancer:
+    """The layer splits searched for pp stages: the even one, and the balancer's
+    (sweep_axes.balanced_layers) where it differs, from the embedding's and the output layer's time
+    in blocks (forward and backward, tensor-parallel traffic included: the sweep's per-segment costs at
+    micro-batch 1). Interleaved schedules (v > 1) keep the even split: the first rank's blocks then stay
+    at least the smallest footprint's that prunes a subtree (simulator/sweep.py)."""
+
+    def __init__(self, base: Scenario, gpus: int) -> None:
+        self.base, self.gpus = base, gpus
+        self._splits: dict[tuple[int, int, int, bool], tuple[tuple[int, int], ...]] = {}
+        """Per (pp, tp, cp, sequence parallel)."""
+
+    def splits(self, pp: int, v: int, tp: int, cp: int, sp: bool) -> tuple[tuple[int, int], ...]:
+        """(first, last) blocks per split searched; (0, 0) is the even split."""
+        if v > 1 or pp == 1:
+            return ((0, 0),)
+        key = (pp, tp, cp, sp)
+        cached = self._splits.get(key)
+        if cached is None:
+            first, last = self._extra_blocks(tp, cp, sp)
+            balanced = balanced_layers(self.base.model.num_hidden_layers, pp, first, last)
+            cached = self._splits[key] = ((0, 0),) if balanced is None else ((0, 0), balanced)
+        return cached
+
+    def _extra_blocks(self, tp: int, cp: int, sp: bool) -> tuple[float, float]:
+        """(embedding, output layer) time in blocks."""
+        from plancast.simulator.sweep_estimate import Estimator  # the estimator imports this module's Plan
+
+        est = Estimator(self.base, self.gpus)
+        seg = est.layer(Plan(tp, 1, self.gpus // (tp * cp), 1, "1F1B", 1, "none", sp, 0, 1, cp)).segments
+        blocks = len(seg.forward_s) - 1
+        block = (seg.forward_s[-1] + seg.backward_input_s[-1] + seg.backward_weight_s[-1]) / blocks or 1.0
+        return sum(seg.embedding) / block, sum(seg.head) / block
 
 
 def schedules(pp: int, microbatches: int, layers: int) -> Iterator[tuple[str, int]]:
@@ -85,9 +130,12 @@ def subtree_sizes(base: Scenario, gpus: int) -> dict[Root, int]:
     """How many plans `enumerate_plans` yields under each (tp, pp) root, counted per batch shape
     (thousands of shapes, not the plans themselves: milliseconds for GPT-3 on 1,536 GPUs)."""
     layers, sizes = base.model.num_hidden_layers, dict.fromkeys(roots(base, gpus), 0)
-    for tp, pp, _, _, _, _, mbs, sp_ok in branches(base, gpus, sizes):
-        below = len(sequence_parallel_choices(sp_ok)) * len(RECOMPUTE) * len(ZERO_STAGES)
-        sizes[tp, pp] += sum(1 for _ in schedules(pp, mbs, layers)) * below
+    balancer = LayerBalancer(base, gpus)
+    below = len(RECOMPUTE) * len(ZERO_STAGES)
+    for tp, pp, cp, _, _, _, mbs, sp_ok in branches(base, gpus, sizes):
+        for _, v in schedules(pp, mbs, layers):
+            splits = sum(len(balancer.splits(pp, v, tp, cp, sp)) for sp in sequence_parallel_choices(sp_ok))
+            sizes[tp, pp] += splits * below
     return sizes
 
 

@@ -16,6 +16,7 @@ from plancast.app import example_path, sig
 from tests.cli_runner import REPO, cli_main, cli_subprocess
 
 LLAMA_ON_A100 = '[model]\npreset = "llama3-8b"\n[cluster]\npreset = "dgx-a100-80gb"\n'
+BATCH = "[training]\nglobal_batch_size = 8\nseq_len = 2048\n"  # a sweep needs its batch given
 
 
 def test_version() -> None:
@@ -51,7 +52,7 @@ def test_partial_gpu_table_over_a_preset_keeps_the_preset_gpu(tmp_path: Path) ->
 
 def test_sweep_max_memory_gib_only_returns_plans_under_the_cap(tmp_path: Path) -> None:
     path = tmp_path / "llama.toml"
-    path.write_text(LLAMA_ON_A100)
+    path.write_text(LLAMA_ON_A100 + BATCH)
     args = ("sweep", str(path), "--gpus", "8", "--json", "--finalists", "4", "--top", "4")
     code, stdout, stderr = cli_main(*args)
     assert code == 0, stderr
@@ -66,7 +67,7 @@ def test_sweep_max_memory_gib_only_returns_plans_under_the_cap(tmp_path: Path) -
 
 def test_sweep_max_memory_gib_must_be_positive(tmp_path: Path) -> None:
     path = tmp_path / "llama.toml"
-    path.write_text(LLAMA_ON_A100)
+    path.write_text(LLAMA_ON_A100 + BATCH)
     code, _, stderr = cli_main("sweep", str(path), "--gpus", "8", "--max-memory-gib", "-3")
     assert code == 2 and "--max-memory-gib" in stderr
 

@@ -60,13 +60,14 @@ def test_sweep_refuses_a_non_positive_gpu_count() -> None:
 
 
 def test_sweep_ranks_expert_parallel_plans_for_mixtral() -> None:
-    """On 16 H100s Mixtral 8x7B fits only with its experts split (ep > 1); the sweep searches ep, ranks
-    those plans, and every plan it prints fits."""
+    """On 16 H100s the sweep searches ep for Mixtral 8x7B and ranks those plans beside ZeRO-3 without ep
+    (experts sharded over dp, which fits since the expert states shard past ep); every plan it prints
+    fits, and an ep plan is among the best few."""
     mixtral = str(Path(__file__).parents[1] / "examples" / "mixtral-8x7b-dgx-h100.toml")
-    code, out, err = cli_main("sweep", mixtral, "--gpus", "16", "--json", "--top", "5", "--finalists", "6")
+    code, out, err = cli_main("sweep", mixtral, "--gpus", "16", "--json", "--top", "6", "--finalists", "6")
     assert code == 0, err
     plans = json.loads(out)["plans"]
-    assert plans and all(p["ep"] > 1 for p in plans)
+    assert plans and any(p["ep"] > 1 for p in plans)
     assert all(p["dp"] % p["ep"] == 0 and 8 % p["ep"] == 0 for p in plans)
     assert [p["step_time_s"] for p in plans] == sorted(p["step_time_s"] for p in plans)
     assert all(p["peak_memory_gib"] <= 80 for p in plans)

@@ -24,7 +24,7 @@ GPT3 = str(REPO / "examples" / "gpt3-175b-dgx-a100.toml")
 
 
 def _sweep_json(workers: int) -> dict[str, object]:
-    args = ("sweep", TINY, "--gpus", "4", "--finalists", "8", "--json")
+    args = ("sweep", TINY, "--gpus", "4", "--top", "8", "--json")
     done = cli_subprocess(*args, "--workers", str(workers))
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)

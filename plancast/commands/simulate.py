@@ -26,7 +26,6 @@ from plancast.app import (
 from plancast.commands.calibrate import NoCacheOpt, measured_local
 
 if TYPE_CHECKING:
-    from plancast.simulator.scenario import Scenario
     from plancast.simulator.sweep import SweepResult
     from plancast.traces.lock import RunLock
 
@@ -154,8 +153,8 @@ FinalistsOpt = Annotated[
     int | None,
     typer.Option(
         min=1,
-        help="Best estimated plans to run through the full engine (default 24; 4 per size and cluster "
-        "when searching several).",
+        help="How many best plans to find exactly (default: --top; 4 per size and cluster when searching "
+        "several). The search simulates every plan whose lower bound could beat the last of them.",
     ),
 ]
 ClusterOpt = Annotated[
@@ -189,7 +188,8 @@ def sweep(
     ] = "step",
     json_: Annotated[bool, typer.Option("--json", help="Print the ranked plans as JSON.")] = False,
     table: Annotated[
-        Path | None, typer.Option("--table", help="Write every simulated plan to this CSV.")
+        Path | None,
+        typer.Option("--table", help="Write the exact best plans (--finalists, default --top) to this CSV."),
     ] = None,
     max_memory_gib: Annotated[
         float | None,
@@ -197,15 +197,20 @@ def sweep(
     ] = None,
     workers: WorkersOpt = None,
 ) -> None:
-    """Search every valid plan (tp, pp, dp, micro-batch, schedule, virtual stages, recompute, SP, ZeRO).
+    """Find the exact --top fastest of every valid plan (tp, pp, dp, ep, cp, micro-batch, schedule,
+    virtual stages, recompute, SP, ZeRO, layer split) for the scenario's batch (docs/sweep.md).
 
     With several --gpus sizes, --cluster presets or a run-level --rank-by, every (cluster, size) is
     searched and all finalists are ranked together, with the time-to-train vs cost Pareto front."""
     from plancast.commands.cluster_sweep import cluster_sweep, parse_gpus
+    from plancast.simulator.sweep_inputs import missing_batch
 
     with user_errors():
         check_output_file(table, "--table")
         s, sizes = load(scenario), parse_gpus(gpus)
+        problem = missing_batch(s)
+        if problem is not None:
+            raise UserError(f"{scenario}: {problem}")
     if len(sizes) > 1 or cluster is not None or rank_by != "step":
         cluster_sweep(
             s, sizes, cluster, rank_by, finalists=finalists or 4, top=top, json_=json_, table=table,
@@ -213,8 +218,8 @@ def sweep(
         )
         return
     _single_sweep(
-        s, sizes[0], finalists or 24, top=top, json_=json_, table=table, max_memory_gib=max_memory_gib,
-        workers=workers,
+        s, sizes[0], max(finalists or top, top), top=top, json_=json_, table=table,
+        max_memory_gib=max_memory_gib, workers=workers,
     )
 
 
@@ -242,7 +247,7 @@ def _single_sweep(
         task = bar.add_task("enumerating and ranking plans", total=None)
 
         def progress(done: int, total: int) -> None:
-            bar.update(task, description="simulating finalists", completed=done, total=total)
+            bar.update(task, description="simulating plans best bound first", completed=done, total=total)
 
         try:
             result = run_sweep(
@@ -263,27 +268,20 @@ def _single_sweep(
             {
                 "plans_enumerated": result.enumerated,
                 "plans_fitting": result.fits,
+                "plans_simulated": result.simulated,
+                "exact_top": len(result.finalists),
                 "seconds": elapsed,
                 "plans": rows[:top],
             }
         )
     if not result.finalists:  # after the JSON too: a script sees the empty list and exit code 1
-        err.print(no_plan_message(s, n_gpus, result.enumerated, max_memory_gib), markup=False)
+        from plancast.simulator.sweep_inputs import why_empty
+
+        limit_gib = min(s.cluster.gpu.memory_GiB, max_memory_gib or s.cluster.gpu.memory_GiB)
+        err.print(why_empty(s, n_gpus, result.enumerated, limit_gib), markup=False)
         raise typer.Exit(1)
     if not json_:
         _print_plans(result, top, elapsed)
-
-
-def no_plan_message(s: Scenario, n_gpus: int, enumerated: int, max_memory_gib: float | None) -> str:
-    """Why a sweep found no plan: none fits in memory, or (none enumerated) the batch cannot be split."""
-    if enumerated == 0:  # not memory: no split of the global batch over n_gpus ranks exists at all
-        return (
-            f"no plan for {n_gpus} GPUs: training.global_batch_size = {s.training.global_batch_size} cannot "
-            "be split that many ways (data-parallel replicas x micro-batches must divide it); use fewer "
-            "GPUs or a larger global batch"
-        )
-    limit_gib = min(s.cluster.gpu.memory_GiB, max_memory_gib or s.cluster.gpu.memory_GiB)
-    return f"no plan of {enumerated} fits in {limit_gib:g} GiB per GPU"
 
 
 def _print_plans(result: SweepResult, top: int, elapsed_s: float) -> None:
@@ -291,8 +289,9 @@ def _print_plans(result: SweepResult, top: int, elapsed_s: float) -> None:
     from rich.table import Table
 
     out.print(
-        f"{result.enumerated:,} plans enumerated, {result.fits:,} fit in memory, "
-        f"{len(result.finalists)} simulated in full ({elapsed_s:.1f} s)"
+        f"{result.enumerated:,} plans enumerated, {result.fits:,} fit in memory, {result.simulated:,} "
+        f"simulated in full ({elapsed_s:.1f} s): the top {len(result.finalists)} are exact (every other "
+        "plan's lower bound is slower, docs/sweep.md)"
     )
     view = Table("#", "plan", "step s", "MFU", "memory GiB", "tokens/s")
     for i, r in enumerate(result.finalists[:top], 1):

@@ -140,7 +140,7 @@ def test_cli_sweep_bad_input(tmp_path: Path, args: list[str], message: str) -> N
 
 def test_cli_sweep_by_cost_without_total_tokens(tmp_path: Path) -> None:
     path = tmp_path / "s.toml"
-    path.write_text(tomli_w.dumps({**BASE, "training": {"seq_len": 1024}}))
+    path.write_text(tomli_w.dumps({**BASE, "training": {"seq_len": 1024, "global_batch_size": 8}}))
     code, _, stderr = cli_main("sweep", str(path), "--gpus", "8", "--rank-by", "cost")
     assert code == 2
     assert "set training.total_tokens" in stderr
@@ -152,6 +152,8 @@ def test_cli_sweep_one_size_keeps_the_step_ranking(tmp_path: Path) -> None:
     )
     assert code == 0, stderr
     result = json.loads(stdout)
-    assert set(result) == {"plans_enumerated", "plans_fitting", "seconds", "plans"}
+    assert set(result) == {
+        "plans_enumerated", "plans_fitting", "plans_simulated", "exact_top", "seconds", "plans"
+    }  # fmt: skip
     steps = [p["step_time_s"] for p in result["plans"]]
     assert len(steps) == 3 and steps == sorted(steps)

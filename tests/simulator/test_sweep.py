@@ -12,6 +12,7 @@ from plancast.simulator.predict import simulate
 from plancast.simulator.scenario import Scenario
 from plancast.simulator.schedules import build_schedule
 from plancast.simulator.sweep import _base_for, sweep
+from plancast.simulator.sweep_bound import Bound
 from plancast.simulator.sweep_estimate import Estimator as _Estimator
 from plancast.simulator.sweep_estimate import inflight_layers as _inflight_layers
 from plancast.simulator.sweep_space import enumerate_plans
@@ -108,11 +109,14 @@ def test_a_shared_estimator_gives_each_plan_what_a_fresh_one_does(preset: str) -
     }
     base = _base_for(parse_scenario(data).scenario, 8)
     shared = _Estimator(base, 8)
+    shared_bound = Bound(shared)
     plans = list(enumerate_plans(base, 8))
     assert len({(p.zero_stage, p.dp, p.ep, p.virtual_stages) for p in plans}) >= 28  # degrees and ZeRO vary
     for plan in plans:
         fresh = _Estimator(base, 8)
-        assert (shared.memory_bytes(plan), shared.step_seconds(plan)) == (
+        assert (shared.memory_bytes(plan), shared.step_seconds(plan), shared_bound.seconds(plan)) == (
             fresh.memory_bytes(plan),
             fresh.step_seconds(plan),
+            Bound(fresh).seconds(plan),
         ), plan
+        assert shared_bound.replayed(plan) == Bound(fresh).replayed(plan), plan

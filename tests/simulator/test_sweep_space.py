@@ -1,5 +1,5 @@
 """The sweep's space cut into (tp, pp) subtrees: the subtrees cover every plan once, their closed-form
-sizes are exact, the largest go to the workers first, and ranking them one task each finds exactly
+sizes are exact, the largest go to the workers first, and bounding them one task each finds exactly
 what one estimator over the whole space finds."""
 
 from __future__ import annotations
@@ -13,9 +13,11 @@ import pytest
 
 from plancast.simulator.costs.memory import GiB
 from plancast.simulator.scenario import Scenario
-from plancast.simulator.sweep import _base_for, _layer_costs, _plan_fields, _rank, sweep
+from plancast.simulator.sweep import _base_for, _layer_costs, _plan_fields, _rank, _smallest_fits, sweep
+from plancast.simulator.sweep_axes import Plan
+from plancast.simulator.sweep_bound import Bound
 from plancast.simulator.sweep_estimate import Estimator
-from plancast.simulator.sweep_space import by_size, enumerate_plans, roots, subtree_sizes
+from plancast.simulator.sweep_space import LayerBalancer, by_size, enumerate_plans, roots, subtree_sizes
 from tests.simulator.test_sweep import small
 
 
@@ -30,22 +32,22 @@ CASES = [(preset, 8, memory_gib, 16) for preset in ("tiny-gpt", "tiny-moe") for 
 
 def one_estimator(base: Scenario, gpus: int, limit_bytes: float) -> tuple[list[Any], int, int, Estimator]:
     """The plain search: one estimator over every plan, pruning a (tp, pp, ep, cp) subtree whose smallest
-    footprint does not fit; candidates sorted, counts enumerated and pruned, the estimator."""
-    est = Estimator(base, gpus)
+    footprint does not fit; candidates (lower bound, plan, memory) sorted, counts enumerated and pruned,
+    the estimator."""
+    est, splits = Estimator(base, gpus), LayerBalancer(base, gpus)
+    bound = Bound(est)
     candidates, enumerated, pruned, fits = [], 0, 0, {}
     for plan in enumerate_plans(base, gpus):
         enumerated += 1
         key = (plan.tp, plan.pp, plan.ep, plan.cp)
         if key not in fits:
-            sp = plan.tp > 1 and (base.training.seq_len // plan.cp) % plan.tp == 0
-            smallest = type(plan)(plan.tp, plan.pp, plan.dp, 1, "1F1B", 1, "full", sp, 3, plan.ep, plan.cp)
-            fits[key] = est.memory_bytes(smallest) <= limit_bytes
+            fits[key] = _smallest_fits(est, splits, limit_bytes, plan.tp, plan.pp, plan.dp, plan.ep, plan.cp)
         if not fits[key]:
             pruned += 1
             continue
         memory = est.memory_bytes(plan)
         if memory <= limit_bytes:
-            candidates.append((est.step_seconds(plan), _plan_fields(plan), memory / GiB))
+            candidates.append((bound.seconds(plan), _plan_fields(plan), memory / GiB))
     return sorted(candidates), enumerated, pruned, est
 
 
@@ -114,8 +116,8 @@ def test_the_largest_subtrees_go_to_the_pool_first() -> None:
     assert tp_sizes == sorted(tp_sizes, reverse=True)
 
 
-def test_the_longest_finalists_are_simulated_first_and_the_ranking_does_not_change() -> None:
-    base = scenario("tiny-gpt", 8, 0.002, 16)  # tight: finalists with 1 to 8 pipeline passes
+def test_each_round_simulates_the_longest_first_and_the_ranking_does_not_change() -> None:
+    base = scenario("tiny-gpt", 8, 0.002, 16)  # tight: plans with 1 to 8 pipeline passes
     rounds: list[list[Any]] = []
 
     def recording_map(fn: Callable[[Any], Any], items: Sequence[Any]) -> Iterable[Any]:
@@ -123,8 +125,12 @@ def test_the_longest_finalists_are_simulated_first_and_the_ranking_does_not_chan
         return map(fn, items)
 
     result = sweep(base, 8, finalists=16, map_fn=recording_map)
-    passes = [s.pp * s.vpp * s.num_microbatches for s, _ in rounds[-1]]
-    estimates = [estimate[0] for _, estimate in rounds[-1]]
-    assert len(set(passes)) > 2 and passes == sorted(passes, reverse=True) and estimates != sorted(estimates)
+    simulated = [r for r in rounds[2:] if r]  # after the layer costs and the subtrees
+    for batch in simulated:
+        plans = [Plan(*fields) for _, fields, _ in batch]
+        passes = [p.pp * p.virtual_stages * 16 // (p.dp * p.micro_batch_size) for p in plans]
+        assert passes == sorted(passes, reverse=True)
+    assert any(len({p[0] for p in batch}) > 1 for batch in simulated)
     steps = [r.step_time_s or 0.0 for r in result.finalists]
     assert steps == sorted(steps) and len(steps) == 16
+    assert result.finalists == sweep(base, 8, finalists=16).finalists  # the same with plain map

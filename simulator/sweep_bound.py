@@ -1,0 +1,415 @@
+"""A proven lower bound of the engine's step time for one plan, in closed form (docs/sweep.md proves it).
+
+The sweep simulates plans in the order of this bound and stops once the next bound cannot beat the
+k-th best simulated time, so its top k is exact. Each term is a time the engine cannot avoid:
+
+- compute: a rank runs its actions one after another; its first action (F of its first stage,
+  micro-batch 0) waits for that micro-batch's forwards on every earlier stage and their transfers, so
+  it ends no earlier than that chain plus all its own passes plus its optimizer step;
+- cool-down: a rank's last backward feeds the backward of the same micro-batch on every earlier stage,
+  one after another, down to the first rank, whose optimizer follows;
+- data parallel: the first rank's dp stream runs its collectives one after another and the optimizer
+  waits for them; each collective costs at least what one collective of their summed bytes costs
+  (collective times are subadditive in bytes, tests/simulator/test_sweep_bound.py checks it).
+
+Every pass time is summed from the same per-segment costs the engine's stages are built from
+(costs/stage.py), taken without the per-plan host costs that only add time (FSDP2 unit hooks).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from plancast.simulator.costs.collectives import CollectiveKind, Level, collective_seconds
+from plancast.simulator.costs.host import HostCosts
+from plancast.simulator.costs.ops import DTYPE_BYTES
+from plancast.simulator.costs.optimizer import optimizer_memory_s
+from plancast.simulator.costs.params import chunk_tensor_bytes, rank_parameters
+from plancast.simulator.costs.tp_comm import ddp_bucket_bytes
+from plancast.simulator.engine.plan import Topology, p2p_bytes
+from plancast.simulator.schedules import Action, Schedule, build_schedule, splits_backward
+from plancast.simulator.sweep_axes import Plan
+from plancast.simulator.sweep_chain import (
+    Compute,
+    FsdpUnits,
+    Replay,
+    StageTimes,
+    StageUnits,
+    action_seconds,
+    chain_bound,
+    overlapped_s,
+    replay,
+    stage_times,
+)
+from plancast.simulator.sweep_estimate import Estimator, degrees, sharded
+
+TOLERANCE = 1e-9
+"""Relative slack for the bound's floating-point sums, which add the same terms as the engine in
+another order: a plan is skipped only when its bound exceeds the k-th best time by more than this."""
+
+
+@dataclass
+class Bound:
+    """Lower bounds of the engine's step time, from an estimator's cached per-segment costs."""
+
+    est: Estimator
+    _compute: dict[tuple[object, ...], Compute] = field(default_factory=dict)
+    _dp: dict[tuple[object, ...], tuple[float, ...]] = field(default_factory=dict)
+    _hop: dict[tuple[int, int, int, bool], float] = field(default_factory=dict)
+    _replays: dict[tuple[object, ...], Replay] = field(default_factory=dict)
+    _optimizer: dict[tuple[int, ...], float] = field(default_factory=dict)
+    _schedules: dict[tuple[str, int, int, int], Schedule] = field(default_factory=dict)
+    _bucket_cache: dict[tuple[object, ...], tuple[tuple[tuple[int, ...], tuple[float, ...]], ...]] = field(
+        default_factory=dict
+    )
+
+    def replayed(self, plan: Plan) -> float:
+        """A tighter bound than `seconds` (never below it), for the plans the search may simulate: the
+        schedule replayed action by action, and the first rank's dp stream fed by its chunks' last
+        backwards in their replayed order (docs/sweep.md)."""
+        est, t = self.est, self.est.base.training
+        m = t.global_batch_size // (plan.micro_batch_size * plan.dp)
+        split = est.split(plan)
+        rep = self._replay(plan, m, split)
+        dense_dp = plan.dp * plan.cp
+        zero = plan.zero_stage if dense_dp > 1 else 0
+        opt = self._optimizer_s(plan, zero)
+        other, first = max(rep.rank_end_s[1:], default=0.0), rep.rank_end_s[0]
+        cheap = self.seconds(plan)
+        if dense_dp == 1:
+            return max(cheap, other, first + opt)
+        if zero >= 2:
+            return max(cheap, other, max(first, self._fsdp_stream(plan, m, split, zero)) + opt)
+        buckets = self._buckets(plan, split)
+        owned = [buckets[c * plan.pp] for c in range(plan.virtual_stages)]
+        drained = 0.0
+        if est.base.parallelism.overlap_grad_reduce:  # each bucket ready at its share of its chunk's last B
+            for (start, own), (sizes, seconds) in sorted(zip(rep.last_backward_s, owned, strict=True)):
+                total, done = sum(sizes) or 1, 0
+                for nbytes, collective_s in zip(sizes, seconds, strict=True):
+                    done += nbytes
+                    drained = max(drained, start + own * done / total) + collective_s
+        else:  # every chunk's buckets once the final backward ends
+            drained = max(start + own for start, own in rep.last_backward_s)
+            drained += sum(sum(seconds) for _, seconds in owned)
+        return max(cheap, other, max(first, drained) + opt + self._broadcasts(plan, split, zero))
+
+    def _optimizer_s(self, plan: Plan, zero: int) -> float:
+        """The first rank's optimizer step, memory-bound part (engine/plan.py, optimizer_s): its bytes per
+        parameter depend on the plan (FSDP keeps no separate fp32 master copy, costs/optimizer.py)."""
+        key = (*degrees(plan), zero)
+        cached = self._optimizer.get(key)
+        if cached is None:
+            local = self.est.rank0_params(plan) / (plan.dp * plan.cp if zero >= 1 else 1)
+            cached = self._optimizer[key] = optimizer_memory_s(plan.apply(self.est.base), local)
+        return cached
+
+    def _schedule(self, plan: Plan, m: int) -> Schedule:
+        """The plan's schedule (simulator/schedules.py), built once per (name, pp, m, v)."""
+        key = (plan.schedule, plan.pp, m, plan.virtual_stages)
+        cached = self._schedules.get(key)
+        if cached is None:
+            cached = self._schedules[key] = build_schedule(plan.schedule, plan.pp, m, plan.virtual_stages)  # type: ignore[arg-type]
+        return cached
+
+    def _fsdp_stream(self, plan: Plan, m: int, split: tuple[int, ...], zero: int) -> float:
+        """ZeRO-2/3: the first rank's gathers and reduce-scatters one after another, each unit apart
+        (sized as simulator/units.py's dp_plan sizes them), gathers counted by walking the schedule
+        through the units' state as the engine does (units.py FsdpState)."""
+        base = self.est.base
+        s = plan.apply(base)
+        per_unit_host = HostCosts.of(s).dp_collective_s
+        levels = self.est.dp_levels(plan)
+        algorithm = base.parallelism.zero_collective_algorithm or "hierarchical"
+        dtype = DTYPE_BYTES[base.training.dtype]
+        scale = DTYPE_BYTES[s.fsdp_reduce_dtype] / dtype
+        layer_bytes = float(sum(chunk_tensor_bytes(base.model, plan.tp, layers=1, has_embedding=False,
+                                                   has_head=False, dtype_bytes=1))) * dtype  # fmt: skip
+        sched = self._schedule(plan, m)
+        counts = gather_passes(sched[0], zero == 3, plan.recompute == "full")
+        total = 0.0
+        for c, (nbytes, _) in enumerate(chunk_bytes(base, plan, split)):
+            stage = c * plan.pp
+            units = [layer_bytes] * split[stage]
+            root = nbytes / 4 * dtype - split[stage] * layer_bytes
+            units += [root] if stage in (0, len(split) - 1) else []
+            gather = sum(_one(levels, "all_gather", b, algorithm) + per_unit_host for b in units if b > 0)
+            scatter = sum(
+                _one(levels, "reduce_scatter", b * scale, algorithm) + per_unit_host for b in units if b > 0
+            )
+            total += counts.get(stage, 0) * gather + m * scatter
+        return total
+
+    def _fsdp_units(self, plan: Plan, split: tuple[int, ...]) -> FsdpUnits | None:
+        """The plan's FSDP units per stage (simulator/units.py, dp_plan; its pass shares from the stage's
+        own segment times), or None for DeepSpeed, whose blocks split into more units."""
+        base = self.est.base
+        par = base.parallelism
+        if par.framework == "deepspeed":
+            return None
+        s = plan.apply(base)
+        host = HostCosts.of(s).dp_collective_s
+        levels = self.est.dp_levels(plan)
+        algorithm = par.zero_collective_algorithm or "hierarchical"
+        dtype = DTYPE_BYTES[base.training.dtype]
+        scale = DTYPE_BYTES[s.fsdp_reduce_dtype] / dtype
+        ones = chunk_tensor_bytes(
+            base.model, plan.tp, layers=1, has_embedding=False, has_head=False, dtype_bytes=1
+        )
+        layer_bytes = float(sum(ones)) * dtype
+        seg = self.est.layer(plan).segments
+        stages, start = [], 0
+        for v, n in enumerate(split):
+            first, last = v == 0, v == len(split) - 1
+            tensors = chunk_tensor_bytes(
+                base.model, plan.tp, layers=n, has_embedding=first, has_head=last, first_layer=start
+            )
+            root = first or last
+            sizes = ([float(sum(tensors)) / 4 * dtype - n * layer_bytes] if root else []) + [layer_bytes] * n
+            weights = []
+            for prefix, index in ((seg.compute_forward_s, 0), (seg.compute_backward_s, 1)):
+                own = (seg.embedding_compute[index] if first else 0.0) + (
+                    seg.head_compute[index] if last else 0.0
+                )
+                block = prefix[start + 1] - prefix[start] if n else 0.0
+                total = (own if root else 0.0) + n * block or 1.0
+                weights.append(tuple(([own / total] if root else []) + [block / total] * n))
+            stages.append(
+                StageUnits(
+                    tuple(_one(levels, "all_gather", b, algorithm) + host if b > 0 else 0.0 for b in sizes),
+                    tuple(_one(levels, "reduce_scatter", b * scale, algorithm) + host for b in sizes),
+                    weights[0],
+                    weights[1],
+                    root,
+                )
+            )
+            start += n
+        ahead = 1 if par.overlap_param_gather else 0
+        backward_ahead = 0 if par.fsdp_backward_prefetch == "post" else ahead
+        return FsdpUnits(
+            tuple(stages), plan.zero_stage == 3, ahead, backward_ahead, bool(par.overlap_grad_reduce)
+        )
+
+    def _replay(self, plan: Plan, m: int, split: tuple[int, ...]) -> Replay:
+        key = (
+            plan.tp,
+            plan.micro_batch_size,
+            plan.sequence_parallel,
+            plan.recompute,
+            plan.ep,
+            plan.cp,
+            sharded(plan),
+            _units(plan),
+            plan.pp,
+            plan.dp,
+            plan.zero_stage if _units(plan) else -1,
+            plan.virtual_stages,
+            plan.schedule,
+            m,
+            split,
+        )  # fmt: skip  (DDP and ZeRO-1 replay alike: the same buckets, no FSDP units)
+        cached = self._replays.get(key)
+        if cached is None:
+            times = stage_times(self.est.layer(plan).segments, split, units=_units(plan))
+            sched = self._schedule(plan, m)
+            split_backward = splits_backward(plan.schedule)  # type: ignore[arg-type]
+            slowed = self._slowed(plan, split, times, split_backward)
+            units = self._fsdp_units(plan, split) if _units(plan) else None
+            cached = self._replays[key] = replay(
+                times, sched, self._hop_s(plan), split_backward, slowed, units
+            )
+        return cached
+
+    def _slowed(
+        self, plan: Plan, split: tuple[int, ...], times: tuple[StageTimes, ...], split_backward: bool
+    ) -> tuple[float, ...] | None:
+        """Per stage, what its last backward loses to its gradient buckets' all-reduces running beside
+        it: the engine's own closed form (engine/data_parallel.py, _reduce_chunk), DDP/ZeRO-1 with
+        overlap_grad_reduce only."""
+        base = self.est.base
+        slowdown = base.cluster.compute.overlap_slowdown
+        dense_dp = plan.dp * plan.cp
+        if not (slowdown and base.parallelism.overlap_grad_reduce and dense_dp > 1 and plan.zero_stage <= 1):
+            return None
+        return tuple(
+            slowdown * overlapped_s(sizes, seconds, action_seconds(st, v, split_backward)[1])
+            for v, (st, (sizes, seconds)) in enumerate(zip(times, self._buckets(plan, split), strict=True))
+        )
+
+    def _buckets(
+        self, plan: Plan, split: tuple[int, ...]
+    ) -> tuple[tuple[tuple[int, ...], tuple[float, ...]], ...]:
+        """Per virtual stage, its DDP gradient buckets (simulator/units.py, dp_plan) and each one's
+        all-reduce time with its host costs (engine/plan.py, dp_collective_s)."""
+        key = (plan.tp, plan.pp, plan.virtual_stages, plan.cp, plan.dp, split)
+        cached = self._bucket_cache.get(key)
+        if cached is not None:
+            return cached
+        base = self.est.base
+        host = HostCosts.of(plan.apply(base))
+        levels = self.est.dp_levels(plan)
+        out = []
+        for v, n in enumerate(split):
+            tensors = chunk_tensor_bytes(
+                base.model, plan.tp, layers=n, has_embedding=v == 0, has_head=v == len(split) - 1,
+                first_layer=sum(split[:v]),
+            )  # fmt: skip
+            sizes = tuple(ddp_bucket_bytes(tensors, base.parallelism.bucket_cap_MiB))
+            per = host.dp_collective_s + host.ddp_all_reduce_s
+            out.append((sizes, tuple(_one(levels, "all_reduce", b) + per for b in sizes)))
+        cached = self._bucket_cache[key] = tuple(out)
+        return cached
+
+    def _broadcasts(self, plan: Plan, split: tuple[int, ...], zero: int) -> float:
+        """ZeRO-1 after the optimizer: every owner's shard of each chunk, one after another (engine
+        data_parallel.broadcast_shards, with the stage parameters of costs/params.py)."""
+        if zero != 1:
+            return 0.0
+        base, dense_dp = self.est.base, plan.dp * plan.cp
+        levels = self.est.dp_levels(plan)
+        host = HostCosts.of(plan.apply(base))
+        vocab_tp = plan.tp if base.parallelism.vocab_parallel else 1
+        total = 0.0
+        for c in range(plan.virtual_stages):
+            params = rank_parameters(
+                base.model, split, [c * plan.pp], tp=plan.tp, vocab_tp=vocab_tp, ep=plan.ep
+            )[0]
+            shard = params * DTYPE_BYTES[base.training.dtype] / dense_dp
+            total += dense_dp * (_one(levels, "broadcast", shard) + host.dp_collective_s)
+        return total
+
+    def seconds(self, plan: Plan) -> float:
+        """The bound for `plan` (see the module docstring)."""
+        est, t = self.est, self.est.base.training
+        m = t.global_batch_size // (plan.micro_batch_size * plan.dp)
+        split = est.split(plan)
+        c = self._compute_part(plan, m, split)
+        dense_dp = plan.dp * plan.cp
+        zero = plan.zero_stage if dense_dp > 1 else 0
+        opt = self._optimizer_s(plan, zero)
+        if dense_dp == 1:
+            return max(c.other_ranks_s, c.first_rank_s + opt)
+        dp = self._dp_part(plan, split, zero)
+        if zero <= 1:
+            chunk0_s, all_s, broadcast_s = dp
+            if est.base.parallelism.overlap_grad_reduce:
+                drained = c.final_backward_start_s + chunk0_s
+            else:
+                drained = c.final_backward_start_s + c.final_backward_s + all_s
+            return max(c.other_ranks_s, max(c.first_rank_s, drained) + opt + broadcast_s)
+        gather_s, scatter_s = dp
+        gathers = (2 + (plan.recompute == "full")) * m if zero == 3 else 1
+        stream = gathers * gather_s + m * scatter_s
+        return max(c.other_ranks_s, max(c.first_rank_s, stream) + opt)
+
+    # ------------------------------------------------------------------------------------- compute
+    def _compute_part(self, plan: Plan, m: int, split: tuple[int, ...]) -> Compute:
+        key = (
+            plan.tp, plan.micro_batch_size, plan.sequence_parallel, plan.recompute, plan.ep, plan.cp,
+            sharded(plan), _units(plan), plan.pp, plan.virtual_stages, plan.schedule, m, split,
+        )  # fmt: skip
+        cached = self._compute.get(key)
+        if cached is None:
+            times = stage_times(self.est.layer(plan).segments, split, units=_units(plan))
+            cached = self._compute[key] = chain_bound(times, plan.pp, m, plan.schedule, self._hop_s(plan))
+        return cached
+
+    def _hop_s(self, plan: Plan) -> float:
+        """The shortest a pipeline transfer can take: its bytes over the fastest tier (pipeline.py)."""
+        key = (plan.tp, plan.micro_batch_size, plan.cp, plan.sequence_parallel)
+        hop = self._hop.get(key)
+        if hop is None:
+            base = self.est.base
+            s = plan.apply(base)
+            nbytes = p2p_bytes(s)
+            compute = base.cluster.compute
+            busy = 0.0 if compute.p2p_rendezvous else compute.p2p_busy_delay_us * 1e-6
+            links = Topology.of(base).links
+            fastest = min(nbytes / link.bandwidth_Bps + link.latency_s for link in links)
+            hop = self._hop[key] = busy + fastest
+        return hop
+
+    # ------------------------------------------------------------------------------- data parallel
+    def _dp_part(self, plan: Plan, split: tuple[int, ...], zero: int) -> tuple[float, ...]:
+        key = (plan.tp, plan.pp, plan.virtual_stages, plan.ep, plan.cp, plan.dp, zero, split)
+        cached = self._dp.get(key)
+        if cached is None:
+            cached = self._dp[key] = self._dp_seconds(plan, split, zero)
+        return cached
+
+    def _dp_seconds(self, plan: Plan, split: tuple[int, ...], zero: int) -> tuple[float, ...]:
+        """DDP/ZeRO-1: (chunk 0's gradient all-reduce, every chunk's, ZeRO-1's broadcasts); ZeRO-2/3:
+        (one micro-batch's gathers, one step's, one micro-batch's reduce-scatters), each as one collective
+        of the summed bytes plus every collective's host cost (engine/plan.py, dp_collective_s)."""
+        base = self.est.base
+        s = plan.apply(base)
+        host = HostCosts.of(s)
+        levels = self.est.dp_levels(plan)
+        chunks = chunk_bytes(base, plan, split)  # per owned chunk: (fp32 gradient bytes, tensors)
+        grad = [b for b, _ in chunks]
+        if zero <= 1:
+            ar = host.ddp_all_reduce_s + host.dp_collective_s
+            chunk0 = _one(levels, "all_reduce", grad[0]) + ar
+            every = _one(levels, "all_reduce", sum(grad)) + ar * len(grad)
+            broadcast = 0.0
+            if zero == 1:  # every owner's shard of the rank's parameters (engine/plan.py)
+                shard = self.est.rank0_params(plan) * DTYPE_BYTES[base.training.dtype] / (plan.dp * plan.cp)
+                broadcast = _one(levels, "broadcast", shard) * plan.dp * plan.cp
+            return chunk0, every, broadcast
+        algorithm = base.parallelism.zero_collective_algorithm or "hierarchical"
+        dtype = DTYPE_BYTES[base.training.dtype]
+        scale = DTYPE_BYTES[s.fsdp_reduce_dtype] / dtype
+        gather = scatter = 0.0
+        for nbytes, units in chunks:
+            params = nbytes / 4 * dtype
+            hosts_s = units * host.dp_collective_s
+            gather += hosts_s + _one(levels, "all_gather", params, algorithm)
+            scatter += hosts_s + _one(levels, "reduce_scatter", params * scale, algorithm)
+        # ZeRO-3 gathers each unit once per pass (forward, recompute, backward), resharding after;
+        # ZeRO-2 keeps them gathered, at least one gather per step (units.py FsdpState)
+        return gather, scatter
+
+
+def gather_passes(actions: tuple[Action, ...], zero3: bool, recompute_full: bool) -> dict[int, int]:
+    """Per stage of one rank's schedule, how many of its passes gather the stage's units: ZeRO-3
+    reshards after every forward, so each forward, recompute and backward gathers; ZeRO-2 keeps them
+    from a forward until the next backward, so a pass gathers after a backward or at the start
+    (units.py FsdpState: backward() resets the state)."""
+    counts: dict[int, int] = {}
+    gathered: dict[int, bool] = {}
+    for a in actions:
+        if a.kind == "W":
+            continue
+        passes = ["F"] if a.kind == "F" else (["F", "B"] if recompute_full else ["B"])
+        for kind in passes:
+            if not gathered.get(a.stage, False):
+                counts[a.stage] = counts.get(a.stage, 0) + 1
+            gathered[a.stage] = False if kind == "B" else not zero3
+    return counts
+
+
+def _units(plan: Plan) -> bool:
+    """Whether the engine runs the plan's passes by FSDP units (engine/plan.py: ZeRO-2/3 over dp x cp)."""
+    return plan.zero_stage >= 2 and plan.dp * plan.cp > 1
+
+
+def _one(levels: tuple[Level, ...], kind: CollectiveKind, nbytes: float, algorithm: str = "auto") -> float:
+    return collective_seconds(kind, levels, nbytes, algorithm)  # type: ignore[arg-type]
+
+
+def chunk_bytes(base: object, plan: Plan, split: tuple[int, ...]) -> list[tuple[float, int]]:
+    """Per chunk of the first pipeline rank: (its dense fp32 gradient bytes, its FSDP units), as
+    simulator/units.py's dp_plan sizes them."""
+    from plancast.simulator.scenario import Scenario
+
+    assert isinstance(base, Scenario)
+    stages, out = len(split), []
+    for c in range(plan.virtual_stages):
+        v = c * plan.pp
+        start = sum(split[:v])
+        first, last = v == 0, v == stages - 1
+        tensors = chunk_tensor_bytes(
+            base.model, plan.tp, layers=split[v], has_embedding=first, has_head=last, first_layer=start
+        )
+        out.append((float(sum(tensors)), split[v] + (1 if first or last else 0)))
+    return out

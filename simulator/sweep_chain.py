@@ -1,0 +1,289 @@
+"""The pipeline part of the sweep's lower bound (simulator/sweep_bound.py; docs/sweep.md proves it): a
+plan's per-stage pass times from the sweep's per-segment costs, the closed-form forward and cool-down
+chains, and the schedule replayed action by action."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from plancast.simulator.schedules import Schedule, splits_backward
+from plancast.simulator.sweep_estimate import SegmentTimes
+
+
+class StageTimes(NamedTuple):
+    """One virtual stage's pass times for one micro-batch (costs/stage.py `Durations`, unsplit)."""
+
+    forward_s: float
+    recompute_s: float
+    backward_input_s: float
+    backward_weight_s: float
+
+    @property
+    def total_s(self) -> float:
+        return self.forward_s + self.recompute_s + self.backward_input_s + self.backward_weight_s
+
+
+def stage_times(seg: SegmentTimes, split: tuple[int, ...], units: bool = False) -> tuple[StageTimes, ...]:
+    """Per virtual stage of `split`, the sums of its segments (embedding on the first, head on the last).
+
+    `units`: ZeRO-2/3, where the engine runs a pass as its FSDP units' shares of the stage's time, each
+    block's share sized by the stage's first block (simulator/units.py, dp_plan): where blocks differ (an
+    MoE model's dense first blocks) the shares may sum below 1, and the times are scaled by that sum."""
+    out, start, last = [], 0, len(split) - 1
+    for v, n in enumerate(split):
+        f = seg.forward_s[start + n] - seg.forward_s[start]
+        b = seg.backward_input_s[start + n] - seg.backward_input_s[start]
+        w = seg.backward_weight_s[start + n] - seg.backward_weight_s[start]
+        for part, present in ((seg.embedding, v == 0), (seg.head, v == last)):
+            if present:
+                f, b, w = f + part[0], b + part[1], w + part[2]
+        scale_f = scale_b = 1.0
+        if units:
+            scale_f, scale_b = _share_sums(seg, start, n, v == 0, v == last)
+        b, w = b * scale_b, w * scale_b  # W unscaled where the schedule splits it: still a lower bound
+        f *= scale_f
+        out.append(StageTimes(f, f if seg.recompute_full else 0.0, b, w))
+        start += n
+    return tuple(out)
+
+
+def _share_sums(seg: SegmentTimes, start: int, n: int, first: bool, last: bool) -> tuple[float, float]:
+    """(forward, backward) sums of a stage's FSDP unit shares (simulator/units.py), at most 1."""
+    sums = []
+    for prefix, index in ((seg.compute_forward_s, 0), (seg.compute_backward_s, 1)):
+        root = (seg.embedding_compute[index] if first else 0.0) + (seg.head_compute[index] if last else 0.0)
+        blocks = prefix[start + n] - prefix[start]
+        first_block = prefix[start + 1] - prefix[start] if n else 0.0
+        total = root + blocks
+        sums.append(min(1.0, (root + n * first_block) / total) if total else 1.0)
+    return sums[0], sums[1]
+
+
+def trailing_weight_passes(schedule: str, pp_rank: int, m: int) -> int | None:
+    """How many weight passes (W) may follow a rank's last backward: none without a split backward;
+    ZB-H1 defers the W of backward k to after backward k + rank, so the last rank + 1 of them follow
+    (simulator/schedules.py, _zero_bubble_h1); None for another split schedule: any of them may."""
+    if not splits_backward(schedule):  # type: ignore[arg-type]
+        return 0
+    return min(pp_rank + 1, m) if schedule == "ZeroBubble" else None
+
+
+class Compute(NamedTuple):
+    """The compute part of a plan's bound (see the module docstring)."""
+
+    other_ranks_s: float
+    """max over ranks of the forward chain into the rank plus all its passes (its optimizer not counted)."""
+    first_rank_s: float
+    """When the first rank's last pass ends at the earliest: its passes, or a later rank's last
+    backward and the cool-down from it."""
+    final_backward_start_s: float
+    """When the first rank's final backward can start at the earliest (after its recompute)."""
+    final_backward_s: float
+    """That backward pass's own time."""
+
+
+def chain_bound(times: tuple[StageTimes, ...], pp: int, m: int, schedule: str, hop_s: float) -> Compute:
+    """The compute part of the bound over a plan's per-stage times (see the module docstring). Under a
+    split backward the first stage's B is empty and its W is the whole backward (costs/stage.py)."""
+    split = splits_backward(schedule)  # type: ignore[arg-type]
+    work, weights = [0.0] * pp, [0.0] * pp
+    for v, st in enumerate(times):
+        work[v % pp] += m * st.total_s
+        weights[v % pp] += m * (st.backward_weight_s + (st.backward_input_s if v == 0 else 0.0))
+    other = first = work[0]
+    into = cool = 0.0
+    for r in range(1, pp):
+        prev = times[r - 1]
+        into += prev.forward_s + hop_s
+        if r == 1:  # the first stage's backward (or its W) ends its cool-down in any schedule
+            cool = prev.recompute_s + prev.backward_input_s + prev.backward_weight_s + hop_s
+        else:
+            weight = 0.0 if split else prev.backward_weight_s
+            cool += prev.recompute_s + prev.backward_input_s + weight + hop_s
+        count = trailing_weight_passes(schedule, r, m)
+        tail = weights[r] if count is None else (count * times[r].backward_weight_s if split else 0.0)
+        other = max(other, into + work[r])
+        first = max(first, into + work[r] - tail + cool)
+    s0 = times[0]
+    count = trailing_weight_passes(schedule, 0, m)
+    if split:  # the final B of stage 0 is empty; the W passes after it hold stage 0's whole backward
+        b0 = 0.0
+        tail0 = weights[0] if count is None else count * (s0.backward_input_s + s0.backward_weight_s)
+    else:
+        b0, tail0 = s0.backward_input_s + s0.backward_weight_s, 0.0
+    return Compute(other, first, max(work[0] - tail0 - b0, 0.0), b0)
+
+
+class Replay(NamedTuple):
+    """The schedule replayed with the bound's pass times and transfers: every action as early as its
+    rank's previous action and its input allow (the engine starts each no earlier, docs/sweep.md)."""
+
+    rank_end_s: tuple[float, ...]
+    """Per pipeline rank, when its last action ends."""
+    last_backward_s: tuple[tuple[float, float], ...]
+    """Per chunk of the first rank: (when its last backward's own pass starts, after any recompute; that
+    pass's time)."""
+
+
+class StageUnits(NamedTuple):
+    """One virtual stage's FSDP units in forward order (the root first where the stage has one), as
+    simulator/units.py's dp_plan makes them: each one's gather and reduce-scatter seconds (host cost
+    included; a unit without parameters gathers nothing) and its weight in a pass's time."""
+
+    gather_s: tuple[float, ...]
+    scatter_s: tuple[float, ...]
+    forward_weight: tuple[float, ...]
+    backward_weight: tuple[float, ...]
+    root: bool
+
+
+@dataclass
+class FsdpUnits:
+    """ZeRO-2/3 passes as the engine runs them (engine/data_parallel.py, fsdp_pass), without events:
+    each unit waits for its gather, issued with one unit of prefetch (`ahead`) on the rank's serial dp
+    stream, where reduce-scatters queue too. Times only lower bounds: no link sharing, no slowdown."""
+
+    stages: tuple[StageUnits, ...]
+    zero3: bool
+    ahead_forward: int
+    ahead_backward: int
+    reduce_in_pass: bool
+    gathered: dict[int, bool] = field(default_factory=dict)
+
+    def run(
+        self, stage: int, backward: bool, start: float, seconds: float, stream: float
+    ) -> tuple[float, float]:
+        """(when the pass ends, when the rank's dp stream is free) for one pass of `seconds` from `start`."""
+        u = self.stages[stage]
+        blocks = list(range(1 if u.root else 0, len(u.gather_s)))
+        order = [*reversed(blocks), *([0] if u.root else [])] if backward else list(range(len(u.gather_s)))
+        weight = u.backward_weight if backward else u.forward_weight
+        ahead = self.ahead_backward if backward else self.ahead_forward
+        need = not self.gathered.get(stage, False)
+        holding = [q for q, unit in enumerate(order) if u.gather_s[unit] > 0.0]
+        rank_of = {q: n for n, q in enumerate(holding)}
+        landed: dict[int, float] = {}
+        now = start
+        for q, unit in enumerate(order):
+            n = rank_of.get(q)
+            for j in holding[n : n + 1 + ahead] if n is not None and need else ():
+                if j not in landed:
+                    stream = landed[j] = max(stream, now) + u.gather_s[order[j]]
+            now = max(now, landed.get(q, now)) + seconds * weight[unit]
+            if backward and self.reduce_in_pass and n is not None:
+                stream = max(stream, now) + u.scatter_s[unit]
+        if backward and not self.reduce_in_pass:
+            for unit in order:
+                if u.gather_s[unit] > 0.0:
+                    stream = max(stream, now) + u.scatter_s[unit]
+        self.gathered[stage] = not (backward or self.zero3)
+        return now, stream
+
+
+def replay(
+    times: tuple[StageTimes, ...],
+    schedule: Schedule,
+    hop_s: float,
+    split: bool,
+    slowed_s: tuple[float, ...] | None = None,
+    units: FsdpUnits | None = None,
+) -> Replay:
+    """`Replay` of `schedule` (simulator/schedules.py) over per-stage `times`; `slowed_s`: per stage, what
+    its last backward loses to the gradient all-reduces beside it (engine/data_parallel.py); `units`:
+    ZeRO-2/3 passes unit by unit (`FsdpUnits`), each rank then ending no earlier than its dp stream."""
+    pp, stages = len(schedule), len(times)
+    stream = [0.0] * pp
+    extra = slowed_s or (0.0,) * stages
+    backwards_left = _backwards_per_stage(schedule, stages)
+    durations = [action_seconds(st, v, split) for v, st in enumerate(times)]
+    forward_end: dict[tuple[int, int], float] = {}
+    backward_end: dict[tuple[int, int], float] = {}
+    position, free = [0] * pp, [0.0] * pp
+    last_b: dict[int, tuple[float, float]] = {}
+    left = sum(len(actions) for actions in schedule)
+    while left:
+        moved = False
+        for rank, actions in enumerate(schedule):
+            i, now = position[rank], free[rank]
+            while i < len(actions):
+                a = actions[i]
+                f_s, b_s, w_s, r_s = durations[a.stage]
+                if a.kind == "F":
+                    ready = forward_end.get((a.stage - 1, a.microbatch), -1.0) if a.stage else 0.0
+                    if ready < 0.0:
+                        break
+                    start = max(now, ready + hop_s if a.stage else 0.0)
+                    if units is None:
+                        now = start + f_s
+                    else:
+                        now, stream[rank] = units.run(a.stage, False, start, f_s, stream[rank])
+                    forward_end[a.stage, a.microbatch] = now
+                elif a.kind == "B":
+                    last_stage = a.stage == stages - 1
+                    ready = 0.0 if last_stage else backward_end.get((a.stage + 1, a.microbatch), -1.0)
+                    if ready < 0.0:
+                        break
+                    start = max(now, ready if last_stage else ready + hop_s)
+                    start, now, stream[rank] = _backward(units, a.stage, start, r_s, b_s, stream[rank])
+                    backwards_left[a.stage] -= 1
+                    now += 0.0 if backwards_left[a.stage] else extra[a.stage]
+                    backward_end[a.stage, a.microbatch] = now
+                    if rank == 0:
+                        last_b[a.stage] = (start, b_s)
+                else:
+                    now += w_s
+                i += 1
+                moved = True
+            left -= i - position[rank]
+            position[rank], free[rank] = i, now
+        if not moved:  # the schedules are checked deadlock-free (simulator/schedules.py)
+            raise ValueError("schedule deadlocks")
+    chunks = tuple(last_b[s] for s in sorted(last_b))
+    return Replay(tuple(max(f, d) for f, d in zip(free, stream, strict=True)), chunks)
+
+
+def _backwards_per_stage(schedule: Schedule, stages: int) -> list[int]:
+    counts = [0] * stages
+    for actions in schedule:
+        for a in actions:
+            if a.kind == "B":
+                counts[a.stage] += 1
+    return counts
+
+
+def _backward(
+    units: FsdpUnits | None, stage: int, start: float, recompute_s: float, backward_s: float, stream: float
+) -> tuple[float, float, float]:
+    """A backward action from `start`: (when its own pass starts, after any recompute; when it ends; when
+    the rank's dp stream is free)."""
+    if units is None:
+        return start + recompute_s, start + recompute_s + backward_s, stream
+    if recompute_s:
+        start, stream = units.run(stage, False, start, recompute_s, stream)
+    end, stream = units.run(stage, True, start, backward_s, stream)
+    return start, end, stream
+
+
+def overlapped_s(buckets: tuple[int, ...], seconds: tuple[float, ...], backward_s: float) -> float:
+    """How long a chunk's buckets run beside its last backward of `backward_s`, each ready at its share
+    of it and drained from then (engine/data_parallel.py, _reduce_chunk, the same arithmetic)."""
+    total = sum(buckets) or 1
+    done = pending = overlapped = last_ready = 0.0
+    for nbytes, collective_s in zip(buckets, seconds, strict=True):
+        done += nbytes
+        after_s = backward_s * done / total
+        drained = min(pending, after_s - last_ready)
+        overlapped, pending, last_ready = overlapped + drained, pending - drained, after_s
+        if after_s < backward_s:
+            pending += collective_s
+    return overlapped
+
+
+def action_seconds(st: StageTimes, stage: int, split: bool) -> tuple[float, float, float, float]:
+    """(F, B's own pass, W, B's recompute) of one stage's actions (costs/stage.py, Durations.of)."""
+    if not split:
+        return st.forward_s, st.backward_input_s + st.backward_weight_s, 0.0, st.recompute_s
+    if stage == 0:  # the first stage has no input gradient: its W is the whole backward
+        return st.forward_s, 0.0, st.backward_input_s + st.backward_weight_s, st.recompute_s
+    return st.forward_s, st.backward_input_s, st.backward_weight_s, st.recompute_s

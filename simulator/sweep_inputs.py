@@ -1,0 +1,54 @@
+"""What a sweep needs from its scenario before it searches, and why a search came back empty.
+
+The global batch is an input of the search, not one of its axes: it sets the optimizer's step and so
+the model's convergence, which a step-time search must not trade away. A scenario that never set it
+(`plancast import hf` writes no [training] table, so the default of 8 sequences would apply) is refused.
+"""
+
+from __future__ import annotations
+
+from plancast.simulator.scenario import Scenario
+from plancast.simulator.sweep_axes import cp_choices
+from plancast.simulator.sweep_space import roots, tensor_parallel_degrees
+
+BATCH_KEYS = ("global_batch_size", "seq_len")
+
+
+def missing_batch(base: Scenario) -> str | None:
+    """Why `base`'s batch cannot be searched over (a key it left at its default), or None. The loader
+    keeps which keys a file gave (pydantic's `model_fields_set`), so a default is told from a choice."""
+    unset = [key for key in BATCH_KEYS if key not in base.training.model_fields_set]
+    if not unset:
+        return None
+    t = base.training
+    names = " and ".join(f"training.{key}" for key in unset)
+    return (
+        f"{names} not set (the default global_batch_size = {t.global_batch_size} sequences of "
+        f"seq_len = {t.seq_len} tokens would apply): a sweep ranks plans for one batch, so give it: add "
+        "a [training] table with global_batch_size (sequences per optimizer step) and seq_len (tokens per "
+        "sequence) to the scenario"
+    )
+
+
+def why_empty(base: Scenario, gpus: int, enumerated: int, limit_GiB: float) -> str:
+    """The constraint that emptied the search: the model's shapes, the batch, or memory."""
+    m, t = base.model, base.training
+    if not tensor_parallel_degrees(base, gpus):
+        return (
+            f"no tensor-parallel degree divides {gpus} GPUs and the model's heads "
+            f"({m.num_attention_heads}), kv heads ({m.kv_heads}) and ffn size ({m.ffn_size})"
+        )
+    if enumerated == 0:
+        dps = [
+            gpus // (tp * pp * cp)
+            for tp, pp in roots(base, gpus)
+            for cp in cp_choices(t.seq_len, gpus // tp)
+            if (gpus // tp) % (cp * pp) == 0
+        ]
+        smallest_dp = min(dps, default=gpus)
+        return (
+            f"no plan: training.global_batch_size = {t.global_batch_size} is not a multiple of any "
+            f"data-parallel degree on {gpus} GPUs (the smallest is {smallest_dp}); raise "
+            "training.global_batch_size or search fewer --gpus"
+        )
+    return f"no plan of {enumerated:,} fits in {limit_GiB:g} GiB per GPU (memory)"

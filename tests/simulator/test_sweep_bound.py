@@ -1,0 +1,190 @@
+"""The sweep's lower bound never exceeds the engine's step time, so its best-first search is exact.
+
+docs/sweep.md proves each term; these tests check the proof's premises (schedules start with their
+first forward, collective times are subadditive in bytes, ZB-H1's trailing weight passes) and the
+conclusion on every plan of small spaces and on real-shaped plans, then the search against a brute
+force over every plan that fits.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+
+from plancast.simulator.costs.collectives import collective_seconds
+from plancast.simulator.costs.memory import peak_memory
+from plancast.simulator.engine import Engine, StepPlan, Topology
+from plancast.simulator.loader import load_scenario, parse_scenario
+from plancast.simulator.predict import simulate
+from plancast.simulator.scenario import Scenario
+from plancast.simulator.schedules import SCHEDULES, build_schedule
+from plancast.simulator.sweep import _base_for, sweep
+from plancast.simulator.sweep_axes import Plan
+from plancast.simulator.sweep_bound import TOLERANCE, Bound, gather_passes
+from plancast.simulator.sweep_chain import trailing_weight_passes
+from plancast.simulator.sweep_estimate import Estimator
+from plancast.simulator.sweep_space import enumerate_plans, schedules
+from plancast.simulator.validation import check_plan
+from tests.cli_runner import REPO
+from tests.simulator.test_sweep import small
+
+EXAMPLES = REPO / "examples"
+
+SEARCHED = {name for pp, m in [(1, 1), (4, 8)] for name, _ in schedules(pp, m, 32)}
+"""Every schedule the sweep searches (simulator/sweep_space.py)."""
+
+
+def toy(preset: str, gpus: int, batch: int = 16, **training: Any) -> Scenario:
+    """`preset` on an A100 node: sims of a tiny model are cheap, the costs real-shaped."""
+    data: dict[str, Any] = {
+        "model": {"preset": preset},
+        "training": {"seq_len": 64, "global_batch_size": batch, "dtype": "bf16", **training},
+        "cluster": {"preset": "dgx-a100-80gb", "num_nodes": 1},
+    }
+    return _base_for(parse_scenario(data).scenario, gpus)
+
+
+def assert_bounds_hold(base: Scenario, gpus: int, plans: list[Plan]) -> int:
+    """Both bounds of every valid plan of `plans` are at most its simulated step time; returns how many."""
+    bound = Bound(Estimator(base, gpus))
+    checked = 0
+    for plan in plans:
+        s = plan.apply(base)
+        if check_plan(s)[0]:
+            continue
+        step = simulate(s, events=False).summary["step_time_s"]
+        cheap, replayed = bound.seconds(plan), bound.replayed(plan)
+        assert cheap <= replayed * (1 + TOLERANCE), plan
+        assert replayed <= step * (1 + TOLERANCE), (plan.label(), replayed, step)
+        checked += 1
+    return checked
+
+
+def every_nth(plans: list[Plan], n: int) -> list[Plan]:
+    return plans[:: max(len(plans) // n, 1)]
+
+
+@pytest.mark.parametrize(("preset", "gpus"), [("tiny-gpt", 8), ("tiny-moe", 8), ("tiny-llama", 8)])
+def test_the_bound_holds_across_small_spaces(preset: str, gpus: int) -> None:
+    """Every degree, schedule, recompute, SP and ZeRO stage (a stride through the space); tiny-moe's
+    first block is dense, so FSDP's unit shares differ from 1 on its first stage."""
+    base = toy(preset, gpus)
+    plans = sorted(enumerate_plans(base, gpus))
+    assert assert_bounds_hold(base, gpus, every_nth(plans, 120)) > 60
+
+
+def test_the_bound_holds_without_overlap_and_on_cpu_ranks() -> None:
+    """Gradients reduced after the flush, blocking sends; and ranks sharing cores over gloo
+    (rendezvous transfers, busy-sender delays: examples/tiny-local-cpu.toml)."""
+    base = toy("tiny-gpt", 8)
+    par = base.parallelism.model_copy(update={"overlap_grad_reduce": False, "overlap_p2p_comm": False})
+    blocking = base.model_copy(update={"parallelism": par})
+    assert assert_bounds_hold(blocking, 8, every_nth(sorted(enumerate_plans(blocking, 8)), 60)) > 30
+    cpu = _base_for(load_scenario(EXAMPLES / "tiny-local-cpu.toml").scenario, 4)
+    assert assert_bounds_hold(cpu, 4, every_nth(sorted(enumerate_plans(cpu, 4)), 40)) > 20
+
+
+@pytest.mark.parametrize(
+    ("example", "gpus", "sample", "subtrees"),
+    [
+        ("gpt3-175b-dgx-a100.toml", 1536, 6, None),
+        ("mixtral-8x7b-dgx-h100.toml", 64, 8, None),
+        ("llama3-8b-cp4-128k.toml", 64, 6, None),
+        ("deepseek-v3-h800.toml", 2048, 3, [(8, 8), (4, 16)]),  # a million plans: two subtrees of them
+    ],
+)
+def test_the_bound_holds_on_real_shapes(
+    example: str, gpus: int, sample: int, subtrees: list[tuple[int, int]] | None
+) -> None:
+    """A seeded sample of each real space's plans that fit (GPT-3, Mixtral, 128k with cp, DeepSeek-V3
+    with its dense first blocks, whose first stage under ZeRO-2/3 has FSDP shares below 1)."""
+    base = _base_for(load_scenario(EXAMPLES / example).scenario, gpus)
+    est = Estimator(base, gpus)
+    limit = base.cluster.gpu.usable_memory_GiB * 1024**3
+    rng = random.Random(34)
+    plans = [p for p in enumerate_plans(base, gpus, subtrees) if est.memory_bytes(p) <= limit]
+    picked = [p for p in rng.sample(plans, 8 * sample) if peak_memory(p.apply(base))[1].total <= limit]
+    assert assert_bounds_hold(base, gpus, picked[:sample]) == sample
+
+
+@pytest.mark.parametrize("name", sorted(SEARCHED))
+def test_every_rank_starts_with_the_first_forward_of_its_first_stage(name: str) -> None:
+    """The bound's forward chain: rank r's first action is F of stage r, micro-batch 0, so every pass of
+    the rank waits for that micro-batch's forwards on stages 0..r-1. Over the schedules the sweep searches
+    (sweep_space.schedules): the V-placed ZB-V and DualPipeV are not searched yet and have no bound."""
+    for pp, m in [(2, 4), (4, 8), (4, 4), (8, 16), (3, 6)]:
+        v = 2 if SCHEDULES[name].interleaved else 1  # type: ignore[index]
+        for rank, actions in enumerate(build_schedule(name, pp, m, v)):  # type: ignore[arg-type]
+            first = actions[0]
+            assert (first.kind, first.stage, first.microbatch) == ("F", rank, 0), (name, pp, m, rank)
+
+
+@pytest.mark.parametrize(("pp", "m"), [(2, 4), (4, 8), (4, 2), (8, 16), (3, 6)])
+def test_zero_bubble_trailing_weight_passes_match_the_schedule(pp: int, m: int) -> None:
+    for rank, actions in enumerate(build_schedule("ZeroBubble", pp, m)):
+        last_b = max(i for i, a in enumerate(actions) if a.kind == "B")
+        after = actions[last_b + 1 :]
+        assert all(a.kind == "W" for a in after)
+        assert trailing_weight_passes("ZeroBubble", rank, m) == len(after)
+    assert trailing_weight_passes("1F1B", 3, m) == 0
+
+
+@pytest.mark.parametrize("kind", ["all_reduce", "all_gather", "reduce_scatter", "broadcast"])
+@pytest.mark.parametrize("algorithm", ["auto", "hierarchical", "ring"])
+def test_collective_times_are_subadditive_in_bytes(kind: str, algorithm: str) -> None:
+    """The bound prices a stream of collectives as one of their summed bytes: valid when
+    t(a) + t(b) >= t(a + b), which holds for latency + bytes / bandwidth per algorithm and for the
+    fastest of several (costs/collectives.py)."""
+    base = _base_for(load_scenario(EXAMPLES / "gpt3-175b-dgx-a100.toml").scenario, 1536)
+    rng = random.Random(7)
+    for dp, tp in [(192, 8), (24, 8), (16, 4), (2, 1)]:
+        s = Plan(tp, 1536 // (dp * tp), dp, 1, "1F1B", 1, "none", False, 0).apply(base)
+        levels = Topology.of(s).levels("dp_cp")
+        for _ in range(200):
+            parts = [rng.uniform(1, 1e9) for _ in range(rng.randint(2, 6))]
+            apart = sum(collective_seconds(kind, levels, b, algorithm) for b in parts)  # type: ignore[arg-type]
+            whole = collective_seconds(kind, levels, sum(parts), algorithm)  # type: ignore[arg-type]
+            assert whole <= apart * (1 + 1e-12), (dp, tp, parts)
+
+
+def brute_force_top(base: Scenario, gpus: int, k: int) -> list[tuple[float, Plan]]:
+    """Simulate every valid plan that fits (exact peak memory): the engine's top k, ties by plan."""
+    limit = base.cluster.gpu.usable_memory_GiB * 1024**3
+    every = []
+    for plan in enumerate_plans(base, gpus):
+        s = plan.apply(base)
+        if check_plan(s)[0] or peak_memory(s)[1].total > limit:
+            continue
+        every.append((simulate(s, events=False).summary["step_time_s"], plan))
+    return sorted(every)[:k]
+
+
+@pytest.mark.parametrize(("preset", "gpus", "memory_gib"), [("tiny-gpt", 4, 1.0), ("tiny-moe", 4, 0.004)])
+def test_the_top_k_is_the_brute_forces_top_k(preset: str, gpus: int, memory_gib: float) -> None:
+    """Every plan that fits simulated, against the search (a toy GPU and network, test_sweep.small)."""
+    base = _base_for(small(gpus, memory_gib, batch=8, layers=None, preset=preset), gpus)
+    result = sweep(base, gpus, finalists=8)
+    expected = brute_force_top(base, gpus, 8)
+    assert [(r.step_time_s, r.plan) for r in result.finalists] == expected
+    assert len(expected) == 8 and result.simulated < result.fits  # the bound spared some simulations
+
+
+@pytest.mark.parametrize("zero", [2, 3])
+@pytest.mark.parametrize(
+    ("schedule", "v", "recompute"), [("1F1B", 1, "none"), ("Interleaved1F1B", 2, "full")]
+)
+def test_gather_passes_count_the_engines_gathers(zero: int, schedule: str, v: int, recompute: str) -> None:
+    """The bound's count of ZeRO-2/3 gathers per stage is the engine's (units.py FsdpState), on the
+    first rank: each gather of a pass gathers every unit of the stage."""
+    base = toy("tiny-gpt", 8)
+    plan = Plan(1, 2, 4, 1, schedule, v, recompute, False, zero)
+    s = plan.apply(base)
+    sched = build_schedule(schedule, 2, s.num_microbatches, v)  # type: ignore[arg-type]
+    counts = gather_passes(sched[0], zero == 3, recompute == "full")
+    engine = StepPlan.of(s)
+    spans = [x for x in Engine(s).run() if x.rank == 0 and x.kind == "all_gather"]
+    for stage in engine.owned_stages(0):
+        units = sum(1 for u in engine.units[stage].units if u.param_bytes > 0)
+        assert sum(1 for x in spans if x.stage == stage) == counts[stage] * units, stage
