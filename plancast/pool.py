@@ -72,6 +72,10 @@ def _start_workers(executor: ProcessPoolExecutor) -> None:
     executor.submit(os.getpid).result()
 
 
+MANAGER_JOIN_S = 10.0
+"""How long a stopped search waits for the executor's manager thread (it ends once its workers do)."""
+
+
 def _stop(executor: Executor) -> None:
     """Cancel what has not started and end the workers now (a Ctrl-C must not wait for a long item)."""
     executor.shutdown(wait=False, cancel_futures=True)
@@ -81,6 +85,13 @@ def _stop(executor: Executor) -> None:
         return
     for process in list((getattr(executor, "_processes", None) or {}).values()):
         process.terminate()
+    # Let the executor's manager thread see its workers gone and close its wake-up pipe before the
+    # interpreter exits: CPython 3.11's exit hook (concurrent/futures/process.py `_python_exit`) checks
+    # the pipe's `_closed` flag and writes to it without a lock, so a thread closing it at that moment
+    # printed "Exception ignored ... OSError: Bad file descriptor" after a Ctrl-C (seen under load).
+    manager = getattr(executor, "_executor_manager_thread", None)
+    if manager is not None:
+        manager.join(timeout=MANAGER_JOIN_S)
 
 
 @contextmanager
