@@ -20,7 +20,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check plancast simulator traces runtime dashboard tests benchmarks
 	$(BIN)/mypy
 
-# about 41 min on one worker on a loaded 2-core machine (issue 36); two workers, with every test that
+# 41 min on one worker on a loaded 2-core machine (issue 36), 16 min on two at load 4-6; two workers, with every test that
 # starts ranks or a server kept on one of them in turn (tests/conftest.py), aim at under 15 min quiet
 test: lint
 	@echo "== test dependencies: chromium (browser test), slurm-wlm and munge (SLURM tests); apt-get, only as root"
