@@ -134,14 +134,7 @@ def rebuilds_a_block(recompute: str, policy: str, moe: bool) -> bool:
 def peak_inflight_layers(actions: tuple[Action, ...], chunk_layers: dict[int, int]) -> int:
     """Most layer-micro-batches whose activations a rank holds at once under its schedule:
     forward of (chunk, mb) adds the chunk's layers, its backward (B) releases them."""
-    live = peak = 0
-    for a in actions:
-        if a.kind == "F":
-            live += chunk_layers[a.chunk]
-            peak = max(peak, live)
-        elif a.kind == "B":
-            live -= chunk_layers[a.chunk]
-    return peak
+    return round(peak_inflight_bytes(actions, {c: float(n) for c, n in chunk_layers.items()}))
 
 
 def loss_bytes_per_logit(s: Scenario) -> float:
