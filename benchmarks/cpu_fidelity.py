@@ -37,6 +37,7 @@ from benchmarks.results_io import error_figures, write_result
 from plancast.runtime.calibrate import adopt, calibrate, write_profile
 from plancast.runtime.launch import launch
 from plancast.runtime.local_profile import cached_core_share, localize
+from plancast.runtime.worker import own_core_share
 from plancast.simulator.calibration.microbench import bound_violations
 from plancast.simulator.calibration.runs import COMPUTE_FIELDS, HOST_FIELDS, score_table, with_fields
 from plancast.simulator.cluster import Cluster
@@ -153,9 +154,19 @@ def core_wait_ms(run: Path) -> str:
 
 
 def lowest_share(runs: dict[str, list[Path]]) -> float | None:
-    """The smallest core share of the scored runs (traces/contention.py): how busy the machine got."""
-    shares = [read_json(RunDir(r).measured_summary).get("core_share") for n in MATRIX for r in runs[n]]
-    return min((x for x in shares if isinstance(x, float)), default=None)
+    """The smallest core share of the scored runs relative to what the plan's own ranks leave each other
+    (traces/contention.py): how busy the machine got. A PP 4 plan's four ranks on two cores each run
+    about half their ready time on a machine with nothing else on it; that is the plan, not the load.
+    Runs from before the runtime recorded ``core_share_own`` get min(1, cores / ranks) here: every
+    run of this benchmark is one node, this machine."""
+    shares = []
+    for r in (r for n in MATRIX for r in runs[n]):
+        summary = read_json(RunDir(r).measured_summary)
+        share, ranks = summary.get("core_share"), summary.get("world_size")
+        own = summary.get("core_share_own") or own_core_share(ranks if isinstance(ranks, int) else 1)
+        if isinstance(share, float):
+            shares.append(min(1.0, share / own))
+    return min(shares, default=None)
 
 
 def _finished(run: Path) -> bool:

@@ -221,7 +221,17 @@ def _core_shares(results: Sequence[RankResult], steps: int) -> dict[str, Any]:
             shares[str(r.rank)] = cpu_s / (cpu_s + wait_s)
     if not shares:
         return {}
-    return {"core_share": min(shares.values()), "rank_core_share": dict(sorted(shares.items()))}
+    return {
+        "core_share": min(shares.values()),
+        "rank_core_share": dict(sorted(shares.items())),
+        "core_share_own": own_core_share(len(results)),
+    }
+
+
+def own_core_share(ranks: int) -> float:
+    """The share of its ready time each of `ranks` threads runs on this process's cores with nothing
+    else on the machine: min(1, cores / ranks), CFS's fair share (simulator/engine/cores.py cites it)."""
+    return min(1.0, len(os.sched_getaffinity(0)) / max(ranks, 1))
 
 
 def _memory_gib(memory_bytes: Mapping[str, int]) -> dict[str, float]:

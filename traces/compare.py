@@ -70,6 +70,7 @@ def compare_run_dir(
         summary["step_time_measured_s"],
         measured_share(measured_summary, run.measured_summary, problems),
         reference_share,
+        share_or_none((measured_summary or {}).get("core_share_own")),
     )
     summary["warnings"] = [w for w in [few_steps(len(summary["scored_steps"]))] if w]
     checkpoints = optional_json(run.measured_dir / "checkpoints.json", problems)

@@ -47,25 +47,35 @@ def contention(
     measured_s: float | None,
     measured_share: float | None,
     reference_share: float = 1.0,
+    own_share: float | None = None,
 ) -> dict[str, Any]:
     """The summary keys for how busy the machine was: ``core_share`` (the run's), ``core_share_reference``
-    (the prediction's), ``step_time_predicted_adjusted_s`` and ``step_time_error_adjusted`` (the
-    prediction at the run's share), and ``machine_busy`` (share below BUSY_SHARE); Nones where the run
-    did not record its share. A reference share outside (0, 1] is read as 1."""
+    (the prediction's), ``core_share_own`` (what the plan's own ranks leave each other, see below),
+    ``step_time_predicted_adjusted_s`` and ``step_time_error_adjusted`` (the prediction at the run's
+    share), and ``machine_busy`` (share below BUSY_SHARE of the plan's own); Nones where the run did not
+    record its share. A reference or own share outside (0, 1] is read as 1.
+
+    A plan of more ranks than the machine has cores shares them with itself: each rank's thread runs
+    ``cores / ranks`` of its ready time on a machine with nothing else on it (runtime/worker.py records
+    it), and the engine already prices that sharing (simulator/engine/cores.py). Only the share below
+    that is the machine's load, so the flag and the adjustment read the measured share relative to it."""
     reference_share = share_or_none(reference_share) or 1.0
+    own = share_or_none(own_share) or 1.0
     keys: dict[str, Any] = {
         "core_share": measured_share,
         "core_share_reference": reference_share,
-        "core_share_busy_below": BUSY_SHARE,
+        "core_share_own": own,
+        "core_share_busy_below": BUSY_SHARE * own,
         "step_time_predicted_adjusted_s": None,
         "step_time_error_adjusted": None,
         "machine_busy": None,
     }
     if measured_share is None:
         return keys
-    keys["machine_busy"] = measured_share < BUSY_SHARE
+    load_share = min(1.0, measured_share / own)
+    keys["machine_busy"] = load_share < BUSY_SHARE
     if predicted_s is not None and measured_s:
-        adjusted_s = predicted_s * reference_share / measured_share
+        adjusted_s = predicted_s * reference_share / load_share
         keys["step_time_predicted_adjusted_s"] = adjusted_s
         keys["step_time_error_adjusted"] = (adjusted_s - measured_s) / measured_s
     return keys
@@ -93,5 +103,13 @@ def verdict(summary: dict[str, Any]) -> str | None:
     return (
         f"{head}core share {share:.2f} (the slowest rank's compute thread ran {share:.0%} of the time "
         f"it was ready; the prediction was measured at {summary.get('core_share_reference', 1.0):.2f}, "
-        f"busy below {BUSY_SHARE}){at_share}"
+        f"busy below {summary.get('core_share_busy_below', BUSY_SHARE):.2f}{own_note(summary)}){at_share}"
     )
+
+
+def own_note(summary: dict[str, Any]) -> str:
+    """Where the plan's ranks outnumber the cores: the share they leave each other, said once."""
+    own = share_or_none(summary.get("core_share_own"))
+    if own is None or own >= 1:
+        return ""
+    return f", as the plan's own ranks leave each other {own:.2f} of a core"

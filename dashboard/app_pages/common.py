@@ -103,7 +103,8 @@ def machine_load(
             reference = share_or_none(read_json_object(compared).get("core_share_reference")) or 1.0
     predicted_s = predicted_s or (run.predicted_summary or {}).get("step_time_s")
     measured_s = measured_s or (run.measured_summary or {}).get("step_time_s")
-    return contention(predicted_s, measured_s, share, reference)
+    own = share_or_none((run.measured_summary or {}).get("core_share_own"))
+    return contention(predicted_s, measured_s, share, reference, own)
 
 
 def machine_load_banner(run: RunData) -> None:

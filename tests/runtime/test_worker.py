@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from plancast.runtime.schedstat import ThreadTimes
-from plancast.runtime.worker import GiB, RankEnv, RankResult, fault_step, rank_env, summarize
+from plancast.runtime.worker import GiB, RankEnv, RankResult, fault_step, own_core_share, rank_env, summarize
 
 
 def result(rank: int, times: list[float], losses: list[float | None], peak_gib: float) -> RankResult:
@@ -81,3 +83,12 @@ def test_summary_has_the_smallest_core_share_of_the_ranks_compute_threads() -> N
     assert summary["core_share"] == pytest.approx(0.75)
     ranks[1].compute_thread_s = None  # a rank whose kernel has no schedstat: nothing said
     assert "core_share" not in summarize(ranks, steps=3)
+
+
+def test_the_share_a_plans_own_ranks_leave_each_other_is_cores_over_ranks() -> None:
+    """core_share_own: min(1, cores / ranks) on this process's cores, recorded beside core_share so
+    compare does not call a plan of more ranks than cores 'busy' for the sharing it prices itself."""
+    cores = len(os.sched_getaffinity(0))
+    assert own_core_share(cores) == 1.0
+    assert own_core_share(2 * cores) == pytest.approx(0.5)
+    assert own_core_share(1) == 1.0

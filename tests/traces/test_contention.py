@@ -48,3 +48,22 @@ def test_too_few_steps_after_warm_up_is_a_warning() -> None:
     assert few_steps(MIN_SCORED_STEPS) is None
     warning = few_steps(2)
     assert warning is not None and "only 2 measured step(s)" in warning
+
+
+@pytest.mark.parametrize(
+    ("share", "own", "adjusted_s", "busy"),
+    [
+        (0.53, 0.5, 1.0, False),  # four ranks on two cores, nothing else running: the plan's own sharing
+        (0.3, 0.5, 1.0 / 0.6, True),  # the same plan given 0.6 of what it leaves itself: the machine's load
+        (0.9, 1.0, 1.0 / 0.9, False),  # a plan within the cores: as before
+    ],
+)
+def test_a_plan_sharing_cores_with_itself_is_not_the_machines_load(
+    share: float, own: float, adjusted_s: float, busy: bool
+) -> None:
+    keys = contention(1.0, 1.1, share, 1.0, own_share=own)
+    assert keys["machine_busy"] is busy
+    assert keys["step_time_predicted_adjusted_s"] == pytest.approx(adjusted_s)
+    assert keys["core_share_busy_below"] == pytest.approx(0.8 * own)
+    line = verdict(keys)
+    assert line is not None and (f"leave each other {own:.2f}" in line) is (own < 1)
