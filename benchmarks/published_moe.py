@@ -19,8 +19,9 @@ DEEPSEEK_V3 = (
     "(batch 15360, seq 4096); shapes from deepseek-ai/DeepSeek-V3 config.json"
 )
 GPT_OSS = (
-    "NVIDIA-NeMo/Megatron-Bridge docs/performance-summary-archive.md, '26.02 NeMo Container', GPT OSS 120B, "
-    "DGX-H100 BF16 row: 64 GPUs, GBS 1280, MBS 1, seq 4096, TP1 PP4 EP8, 5993 tokens/s/GPU"
+    "NVIDIA-NeMo/Megatron-Bridge docs/performance-summary-archive.md, '26.02.01 NeMo Container' (the patch "
+    "release re-measuring the '26.02' plans; 26.02 printed 5993), GPT OSS 120B, DGX-H100 BF16 row: 64 GPUs, "
+    "GBS 1280, MBS 1, seq 4096, TP1 PP4 EP8, 5984 tokens/s/GPU"
 )
 
 
@@ -107,8 +108,8 @@ def moe_and_long_context() -> tuple[PublishedRun, ...]:
             {**plan_table(1, 4, zero_stage=1), "expert_parallel_degree": 8},
             cluster_table("dgx-h100-80gb", 64),
             "megatron-lm",
-            13.67,
-            Reported(5993, "tokens/s/GPU"),
+            13.69,
+            Reported(5984, "tokens/s/GPU"),
             gpt_oss_notes,
         ),
         PublishedRun(

@@ -64,6 +64,10 @@ def test_several_plans_of_one_model_on_one_cluster_are_grouped() -> None:
 
 # Groups whose measured order the model does not reproduce yet, with why; strict: the test fails once it does.
 KNOWN_MISORDERED: dict[str, str] = {
+    "megatron-bridge-2025:bridge-qwen3-30b-a3b-16xh100-2511:megatron-bridge": (
+        "25.11's mbs 2 / vp 24 row (5,275 tokens/s/GPU) measured at 58% of 26.02.01's mbs 1 / vp 12 row "
+        "(9,058) of the same model and GPUs; the model, like the plans, puts them within 11%"
+    ),
     "megatron-bridge-2025:bridge-qwen3-235b-a22b-256xh100-2511:megatron-moe-modelzoo": (
         "the 96-stage pp 32 alltoall plan (24.2 s) and the tp 4 plan (29.0 s) are predicted at the others' "
         "17-18 s: their pipeline transfers, the alltoall dispatcher's permutations and tp 4's small GEMMs "
