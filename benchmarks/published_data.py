@@ -22,6 +22,7 @@ from benchmarks.published_fsdp import mosaic, torchtitan
 from benchmarks.published_megatron import bloom, korthikanti, llama3_row, megascale, narayanan
 from benchmarks.published_moe import moe_and_long_context
 from benchmarks.published_moe2 import automodel_runs, bridge_runs
+from benchmarks.published_moe3 import modelzoo_runs
 from benchmarks.published_record import (
     FlopFormula,
     Framework,
@@ -74,6 +75,7 @@ MOE_RUNS: tuple[PublishedRun, ...] = (
     *(r for r in MOE_AND_LONG_CONTEXT_RUNS if model_table(r).get("num_local_experts")),
     *bridge_runs(),
     *automodel_runs(),
+    *modelzoo_runs(),
 )
 """Every published mixture-of-experts run (issue 31): scored leave-one-source-out by published_runs."""
 

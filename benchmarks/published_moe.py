@@ -19,8 +19,9 @@ DEEPSEEK_V3 = (
     "(batch 15360, seq 4096); shapes from deepseek-ai/DeepSeek-V3 config.json"
 )
 GPT_OSS = (
-    "NVIDIA-NeMo/Megatron-Bridge docs/performance-summary-archive.md, '26.02 NeMo Container', GPT OSS 120B, "
-    "DGX-H100 BF16 row: 64 GPUs, GBS 1280, MBS 1, seq 4096, TP1 PP4 EP8, 5993 tokens/s/GPU"
+    "NVIDIA-NeMo/Megatron-Bridge docs/performance-summary-archive.md, '26.02.01 NeMo Container' (the patch "
+    "release re-measuring the '26.02' plans; 26.02 printed 5993), GPT OSS 120B, DGX-H100 BF16 row: 64 GPUs, "
+    "GBS 1280, MBS 1, seq 4096, TP1 PP4 EP8, 5984 tokens/s/GPU"
 )
 
 
@@ -31,36 +32,26 @@ GPT_OSS_2511 = (
 
 
 def moe_and_long_context() -> tuple[PublishedRun, ...]:
-    # DeepSeek-V3: the catalog preset (its config.json; MLA modelled as multi-head attention). H800:
+    # DeepSeek-V3: the catalog preset (its config.json: MLA, the MTP module, node-limited routing). H800:
     # the hgx-h800 preset (H100 SXM compute; NVLink 160 GB/s and IB 50 GB/s as sec. 3.2.2 measures).
     deepseek = {"preset": "deepseek-v3"}
     h800 = {"preset": "hgx-h800", "num_nodes": 256}
-    # gpt-oss-120b: 64 query heads of 64 = 4096 != hidden 2880, which plancast's attention (head_dim =
-    # hidden / heads) cannot hold; 45 heads of 64 (9 key/value heads) keep hidden and head_dim.
-    gpt_oss = {
-        "hidden_size": 2880,
-        "num_hidden_layers": 36,
-        "num_attention_heads": 45,
-        "num_key_value_heads": 9,
-        "intermediate_size": 2880,
-        "num_local_experts": 128,
-        "num_experts_per_tok": 4,
-        "vocab_size": 201088,
-        "activation": "swiglu",
-        "norm": "rmsnorm",
-        "position_embedding": "rope",
-        "tie_word_embeddings": False,
-    }
+    # gpt-oss-120b: the catalog preset (openai/gpt-oss-120b config.json: 64 query heads of 64 over hidden
+    # 2880, 8 key/value heads), as the AutoModel rows name it.
+    gpt_oss = {"preset": "gpt-oss-120b"}
     gpt_oss_notes = (
-        "shapes from openai/gpt-oss-120b config.json; attention as 45 heads of 64 with 9 key/value heads "
-        "(the model's 64 query heads project 2880 -> 4096, not expressible): ~25% fewer attention "
-        "parameters; alternating 128-token sliding-window attention not expressible",
-        "recompute none and no virtual stages (VP n/a): not stated otherwise",
-        "the benchmark force-balances tokens over experts (page footnote): dropless imbalance factor kept",
+        "gpt-oss config.json as the gpt-oss-120b preset; its alternating 128-token sliding-window "
+        "attention is priced as full attention",
+        "recompute none: the H100 recipe's recompute_modules ['layernorm', 'moe_act'] re-run only norms "
+        "and the expert activation (scripts/performance/configs/gpt_oss, GPT_OSS_120B_*H100*), not priced; "
+        "no virtual stages (VP n/a)",
+        "forced balance (the page's footnote; set_gpt_oss_common_configs: moe_router_force_load_balancing "
+        "= True): training.moe_routing_imbalance = 1.0",
         "distributed optimizer (the recipe's ddp.use_distributed_optimizer = True, megatron/bridge/recipes/"
         "gpt_oss): zero_stage 1; bf16 gradients (scripts/performance/configs/gpt_oss "
         "set_gpt_oss_common_configs: ddp.grad_reduce_in_fp32 = False): grad_accumulation_fp32 false",
     )
+    balanced = {"moe_routing_imbalance": 1.0, "grad_accumulation_fp32": False}
     return (
         PublishedRun(
             "deepseek-v3-2048xh800",
@@ -68,14 +59,23 @@ def moe_and_long_context() -> tuple[PublishedRun, ...]:
             DEEPSEEK_V3,
             deepseek,
             training_table(
-                4096, 1, 15360, "bf16", "selective", flash_attention=True, fp8=True, elementwise="fused"
+                4096,
+                1,
+                15360,
+                "bf16",
+                "none",
+                flash_attention=True,
+                fp8=True,
+                fp8_recipe="blockwise",
+                elementwise="fused",
             ),
             {
                 "tensor_parallel_degree": 1,
                 "pipeline_parallel_degree": 16,
                 "expert_parallel_degree": 64,
                 "zero_stage": 1,
-                "pipeline_parallel_schedule": "1F1B",
+                "pipeline_parallel_schedule": "DualPipeV",
+                "virtual_stages_per_rank": 2,
                 "moe_token_dispatcher": "deepep",
                 "moe_overlap_ep_comm": True,
             },
@@ -84,14 +84,16 @@ def moe_and_long_context() -> tuple[PublishedRun, ...]:
             19.91,
             Reported(180_000, "GPU-h/1T tokens"),
             (
-                "fp8: the report's FP8 mixed precision (sec. 3.3) as training.fp8 with bf16 around it; its "
-                "fine-grained (1x128 / 128x128) scaling priced as per-tensor scaling",
-                "1F1B with moe_overlap_ep_comm: DualPipe's bubble is not modelled (branch sched), its "
-                "overlap of dispatch/combine with compute is (sec. 3.2.1); the cross-node kernels of sec. "
-                "3.2.2 (IB once per node, NVLink forwarding) as moe_token_dispatcher 'deepep'; node-limited "
-                "routing (at most 4 nodes, sec. 2.1.2) not modelled: tokens may touch more nodes",
-                "micro-batch 1: not stated; 'selective' = the report's recompute of RMSNorm and MLA "
-                "up-projections",
+                "fp8: the report's FP8 mixed precision (sec. 3.3) as training.fp8 with bf16 around it, "
+                "fp8_recipe 'blockwise': its 1x128 activation tiles and 128x128 weight blocks (sec. 3.3.2)",
+                "DualPipe (sec. 3.2.1) as DualPipeV, its single-copy V form with the same bubble "
+                "(docs/schedules.md), with moe_overlap_ep_comm: the F&B pairs hide dispatch/combine; the "
+                "cross-node kernels of sec. 3.2.2 (IB once per node, NVLink forwarding) as "
+                "moe_token_dispatcher 'deepep'; node-limited routing (at most 4 nodes, sec. 2.1.2) from the "
+                "preset's n_group / topk_group",
+                "micro-batch 1: not stated; recompute 'none': the report recomputes RMSNorm and the MLA "
+                "up-projections only (sec. 3.2.3), not the attention core that 'selective' re-runs; the "
+                "re-run norms and up-projections (about 3% of a block's FLOPs) are not priced",
                 "the batch after its ramp (15360 sequences) for the whole run's rate",
                 "elementwise 'fused': the report's own kernels (sec. 3.3), not eager PyTorch",
             ),
@@ -102,12 +104,12 @@ def moe_and_long_context() -> tuple[PublishedRun, ...]:
             "megatron-bridge-2026",
             GPT_OSS,
             gpt_oss,
-            training_table(4096, 1, 1280, "bf16", "none", flash_attention=True, grad_accumulation_fp32=False),
+            training_table(4096, 1, 1280, "bf16", "none", flash_attention=True, **balanced),
             {**plan_table(1, 4, zero_stage=1), "expert_parallel_degree": 8},
             cluster_table("dgx-h100-80gb", 64),
             "megatron-lm",
-            13.67,
-            Reported(5993, "tokens/s/GPU"),
+            13.69,
+            Reported(5984, "tokens/s/GPU"),
             gpt_oss_notes,
         ),
         PublishedRun(
@@ -115,7 +117,7 @@ def moe_and_long_context() -> tuple[PublishedRun, ...]:
             "megatron-bridge-2025",
             GPT_OSS_2511,
             gpt_oss,
-            training_table(4096, 4, 512, "bf16", "none", flash_attention=True, grad_accumulation_fp32=False),
+            training_table(4096, 4, 512, "bf16", "none", flash_attention=True, **balanced),
             {**plan_table(1, 4, zero_stage=1), "expert_parallel_degree": 8},
             cluster_table("dgx-h100-80gb", 64),
             "megatron-lm",

@@ -16,7 +16,12 @@ BRIDGE_2511 = (
     "DGX-H100 table"
 )
 BRIDGE_2602 = (
-    "NVIDIA-NeMo/Megatron-Bridge docs/performance-summary-archive.md, '26.02 NeMo Container', DGX-H100 rows"
+    "NVIDIA-NeMo/Megatron-Bridge docs/performance-summary-archive.md, '26.02.01 NeMo Container' (the patch "
+    "release's figures for the plans the '26.02 NeMo Container' table lists), DGX-H100 rows"
+)
+PATCH_2602 = (
+    "26.02.01 re-measures the 26.02 plans; its figure is taken (26.02 printed 5113 for Qwen3-30B-A3B, "
+    "1633 for Qwen3-235B-A22B, 5993 for gpt-oss-120b on the same plans)"
 )
 BRIDGE_2509 = (
     "NVIDIA-NeMo/Megatron-Bridge docs/performance-summary-archive.md, '25.09 NeMo Container', System "
@@ -61,13 +66,24 @@ def _bridge(
     **recipe: Any,
 ) -> PublishedRun:
     """One Megatron-Bridge DGX-H100 row: (gpus, gbs, mbs, tp, pp, vp, ep, fp8) and its tokens/s/GPU;
-    `recipe`: what the recipe (scripts/performance/configs) sets, recompute included."""
+    `recipe`: what the recipe (scripts/performance/configs) sets, recompute included. Every row as the
+    recipes run: the distributed optimizer (zero_stage 1), gradients reduced in bf16
+    (`grad_reduce_in_fp32 = False`), FP8-CS as the FP8 rows read it (benchmarks/published_fp8.py)."""
     gpus, gbs, mbs, tp, pp, vp, ep, fp8 = run
     recompute = recipe.pop("recompute", "none")
+    precision = {"fp8": True, "fp8_recipe": "tensorwise_current", "fp8_param": True} if fp8 else {}
     training = training_table(
-        4096, mbs, gbs, "bf16", recompute, flash_attention=True, fp8=bool(fp8), moe_routing_imbalance=1.0
+        4096,
+        mbs,
+        gbs,
+        "bf16",
+        recompute,
+        flash_attention=True,
+        moe_routing_imbalance=1.0,
+        grad_accumulation_fp32=False,
+        **precision,
     )
-    plan = plan_table(tp, pp, vp, expert_parallel_degree=ep, sequence_parallel=tp > 1, **recipe)
+    plan = plan_table(tp, pp, vp, expert_parallel_degree=ep, sequence_parallel=tp > 1, zero_stage=1, **recipe)
     if ep * tp > 1 and (gpus // (tp * pp)) % ep:
         plan["expert_tensor_parallel_degree"] = 1  # Megatron-Bridge's MoE recipes: etp 1 (folding)
     row = PublishedRun(
@@ -94,32 +110,54 @@ def _with_step_time(row: PublishedRun) -> PublishedRun:
     return replace(row, measured_step_time_s=round(derive_step_time_s(row), 3))
 
 
+# The recipes as each release ran them (NVIDIA-NeMo/Megatron-Bridge tags: v0.1.0rc3 for the 25.09 page of
+# 2025-10-10, v0.2.0 for 25.11, v0.3.0 for 26.02; scripts/performance/).
+RC3_RUN_SCRIPT = "v0.1.0rc3 scripts/performance/run_script.py"
+QWEN_2511 = "v0.2.0 scripts/performance/configs/qwen3/workload_base_configs.py"
+QWEN_2602 = "v0.3.0 scripts/performance/configs/qwen/qwen3_workload_base_configs.py"
+
+
 def bridge_runs() -> tuple[PublishedRun, ...]:
-    qwen = (
-        QWEN3_NOTE,
-        "FP8-CS (current scaling) as training.fp8 (per-tensor scaling)",
-        "recompute none and the performance recipe's other knobs (dispatcher, overlap) unstated",
+    fp8_cs = "FP8-CS: training.fp8 with fp8_recipe 'tensorwise_current' and fp8_param, as the FP8 rows"
+    fp8_2509 = (
+        "the 25.09 DGX-H100 table states no precision; FP8-CS: its Llama 3 8B / 70B / 405B rows (14079, "
+        "1619, 302 tokens/s/GPU) are within 4% of 25.11's FP8-CS rows (14451, 1602, 292), and its "
+        "footnote calls the parenthesised H100 figures FP8 blockwise, a 'different quantization granularity'"
     )
-    dsv3 = (
-        "25.09 table states no precision; BF16 assumed (its parenthesised figure is FP8 blockwise)",
-        "MLA priced as multi-head attention",
-        "recipe of scripts/performance/configs/deepseek/deepseek_workload_base_configs.py "
-        "(DEEPSEEK_V3_PRETRAIN_CONFIG_H100_V1, a later commit than the 25.09 release): etp 1, hybridep, "
-        "no a2a overlap, recompute of mla_up_proj and mlp as 'selective'",
+    no_recompute = "recompute none: set_qwen3_common_configs clears the recipe's recompute"
+    qwen30_2511 = (QWEN3_NOTE, fp8_cs, no_recompute, f"{QWEN_2511} (H100 FP8_CS): moe_a2a_overlap, alltoall")
+    qwen30_2602 = (
+        QWEN3_NOTE,
+        fp8_cs,
+        no_recompute,
+        f"{QWEN_2602} (H100 FP8_CS_V1): moe_a2a_overlap, deepep",
+        PATCH_2602,
     )
     qwen235 = (
-        *qwen[:2],
-        "recipe of scripts/performance/configs/qwen/qwen3_workload_base_configs.py "
-        "(QWEN3_235B_A22B_PRETRAIN_CONFIG_H100_*_V1/V2, a later commit than the release): etp 1, "
-        "alltoall dispatcher, moe_a2a_overlap on; recompute unstated: none",
+        QWEN3_NOTE,
+        fp8_cs,
+        no_recompute,
+        f"{QWEN_2511} / {QWEN_2602} (H100 FP8_CS): etp 1, alltoall, moe_a2a_overlap, no tp-comm overlap",
+    )
+    tokendrop = (
+        QWEN3_NOTE,
+        fp8_2509,
+        "'(tokendrop)': apply_moe_token_drop's capacity factor 1.0, padded to capacity "
+        "(src/megatron/bridge/training/utils/moe_token_drop.py), with the alltoall dispatcher it requires",
+        f"{RC3_RUN_SCRIPT}: no a2a overlap for Qwen3, CommOverlapConfig(tp_comm_overlap=True); recompute "
+        "none (configs/qwen3/qwen3_235b_a22b_llm_pretrain.yaml)",
+    )
+    dsv3 = (
+        fp8_2509,
+        f"{RC3_RUN_SCRIPT} for H100: DeepEP (flex dispatcher), overlap_moe_expert_parallel_comm, forced "
+        "balance, layout Et|(tt|)*30mL (embedding + 1 layer, 30 x 2 layers, MTP + loss alone), no tp-comm "
+        "overlap config",
+        "recompute_modules ['mla_up_proj', 'mlp'] as recompute none: 'mlp' re-runs only the 3 dense "
+        "MLPs (Megatron-Core transformer_layer.py: not for MoE layers), 'mla_up_proj' the up-projections; "
+        "neither is the attention core that 'selective' re-runs; their ~3% of FLOPs not priced",
     )
     overlap = {"moe_overlap_ep_comm": True}
     b25, b26 = "megatron-bridge-2025", "megatron-bridge-2026"
-    tokendrop = (
-        QWEN3_NOTE,
-        "25.09 '(tokendrop)' row: capacity factor 1.0 assumed (the table states dropping, not the factor)",
-        "25.09 table states no precision; FP8-CS as the 25.11 row of the same plan",
-    )
     return (
         _bridge(
             "bridge-qwen3-30b-a3b-16xh100-2511",
@@ -128,7 +166,8 @@ def bridge_runs() -> tuple[PublishedRun, ...]:
             QWEN3_30B,
             (16, 512, 2, 1, 2, 24, 8, 1),
             5275,
-            qwen,
+            qwen30_2511,
+            **overlap,
         ),
         _bridge(
             "bridge-qwen3-30b-a3b-16xh100-2602",
@@ -136,8 +175,10 @@ def bridge_runs() -> tuple[PublishedRun, ...]:
             BRIDGE_2602,
             QWEN3_30B,
             (16, 1024, 1, 1, 2, 12, 8, 1),
-            5113,
-            qwen,
+            9058,
+            qwen30_2602,
+            moe_token_dispatcher="deepep",
+            **overlap,
         ),
         _bridge(
             "bridge-qwen3-235b-a22b-256xh100-2511",
@@ -155,8 +196,8 @@ def bridge_runs() -> tuple[PublishedRun, ...]:
             BRIDGE_2602,
             QWEN3_235B,
             (256, 8192, 1, 2, 8, 4, 32, 1),
-            1633,
-            qwen235,
+            1611,
+            (*qwen235, PATCH_2602),
             **overlap,
         ),
         _bridge(
@@ -166,20 +207,21 @@ def bridge_runs() -> tuple[PublishedRun, ...]:
             {**QWEN3_235B, "moe_capacity_factor": 1.0},
             (256, 2048, 1, 2, 8, 4, 32, 1),
             1204,
-            (*tokendrop, qwen235[2]),
-            **overlap,
+            tokendrop,
+            tp_comm_overlap=True,
         ),
         _bridge(
             "bridge-deepseek-v3-1024xh100-2509",
             b25,
             BRIDGE_2509,
             {"preset": "deepseek-v3"},
-            (1024, 8192, 1, 2, 8, 4, 64, 0),
+            (1024, 8192, 1, 2, 8, 4, 64, 1),
             1297,
             dsv3,
             expert_tensor_parallel_degree=1,
-            moe_token_dispatcher="hybridep",
-            recompute="selective",
+            moe_token_dispatcher="deepep",
+            pipeline_layer_split=[1, *[2] * 30, 0],
+            **overlap,
         ),
     )
 

@@ -19,6 +19,7 @@ from plancast.simulator.catalog.frameworks import DEFAULT_FRAMEWORK, Framework, 
 from plancast.simulator.cluster import Cluster
 from plancast.simulator.costs.fp8 import FP8Recipe
 from plancast.simulator.fields import Dtype, Recompute, Strict
+from plancast.simulator.layer_split import even_layer_split
 from plancast.simulator.mesh import RankGrid
 from plancast.simulator.model_shapes import ModelShapes
 from plancast.simulator.presets import merge_preset
@@ -432,18 +433,5 @@ class Scenario(Strict):
         split = self.parallelism.pipeline_layer_split
         if split is not None:
             return tuple(split)
-        return even_layer_split(self.model.num_hidden_layers, self.pp * self.vpp)
-
-
-def even_layer_split(num_layers: int, num_stages: int) -> tuple[int, ...]:
-    """Layers over stages as evenly as possible; the first and last stage take the fewer layers,
-    because they also hold the embedding and the output layer (as Megatron-LM's
-    `--decoder-first/last-pipeline-num-layers` and DeepSpeed's balanced partitioning do; BLOOM-176B
-    ran 70 layers on 12 stages)."""
-    base, extra = divmod(num_layers, num_stages)
-    split = [base] * num_stages
-    # Middle stages first, then the last, then the first.
-    order = list(range(1, num_stages - 1)) + ([num_stages - 1] if num_stages > 1 else []) + [0]
-    for stage in order[:extra]:
-        split[stage] += 1
-    return tuple(split)
+        m = self.model
+        return even_layer_split(m.num_hidden_layers, self.pp * self.vpp, m.num_nextn_predict_layers)

@@ -6,7 +6,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from plancast.simulator.scenario import Scenario, even_layer_split
+from plancast.simulator.layer_split import even_layer_split
+from plancast.simulator.scenario import Scenario
 
 SCHEDULES = ("1F1B", "Interleaved1F1B", "ZeroBubble", "GPipe")
 RECOMPUTE = ("none", "selective", "full")
@@ -33,11 +34,11 @@ class Plan:
     num-layers); the rest spread evenly between them. 0 and 0: the even split (scenario.even_layer_split)."""
     last_layers: int = 0
 
-    def layer_split(self, layers: int) -> tuple[int, ...]:
-        """Blocks per virtual stage."""
+    def layer_split(self, layers: int, trailing: int = 0) -> tuple[int, ...]:
+        """Blocks per virtual stage; `trailing`: the MTP depths after them (scenario.even_layer_split)."""
         stages = self.pp * self.virtual_stages
         if not self.first_layers:
-            return even_layer_split(layers, stages)
+            return even_layer_split(layers, stages, trailing)
         rest = layers - self.first_layers - self.last_layers
         middle = even_layer_split(rest, stages - 2) if stages > 2 else ()
         return (self.first_layers, *middle, self.last_layers)

@@ -135,7 +135,8 @@ class Estimator:
         key = (plan.pp * plan.virtual_stages, plan.first_layers, plan.last_layers)
         split = self._splits.get(key)
         if split is None:
-            split = self._splits[key] = plan.layer_split(self.base.model.num_hidden_layers)
+            m = self.base.model
+            split = self._splits[key] = plan.layer_split(m.num_hidden_layers, m.num_nextn_predict_layers)
         return split
 
     def layer(self, plan: Plan) -> Layer:

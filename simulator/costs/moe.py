@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 
+from plancast.simulator.costs.fp8 import recipe
 from plancast.simulator.costs.ops import (
     DTYPE_BYTES,
     Op,
@@ -77,18 +78,17 @@ def _mlp(name: str, rows: float, h: int, ffn_local: float, x: Shape) -> list[Op]
 
 def _grouped(name: str, rows: float, groups: int, k: float, n: float, x: Shape, padded: float) -> list[Op]:
     """One grouped GEMM: `groups` experts of `rows` tokens each, [rows, k] @ [k, n] per expert, in one
-    kernel; FLOPs of the `padded` rows per expert, bytes of the real rows and every expert's weight."""
-    d, w = x.dtype_bytes, 1 if x.fp8 else x.dtype_bytes
-    total = rows * groups
-    gemm = Op(
-        name,
-        "matmul",
-        2.0 * padded * groups * k * n,
-        w * (total * k + groups * k * n) + d * total * n,
-        True,
-        x.fp8,
-    )
-    return [Op(f"{name}_fp8_cast", "memory", 0.0, (d + 2) * total * k), gemm] if x.fp8 else [gemm]
+    kernel; FLOPs of the `padded` rows per expert, bytes of the real rows and every expert's weight.
+    Under training.fp8 the inputs are quantized first and the GEMM reads them narrow, as ops.linear
+    prices a dense layer under training.fp8_recipe (costs/fp8.py)."""
+    d, total = x.dtype_bytes, rows * groups
+    flops = 2.0 * padded * groups * k * n
+    if not x.fp8:
+        return [Op(name, "matmul", flops, d * (total * k + groups * k * n) + d * total * n, True)]
+    narrow = recipe(x.fp8_recipe)
+    operands = (narrow.element_bytes + narrow.scale_bytes) * (total * k + groups * k * n)
+    gemm = Op(name, "matmul", flops, operands + d * total * n, True, True, narrow.peak)
+    return [Op(f"{name}_fp8_cast", "memory", 0.0, narrow.cast_bytes(d) * total * k), gemm]
 
 
 def _experts(rows: float, groups: int, h: int, ffn_local: float, x: Shape, pad: bool) -> list[Op]:

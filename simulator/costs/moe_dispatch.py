@@ -103,8 +103,8 @@ on 20-24), so the compute beside them runs on the rest."""
 
 def exposed_fraction(ep_s: float, compute_s: float) -> float:
     """Share of ep seconds of all-to-alls the step still pays when they run beside c seconds of another
-    micro-batch's compute (Megatron-Core's EP overlap, DualPipe; costs/stage.py pairs a block's forward
-    all-to-alls with a backward and its backward ones with a forward), which meanwhile runs on 1 - f of
+    micro-batch's compute (Megatron-Core's EP overlap, DualPipe; costs/moe_overlap.py gives each
+    all-to-all its window of the other pass), which meanwhile runs on 1 - f of
     the SMs (f = OVERLAP_SM_FRACTION): the pair ends after c + f * ep, or after ep when the transfers
     are the longer, so the share is max(f, 1 - c/ep)."""
     if ep_s <= 0:

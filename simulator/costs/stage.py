@@ -19,7 +19,7 @@ from plancast.simulator.costs.memory import layer_activation_bytes
 from plancast.simulator.costs.mixed_precision import param_pass_ops
 from plancast.simulator.costs.moe import moe_activation_bytes, moe_layer_forward
 from plancast.simulator.costs.moe_cp_comm import InnerCollective, layer_collectives
-from plancast.simulator.costs.moe_dispatch import exposed_fraction
+from plancast.simulator.costs.moe_overlap import Windows, exposed_seconds
 from plancast.simulator.costs.mtp import mtp_forward, mtp_is_moe
 from plancast.simulator.costs.offload import activation_offload_s
 from plancast.simulator.costs.ops import (
@@ -239,6 +239,7 @@ def _segment(
     forward_passes, weight_passes = param_pass_ops(s, cast_params, weights)
     fwd += ops_seconds(forward_passes, gpu, compute, dtype)
     bwd_w += ops_seconds(weight_passes, gpu, compute, dtype)
+    windows = Windows.of(ops, lambda o: _phase_seconds(o, s)) if s.parallelism.moe_overlap_ep_comm else None
     return Segment(
         part,
         fwd,
@@ -247,31 +248,28 @@ def _segment(
         _collectives(part, "forward", s, tp_levels, moe),
         _collectives(part, "backward", s, tp_levels, moe),
         sum(op.flops for op in ops),
-        *ep_overlapped(ep_cp, (fwd, bwd_in + bwd_w), overlap=s.parallelism.moe_overlap_ep_comm),
+        *ep_overlapped(ep_cp, windows),
     )
 
 
 def ep_overlapped(
-    ep_cp: tuple[tuple[InnerCollective, ...], tuple[InnerCollective, ...]],
-    compute_s: tuple[float, float],
-    *,
-    overlap: bool,
+    ep_cp: tuple[tuple[InnerCollective, ...], tuple[InnerCollective, ...]], windows: Windows | None
 ) -> tuple[tuple[Collective, ...], tuple[Collective, ...]]:
-    """The block's (forward, backward) ep/cp collectives. With `overlap` the forward's all-to-alls hide
-    behind the backward compute of another micro-batch and the backward's behind a forward (Megatron-Core's
-    EP overlap pairs one micro-batch's forward with another's backward, as DualPipe's chunk pairs do):
-    each exposes its phase's share of what the paired compute, `compute_s` = (forward, backward), cannot
-    hide (costs/moe_dispatch.py)."""
-    fractions = []
-    for phase, paired in zip(ep_cp, reversed(compute_s), strict=True):
-        ep_s = sum(c.seconds for c in phase if c.stream == "ep")
-        fractions.append(exposed_fraction(ep_s, paired) if overlap else 1.0)
+    """The block's (forward, backward) ep/cp collectives. With `windows` (moe_overlap_ep_comm) each
+    ep all-to-all waits only for what its window of the other pass does not hide (costs/moe_overlap.py)."""
+    pairs = (windows.forward_pairs(), windows.backward_pairs()) if windows else ((), ())
+    return _overlapped(ep_cp[0], pairs[0]), _overlapped(ep_cp[1], pairs[1])
 
-    def one(c: InnerCollective, frac: float) -> Collective:
-        exposed = c.seconds * frac if c.stream == "ep" and overlap else None
-        return Collective(c.kind, c.bytes, c.seconds, c.stream, exposed)
 
-    return tuple(one(c, fractions[0]) for c in ep_cp[0]), tuple(one(c, fractions[1]) for c in ep_cp[1])
+def _overlapped(colls: tuple[InnerCollective, ...], windows: tuple[float, ...]) -> tuple[Collective, ...]:
+    ep = [c.seconds for c in colls if c.stream == "ep"]
+    exposed = iter(exposed_seconds(ep, windows)) if windows and len(ep) == len(windows) else None
+    return tuple(
+        Collective(
+            c.kind, c.bytes, c.seconds, c.stream, next(exposed) if exposed and c.stream == "ep" else None
+        )
+        for c in colls
+    )
 
 
 def _layer_segment(s: Scenario, x: Shape, tp_levels: tuple[Level, ...], host: HostCosts) -> Segment:

@@ -254,17 +254,38 @@ def test_folded_moe_on_sequence_shards_drops_the_blocks_tp_gathers_and_sums_the_
     assert sp == sp_grad_all_reduce_bytes(layers, 1024, layernorm=False) + layers * 1024 * 64 * 4
 
 
-def test_overlap_pairs_forward_all_to_alls_with_a_backward_and_backward_ones_with_a_forward() -> None:
-    """Two 1 s all-to-alls a phase, forward compute 1.5 s, backward 3 s: the forward's hide behind 3 s
-    (paying only the SMs they hold, f), the backward's behind 1.5 s (0.5 s of them exposed)."""
+def test_overlap_hides_each_all_to_all_behind_its_own_window_of_the_other_pass() -> None:
+    """Megatron-Core's combined 1F1B (model_chunk_schedule_plan.py): the forward's dispatch beside the
+    experts' input gradients, its combine beside the attention's backward; the backward's combine-grad
+    beside the attention's forward, its dispatch-grad beside the experts' weight gradients and forward.
+    1 s transfers: a 3 s window hides one (it pays only the SMs it holds, f), a 0.25 s window 0.25 s."""
     from plancast.simulator.costs.moe_cp_comm import InnerCollective
     from plancast.simulator.costs.moe_dispatch import OVERLAP_SM_FRACTION
+    from plancast.simulator.costs.moe_overlap import Windows
     from plancast.simulator.costs.stage import ep_overlapped
 
     a2a = InnerCollective("ep", "all_to_all", 1, 1.0)
-    fwd, bwd = ep_overlapped(((a2a, a2a), (a2a, a2a)), (1.5, 3.0), overlap=True)
-    assert sum(c.blocking_s for c in fwd) == pytest.approx(2 * OVERLAP_SM_FRACTION)
-    assert sum(c.blocking_s for c in bwd) == pytest.approx(0.5)
+    # attention forward 0.25 s, backward 3 s; experts forward 0.5 s, input grads 3 s, weight grads 0.25 s
+    windows = Windows(0.25, 3.0, 0.5, 3.0, 0.25)
+    fwd, bwd = ep_overlapped(((a2a, a2a), (a2a, a2a)), windows)
+    f = OVERLAP_SM_FRACTION
+    assert [c.blocking_s for c in fwd] == pytest.approx([f, f])
+    assert [c.blocking_s for c in bwd] == pytest.approx([0.75, 0.25])  # 0.25 s and 0.75 s windows
     assert all(c.seconds == 1.0 for c in (*fwd, *bwd))  # the transfers themselves are unchanged
-    plain = ep_overlapped(((a2a, a2a), (a2a, a2a)), (1.5, 3.0), overlap=False)
+    # the same compute as one pool per pass (the earlier model) would have hidden the backward's too
+    assert sum(c.blocking_s for c in bwd) > 2 * f
+    plain = ep_overlapped(((a2a, a2a), (a2a, a2a)), None)
     assert [c.blocking_s for phase in plain for c in phase] == [1.0] * 4
+
+
+def test_the_windows_split_a_block_into_attention_and_experts() -> None:
+    from plancast.simulator.costs.moe import moe_layer_forward
+    from plancast.simulator.costs.moe_overlap import Windows
+    from plancast.simulator.costs.ops import Shape
+
+    s = _scenario(expert_parallel_degree=2)
+    ops = moe_layer_forward(Shape.of(s), s.model, s.ep)
+    w = Windows.of(ops, lambda part: (float(len(part)), 10.0 * len(part), 100.0 * len(part)))
+    experts = sum(op.name.startswith(("expert_", "shared_")) for op in ops)
+    pre = len(ops) - experts - 2  # unpermute and the residual add follow the combine
+    assert w == Windows(pre, 110.0 * pre, experts, 10.0 * experts, 100.0 * experts)

@@ -1,0 +1,68 @@
+"""Which compute hides each expert all-to-all when they overlap (parallelism.moe_overlap_ep_comm).
+
+Megatron-Core's EP overlap ("combined 1F1B", `--overlap-moe-expert-parallel-comm`) runs one micro-batch's
+layer forward beside another's layer backward and lays their sub-modules on two streams
+(megatron/core/models/common/model_chunk_schedule_plan.py, TransformerLayerSchedulePlan.run):
+
+    comm stream:    combine_bwd      | dispatch_fwd -> dispatch_bwd          | combine_fwd
+    compute stream: pre_dispatch_fwd | mlp_bwd -> mlp_bwd_dw -> mlp_fwd      | pre_dispatch_bwd
+
+so each transfer hides behind one window of the other pass, not behind the whole pass: the forward's
+dispatch behind the experts' input-gradient GEMMs, its combine behind the attention's backward, the
+backward's combine-grad behind the attention's forward (with the router and permutation: everything
+before the dispatch), its dispatch-grad behind the experts' weight gradients and forward. DualPipe pairs
+a forward and a backward chunk the same way (DeepSeek-V3 report, arXiv 2412.19437, Figure 4). Each
+transfer exposes `max(f, 1 - window / transfer)` of itself (moe_dispatch.exposed_fraction: its kernels
+hold f of the SMs while the window runs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
+
+from plancast.simulator.costs.moe_dispatch import exposed_fraction
+from plancast.simulator.costs.ops import Op
+
+MLP_OP_PREFIXES = ("expert_", "shared_")
+"""costs/moe.py's routed and shared expert ops: Megatron-Core's `mlp` sub-module; everything before the
+dispatch (norms, attention, router, permutation) is its `pre_dispatch_computation`."""
+
+PhaseSeconds = Callable[[tuple[Op, ...]], tuple[float, float, float]]
+"""(forward, backward-input, backward-weight) seconds of a list of ops (costs/stage.py)."""
+
+
+class Windows(NamedTuple):
+    """Compute seconds of one MoE block's parts, one micro-batch, that the other pass's transfers hide
+    behind."""
+
+    pre_forward_s: float
+    pre_backward_s: float  # input and weight gradients
+    mlp_forward_s: float
+    mlp_backward_input_s: float
+    mlp_backward_weight_s: float
+
+    @classmethod
+    def of(cls, ops: tuple[Op, ...], phase_seconds: PhaseSeconds) -> Windows:
+        mlp = tuple(op for op in ops if op.name.startswith(MLP_OP_PREFIXES))
+        pre = tuple(op for op in ops if op not in mlp and op.name not in POST_COMBINE_OPS)
+        pre_f, pre_bi, pre_bw = phase_seconds(pre)
+        mlp_f, mlp_bi, mlp_bw = phase_seconds(mlp)
+        return cls(pre_f, pre_bi + pre_bw, mlp_f, mlp_bi, mlp_bw)
+
+    def forward_pairs(self) -> tuple[float, float]:
+        """Windows of the forward's (dispatch, combine)."""
+        return self.mlp_backward_input_s, self.pre_backward_s
+
+    def backward_pairs(self) -> tuple[float, float]:
+        """Windows of the backward's (combine-grad, dispatch-grad)."""
+        return self.pre_forward_s, self.mlp_backward_weight_s + self.mlp_forward_s
+
+
+POST_COMBINE_OPS = frozenset({"unpermute", "dropout_residual2"})
+"""Ops after the combine (its unpermutation and the residual add): in neither window."""
+
+
+def exposed_seconds(transfers: Sequence[float], windows: Sequence[float]) -> tuple[float, ...]:
+    """Seconds the pass waits for each of its all-to-alls (in issue order), each beside its window."""
+    return tuple(t * exposed_fraction(t, w) for t, w in zip(transfers, windows, strict=True))
