@@ -105,3 +105,26 @@ def test_a_demo_run_is_held_to_its_calibration_runs_share(measured_run: Measured
     assert summary["core_share_reference"] == pytest.approx(0.5)
     assert summary["step_time_error_adjusted"] == pytest.approx(-1 / 11, rel=1e-6)  # 0.5 / 0.5: as measured
     assert summary["machine_busy"] is True  # half a core is busy, whatever the calibration got
+
+
+RECORDED = Path(__file__).resolve().parent / "data" / "cpu_runs" / "contended-tiny-pp2"
+
+
+def test_a_run_recorded_on_a_contended_machine_is_flagged_with_both_figures(tmp_path: Path) -> None:
+    """A real run, not a synthesized one: pp 2 on the project's 2-core machine beside a one-core burner
+    (tests/data/cpu_runs/contended-tiny-pp2/README.md). compare flags it and prints the error as
+    measured and at the measured share, each what the recorded summaries give."""
+    run = Path(shutil.copytree(RECORDED, tmp_path / "run"))
+    summary = json.loads(plancast("compare", str(run), "--json").stdout)
+    measured = json.loads((run / "measured" / "summary.json").read_text())
+    predicted = json.loads((run / "predicted" / "summary.json").read_text())
+    share = measured["core_share"]
+    assert summary["machine_busy"] is True and summary["core_share"] == pytest.approx(share) and share < 0.8
+    assert summary["core_share_reference"] == 1.0  # the tests' own cache holds no machine profile
+    as_measured = predicted["step_time_s"] / summary["step_time_measured_s"] - 1
+    at_share = predicted["step_time_s"] / share / summary["step_time_measured_s"] - 1
+    assert summary["step_time_error"] == pytest.approx(as_measured, rel=1e-9)
+    assert summary["step_time_error_adjusted"] == pytest.approx(at_share, rel=1e-9)
+    assert summary["events_missing"] == 0 and summary["events_extra"] == 0
+    text = plancast("compare", str(run)).stdout
+    assert BUSY_LABEL in text and f"{as_measured:+.1%}" in text and f"{at_share:+.1%}" in text
