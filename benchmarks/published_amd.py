@@ -57,7 +57,8 @@ def amd_runs() -> tuple[PublishedRun, ...]:
             seq, batch, gbs, "bf16", "full" if fsdp else "none", flash_attention=True,
             grad_accumulation_fp32=False, **fp8, **recompute,
         )
-        plan = plan_table(zero_stage=3 if fsdp else 1, overlap_grad_reduce=True)
+        extra = {"distributed_optimizer": True} if not fsdp else {}  # Megatron's, Primus's default
+        plan = plan_table(zero_stage=3 if fsdp else 1, overlap_grad_reduce=True, **extra)
         runs.append(
             PublishedRun(
                 name, SOURCE, CITATION, {"preset": preset}, training, plan, cluster_table("mi325x", gpus),

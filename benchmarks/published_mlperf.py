@@ -116,7 +116,7 @@ def _run(row: _Row) -> PublishedRun:
         extra["overlap_grad_reduce"] = True
     if tp > 1 and precision != "NVFP4":  # the NVFP4 configurations set TP_COMM_OVERLAP=False
         extra["tp_comm_overlap"] = True
-    plan = plan_table(tp, pp, vp, sequence_parallel=tp > 1, zero_stage=1, **extra)
+    plan = plan_table(tp, pp, vp, sequence_parallel=tp > 1, zero_stage=1, distributed_optimizer=True, **extra)
     training = training_table(
         SEQ_LEN, mbs, gbs, "bf16", "none", flash_attention=True, fp8=True, fp8_recipe=RECIPES[precision],
         fp8_param=precision != "NVFP4", grad_accumulation_fp32=False,

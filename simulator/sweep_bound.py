@@ -241,7 +241,7 @@ class Bound:
     ) -> tuple[tuple[tuple[int, ...], tuple[float, ...]], ...]:
         """Per virtual stage, its DDP gradient buckets (simulator/units.py, dp_plan) and each one's
         all-reduce time with its host costs (engine/plan.py, dp_collective_s)."""
-        distopt = plan.zero_stage == 1 and self.est.base.parallelism.framework == "megatron-lm"
+        distopt = plan.zero_stage == 1 and self.est.base.parallelism.distributed_optimizer
         key = (plan.tp, plan.pp, plan.virtual_stages, plan.cp, plan.dp, split, distopt)
         cached = self._bucket_cache.get(key)
         if cached is not None:
@@ -278,7 +278,7 @@ class Bound:
                 base.model, split, [c * plan.pp], tp=plan.tp, vocab_tp=vocab_tp, ep=plan.ep
             )[0]
             shard = params * DTYPE_BYTES[base.training.dtype] / dense_dp
-            if base.parallelism.framework == "megatron-lm":  # its distributed optimizer's one all-gather
+            if base.parallelism.distributed_optimizer:  # Megatron-LM's one all-gather
                 total += _one(levels, "all_gather", shard * dense_dp) + host.dp_collective_s
             else:
                 total += dense_dp * (_one(levels, "broadcast", shard) + host.dp_collective_s)
@@ -357,7 +357,7 @@ class Bound:
             ar = host.ddp_all_reduce_s + host.dp_collective_s
             # Megatron-LM's distributed optimizer reduce-scatters and all-gathers (engine/plan.py
             # dense_grad_reduce); its reduce-scatter has no DDP all-reduce host cost, bounded by it
-            distopt = zero == 1 and base.parallelism.framework == "megatron-lm"
+            distopt = zero == 1 and base.parallelism.distributed_optimizer
             kind: CollectiveKind = "reduce_scatter" if distopt else "all_reduce"
             ar = host.dp_collective_s if distopt else ar
             chunk0 = _one(levels, kind, grad[0]) + ar

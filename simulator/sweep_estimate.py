@@ -279,7 +279,7 @@ class Estimator:
             cap_MiB = par.bucket_cap_MiB  # None: one bucket per chunk (torch DDP)
             buckets = 1 if cap_MiB is None else max(math.ceil(grad_bytes / (cap_MiB * 2**20)), 1)
             # Megatron-LM's distributed optimizer: reduce-scatter, then one all-gather (engine/plan.py)
-            distopt = plan.zero_stage == 1 and par.framework == "megatron-lm"
+            distopt = plan.zero_stage == 1 and par.distributed_optimizer
             kind: CollectiveKind = "reduce_scatter" if distopt else "all_reduce"
             comm = buckets * collective_seconds(kind, levels, grad_bytes / buckets)
             if distopt:

@@ -297,12 +297,13 @@ class StepPlan:
 
     @cached_property
     def dense_grad_reduce(self) -> CollectiveKind:
-        """The collective of a dense gradient bucket. ZeRO-1 under Megatron-LM is its distributed
-        optimizer, which reduce-scatters each bucket to its owners and all-gathers the updated parameters
-        after the step (megatron/core/distributed/param_and_grad_buffer.py: start_grad_sync calls
-        reduce_scatter_tensor with use_distributed_optimizer, all_reduce without); elsewhere DDP's
-        all-reduce (ZeroRedundancyOptimizer then broadcasts the shards)."""
-        if self.zero_stage == 1 and self.s.parallelism.framework == "megatron-lm":
+        """The collective of a dense gradient bucket. ZeRO-1 with parallelism.distributed_optimizer is
+        Megatron-LM's distributed optimizer, which reduce-scatters each bucket to its owners and
+        all-gathers the updated parameters after the step (megatron/core/distributed/
+        param_and_grad_buffer.py: start_grad_sync calls reduce_scatter_tensor with
+        use_distributed_optimizer, all_reduce without); elsewhere DDP's all-reduce
+        (ZeroRedundancyOptimizer then broadcasts the shards)."""
+        if self.zero_stage == 1 and self.s.parallelism.distributed_optimizer:
             return "reduce_scatter"
         return "all_reduce"
 
