@@ -98,6 +98,8 @@ def blackwell_runs() -> tuple[PublishedRun, ...]:
         extra: dict[str, object] = {"context_parallel_degree": cp} if cp > 1 else {}
         if tp > 1 and precision != "NVFP4":  # the scripts turn userbuffers off under NVFP4
             extra["tp_comm_overlap"] = True
+        if not fsdp:  # Megatron-core's distributed optimizer (use_distributed_optimizer)
+            extra["distributed_optimizer"] = True
         plan = plan_table(tp, pp, vp, sequence_parallel=tp > 1, zero_stage=3 if fsdp else 1, **extra)
         training = training_table(
             seq, mbs, gbs, "bf16", "none", flash_attention=True, fp8=True, fp8_recipe=RECIPES[precision],

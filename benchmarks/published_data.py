@@ -16,10 +16,12 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 
+from benchmarks.published_amd import amd_runs
 from benchmarks.published_blackwell import blackwell_runs
 from benchmarks.published_fp8 import fp8_runs
 from benchmarks.published_fsdp import mosaic, torchtitan
 from benchmarks.published_megatron import bloom, korthikanti, llama3_row, megascale, narayanan
+from benchmarks.published_mlperf import mlperf_runs
 from benchmarks.published_moe import moe_and_long_context
 from benchmarks.published_moe2 import automodel_runs, bridge_runs
 from benchmarks.published_moe3 import modelzoo_runs
@@ -37,8 +39,10 @@ from benchmarks.published_record import (
 from benchmarks.published_torchtitan_fp8 import torchtitan_fp8_runs
 
 __all__ = [
+    "AMD_RUNS",
     "BLACKWELL_RUNS",
     "FP8_RUNS",
+    "MLPERF_RUNS",
     "MOE_AND_LONG_CONTEXT_RUNS",
     "MOE_RUNS",
     "RUNS",
@@ -87,6 +91,12 @@ BLACKWELL_RUNS: tuple[PublishedRun, ...] = blackwell_runs()
 
 TORCHTITAN_FP8_RUNS: tuple[PublishedRun, ...] = torchtitan_fp8_runs()
 """torchtitan's torchao Float8 rows on H100 (issue 32), never fitted on."""
+
+MLPERF_RUNS: tuple[PublishedRun, ...] = mlperf_runs()
+"""MLPerf Training v5.1 Llama 3.1 8B / 405B runs on MI355X, B200, GB200, GB300 (issue 32), never fitted on."""
+
+AMD_RUNS: tuple[PublishedRun, ...] = amd_runs()
+"""AMD ROCm performance-page rows on MI325X (Primus, Megatron-LM backend; issue 32), never fitted on."""
 
 
 def groups(runs: tuple[PublishedRun, ...] = RUNS) -> dict[str, tuple[PublishedRun, ...]]:

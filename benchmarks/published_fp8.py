@@ -124,6 +124,8 @@ def fp8_runs() -> tuple[PublishedRun, ...]:
         extra: dict[str, object] = {"context_parallel_degree": cp} if cp > 1 else {}
         if tp > 1:
             extra["tp_comm_overlap"] = True
+        if not fsdp:  # Megatron-core's distributed optimizer (use_distributed_optimizer)
+            extra["distributed_optimizer"] = True
         plan = plan_table(tp, pp, vp, sequence_parallel=tp > 1, zero_stage=3 if fsdp else 1, **extra)
         runs.append(
             PublishedRun(

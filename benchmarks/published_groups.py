@@ -8,7 +8,14 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from benchmarks.published_data import BLACKWELL_RUNS, FP8_RUNS, TORCHTITAN_FP8_RUNS, PublishedRun
+from benchmarks.published_data import (
+    AMD_RUNS,
+    BLACKWELL_RUNS,
+    FP8_RUNS,
+    MLPERF_RUNS,
+    TORCHTITAN_FP8_RUNS,
+    PublishedRun,
+)
 from plancast.simulator.predict import simulate
 
 NEW_HARDWARE = ("B200", "B300", "GB200", "GB300", "MI300X", "MI325X", "MI355X")
@@ -25,6 +32,7 @@ def _row(run: PublishedRun) -> dict[str, Any]:
         "run": run.name,
         "gpu": s.cluster.gpu.name,
         "recipe": s.training.fp8_recipe if s.training.fp8 else s.training.dtype,
+        "fp8": s.training.fp8,
         "gpus": run.num_gpus,
         "measured_s": run.measured_step_time_s,
         "predicted_s": summary["step_time_s"],
@@ -36,10 +44,11 @@ def _row(run: PublishedRun) -> dict[str, Any]:
 
 def score_groups() -> dict[str, list[dict[str, Any]]]:
     """{"blackwell_amd": rows, "fp8": rows, "bridge_h100_fp8": rows}, each row as `_row`."""
-    rows = {run.name: _row(run) for run in (*FP8_RUNS, *TORCHTITAN_FP8_RUNS, *BLACKWELL_RUNS)}
+    runs = (*FP8_RUNS, *TORCHTITAN_FP8_RUNS, *BLACKWELL_RUNS, *MLPERF_RUNS, *AMD_RUNS)
+    rows = {run.name: _row(run) for run in runs}
     return {
         "blackwell_amd": [r for r in rows.values() if r["gpu"].startswith(NEW_HARDWARE)],
-        "fp8": list(rows.values()),
+        "fp8": [r for r in rows.values() if r["fp8"]],
         "bridge_h100_fp8": [rows[run.name] for run in FP8_RUNS],
     }
 

@@ -268,6 +268,12 @@ class Parallelism(MemoryParallelismKeys, MoeParallelismKeys):
     (runtime/precision.py)."""
     tp_comm_overlap: bool = False
     """Hide tensor-parallel collectives behind GEMMs (off: they sit on the critical path)."""
+    distributed_optimizer: bool = False
+    """With zero_stage 1 (read only there): Megatron-LM's distributed optimizer
+    (`--use-distributed-optimizer`), which reduce-scatters each gradient bucket to its owners and
+    all-gathers the updated parameters once after the step (megatron/core/distributed/
+    param_and_grad_buffer.py, start_grad_sync / start_param_sync); off: ZeRO-1 as DDP's all-reduce
+    followed by ZeroRedundancyOptimizer's broadcast from each owner."""
     ddp_bucket_cap_MiB: float | None = Field(default=None, gt=0)
     """Data-parallel gradient bucket size in MiB. Default: the framework's (Megatron-LM max(40M, 1M x dp)
     parameters, DeepSpeed 5e8 elements, in gradient bytes); under torchtitan none: torch DDP's reducer

@@ -241,7 +241,8 @@ class Bound:
     ) -> tuple[tuple[tuple[int, ...], tuple[float, ...]], ...]:
         """Per virtual stage, its DDP gradient buckets (simulator/units.py, dp_plan) and each one's
         all-reduce time with its host costs (engine/plan.py, dp_collective_s)."""
-        key = (plan.tp, plan.pp, plan.virtual_stages, plan.cp, plan.dp, split)
+        distopt = plan.zero_stage == 1 and self.est.base.parallelism.distributed_optimizer
+        key = (plan.tp, plan.pp, plan.virtual_stages, plan.cp, plan.dp, split, distopt)
         cached = self._bucket_cache.get(key)
         if cached is not None:
             return cached
@@ -255,8 +256,10 @@ class Bound:
                 first_layer=sum(split[:v]),
             )  # fmt: skip
             sizes = tuple(ddp_bucket_bytes(tensors, base.parallelism.bucket_cap_MiB))
-            per = host.dp_collective_s + host.ddp_all_reduce_s
-            out.append((sizes, tuple(_one(levels, "all_reduce", b) + per for b in sizes)))
+            # Megatron-LM's distributed optimizer reduce-scatters each bucket (engine/plan.py)
+            kind: CollectiveKind = "reduce_scatter" if distopt else "all_reduce"
+            per = host.dp_collective_s + (0.0 if distopt else host.ddp_all_reduce_s)
+            out.append((sizes, tuple(_one(levels, kind, b) + per for b in sizes)))
         cached = self._bucket_cache[key] = tuple(out)
         return cached
 
@@ -275,7 +278,10 @@ class Bound:
                 base.model, split, [c * plan.pp], tp=plan.tp, vocab_tp=vocab_tp, ep=plan.ep
             )[0]
             shard = params * DTYPE_BYTES[base.training.dtype] / dense_dp
-            total += dense_dp * (_one(levels, "broadcast", shard) + host.dp_collective_s)
+            if base.parallelism.distributed_optimizer:  # Megatron-LM's one all-gather
+                total += _one(levels, "all_gather", shard * dense_dp) + host.dp_collective_s
+            else:
+                total += dense_dp * (_one(levels, "broadcast", shard) + host.dp_collective_s)
         return total
 
     def seconds(self, plan: Plan) -> float:
@@ -349,12 +355,20 @@ class Bound:
         grad = [b for b, _ in chunks]
         if zero <= 1:
             ar = host.ddp_all_reduce_s + host.dp_collective_s
-            chunk0 = _one(levels, "all_reduce", grad[0]) + ar
-            every = _one(levels, "all_reduce", sum(grad)) + ar * len(grad)
+            # Megatron-LM's distributed optimizer reduce-scatters and all-gathers (engine/plan.py
+            # dense_grad_reduce); its reduce-scatter has no DDP all-reduce host cost, bounded by it
+            distopt = zero == 1 and base.parallelism.distributed_optimizer
+            kind: CollectiveKind = "reduce_scatter" if distopt else "all_reduce"
+            ar = host.dp_collective_s if distopt else ar
+            chunk0 = _one(levels, kind, grad[0]) + ar
+            every = _one(levels, kind, sum(grad)) + ar * len(grad)
             broadcast = 0.0
             if zero == 1:  # every owner's shard of the rank's parameters (engine/plan.py)
                 shard = self.est.rank0_params(plan) * DTYPE_BYTES[base.training.dtype] / (plan.dp * plan.cp)
-                broadcast = _one(levels, "broadcast", shard) * plan.dp * plan.cp
+                if distopt:
+                    broadcast = _one(levels, "all_gather", shard * plan.dp * plan.cp)
+                else:
+                    broadcast = _one(levels, "broadcast", shard) * plan.dp * plan.cp
             return chunk0, every, broadcast
         algorithm = base.parallelism.zero_collective_algorithm or "hierarchical"
         dtype = DTYPE_BYTES[base.training.dtype]

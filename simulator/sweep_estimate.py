@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from plancast.simulator.costs.collectives import collective_seconds, group_levels
+from plancast.simulator.costs.collectives import CollectiveKind, collective_seconds, group_levels
 from plancast.simulator.costs.memory import (
     layer_activation_bytes,
     loss_bytes_per_logit,
@@ -279,8 +279,13 @@ class Estimator:
         elif plan.zero_stage <= 1:  # DDP buckets (ZeRO-1: + one broadcast per owner after the step)
             cap_MiB = par.bucket_cap_MiB  # None: one bucket per chunk (torch DDP)
             buckets = 1 if cap_MiB is None else max(math.ceil(grad_bytes / (cap_MiB * 2**20)), 1)
-            comm = buckets * collective_seconds("all_reduce", levels, grad_bytes / buckets)
-            if plan.zero_stage == 1:
+            # Megatron-LM's distributed optimizer: reduce-scatter, then one all-gather (engine/plan.py)
+            distopt = plan.zero_stage == 1 and par.distributed_optimizer
+            kind: CollectiveKind = "reduce_scatter" if distopt else "all_reduce"
+            comm = buckets * collective_seconds(kind, levels, grad_bytes / buckets)
+            if distopt:
+                broadcast = collective_seconds("all_gather", levels, params * dtype_bytes, "hierarchical")
+            elif plan.zero_stage == 1:
                 broadcast = plan.dp * collective_seconds("broadcast", levels, params * dtype_bytes / plan.dp)
         else:  # FSDP units: one per block of the rank and one for the rest
             units = math.ceil(self.base.model.num_hidden_layers / plan.pp) + 1

@@ -7,9 +7,11 @@ paper, arXiv 2407.08608 sec. 4.1, counts causal FLOPs so). Megatron-LM runs atte
 Engine's DotProductAttention, whose fused backend on Hopper and Blackwell is cuDNN's kernel (TE docs,
 "Attention backends": FusedAttention, sm90+); that kernel is priced here, at its causal count and the
 cluster's `fused_attention_efficiency`, whose curve over the sequence length is measured per GPU
-(simulator/catalog/clusters.py). Other stacks (torchtitan's SDPA and FlashAttention-2 in the published
-rows) keep the model's full count at `attention_efficiency`, the rate the published dense rows score
-with (docs/calibration.md): a causal count for them waits on an A100 measurement of the same kernels.
+(simulator/catalog/clusters.py); on ROCm the fused backend is Composable Kernel's, priced over the same
+causal half at the AMD presets' attention rate (clusters.toml: no ROCm kernel rate measured yet). Other
+stacks (torchtitan's SDPA and FlashAttention-2 in the published rows) keep the model's full count at
+`attention_efficiency`, the rate the published dense rows score with (docs/calibration.md): a causal
+count for them waits on an A100 measurement of the same kernels.
 """
 
 from __future__ import annotations

@@ -91,13 +91,20 @@ def broadcast_shards(sim: Engine, st: RankState) -> Process:
     for chunk, stage in enumerate(plan.owned_stages(st.coord.pp)):
         shard = plan.broadcast_shard_bytes(stage)
         seconds = plan.dp_collective_s("broadcast", shard)
-        for index in range(plan.dense_dp):
+        kind, count = "broadcast", plan.dense_dp
+        if plan.dense_grad_reduce == "reduce_scatter":
+            # Megatron-LM's distributed optimizer all-gathers the updated parameter buffer, one
+            # collective, not one broadcast per owner (megatron/core/distributed/param_and_grad_buffer.py,
+            # start_param_sync)
+            shard *= plan.dense_dp
+            kind, count, seconds = "all_gather", 1, plan.dp_collective_s("all_gather", shard)
+        for index in range(count):
             if plan.share_links:
                 start, now = _alone_on_link(sim, st, shard, seconds, now)
             else:
                 start, now = now, now + seconds
             sim.spans.append(
-                Span(st.rank, "dp", "broadcast", stage, chunk, -1, index, -1, start, seconds, int(shard), 0.0)
+                Span(st.rank, "dp", kind, stage, chunk, -1, index, -1, start, seconds, int(shard), 0.0)
             )
     yield env.timeout(now - env.now)
 
@@ -151,14 +158,15 @@ def _reduce_chunk(
     total = sum(buckets) or 1
     done = 0.0
     pending = overlapped = last_ready = 0.0
+    kind = plan.dense_grad_reduce
     for nbytes in buckets:
         done += nbytes
         after_s = backward_s * done / total if overlap else backward_s
-        sim.dp_collective(st, "all_reduce", nbytes, (stage, chunk, -1), ready=Due.after(sim.env, after_s))
+        sim.dp_collective(st, kind, nbytes, (stage, chunk, -1), ready=Due.after(sim.env, after_s))
         drained = min(pending, after_s - last_ready)
         overlapped, pending, last_ready = overlapped + drained, pending - drained, after_s
         if overlap and after_s < backward_s:
-            pending += plan.dp_collective_s("all_reduce", nbytes)
+            pending += plan.dp_collective_s(kind, nbytes)
     # routed experts: a second reducer over the expert-data-parallel group, after the dense buckets
     # (docs/moe.md); its one bucket per chunk is complete when the backward is
     for nbytes in plan.units[stage].expert_bucket_bytes:

@@ -295,6 +295,18 @@ class StepPlan:
         local = params / self.dense_dp if self.zero_stage >= 1 else params
         return optimizer_memory_s(self.s, local) + optimizer_host_s(self.s, owned)
 
+    @cached_property
+    def dense_grad_reduce(self) -> CollectiveKind:
+        """The collective of a dense gradient bucket. ZeRO-1 with parallelism.distributed_optimizer is
+        Megatron-LM's distributed optimizer, which reduce-scatters each bucket to its owners and
+        all-gathers the updated parameters after the step (megatron/core/distributed/
+        param_and_grad_buffer.py: start_grad_sync calls reduce_scatter_tensor with
+        use_distributed_optimizer, all_reduce without); elsewhere DDP's all-reduce
+        (ZeroRedundancyOptimizer then broadcasts the shards)."""
+        if self.zero_stage == 1 and self.s.parallelism.distributed_optimizer:
+            return "reduce_scatter"
+        return "all_reduce"
+
     def broadcast_shard_bytes(self, stage: int) -> float:
         """ZeRO-1: the updated parameter shard each data-parallel owner broadcasts for virtual `stage`."""
         return self.costs[stage].params * DTYPE_BYTES[self.s.training.dtype] / self.dense_dp

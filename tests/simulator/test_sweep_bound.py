@@ -188,3 +188,13 @@ def test_gather_passes_count_the_engines_gathers(zero: int, schedule: str, v: in
     for stage in engine.owned_stages(0):
         units = sum(1 for u in engine.units[stage].units if u.param_bytes > 0)
         assert sum(1 for x in spans if x.stage == stage) == counts[stage] * units, stage
+
+
+def test_the_bound_holds_under_megatrons_distributed_optimizer() -> None:
+    """parallelism.distributed_optimizer: ZeRO-1 plans reduce-scatter their buckets and all-gather the
+    parameters once (engine/plan.py dense_grad_reduce), which the estimate and both bounds follow."""
+    base = toy("tiny-gpt", 8)
+    par = base.parallelism.model_copy(update={"distributed_optimizer": True})
+    distopt = base.model_copy(update={"parallelism": par})
+    plans = [p for p in sorted(enumerate_plans(distopt, 8)) if p.zero_stage == 1 and p.dp > 1]
+    assert assert_bounds_hold(distopt, 8, every_nth(plans, 30)) > 15
