@@ -24,6 +24,10 @@ class MemoryTrainingKeys(Strict):
     activation_offload: bool = False
     """Saved activations go to host memory after each block's forward and come back for its backward
     (Megatron-Core `--cpu-offloading`, torch `save_on_cpu`): host-link time, two blocks kept on the GPU."""
+    activation_offload_num_layers: int | None = Field(default=None, gt=0)
+    """With activation_offload: only the first n blocks of each (virtual) stage offload, the others keep
+    their activations on the GPU (Megatron-Core `--cpu-offloading-num-layers`, which Megatron-Bridge's
+    performance recipes set per GPU: cpu_offloading_num_layers). Unset: every block offloads."""
     optimizer_cpu_offload: bool = False
     """Optimizer states (fp32 master, Adam moments) live in host memory and the step runs on the host
     (DeepSpeed ZeRO-Offload `offload_optimizer`, Megatron-LM `--optimizer-cpu-offload`); gradients go down

@@ -1,20 +1,24 @@
 """The memory-saving features people plan with (issue 33): each moves time and memory the right way.
 
 Partial recompute (Megatron-LM `--recompute-num-layers` / `--recompute-method`), optimizer offload
-(ZeRO-Offload, `--optimizer-cpu-offload`), activation offload, and FP8 primary weights (`fp8_param`)."""
+(ZeRO-Offload, `--optimizer-cpu-offload`), activation offload (of all blocks or the first n,
+`--cpu-offloading-num-layers`), FP8 primary weights (`fp8_param`) and FP8's narrow saved GEMM inputs."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from plancast.simulator.costs.fp8 import RECIPES
 from plancast.simulator.costs.memory import GiB, MemoryBreakdown, layer_activation_bytes, rank_memory
 from plancast.simulator.costs.memory_fit import memory_fit
 from plancast.simulator.costs.ops import Shape
 from plancast.simulator.loader import ScenarioError, parse_scenario
 from plancast.simulator.predict import simulate
 from plancast.simulator.scenario import Scenario
+from tests.cli_runner import cli_main
 
 
 def scenario(training: dict[str, Any] | None = None, **parallelism: Any) -> Scenario:
@@ -104,6 +108,34 @@ def test_activation_offload_keeps_two_blocks_on_the_gpu_and_costs_time_when_copi
     assert step(off)["step_time_s"] > step(base)["step_time_s"]
 
 
+def test_offloading_the_first_n_blocks_keeps_the_others_and_two_in_flight() -> None:
+    """Megatron-Core `--cpu-offloading-num-layers 2` on 4-block stages: pp rank 0 holds 2 micro-batches
+    under 1F1B, 2 resident blocks each (4 on the GPU, against 8 without offload), and 2 x 2 blocks go to
+    the host, of which the double buffer keeps 2 on the GPU at most: 2 blocks' worth end up on the host.
+    Only the offloaded share of the blocks pays for the copies."""
+    base, every = scenario(), scenario({"activation_offload": True})
+    some = scenario({"activation_offload": True, "activation_offload_num_layers": 2})
+    kept = layer_activation_bytes(Shape.of(base), "none")
+    a, b, c = (rank_memory(s, 0) for s in (base, some, every))
+    assert a.activations - b.activations == pytest.approx(4 * kept, rel=1e-9)
+    assert b.host == pytest.approx(2 * kept, rel=1e-9)
+    assert c.activations < b.activations < a.activations
+    assert step(base)["step_time_s"] < step(some)["step_time_s"] < step(every)["step_time_s"]
+
+
+@pytest.mark.parametrize("recipe", ["tensorwise_delayed", "blockwise"])
+def test_fp8_blocks_save_their_gemm_inputs_narrow(recipe: str) -> None:
+    """Transformer Engine saves the quantized QKV, FC1 and FC2 inputs (the recipe's saved_input_bytes, not
+    bf16's 2), and the attention's output twice: in bf16 for the fused kernel's backward and narrow for the
+    output projection's weight gradient."""
+    x16, x8 = Shape.of(scenario()), Shape.of(scenario({"fp8": True, "fp8_recipe": recipe}))
+    g, tokens, sp = RECIPES[recipe].saved_input_bytes, x8.s * x8.b, x8.tp if x8.sp else 1
+    narrower = (2 - g) * (2 * tokens * x8.h / sp + tokens * x8.ffn / x8.tp) - g * tokens * x8.o_dim / x8.tp
+    saved = layer_activation_bytes(x16, "none") - layer_activation_bytes(x8, "none")
+    assert saved == pytest.approx(narrower, rel=1e-12)
+    assert saved > 0
+
+
 def test_fp8_primary_weights_drop_the_16_bit_copy() -> None:
     """TE's fp8_model_init: a block weight is FP8 plus its transpose (2 bytes) instead of bf16 (2) and the
     step's FP8 copies (2)."""
@@ -114,6 +146,25 @@ def test_fp8_primary_weights_drop_the_16_bit_copy() -> None:
     assert saved == pytest.approx(rank_memory(fp8, 0).parameters - rank_memory(plain, 0).parameters)
     assert saved > 0
     assert rank_memory(primary, 0).parameters == pytest.approx(rank_memory(plain, 0).parameters, rel=1e-12)
+
+
+def test_torchao_keeps_no_fp8_weight_between_uses() -> None:
+    """torchtitan's Float8Linear casts each weight inside its GEMM; Transformer Engine caches the copies."""
+    plain_tt, fp8_tt = scenario(framework="torchtitan"), scenario({"fp8": True}, framework="torchtitan")
+    assert rank_memory(fp8_tt, 1).parameters == rank_memory(plain_tt, 1).parameters
+    assert rank_memory(scenario({"fp8": True}), 1).parameters > rank_memory(scenario(), 1).parameters
+
+
+def test_fp8_weights_under_a_recipe_without_fp8_weights_exit_2_naming_both_keys(tmp_path: Path) -> None:
+    path = tmp_path / "rowwise.toml"
+    path.write_text(
+        '[model]\npreset = "llama3-8b"\nnum_hidden_layers = 2\n[training]\nseq_len = 1024\n'
+        'global_batch_size = 8\nfp8 = true\nfp8_recipe = "rowwise"\nfp8_param = true\n'
+        '[cluster]\npreset = "dgx-h100-80gb"\nnum_nodes = 1\n'
+    )
+    code, out, err = cli_main("simulate", str(path))
+    assert code == 2 and "Traceback" not in out + err
+    assert "training.fp8_param" in err and "training.fp8_recipe" in err
 
 
 def test_fit_is_judged_on_the_reserve_and_the_host() -> None:
@@ -133,6 +184,8 @@ def test_fit_is_judged_on_the_reserve_and_the_host() -> None:
     [
         ({"recompute": "selective", "recompute_num_layers": 2}, "training.recompute_num_layers"),
         ({"fp8_param": True}, "training.fp8_param"),
+        ({"fp8": True, "fp8_recipe": "rowwise", "fp8_param": True}, "training.fp8_param"),
+        ({"activation_offload_num_layers": 2}, "training.activation_offload_num_layers"),
     ],
 )
 def test_a_key_without_the_one_it_needs_is_refused_by_name(training: dict[str, Any], key: str) -> None:
