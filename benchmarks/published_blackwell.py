@@ -46,6 +46,8 @@ _ASSUMPTIONS = (
     "bf16_with_fp8_current_scaling_mixed and bf16_with_mxfp8_mixed (fp8_param_gather = True) and "
     "bf16_with_nvfp4_mixed (fp8_param_gather = False; fp4_param unsupported), "
     "src/megatron/bridge/training/mixed_precision.py: training.fp8_param",
+    "the loss as Transformer Engine's fused cross-entropy: src/megatron/bridge/recipes/llama/llama3.py sets "
+    "cross_entropy_loss_fusion = True, cross_entropy_fusion_impl = 'te' (training.fused_cross_entropy)",
     "GB200 / GB300 NVL72: the GPUs of a run in NVLink domains of up to 72 (64 of a rack at 64 and 256 GPUs)",
 )
 
@@ -110,7 +112,8 @@ def blackwell_runs() -> tuple[PublishedRun, ...]:
         offload = {"activation_offload": True, "activation_offload_num_layers": OFFLOAD.get(system)}
         training = training_table(
             seq, mbs, gbs, "bf16", "none", flash_attention=True, fp8=True, fp8_recipe=RECIPES[precision],
-            grad_accumulation_fp32=False, fp8_param=precision != "NVFP4", **(offload if fsdp else {}),
+            grad_accumulation_fp32=False, fp8_param=precision != "NVFP4", fused_cross_entropy="te",
+            **(offload if fsdp else {}),
         )
         cluster, per_node = SYSTEMS[system]
         runs.append(

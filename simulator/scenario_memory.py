@@ -32,6 +32,11 @@ class MemoryTrainingKeys(Strict):
     """Optimizer states (fp32 master, Adam moments) live in host memory and the step runs on the host
     (DeepSpeed ZeRO-Offload `offload_optimizer`, Megatron-LM `--optimizer-cpu-offload`); gradients go down
     and parameters come back over the host link each step (simulator/costs/offload.py)."""
+    fused_cross_entropy: Literal["none", "te"] = "none"
+    """The loss as Transformer Engine's fused kernel computes it (Megatron-Core `--cross-entropy-loss-fusion
+    --cross-entropy-fusion-impl te`, which Megatron-Bridge's Llama recipes set): it keeps the logits in the
+    training dtype and no fp32 copies (costs/memory.py loss_bytes_per_logit). Memory only: the loss's time
+    is priced as the unfused one."""
     fp8_param: bool = False
     """With fp8: FP8 primary weights (Transformer Engine `fp8_model_init`, Megatron `--fp8-param-gather`,
     Megatron-Bridge's FP8 recipes): the blocks' GEMM weights held as FP8 and its transpose, no 16-bit copy."""

@@ -12,18 +12,14 @@ from plancast.simulator.predict import simulate
 
 # What the model still counts that these Llama runs do not keep: Llama has no dropout (config.json
 # attention_dropout 0.0, no hidden dropout), yet each block is counted with two 1-byte dropout masks per
-# token and hidden unit (costs/memory.py layer_activation_bytes: no model key says "no dropout" yet); and the
-# Bridge recipes' fused cross-entropy (cross_entropy_fusion_impl "te") writes the gradient into the bf16
-# logits, where 8 fp32 bytes a logit are counted.
-_DROPOUT = "two dropout masks a block that Llama does not keep (~10 GiB on rank 0's 158 in-flight blocks)"
-_FSDP_LOSS = "dropout masks (as above) and the fp32 loss buffers of TE's fused cross-entropy (~12 GiB)"
+# token and hidden unit (costs/memory.py layer_activation_bytes: no model key says "no dropout" yet).
+_DROPOUT = "dropout masks Llama does not keep: ~10 GiB on rank 0's 158 in-flight blocks, 9.8 GiB over"
+_FSDP = "dropout masks Llama does not keep: ~10 GiB on the 40 resident blocks, 4.8 GiB over"
 NOT_FITTING_YET = {
     "bridge-gb200-fp8-llama31-405b-256gpu": _DROPOUT,
     "bridge-gb200-fp8cs-llama31-405b-256gpu": _DROPOUT,
-    "bridge-gb300-fp8-llama3-70b-64gpu-fsdp": _FSDP_LOSS,
-    "bridge-gb200-fp8-llama3-70b-64gpu-fsdp": _FSDP_LOSS,
-    "bridge-gb300-fp8cs-llama3-70b-64gpu-fsdp": _FSDP_LOSS,
-    "bridge-gb200-fp8cs-llama3-70b-64gpu-fsdp": _FSDP_LOSS,
+    "bridge-gb200-fp8-llama3-70b-64gpu-fsdp": _FSDP,
+    "bridge-gb200-fp8cs-llama3-70b-64gpu-fsdp": _FSDP,
 }
 RUNS = {r.name: r for r in (*BLACKWELL_RUNS, *TORCHTITAN_FP8_RUNS)}
 

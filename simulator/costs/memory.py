@@ -156,10 +156,15 @@ def peak_inflight_layers(actions: tuple[Action, ...], chunk_layers: dict[int, in
 
 
 def loss_bytes_per_logit(s: Scenario) -> float:
-    """fp32 bytes per logit the cross-entropy holds at its peak, the start of backward. Megatron-LM's
-    vocab-parallel loss keeps the softmax and writes the gradient into it: logits and gradient, 8.
+    """Bytes per logit the cross-entropy holds at its peak, the start of backward. Megatron-LM's
+    vocab-parallel loss keeps the softmax and writes the gradient into it: fp32 logits and gradient, 8.
     torch's `F.cross_entropy` (torchtitan, plancast's runtime) saves log_softmax's fp32 output, and its
-    backward holds that, the incoming gradient and the input gradient at once: 12."""
+    backward holds that, the incoming gradient and the input gradient at once: 12. Transformer Engine's
+    fused loss (training.fused_cross_entropy "te") saves the logits in the training dtype and row
+    statistics, and computes the gradient from them in backward (transformer_engine/pytorch/
+    cross_entropy.py `CrossEntropyFunction`): the logits' own bytes."""
+    if s.training.fused_cross_entropy == "te":
+        return float(DTYPE_BYTES[s.training.dtype])
     return 12.0 if s.parallelism.framework == "torchtitan" else 8.0
 
 

@@ -148,6 +148,17 @@ def test_fp8_primary_weights_drop_the_16_bit_copy() -> None:
     assert rank_memory(primary, 0).parameters == pytest.approx(rank_memory(plain, 0).parameters, rel=1e-12)
 
 
+def test_te_fused_cross_entropy_keeps_the_logits_in_the_training_dtype() -> None:
+    """Megatron-LM's vocab-parallel loss holds 8 fp32 bytes a logit; Transformer Engine's fused one the
+    bf16 logits (2): on the last stage only."""
+    base, fused = scenario(), scenario({"fused_cross_entropy": "te"})
+    x = Shape.of(base)
+    logits = x.s * x.b * x.vocab / base.vocab_tp
+    saved = rank_memory(base, 1).activations - rank_memory(fused, 1).activations
+    assert saved == pytest.approx((8 - 2) * logits, rel=1e-12)
+    assert rank_memory(base, 0).activations == rank_memory(fused, 0).activations
+
+
 def test_torchao_keeps_no_fp8_weight_between_uses() -> None:
     """torchtitan's Float8Linear casts each weight inside its GEMM; Transformer Engine caches the copies."""
     plain_tt, fp8_tt = scenario(framework="torchtitan"), scenario({"fp8": True}, framework="torchtitan")
