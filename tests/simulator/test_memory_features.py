@@ -12,12 +12,19 @@ from typing import Any
 import pytest
 
 from plancast.simulator.costs.fp8 import RECIPES
-from plancast.simulator.costs.memory import GiB, MemoryBreakdown, layer_activation_bytes, rank_memory
+from plancast.simulator.costs.memory import (
+    GiB,
+    MemoryBreakdown,
+    layer_activation_bytes,
+    pipelining_buffer_bytes,
+    rank_memory,
+)
 from plancast.simulator.costs.memory_fit import memory_fit
 from plancast.simulator.costs.ops import Shape
 from plancast.simulator.loader import ScenarioError, parse_scenario
 from plancast.simulator.predict import simulate
 from plancast.simulator.scenario import Scenario
+from plancast.simulator.schedules import build_schedule
 from tests.cli_runner import cli_main
 
 
@@ -157,6 +164,19 @@ def test_te_fused_cross_entropy_keeps_the_logits_in_the_training_dtype() -> None
     saved = rank_memory(base, 1).activations - rank_memory(fused, 1).activations
     assert saved == pytest.approx((8 - 2) * logits, rel=1e-12)
     assert rank_memory(base, 0).activations == rank_memory(fused, 0).activations
+
+
+def test_pipelining_keeps_a_receive_buffer_per_micro_batch_and_stage_boundary() -> None:
+    """torch.distributed.pipelining (torchtitan): stage 0 keeps one output-gradient buffer per micro-batch,
+    the last stage one input buffer per micro-batch, of which the one in flight under 1F1B is already its
+    chunk's input. Megatron-LM receives into fresh buffers: none."""
+    tt = scenario(framework="torchtitan")
+    x, m = Shape.of(tt), tt.num_microbatches
+    boundary = x.b * x.s * x.h * x.dtype_bytes / (x.tp if x.sp else 1)
+    schedule = build_schedule("1F1B", tt.pp, m)
+    assert pipelining_buffer_bytes(tt, x, [0], schedule[0]) == pytest.approx(m * boundary, rel=1e-12)
+    assert pipelining_buffer_bytes(tt, x, [1], schedule[1]) == pytest.approx((m - 1) * boundary, rel=1e-12)
+    assert pipelining_buffer_bytes(scenario(), x, [0], schedule[0]) == 0.0
 
 
 def test_torchao_keeps_no_fp8_weight_between_uses() -> None:
