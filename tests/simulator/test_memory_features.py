@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from plancast.simulator.catalog.host import host_side
 from plancast.simulator.costs.fp8 import RECIPES
 from plancast.simulator.costs.memory import (
     GiB,
@@ -177,6 +178,14 @@ def test_pipelining_keeps_a_receive_buffer_per_micro_batch_and_stage_boundary() 
     assert pipelining_buffer_bytes(tt, x, [0], schedule[0]) == pytest.approx(m * boundary, rel=1e-12)
     assert pipelining_buffer_bytes(tt, x, [1], schedule[1]) == pytest.approx((m - 1) * boundary, rel=1e-12)
     assert pipelining_buffer_bytes(scenario(), x, [0], schedule[0]) == 0.0
+
+
+def test_grace_blackwell_gpus_offload_over_nvlink_c2c_to_their_grace() -> None:
+    """A GB200/GB300 GPU's host is its superchip's Grace (half of 900 GB/s of C2C, half of its 480 GB);
+    a DGX B200's is an x86 host over PCIe Gen5."""
+    gb200, gb300, b200 = (host_side(name) for name in ("GB200-186GB", "GB300-279GB", "B200-SXM-180GB"))
+    assert gb200 == gb300 and gb200.link_GBps == 900 / 2 / 2 > 3 * b200.link_GBps
+    assert gb200.host_memory_GiB == pytest.approx(17e12 / 72 / GiB)
 
 
 def test_torchao_keeps_no_fp8_weight_between_uses() -> None:
