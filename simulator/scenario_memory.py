@@ -45,6 +45,13 @@ class MemoryTrainingKeys(Strict):
 class MemoryParallelismKeys(Strict):
     """Parallelism keys that trade communication for memory."""
 
+    pipeline_receive_buffers: Literal["per_transfer", "per_microbatch"] = "per_transfer"
+    """Where a pipeline stage receives activations and gradients: "per_transfer", a buffer made for each
+    receive and freed with its micro-batch (plancast's runtime, runtime/parallel/pp.py; Megatron-LM;
+    torch.distributed.pipelining after pytorch/pytorch#196463); "per_microbatch", one input and one
+    output-gradient buffer per micro-batch and stage, allocated at the first step and kept
+    (torch.distributed.pipelining before it, as torchtitan and NeMo AutoModel ran it: pytorch/pytorch#136380;
+    costs/memory.py pipelining_buffer_bytes)."""
     data_parallel_replicate_degree: int = Field(default=1, gt=0)
     """HSDP (torchtitan `data_parallel_replicate_degree`, FSDP `HYBRID_SHARD`): replicas of the model among
     the dp ranks; ZeRO-2/3 shards within each group of dp / replicas (x cp) and all-reduces the sharded

@@ -57,9 +57,6 @@ KNOWN_UNFIT: dict[str, str] = {
     # reshard_after_forward = not pp_enabled, costs/memory.py fsdp_holds_stage_unsharded); AutoModel's
     # own FSDP2 + PP settings are not modelled
     "automodel-deepseek-v3-256xh100": _FSDP_PP,
-    # +6.9 GiB since torch.distributed.pipelining's per-micro-batch receive buffers are counted (32
-    # micro-batches x 15 stage boundaries of rank 0, costs/memory.py pipelining_buffer_bytes)
-    "automodel-deepseek-v3-1024xh100": _FSDP_PP,
     "automodel-kimi-k2-256xh100": _FSDP_PP,
     "automodel-qwen3-30b-a3b-8xh100": _FSDP_EXPERTS,
     "automodel-gpt-oss-20b-8xh100": _FSDP_EXPERTS,

@@ -239,16 +239,14 @@ def caches_fp8_weights(s: Scenario) -> bool:
 def pipelining_buffer_bytes(
     s: Scenario, x: Shape, owned: tuple[int, ...] | list[int], actions: tuple[Action, ...]
 ) -> float:
-    """The receive buffers torch.distributed.pipelining (torchtitan, NeMo AutoModel) allocates once per
-    micro-batch of the step and keeps for the whole step: each stage but the first one for its input,
-    each but the last one for its output's gradient (torch/distributed/pipelining/stage.py
+    """The receive buffers parallelism.pipeline_receive_buffers = "per_microbatch" keeps for the step:
+    torch.distributed.pipelining allocates one per micro-batch of the step for each stage's input (but the
+    first stage's) and output gradient (but the last stage's) (torch/distributed/pipelining/stage.py
     `_prepare_forward_infra` / `_prepare_backward_infra`, one `_make_tensor_from_meta` per micro-batch;
-    pytorch/pytorch#136380, and #196463, which allocates them just in time in later releases). A stage
-    boundary is the rank's share of the residual stream, split over tp under sequence parallel. The
-    input buffers of the micro-batches in flight are their chunks' first inputs, already counted with
-    the activations. CPU ranks run only plancast's runtime, which receives into a fresh buffer per
-    transfer (runtime/parallel/pp.py `_receive`): none there."""
-    if s.parallelism.framework != "torchtitan" or s.pp == 1 or s.cluster.gpu.name.startswith("cpu"):
+    pytorch/pytorch#136380). A stage boundary is the rank's share of the residual stream, split over tp
+    under sequence parallel. The input buffers of the micro-batches in flight are their chunks' first
+    inputs, already counted with the activations."""
+    if s.parallelism.pipeline_receive_buffers != "per_microbatch" or s.pp == 1:
         return 0.0
     last = s.pp * s.vpp - 1
     boundary = x.b * x.s * x.h * x.dtype_bytes / (x.tp if x.sp else 1)

@@ -168,10 +168,10 @@ def test_te_fused_cross_entropy_keeps_the_logits_in_the_training_dtype() -> None
 
 
 def test_pipelining_keeps_a_receive_buffer_per_micro_batch_and_stage_boundary() -> None:
-    """torch.distributed.pipelining (torchtitan): stage 0 keeps one output-gradient buffer per micro-batch,
-    the last stage one input buffer per micro-batch, of which the one in flight under 1F1B is already its
-    chunk's input. Megatron-LM receives into fresh buffers: none."""
-    tt = scenario(framework="torchtitan")
+    """torch.distributed.pipelining as torchtitan ran it: stage 0 keeps one output-gradient buffer per
+    micro-batch, the last stage one input buffer per micro-batch, of which the one in flight under 1F1B is
+    already its chunk's input. A buffer per transfer (the default): none kept."""
+    tt = scenario(framework="torchtitan", pipeline_receive_buffers="per_microbatch")
     x, m = Shape.of(tt), tt.num_microbatches
     boundary = x.b * x.s * x.h * x.dtype_bytes / (x.tp if x.sp else 1)
     schedule = build_schedule("1F1B", tt.pp, m)
