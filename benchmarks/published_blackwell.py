@@ -23,6 +23,8 @@ RELEASES = {
 # printed "FP8-CS" for the same systems and models: taken as the same per-tensor current scaling.
 RECIPES = {"FP8-CS": "tensorwise_current", "FP8": "tensorwise_current", "MXFP8": "mxfp8",
            "FP8-MX": "mxfp8", "NVFP4": "nvfp4"}
+# System -> blocks whose activations the FSDP rows offload to the Grace CPU (_ASSUMPTIONS).
+OFFLOAD = {"DGX-GB300": 20, "DGX-GB200": 40}
 SYSTEMS = {"DGX-GB300": ("gb300-nvl72", 4), "DGX-GB200": ("gb200-nvl72", 4), "DGX-B200": ("dgx-b200", 8)}
 """System -> (cluster preset, GPUs per node): a GB200/GB300 compute tray holds 4 GPUs, a DGX B200 8."""
 
@@ -35,9 +37,17 @@ _ASSUMPTIONS = (
     "reduced in bf16 (training.grad_accumulation_fp32 = false): NVIDIA-NeMo/Megatron-Bridge "
     "scripts/performance/configs/llama/llama3_llm_pretrain.py (userbuffers_*_b200_*, "
     "`tp_comm_overlap = False if precision == 'nvfp4'`, `grad_reduce_in_fp32 = False`)",
-    "no activation recompute: not stated in the table; the FSDP rows offload 20-40 layers' activations to "
-    "the Grace CPU (the scripts' cpu_offloading_num_layers), which plancast does not model: their "
-    "predicted memory does not fit",
+    "no activation recompute: not stated in the table, none in the scripts' configs for these rows; the FSDP "
+    "rows offload the activations of their first 20 (GB300) or 40 (GB200) layers to the Grace CPU: "
+    "scripts/performance/configs/llama/llama3_workload_base_configs.py LLAMA3_70B_PRETRAIN_CONFIG_"
+    "GB300/GB200_FP8_CS_V1 cpu_offloading_num_layers (activations only: utils/helpers.py sets "
+    "cpu_offloading_weights = False) = training.activation_offload_num_layers",
+    "FP8 primary weights but under NVFP4: scripts/performance/utils/precision.py picks "
+    "bf16_with_fp8_current_scaling_mixed and bf16_with_mxfp8_mixed (fp8_param_gather = True) and "
+    "bf16_with_nvfp4_mixed (fp8_param_gather = False; fp4_param unsupported), "
+    "src/megatron/bridge/training/mixed_precision.py: training.fp8_param",
+    "the loss as Transformer Engine's fused cross-entropy: src/megatron/bridge/recipes/llama/llama3.py sets "
+    "cross_entropy_loss_fusion = True, cross_entropy_fusion_impl = 'te' (training.fused_cross_entropy)",
     "GB200 / GB300 NVL72: the GPUs of a run in NVLink domains of up to 72 (64 of a rack at 64 and 256 GPUs)",
 )
 
@@ -101,9 +111,11 @@ def blackwell_runs() -> tuple[PublishedRun, ...]:
         if not fsdp:  # Megatron-core's distributed optimizer (use_distributed_optimizer)
             extra["distributed_optimizer"] = True
         plan = plan_table(tp, pp, vp, sequence_parallel=tp > 1, zero_stage=3 if fsdp else 1, **extra)
+        offload = {"activation_offload": True, "activation_offload_num_layers": OFFLOAD.get(system)}
         training = training_table(
             seq, mbs, gbs, "bf16", "none", flash_attention=True, fp8=True, fp8_recipe=RECIPES[precision],
-            grad_accumulation_fp32=False,
+            grad_accumulation_fp32=False, fp8_param=precision != "NVFP4", fused_cross_entropy="te",
+            **(offload if fsdp else {}),
         )
         cluster, per_node = SYSTEMS[system]
         runs.append(

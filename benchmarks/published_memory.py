@@ -44,6 +44,8 @@ _TT_ASSUMPTIONS = (
     "FSDP2 over dp x cp (torchtitan's dp_shard_cp mesh): zero_stage 3, fp32 gradient reduce-scatter",
     "full AC = recompute 'full'; selective = per-op SAC; SDPA fused attention",
     "pipeline micro-batches: torchtitan's default then, one per pipeline stage of the schedule",
+    "pipeline receive buffers per micro-batch, kept for the step: torch.distributed.pipelining as of the "
+    "benchmark's torch (pytorch/pytorch#136380): parallelism.pipeline_receive_buffers 'per_microbatch'",
 )
 # name, table, preset, GPUs, seq, local batch, fsdp, tp, pp, cp, schedule, v, recompute, memory
 _TT_ROWS = (
@@ -74,6 +76,7 @@ def _torchtitan_row(row: tuple[Any, ...]) -> MemoryRow:
     plan = plan_table(tp, pp, v, zero_stage=3, fsdp_reduce_dtype="fp32", framework="torchtitan", **extra)
     if schedule:
         plan["pipeline_parallel_schedule"] = schedule
+        plan["pipeline_receive_buffers"] = "per_microbatch"
     training = training_table(
         seq,
         local // microbatches,

@@ -178,6 +178,16 @@ def check_framework_behaviour(scenario: Scenario) -> None:
             f"training.{offloads[0]} = true: the runtime keeps activations and optimizer states on the "
             f"device; simulate the plan, or set {offloads[0]} = false to run it"
         )
+    if t.fused_cross_entropy != "none":
+        raise PlanError(
+            f"training.fused_cross_entropy = {t.fused_cross_entropy!r}: the runtime computes the loss with "
+            "torch's cross_entropy; set fused_cross_entropy = 'none' to run this plan"
+        )
+    if p.pipeline_receive_buffers != "per_transfer":
+        raise PlanError(
+            f"parallelism.pipeline_receive_buffers = {p.pipeline_receive_buffers!r}: the runtime receives "
+            "into a buffer per transfer; set pipeline_receive_buffers = 'per_transfer' to run this plan"
+        )
     if t.elementwise == "fused":
         raise PlanError(
             "training.elementwise = 'fused' (the default of parallelism.framework = "

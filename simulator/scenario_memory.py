@@ -24,10 +24,19 @@ class MemoryTrainingKeys(Strict):
     activation_offload: bool = False
     """Saved activations go to host memory after each block's forward and come back for its backward
     (Megatron-Core `--cpu-offloading`, torch `save_on_cpu`): host-link time, two blocks kept on the GPU."""
+    activation_offload_num_layers: int | None = Field(default=None, gt=0)
+    """With activation_offload: only the first n blocks of each (virtual) stage offload, the others keep
+    their activations on the GPU (Megatron-Core `--cpu-offloading-num-layers`, which Megatron-Bridge's
+    performance recipes set per GPU: cpu_offloading_num_layers). Unset: every block offloads."""
     optimizer_cpu_offload: bool = False
     """Optimizer states (fp32 master, Adam moments) live in host memory and the step runs on the host
     (DeepSpeed ZeRO-Offload `offload_optimizer`, Megatron-LM `--optimizer-cpu-offload`); gradients go down
     and parameters come back over the host link each step (simulator/costs/offload.py)."""
+    fused_cross_entropy: Literal["none", "te"] = "none"
+    """The loss as Transformer Engine's fused kernel computes it (Megatron-Core `--cross-entropy-loss-fusion
+    --cross-entropy-fusion-impl te`, which Megatron-Bridge's Llama recipes set): it keeps the logits in the
+    training dtype and no fp32 copies (costs/memory.py loss_bytes_per_logit). Memory only: the loss's time
+    is priced as the unfused one."""
     fp8_param: bool = False
     """With fp8: FP8 primary weights (Transformer Engine `fp8_model_init`, Megatron `--fp8-param-gather`,
     Megatron-Bridge's FP8 recipes): the blocks' GEMM weights held as FP8 and its transpose, no 16-bit copy."""
@@ -36,6 +45,13 @@ class MemoryTrainingKeys(Strict):
 class MemoryParallelismKeys(Strict):
     """Parallelism keys that trade communication for memory."""
 
+    pipeline_receive_buffers: Literal["per_transfer", "per_microbatch"] = "per_transfer"
+    """Where a pipeline stage receives activations and gradients: "per_transfer", a buffer made for each
+    receive and freed with its micro-batch (plancast's runtime, runtime/parallel/pp.py; Megatron-LM;
+    torch.distributed.pipelining after pytorch/pytorch#196463); "per_microbatch", one input and one
+    output-gradient buffer per micro-batch and stage, allocated at the first step and kept
+    (torch.distributed.pipelining before it, as torchtitan and NeMo AutoModel ran it: pytorch/pytorch#136380;
+    costs/memory.py pipelining_buffer_bytes)."""
     data_parallel_replicate_degree: int = Field(default=1, gt=0)
     """HSDP (torchtitan `data_parallel_replicate_degree`, FSDP `HYBRID_SHARD`): replicas of the model among
     the dp ranks; ZeRO-2/3 shards within each group of dp / replicas (x cp) and all-reduces the sharded

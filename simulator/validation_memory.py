@@ -5,19 +5,33 @@ Returned as ``PlanProblem`` (path, message with the fix); validation.check_plan 
 
 from __future__ import annotations
 
+from plancast.simulator.costs.fp8 import recipe
 from plancast.simulator.scenario import Scenario
 from plancast.simulator.schedules import PlanProblem
 
 
 def memory_problems(s: Scenario) -> list[PlanProblem]:
-    """Partial recompute without full recompute, FP8 weights without FP8 GEMMs, HSDP without FSDP or with a
-    replica count that does not divide the data-parallel ranks."""
+    """Partial recompute without full recompute, offloaded block counts without offload, FP8 weights without
+    FP8 GEMMs or under a recipe that keeps none, HSDP without FSDP or with a replica count that does not
+    divide the data-parallel ranks."""
     t, par, out = s.training, s.parallelism, list[PlanProblem]()
     if t.recompute_num_layers is not None and t.recompute != "full":
         fix = 'set recompute = "full" (Megatron-LM --recompute-granularity full) or remove the key'
         out.append(PlanProblem("training.recompute_num_layers", f"recomputes whole layers: {fix}"))
+    if t.activation_offload_num_layers is not None and not t.activation_offload:
+        fix = "set activation_offload = true (Megatron-Core --cpu-offloading) or remove the key"
+        out.append(PlanProblem("training.activation_offload_num_layers", f"counts offloaded blocks: {fix}"))
     if t.fp8_param and not t.fp8:
         out.append(PlanProblem("training.fp8_param", "FP8 weights need FP8 GEMMs: set training.fp8 = true"))
+    elif t.fp8_param and not recipe(t.fp8_recipe).weight_copy_bytes:
+        out.append(
+            PlanProblem(
+                "training.fp8_param",
+                f'FP8 primary weights under training.fp8_recipe = "{t.fp8_recipe}", which keeps no FP8 '
+                "weight (torchao casts it per use, costs/fp8.py): drop fp8_param, or pick a recipe that "
+                "caches FP8 weights (tensorwise_delayed, tensorwise_current, blockwise, mxfp8, nvfp4)",
+            )
+        )
     replicas = par.data_parallel_replicate_degree
     if replicas > 1 and (s.dp % replicas or par.zero_stage < 2 or s.dp // replicas < 2):
         out.append(

@@ -69,3 +69,17 @@ def test_megatron_partial_recompute_and_optimizer_offload(tmp_path: Path) -> Non
     assert part["memory_gib"]["activations"] > full["memory_gib"]["activations"]
     assert part["step_time_s"] < full["step_time_s"]
     assert part["memory_gib"]["optimizer"] == 0 < part["host_memory_gib"]
+
+
+def test_megatron_cpu_offloading_of_some_layers(tmp_path: Path) -> None:
+    script = tmp_path / "offload.sh"
+    script.write_text(LLAMA_MEGATRON + "--cpu-offloading --cpu-offloading-num-layers 6\n")
+    data, stderr = _import(tmp_path, "megatron", script, "--num-nodes", "1")
+    assert [data["training"][k] for k in ("activation_offload", "activation_offload_num_layers")] == [True, 6]
+    assert not [line for line in stderr.splitlines() if "not model" in line and "--cpu-offloading" in line]
+    some = _simulate(tmp_path, data, "some")
+    plain = {**data["training"], "activation_offload": False}
+    del plain["activation_offload_num_layers"]
+    none = _simulate(tmp_path, {**data, "training": plain}, "none")
+    assert some["memory_gib"]["activations"] < none["memory_gib"]["activations"]
+    assert some["host_memory_gib"] > 0 == none["host_memory_gib"]

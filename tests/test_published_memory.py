@@ -21,21 +21,26 @@ from benchmarks.published_data import FP8_RUNS, MOE_AND_LONG_CONTEXT_RUNS, RUNS
 KNOWN_MISSES = {
     "torchtitan-h100-t4-70b-2d": "70B FSDP 32 x TP 8, one micro-batch of 16 x 8K under full AC, "
     "torch.compile and Float8: 16 GiB unaccounted for, not yet traced",
-    "torchtitan-h100-t5-405b-3d-1f1b": "torch.distributed.pipelining's receive buffers per micro-batch "
-    "(the pipeline's in-flight tensors: branch sched) and Async TP's symmetric-memory buffers",
+    "torchtitan-h100-t5-405b-3d-1f1b": "Async TP's symmetric-memory buffers (the pipelining receive buffers "
+    "are counted: costs/memory.py pipelining_buffer_bytes)",
     "torchtitan-h100-t6-405b-4d-cp8-256k": "as the 1F1B row, plus context parallel's gathered K/V at 256K",
 }
-# Published runs that trained yet are predicted "does not fit", each with the missing piece and who owns it.
+# Published runs that trained yet are predicted "does not fit", each with the evidence of what is missing.
+_LLAMA3 = (
+    "the paper's schedule groups N micro-batches per virtual stage (sec. 3.3.2, Figure 6) and states no N "
+    "for the run; as Megatron-Core's interleaved 1F1B with N = pp (16) its warm-up, 2(pp-1) + (V-1)N = 142 "
+    "forwards, covers all 8 x 16 of a step: every layer's activations of every micro-batch in flight. The "
+    "row's framework 'other' also takes torchtitan's fp32 master parameters, which the paper does not state"
+)
 NOT_FITTING_YET = {
-    "llama3-405b-8192": "Meta's own pipeline schedule keeps fewer micro-batches in flight than 1F1B with "
-    "the assumed interleaving (branch sched: schedules' in-flight activations)",
-    "llama3-405b-16384": "as llama3-405b-8192",
-    "llama3-405b-16384-cp16-131072": "as llama3-405b-8192",
-    "deepseek-v3-2048xh800": "MLA modelled as multi-head attention: its activations (branch mla)",
-    "nemo-gpt-oss-120b-64xh100-mbs4": "MoE block activations at micro-batch 4 (branch moex)",
-    "bridge-h100-fp8-llama3-70b-64gpu": "dropout masks Llama does not keep (dropout 0): no model key for "
-    "the dropout probability yet (model shapes, branch mla); 74.5 GiB against 73.5 usable",
-    "bridge-h100-fp8-llama3-70b-64gpu-gbs256": "as bridge-h100-fp8-llama3-70b-64gpu",
+    "llama3-405b-8192": _LLAMA3,
+    "llama3-405b-16384": _LLAMA3,
+    "llama3-405b-16384-cp16-131072": _LLAMA3,
+    "deepseek-v3-2048xh800": "DualPipe (two copies of the parameters, its own in-flight count) priced as "
+    "1F1B, and the report's FP8 activation caching of SwiGLU and MoE inputs (sec. 3.3.3) beyond the GEMM "
+    "inputs counted (tests/test_published_moe.py)",
+    "nemo-gpt-oss-120b-64xh100-mbs4": "MoE block activations at micro-batch 4 under PP 4 with no recompute "
+    "(tests/test_published_moe.py): the recipe's recompute and offload are not stated by the row",
 }
 
 

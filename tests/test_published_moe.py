@@ -104,7 +104,6 @@ KNOWN_UNFIT: dict[str, str] = {
     "deepseek-v3-2048xh800": "activations: norm + MLA up-proj recompute priced as none; FP8 caching absent",
     "nemo-gpt-oss-120b-64xh100-mbs4": "activations of mbs 4 under PP4 with no recompute; ZeRO-0",
     "bridge-qwen3-30b-a3b-16xh100-2511": _ROUTED,
-    "bridge-deepseek-v3-1024xh100-2509": "activations: mla_up_proj + mlp recompute priced as none",
     # the Megatron-MoE-ModelZoo rows recompute norms and the expert activation (output-discarding),
     # priced as recompute none: their activations are counted whole
     "modelzoo-qwen3-235b-tp2-pp8-ep32": _NORM_ACT,

@@ -17,7 +17,7 @@ Which layers stay in `dtype`: under every recipe attention (the core), norms, th
 layer. Every block's linear layers run narrow: Megatron-LM's `--first-last-layers-bf16` is off by default,
 and Megatron-Bridge's performance recipes leave it off (bf16_with_nvfp4_mixed; FP8-CS sets it False);
 keeping blocks wide as the NVFP4 paper does (~15% of them, most at the end) would need a key of its own.
-What a block saves for backward is left as in `dtype` (`saved_input_bytes` says what the recipe keeps;
+What a block saves for backward: its GEMM inputs in the recipe's `saved_input_bytes` (gemm_input_bytes;
 costs/memory.py owns the activation memory).
 """
 
@@ -122,6 +122,12 @@ def fp8_weight_copy_bytes(
     if fp8_param:
         return (copy - dtype_bytes) * layer_params_on_rank
     return 0.0 if zero_stage >= 3 else copy * layer_params_on_rank
+
+
+def gemm_input_bytes(fp8: bool, name: str, dtype_bytes: float) -> float:
+    """Bytes per element of a GEMM input saved for its weight gradient: the recipe's quantized copy under
+    FP8 (`Recipe.saved_input_bytes`), else the training dtype's (costs/memory.py, costs/moe.py)."""
+    return recipe(name).saved_input_bytes if fp8 else float(dtype_bytes)
 
 
 DEFAULT_RECIPE: FP8Recipe = "tensorwise_delayed"

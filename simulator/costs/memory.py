@@ -19,6 +19,7 @@ import math
 from dataclasses import dataclass
 
 from plancast.simulator.costs.fp8 import fp8_weight_copy_bytes
+from plancast.simulator.costs.fp8 import gemm_input_bytes as fp8_gemm_input_bytes
 from plancast.simulator.costs.mla import mla_saved_elements
 from plancast.simulator.costs.moe import moe_activation_bytes
 from plancast.simulator.costs.ops import DTYPE_BYTES, Shape, gemm_weight_elements, layer_forward
@@ -97,11 +98,11 @@ def layer_activation_bytes(
 ) -> float:
     """Bytes one transformer block keeps for backward, per micro-batch (Korthikanti et al. 2022, sec. 4.1;
     e.g. tensor parallel: s*b*h*(10 + 24/t + 5*a*s/(h*t)) for fp16 GPT). Generalised to GQA, SwiGLU,
-    head_dim, MLA, fp32 and fused attention; `mlp_bytes` replaces the MLP's share (an MoE block,
-    costs/moe.py). Under context parallel x.s is the rank's s / cp tokens, so everything but the
-    K/V-length scores is /cp. Selective recompute under `policy` "op" (torchtitan's per-op
-    checkpointing) keeps the block's input and the outputs costs/recompute.py lists, and fp32
-    logsumexp rows when attention is fused."""
+    head_dim, MLA, fp32, fused attention and FP8 GEMM inputs (gemm_input_bytes); `mlp_bytes` replaces
+    the MLP's share (an MoE block, costs/moe.py). Under context parallel x.s is the rank's s / cp
+    tokens, so everything but the K/V-length scores is /cp. Selective recompute under `policy` "op"
+    (torchtitan's per-op checkpointing) keeps the block's input and the outputs costs/recompute.py
+    lists, and fp32 logsumexp rows when attention is fused."""
     d, t = x.dtype_bytes, x.tp
     sbh = x.s * x.b * x.h
     sp = t if x.sp else 1  # sequence parallel shards the otherwise replicated tensors
@@ -110,19 +111,36 @@ def layer_activation_bytes(
     if recompute == "selective" and policy == "op" and mlp_bytes is None:
         lse = 4.0 * x.b * x.heads / t * x.s if x.flash else 0.0
         return d * sbh / sp + d * x.s * x.b * op_sac_saved_elements(layer_forward(x), x) + lse
-    replicated = (4 * d + 2) * sbh / sp  # two norm inputs, QKV input, FC1 input, two 1-byte dropout masks
+    g = gemm_input_bytes(x)
+    # two norm inputs, QKV input, FC1 input, two 1-byte dropout masks
+    replicated = (2 * d + 2 * g + 2) * sbh / sp
     qkv = d * x.s * x.b * (x.q_dim + 2 * x.kv_dim) / t
     if x.qk_norm:  # the per-head norms keep their inputs, the projected Q and K
         qkv += d * x.s * x.b * (x.q_dim + x.kv_dim) / t
-    out_proj = d * (x.s * x.b * x.o_dim) / t
+    # the attention's output: the output projection's input, which the fused kernel also keeps (its
+    # backward reads it) in `dtype` beside a narrow copy under FP8
+    out_bytes = g + (d if x.flash and g != d else 0.0)
+    out_proj = out_bytes * (x.s * x.b * x.o_dim) / t
     if x.mla is not None:  # the latents, per-head Q/K/V and output MLA keeps (costs/mla.py)
         projections, output = mla_saved_elements(x, x.mla)
         qkv, out_proj = d * x.s * x.b * projections, d * x.s * x.b * output
-    mlp = (3 if x.swiglu else 2) * d * x.s * x.b * x.ffn / t if mlp_bytes is None else mlp_bytes
+    # FC1's output (the activation's input: two halves under SwiGLU), FC2's input
+    mlp = ((2 if x.swiglu else 1) * d + g) * x.s * x.b * x.ffn / t if mlp_bytes is None else mlp_bytes
     scores = 0.0
     if recompute == "none" and not x.flash:  # softmax out, dropout mask, dropout out
         scores = (2 * d + 1) * x.b * x.heads * x.s * (x.kv_s or x.s) / t
     return replicated + qkv + out_proj + mlp + scores
+
+
+def gemm_input_bytes(x: Shape) -> float:
+    """Bytes per element of a GEMM input saved for its weight gradient. Under FP8 the linear layers save
+    the quantized input they already made for the forward GEMM, in the orientation the weight-gradient
+    GEMM reads: Transformer Engine's Linear / LayerNormLinear save `inputmat` / `ln_out` after the cast
+    (transformer_engine/pytorch/module/linear.py, layernorm_linear.py, keeping only the column-wise copy
+    of block-scaled formats), torchao's tensorwise Float8Linear saves `input_fp8`
+    (torchao/float8/float8_linear.py `manual_float8_matmul_with_args_in_float8`), its rowwise recipe the
+    high-precision input: costs/fp8.py `Recipe.saved_input_bytes`."""
+    return fp8_gemm_input_bytes(x.fp8, x.fp8_recipe, x.dtype_bytes)
 
 
 def rebuilds_a_block(recompute: str, policy: str, moe: bool) -> bool:
@@ -138,10 +156,15 @@ def peak_inflight_layers(actions: tuple[Action, ...], chunk_layers: dict[int, in
 
 
 def loss_bytes_per_logit(s: Scenario) -> float:
-    """fp32 bytes per logit the cross-entropy holds at its peak, the start of backward. Megatron-LM's
-    vocab-parallel loss keeps the softmax and writes the gradient into it: logits and gradient, 8.
+    """Bytes per logit the cross-entropy holds at its peak, the start of backward. Megatron-LM's
+    vocab-parallel loss keeps the softmax and writes the gradient into it: fp32 logits and gradient, 8.
     torch's `F.cross_entropy` (torchtitan, plancast's runtime) saves log_softmax's fp32 output, and its
-    backward holds that, the incoming gradient and the input gradient at once: 12."""
+    backward holds that, the incoming gradient and the input gradient at once: 12. Transformer Engine's
+    fused loss (training.fused_cross_entropy "te") saves the logits in the training dtype and row
+    statistics, and computes the gradient from them in backward (transformer_engine/pytorch/
+    cross_entropy.py `CrossEntropyFunction`): the logits' own bytes."""
+    if s.training.fused_cross_entropy == "te":
+        return float(DTYPE_BYTES[s.training.dtype])
     return 12.0 if s.parallelism.framework == "torchtitan" else 8.0
 
 
@@ -156,11 +179,12 @@ def rank_memory(s: Scenario, pp_rank: int, schedule: Schedule | None = None) -> 
     starts = [sum(split[:v]) for v in range(stages)]
     params, experts = rank_parameters(m, split, owned, tp=s.tp, vocab_tp=s.vocab_tp, ep=s.ep, etp=s.etp)
     p_b, g_b, o_b = _model_states(s, params - experts, experts)
-    if t.fp8:  # the blocks' FP8 weights (costs/fp8.py): all but the embedding and output layer
+    if caches_fp8_weights(s):  # the blocks' FP8 weights (costs/fp8.py): not the embedding and output layer
         outer = rank_parameters(m, [0] * stages, owned, tp=s.tp, vocab_tp=s.vocab_tp, ep=s.ep, etp=s.etp)[0]
-        p_b += fp8_weight_copy_bytes(
+        copies = fp8_weight_copy_bytes(
             params - outer, par.zero_stage, t.fp8_recipe, t.fp8_param, DTYPE_BYTES[t.dtype]
         )
+        p_b += copies / s.zero_dp if par.zero_stage >= 3 else copies  # FP8 primary weights shard like bf16's
     host = 0.0
     if t.optimizer_cpu_offload:  # the optimizer's states live on the host (costs/offload.py)
         host, o_b = o_b, 0.0
@@ -184,21 +208,51 @@ def rank_memory(s: Scenario, pp_rank: int, schedule: Schedule | None = None) -> 
     # the rank's largest block, conservatively
     folded = s.etp if par.expert_tensor_parallel_degree is not None else None
     mlp = moe_activation_bytes(x, m, t.moe_routing_imbalance, folded) if has_moe else None
-    kept = {}
+    kept, layers = {}, {}
     for c, stage in enumerate(owned):  # each multi-token-prediction depth keeps a block's activations
-        mtp = m.num_nextn_predict_layers if stage == stages - 1 else 0
-        kept[c] = chunk_activation_bytes(s, x, split[stage] + mtp, mlp)
-    acts = peak_inflight_bytes(schedule[pp_rank], {c: k[0] for c, k in kept.items()})
+        layers[c] = split[stage] + (m.num_nextn_predict_layers if stage == stages - 1 else 0)
+        kept[c] = chunk_activation_bytes(s, x, layers[c], mlp)
     rebuilt = max(k[1] for k in kept.values())
-    if t.activation_offload:  # only the block computed and the one on the host link stay (offload.py)
-        layer = layer_activation_bytes(x, t.recompute, mlp, t.selective_recompute)
-        host += max(acts - 2 * layer, 0.0)
-        acts = min(acts, 2 * layer)
-    acts += rebuilt
+    resident, offloaded, staging = offload_split(s, x, mlp, {c: k[0] for c, k in kept.items()}, layers)
+    acts = peak_inflight_bytes(schedule[pp_rank], resident)
+    if t.activation_offload:  # offloaded blocks leave at most two on the GPU, copied or computed (offload.py)
+        off = peak_inflight_bytes(schedule[pp_rank], offloaded)
+        host += off - min(off, staging)
+        acts = max(acts, min(off, staging))
+    acts += rebuilt + pipelining_buffer_bytes(s, x, owned, schedule[pp_rank])
     if stages - 1 in owned:  # the loss's fp32 buffers for one micro-batch (vocab-parallel)
         # all of it when replicated; one loss per multi-token-prediction depth beside the main one
         acts += (1 + m.num_nextn_predict_layers) * loss_bytes_per_logit(s) * x.s * x.b * x.vocab / s.vocab_tp
     return MemoryBreakdown(p_b, g_b, o_b, acts, gathered, host)
+
+
+def caches_fp8_weights(s: Scenario) -> bool:
+    """Whether FP8 GEMM weights live for the step beside the parameters. Transformer Engine caches each
+    weight's FP8 copy over a step's micro-batches (`is_first_microbatch`), or holds FP8 primary weights
+    (training.fp8_param); torchao's Float8Linear (torchtitan) casts the weight in every forward
+    (torchao/float8/float8_linear.py `Float8Linear.forward`), so no copy outlives its micro-batch (a
+    block that is not recomputed saves its micro-batch's cast for backward: not counted)."""
+    t = s.training
+    return t.fp8 and (t.fp8_param or s.parallelism.framework != "torchtitan")
+
+
+def pipelining_buffer_bytes(
+    s: Scenario, x: Shape, owned: tuple[int, ...] | list[int], actions: tuple[Action, ...]
+) -> float:
+    """The receive buffers parallelism.pipeline_receive_buffers = "per_microbatch" keeps for the step:
+    torch.distributed.pipelining allocates one per micro-batch of the step for each stage's input (but the
+    first stage's) and output gradient (but the last stage's) (torch/distributed/pipelining/stage.py
+    `_prepare_forward_infra` / `_prepare_backward_infra`, one `_make_tensor_from_meta` per micro-batch;
+    pytorch/pytorch#136380). A stage boundary is the rank's share of the residual stream, split over tp
+    under sequence parallel. The input buffers of the micro-batches in flight are their chunks' first
+    inputs, already counted with the activations."""
+    if s.parallelism.pipeline_receive_buffers != "per_microbatch" or s.pp == 1:
+        return 0.0
+    last = s.pp * s.vpp - 1
+    boundary = x.b * x.s * x.h * x.dtype_bytes / (x.tp if x.sp else 1)
+    buffers = sum((v > 0) + (v < last) for v in owned) * s.num_microbatches * boundary
+    inputs = {c: boundary if v > 0 else 0.0 for c, v in enumerate(owned)}
+    return buffers - peak_inflight_bytes(actions, inputs)
 
 
 def fsdp_holds_stage_unsharded(s: Scenario) -> bool:
@@ -229,6 +283,23 @@ def chunk_activation_bytes(s: Scenario, x: Shape, layers: int, mlp: float | None
     if t.recompute_method == "block":
         return n * checkpoint + (layers - n) * full, full if n else 0.0
     return math.ceil(layers / max(n, 1)) * checkpoint, n * full
+
+
+def offload_split(
+    s: Scenario, x: Shape, mlp: float | None, kept: dict[int, float], layers: dict[int, int]
+) -> tuple[dict[int, float], dict[int, float], float]:
+    """(bytes each chunk keeps on the GPU per micro-batch, bytes it offloads, the most offloaded bytes on the
+    GPU at once) under training.activation_offload. Megatron-Core's `--cpu-offloading-num-layers` n
+    offloads the first n blocks of a chunk (Transformer Engine `get_cpu_offload_context`: one offload
+    group per block, `AsyncDoubleBufferGroupOffloadHandler`), the rest keep their activations; its double
+    buffer holds the block being computed and the one on the host link: two blocks' worth."""
+    t = s.training
+    if not t.activation_offload:
+        return kept, dict.fromkeys(kept, 0.0), 0.0
+    layer = layer_activation_bytes(x, t.recompute, mlp, t.selective_recompute)
+    n = t.activation_offload_num_layers
+    offloaded = {c: b if n is None else min(b, min(n, layers[c]) * layer) for c, b in kept.items()}
+    return {c: kept[c] - offloaded[c] for c in kept}, offloaded, 2 * layer
 
 
 def peak_inflight_bytes(actions: tuple[Action, ...], chunk_bytes: dict[int, float]) -> float:

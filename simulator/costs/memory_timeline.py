@@ -16,8 +16,9 @@ from typing import NamedTuple
 
 from plancast.simulator.costs.memory import (
     chunk_activation_bytes,
-    layer_activation_bytes,
     loss_bytes_per_logit,
+    offload_split,
+    pipelining_buffer_bytes,
     rank_memory,
 )
 from plancast.simulator.costs.moe import moe_activation_bytes
@@ -51,24 +52,25 @@ def memory_timeline(s: Scenario, pp_rank: int, schedule: Schedule | None = None)
     x, split, stages = Shape.of(s), s.layer_split, s.pp * s.vpp
     starts = [sum(split[:v]) for v in range(stages)]
     owned = [c * s.pp + pp_rank for c in range(s.vpp)]
+    states += pipelining_buffer_bytes(s, x, owned, schedule[pp_rank])  # allocated once, kept over the step
     moe = any(moe_layer_count(s.model, starts[v], split[v]) for v in owned)
     mlp = moe_activation_bytes(x, s.model) if moe else None
-    kept = {c: chunk_activation_bytes(s, x, split[c * s.pp + pp_rank], mlp) for c in range(s.vpp)}
-    cap = None
-    if s.training.activation_offload:  # two blocks stay on the GPU (costs/memory.py)
-        cap = 2 * layer_activation_bytes(x, s.training.recompute, mlp, s.training.selective_recompute)
+    layers = {c: split[c * s.pp + pp_rank] for c in range(s.vpp)}
+    kept = {c: chunk_activation_bytes(s, x, n, mlp) for c, n in layers.items()}
+    # offloaded blocks: at most two on the GPU at once (costs/memory.py offload_split)
+    resident, offloaded, cap = offload_split(s, x, mlp, {c: k[0] for c, k in kept.items()}, layers)
     loss = loss_bytes_per_logit(s) * x.s * x.b * x.vocab / s.vocab_tp
     actions = schedule[pp_rank]
     split_backward = any(a.kind == "W" for a in actions)  # a split backward: B is the input-gradient part
-    live, points = 0.0, []
+    live, off, points = 0.0, 0.0, []
     for order, a in enumerate(actions):
-        on_gpu = live if cap is None else min(live, cap)
+        on_gpu = max(live, min(off, cap))
         if a.kind == "F":
-            live += kept[a.chunk][0]
-            value = states + (live if cap is None else min(live, cap))
+            live, off = live + resident[a.chunk], off + offloaded[a.chunk]
+            value = states + max(live, min(off, cap))
         elif a.kind == "B":
             value = states + on_gpu + kept[a.chunk][1] + (loss if a.stage == stages - 1 else 0.0)
-            live -= kept[a.chunk][0]
+            live, off = live - resident[a.chunk], off - offloaded[a.chunk]
         else:
             value = states + on_gpu
         kind = "backward_input" if a.kind == "B" and split_backward else KINDS[a.kind]

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 
-from plancast.simulator.costs.fp8 import recipe
+from plancast.simulator.costs.fp8 import gemm_input_bytes, recipe
 from plancast.simulator.costs.ops import (
     DTYPE_BYTES,
     Op,
@@ -172,11 +172,12 @@ def moe_activation_bytes(
     dispatched token slots (expert inputs), the experts' intermediate activations, the shared experts'.
     `etp` set (folded expert grid): the rank routes 1/(tp/etp) of the tokens, experts split over etp."""
     tokens, d = x.b * x.s, x.dtype_bytes
+    g = gemm_input_bytes(x.fp8, x.fp8_recipe, d)  # FC1's and FC2's inputs: narrow under FP8 (costs/fp8.py)
     routed_tokens = tokens // (x.tp // etp) if etp else tokens
     slots = dispatch_tokens(m, routed_tokens) * (1.0 if m.moe_capacity_factor is not None else imbalance)
-    per_slot = (3 if x.swiglu else 2) * m.expert_ffn_size / (etp or x.tp)
-    shared_per_token = (3 if x.swiglu else 2) * m.expert_ffn_size / x.tp
+    per_slot = ((2 if x.swiglu else 1) * d + g) * m.expert_ffn_size / (etp or x.tp)
+    shared_per_token = ((2 if x.swiglu else 1) * d + g) * m.expert_ffn_size / x.tp
     router = 4 * tokens * m.num_experts
-    routed = d * slots * (x.h + per_slot)
-    shared = d * tokens * shared_per_token * m.n_shared_experts
+    routed = slots * (g * x.h + per_slot)
+    shared = tokens * shared_per_token * m.n_shared_experts
     return router + routed + shared

@@ -52,4 +52,12 @@ def activation_offload_s(s: Scenario, block_bytes: float, block_compute_s: float
     if not s.training.activation_offload or _on_cpu(s):
         return 0.0
     copy_s = block_bytes / _rate(s, host_side(s.cluster.gpu.name).link_GBps)
-    return max(copy_s - block_compute_s, 0.0)
+    return offloaded_share(s) * max(copy_s - block_compute_s, 0.0)
+
+
+def offloaded_share(s: Scenario) -> float:
+    """The share of a stage's blocks that offload: training.activation_offload_num_layers of the blocks of
+    a (virtual) stage, all when unset (the mean block's exposed copy, blocks being priced alike)."""
+    n = s.training.activation_offload_num_layers
+    per_stage = s.model.num_hidden_layers / (s.pp * s.vpp)
+    return 1.0 if n is None else min(n / per_stage, 1.0)

@@ -37,6 +37,7 @@ _MEGATRON_SIZES = (
     "--num-experts",
     "--make-vocab-size-divisible-by",
     "--recompute-num-layers",
+    "--cpu-offloading-num-layers",
 )
 
 
@@ -53,6 +54,7 @@ _SWITCHES = (
     "--overlap-grad-reduce",
     "--tp-comm-overlap",
     "--optimizer-cpu-offload",
+    "--cpu-offloading",
 )
 _VALUE_FLAGS = (
     *_MEGATRON_SIZES,
@@ -238,9 +240,10 @@ def _megatron_training(ns: argparse.Namespace, notes: list[str]) -> dict[str, An
 
 
 def _megatron_memory(ns: argparse.Namespace, granularity: str | None, notes: list[str]) -> dict[str, Any]:
-    """Partial recompute and optimizer offload (megatron/training/arguments.py: `--recompute-method`,
-    `--recompute-num-layers` apply to `--recompute-granularity full`; `--optimizer-cpu-offload` with
-    `--optimizer-offload-fraction`, default 1.0)."""
+    """Partial recompute, activation and optimizer offload (megatron/training/arguments.py:
+    `--recompute-method`, `--recompute-num-layers` apply to `--recompute-granularity full`;
+    `--cpu-offloading-num-layers` (default 0) blocks offload under `--cpu-offloading`;
+    `--optimizer-cpu-offload` with `--optimizer-offload-fraction`, default 1.0)."""
     out: dict[str, Any] = {}
     every_layer = ns.recompute_method in (None, "uniform") and ns.recompute_num_layers in (None, 1)
     if granularity == "full" and not every_layer:  # uniform, 1 layer: plancast's full recompute as it is
@@ -249,6 +252,11 @@ def _megatron_memory(ns: argparse.Namespace, granularity: str | None, notes: lis
             out["recompute_num_layers"] = ns.recompute_num_layers
     elif ns.recompute_method is not None or ns.recompute_num_layers is not None:
         notes.append("--recompute-method, --recompute-num-layers dropped: need --recompute-granularity full")
+    if ns.cpu_offloading_num_layers:  # Megatron-Core offloads the first n blocks' activations
+        out["activation_offload"] = True
+        out["activation_offload_num_layers"] = ns.cpu_offloading_num_layers
+    elif ns.cpu_offloading:
+        notes.append("--cpu-offloading dropped: it offloads --cpu-offloading-num-layers blocks, here 0")
     if ns.optimizer_cpu_offload:
         out["optimizer_cpu_offload"] = True
         if ns.optimizer_offload_fraction != 1.0:

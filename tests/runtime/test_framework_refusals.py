@@ -22,6 +22,8 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {
     "megatron-default-fused": ({}, {"framework": "megatron-lm"}, "elementwise = 'eager'"),
     "optimizer-offload": ({"optimizer_cpu_offload": True}, {}, "optimizer_cpu_offload = false"),
     "activation-offload": ({"activation_offload": True}, {}, "activation_offload = false"),
+    "te-loss": ({"fused_cross_entropy": "te"}, {}, "fused_cross_entropy = 'none'"),
+    "pipelining-buffers": ({}, {"pipeline_receive_buffers": "per_microbatch"}, "'per_transfer'"),
     "hsdp": (
         {},
         {"data_parallel_degree": 4, "zero_stage": 3, "data_parallel_replicate_degree": 2},
