@@ -83,6 +83,8 @@ class _FsdpState:
 
     def __init__(self, plan: RankPlan, c: Chunk) -> None:
         self.zero3 = plan.scenario.parallelism.zero_stage == 3
+        # HSDP: each unit's reduce-scattered shard is then all-reduced over the replicas (FSDP2 on a 2-D mesh)
+        self.reduce = ["reduce_scatter"] + (["all_reduce"] if plan.grid.replicate > 1 else [])
         self.units = (["root"] if c.has_embedding or c.has_head else []) + [
             f"layer{i}" for i in range(c.first_layer, c.last_layer)
         ]
@@ -101,7 +103,7 @@ class _FsdpState:
     def backward(self) -> list[str]:
         gathers = ["all_gather" for unit in self.units if not self.gathered[unit]]
         self.gathered = dict.fromkeys(self.units, False)  # post-backward reshards every unit
-        return gathers + ["reduce_scatter"] * len(self.units)
+        return gathers + self.reduce * len(self.units)
 
 
 def _moe_cp_pass(plan: RankPlan, c: Chunk, phase: Phase) -> list[tuple[str, str]]:

@@ -22,11 +22,6 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {
     "megatron-default-fused": ({}, {"framework": "megatron-lm"}, "elementwise = 'eager'"),
     "optimizer-offload": ({"optimizer_cpu_offload": True}, {}, "optimizer_cpu_offload = false"),
     "activation-offload": ({"activation_offload": True}, {}, "activation_offload = false"),
-    "hsdp": (
-        {},
-        {"data_parallel_degree": 4, "zero_stage": 3, "data_parallel_replicate_degree": 2},
-        "data_parallel_replicate_degree = 1",
-    ),
 }
 
 
