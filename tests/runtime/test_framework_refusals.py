@@ -22,13 +22,18 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {
     "megatron-default-fused": ({}, {"framework": "megatron-lm"}, "elementwise = 'eager'"),
     "optimizer-offload": ({"optimizer_cpu_offload": True}, {}, "optimizer_cpu_offload = false"),
     "activation-offload": ({"activation_offload": True}, {}, "activation_offload = false"),
+    "split-backward-fsdp": (
+        {},
+        {**FSDP, "pipeline_parallel_degree": 2, "pipeline_parallel_schedule": "ZBH2"},
+        "only under zero_stage 0 or 1 without tensor parallel",
+    ),
 }
 
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_unrun_behaviour_is_refused_with_the_fix(name: str, tmp_path: Path) -> None:
     training, parallelism, fix = CASES[name]
-    ranks = parallelism.get("data_parallel_degree", 1)
+    ranks = parallelism.get("data_parallel_degree", 1) * parallelism.get("pipeline_parallel_degree", 1)
     data = {
         "model": {"preset": "tiny-gpt"},
         "training": {**TRAINING, **training},
