@@ -182,8 +182,9 @@ def _rank_keys(plan: RankPlan) -> list[_Key]:
                 keys.append(_Key("pp", "send", a.stage, a.chunk, a.microbatch, plan.holder(a.stage - 1), 1))
         else:
             keys.append(_Key("compute", "backward_weight", a.stage, a.chunk, a.microbatch))
-            if a.stage == 0:
+            if a.stage == 0:  # the first stage's whole backward, its blocking collectives with it
                 comm(_tp_pass(plan, c, "backward"), "tp", a.stage, a.chunk, a.microbatch)
+                moe_cp(a, c, "backward")
     return keys + _step_end_keys(plan, dense_ranks)
 
 
