@@ -6,8 +6,8 @@ single-process reference's.
 
 One of the suite's two 4-rank tests (with test_mla_cli.py's DualPipeV pp 2 x ep 2): tiny
 (OMP_NUM_THREADS=1, a 4-layer width-32 model, about 0.5 GiB a rank), so it fits a 2-core machine's
-memory, and it runs in the rank group (tests/conftest.py), never beside another rank test. Its timings mean nothing on 2 cores, and nothing
-here reads them."""
+memory, and it runs in the rank group (tests/conftest.py), never beside another rank test. Its timings
+mean nothing on 2 cores, and nothing here reads them."""
 
 from __future__ import annotations
 
