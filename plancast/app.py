@@ -257,7 +257,8 @@ def write_predicted(run_path: Path, prediction: Any) -> list[Path]:
 
 
 def ensure_predicted(run_path: Path) -> None:
-    """Simulate RUN/scenario.toml into RUN/predicted/ when the run has no prediction yet."""
+    """Simulate RUN/scenario.toml into RUN/predicted/ when the run has no prediction yet (the caller holds
+    the run's write guard, ``traces.lock.claim``)."""
     from plancast.simulator.predict import simulate as run_simulation
     from plancast.traces.store import RunDir
 

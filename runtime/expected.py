@@ -83,6 +83,8 @@ class _FsdpState:
 
     def __init__(self, plan: RankPlan, c: Chunk) -> None:
         self.zero3 = plan.scenario.parallelism.zero_stage == 3
+        # HSDP: each unit's reduce-scattered shard is then all-reduced over the replicas (FSDP2 on a 2-D mesh)
+        self.reduce = ["reduce_scatter"] + (["all_reduce"] if plan.grid.replicate > 1 else [])
         self.units = (["root"] if c.has_embedding or c.has_head else []) + [
             f"layer{i}" for i in range(c.first_layer, c.last_layer)
         ]
@@ -101,7 +103,7 @@ class _FsdpState:
     def backward(self) -> list[str]:
         gathers = ["all_gather" for unit in self.units if not self.gathered[unit]]
         self.gathered = dict.fromkeys(self.units, False)  # post-backward reshards every unit
-        return gathers + ["reduce_scatter"] * len(self.units)
+        return gathers + self.reduce * len(self.units)
 
 
 def _moe_cp_pass(plan: RankPlan, c: Chunk, phase: Phase) -> list[tuple[str, str]]:
@@ -180,8 +182,9 @@ def _rank_keys(plan: RankPlan) -> list[_Key]:
                 keys.append(_Key("pp", "send", a.stage, a.chunk, a.microbatch, plan.holder(a.stage - 1), 1))
         else:
             keys.append(_Key("compute", "backward_weight", a.stage, a.chunk, a.microbatch))
-            if a.stage == 0:
+            if a.stage == 0:  # the first stage's whole backward, its blocking collectives with it
                 comm(_tp_pass(plan, c, "backward"), "tp", a.stage, a.chunk, a.microbatch)
+                moe_cp(a, c, "backward")
     return keys + _step_end_keys(plan, dense_ranks)
 
 

@@ -35,7 +35,7 @@ from plancast.runtime.failures import (
     parse_failures,
     read_rank_errors,
 )
-from plancast.runtime.machine import Machine, check_machine, this_machine
+from plancast.runtime.machine import Machine, check_machine, oversubscribed, this_machine
 from plancast.runtime.plan import PlanError, check_runtime_support
 from plancast.runtime.process import TIMEOUT_EXIT_CODE, Stopped, run_streaming, stop_on_signals
 from plancast.simulator.loader import ScenarioError, load_scenario, to_toml_dict
@@ -231,8 +231,11 @@ def report_failure(run: RunDir, plan: LaunchPlan, exit_code: int, output: str, e
     return reason
 
 
-def check_this_machine(scenario: Scenario, plan: LaunchPlan, machine: Machine | None = None) -> None:
-    """LaunchError when this node cannot hold its ranks (GPUs, cores, memory); see ``runtime.machine``."""
+def check_this_machine(
+    scenario: Scenario, plan: LaunchPlan, machine: Machine | None = None, *, oversubscribe: bool = False
+) -> None:
+    """LaunchError when this node cannot hold its ranks (GPUs, cores, memory); see ``runtime.machine``.
+    ``oversubscribe``: more CPU ranks than cores may start (said on stderr: their timings mean nothing)."""
     from plancast.simulator.costs.memory import peak_memory
 
     machine = machine or this_machine()
@@ -240,11 +243,18 @@ def check_this_machine(scenario: Scenario, plan: LaunchPlan, machine: Machine | 
         "run a smaller scenario (fewer ranks: cluster.num_nodes x cluster.gpus_per_node; a smaller "
         "model), or spread the ranks over more machines with --nnodes N --node-rank I"
     )
-    why = check_machine(machine, plan.nproc_per_node, 0.0, fix)  # no simulation for hopeless launches
+    ranks = plan.nproc_per_node
+    why = check_machine(machine, ranks, 0.0, fix, oversubscribe=oversubscribe)  # before any simulation
     if why is None and not machine.gpus:
-        why = check_machine(machine, plan.nproc_per_node, peak_memory(scenario)[1].total / 1024**3, fix)
+        rank_GiB = peak_memory(scenario)[1].total / 1024**3
+        why = check_machine(machine, ranks, rank_GiB, fix, oversubscribe=oversubscribe)
     if why is not None:
         raise LaunchError(f"this run cannot start on this machine: {why}")
+    if oversubscribed(machine, ranks):
+        _say(
+            f"plancast: warning: {ranks} ranks share this machine's {machine.cpu_cores} core(s) "
+            "(--oversubscribe): the measured times are not meaningful; the events and losses are"
+        )
 
 
 def launch(
@@ -260,6 +270,7 @@ def launch(
     rdzv_id: str | None = None,
     checkpoint_every: int | None = None,
     resume: bool = False,
+    oversubscribe: bool = False,
 ) -> int:
     """Run ``scenario_path`` with torchrun into ``out_dir``; the job's exit code (0: every rank finished).
 
@@ -267,8 +278,7 @@ def launch(
     do not fit the scenario or this machine, or another process writes ``out_dir``. A failed job
     returns ``FAILED_EXIT_CODE``, a timeout ``TIMEOUT_EXIT_CODE``, Ctrl-C/SIGTERM
     ``INTERRUPTED_EXIT_CODE``: each after one paragraph on stderr and, on node 0, a summary.
-    ``rdzv_id`` must be the same on every node of one multi-node run.
-    """
+    ``rdzv_id``: the same on every node of one run; ``oversubscribe``: more CPU ranks than cores."""
     scenario_path, out_dir = Path(scenario_path).resolve(), Path(out_dir).resolve()
     scenario = load_scenario(scenario_path).scenario
     plan = plan_launch(
@@ -279,7 +289,7 @@ def launch(
         node_rank=node_rank,
         rdzv_endpoint=rdzv_endpoint,
     )
-    check_this_machine(scenario, plan)  # first: a launch this machine cannot hold is the bigger problem
+    check_this_machine(scenario, plan, oversubscribe=oversubscribe)  # first: the bigger problem
     try:
         check_runtime_support(scenario, plan.world_size)
     except PlanError as err:
@@ -377,6 +387,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--node-rank", type=int, default=0, help="this node's index, 0..nnodes-1")
     p.add_argument("--rdzv-endpoint", default=None, help="HOST:PORT of the rendezvous (nnodes > 1)")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds before the whole job is stopped")
+    p.add_argument(
+        "--oversubscribe", action="store_true", help="start more CPU ranks than cores (timings meaningless)"
+    )
     return p
 
 
@@ -393,6 +406,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             node_rank=args.node_rank,
             rdzv_endpoint=args.rdzv_endpoint,
             timeout_s=args.timeout,
+            oversubscribe=args.oversubscribe,
         )
     except (LaunchError, ScenarioError, RunLockedError) as err:
         print(f"plancast: error: {err}", file=sys.stderr)

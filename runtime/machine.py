@@ -16,7 +16,10 @@ RANK_BASE_GiB = 0.5
 """Resident memory of one CPU rank before its model: Python + torch + gloo (about 0.35-0.45 GiB
 measured with `ps -o rss` on this project's 2-rank runs), rounded up."""
 MAX_RANKS_PER_CORE = 8
-"""CPU ranks per core beyond which a run only thrashes (one thread per rank; tests run 4 per core)."""
+"""CPU ranks per core beyond which a run only thrashes, even with ``--oversubscribe`` (one thread per
+rank)."""
+OVERSUBSCRIBE_FLAG = "--oversubscribe"
+"""The ``plancast run`` flag that lets more CPU ranks than cores start (``check_machine``)."""
 MEMORY_HEADROOM = 0.8
 """Fraction of the available memory a CPU run may plan to use; the rest stays for everything else."""
 
@@ -59,13 +62,25 @@ def this_machine() -> Machine:
     return Machine(cores, _meminfo_available_GiB(), visible_gpus(os.environ))
 
 
+def oversubscribed(machine: Machine, ranks_per_node: int) -> bool:
+    """Whether CPU ranks would share cores (more ranks than cores on a machine without GPUs)."""
+    return not machine.gpus and ranks_per_node > machine.cpu_cores
+
+
 def check_machine(
-    machine: Machine, ranks_per_node: int, rank_memory_GiB: float, what_to_change: str
+    machine: Machine,
+    ranks_per_node: int,
+    rank_memory_GiB: float,
+    what_to_change: str,
+    *,
+    oversubscribe: bool = False,
 ) -> str | None:
     """Why ``ranks_per_node`` ranks of ``rank_memory_GiB`` each cannot start here, or None (pure).
 
-    On a GPU machine each rank needs its own GPU; on CPU the ranks share the cores (at most
-    ``MAX_RANKS_PER_CORE`` each) and the memory (``RANK_BASE_GiB`` + model state per rank).
+    On a GPU machine each rank needs its own GPU; on CPU the ranks share the memory (``RANK_BASE_GiB``
+    + model state per rank) and at most one rank per core runs unless ``oversubscribe`` (then at most
+    ``MAX_RANKS_PER_CORE`` per core): ranks that share a core wait for it, so their timings describe
+    the machine's scheduler, not the plan, while events and losses keep their meaning.
     """
     if machine.gpus:
         if ranks_per_node > machine.gpus:
@@ -79,6 +94,12 @@ def check_machine(
         return (
             f"{ranks_per_node} CPU ranks on this machine's {machine.cpu_cores} core(s) (at most "
             f"{max_ranks}, {MAX_RANKS_PER_CORE} per core); {what_to_change}"
+        )
+    if oversubscribed(machine, ranks_per_node) and not oversubscribe:
+        return (
+            f"{ranks_per_node} CPU ranks on this machine's {machine.cpu_cores} core(s): ranks would share "
+            f"cores, so their timings would mean nothing (events and losses still would); pass "
+            f"{OVERSUBSCRIBE_FLAG} to run it anyway, or {what_to_change}"
         )
     need_GiB = ranks_per_node * (RANK_BASE_GiB + rank_memory_GiB)
     have = machine.memory_available_GiB

@@ -118,11 +118,12 @@ def check_runtime_support(scenario: Scenario, world_size: int) -> None:
             "training.global_batch_size must be a multiple of micro_batch_size * data_parallel_degree"
         )
     name = scenario.parallelism.pipeline_parallel_schedule
-    if splits_backward(name) and dp * cp > 1:
+    if splits_backward(name) and (cp > 1 or (dp > 1 and (scenario.parallelism.zero_stage >= 2 or tp > 1))):
         raise PlanError(
-            f"pipeline_parallel_schedule = {name!r} (split backward) runs with data_parallel_degree = 1 "
-            "and context_parallel_degree = 1 only "
-            "(DDP/FSDP gradient hooks do not see a split weight-gradient pass); use 1F1B for dp > 1"
+            f"pipeline_parallel_schedule = {name!r} (split backward) runs with context_parallel_degree = 1, "
+            "and with data_parallel_degree > 1 only under zero_stage 0 or 1 without tensor parallel (the "
+            "gradients are all-reduced after the weight passes, which FSDP's and DTensor's hooks do not "
+            "see); use 1F1B for these plans"
         )
     if scenario.parallelism.sequence_parallel and tp > 1 and dp > 1:
         raise PlanError(
@@ -166,11 +167,6 @@ def check_framework_behaviour(scenario: Scenario) -> None:
         raise PlanError(
             f"training.fp8 = true (training.fp8_recipe = {t.fp8_recipe!r}): the runtime has no FP8 GEMM path "
             "(Transformer Engine or torchao float8); simulate the plan, or set fp8 = false to run it in bf16"
-        )
-    if p.data_parallel_replicate_degree > 1:
-        raise PlanError(
-            "parallelism.data_parallel_replicate_degree > 1: the runtime shards FSDP2 over all of dp (no "
-            "HSDP mesh yet); simulate the plan, or set data_parallel_replicate_degree = 1 to run it"
         )
     offloads = [k for k in ("activation_offload", "optimizer_cpu_offload") if getattr(t, k)]
     if offloads:

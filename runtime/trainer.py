@@ -41,6 +41,7 @@ from plancast.runtime.model import Decoder, ModelConfig, microbatch, synthetic_b
 from plancast.runtime.moe import is_expert_param, set_aux_loss_scale
 from plancast.runtime.parallel.cp import apply_context_parallel, shard_sequence
 from plancast.runtime.parallel.dp import (
+    allreduce_split_grads,
     backward_with_sync,
     localize_dtensor_params,
     wrap_ddp,
@@ -142,6 +143,7 @@ class Trainer:
         # states exist from the first step on), on CPU the first, the one whose activations are counted
         self._timeline_step = 0 if self.device.type != "cuda" else min(1, scenario.training.steps - 1)
         self.groups = self._moe_cp_groups()
+        self._hsdp_mesh: DeviceMesh | None = None
         tie_groups = self._tie_groups()
         self.chunks = [self._build_chunk(c, tie_groups) for c in self.plan.chunks]
         t = scenario.training
@@ -215,9 +217,9 @@ class Trainer:
                 moe_on_shards=moe_on_sequence_shards(s),
             )
         zero, last_backward = s.parallelism.zero_stage, None
-        if s.dp > 1 and zero >= 2:
-            apply_fsdp(model, self.mesh["dp"], zero_stage=zero, mp_policy=fsdp_policy(s))
-        elif "dp_cp" in self.groups:
+        if s.fsdp:
+            apply_fsdp(model, self._fsdp_mesh(), zero_stage=zero, mp_policy=fsdp_policy(s))
+        elif "dp_cp" in self.groups and not self.plan.split_backward:  # split: reduced after the step
             last_backward = self._wrap_ddp(model, c)
         params = list(model.parameters())
         optimizer: torch.optim.Optimizer
@@ -243,6 +245,19 @@ class Trainer:
             tie_groups.get(self.plan.rank) if peer is not None else None,
             -1 if peer is None else peer,
         )
+
+    def _fsdp_mesh(self) -> DeviceMesh:
+        """The mesh FSDP2 shards over: dp, or under HSDP the 2-D (dp_replicate, dp_shard) mesh, on which
+        fully_shard reduce-scatters over dp_shard and all-reduces over dp_replicate (torchtitan's
+        ``ParallelDims`` mesh; torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py
+        ``foreach_reduce``)."""
+        grid = self.plan.grid
+        if grid.replicate == 1:
+            return self.mesh["dp"]
+        if self._hsdp_mesh is None:  # built once: every rank creates its groups, in the same order
+            names = grid.hsdp_mesh_dim_names
+            self._hsdp_mesh = init_device_mesh(self.device.type, grid.hsdp_mesh_shape, mesh_dim_names=names)
+        return self._hsdp_mesh["dp_replicate", "dp_shard"]
 
     def _wrap_ddp(self, model: Decoder, c: Chunk) -> functools.partial[None]:
         """DDP over the dense-gradient group; routed experts get a second reducer (expert data parallel)."""
@@ -286,6 +301,9 @@ class Trainer:
         self.recorder.memory_probe = self._memory_now if probing else None
         with self.activations.track(params) if counting else contextlib.nullcontext():
             loss = self.executor.run(mb_in, mb_tg)
+        if self.plan.split_backward:  # DDP's hooks do not see the weight passes (runtime/parallel/dp.py)
+            for c in self.chunks:
+                allreduce_split_grads(c.model, self.groups, self.recorder, c.chunk.stage, c.chunk.chunk)
         grid = self.plan.grid
         # the expert reducer averages over edp: scaled to 1/dp in all (runtime/parallel/ep.py)
         expert_scale = len(grid.group("edp", self.plan.rank)) / grid.dp

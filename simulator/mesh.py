@@ -131,6 +131,17 @@ class RankGrid:
         """Dimension names matching ``mesh_shape``."""
         return ("pp", "dp", "cp", "tp")
 
+    @property
+    def hsdp_mesh_shape(self) -> tuple[int, int, int, int, int]:
+        """``mesh_shape`` with dp split into (replicate, dp / replicate), outermost first: torchtitan's
+        HSDP mesh (pp, dp_replicate, dp_shard, cp, tp), ``dp_i = replicate_i * shard + shard_i``."""
+        return (self.pp, self.replicate, self.dp // self.replicate, self.cp, self.tp)
+
+    @property
+    def hsdp_mesh_dim_names(self) -> tuple[str, str, str, str, str]:
+        """Dimension names matching ``hsdp_mesh_shape`` (torchtitan's names)."""
+        return ("pp", "dp_replicate", "dp_shard", "cp", "tp")
+
     def size(self, axis: GroupName) -> int:
         """Ranks in one group named ``axis``."""
         name = _check_group(axis)

@@ -1,6 +1,7 @@
 """The new schedules' predicted events are the runtime's, key for key (runtime.expected), at the shapes
 the CPU runtime cannot start here (more than 2 ranks): V placement at pp 4, with tensor parallel and
-a tied vocab-parallel embedding, and a mixture-of-experts model."""
+a tied vocab-parallel embedding, a mixture-of-experts model (with expert parallel under DualPipeV), and
+HSDP 2 x 2."""
 
 from __future__ import annotations
 
@@ -53,6 +54,22 @@ PLANS: dict[str, dict[str, Any]] = {
         },
         "world": 2,
         "model": MOE,
+    },
+    # expert parallel carved out of dp 2: the first stage's backward all-to-alls run in its weight pass
+    "dualpipev-moe-ep2-pp2": {
+        "parallelism": {
+            "data_parallel_degree": 2,
+            "expert_parallel_degree": 2,
+            "pipeline_parallel_degree": 2,
+            "pipeline_parallel_schedule": "DualPipeV",
+            "virtual_stages_per_rank": 2,
+        },
+        "world": 4,
+        "model": MOE,
+    },
+    "hsdp-2x2-zero3": {
+        "parallelism": {"data_parallel_degree": 4, "data_parallel_replicate_degree": 2, "zero_stage": 3},
+        "world": 4,
     },
 }
 

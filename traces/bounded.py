@@ -67,6 +67,15 @@ def _open_regular(path: Path) -> int:
     return fd
 
 
+def regular_file_size(path: str | Path) -> int:
+    """The size of the regular file `path`; BoundedReadError for a folder, FIFO, device or missing file."""
+    fd = _open_regular(Path(path))
+    try:
+        return os.fstat(fd).st_size
+    finally:
+        os.close(fd)
+
+
 def _too_big(path: Path, cap_bytes: int, what: str) -> BoundedReadError:
     return BoundedReadError(
         f"{path} is larger than {cap_bytes / MiB:g} MiB, the limit for {what}: it is not one plancast "

@@ -33,6 +33,7 @@ import pyarrow.parquet as pq
 
 from plancast.traces import schema
 from plancast.traces.bounded import BoundedReadError, load_json, read_text
+from plancast.traces.bounded_tables import read_parquet, read_stream_batches
 
 SCHEMA_VERSION_KEY = b"plancast.schema_version"
 RANK_FILE_RE = re.compile(r"^rank-(\d+)\.(parquet|arrows)$")
@@ -189,18 +190,26 @@ def write_events(path: Path, frame: pd.DataFrame) -> None:
         pq.write_table(table, handle)
 
 
-def read_events(path: Path) -> pd.DataFrame:
+RANK_FILE = "a rank's event file"
+"""What a measured rank file is called in the messages of the table caps (traces/bounded_tables.py)."""
+
+
+def read_events(path: Path, capped_as: str | None = RANK_FILE) -> pd.DataFrame:
     """Read a trace table written by ``write_events`` and return it validated.
 
-    Raises TraceReadError when the file is missing, truncated or corrupt, was written with another
-    schema version, or does not have the schema's columns.
+    Raises TraceReadError when the file is missing, truncated or corrupt, breaks the table caps of
+    traces/bounded_tables.py (``capped_as`` names it in the message; None: a prediction written by this
+    plancast, uncapped; rank streams are always capped), was written with another schema version, or
+    does not have the schema's columns.
     """
     path = Path(path)
     _require_file(path)
     if path.suffix == ".arrows":
         return _read_stream(path)
     try:
-        table = pq.read_table(path)
+        table = pq.read_table(path) if capped_as is None else read_parquet(path, capped_as)
+    except BoundedReadError as err:
+        raise TraceReadError(str(err)) from None
     except (pa.ArrowException, OSError, ValueError) as err:
         raise TraceReadError(
             f"{path} is truncated or not a parquet file ({err}); the run was probably killed while "
@@ -215,18 +224,11 @@ def read_events(path: Path) -> pd.DataFrame:
 
 def _read_stream(path: Path) -> pd.DataFrame:
     """A rank stream (traces/rank_stream.py): every whole batch; a batch cut short by a kill is left out."""
-    batches = []
     try:
-        with pa.OSFile(str(path), "rb") as source:
-            reader = pa.ipc.open_stream(source)
-            while True:
-                try:
-                    batches.append(reader.read_next_batch())
-                except StopIteration:
-                    break
-                except (pa.ArrowException, OSError):  # the last batch, written when the rank died
-                    break
-            table = pa.Table.from_batches(batches, schema=reader.schema)
+        stream_schema, batches = read_stream_batches(path, RANK_FILE)
+        table = pa.Table.from_batches(batches, schema=stream_schema)
+    except BoundedReadError as err:
+        raise TraceReadError(str(err)) from None
     except (pa.ArrowException, OSError, ValueError) as err:
         raise TraceReadError(
             f"{path} is not a rank stream ({err}); the rank was probably killed before its first step "
@@ -311,7 +313,7 @@ def read_json_object(path: Path) -> dict[str, Any]:
 
 def read_predicted(run: RunDir) -> pd.DataFrame:
     """The predicted trace table of ``run``."""
-    return read_events(run.predicted_events)
+    return read_events(run.predicted_events, capped_as=None)
 
 
 def read_rank_events(path: Path, rank: int) -> pd.DataFrame:

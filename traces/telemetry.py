@@ -14,8 +14,9 @@ from typing import Any
 
 import pandas as pd
 import pyarrow as pa
-import pyarrow.parquet as pq
 
+from plancast.traces.bounded import BoundedReadError
+from plancast.traces.bounded_tables import read_parquet
 from plancast.traces.store import TraceReadError
 
 TELEMETRY_COLUMNS: dict[str, str] = {
@@ -38,7 +39,9 @@ the runtime's set-up and teardown idle at 0-12% (tests/data/gpu_runs)."""
 def read_telemetry(path: Path) -> pd.DataFrame:
     """measured/telemetry.parquet with the telemetry columns; TraceReadError names what is wrong."""
     try:
-        table = pq.read_table(path)
+        table = read_parquet(path, "GPU telemetry")
+    except BoundedReadError as err:
+        raise TraceReadError(f"{err}; telemetry is left out") from None
     except (pa.ArrowException, OSError) as err:
         raise TraceReadError(
             f"{path} is truncated or not a parquet file ({err}); telemetry is left out"

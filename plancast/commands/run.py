@@ -19,7 +19,9 @@ if TYPE_CHECKING:
 def _inputs(
     scenario: Path | None, out_dir: Path | None, steps: int | None, resume: Path | None
 ) -> tuple[Path, Path, int | None]:
-    """(scenario, run directory, steps): as given, or those of the run `--resume RUN` continues."""
+    """(scenario, run directory, steps): as given (`--out` checked), or those of the run `--resume RUN`
+    continues."""
+    check_output_dir(out_dir, "--out")
     if resume is None:
         if scenario is None or out_dir is None:
             raise UserError("give a SCENARIO and --out RUN (or --resume RUN to continue a killed run)")
@@ -87,6 +89,14 @@ CheckpointEveryOpt = Annotated[
         "(default: training.checkpoint_every_steps).",
     ),
 ]
+OversubscribeOpt = Annotated[
+    bool,
+    typer.Option(
+        "--oversubscribe",
+        help="Start more CPU ranks than this machine has cores (refused otherwise): ranks share cores, "
+        "so the measured times are not meaningful; events, losses and memory still are.",
+    ),
+]
 ResumeOpt = Annotated[
     Path | None,
     typer.Option(
@@ -116,6 +126,7 @@ def run(
     timeout: Annotated[float, typer.Option(help="Seconds before the whole job is stopped.")] = 600.0,
     checkpoint_every: CheckpointEveryOpt = None,
     resume: ResumeOpt = None,
+    oversubscribe: OversubscribeOpt = False,
     no_cache: NoCacheOpt = False,
 ) -> None:
     """Run the scenario with torchrun (gloo on CPU, NCCL on GPU), instrumented; writes RUN/measured/.
@@ -127,10 +138,8 @@ def run(
     Multi-node: `srun --ntasks-per-node=1 plancast run S --out RUN` in a SLURM job, else --nnodes,
     --node-rank, --rdzv-endpoint on every node (docs/running-on-a-cluster.md)."""
     from plancast.runtime.launch import LaunchError, launch
-    from plancast.traces.lock import RunLockedError
 
     with user_errors(), tempfile.TemporaryDirectory() as tmp:
-        check_output_dir(out_dir, "--out")
         scenario, out_dir, steps = _inputs(scenario, out_dir, steps, resume)
         scenario = _checked(scenario, timeout, no_cache, Path(tmp))
         if nnodes == 1 and rdzv_endpoint is None:  # inside a SLURM job: its nodes, unless told otherwise
@@ -148,8 +157,9 @@ def run(
                 rdzv_id=rdzv_id,
                 checkpoint_every=checkpoint_every,
                 resume=resume is not None,
+                oversubscribe=oversubscribe,
             )
-        except (LaunchError, RunLockedError) as e:
+        except LaunchError as e:  # RunLockedError: user_errors() (plancast/app.py)
             raise UserError(str(e)) from None
     if code != 0:  # the launcher has printed why (one paragraph) and written measured/summary.json
         raise typer.Exit(code)

@@ -25,17 +25,22 @@ def reconcile_run(run_path: Path, reference_share: float | None = None) -> dict[
     `reference_share`: the core share the prediction's constants were measured at (default: this
     machine's microbenchmarks' for a local-cpu run, else 1; traces/contention.py)."""
     from plancast.traces.compare import CompareError, compare_run_dir
+    from plancast.traces.lock import claim
 
-    try:
-        share = profile_share(run_path) if reference_share is None else reference_share
-        summary = compare_run_dir(run_path, ensure_predicted, share)
-    except CompareError as e:
-        raise UserError(str(e)) from None
-    summary["placement"] = _placement(run_path)
-    if summary["placement"] is not None:
-        from plancast.traces.store import RunDir, write_json
+    if not Path(run_path).is_dir():  # before the lock, which would create the folder
+        raise UserError(f"run directory not found: {run_path}")
+    # one writer: compare writes compare/ (and predicted/ when missing) into a run no one else may write
+    with claim(run_path, "plancast compare"):
+        try:
+            share = profile_share(run_path) if reference_share is None else reference_share
+            summary = compare_run_dir(run_path, ensure_predicted, share)
+        except CompareError as e:
+            raise UserError(str(e)) from None
+        summary["placement"] = _placement(run_path)
+        if summary["placement"] is not None:
+            from plancast.traces.store import RunDir, write_json
 
-        write_json(RunDir(run_path).compare_summary, summary)
+            write_json(RunDir(run_path).compare_summary, summary)
     return summary
 
 

@@ -90,6 +90,49 @@ def backward_with_sync(
     torch.autograd.backward(output, grad)
 
 
+def allreduce_split_grads(
+    model: nn.Module,
+    groups: dict[str, dist.ProcessGroup],
+    recorder: StepRecorder,
+    stage: int,
+    chunk: int,
+) -> None:
+    """A chunk's gradients averaged over data parallel after a split backward, one bucket per reducer: the
+    dense ones over ``dp_cp``, the routed experts' over ``edp``, as the two DDP reducers would (the dense
+    bucket first). The weight pass of a zero-bubble schedule assigns ``.grad`` itself (torch pipelining's
+    ``stage_backward_weight``), so DDP's hooks never fire; Megatron-LM likewise reduces after the
+    pipeline's last weight pass (megatron/core/distributed/finalize_model_grads.py). Each bucket is DDP's
+    default hook (divide by the group size, then all-reduce), timed as a ``dp`` all-reduce of the chunk."""
+    from plancast.runtime.moe import is_expert_param
+
+    named = list(model.named_parameters())
+    for axis, expert in (("dp_cp", False), ("edp", True)):
+        params = [p for name, p in named if is_expert_param(name) == expert]
+        if axis not in groups or not params:
+            continue
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+        flat = torch._utils._flatten_dense_tensors(grads).div_(groups[axis].size())
+        _timed_allreduce(flat, groups[axis], recorder, stage, chunk)
+        for p, reduced in zip(params, torch._utils._unflatten_dense_tensors(flat, grads), strict=True):
+            p.grad = reduced
+
+
+def _timed_allreduce(
+    flat: torch.Tensor, group: dist.ProcessGroup, recorder: StepRecorder, stage: int, chunk: int
+) -> None:
+    """``all_reduce`` of ``flat`` over ``group``, timed as a ``dp`` all-reduce (``timed_allreduce_hook``)."""
+    if recorder.profiling:
+        with recorder.comm_scope("dp", stage, chunk):
+            dist.all_reduce(flat, group=group)
+        return
+    if not recorder.enabled:
+        dist.all_reduce(flat, group=group)
+        return
+    done = recorder.open_collective("dp", "all_reduce", stage, chunk)
+    dist.all_reduce(flat, group=group)  # blocking: ends here
+    done.done(None)
+
+
 class TimedZeroRedundancyOptimizer(ZeroRedundancyOptimizer):
     """ZeRO-1 whose per-owner parameter broadcasts are timed as ``dp`` broadcasts of one chunk.
 

@@ -5,6 +5,8 @@ ZeRO-2 keeps parameters gathered from forward to backward (``reshard_after_forwa
 frees them after forward (every unit, the root too) and gathers again in backward.
 Gradients are reduce-scattered after every micro-batch's backward (gloo runs the reduce-scatter as
 an all-reduce); ``runtime.expected`` replays FSDP2's gather/reshard rules to predict the sequence.
+HSDP: on a 2-D (dp_replicate, dp_shard) mesh fully_shard shards over dp_shard and all-reduces each
+unit's reduced shard over dp_replicate (torchtitan's HSDP; runtime/trainer.py builds the mesh).
 """
 
 from __future__ import annotations
@@ -18,8 +20,8 @@ from plancast.runtime.model import Decoder
 def apply_fsdp(
     model: Decoder, dp_mesh: DeviceMesh, *, zero_stage: int, mp_policy: MixedPrecisionPolicy | None = None
 ) -> Decoder:
-    """Shard ``model`` over ``dp_mesh`` in place (stage 2 or 3) and return it; ``mp_policy``: the gather
-    and reduce-scatter dtypes (runtime/precision.py), default fp32."""
+    """Shard ``model`` over ``dp_mesh`` (1-D, or 2-D for HSDP) in place (stage 2 or 3) and return it;
+    ``mp_policy``: the gather and reduce-scatter dtypes (runtime/precision.py), default fp32."""
     if zero_stage not in (2, 3):
         raise ValueError(f"parallelism.zero_stage must be 2 or 3 for FSDP, got {zero_stage}")
     reshard = zero_stage == 3

@@ -1,20 +1,22 @@
 """`plancast run` on the tiny MLA + MoE example (multi-head latent attention, a shared expert, a first
 dense layer, expert parallel 2 on two gloo ranks, through torchrun as the CLI starts it), then
 `plancast compare`: every predicted event has its measured twin, the expert all-to-alls among them, and
-the losses are the single-process reference's."""
+the losses are the single-process reference's. Then the same model under DualPipeV (pp 2, 2 ranks)."""
 
 from __future__ import annotations
 
 import json
+import tomllib
 from pathlib import Path
 
 import pandas as pd
 import pytest
+import tomli_w
 
 from plancast.runtime.reference import ReferenceRun
 from plancast.simulator.loader import load_scenario
-from plancast.traces.store import RunDir, read_events
-from tests.cli_runner import REPO, cli_subprocess
+from plancast.traces.store import RunDir, read_events, read_measured
+from tests.cli_runner import REPO, cli_subprocess, run_and_compare
 from tests.distributed.checks import TOLERANCE
 
 pytestmark = pytest.mark.distributed
@@ -47,3 +49,66 @@ def test_run_then_compare_twins_every_event_of_the_mla_moe_example(tmp_path: Pat
     for step, loss in enumerate(run_losses):
         want = sum(reference.step(step)) / scenario.dp
         assert abs(loss - want) < TOLERANCE, f"step {step}: run {loss} != reference {want}"
+
+
+def test_the_mla_moe_model_under_dualpipev_twins_every_event_and_keeps_the_losses(tmp_path: Path) -> None:
+    """The same model (one more MoE layer: DualPipeV at pp 2 holds 4 virtual stages of at least one
+    layer each) on a DualPipeV pipeline of 2 ranks: rank 0 holds the first and last stage (embedding,
+    dense layer; last MoE layer, head), rank 1 the V's turn; the split backward's weight passes run the
+    experts' and the latent projections' weight gradients."""
+    data = tomllib.loads(SCENARIO.read_text(encoding="utf-8"))
+    data["model"]["num_hidden_layers"] = 4
+    data["training"]["steps"] = STEPS  # 8 / 2 = 4 micro-batches: DualPipeV's least at pp 2 (2 x pp)
+    data["parallelism"] = {
+        "data_parallel_degree": 1,
+        "pipeline_parallel_degree": 2,
+        "pipeline_parallel_schedule": "DualPipeV",
+        "virtual_stages_per_rank": 2,
+    }
+    path = tmp_path / "scenario.toml"
+    path.write_text(tomli_w.dumps(data))
+    scenario = load_scenario(path).scenario
+    assert scenario.model.is_mla and scenario.model.num_local_experts and scenario.num_microbatches == 4
+    run_dir = tmp_path / "run"
+    run_and_compare(path, run_dir)  # asserts 0 missing, 0 extra
+    kinds = set(read_measured(RunDir(run_dir)).events["kind"])
+    assert {"backward_input", "backward_weight"} <= kinds
+    losses = json.loads((run_dir / "measured" / "summary.json").read_text())["losses"]
+    reference = ReferenceRun(scenario)
+    expected = [sum(reference.step(step)) for step in range(STEPS)]
+    assert losses == pytest.approx(expected, abs=TOLERANCE), (losses, expected)
+
+
+def test_the_mla_moe_model_under_dualpipev_with_expert_parallel_on_4_ranks(tmp_path: Path) -> None:
+    """pp 2 x ep 2 (dp 2) under DualPipeV, with --oversubscribe on a 2-core machine: the split backward's
+    gradients are all-reduced after the weight passes (one dense bucket per chunk over dp; the experts'
+    replicas are one rank, ep = dp), the expert all-to-alls run inside the pipeline's passes; every event
+    twinned and the losses the reference's."""
+    data = tomllib.loads(SCENARIO.read_text(encoding="utf-8"))
+    data["model"]["num_hidden_layers"] = 4
+    data["training"].update(steps=STEPS, global_batch_size=16)  # 4 micro-batches per pipeline
+    data["parallelism"] = {
+        "data_parallel_degree": 2,
+        "expert_parallel_degree": 2,
+        "pipeline_parallel_degree": 2,
+        "pipeline_parallel_schedule": "DualPipeV",
+        "virtual_stages_per_rank": 2,
+    }
+    data["cluster"]["gpus_per_node"] = 4
+    path = tmp_path / "scenario.toml"
+    path.write_text(tomli_w.dumps(data))
+    scenario = load_scenario(path).scenario
+    run_dir = tmp_path / "run"
+    ran = cli_subprocess("run", str(path), "--out", str(run_dir), "--oversubscribe", timeout_s=600)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    compared = cli_subprocess("compare", str(run_dir), "--json", timeout_s=300)
+    assert compared.returncode == 0, compared.stderr[-3000:]
+    summary = json.loads(compared.stdout)
+    assert (summary["events_missing"], summary["events_extra"]) == (0, 0), summary
+    events = read_measured(RunDir(run_dir)).events
+    assert {"all_to_all"} <= set(events.loc[events["stream"] == "ep", "kind"])
+    assert (events.loc[events["stream"] == "dp", "kind"] == "all_reduce").any()
+    losses = json.loads((run_dir / "measured" / "summary.json").read_text())["losses"]
+    reference = ReferenceRun(scenario)
+    expected = [sum(reference.step(step)) / scenario.dp for step in range(STEPS)]
+    assert losses == pytest.approx(expected, abs=TOLERANCE), (losses, expected)

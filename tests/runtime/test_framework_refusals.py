@@ -24,10 +24,10 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {
     "activation-offload": ({"activation_offload": True}, {}, "activation_offload = false"),
     "te-loss": ({"fused_cross_entropy": "te"}, {}, "fused_cross_entropy = 'none'"),
     "pipelining-buffers": ({}, {"pipeline_receive_buffers": "per_microbatch"}, "'per_transfer'"),
-    "hsdp": (
+    "split-backward-fsdp": (
         {},
-        {"data_parallel_degree": 4, "zero_stage": 3, "data_parallel_replicate_degree": 2},
-        "data_parallel_replicate_degree = 1",
+        {**FSDP, "pipeline_parallel_degree": 2, "pipeline_parallel_schedule": "ZBH2"},
+        "only under zero_stage 0 or 1 without tensor parallel",
     ),
 }
 
@@ -35,7 +35,7 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {
 @pytest.mark.parametrize("name", list(CASES))
 def test_unrun_behaviour_is_refused_with_the_fix(name: str, tmp_path: Path) -> None:
     training, parallelism, fix = CASES[name]
-    ranks = parallelism.get("data_parallel_degree", 1)
+    ranks = parallelism.get("data_parallel_degree", 1) * parallelism.get("pipeline_parallel_degree", 1)
     data = {
         "model": {"preset": "tiny-gpt"},
         "training": {**TRAINING, **training},

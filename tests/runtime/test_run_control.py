@@ -112,19 +112,44 @@ def test_a_launch_this_machine_cannot_hold_is_refused_before_anything_starts(tmp
 
 
 @pytest.mark.parametrize(
-    ("machine", "ranks", "memory_GiB", "expected"),
+    ("machine", "ranks", "memory_GiB", "oversubscribe", "expected"),
     [
-        (Machine(2, 24.0, 0), 1536, 0.0, "1536 CPU ranks on this machine's 2 core(s)"),
-        (Machine(2, 24.0, 0), 4, 40.0, "more than 80% of the 24 GiB"),
-        (Machine(2, 24.0, 8), 16, 1000.0, "16 ranks per node but this machine has 8 visible GPU(s)"),
-        (Machine(2, 24.0, 0), 4, 0.01, None),
-        (Machine(2, None, 8), 8, 1000.0, None),
+        (Machine(2, 24.0, 0), 1536, 0.0, True, "1536 CPU ranks on this machine's 2 core(s) (at most 16"),
+        (Machine(2, 24.0, 0), 4, 40.0, True, "more than 80% of the 24 GiB"),
+        (Machine(2, 24.0, 8), 16, 1000.0, False, "16 ranks per node but this machine has 8 visible GPU(s)"),
+        (Machine(2, 24.0, 0), 4, 0.01, False, "ranks would share cores, so their timings would mean nothing"),
+        (Machine(2, 24.0, 0), 4, 0.01, True, None),
+        (Machine(2, 24.0, 0), 2, 0.01, False, None),
+        (Machine(2, None, 8), 8, 1000.0, False, None),
     ],
 )
-def test_the_machine_check(machine: Machine, ranks: int, memory_GiB: float, expected: str | None) -> None:
-    why = check_machine(machine, ranks, memory_GiB, "FIX")
+def test_the_machine_check(
+    machine: Machine, ranks: int, memory_GiB: float, oversubscribe: bool, expected: str | None
+) -> None:
+    why = check_machine(machine, ranks, memory_GiB, "FIX", oversubscribe=oversubscribe)
     assert why is None if expected is None else (expected in str(why) and str(why).endswith("FIX"))
+    if expected and "share cores" in expected:
+        assert "pass --oversubscribe to run it anyway" in str(why)
     assert RANK_BASE_GiB > 0
+
+
+def test_more_ranks_than_cores_are_refused_naming_the_flag(tmp_path: Path) -> None:
+    """`plancast run` of a plan with one rank more than this machine's cores: exit 2 before anything
+    starts, naming --oversubscribe (nothing is launched, so this runs beside any test)."""
+    ranks = len(os.sched_getaffinity(0)) + 1
+    data = {
+        "model": {"preset": "tiny-gpt"},
+        "training": {"seq_len": 16, "micro_batch_size": 1, "global_batch_size": ranks, "dtype": "fp32"},
+        "parallelism": {"data_parallel_degree": ranks},
+        "cluster": {"preset": "local-cpu", "gpus_per_node": ranks},
+    }
+    path = tmp_path / "scenario.toml"
+    path.write_text(tomli_w.dumps(data))
+    out = tmp_path / "run"
+    result = cli_subprocess("run", str(path), "--out", str(out), timeout_s=120)
+    assert result.returncode == 2, result.stderr
+    assert "--oversubscribe" in result.stderr and "share cores" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr and not out.exists()
 
 
 # ----------------------------------------------------------------------------------- one writer

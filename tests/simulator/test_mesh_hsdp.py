@@ -16,7 +16,8 @@ def test_shard_and_replicate_groups_are_torchtitans_mesh_slices(
     pp: int, dp: int, cp: int, tp: int, replicate: int
 ) -> None:
     grid = RankGrid(pp, dp, tp, cp=cp, replicate=replicate)
-    mesh = torch.arange(grid.world_size).view(pp, replicate, dp // replicate, cp, tp)
+    mesh = torch.arange(grid.world_size).view(grid.hsdp_mesh_shape)  # the runtime's HSDP DeviceMesh
+    assert grid.hsdp_mesh_shape == (pp, replicate, dp // replicate, cp, tp)
     for rank in range(grid.world_size):
         p, r, d, c, t = (int(i) for i in (mesh == rank).nonzero()[0])
         shard_cp = sorted(int(x) for x in mesh[p, r, :, :, t].flatten())
