@@ -16,6 +16,7 @@ runs the SimPy engine, which stays the reference (docs/engine.md).
 
 from __future__ import annotations
 
+import gc
 from collections import deque
 from collections.abc import Generator
 from typing import TYPE_CHECKING
@@ -114,11 +115,20 @@ class FastEngine:
         """Simulate one step; the spans of the simulated ranks (`spans`, then `transfers`), as Engine.run."""
         plan = self.plan
         self._ready.extend(self._rank_step(RankRun(plan, rank, self.spans)) for rank in plan.ranks)
-        while self._ready:
-            program = self._ready.popleft()
-            key = next(program, None)
-            if key is not None:
-                self._parked[key] = program
+        # Every span is a new tuple that stays alive: automatic collections would scan them again and
+        # again as they pile up (as in Engine.run, which gives the same reason); nothing here forms cycles
+        # but the parked generators, freed with the engine.
+        paused = gc.isenabled()
+        gc.disable()
+        try:
+            while self._ready:
+                program = self._ready.popleft()
+                key = next(program, None)
+                if key is not None:
+                    self._parked[key] = program
+        finally:
+            if paused:
+                gc.enable()
         if self._parked:  # the schedules are checked deadlock-free (simulator/schedules.py)
             raise RuntimeError(f"ranks wait forever for {sorted(map(str, self._parked))[:4]}")
         return self.spans + self.transfers
