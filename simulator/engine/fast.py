@@ -59,7 +59,7 @@ class RankRun:
     when the event that began the turn was made. With the turn they order the rank's compute against its
     dp stream at one instant (fast_dp.DpStream)."""
 
-    __slots__ = ("coord", "dp", "fsdp", "holders", "links", "made_s", "now", "pp", "rank", "turn")
+    __slots__ = ("coord", "dp", "fsdp", "holders", "links", "made_s", "now", "pp", "rank", "routes", "turn")
 
     def __init__(self, plan: StepPlan, rank: int, spans: list[Span]) -> None:
         self.rank = rank
@@ -69,6 +69,8 @@ class RankRun:
         self.now = self.made_s = 0.0
         self.turn = 0
         self.links: dict[int, Link] = {}
+        self.routes: dict[int, tuple[float, Link | None, bool]] = {}
+        """Per receiving rank: FastEngine._route, worked out once."""
         dp_link = self.link(plan.dp_tier) if plan.share_links else None
         self.dp = DpStream(plan, rank, dp_link, spans) if plan.dense_dp > 1 else None
         self.fsdp = {}
@@ -212,11 +214,14 @@ class FastEngine:
             r.busy(plan.p2p_host_s)
         dst = r.holders[to_stage]
         key = (dst, kind, to_stage, a.microbatch)
-        seconds = plan.p2p_seconds(r.rank, dst)
+        route = r.routes.get(dst)
+        if route is None:
+            route = r.routes[dst] = self._route(r, dst)
+        seconds, link, on_dp_link = route
         now = r.now
-        if plan.share_links and dst in plan.simulated:  # queued on the rank's link (link.py)
-            link = r.link(plan.tier(r.rank, dst))
-            if r.dp is not None and link is r.dp.link:
+        if link is not None:  # queued on the rank's link (link.py)
+            if on_dp_link:
+                assert r.dp is not None
                 start = r.dp.post_send(now, r.made_s, r.turn, seconds)
             else:
                 start, _ = link.post(now, seconds)  # no collective runs on this tier
@@ -246,6 +251,16 @@ class FastEngine:
         )
         if block and not plan.overlap_p2p:
             r.busy(seconds)
+
+    def _route(self, r: RankRun, dst: int) -> tuple[float, Link | None, bool]:
+        """Engine.route: a transfer's seconds, the sender's link it queues on when the plan shares links
+        (else None), and whether the rank's dp stream uses that link too."""
+        plan = self.plan
+        seconds = plan.p2p_seconds(r.rank, dst)
+        if not (plan.share_links and dst in plan.simulated):
+            return seconds, None, False
+        link = r.link(plan.tier(r.rank, dst))
+        return seconds, link, r.dp is not None and link is r.dp.link
 
     def _recv(self, r: RankRun, kind: str, a: Action, from_stage: int) -> Program:
         """pipeline.recv: wait until the transfer has landed (the wait is the recv span), then the
