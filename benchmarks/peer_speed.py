@@ -12,7 +12,7 @@ machine hits both sides alike; the figure is the median of the per-pair ratios:
 - one prediction in-process, after import: `simulate(load_scenario(X), events=False)` vs Calculon's
   `Llm(...).compile(...)` + `run(...)` (both read their input files inside the timed call); then the same
   with plancast on its SimPy engine (the old path, docs/engine.md), and with the scenario already loaded
-  (what benchmarks/sim_speed.py times: reading and validating the TOML is most of the first figure).
+  (what benchmarks/sim_speed.py times; reading and validating the TOML is a few milliseconds of it).
 
 Calculon is not a dependency: give a checkout with `--calculon PATH` (or $PLANCAST_CALCULON); without
 one the benchmark says so and exits 0. Run: `python -m benchmarks.peer_speed --calculon PATH`.

@@ -5,6 +5,7 @@ summaries hold on the SimPy engine too (tests/simulator/test_golden_summaries.py
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -18,6 +19,7 @@ from plancast.simulator.engine.spans import Span
 from plancast.simulator.loader import ScenarioError, load_scenario, parse_scenario
 from plancast.simulator.predict import EngineRefusedError, run_engine, simulate
 from plancast.simulator.scenario import Scenario
+from tests.cli_runner import cli_main
 from tests.golden import REPO, cases, differences, read_group
 
 REL = 1e-9
@@ -214,3 +216,28 @@ def test_golden_summaries_hold_on_the_simpy_engine(case: Any) -> None:
     golden = read_group(case.group)[case.name]["summary"]
     found = differences(golden, simulate(case.scenario(), events=False, engine="simpy").summary)
     assert not found, "\n".join(found[:20])
+
+
+def test_the_cli_names_the_engine_choices_on_a_bad_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    example = str(REPO / "examples" / "gpt3-1.3b-one-h100.toml")
+    code, _, err = cli_main("simulate", example, "--engine", "fast")
+    assert code == 2
+    assert "choose one of auto, simpy, event-free" in err
+    monkeypatch.setenv("PLANCAST_ENGINE", "bogus")
+    code, _, err = cli_main("simulate", example, "--json")
+    assert code == 2
+    assert "PLANCAST_ENGINE" in err
+
+
+def test_the_cli_gives_one_summary_on_either_engine() -> None:
+    example = str(REPO / "examples" / "gpt3-1.3b-one-h100.toml")
+    outputs = [cli_main("simulate", example, "--json", "--engine", e) for e in ("simpy", "event-free")]
+    assert [code for code, _, _ in outputs] == [0, 0]
+    assert differences(json.loads(outputs[0][1]), json.loads(outputs[1][1])) == []
+
+
+def test_the_cli_refuses_event_free_on_a_cpu_plan_naming_why() -> None:
+    cpu = str(REPO / "examples" / "tiny-local-cpu.toml")
+    code, _, err = cli_main("simulate", cpu, "--engine", "event-free")
+    assert code == 2
+    assert "does not apply" in err
