@@ -109,7 +109,10 @@ class FastEngine:
         self.dp_wait_s: dict[int, float] = {}
         self.landed: dict[tuple[int, str, int, int], tuple[float, float, float]] = {}
         """Per transfer: (when it lands, when it was posted, the delay its receiver's wake-up was set to)."""
-        self.meetings: dict[tuple[str, int, int], float | None] = {}
+        self.meetings: dict[tuple[str, int, int], float] = {}
+        """Tied-embedding holders waiting for their partner: when each arrived."""
+        self.met: dict[tuple[str, int, int], float] = {}
+        """When both holders had arrived: the later arrival."""
         self._parked: dict[object, Program] = {}
         self._ready: deque[Program] = deque()
 
@@ -319,13 +322,14 @@ class FastEngine:
         """processes.tied_all_reduce: both holders meet, then sum the gradient."""
         arrived_at = r.now
         key = ("tie", min(r.rank, peer), max(r.rank, peer))
-        if key in self.meetings:  # the partner waits: both go on from now
-            met = r.now
-            self.meetings[key] = met
+        partner = self.meetings.pop(key, None)
+        if partner is not None:  # the partner got here first in the loop, not necessarily in time
+            met = max(partner, arrived_at)
+            self.met[key] = met
             self._wake(key)
         else:
-            self.meetings[key] = None
-            while (when := self.meetings[key]) is None:
+            self.meetings[key] = arrived_at
+            while (when := self.met.get(key)) is None:
                 yield key
             met = when
         plan = self.plan

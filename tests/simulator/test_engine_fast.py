@@ -19,6 +19,8 @@ from plancast.simulator.engine.spans import Span
 from plancast.simulator.loader import ScenarioError, load_scenario, parse_scenario
 from plancast.simulator.predict import EngineRefusedError, run_engine, simulate
 from plancast.simulator.scenario import Scenario
+from plancast.simulator.sweep import _base_for
+from plancast.simulator.sweep_axes import Plan
 from tests.cli_runner import cli_main
 from tests.golden import REPO, cases, differences, read_group
 
@@ -241,3 +243,13 @@ def test_the_cli_refuses_event_free_on_a_cpu_plan_naming_why() -> None:
     code, _, err = cli_main("simulate", cpu, "--engine", "event-free")
     assert code == 2
     assert "does not apply" in err
+
+
+def test_tied_holders_meet_at_the_later_arrival_whichever_runs_first() -> None:
+    """ZB-H1 on GPT-3 (tied embeddings): the last stage's rank reaches the meeting first in the loop but
+    arrives later in time; the first rank must wait for it (found by tests/test_sweep_exhaustive.py)."""
+    data = json.loads((REPO / "tests" / "data" / "sweep" / "gpt3-175b-512-a100-40gb.json").read_text())
+    base = _base_for(parse_scenario(data["scenario"]).scenario, data["gpus"])
+    s = Plan(4, 32, 4, 1, "ZeroBubble", 1, "selective", True, 1).apply(base)
+    assert s.model.tie_word_embeddings
+    assert check(s)
