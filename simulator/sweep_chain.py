@@ -227,14 +227,10 @@ def replay(
     its last backward loses to the gradient all-reduces beside it (engine/data_parallel.py); `units`:
     ZeRO-2/3 passes unit by unit (`FsdpUnits`), each rank then ending no earlier than its dp stream."""
     pp, stages = len(schedule), len(times)
-    stream = [0.0] * pp
-    extra = slowed_s or (0.0,) * stages
-    backwards_left = _backwards_per_stage(schedule, stages)
+    extra, backwards_left = slowed_s or (0.0,) * stages, _backwards_per_stage(schedule, stages)
     durations = [action_seconds(st, v, split) for v, st in enumerate(times)]
-    m = 1 + max((a.microbatch for a in schedule[0]), default=0)  # rank 0 runs every micro-batch
-    forward_end = [-1.0] * (stages * m)  # per (stage, micro-batch) at stage * m + micro-batch; -1: not yet
-    backward_end = [-1.0] * (stages * m)
-    position, free = [0] * pp, [0.0] * pp
+    m, forward_end, backward_end = _ends(schedule, stages)
+    stream, position, free = [0.0] * pp, [0] * pp, [0.0] * pp
     last_b: dict[int, tuple[float, float]] = {}
     left = sum(len(actions) for actions in schedule)
     while left:
@@ -245,26 +241,22 @@ def replay(
                 a = actions[i]
                 stage = a.stage
                 f_s, b_s, w_s, r_s = durations[stage]
-                kind = a.kind
-                if kind == "F":
+                if a.kind == "F":
                     ready = forward_end[(stage - 1) * m + a.microbatch] if stage else 0.0
                     if ready < 0.0:
                         break
                     start = max(now, ready + hop_s if stage else 0.0)
-                    if units is None:
-                        now = start + f_s
-                    else:
-                        now, stream[rank] = units.run(stage, False, start, f_s, stream[rank])
+                    fsdp = None if units is None else units.run(stage, False, start, f_s, stream[rank])
+                    now, stream[rank] = fsdp or (start + f_s, stream[rank])
                     forward_end[stage * m + a.microbatch] = now
-                elif kind == "B":
+                elif a.kind == "B":
                     last_stage = stage == stages - 1
                     ready = 0.0 if last_stage else backward_end[(stage + 1) * m + a.microbatch]
                     if ready < 0.0:
                         break
                     start = max(now, ready if last_stage else ready + hop_s)
                     if units is None:
-                        start += r_s
-                        now = start + b_s
+                        start, now = start + r_s, start + r_s + b_s
                     else:
                         start, now, stream[rank] = _backward(units, stage, start, r_s, b_s, stream[rank])
                     backwards_left[stage] -= 1
@@ -280,8 +272,15 @@ def replay(
             position[rank], free[rank] = i, now
         if not moved:  # the schedules are checked deadlock-free (simulator/schedules.py)
             raise ValueError("schedule deadlocks")
-    chunks = tuple(last_b[s] for s in sorted(last_b))
-    return Replay(tuple(max(f, d) for f, d in zip(free, stream, strict=True)), chunks)
+    ends = tuple(max(f, d) for f, d in zip(free, stream, strict=True))
+    return Replay(ends, tuple(last_b[s] for s in sorted(last_b)))
+
+
+def _ends(schedule: Schedule, stages: int) -> tuple[int, list[float], list[float]]:
+    """The micro-batch count m (rank 0 runs every micro-batch), and the forward's and backward's end per
+    (stage, micro-batch), at stage * m + micro-batch (-1: not yet)."""
+    m = 1 + max((a.microbatch for a in schedule[0]), default=0)
+    return m, [-1.0] * (stages * m), [-1.0] * (stages * m)
 
 
 def _backwards_per_stage(schedule: Schedule, stages: int) -> list[int]:
