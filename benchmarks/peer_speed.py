@@ -10,7 +10,9 @@ machine hits both sides alike; the figure is the median of the per-pair ratios:
 - start-up: `plancast --help` vs `calculon -h`;
 - one prediction, whole process: `plancast simulate X --json` vs `calculon llm APP EXE SYS OUT.json`;
 - one prediction in-process, after import: `simulate(load_scenario(X), events=False)` vs Calculon's
-  `Llm(...).compile(...)` + `run(...)` (both read their input files inside the timed call).
+  `Llm(...).compile(...)` + `run(...)` (both read their input files inside the timed call); then the same
+  with plancast on its SimPy engine (the old path, docs/engine.md), and with the scenario already loaded
+  (what benchmarks/sim_speed.py times; reading and validating the TOML is a few milliseconds of it).
 
 Calculon is not a dependency: give a checkout with `--calculon PATH` (or $PLANCAST_CALCULON); without
 one the benchmark says so and exits 0. Run: `python -m benchmarks.peer_speed --calculon PATH`.
@@ -72,10 +74,10 @@ def plancast_command() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "plancast"]
 
 
-def run_once(cmd: Sequence[str], env: dict[str, str] | None = None) -> float:
-    """Wall seconds of one whole process; a failure stops the benchmark with its output."""
+def run_once(cmd: Sequence[str], env: dict[str, str] | None = None, cwd: Path | None = None) -> float:
+    """Wall seconds of one whole process (run in `cwd`); a failure stops the benchmark with its output."""
     started = time.perf_counter()
-    done = subprocess.run(list(cmd), capture_output=True, text=True, env=env, check=False)
+    done = subprocess.run(list(cmd), capture_output=True, text=True, env=env, cwd=cwd, check=False)
     elapsed = time.perf_counter() - started
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} exited {done.returncode}:\n{done.stdout}\n{done.stderr}")
@@ -96,6 +98,11 @@ def paired(first: Callable[[], float], second: Callable[[], float], pairs: int) 
         ratios.append(a / b)
     median = statistics.median
     return {"a_s": median(firsts), "b_s": median(seconds), "ratio": median(ratios)}
+
+
+def with_load(figures: dict[str, float]) -> dict[str, float]:
+    """The figures with the 1-minute load average now beside them (a busy machine is not a quiet one)."""
+    return {**figures, "load_1min": os.getloadavg()[0]}
 
 
 def calculon_in_process(checkout: Path, execution: Path) -> Callable[[], float]:
@@ -120,10 +127,18 @@ def calculon_in_process(checkout: Path, execution: Path) -> Callable[[], float]:
     return once
 
 
-def plancast_in_process() -> float:
-    started = time.perf_counter()
-    simulate(load_scenario(EXAMPLE).scenario, events=False)
-    return time.perf_counter() - started
+def plancast_in_process(engine: str = "auto", load: bool = True) -> Callable[[], float]:
+    """One plancast prediction in this process: reading the scenario file (as Calculon reads its three
+    JSON files inside its timing) unless `load` is False, then `simulate` on `engine`."""
+    loaded = load_scenario(EXAMPLE).scenario
+
+    def once() -> float:
+        started = time.perf_counter()
+        s = load_scenario(EXAMPLE).scenario if load else loaded
+        simulate(s, events=False, engine=engine)
+        return time.perf_counter() - started
+
+    return once
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -146,27 +161,33 @@ def main(argv: Sequence[str] | None = None) -> int:
         llm += [str(checkout / "systems" / "a100_80g.json"), str(stats)]
         ours_cmd = plancast_command()
         rows = {
-            "start-up (--help)": paired(
+            "start-up (--help)": with_load(paired(
                 lambda: run_once([*ours_cmd, "--help"]), lambda: run_once([*calculon, "-h"], env), args.pairs
-            ),
-            "one prediction, whole process": paired(
+            )),
+            "one prediction, whole process": with_load(paired(
                 lambda: run_once([*ours_cmd, "simulate", str(EXAMPLE), "--json"]),
                 lambda: run_once(llm, env),
                 args.pairs,
-            ),
+            )),
         }
         theirs = calculon_in_process(checkout, execution)
-        plancast_in_process(), theirs()  # warm both (first-call caches, lazy imports)
-        rows["one prediction, in-process"] = paired(plancast_in_process, theirs, args.in_process_pairs)
+        for name, ours in (
+            ("one prediction, in-process", plancast_in_process()),
+            ("in-process, SimPy engine (old)", plancast_in_process("simpy")),
+            ("in-process, scenario loaded", plancast_in_process(load=False)),
+        ):
+            ours(), theirs()  # warm both (first-call caches, lazy imports)
+            rows[name] = with_load(paired(ours, theirs, args.in_process_pairs))
     print(f"{'what':32} {'plancast s':>11} {'Calculon s':>11} {'ratio':>7}  (median of alternating pairs)")
     for name, r in rows.items():
-        print(f"{name:32} {r['a_s']:11.3f} {r['b_s']:11.3f} {r['ratio']:7.2f}x")
+        print(f"{name:32} {r['a_s']:11.4f} {r['b_s']:11.4f} {r['ratio']:7.2f}x  load {r['load_1min']:4.1f}")
     print("ratio < 1: plancast faster. Load average now:", " ".join(f"{x:.1f}" for x in os.getloadavg()))
     write_result(
         "peer_speed",
         "python -m benchmarks.peer_speed --calculon PATH",
         {
-            name.split(" (")[0]: {"plancast_s": r["a_s"], "calculon_s": r["b_s"], "ratio": r["ratio"]}
+            name.split(" (")[0]: {"plancast_s": r["a_s"], "calculon_s": r["b_s"], "ratio": r["ratio"],
+                                  "load_1min": r["load_1min"]}
             for name, r in rows.items()
         },
     )

@@ -35,7 +35,7 @@ same way: ``dp_i = replicate_i * shard + shard_i`` with ``shard = dp / replicate
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Literal, get_args
 
 Axis = Literal["pp", "dp", "cp", "tp"]
@@ -182,17 +182,28 @@ class RankGrid:
     def group(self, axis: GroupName, rank: int) -> tuple[int, ...]:
         """Sorted members of ``rank``'s process group named ``axis``."""
         name, here = _check_group(axis), self.coord(rank)
+        tp, cp = self.tp, self.cp
+        # `rank`'s formula with `here`'s pp and tp: every member below is in range by construction (the
+        # sweep asks for thousands of groups of 2,048-rank grids, where Coord copies cost seconds)
+        stage = here.pp * self.dp
         if name in AXES:  # ranks differing only on that axis
-            return tuple(self.rank(replace(here, **{name: i})) for i in range(getattr(self, name)))
+            degree = getattr(self, name)
+            stride = {"tp": 1, "cp": tp, "dp": cp * tp, "pp": self.dp * cp * tp}[name]
+            first = rank - here.along(name) * stride
+            return tuple(first + i * stride for i in range(degree))
+
+        def at(dp_i: int, cp_i: int) -> int:
+            return ((stage + dp_i) * cp + cp_i) * tp + here.tp
+
         if name == "dp_cp":
-            return tuple(self.rank(replace(here, dp=d, cp=c)) for d in range(self.dp) for c in range(self.cp))
+            return tuple(at(d, c) for d in range(self.dp) for c in range(cp))
         shard = self.dp // self.replicate
         rep_i, shard_i = divmod(here.dp, shard)
         if name == "dp_shard_cp":
             shards = range(rep_i * shard, (rep_i + 1) * shard)
-            return tuple(sorted(self.rank(replace(here, dp=d, cp=c)) for d in shards for c in range(self.cp)))
+            return tuple(sorted(at(d, c) for d in shards for c in range(cp)))
         if name == "dp_replicate":
-            return tuple(self.rank(replace(here, dp=r * shard + shard_i)) for r in range(self.replicate))
+            return tuple(at(r * shard + shard_i, here.cp) for r in range(self.replicate))
         if self.etp is not None:
             return self._folded_group(name, rank)
         edp_i, ep_i = divmod(here.dp, self.ep)
@@ -201,7 +212,7 @@ class RankGrid:
             if name == "ep"
             else [k * self.ep + ep_i for k in range(self.dp // self.ep)]
         )
-        return tuple(self.rank(replace(here, dp=d)) for d in dps)
+        return tuple(at(d, here.cp) for d in dps)
 
     def _folded_group(self, name: GroupName, rank: int) -> tuple[int, ...]:
         """Members of ``rank``'s ep or edp group on the folded expert grid."""

@@ -8,11 +8,13 @@ to their symmetric peers (same pipeline position, other tp/dp coordinates) up to
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from plancast.simulator.costs.stage import StageCost
-from plancast.simulator.engine import Engine, Span
+from plancast.simulator.engine import Engine, Span, StepPlan
+from plancast.simulator.engine.fast import Ambiguous, FastEngine, blocker
 from plancast.simulator.mesh import Coord
 from plancast.simulator.moe_cp_spans import ep_cp_events, ep_cp_times
 from plancast.simulator.scenario import Scenario
@@ -24,6 +26,16 @@ if TYPE_CHECKING:  # imported where events are built: a summary alone never load
     import pandas as pd
 
 EXPAND_LIMIT = 256
+
+EngineChoice = Literal["auto", "simpy", "event-free"]
+ENGINE_ENV = "PLANCAST_ENGINE"
+"""Environment variable choosing the engine where a caller does not: `simpy` keeps the SimPy engine for
+every plan, `event-free` refuses a plan the event-free path cannot run; default `auto`."""
+ENGINES: tuple[EngineChoice, ...] = ("auto", "simpy", "event-free")
+
+
+class EngineRefusedError(ValueError):
+    """`engine="event-free"` asked for a plan the event-free path cannot run (the message says why)."""
 
 
 @dataclass(frozen=True)
@@ -176,11 +188,10 @@ def _frame(spans: list[Span], tp: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
-def _expand(df: pd.DataFrame, s: Scenario, engine: Engine) -> pd.DataFrame:
+def _expand(df: pd.DataFrame, s: Scenario, plan: StepPlan) -> pd.DataFrame:
     """Copy representative ranks' events to every symmetric rank (other dp/cp/tp coordinates)."""
     import pandas as pd
 
-    plan = engine.plan
     if plan.full_fidelity or s.dp * s.cp * s.tp == 1:
         return df
     grid = plan.grid
@@ -220,18 +231,53 @@ def _tp_time(passes: dict[tuple[int, str, int], int], costs: tuple[StageCost, ..
     return tp_time
 
 
+def engine_choice(engine: str | None) -> EngineChoice:
+    """The engine asked for: `engine`, else $PLANCAST_ENGINE, else auto; a ValueError names the choices."""
+    name = engine or os.environ.get(ENGINE_ENV) or "auto"
+    for choice in ENGINES:
+        if name == choice:
+            return choice
+    raise ValueError(f"engine {name!r} (${ENGINE_ENV} or --engine): choose one of {', '.join(ENGINES)}")
+
+
+def run_engine(s: Scenario, full_fidelity: bool = False, engine: str | None = None) -> Engine | FastEngine:
+    """One step of `s` through the event-free path where it applies (engine/fast.py), else SimPy; both
+    record the same spans (tests/simulator/test_engine_fast.py). Returns the engine, run."""
+    choice = engine_choice(engine)
+    plan = StepPlan.of(s, full_fidelity)
+    if choice != "simpy":
+        reason = blocker(plan)
+        if reason is None:
+            fast = FastEngine(plan)
+            try:
+                fast.run()
+                return fast
+            except Ambiguous:
+                reason = "the compute and a dp collective meet on the link at one undecidable instant"
+        if choice == "event-free":
+            raise EngineRefusedError(f"the event-free engine does not apply: {reason}; use --engine auto")
+    slow = Engine(s, plan=plan)
+    slow.run()
+    return slow
+
+
 def simulate(
-    s: Scenario, *, full_fidelity: bool = False, events: bool = True, expand_limit: int = EXPAND_LIMIT
+    s: Scenario,
+    *,
+    full_fidelity: bool = False,
+    events: bool = True,
+    expand_limit: int = EXPAND_LIMIT,
+    engine: str | None = None,
 ) -> Prediction:
-    """Predict one training step of `s`. Deterministic: the same scenario gives identical events."""
-    engine = Engine(s, full_fidelity=full_fidelity)
-    plan = engine.plan
-    spans = engine.run()
-    work = engine.spans  # the pipeline transfers apart: the summary needs only their ends
+    """Predict one training step of `s`. Deterministic: the same scenario gives identical events.
+    `engine`: auto (the event-free path where it applies), simpy or event-free (see `engine_choice`)."""
+    ran = run_engine(s, full_fidelity, engine)
+    plan = ran.plan
+    work = ran.spans  # the pipeline transfers apart: the summary needs only their ends
     if events:
         tp_events, tp_time = _tp_events(work, plan.costs)
     else:
-        tp_events, tp_time = None, _tp_time(engine.passes, plan.costs)
+        tp_events, tp_time = None, _tp_time(ran.passes, plan.costs)
     summary = summarize(
         s,
         work,
@@ -239,9 +285,9 @@ def simulate(
         plan.p2p_seconds,
         _hardware_flops(s, plan.costs),
         plan.schedule,
-        dp_wait_s=engine.dp_wait_s,
+        dp_wait_s=ran.dp_wait_s,
         stream_comm_s=ep_cp_times(work, plan.costs),
-        transfers=engine.transfers,
+        transfers=ran.transfers,
     )
     summary["schema_version"] = SCHEMA_VERSION
     summary["simulated_ranks"] = len(plan.ranks)
@@ -249,12 +295,21 @@ def simulate(
         return Prediction(s, summary)
     import pandas as pd
 
+    spans = ran.spans + ran.transfers
     df = _frame(spans, pd.concat([tp_events, ep_cp_events(spans, plan.costs)], ignore_index=True))
     if s.world_size <= expand_limit:
-        df = _expand(df, s, engine)
+        df = _expand(df, s, plan)
     df = df.sort_values(["rank", "start_us", "stream", "kind", "stage", "microbatch", "index"], kind="stable")
     df = df[list(COLUMNS)].astype(COLUMNS).reset_index(drop=True)
     return Prediction(s, summary, df)
 
 
-__all__ = ["Prediction", "simulate"]
+__all__ = [
+    "ENGINES",
+    "ENGINE_ENV",
+    "EngineRefusedError",
+    "Prediction",
+    "engine_choice",
+    "run_engine",
+    "simulate",
+]

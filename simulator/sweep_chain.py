@@ -5,6 +5,7 @@ chains, and the schedule replayed action by action."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import NamedTuple
 
 from plancast.simulator.schedules import Schedule, splits_backward
@@ -24,6 +25,9 @@ class StageTimes(NamedTuple):
         return self.forward_s + self.recompute_s + self.backward_input_s + self.backward_weight_s
 
 
+# Pure-function memoisation (as engine/plan.py's `_schedule`): the sweep asks for the same (per-layer
+# costs, split) under every schedule, micro-batch count and ZeRO stage of a subtree.
+@lru_cache(maxsize=4096)
 def stage_times(seg: SegmentTimes, split: tuple[int, ...], units: bool = False) -> tuple[StageTimes, ...]:
     """Per virtual stage of `split`, the sums of its segments (embedding on the first, head on the last).
 
@@ -150,35 +154,65 @@ class FsdpUnits:
     ahead_backward: int
     reduce_in_pass: bool
     gathered: dict[int, bool] = field(default_factory=dict)
+    _steps: dict[tuple[int, bool], Steps] = field(default_factory=dict)
 
-    def run(
-        self, stage: int, backward: bool, start: float, seconds: float, stream: float
-    ) -> tuple[float, float]:
-        """(when the pass ends, when the rank's dp stream is free) for one pass of `seconds` from `start`."""
+    def steps(self, stage: int, backward: bool) -> Steps:
+        """One pass over `stage`'s units, worked out once per stage and direction: per unit in pass
+        order, (its position, the gathers first issued there as (position, seconds), whether it holds
+        parameters, its weight in the pass, its reduce-scatter in the pass or None); then the
+        reduce-scatters after the pass."""
+        key = (stage, backward)
+        cached = self._steps.get(key)
+        if cached is not None:
+            return cached
         u = self.stages[stage]
         blocks = list(range(1 if u.root else 0, len(u.gather_s)))
         order = [*reversed(blocks), *([0] if u.root else [])] if backward else list(range(len(u.gather_s)))
         weight = u.backward_weight if backward else u.forward_weight
         ahead = self.ahead_backward if backward else self.ahead_forward
-        need = not self.gathered.get(stage, False)
         holding = [q for q, unit in enumerate(order) if u.gather_s[unit] > 0.0]
         rank_of = {q: n for n, q in enumerate(holding)}
-        landed: dict[int, float] = {}
-        now = start
+        issued: set[int] = set()
+        out = []
         for q, unit in enumerate(order):
             n = rank_of.get(q)
-            for j in holding[n : n + 1 + ahead] if n is not None and need else ():
-                if j not in landed:
-                    stream = landed[j] = max(stream, now) + u.gather_s[order[j]]
-            now = max(now, landed.get(q, now)) + seconds * weight[unit]
-            if backward and self.reduce_in_pass and n is not None:
-                stream = max(stream, now) + u.scatter_s[unit]
-        if backward and not self.reduce_in_pass:
-            for unit in order:
-                if u.gather_s[unit] > 0.0:
-                    stream = max(stream, now) + u.scatter_s[unit]
+            new = []
+            for j in holding[n : n + 1 + ahead] if n is not None else ():
+                if j not in issued:
+                    issued.add(j)
+                    new.append((j, u.gather_s[order[j]]))
+            scatter = u.scatter_s[unit] if backward and self.reduce_in_pass and n is not None else None
+            out.append((q, tuple(new), n is not None, weight[unit], scatter))
+        after = tuple(u.scatter_s[unit] for unit in order if u.gather_s[unit] > 0.0)
+        cached = self._steps[key] = (tuple(out), after if backward and not self.reduce_in_pass else ())
+        return cached
+
+    def run(
+        self, stage: int, backward: bool, start: float, seconds: float, stream: float
+    ) -> tuple[float, float]:
+        """(when the pass ends, when the rank's dp stream is free) for one pass of `seconds` from `start`."""
+        steps, after = self.steps(stage, backward)
+        need = not self.gathered.get(stage, False)
+        landed: dict[int, float] = {}
+        now = start
+        for q, new, holds, weight, scatter in steps:
+            if need:
+                for j, gather_s in new:
+                    stream = landed[j] = max(stream, now) + gather_s
+                if holds:
+                    now = max(now, landed[q])
+            now += seconds * weight
+            if scatter is not None:
+                stream = max(stream, now) + scatter
+        for scatter in after:
+            stream = max(stream, now) + scatter
         self.gathered[stage] = not (backward or self.zero3)
         return now, stream
+
+
+Step = tuple[int, tuple[tuple[int, float], ...], bool, float, float | None]
+"""One unit of a pass (FsdpUnits.steps)."""
+Steps = tuple[tuple[Step, ...], tuple[float, ...]]
 
 
 def replay(
@@ -193,13 +227,10 @@ def replay(
     its last backward loses to the gradient all-reduces beside it (engine/data_parallel.py); `units`:
     ZeRO-2/3 passes unit by unit (`FsdpUnits`), each rank then ending no earlier than its dp stream."""
     pp, stages = len(schedule), len(times)
-    stream = [0.0] * pp
-    extra = slowed_s or (0.0,) * stages
-    backwards_left = _backwards_per_stage(schedule, stages)
+    extra, backwards_left = slowed_s or (0.0,) * stages, _backwards_per_stage(schedule, stages)
     durations = [action_seconds(st, v, split) for v, st in enumerate(times)]
-    forward_end: dict[tuple[int, int], float] = {}
-    backward_end: dict[tuple[int, int], float] = {}
-    position, free = [0] * pp, [0.0] * pp
+    m, forward_end, backward_end = _ends(schedule, stages)
+    stream, position, free = [0.0] * pp, [0] * pp, [0.0] * pp
     last_b: dict[int, tuple[float, float]] = {}
     left = sum(len(actions) for actions in schedule)
     while left:
@@ -208,29 +239,31 @@ def replay(
             i, now = position[rank], free[rank]
             while i < len(actions):
                 a = actions[i]
-                f_s, b_s, w_s, r_s = durations[a.stage]
+                stage = a.stage
+                f_s, b_s, w_s, r_s = durations[stage]
                 if a.kind == "F":
-                    ready = forward_end.get((a.stage - 1, a.microbatch), -1.0) if a.stage else 0.0
+                    ready = forward_end[(stage - 1) * m + a.microbatch] if stage else 0.0
                     if ready < 0.0:
                         break
-                    start = max(now, ready + hop_s if a.stage else 0.0)
-                    if units is None:
-                        now = start + f_s
-                    else:
-                        now, stream[rank] = units.run(a.stage, False, start, f_s, stream[rank])
-                    forward_end[a.stage, a.microbatch] = now
+                    start = max(now, ready + hop_s if stage else 0.0)
+                    fsdp = None if units is None else units.run(stage, False, start, f_s, stream[rank])
+                    now, stream[rank] = fsdp or (start + f_s, stream[rank])
+                    forward_end[stage * m + a.microbatch] = now
                 elif a.kind == "B":
-                    last_stage = a.stage == stages - 1
-                    ready = 0.0 if last_stage else backward_end.get((a.stage + 1, a.microbatch), -1.0)
+                    last_stage = stage == stages - 1
+                    ready = 0.0 if last_stage else backward_end[(stage + 1) * m + a.microbatch]
                     if ready < 0.0:
                         break
                     start = max(now, ready if last_stage else ready + hop_s)
-                    start, now, stream[rank] = _backward(units, a.stage, start, r_s, b_s, stream[rank])
-                    backwards_left[a.stage] -= 1
-                    now += 0.0 if backwards_left[a.stage] else extra[a.stage]
-                    backward_end[a.stage, a.microbatch] = now
+                    if units is None:
+                        start, now = start + r_s, start + r_s + b_s
+                    else:
+                        start, now, stream[rank] = _backward(units, stage, start, r_s, b_s, stream[rank])
+                    backwards_left[stage] -= 1
+                    now += 0.0 if backwards_left[stage] else extra[stage]
+                    backward_end[stage * m + a.microbatch] = now
                     if rank == 0:
-                        last_b[a.stage] = (start, b_s)
+                        last_b[stage] = (start, b_s)
                 else:
                     now += w_s
                 i += 1
@@ -239,8 +272,15 @@ def replay(
             position[rank], free[rank] = i, now
         if not moved:  # the schedules are checked deadlock-free (simulator/schedules.py)
             raise ValueError("schedule deadlocks")
-    chunks = tuple(last_b[s] for s in sorted(last_b))
-    return Replay(tuple(max(f, d) for f, d in zip(free, stream, strict=True)), chunks)
+    ends = tuple(max(f, d) for f, d in zip(free, stream, strict=True))
+    return Replay(ends, tuple(last_b[s] for s in sorted(last_b)))
+
+
+def _ends(schedule: Schedule, stages: int) -> tuple[int, list[float], list[float]]:
+    """The micro-batch count m (rank 0 runs every micro-batch), and the forward's and backward's end per
+    (stage, micro-batch), at stage * m + micro-batch (-1: not yet)."""
+    m = 1 + max((a.microbatch for a in schedule[0]), default=0)
+    return m, [-1.0] * (stages * m), [-1.0] * (stages * m)
 
 
 def _backwards_per_stage(schedule: Schedule, stages: int) -> list[int]:

@@ -91,6 +91,16 @@ def print_goodput(g: dict[str, Any]) -> None:
     )
 
 
+EngineOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--engine",
+        help="auto (default: the event-free path where it applies, else SimPy), simpy (always SimPy, the "
+        "reference) or event-free (refuse a plan it cannot run); also $PLANCAST_ENGINE (docs/engine.md).",
+    ),
+]
+
+
 @app.command("simulate")
 def simulate(
     scenario: ScenarioArg,
@@ -107,21 +117,33 @@ def simulate(
         ),
     ] = False,
     no_cache: NoCacheOpt = False,
+    engine: EngineOpt = None,
 ) -> None:
     """Predict one training step: time breakdown, memory, MFU; optionally write RUN/predicted/."""
     from contextlib import ExitStack
 
     from plancast.simulator.goodput import plan_run
+    from plancast.simulator.predict import EngineRefusedError, engine_choice
     from plancast.simulator.predict import simulate as run_simulation
 
     with user_errors():
+        try:
+            engine = engine_choice(engine)
+        except ValueError as e:
+            raise UserError(str(e)) from None
         check_output_dir(out_dir, "--out")
         s = measured_local(scenario, load(scenario), no_cache=no_cache)
     with ExitStack() as held:
         if out_dir is not None:
             with user_errors():
                 held.callback(claim_out(out_dir, force).release)
-        prediction = run_simulation(s, full_fidelity=full_fidelity, events=out_dir is not None)
+        with user_errors():
+            try:
+                prediction = run_simulation(
+                    s, full_fidelity=full_fidelity, events=out_dir is not None, engine=engine
+                )
+            except EngineRefusedError as e:  # --engine event-free on a plan it does not apply to
+                raise UserError(str(e)) from None
         files = write_predicted(out_dir, prediction) if out_dir is not None else []
     if out_dir is not None:
         err.print(

@@ -1,0 +1,154 @@
+"""What a rank's passes queue on its dp stream, for the event-free path (fast.py): the twins of
+data_parallel.reduce_gradients, fsdp_pass and broadcast_shards, over a rank's clock (fast.RankRun) and
+its stream (fast_dp.DpStream) instead of SimPy processes. The reasons for each rule are in
+data_parallel.py; only the time-keeping differs."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from plancast.simulator.engine.data_parallel import BACKWARD_KINDS, LINK_SLICE_BYTES, MAX_LINK_SLICES
+from plancast.simulator.engine.fast_dp import Done
+from plancast.simulator.engine.spans import Span
+
+if TYPE_CHECKING:
+    from plancast.simulator.engine.fast import FastEngine, RankRun
+    from plancast.simulator.schedules import Action
+
+
+def reduce_gradients(sim: FastEngine, r: RankRun, a: Action, backward_s: float) -> float:
+    """data_parallel.reduce_gradients: DDP / ZeRO-1 buckets, queued as a chunk's last backward starts;
+    returns what the backward loses to the reductions beside it."""
+    plan = sim.plan
+    if plan.dense_dp == 1:
+        return 0.0
+    if plan.s.parallelism.overlap_grad_reduce:
+        overlapped = _reduce_chunk(sim, r, a.stage, a.chunk, backward_s, overlap=True)
+        return plan.s.cluster.compute.overlap_slowdown * overlapped
+    if a != plan.final_backward(r.pp):
+        return 0.0
+    for chunk, stage in enumerate(plan.owned_stages(r.pp)):
+        _reduce_chunk(sim, r, stage, chunk, backward_s, overlap=False)
+    return 0.0
+
+
+def _reduce_chunk(
+    sim: FastEngine, r: RankRun, stage: int, chunk: int, backward_s: float, overlap: bool
+) -> float:
+    """data_parallel._reduce_chunk: one chunk's buckets, each ready at its share of the backward."""
+    plan, dp = sim.plan, r.dp
+    assert dp is not None
+    buckets = plan.units[stage].bucket_bytes
+    total = sum(buckets) or 1
+    done = 0.0
+    pending = overlapped = last_ready = 0.0
+    now = r.now
+    for nbytes in buckets:
+        done += nbytes
+        after_s = backward_s * done / total if overlap else backward_s
+        dp.push(now, r.made_s, r.turn, "all_reduce", nbytes, (stage, chunk, -1), ready_s=now + after_s)
+        drained = min(pending, after_s - last_ready)
+        overlapped, pending, last_ready = overlapped + drained, pending - drained, after_s
+        if overlap and after_s < backward_s:
+            pending += plan.dp_collective_s("all_reduce", nbytes)
+    for nbytes in plan.units[stage].expert_bucket_bytes:
+        dp.push(
+            now, r.made_s, r.turn, "all_reduce", nbytes, (stage, chunk, -1), ready_s=now + backward_s,
+            levels=plan.topo.levels("edp"),
+        )  # fmt: skip
+    return overlapped
+
+
+def fsdp_pass(sim: FastEngine, r: RankRun, kind: str, a: Action, seconds: float, flops: float) -> None:
+    """data_parallel.fsdp_pass: a ZeRO-2/3 pass whose units wait for their all-gathers."""
+    plan, dp = sim.plan, r.dp
+    assert dp is not None
+    par = plan.s.parallelism
+    state = r.fsdp[a.stage]
+    is_backward = kind in BACKWARD_KINDS
+    steps = state.backward() if is_backward else state.forward()
+    ahead = 1 if par.overlap_param_gather else 0
+    if is_backward and par.fsdp_backward_prefetch == "post":
+        ahead = 0
+    reduce_scale = plan.fsdp_reduce_scale
+    where = (a.stage, a.chunk, a.microbatch)
+    start = r.now
+    gathers: list[Done | None] = [None] * len(steps)
+    holding = [j for j, (unit, _) in enumerate(steps) if unit.param_bytes > 0.0]
+    position = {j: n for n, j in enumerate(holding)}
+    slowdown, pending = plan.s.cluster.compute.overlap_slowdown, 0.0
+    for i, (unit, _need) in enumerate(steps):
+        n = position.get(i)
+        for j in holding[n : n + 1 + ahead] if n is not None else ():
+            if steps[j][1] and gathers[j] is None:
+                nbytes = steps[j][0].param_bytes
+                gathers[j] = dp.push(r.now, r.made_s, r.turn, "all_gather", nbytes, where, notify=True)
+                pending += plan.dp_collective_s("all_gather", nbytes) if slowdown else 0.0
+        gathered = gathers[i]
+        if gathered is not None:
+            done_s = dp.finish(gathered)
+            if done_s >= r.now:  # not yet seen done: the pass waits (a wait of 0 where it ends now)
+                waited = done_s - r.now
+                r.wait(done_s, done_s)
+                sim.dp_wait_s[r.rank] = sim.dp_wait_s.get(r.rank, 0.0) + waited
+                pending = max(0.0, pending - waited)
+        share = unit.backward_share if is_backward else unit.forward_share
+        if share:
+            compute = seconds * share
+            compute += slowdown * min(compute, pending)
+            pending = max(0.0, pending - compute)
+            r.busy(compute)
+        if is_backward and par.overlap_grad_reduce and unit.param_bytes > 0.0:
+            nbytes = unit.param_bytes * reduce_scale
+            dp.push(r.now, r.made_s, r.turn, "reduce_scatter", nbytes, where)
+            pending += plan.dp_collective_s("reduce_scatter", nbytes) if slowdown else 0.0
+            _replicate_all_reduce(sim, r, nbytes, where)
+    sim.record_pass(r.rank, kind, a, start, r.now - start, flops)
+    if is_backward and not par.overlap_grad_reduce:
+        for unit in (unit for unit, _ in steps if unit.param_bytes > 0.0):
+            dp.push(r.now, r.made_s, r.turn, "reduce_scatter", unit.param_bytes * reduce_scale, where)
+            _replicate_all_reduce(sim, r, unit.param_bytes * reduce_scale, where)
+
+
+def _replicate_all_reduce(sim: FastEngine, r: RankRun, nbytes: float, where: tuple[int, int, int]) -> None:
+    """data_parallel._replicate_all_reduce (HSDP)."""
+    plan = sim.plan
+    if plan.replicate_levels:
+        assert r.dp is not None
+        r.dp.push(
+            r.now, r.made_s, r.turn, "all_reduce", nbytes / plan.dense_dp, where, levels=plan.replicate_levels
+        )
+
+
+def broadcast_shards(sim: FastEngine, r: RankRun) -> None:
+    """data_parallel.broadcast_shards: ZeRO-1's shard broadcasts after the optimizer, laid out at once."""
+    plan = sim.plan
+    now = r.now
+    for chunk, stage in enumerate(plan.owned_stages(r.pp)):
+        shard = plan.broadcast_shard_bytes(stage)
+        seconds = plan.dp_collective_s("broadcast", shard)
+        for index in range(plan.dense_dp):
+            if plan.share_links:
+                start, now = _alone_on_link(sim, r, shard, seconds, now)
+            else:
+                start, now = now, now + seconds
+            sim.spans.append(
+                Span(r.rank, "dp", "broadcast", stage, chunk, -1, index, -1, start, seconds, int(shard), 0.0)
+            )
+    r.busy(now - r.now)
+
+
+def _alone_on_link(
+    sim: FastEngine, r: RankRun, nbytes: float, seconds: float, now: float
+) -> tuple[float, float]:
+    """data_parallel._alone_on_link."""
+    slices = max(1, min(math.ceil(nbytes / LINK_SLICE_BYTES), MAX_LINK_SLICES))
+    slice_s = seconds / slices
+    link = r.link(sim.plan.dp_tier)
+    slot = link.queue_slice(now, slice_s)
+    if slot > now:
+        now += slot - now
+    link.hold(r.dp, slot, slice_s, slices)
+    link.run = None
+    return now, now + slices * slice_s
