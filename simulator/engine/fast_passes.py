@@ -44,14 +44,15 @@ def _reduce_chunk(
     done = 0.0
     pending = overlapped = last_ready = 0.0
     now = r.now
+    kind = plan.dense_grad_reduce
     for nbytes in buckets:
         done += nbytes
         after_s = backward_s * done / total if overlap else backward_s
-        dp.push(now, r.made_s, r.turn, "all_reduce", nbytes, (stage, chunk, -1), ready_s=now + after_s)
+        dp.push(now, r.made_s, r.turn, kind, nbytes, (stage, chunk, -1), ready_s=now + after_s)
         drained = min(pending, after_s - last_ready)
         overlapped, pending, last_ready = overlapped + drained, pending - drained, after_s
         if overlap and after_s < backward_s:
-            pending += plan.dp_collective_s("all_reduce", nbytes)
+            pending += plan.dp_collective_s(kind, nbytes)
     for nbytes in plan.units[stage].expert_bucket_bytes:
         dp.push(
             now, r.made_s, r.turn, "all_reduce", nbytes, (stage, chunk, -1), ready_s=now + backward_s,
@@ -128,13 +129,17 @@ def broadcast_shards(sim: FastEngine, r: RankRun) -> None:
     for chunk, stage in enumerate(plan.owned_stages(r.pp)):
         shard = plan.broadcast_shard_bytes(stage)
         seconds = plan.dp_collective_s("broadcast", shard)
-        for index in range(plan.dense_dp):
+        kind, count = "broadcast", plan.dense_dp
+        if plan.dense_grad_reduce == "reduce_scatter":  # data_parallel.broadcast_shards: one all-gather
+            shard *= plan.dense_dp
+            kind, count, seconds = "all_gather", 1, plan.dp_collective_s("all_gather", shard)
+        for index in range(count):
             if plan.share_links:
                 start, now = _alone_on_link(sim, r, shard, seconds, now)
             else:
                 start, now = now, now + seconds
             sim.spans.append(
-                Span(r.rank, "dp", "broadcast", stage, chunk, -1, index, -1, start, seconds, int(shard), 0.0)
+                Span(r.rank, "dp", kind, stage, chunk, -1, index, -1, start, seconds, int(shard), 0.0)
             )
     r.busy(now - r.now)
 
