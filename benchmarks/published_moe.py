@@ -48,8 +48,9 @@ def moe_and_long_context() -> tuple[PublishedRun, ...]:
         "forced balance (the page's footnote; set_gpt_oss_common_configs: moe_router_force_load_balancing "
         "= True): training.moe_routing_imbalance = 1.0",
         "distributed optimizer (the recipe's ddp.use_distributed_optimizer = True, megatron/bridge/recipes/"
-        "gpt_oss): zero_stage 1; bf16 gradients (scripts/performance/configs/gpt_oss "
-        "set_gpt_oss_common_configs: ddp.grad_reduce_in_fp32 = False): grad_accumulation_fp32 false",
+        "gpt_oss, v0.2.0 and v0.3.0): zero_stage 1 with distributed_optimizer; bf16 gradients "
+        "(scripts/performance/configs/gpt_oss set_gpt_oss_common_configs: ddp.grad_reduce_in_fp32 = False): "
+        "grad_accumulation_fp32 false",
     )
     balanced = {"moe_routing_imbalance": 1.0, "grad_accumulation_fp32": False}
     return (
@@ -105,7 +106,7 @@ def moe_and_long_context() -> tuple[PublishedRun, ...]:
             GPT_OSS,
             gpt_oss,
             training_table(4096, 1, 1280, "bf16", "none", flash_attention=True, **balanced),
-            {**plan_table(1, 4, zero_stage=1), "expert_parallel_degree": 8},
+            {**plan_table(1, 4, zero_stage=1, distributed_optimizer=True), "expert_parallel_degree": 8},
             cluster_table("dgx-h100-80gb", 64),
             "megatron-lm",
             13.69,
@@ -118,7 +119,7 @@ def moe_and_long_context() -> tuple[PublishedRun, ...]:
             GPT_OSS_2511,
             gpt_oss,
             training_table(4096, 4, 512, "bf16", "none", flash_attention=True, **balanced),
-            {**plan_table(1, 4, zero_stage=1), "expert_parallel_degree": 8},
+            {**plan_table(1, 4, zero_stage=1, distributed_optimizer=True), "expert_parallel_degree": 8},
             cluster_table("dgx-h100-80gb", 64),
             "megatron-lm",
             5.820,

@@ -67,7 +67,9 @@ def _bridge(
 ) -> PublishedRun:
     """One Megatron-Bridge DGX-H100 row: (gpus, gbs, mbs, tp, pp, vp, ep, fp8) and its tokens/s/GPU;
     `recipe`: what the recipe (scripts/performance/configs) sets, recompute included. Every row as the
-    recipes run: the distributed optimizer (zero_stage 1), gradients reduced in bf16
+    recipes run: the distributed optimizer (zero_stage 1 with distributed_optimizer: every MoE recipe's
+    `DistributedDataParallelConfig(use_distributed_optimizer=True)`, src/megatron/bridge/recipes/{qwen,
+    deepseek} at v0.1.0rc3, v0.2.0 and v0.3.0, scripts/performance leaving it on), gradients reduced in bf16
     (`grad_reduce_in_fp32 = False`), FP8-CS as the FP8 rows read it (benchmarks/published_fp8.py)."""
     gpus, gbs, mbs, tp, pp, vp, ep, fp8 = run
     recompute = recipe.pop("recompute", "none")
@@ -83,7 +85,16 @@ def _bridge(
         grad_accumulation_fp32=False,
         **precision,
     )
-    plan = plan_table(tp, pp, vp, expert_parallel_degree=ep, sequence_parallel=tp > 1, zero_stage=1, **recipe)
+    plan = plan_table(
+        tp,
+        pp,
+        vp,
+        expert_parallel_degree=ep,
+        sequence_parallel=tp > 1,
+        zero_stage=1,
+        distributed_optimizer=True,
+        **recipe,
+    )
     if ep * tp > 1 and (gpus // (tp * pp)) % ep:
         plan["expert_tensor_parallel_degree"] = 1  # Megatron-Bridge's MoE recipes: etp 1 (folding)
     row = PublishedRun(

@@ -19,9 +19,10 @@ _NOTES = (
     "--make-vocab-size-divisible-by 1187 keeps the 151,936-token vocabulary",
     "the yaml's learned aux-loss router on real data (--finetune from the released checkpoint, no "
     "--moe-router-force-load-balancing): training.moe_routing_imbalance left at its default",
-    "--use-distributed-optimizer: zero_stage 1; --sequence-parallel under tp; --expert-tensor-parallel-size "
-    "1: the folded expert grid; --account-for-embedding/loss-in-pipeline-split: the embedding and the "
-    "loss count as a layer each in the pipeline split",
+    "--use-distributed-optimizer: zero_stage 1 with distributed_optimizer; --sequence-parallel under tp; "
+    "--expert-tensor-parallel-size 1: the folded expert grid; "
+    "--account-for-embedding/loss-in-pipeline-split: the embedding and the loss count as a layer each in the "
+    "pipeline split",
 )
 NORM_ACT = (
     "recompute 'norm, act' (output-discarding recompute of the norms and the expert activation): "
@@ -39,7 +40,7 @@ def _zoo(
         MODELZOO,
         {"preset": "qwen3-235b-a22b"},
         training_table(4096, mbs, 2048, "bf16", recompute, flash_attention=True),
-        {"expert_tensor_parallel_degree": 1, "zero_stage": 1, **plan},
+        {"expert_tensor_parallel_degree": 1, "zero_stage": 1, "distributed_optimizer": True, **plan},
         cluster_table("dgx-h100-80gb", 256),
         "megatron-lm",
         step_s,

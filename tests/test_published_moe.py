@@ -26,6 +26,20 @@ def test_each_row_parses_with_its_expert_parallel_plan(run: PublishedRun) -> Non
     assert run.citation and run.assumptions
 
 
+MEGATRON_SOURCES = ("megatron-bridge-2025", "megatron-bridge-2026", "megatron-moe-modelzoo")
+
+
+@pytest.mark.parametrize("run", [r for r in MOE_RUNS if r.source in MEGATRON_SOURCES], ids=lambda r: r.name)
+def test_megatron_rows_run_the_distributed_optimizer(run: PublishedRun) -> None:
+    """Every Megatron-Bridge MoE recipe (src/megatron/bridge/recipes/{qwen,deepseek,gpt_oss} at v0.1.0rc3,
+    v0.2.0, v0.3.0) and the ModelZoo yaml set use_distributed_optimizer: its gradients reduce-scatter
+    and its parameters gather once, where ZeRO-1 alone all-reduces and broadcasts from every owner
+    (the step it shortens: tests/simulator/test_distributed_optimizer.py)."""
+    s = run_scenario(run)
+    assert s.parallelism.distributed_optimizer
+    assert s.parallelism.zero_stage in (1, 3)  # 3: the one Megatron-FSDP row, which needs it on too
+
+
 TIE = 0.05
 """Plans measured within 5% of each other are a tie: not ranked (one source's rows come from releases
 months apart, and a run-to-run spread of a few percent is common)."""

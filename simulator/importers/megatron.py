@@ -294,8 +294,11 @@ def _megatron_parallelism(ns: argparse.Namespace, num_layers: int, notes: list[s
     if ns.sequence_parallel and tp == 1:
         notes.append("--sequence-parallel dropped: it needs tensor parallelism (Megatron-LM disables it too)")
     par["sequence_parallel"] = ns.sequence_parallel and tp > 1
-    # Megatron-LM's distributed optimizer shards the optimizer state over data parallel: ZeRO-1.
+    # Megatron-LM's distributed optimizer shards the optimizer state over data parallel: ZeRO-1, its
+    # gradients reduce-scattered and its parameters all-gathered once (param_and_grad_buffer.py).
     par["zero_stage"] = 1 if ns.use_distributed_optimizer else 0
+    if ns.use_distributed_optimizer:
+        par["distributed_optimizer"] = True
     par["overlap_grad_reduce"] = ns.overlap_grad_reduce  # off unless asked, as in Megatron-LM
     par["tp_comm_overlap"] = ns.tp_comm_overlap
     return par

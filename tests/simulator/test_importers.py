@@ -144,9 +144,12 @@ def test_hf_unsupported_configs_name_the_key(config: dict[str, Any], key: str) -
 
 # ----------------------------------------------------------------------------------- Megatron-LM
 def test_megatron_gpt3_175b_is_the_design_example() -> None:
-    """The Megatron-LM GPT-3 175B command line resolves to examples/gpt3-175b-dgx-a100.toml exactly."""
+    """The Megatron-LM GPT-3 175B command line resolves to examples/gpt3-175b-dgx-a100.toml exactly, but
+    for its `--use-distributed-optimizer`: the import keeps it as parallelism.distributed_optimizer, which
+    the example leaves off (its plans are the reference of tests/data/sweep/gpt3-175b-1536-a100.json)."""
     example = load_scenario(EXAMPLES / "gpt3-175b-dgx-a100.toml").scenario
     parts = import_file("megatron", DATA / "gpt3-175b.megatron.sh")
+    assert parts["parallelism"].pop("distributed_optimizer") is True
     cluster = {"preset": "dgx-a100-80gb", "num_nodes": 192}
     imported = parse_scenario(build_scenario_dict(
         model=parts["model"], training=parts["training"], parallelism=parts["parallelism"], cluster=cluster
@@ -193,7 +196,8 @@ def test_megatron_llama3_70b_interleaved() -> None:
         "tensor_parallel_degree": 8, "pipeline_parallel_degree": 4,
         "virtual_stages_per_rank": 4,  # 80 layers / (4 stages * 5 layers per chunk)
         "pipeline_parallel_schedule": "Interleaved1F1B", "sequence_parallel": True, "zero_stage": 1,
-        "overlap_grad_reduce": True, "tp_comm_overlap": False, "framework": "megatron-lm",
+        "distributed_optimizer": True, "overlap_grad_reduce": True, "tp_comm_overlap": False,
+        "framework": "megatron-lm",
     }
     assert parts["warnings"] == []
     scenario = parse_scenario(build_scenario_dict(
