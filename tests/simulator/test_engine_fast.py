@@ -106,6 +106,8 @@ def scenarios(draw: st.DrawFn) -> dict[str, Any]:
     }
     if dp % 2 == 0 and par["zero_stage"] >= 2 and draw(st.booleans()):
         par["data_parallel_replicate_degree"] = 2  # HSDP
+    if par["zero_stage"] == 1:
+        par["distributed_optimizer"] = draw(st.booleans())  # Megatron's: reduce-scatter + one all-gather
     if moe:
         par["expert_parallel_degree"] = draw(st.sampled_from([e for e in (1, 2, 4) if dp % e == 0]))
         par["moe_overlap_ep_comm"] = draw(st.booleans())
