@@ -360,11 +360,15 @@ def print_scores(rows: list[dict[str, Any]]) -> None:
 
 
 def save_figures(
-    scores: list[dict[str, Any]], moe: list[dict[str, Any]], hardware: dict[str, list[dict[str, Any]]]
+    scores: list[dict[str, Any]],
+    moe: list[dict[str, Any]],
+    hardware: dict[str, list[dict[str, Any]]],
+    memory: list[dict[str, Any]],
 ) -> None:
     """The held-out figures the README's table quotes (benchmarks/results/published_runs.json): the dense
     rows left out one source at a time, the MoE validation rows (no constant fitted on any), the FP8 rows
-    (per-tensor, MXFP8, NVFP4) and the Blackwell + AMD rows (benchmarks/published_groups.py)."""
+    (per-tensor, MXFP8, NVFP4), the Blackwell + AMD rows (benchmarks/published_groups.py) and the peak
+    memory of the rows that report it (benchmarks/published_memory.py)."""
     write_result(
         "published_runs",
         "python -m benchmarks.published_runs",
@@ -373,6 +377,7 @@ def save_figures(
             "moe": error_figures([r["error"] for r in moe if r["moe"]]),
             "fp8": error_figures([r["error"] for r in hardware["fp8"]]),
             "blackwell_amd": error_figures([r["error"] for r in hardware["blackwell_amd"]]),
+            "memory": error_figures([r["error"] for r in memory]),
         },
     )
 
@@ -396,7 +401,7 @@ def main() -> int:
     print_scores(scores)
     print_moe_scores(moe)
     print_groups(hardware)
-    save_figures(scores, moe, hardware)
+    save_figures(scores, moe, hardware, memory)
     print_memory(memory)
     print("Korthikanti et al. 2022, Table 5: iteration time (s)")
     print(f"{'model':6} {'setup':16} {'measured':>9} {'predicted':>10} {'error':>8} {'MFU':>6}")

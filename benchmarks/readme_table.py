@@ -28,8 +28,12 @@ ROWS = (
     Row("mixture-of-experts runs, published (H100, H800)", "published_runs", "moe", "published_runs"),
     Row("FP8 runs, published (per-tensor, MXFP8, NVFP4)", "published_runs", "fp8", "published_runs"),
     Row(
-        "Blackwell runs, published (B200, GB200, GB300)", "published_runs", "blackwell_amd", "published_runs"
+        "Blackwell and AMD runs, published (B200, GB200, GB300, MI325X, MI355X)",
+        "published_runs",
+        "blackwell_amd",
+        "published_runs",
     ),
+    Row("peak memory per GPU, published (allocated, reserved)", "published_runs", "memory", "published_runs"),
     Row("CPU loop, calibrated on other runs", "cpu_fidelity", None, "cpu_fidelity", measured_here=True),
     Row("CPU loop, straight after install", "cpu_out_of_box", None, "cpu_out_of_box", measured_here=True),
 )
