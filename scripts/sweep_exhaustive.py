@@ -57,6 +57,12 @@ SPACES: dict[str, tuple[str | dict[str, Any], int]] = {
     ),
     # pp-deep: 96 layers on 40 GiB cards with a small batch per replica
     "gpt3-175b-512-a100-40gb": (_scenario("gpt3-175b", 2048, 256, "dgx-a100-40gb"), 512),
+    # MoE with every MoE axis: DeepSeek's MLA + fine-grained experts (64 of them, 6 routed, 2 shared) on
+    # H800 nodes, where DeepEP runs: dispatcher, EP overlap, the folded expert grid, ZB-V and DualPipeV
+    "deepseek-v2-lite-32-h800": (
+        _scenario("deepseek-v2-lite", 4096, 128, "hgx-h800", framework="megatron-lm"),
+        32,
+    ),
 }
 
 

@@ -63,10 +63,12 @@ def _share_sums(seg: SegmentTimes, start: int, n: int, first: bool, last: bool) 
 def trailing_weight_passes(schedule: str, pp_rank: int, m: int) -> int | None:
     """How many weight passes (W) may follow a rank's last backward: none without a split backward;
     ZB-H1 defers the W of backward k to after backward k + rank, so the last rank + 1 of them follow
-    (simulator/schedules.py, _zero_bubble_h1); None for another split schedule: any of them may."""
+    (simulator/schedules.py, _zero_bubble_h1); ZB-H2 to after backward k + 2 rank, so 2 rank + 1
+    (schedules_zb.py, zb_h2); None for the V schedules (ZB-V, DualPipeV): any of them may."""
     if not splits_backward(schedule):  # type: ignore[arg-type]
         return 0
-    return min(pp_rank + 1, m) if schedule == "ZeroBubble" else None
+    lag = {"ZeroBubble": 1, "ZBH2": 2}.get(schedule)
+    return None if lag is None else min(lag * pp_rank + 1, m)
 
 
 class Compute(NamedTuple):
@@ -83,14 +85,26 @@ class Compute(NamedTuple):
     """That backward pass's own time."""
 
 
-def chain_bound(times: tuple[StageTimes, ...], pp: int, m: int, schedule: str, hop_s: float) -> Compute:
+def chain_bound(
+    times: tuple[StageTimes, ...],
+    pp: int,
+    m: int,
+    schedule: str,
+    hop_s: float,
+    holders: tuple[int, ...] | None = None,
+) -> Compute:
     """The compute part of the bound over a plan's per-stage times (see the module docstring). Under a
-    split backward the first stage's B is empty and its W is the whole backward (costs/stage.py)."""
+    split backward the first stage's B is empty and its W is the whole backward (costs/stage.py).
+    `holders`: per stage, its pipeline rank (default the loop placement, stage % pp). Stages 0..pp-1 sit
+    on ranks 0..pp-1 in the loop and the V placement alike, so the forward and cool-down chains through
+    them hold for both; a V rank's last backward is on its first chunk (its second chunk's backward of
+    that micro-batch precedes it), so the cool-down from it runs through stages r-1..0 as in the loop."""
     split = splits_backward(schedule)  # type: ignore[arg-type]
+    owner = holders or tuple(v % pp for v in range(len(times)))
     work, weights = [0.0] * pp, [0.0] * pp
     for v, st in enumerate(times):
-        work[v % pp] += m * st.total_s
-        weights[v % pp] += m * (st.backward_weight_s + (st.backward_input_s if v == 0 else 0.0))
+        work[owner[v]] += m * st.total_s
+        weights[owner[v]] += m * (st.backward_weight_s + (st.backward_input_s if v == 0 else 0.0))
     other = first = work[0]
     into = cool = 0.0
     for r in range(1, pp):
@@ -188,11 +202,18 @@ def replay(
     split: bool,
     slowed_s: tuple[float, ...] | None = None,
     units: FsdpUnits | None = None,
+    holders: tuple[int, ...] | None = None,
 ) -> Replay:
     """`Replay` of `schedule` (simulator/schedules.py) over per-stage `times`; `slowed_s`: per stage, what
     its last backward loses to the gradient all-reduces beside it (engine/data_parallel.py); `units`:
-    ZeRO-2/3 passes unit by unit (`FsdpUnits`), each rank then ending no earlier than its dp stream."""
+    ZeRO-2/3 passes unit by unit (`FsdpUnits`), each rank then ending no earlier than its dp stream;
+    `holders`: per stage, its pipeline rank (default stage % pp). A transfer between two stages of one
+    rank (the turn of a V) costs nothing: the engine sends nothing there (engine/processes.py)."""
     pp, stages = len(schedule), len(times)
+    owner = holders or tuple(v % pp for v in range(stages))
+    # per stage, the hop into it from the stage before (forward) and after (backward)
+    hop_in = [hop_s if v and owner[v - 1] != owner[v] else 0.0 for v in range(stages)]
+    hop_back = [hop_s if v < stages - 1 and owner[v + 1] != owner[v] else 0.0 for v in range(stages)]
     stream = [0.0] * pp
     extra = slowed_s or (0.0,) * stages
     backwards_left = _backwards_per_stage(schedule, stages)
@@ -213,7 +234,7 @@ def replay(
                     ready = forward_end.get((a.stage - 1, a.microbatch), -1.0) if a.stage else 0.0
                     if ready < 0.0:
                         break
-                    start = max(now, ready + hop_s if a.stage else 0.0)
+                    start = max(now, ready + hop_in[a.stage] if a.stage else 0.0)
                     if units is None:
                         now = start + f_s
                     else:
@@ -224,7 +245,7 @@ def replay(
                     ready = 0.0 if last_stage else backward_end.get((a.stage + 1, a.microbatch), -1.0)
                     if ready < 0.0:
                         break
-                    start = max(now, ready if last_stage else ready + hop_s)
+                    start = max(now, ready if last_stage else ready + hop_back[a.stage])
                     start, now, stream[rank] = _backward(units, a.stage, start, r_s, b_s, stream[rank])
                     backwards_left[a.stage] -= 1
                     now += 0.0 if backwards_left[a.stage] else extra[a.stage]
