@@ -16,10 +16,10 @@ from plancast.simulator.costs.memory import (
     rebuilds_a_block,
 )
 from plancast.simulator.costs.moe import moe_activation_bytes
+from plancast.simulator.costs.moe_cp_comm import layer_collectives
 from plancast.simulator.costs.ops import DTYPE_BYTES, Shape
 from plancast.simulator.costs.optimizer import optimizer_bytes_per_param
 from plancast.simulator.costs.params import layer_params, rank_parameters
-from plancast.simulator.costs.moe_cp_comm import layer_collectives
 from plancast.simulator.costs.stage import Segment, StageCost, ep_overlapped, stage_costs
 from plancast.simulator.engine import Topology
 from plancast.simulator.mesh import RankGrid, span_tier
@@ -204,7 +204,7 @@ class Estimator:
         default's segments with the all-to-alls priced again by the calls stage_costs makes
         (costs/moe_cp_comm.py layer_collectives, costs/stage.py ep_overlapped): the same numbers at a
         fraction of the cost. Partial recompute folds the all-to-alls into a backward: priced in full."""
-        plain = key[:7] + ("alltoall", False) + key[9:]
+        plain: LayerKey = (*key[:7], "alltoall", False, *key[9:])
         if key == plain or s.training.recompute_num_layers is not None:
             segments = stage_costs(s, tp_levels)[0].segments
             if s.model.is_moe:

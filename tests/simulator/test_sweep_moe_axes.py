@@ -88,7 +88,9 @@ def test_v_schedules_need_two_micro_batches_per_stage() -> None:
     assert ("ZBH2", 1) in set(schedules(4, 3, 7))
 
 
-@pytest.mark.parametrize(("dispatcher", "overlap"), [("deepep", True), ("allgather", False), ("alltoall", True)])
+@pytest.mark.parametrize(
+    ("dispatcher", "overlap"), [("deepep", True), ("allgather", False), ("alltoall", True)]
+)
 def test_a_dispatcher_variants_layer_is_what_stage_costs_gives(dispatcher: str, overlap: bool) -> None:
     """The estimator derives a dispatcher/overlap variant's segments from the default's by pricing the
     all-to-alls again: exactly the numbers stage_costs gives for that plan (the bound relies on them)."""
