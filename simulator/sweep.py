@@ -39,6 +39,7 @@ from plancast.simulator.sweep_estimate import Estimator, Layer, LayerKey
 from plancast.simulator.sweep_space import (
     NO_PINS,
     LayerBalancer,
+    MoeVariants,
     Root,
     branches,
     by_size,
@@ -163,18 +164,20 @@ def _rank_subtree(
     candidates: list[Estimate] = []
     enumerated = pruned = 0
     smallest_fits: dict[tuple[int, ...], bool] = {}
-    for plan in enumerate_plans(base, gpus, (root,), pins):
-        enumerated += 1
+    variants = MoeVariants(base, pins)
+    for plan in enumerate_plans(base, gpus, (root,), pins, variants=False):
+        plans = variants.of(plan)  # dispatcher/overlap variants: the same memory, each its own bound
+        enumerated += len(plans)
         key = (plan.tp, plan.pp, plan.ep, plan.cp, plan.etp)
         if key not in smallest_fits:  # smallest footprint of the whole (tp, pp, ep, cp, etp) subtree
             smallest_fits[key] = _smallest_fits(est, splits, limit_bytes, plan)
         if not smallest_fits[key]:
-            pruned += 1
+            pruned += len(plans)
             continue
         memory = est.memory_bytes(plan)
         if memory > limit_bytes:
             continue
-        candidates.append((bound.seconds(plan), _plan_fields(plan), memory / GiB))
+        candidates += [(bound.seconds(p), _plan_fields(p), memory / GiB) for p in plans]
     return candidates, enumerated, pruned
 
 

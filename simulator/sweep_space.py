@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Iterator
+from dataclasses import replace
 from typing import TypeVar
 
 from plancast.simulator.scenario import Scenario
@@ -96,10 +97,16 @@ def moe_choices(base: Scenario, ep: int, pins: Pins = NO_PINS) -> list[tuple[str
 
 
 def enumerate_plans(
-    base: Scenario, gpus: int, subtrees: Iterable[Root] | None = None, pins: Pins = NO_PINS
+    base: Scenario,
+    gpus: int,
+    subtrees: Iterable[Root] | None = None,
+    pins: Pins = NO_PINS,
+    variants: bool = True,
 ) -> Iterator[Plan]:
     """Every plan whose degrees and batch shape are valid for `base` on `gpus` GPUs (memory not checked);
-    `subtrees` restricts the search to those (tp, pp) roots (one task of a worker)."""
+    `subtrees` restricts the search to those (tp, pp) roots (one task of a worker). `variants` False:
+    one plan per set of dispatcher/overlap variants (`MoeVariants` gives the others), which share their
+    memory: a search checks memory once for all of them."""
     layers = base.model.num_hidden_layers
     chosen = roots(base, gpus, pins) if subtrees is None else subtrees
     balancer = LayerBalancer(base, gpus)
@@ -108,7 +115,7 @@ def enumerate_plans(
         if pins.allows("recompute", rc) and pins.allows("zero", zero)
     ]  # fmt: skip
     for tp, pp, cp, dp, ep, etp, b, mbs, sp_ok in branches(base, gpus, chosen, pins):
-        moe = moe_choices(base, ep, pins)
+        moe = moe_choices(base, ep, pins) if variants else moe_choices(base, ep, pins)[:1]
         for schedule, v in schedules(pp, mbs, layers, pins):
             for sp in sequence_parallel_choices(sp_ok, pins):
                 for first, last in balancer.splits(pp, v, tp, cp, sp):
@@ -117,6 +124,23 @@ def enumerate_plans(
                             tp, pp, dp, b, schedule, v, rc, sp, zero, ep, cp, first, last, dispatcher,
                             overlap, etp,
                         )  # fmt: skip
+
+
+class MoeVariants:
+    """A plan's dispatcher/overlap variants (`moe_choices`), per expert-parallel degree worked out once."""
+
+    def __init__(self, base: Scenario, pins: Pins = NO_PINS) -> None:
+        self.base, self.pins = base, pins
+        self._choices: dict[int, list[tuple[str, bool]]] = {}
+
+    def of(self, plan: Plan) -> list[Plan]:
+        """`plan` under each dispatcher and overlap searched for its ep (itself alone where ep is 1)."""
+        if plan.ep == 1:
+            return [plan]
+        choices = self._choices.get(plan.ep)
+        if choices is None:
+            choices = self._choices[plan.ep] = moe_choices(self.base, plan.ep, self.pins)
+        return [replace(plan, dispatcher=d, overlap_ep=o) for d, o in choices]
 
 
 class LayerBalancer:
