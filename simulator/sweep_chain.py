@@ -204,22 +204,15 @@ def replay(
     units: FsdpUnits | None = None,
     holders: tuple[int, ...] | None = None,
 ) -> Replay:
-    """`Replay` of `schedule` (simulator/schedules.py) over per-stage `times`; `slowed_s`: per stage, what
-    its last backward loses to the gradient all-reduces beside it (engine/data_parallel.py); `units`:
-    ZeRO-2/3 passes unit by unit (`FsdpUnits`), each rank then ending no earlier than its dp stream;
-    `holders`: per stage, its pipeline rank (default stage % pp). A transfer between two stages of one
-    rank (the turn of a V) costs nothing: the engine sends nothing there (engine/processes.py)."""
+    """`Replay` of `schedule` (schedules.py) over per-stage `times`; `slowed_s`: per stage, what its last
+    backward loses to the all-reduces beside it (engine/data_parallel.py); `units`: ZeRO-2/3 passes unit by
+    unit (`FsdpUnits`), the rank ending no earlier than its dp stream; `holders`: stage -> rank (`_hops`)."""
     pp, stages = len(schedule), len(times)
-    owner = holders or tuple(v % pp for v in range(stages))
-    # per stage, the hop into it from the stage before (forward) and after (backward)
-    hop_in = [hop_s if v and owner[v - 1] != owner[v] else 0.0 for v in range(stages)]
-    hop_back = [hop_s if v < stages - 1 and owner[v + 1] != owner[v] else 0.0 for v in range(stages)]
-    stream = [0.0] * pp
-    extra = slowed_s or (0.0,) * stages
+    hop_in, hop_back = _hops(holders or tuple(v % pp for v in range(stages)), hop_s)
+    stream, extra = [0.0] * pp, slowed_s or (0.0,) * stages
     backwards_left = _backwards_per_stage(schedule, stages)
     durations = [action_seconds(st, v, split) for v, st in enumerate(times)]
-    forward_end: dict[tuple[int, int], float] = {}
-    backward_end: dict[tuple[int, int], float] = {}
+    forward_end, backward_end = dict[tuple[int, int], float](), dict[tuple[int, int], float]()
     position, free = [0] * pp, [0.0] * pp
     last_b: dict[int, tuple[float, float]] = {}
     left = sum(len(actions) for actions in schedule)
@@ -262,6 +255,16 @@ def replay(
             raise ValueError("schedule deadlocks")
     chunks = tuple(last_b[s] for s in sorted(last_b))
     return Replay(tuple(max(f, d) for f, d in zip(free, stream, strict=True)), chunks)
+
+
+def _hops(owner: tuple[int, ...], hop_s: float) -> tuple[list[float], list[float]]:
+    """Per stage, the transfer into it from the stage before (forward) and from the stage after
+    (backward): none between two stages of one rank (the turn of a V), where the engine sends nothing
+    (engine/processes.py)."""
+    stages = len(owner)
+    into = [hop_s if v and owner[v - 1] != owner[v] else 0.0 for v in range(stages)]
+    back = [hop_s if v < stages - 1 and owner[v + 1] != owner[v] else 0.0 for v in range(stages)]
+    return into, back
 
 
 def _backwards_per_stage(schedule: Schedule, stages: int) -> list[int]:

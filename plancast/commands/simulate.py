@@ -165,6 +165,29 @@ ClusterOpt = Annotated[
 ]
 
 
+PinOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--pin",
+        help="Fix an axis instead of searching it, AXIS=VALUE[,VALUE...] (repeatable): tp, pp, dp, cp, "
+        "ep, etp (0: unfolded; N: folded expert grid with expert tensor parallel N), mb, schedule (1F1B, "
+        "Interleaved1F1B, ZeroBubble, GPipe, ZBH2, ZBV, DualPipeV), v, recompute, sp, zero, dispatcher "
+        "(alltoall, allgather, deepep, hybridep), overlap (true/false). E.g. --pin schedule=DualPipeV "
+        "--pin dispatcher=deepep.",
+    ),
+]
+
+
+def _pins(pin: list[str] | None) -> Any:
+    """`--pin` values parsed (simulator/sweep_axes.py Pins); a bad one is bad input, exit code 2."""
+    from plancast.simulator.sweep_axes import Pins
+
+    try:
+        return Pins.parse(pin or [])
+    except ValueError as e:
+        raise UserError(str(e)) from None
+
+
 @app.command("sweep")
 def sweep(
     scenario: ScenarioArg,
@@ -196,17 +219,7 @@ def sweep(
         typer.Option("--max-memory-gib", min=0.001, help="Only plans needing at most this many GiB per GPU."),
     ] = None,
     workers: WorkersOpt = None,
-    pin: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--pin",
-            help="Fix an axis instead of searching it, AXIS=VALUE[,VALUE...] (repeatable): tp, pp, dp, cp, "
-            "ep, etp (0: unfolded; N: folded expert grid with expert tensor parallel N), mb, schedule (1F1B, "
-            "Interleaved1F1B, ZeroBubble, GPipe, ZBH2, ZBV, DualPipeV), v, recompute, sp, zero, dispatcher "
-            "(alltoall, allgather, deepep, hybridep), overlap (true/false). E.g. --pin schedule=DualPipeV "
-            "--pin dispatcher=deepep.",
-        ),
-    ] = None,
+    pin: PinOpt = None,
 ) -> None:
     """Find the exact --top fastest of every valid plan (tp, pp, dp, ep, cp, micro-batch, schedule,
     virtual stages, recompute, SP, ZeRO, layer split; for MoE models the expert grid with its folded
@@ -215,15 +228,11 @@ def sweep(
     With several --gpus sizes, --cluster presets or a run-level --rank-by, every (cluster, size) is
     searched and all finalists are ranked together, with the time-to-train vs cost Pareto front."""
     from plancast.commands.cluster_sweep import cluster_sweep, parse_gpus
-    from plancast.simulator.sweep_axes import Pins
     from plancast.simulator.sweep_inputs import missing_batch
 
     with user_errors():
         check_output_file(table, "--table")
-        try:
-            pins = Pins.parse(pin or [])
-        except ValueError as e:
-            raise UserError(str(e)) from None
+        pins = _pins(pin)
         s, sizes = load(scenario), parse_gpus(gpus)
         problem = missing_batch(s)
         if problem is not None:
@@ -250,7 +259,7 @@ def _single_sweep(
     table: Path | None,
     max_memory_gib: float | None,
     workers: int | None,
-    pins: Any = None,
+    pins: Any,
 ) -> None:
     """One cluster, one size: enumerate, rank, simulate the finalists, print (or write) them."""
     import time
@@ -259,7 +268,6 @@ def _single_sweep(
 
     from plancast.pool import worker_pool
     from plancast.simulator.sweep import sweep as run_sweep
-    from plancast.simulator.sweep_space import NO_PINS
 
     started = time.perf_counter()
     with worker_pool(workers) as map_fn, Progress(console=err.console, transient=True) as bar:
@@ -271,7 +279,7 @@ def _single_sweep(
         try:
             result = run_sweep(
                 s, n_gpus, finalists=finalists, progress=progress, max_memory_gib=max_memory_gib,
-                map_fn=map_fn, pins=pins or NO_PINS,
+                map_fn=map_fn, pins=pins,
             )
         except ValueError as e:
             raise UserError(str(e)) from None
