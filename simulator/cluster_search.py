@@ -18,7 +18,9 @@ from plancast.simulator.cluster import Cluster
 from plancast.simulator.goodput import plan_run, resized
 from plancast.simulator.scenario import Scenario
 from plancast.simulator.sweep import MapFn, Ranked, sweep
+from plancast.simulator.sweep_axes import Pins
 from plancast.simulator.sweep_inputs import why_empty
+from plancast.simulator.sweep_space import NO_PINS
 
 RANK_KEYS: dict[str, str] = {
     "step": "step_time_s",
@@ -98,6 +100,7 @@ def search(
     progress: Callable[[int, int, str], None] | None = None,
     max_memory_gib: float | None = None,
     map_fn: MapFn = map,
+    pins: Pins = NO_PINS,
 ) -> ClusterSearch:
     """Search `gpu_counts` x `clusters` (None: the base scenario's own cluster) and rank every finalist;
     `max_memory_gib` caps each plan's memory per GPU and `map_fn` spreads each search as in `sweep`.
@@ -121,7 +124,9 @@ def search(
             progress(done, len(combos), label)
         scenario = base if preset is None else with_cluster(base, preset)
         try:
-            result = sweep(scenario, gpus, finalists=finalists, max_memory_gib=max_memory_gib, map_fn=map_fn)
+            result = sweep(
+                scenario, gpus, finalists=finalists, max_memory_gib=max_memory_gib, map_fn=map_fn, pins=pins
+            )
         except ValueError as e:
             skipped.append(f"{label}: {e}")
             continue

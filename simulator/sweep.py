@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import bisect
 import heapq
-import itertools
 import math
 import operator
 from collections.abc import Callable, Iterable, Sequence
@@ -34,16 +33,19 @@ from plancast.simulator.cluster import Tier, fit_tiers
 from plancast.simulator.costs.memory import GiB, peak_memory
 from plancast.simulator.predict import simulate
 from plancast.simulator.scenario import Scenario
-from plancast.simulator.sweep_axes import RECOMPUTE, Plan
+from plancast.simulator.sweep_axes import Pins, Plan
 from plancast.simulator.sweep_bound import TOLERANCE, Bound
 from plancast.simulator.sweep_estimate import Estimator, Layer, LayerKey
 from plancast.simulator.sweep_space import (
+    NO_PINS,
     LayerBalancer,
+    MoeVariants,
     Root,
     branches,
     by_size,
     enumerate_plans,
-    sequence_parallel_choices,
+    layer_plans,
+    smallest_footprints,
     subtree_sizes,
 )
 from plancast.simulator.validation import MAX_WORLD_SIZE, check_plan
@@ -119,40 +121,40 @@ SubtreeRanking = tuple[list[Estimate], int, int]
 """A subtree's plans that fit, estimated; how many plans it has; how many the memory check pruned."""
 
 
-def _smallest_fits(
-    est: Estimator, splits: LayerBalancer, limit_bytes: float, tp: int, pp: int, dp: int, ep: int, cp: int
-) -> bool:
-    """Whether the smallest footprint of a (tp, pp, ep, cp) subtree (ZeRO-3, full recompute, micro-batch
-    1, SP where it applies, under each layer split searched) fits in `limit_bytes`: if it does not, no
-    plan of the subtree does."""
-    sp = tp > 1 and (est.base.training.seq_len // cp) % tp == 0
-    return any(
-        est.memory_bytes(Plan(tp, pp, dp, 1, "1F1B", 1, "full", sp, 3, ep, cp, first, last)) <= limit_bytes
-        for first, last in splits.splits(pp, 1, tp, cp, sp)
-    )
+def _smallest_fits(est: Estimator, splits: LayerBalancer, limit_bytes: float, plan: Plan) -> bool:
+    """Whether the smallest footprint of `plan`'s (tp, pp, ep, cp, etp) subtree (ZeRO-3, full recompute,
+    micro-batch 1, SP where it applies, under each layer split and placement searched:
+    sweep_space.smallest_footprints) fits in `limit_bytes`: if it does not, no plan of the subtree does."""
+    return any(est.memory_bytes(p) <= limit_bytes for p in smallest_footprints(est.base, splits, plan))
 
 
 def _layer_costs(
-    base: Scenario, gpus: int, limit_bytes: float, subtrees: list[Root]
+    base: Scenario, gpus: int, limit_bytes: float, subtrees: list[Root], pins: Pins = NO_PINS
 ) -> dict[LayerKey, Layer]:
     """The per-layer costs that the plans of `subtrees` (one tp degree) need: those of every subtree the
     smallest-footprint check keeps, as ranking them one by one would work out. Worked out once here, not
     again by each (tp, pp) task: the subtrees of a tp degree share most of them (their micro-batch sizes
     overlap), and a task re-deriving its own would cost 60% more work in all."""
     est, splits = Estimator(base, gpus), LayerBalancer(base, gpus)
-    kept: dict[tuple[int, int, int, int], bool] = {}
-    for tp, pp, cp, dp, ep, b, _, sp_ok in branches(base, gpus, subtrees):
-        key = (tp, pp, ep, cp)
+    kept: dict[tuple[int, ...], bool] = {}
+    for branch in branches(base, gpus, subtrees, pins):
+        tp, pp, cp, dp, ep, etp = branch[:6]
+        key = (tp, pp, ep, cp, etp)
         if key not in kept:
-            kept[key] = _smallest_fits(est, splits, limit_bytes, tp, pp, dp, ep, cp)
+            subtree = Plan(tp, pp, dp, 1, "1F1B", 1, "full", False, 3, ep, cp, etp=etp)
+            kept[key] = _smallest_fits(est, splits, limit_bytes, subtree)
         if kept[key]:
-            for sp, rc, zero in itertools.product(sequence_parallel_choices(sp_ok), RECOMPUTE, (0, 3)):
-                est.layer(Plan(tp, pp, dp, b, "1F1B", 1, rc, sp, zero, ep, cp))
+            for plan in layer_plans(base, branch, pins):
+                est.layer(plan)
     return est.layers
 
 
 def _rank_subtree(
-    base: Scenario, gpus: int, limit_bytes: float, task: tuple[Root, dict[LayerKey, Layer]]
+    base: Scenario,
+    gpus: int,
+    limit_bytes: float,
+    task: tuple[Root, dict[LayerKey, Layer]],
+    pins: Pins = NO_PINS,
 ) -> SubtreeRanking:
     """The plans of one (tp, pp) subtree that fit in `limit_bytes`, bounded (from the tp degree's
     per-layer costs); with counts enumerated, pruned."""
@@ -161,21 +163,21 @@ def _rank_subtree(
     bound = Bound(est)
     candidates: list[Estimate] = []
     enumerated = pruned = 0
-    smallest_fits: dict[tuple[int, int, int, int], bool] = {}
-    for plan in enumerate_plans(base, gpus, (root,)):
-        enumerated += 1
-        key = (plan.tp, plan.pp, plan.ep, plan.cp)
-        if key not in smallest_fits:  # smallest footprint of the whole (tp, pp, ep, cp) subtree
-            smallest_fits[key] = _smallest_fits(
-                est, splits, limit_bytes, plan.tp, plan.pp, plan.dp, plan.ep, plan.cp
-            )
+    smallest_fits: dict[tuple[int, ...], bool] = {}
+    variants = MoeVariants(base, pins)
+    for plan in enumerate_plans(base, gpus, (root,), pins, variants=False):
+        plans = variants.of(plan)  # dispatcher/overlap variants: the same memory, each its own bound
+        enumerated += len(plans)
+        key = (plan.tp, plan.pp, plan.ep, plan.cp, plan.etp)
+        if key not in smallest_fits:  # smallest footprint of the whole (tp, pp, ep, cp, etp) subtree
+            smallest_fits[key] = _smallest_fits(est, splits, limit_bytes, plan)
         if not smallest_fits[key]:
-            pruned += 1
+            pruned += len(plans)
             continue
         memory = est.memory_bytes(plan)
         if memory > limit_bytes:
             continue
-        candidates.append((bound.seconds(plan), _plan_fields(plan), memory / GiB))
+        candidates += [(bound.seconds(p), _plan_fields(p), memory / GiB) for p in plans]
     return candidates, enumerated, pruned
 
 
@@ -185,22 +187,24 @@ def _rank(
     limit_bytes: float,
     map_fn: MapFn,
     layer_costs: dict[LayerKey, Layer] | None = None,
+    pins: Pins = NO_PINS,
 ) -> list[SubtreeRanking]:
     """Every (tp, pp) subtree ranked by `_rank_subtree`, in two rounds over `map_fn`: the per-layer costs
     of each tp degree (also added to `layer_costs`), then the subtrees, largest first (a subtree costs
     about its plan count)."""
-    sizes = subtree_sizes(base, gpus)
+    sizes = subtree_sizes(base, gpus, pins)
     tp_sizes: dict[int, int] = {}
     for (tp, _), n in sizes.items():
         tp_sizes[tp] = tp_sizes.get(tp, 0) + n
     tps = by_size(tp_sizes)
     per_tp = [[root for root in sizes if root[0] == tp] for tp in tps]
-    layers = dict(zip(tps, map_fn(partial(_layer_costs, base, gpus, limit_bytes), per_tp), strict=True))
+    costs = partial(_layer_costs, base, gpus, limit_bytes, pins=pins)
+    layers = dict(zip(tps, map_fn(costs, per_tp), strict=True))
     if layer_costs is not None:
         for table in layers.values():
             layer_costs.update(table)
     tasks = [(root, layers[root[0]]) for root in by_size(sizes)]
-    return list(map_fn(partial(_rank_subtree, base, gpus, limit_bytes), tasks))
+    return list(map_fn(partial(_rank_subtree, base, gpus, limit_bytes, pins=pins), tasks))
 
 
 def _simulated(base: Scenario, limit_bytes: float, candidate: Estimate) -> Ranked | None:
@@ -305,11 +309,13 @@ def sweep(
     progress: Callable[[int, int], None] | None = None,
     max_memory_gib: float | None = None,
     map_fn: MapFn = map,
+    pins: Pins = NO_PINS,
 ) -> SweepResult:
     """The exact `finalists` fastest plans of `base`'s model and training on `gpus` GPUs, simulated.
 
     `max_memory_gib` caps the memory a plan may use per GPU below the GPU's own (headroom for the
-    framework, or a smaller card of the same kind). `map_fn` runs the subtrees of the space, then the
+    framework, or a smaller card of the same kind). `pins` fix axes to given values (sweep --pin).
+    `map_fn` runs the subtrees of the space, then the
     simulations (a process pool's map spreads them over cores); the result does not depend on it."""
     if not 0 < gpus <= MAX_WORLD_SIZE:  # ValueError: the CLI and the dashboard show it as bad input
         raise ValueError(f"--gpus must be between 1 and {MAX_WORLD_SIZE:,}, got {gpus:,}")
@@ -317,7 +323,7 @@ def sweep(
     # headroom for context, NCCL, fragmentation; --max-memory-gib caps it further
     limit = min(base.cluster.gpu.usable_memory_GiB, max_memory_gib or math.inf) * GiB
     layers: dict[LayerKey, Layer] = {}
-    ranked = _rank(base, gpus, limit, map_fn, layers)
+    ranked = _rank(base, gpus, limit, map_fn, layers, pins)
     candidates = sorted(c for part, _, _ in ranked for c in part)  # a total order: the same for any slicing
     run, cost = partial(_simulated, base, limit), partial(_passes, base.training.global_batch_size)
     bound = Bound(Estimator(base, gpus, layers))

@@ -1,17 +1,24 @@
-"""The axes of the plan search: one point of it (`Plan`) and the expert- and context-parallel choices
-(simulator/sweep.py enumerates them)."""
+"""The axes of the plan search: one point of it (`Plan`), the expert- and context-parallel choices, the
+MoE execution choices (token dispatcher, ep overlap, the folded expert grid) and `Pins`, the axes a user
+fixes (simulator/sweep_space.py enumerates them)."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TypeVar, get_args
 
 from plancast.simulator.layer_split import even_layer_split
 from plancast.simulator.scenario import Scenario
+from plancast.simulator.scenario_moe import Dispatcher
+from plancast.simulator.schedules import SCHEDULES as SCHEDULE_RULES
+from plancast.simulator.schedules import owned_stages, stage_rank
 
-SCHEDULES = ("1F1B", "Interleaved1F1B", "ZeroBubble", "GPipe")
+SCHEDULES = ("1F1B", "Interleaved1F1B", "ZeroBubble", "GPipe", "ZBH2", "ZBV", "DualPipeV")
 RECOMPUTE = ("none", "selective", "full")
 ZERO_STAGES = (0, 1, 2, 3)
+DISPATCHERS: tuple[str, ...] = get_args(Dispatcher)
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -27,12 +34,33 @@ class Plan:
     recompute: str
     sequence_parallel: bool
     zero_stage: int
-    ep: int = 1  # expert parallel, carved out of dp
+    ep: int = 1  # expert parallel: carved out of dp, or over tp x cp x dp on the folded grid (etp)
     cp: int = 1  # context parallel: world = tp * cp * pp * dp
     first_layers: int = 0
     """Blocks on the first virtual stage, and on the last (Megatron-LM's --decoder-first/last-pipeline-
     num-layers); the rest spread evenly between them. 0 and 0: the even split (scenario.even_layer_split)."""
     last_layers: int = 0
+    dispatcher: str = "alltoall"
+    """parallelism.moe_token_dispatcher (searched where ep > 1: `dispatcher_choices`)."""
+    overlap_ep: bool = False
+    """parallelism.moe_overlap_ep_comm (searched where ep > 1)."""
+    etp: int = 0
+    """parallelism.expert_tensor_parallel_degree: 0 leaves it unset (experts split over tp, ep carved out
+    of dp); set, the expert layers get their own folded grid etp x ep x edp over tp x cp x dp."""
+
+    @property
+    def v_shape(self) -> bool:
+        """Whether the schedule places two chunks per rank in a V (ZB-V, DualPipeV)."""
+        return SCHEDULE_RULES[self.schedule].v_shape  # type: ignore[index]
+
+    def first_rank_stages(self) -> tuple[int, ...]:
+        """The virtual stages of the first pipeline rank, by chunk (schedules.owned_stages)."""
+        return owned_stages(self.schedule, self.pp, 0, self.virtual_stages)  # type: ignore[arg-type]
+
+    def holders(self) -> tuple[int, ...]:
+        """Per virtual stage, the pipeline rank holding it (schedules.stage_rank)."""
+        stages = self.pp * self.virtual_stages
+        return tuple(stage_rank(self.schedule, self.pp, v) for v in range(stages))  # type: ignore[arg-type]
 
     def layer_split(self, layers: int, trailing: int = 0) -> tuple[int, ...]:
         """Blocks per virtual stage; `trailing`: the MTP depths after them (scenario.even_layer_split)."""
@@ -58,6 +86,9 @@ class Plan:
                 "pipeline_layer_split": split,
                 "expert_parallel_degree": self.ep,
                 "context_parallel_degree": self.cp,
+                "expert_tensor_parallel_degree": self.etp or None,
+                "moe_token_dispatcher": self.dispatcher,
+                "moe_overlap_ep_comm": self.overlap_ep,
             }
         )
         training = base.training.model_copy(
@@ -68,7 +99,11 @@ class Plan:
     def label(self) -> str:
         sched = self.schedule + (f"x{self.virtual_stages}" if self.virtual_stages > 1 else "")
         sp = "+SP" if self.sequence_parallel else ""
-        extra = (f" ep{self.ep}" if self.ep > 1 else "") + (f" cp{self.cp}" if self.cp > 1 else "")
+        extra = (f" ep{self.ep}" if self.ep > 1 else "") + (f" etp{self.etp}" if self.etp else "")
+        extra += (f" {self.dispatcher}" if self.dispatcher != "alltoall" else "") + (
+            " overlap" if self.overlap_ep else ""
+        )
+        extra += f" cp{self.cp}" if self.cp > 1 else ""
         if self.first_layers:
             extra += f" layers {self.first_layers}..{self.last_layers}"
         return (
@@ -80,6 +115,8 @@ class Plan:
 def divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
+
+Choice = TypeVar("Choice")
 
 MIN_CP_TOKENS = 4096
 """Context parallel is searched while each rank keeps at least this many tokens of a sequence: below it
@@ -130,3 +167,134 @@ def balanced_layers(
     even = even_layer_split(layers, stages)
     even_load = max(even[0] + first_extra, even[-1] + last_extra, *even[1:-1])
     return None if split == even or best[0] >= even_load else (first, last)
+
+
+# ------------------------------------------------------------------------------------ MoE execution
+DEEPEP_GPUS = ("A100", "H100", "H800", "H200", "H20", "B200", "B300")
+"""GPU families DeepEP runs on: "Ampere (SM80), Hopper (SM90) GPUs" (deepseek-ai/DeepEP README,
+Requirements) and B200/B300 (Megatron-Bridge bridge/training/flex_dispatcher_backend.py: "DeepEP is
+applicable only for MoE models on Ampere, Hopper, B200 and B300 GPUs")."""
+HYBRIDEP_GPUS = (*DEEPEP_GPUS, "GB200", "GB300")
+"""HybridEP: "GB200, GB300 with NVL72 and ... Ampere, Hopper, B200 and B300" (the same Bridge file)."""
+SCALE_UP_TIERS = ("nvlink",)
+"""DeepEP's intranode kernels need NVLink (README: "NVLink for intranode communication")."""
+RDMA_TIERS = ("infiniband", "roce", "ethernet")
+"""DeepEP's internode kernels need an RDMA network (README: "RDMA network for internode communication",
+NVSHMEM over InfiniBand or RoCE); the catalog's ethernet tiers are RoCE (simulator/catalog/clusters.py,
+eth-h100-80gb)."""
+
+
+def dispatcher_choices(base: Scenario) -> tuple[str, ...]:
+    """Token dispatchers the sweep searches on `base`'s cluster where ep > 1: alltoall and allgather
+    always; DeepEP's kernels where its README's hardware is (an NVIDIA GPU of DEEPEP_GPUS, an NVLink
+    innermost tier, RDMA tiers beyond it), else HybridEP where the GPU is one of HYBRIDEP_GPUS. Both are
+    priced alike (costs/moe_dispatch.py prices hybridep as deepep), so one of them is searched: the other
+    would repeat every plan at the same time. Pin `dispatcher=hybridep` to rank it instead."""
+    cluster = base.cluster
+    gpu = cluster.gpu.name.upper()
+    tiers = [t.name.lower() for t in cluster.tiers]
+    fabric = bool(tiers) and tiers[0] in SCALE_UP_TIERS and all(t in RDMA_TIERS for t in tiers[1:])
+    if fabric and gpu.startswith(DEEPEP_GPUS):
+        return ("alltoall", "allgather", "deepep")
+    if fabric and gpu.startswith(HYBRIDEP_GPUS):
+        return ("alltoall", "allgather", "hybridep")
+    return ("alltoall", "allgather")
+
+
+def folded_choices(
+    base: Scenario, tp: int, cp: int, dp: int, etps: tuple[int, ...] = (1,)
+) -> list[tuple[int, int]]:
+    """(ep, etp) of the folded expert grid (Megatron-Core expert_tensor_parallel_size; Liu et al. 2025,
+    arXiv 2504.14960) worth searching on a stage of tp x cp x dp ranks: ep > 1, ep x etp divides them, ep the
+    expert count, etp the experts' width. etp 1 by default (the folding paper's and DeepSeek-V3's choice:
+    fine-grained experts are too narrow to split); one equal to the unfolded grid (etp = tp, cp = 1,
+    ep dividing dp: simulator/mesh.py) is left to `ep_choices`."""
+    m = base.model
+    if not m.num_experts:
+        return []
+    stage = tp * cp * dp
+    return [
+        (ep, etp)
+        for etp in etps
+        if not m.expert_ffn_size % etp and not stage % etp
+        for ep in divisors(stage // etp)
+        if ep > 1 and not m.num_experts % ep and not (etp == tp and cp == 1 and dp % ep == 0)
+    ]
+
+
+# --------------------------------------------------------------------------------------------- pins
+PIN_AXES: dict[str, tuple[str, type]] = {
+    "tp": ("tp", int),
+    "pp": ("pp", int),
+    "dp": ("dp", int),
+    "cp": ("cp", int),
+    "ep": ("ep", int),
+    "etp": ("etp", int),
+    "mb": ("micro_batch_size", int),
+    "schedule": ("schedule", str),
+    "v": ("virtual_stages", int),
+    "recompute": ("recompute", str),
+    "sp": ("sequence_parallel", bool),
+    "zero": ("zero_stage", int),
+    "dispatcher": ("dispatcher", str),
+    "overlap": ("overlap_ep", bool),
+}
+"""`sweep --pin AXIS=VALUE[,VALUE]`: the axis name, the `Plan` field it fixes and its type."""
+_TRUE, _FALSE = ("true", "on", "yes", "1"), ("false", "off", "no", "0")
+
+
+@dataclass(frozen=True, slots=True)
+class Pins:
+    """Axes the user fixes (`sweep --pin`): each to the values given, the rest searched. A pinned etp of
+    N > 0 searches the folded grid with expert tensor parallel N (0: unfolded); a pinned dispatcher is
+    searched whatever `dispatcher_choices` finds on the cluster."""
+
+    values: tuple[tuple[str, tuple[object, ...]], ...] = ()
+
+    @classmethod
+    def parse(cls, texts: list[str] | tuple[str, ...]) -> Pins:
+        """From `AXIS=VALUE[,VALUE...]` strings; ValueError naming the axis and the fix."""
+        out: dict[str, tuple[object, ...]] = {}
+        for text in texts:
+            axis, sep, raw = text.partition("=")
+            axis = axis.strip()
+            if not sep or axis not in PIN_AXES or not raw.strip():
+                raise ValueError(
+                    f"--pin {text!r}: write AXIS=VALUE[,VALUE...] with AXIS one of {', '.join(PIN_AXES)}"
+                )
+            out[axis] = tuple(_pin_value(axis, v.strip()) for v in raw.split(","))
+        return cls(tuple(sorted(out.items())))
+
+    def get(self, axis: str) -> tuple[object, ...] | None:
+        return next((values for name, values in self.values if name == axis), None)
+
+    def allows(self, axis: str, value: object) -> bool:
+        pinned = self.get(axis)
+        return pinned is None or value in pinned
+
+    def keep(self, axis: str, choices: Iterable[Choice]) -> list[Choice]:
+        """The `choices` of `axis` the pins allow."""
+        pinned = self.get(axis)
+        return list(choices) if pinned is None else [c for c in choices if c in pinned]
+
+    def admits(self, plan: Plan) -> bool:
+        return all(getattr(plan, PIN_AXES[axis][0]) in values for axis, values in self.values)
+
+    def label(self) -> str:
+        return " ".join(f"{a}={','.join(str(v) for v in vs)}" for a, vs in self.values)
+
+
+def _pin_value(axis: str, raw: str) -> object:
+    kind = PIN_AXES[axis][1]
+    if kind is bool:
+        if raw.lower() in _TRUE + _FALSE:
+            return raw.lower() in _TRUE
+        raise ValueError(f"--pin {axis}={raw}: {axis} is true or false")
+    if kind is int:
+        if not raw.isdigit():
+            raise ValueError(f"--pin {axis}={raw}: {axis} is a whole number (etp 0: the unfolded grid)")
+        return int(raw)
+    choices = {"schedule": SCHEDULES, "recompute": RECOMPUTE, "dispatcher": DISPATCHERS}[axis]
+    if raw not in choices:
+        raise ValueError(f"--pin {axis}={raw}: {axis} is one of {', '.join(choices)}")
+    return raw

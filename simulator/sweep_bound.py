@@ -41,7 +41,7 @@ from plancast.simulator.sweep_chain import (
     replay,
     stage_times,
 )
-from plancast.simulator.sweep_estimate import Estimator, degrees, sharded
+from plancast.simulator.sweep_estimate import Estimator, degrees, layer_key
 
 TOLERANCE = 1e-9
 """Relative slack for the bound's floating-point sums, which add the same terms as the engine in
@@ -81,7 +81,7 @@ class Bound:
         if zero >= 2:
             return max(cheap, other, max(first, self._fsdp_stream(plan, m, split, zero)) + opt)
         buckets = self._buckets(plan, split)
-        owned = [buckets[c * plan.pp] for c in range(plan.virtual_stages)]
+        owned = [buckets[v] for v in plan.first_rank_stages()]
         drained = 0.0
         if est.base.parallelism.overlap_grad_reduce:  # each bucket ready at its share of its chunk's last B
             for (start, own), (sizes, seconds) in sorted(zip(rep.last_backward_s, owned, strict=True)):
@@ -128,8 +128,7 @@ class Bound:
         sched = self._schedule(plan, m)
         counts = gather_passes(sched[0], zero == 3, plan.recompute == "full")
         total = 0.0
-        for c, (nbytes, _) in enumerate(chunk_bytes(base, plan, split)):
-            stage = c * plan.pp
+        for stage, (nbytes, _) in zip(plan.first_rank_stages(), chunk_bytes(base, plan, split), strict=True):
             units = [layer_bytes] * split[stage]
             root = nbytes / 4 * dtype - split[stage] * layer_bytes
             units += [root] if stage in (0, len(split) - 1) else []
@@ -192,13 +191,7 @@ class Bound:
 
     def _replay(self, plan: Plan, m: int, split: tuple[int, ...]) -> Replay:
         key = (
-            plan.tp,
-            plan.micro_batch_size,
-            plan.sequence_parallel,
-            plan.recompute,
-            plan.ep,
-            plan.cp,
-            sharded(plan),
+            *layer_key(plan),
             _units(plan),
             plan.pp,
             plan.dp,
@@ -216,7 +209,7 @@ class Bound:
             slowed = self._slowed(plan, split, times, split_backward)
             units = self._fsdp_units(plan, split) if _units(plan) else None
             cached = self._replays[key] = replay(
-                times, sched, self._hop_s(plan), split_backward, slowed, units
+                times, sched, self._hop_s(plan), split_backward, slowed, units, plan.holders()
             )
         return cached
 
@@ -273,9 +266,9 @@ class Bound:
         host = HostCosts.of(plan.apply(base))
         vocab_tp = plan.tp if base.parallelism.vocab_parallel else 1
         total = 0.0
-        for c in range(plan.virtual_stages):
+        for stage in plan.first_rank_stages():
             params = rank_parameters(
-                base.model, split, [c * plan.pp], tp=plan.tp, vocab_tp=vocab_tp, ep=plan.ep
+                base.model, split, [stage], tp=plan.tp, vocab_tp=vocab_tp, ep=plan.ep, etp=plan.etp or None
             )[0]
             shard = params * DTYPE_BYTES[base.training.dtype] / dense_dp
             if base.parallelism.distributed_optimizer:  # Megatron-LM's one all-gather
@@ -310,14 +303,13 @@ class Bound:
 
     # ------------------------------------------------------------------------------------- compute
     def _compute_part(self, plan: Plan, m: int, split: tuple[int, ...]) -> Compute:
-        key = (
-            plan.tp, plan.micro_batch_size, plan.sequence_parallel, plan.recompute, plan.ep, plan.cp,
-            sharded(plan), _units(plan), plan.pp, plan.virtual_stages, plan.schedule, m, split,
-        )  # fmt: skip
+        key = (*layer_key(plan), _units(plan), plan.pp, plan.virtual_stages, plan.schedule, m, split)
         cached = self._compute.get(key)
         if cached is None:
             times = stage_times(self.est.layer(plan).segments, split, units=_units(plan))
-            cached = self._compute[key] = chain_bound(times, plan.pp, m, plan.schedule, self._hop_s(plan))
+            cached = self._compute[key] = chain_bound(
+                times, plan.pp, m, plan.schedule, self._hop_s(plan), plan.holders()
+            )
         return cached
 
     def _hop_s(self, plan: Plan) -> float:
@@ -337,7 +329,7 @@ class Bound:
 
     # ------------------------------------------------------------------------------- data parallel
     def _dp_part(self, plan: Plan, split: tuple[int, ...], zero: int) -> tuple[float, ...]:
-        key = (plan.tp, plan.pp, plan.virtual_stages, plan.ep, plan.cp, plan.dp, zero, split)
+        key = (*degrees(plan), zero, split)
         cached = self._dp.get(key)
         if cached is None:
             cached = self._dp[key] = self._dp_seconds(plan, split, zero)
@@ -418,8 +410,7 @@ def chunk_bytes(base: object, plan: Plan, split: tuple[int, ...]) -> list[tuple[
 
     assert isinstance(base, Scenario)
     stages, out = len(split), []
-    for c in range(plan.virtual_stages):
-        v = c * plan.pp
+    for v in plan.first_rank_stages():
         start = sum(split[:v])
         first, last = v == 0, v == stages - 1
         tensors = chunk_tensor_bytes(

@@ -67,10 +67,12 @@ def _share_sums(seg: SegmentTimes, start: int, n: int, first: bool, last: bool) 
 def trailing_weight_passes(schedule: str, pp_rank: int, m: int) -> int | None:
     """How many weight passes (W) may follow a rank's last backward: none without a split backward;
     ZB-H1 defers the W of backward k to after backward k + rank, so the last rank + 1 of them follow
-    (simulator/schedules.py, _zero_bubble_h1); None for another split schedule: any of them may."""
+    (simulator/schedules.py, _zero_bubble_h1); ZB-H2 to after backward k + 2 rank, so 2 rank + 1
+    (schedules_zb.py, zb_h2); None for the V schedules (ZB-V, DualPipeV): any of them may."""
     if not splits_backward(schedule):  # type: ignore[arg-type]
         return 0
-    return min(pp_rank + 1, m) if schedule == "ZeroBubble" else None
+    lag = {"ZeroBubble": 1, "ZBH2": 2}.get(schedule)
+    return None if lag is None else min(lag * pp_rank + 1, m)
 
 
 class Compute(NamedTuple):
@@ -87,14 +89,26 @@ class Compute(NamedTuple):
     """That backward pass's own time."""
 
 
-def chain_bound(times: tuple[StageTimes, ...], pp: int, m: int, schedule: str, hop_s: float) -> Compute:
+def chain_bound(
+    times: tuple[StageTimes, ...],
+    pp: int,
+    m: int,
+    schedule: str,
+    hop_s: float,
+    holders: tuple[int, ...] | None = None,
+) -> Compute:
     """The compute part of the bound over a plan's per-stage times (see the module docstring). Under a
-    split backward the first stage's B is empty and its W is the whole backward (costs/stage.py)."""
+    split backward the first stage's B is empty and its W is the whole backward (costs/stage.py).
+    `holders`: per stage, its pipeline rank (default the loop placement, stage % pp). Stages 0..pp-1 sit
+    on ranks 0..pp-1 in the loop and the V placement alike, so the forward and cool-down chains through
+    them hold for both; a V rank's last backward is on its first chunk (its second chunk's backward of
+    that micro-batch precedes it), so the cool-down from it runs through stages r-1..0 as in the loop."""
     split = splits_backward(schedule)  # type: ignore[arg-type]
+    owner = holders or tuple(v % pp for v in range(len(times)))
     work, weights = [0.0] * pp, [0.0] * pp
     for v, st in enumerate(times):
-        work[v % pp] += m * st.total_s
-        weights[v % pp] += m * (st.backward_weight_s + (st.backward_input_s if v == 0 else 0.0))
+        work[owner[v]] += m * st.total_s
+        weights[owner[v]] += m * (st.backward_weight_s + (st.backward_input_s if v == 0 else 0.0))
     other = first = work[0]
     into = cool = 0.0
     for r in range(1, pp):
@@ -222,16 +236,17 @@ def replay(
     split: bool,
     slowed_s: tuple[float, ...] | None = None,
     units: FsdpUnits | None = None,
+    holders: tuple[int, ...] | None = None,
 ) -> Replay:
-    """`Replay` of `schedule` (simulator/schedules.py) over per-stage `times`; `slowed_s`: per stage, what
-    its last backward loses to the gradient all-reduces beside it (engine/data_parallel.py); `units`:
-    ZeRO-2/3 passes unit by unit (`FsdpUnits`), each rank then ending no earlier than its dp stream."""
+    """`Replay` of `schedule` (schedules.py) over per-stage `times`; `slowed_s`: per stage, what its last
+    backward loses to the all-reduces beside it (engine/data_parallel.py); `units`: ZeRO-2/3 passes unit by
+    unit (`FsdpUnits`), the rank ending no earlier than its dp stream; `holders`: stage -> rank (`_hops`)."""
     pp, stages = len(schedule), len(times)
+    hop_in, hop_back = _hops(holders or tuple(v % pp for v in range(stages)), hop_s)
     extra, backwards_left = slowed_s or (0.0,) * stages, _backwards_per_stage(schedule, stages)
     durations = [action_seconds(st, v, split) for v, st in enumerate(times)]
     m, forward_end, backward_end = _ends(schedule, stages)
-    stream, position, free = [0.0] * pp, [0] * pp, [0.0] * pp
-    last_b: dict[int, tuple[float, float]] = {}
+    stream, position, free, last_b = [0.0] * pp, [0] * pp, [0.0] * pp, dict[int, tuple[float, float]]()
     left = sum(len(actions) for actions in schedule)
     while left:
         moved = False
@@ -245,7 +260,7 @@ def replay(
                     ready = forward_end[(stage - 1) * m + a.microbatch] if stage else 0.0
                     if ready < 0.0:
                         break
-                    start = max(now, ready + hop_s if stage else 0.0)
+                    start = max(now, ready + hop_in[stage] if stage else 0.0)
                     fsdp = None if units is None else units.run(stage, False, start, f_s, stream[rank])
                     now, stream[rank] = fsdp or (start + f_s, stream[rank])
                     forward_end[stage * m + a.microbatch] = now
@@ -254,7 +269,7 @@ def replay(
                     ready = 0.0 if last_stage else backward_end[(stage + 1) * m + a.microbatch]
                     if ready < 0.0:
                         break
-                    start = max(now, ready if last_stage else ready + hop_s)
+                    start = max(now, ready if last_stage else ready + hop_back[stage])
                     if units is None:
                         start, now = start + r_s, start + r_s + b_s
                     else:
@@ -281,6 +296,16 @@ def _ends(schedule: Schedule, stages: int) -> tuple[int, list[float], list[float
     (stage, micro-batch), at stage * m + micro-batch (-1: not yet)."""
     m = 1 + max((a.microbatch for a in schedule[0]), default=0)
     return m, [-1.0] * (stages * m), [-1.0] * (stages * m)
+
+
+def _hops(owner: tuple[int, ...], hop_s: float) -> tuple[list[float], list[float]]:
+    """Per stage, the transfer into it from the stage before (forward) and from the stage after
+    (backward): none between two stages of one rank (the turn of a V), where the engine sends nothing
+    (engine/processes.py)."""
+    stages = len(owner)
+    into = [hop_s if v and owner[v - 1] != owner[v] else 0.0 for v in range(stages)]
+    back = [hop_s if v < stages - 1 and owner[v + 1] != owner[v] else 0.0 for v in range(stages)]
+    return into, back
 
 
 def _backwards_per_stage(schedule: Schedule, stages: int) -> list[int]:

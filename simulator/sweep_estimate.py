@@ -4,7 +4,7 @@ model the engine uses); simulator/sweep.py ranks every plan with it before simul
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
 from plancast.simulator.costs.collectives import CollectiveKind, collective_seconds, group_levels
@@ -12,16 +12,19 @@ from plancast.simulator.costs.memory import (
     layer_activation_bytes,
     loss_bytes_per_logit,
     model_state_bytes,
+    peak_inflight_layers,
     rebuilds_a_block,
 )
 from plancast.simulator.costs.moe import moe_activation_bytes
+from plancast.simulator.costs.moe_cp_comm import layer_collectives
 from plancast.simulator.costs.ops import DTYPE_BYTES, Shape
 from plancast.simulator.costs.optimizer import optimizer_bytes_per_param
 from plancast.simulator.costs.params import layer_params, rank_parameters
-from plancast.simulator.costs.stage import Segment, StageCost, stage_costs
+from plancast.simulator.costs.stage import Segment, StageCost, ep_overlapped, stage_costs
 from plancast.simulator.engine import Topology
 from plancast.simulator.mesh import RankGrid, span_tier
 from plancast.simulator.scenario import Scenario
+from plancast.simulator.schedules import SCHEDULES
 from plancast.simulator.sweep_axes import Plan
 
 
@@ -100,10 +103,18 @@ class DpCosts(NamedTuple):
     optimizer_s: float
 
 
-LayerKey = tuple[int, int, bool, str, int, int, bool]
-"""(tp, micro_batch_size, sequence_parallel, recompute, ep, cp, FSDP): what a `Layer` depends on. FSDP
-(ZeRO-2/3 over dp > 1) changes a block's own passes: no autocast weight casts, a gradient cast
-(costs/mixed_precision.py)."""
+LayerKey = tuple[int, int, bool, str, int, int, bool, str, bool, int]
+"""(tp, micro_batch_size, sequence_parallel, recompute, ep, cp, FSDP, dispatcher, ep overlap, etp): what a
+`Layer` depends on. FSDP (ZeRO-2/3 over dp > 1) changes a block's own passes: no autocast weight casts, a
+gradient cast (costs/mixed_precision.py); the dispatcher, overlap and folded etp the MoE blocks' all-to-alls
+and expert GEMMs (costs/stage.py)."""
+
+
+def layer_key(plan: Plan) -> LayerKey:
+    return (
+        plan.tp, plan.micro_batch_size, plan.sequence_parallel, plan.recompute, plan.ep, plan.cp,
+        sharded(plan), plan.dispatcher, plan.overlap_ep, plan.etp,
+    )  # fmt: skip
 
 
 def sharded(plan: Plan) -> bool:
@@ -129,6 +140,9 @@ class Estimator:
     _tp_levels: dict[tuple[int, int, int], tuple[Any, ...]] = field(default_factory=dict)
     _states: dict[tuple[int, ...], float] = field(default_factory=dict)
     _dp: dict[tuple[int, ...], DpCosts] = field(default_factory=dict)
+    _inflight: dict[tuple[object, ...], int] = field(default_factory=dict)
+    _acts: dict[tuple[object, ...], tuple[float, float]] = field(default_factory=dict)
+    _raw: dict[LayerKey, tuple[Segment, ...]] = field(default_factory=dict)
 
     def split(self, plan: Plan) -> tuple[int, ...]:
         """The plan's blocks per virtual stage (Plan.layer_split)."""
@@ -140,10 +154,10 @@ class Estimator:
         return split
 
     def layer(self, plan: Plan) -> Layer:
-        fsdp = sharded(plan)
-        key = (plan.tp, plan.micro_batch_size, plan.sequence_parallel, plan.recompute, plan.ep, plan.cp, fsdp)
+        key = layer_key(plan)
         cached = self.layers.get(key)
         if cached is None:  # one stage of every layer, on the most data-parallel grid of tp and cp
+            fsdp = sharded(plan)
             flat = Plan(
                 plan.tp,
                 1,
@@ -156,13 +170,16 @@ class Estimator:
                 3 if fsdp else 0,
                 plan.ep,
                 plan.cp,
+                dispatcher=plan.dispatcher,
+                overlap_ep=plan.overlap_ep,
+                etp=plan.etp,
             )
             s = flat.apply(self.base)
             tp_key = (plan.tp, plan.cp, plan.ep)  # the flat plan's grid: dp follows from tp and cp
             tp_levels = self._tp_levels.get(tp_key)
             if tp_levels is None:
                 tp_levels = self._tp_levels[tp_key] = Topology.of(s).levels("tp")
-            segments = stage_costs(s, tp_levels)[0].segments
+            segments = self._segments(key, flat, s, tp_levels)
             # the multi-token-prediction blocks run on the last stage with the head (costs/mtp.py)
             tail = 1 + s.model.num_nextn_predict_layers
             emb, layers, head = segments[0], segments[1:-tail], segments[-tail:]
@@ -180,6 +197,32 @@ class Estimator:
             )
         return cached
 
+    def _segments(
+        self, key: LayerKey, flat: Plan, s: Scenario, tp_levels: tuple[Any, ...]
+    ) -> tuple[Segment, ...]:
+        """The model's segments on one rank (costs/stage.py, stage_costs of a one-stage plan). A dispatcher
+        or ep overlap other than the default changes only the MoE blocks' ep all-to-alls, so those are the
+        default's segments with the all-to-alls priced again by the calls stage_costs makes
+        (costs/moe_cp_comm.py layer_collectives, costs/stage.py ep_overlapped): the same numbers at a
+        fraction of the cost. Partial recompute folds the all-to-alls into a backward: priced in full."""
+        plain: LayerKey = (*key[:7], "alltoall", False, *key[9:])
+        if key == plain or s.training.recompute_num_layers is not None:
+            segments = stage_costs(s, tp_levels)[0].segments
+            if s.model.is_moe:
+                self._raw[key] = segments
+            return segments
+        raw = self._raw.get(plain)
+        if raw is None:
+            default = replace(flat, dispatcher="alltoall", overlap_ep=False).apply(self.base)
+            raw = self._raw[plain] = stage_costs(default, tp_levels)[0].segments
+        ep_cp, overlap = layer_collectives(s, moe=True), s.parallelism.moe_overlap_ep_comm
+        priced: dict[int, Segment] = {}
+        for g in raw:
+            if id(g) not in priced and any(c.stream == "ep" for c in g.ep_cp_forward):
+                fwd, bwd = ep_overlapped(ep_cp, g.windows if overlap else None)
+                priced[id(g)] = replace(g, ep_cp_forward=fwd, ep_cp_backward=bwd)
+        return tuple(priced.get(id(g), g) for g in raw)
+
     def dp_levels(self, plan: Plan) -> tuple[Any, ...]:
         key = (plan.tp, plan.pp, plan.cp)
         levels = self._dp_levels.get(key)
@@ -195,16 +238,17 @@ class Estimator:
 
     def _rank0(self, plan: Plan) -> tuple[float, float]:
         """(all, routed-expert) parameters of the first pipeline rank."""
-        key = (plan.tp, plan.pp, plan.virtual_stages, plan.ep, plan.first_layers, plan.last_layers)
+        key = (plan.tp, plan.pp, plan.virtual_stages, plan.ep, plan.first_layers, plan.last_layers, plan.etp,
+               plan.v_shape)  # fmt: skip
         params = self._params.get(key)
         if params is None:
             m = self.base.model
             split = self.split(plan)
-            owned = [c * plan.pp for c in range(plan.virtual_stages)]
             vocab_tp = plan.tp if self.base.parallelism.vocab_parallel else 1
             params = self._params[key] = rank_parameters(
-                m, split, owned, tp=plan.tp, vocab_tp=vocab_tp, ep=plan.ep
-            )
+                m, split, plan.first_rank_stages(), tp=plan.tp, vocab_tp=vocab_tp, ep=plan.ep,
+                etp=plan.etp or None,
+            )  # fmt: skip
         return params
 
     def _p2p_exposed(self, plan: Plan, m: int) -> float:
@@ -236,7 +280,7 @@ class Estimator:
                     grad_fp32=bool(t.grad_accumulation_fp32),
                     master_params=self.base.amp_master_params,
                 )
-                for n, d in ((total - experts, plan.dp * plan.cp), (experts, plan.dp // plan.ep))
+                for n, d in ((total - experts, plan.dp * plan.cp), (experts, expert_dp(plan)))
             ]
             p, g, o = (sum(parts) for parts in zip(*states, strict=True))
             if plan.zero_stage >= 3 and plan.dp > 1:
@@ -250,15 +294,42 @@ class Estimator:
         stages = plan.pp * plan.virtual_stages
         split = self.split(plan)
         mbs = t.global_batch_size // (plan.micro_batch_size * plan.dp)
-        chunk_layers = tuple(split[c * plan.pp] for c in range(plan.virtual_stages))
-        inflight = inflight_layers(plan.schedule, plan.pp, mbs, plan.virtual_stages, chunk_layers)
-        lay = self.layer(plan)
+        chunk_layers = tuple(split[v] for v in plan.first_rank_stages())
+        inflight = self._inflight_layers(plan, mbs, chunk_layers)
+        act_bytes, full_act_bytes = self._activations(plan)
         rebuilt = rebuilds_a_block(plan.recompute, t.selective_recompute, moe=self.base.model.is_moe)
-        acts = inflight * lay.act_bytes + (lay.full_act_bytes if rebuilt else 0.0)
-        if stages == 1:  # the first rank is also the last: the loss's fp32 buffers
+        acts = inflight * act_bytes + (full_act_bytes if rebuilt else 0.0)
+        if stages == 1 or plan.v_shape:  # the first rank holds the last stage too: the loss's fp32 buffers
             logits = plan.micro_batch_size * t.seq_len / plan.cp * self.base.model.vocab_size / plan.tp
             acts += loss_bytes_per_logit(self.base) * logits
         return self._model_states(plan) + acts
+
+    def _activations(self, plan: Plan) -> tuple[float, float]:
+        """(`Layer.act_bytes`, `Layer.full_act_bytes`): the same for every dispatcher and overlap, so read
+        from the default one's layer (which the sweep works out anyway)."""
+        key = (plan.tp, plan.micro_batch_size, plan.sequence_parallel, plan.recompute, plan.ep, plan.cp,
+               sharded(plan), plan.etp)  # fmt: skip
+        cached = self._acts.get(key)
+        if cached is None:
+            plain = plan if plan.dispatcher == "alltoall" and not plan.overlap_ep else replace(
+                plan, dispatcher="alltoall", overlap_ep=False
+            )
+            lay = self.layer(plain)
+            cached = self._acts[key] = (lay.act_bytes, lay.full_act_bytes)
+        return cached
+
+    def _inflight_layers(self, plan: Plan, m: int, chunk_layers: tuple[int, ...]) -> int:
+        """`inflight_layers`, or for the schedules it has no closed form for (ZB-H2, ZB-V, DualPipeV) the
+        first rank's built schedule walked (costs/memory.py peak_inflight_layers, the exact model's own
+        count), once per (schedule, pp, micro-batches, chunk layers)."""
+        if plan.schedule in CLOSED_FORM:
+            return inflight_layers(plan.schedule, plan.pp, m, plan.virtual_stages, chunk_layers)
+        key = (plan.schedule, plan.pp, m, chunk_layers)
+        cached = self._inflight.get(key)
+        if cached is None:
+            actions = SCHEDULES[plan.schedule].build(0, plan.pp, m, plan.virtual_stages)  # type: ignore[index]
+            cached = self._inflight[key] = peak_inflight_layers(actions, dict(enumerate(chunk_layers)))
+        return cached
 
     def _dp_costs(self, plan: Plan) -> DpCosts:
         """The data-parallel collectives and the optimizer of the first pipeline rank: the same for every
@@ -333,11 +404,24 @@ class Estimator:
 
 
 def degrees(plan: Plan) -> tuple[int, ...]:
-    """What a plan's model states and data-parallel costs depend on: its degrees, ZeRO stage and split."""
+    """What a plan's model states and data-parallel costs depend on: its degrees, ZeRO stage, split and
+    the first rank's stages (V placement)."""
     return (
         plan.tp, plan.pp, plan.virtual_stages, plan.ep, plan.cp, plan.dp, plan.zero_stage, plan.first_layers,
-        plan.last_layers,
+        plan.last_layers, plan.etp, plan.v_shape,
     )  # fmt: skip
+
+
+def expert_dp(plan: Plan) -> int:
+    """Replicas of each expert, over which ZeRO shards the expert states (Scenario.edp): dp / ep, or on
+    the folded grid tp x cp x dp / (ep x etp)."""
+    if not plan.etp:
+        return max(plan.dp // plan.ep, 1)
+    return max(plan.tp * plan.cp * plan.dp // (plan.ep * plan.etp), 1)
+
+
+CLOSED_FORM = ("GPipe", "1F1B", "ZeroBubble", "Interleaved1F1B")
+"""The schedules `inflight_layers` counts in closed form."""
 
 
 def inflight_layers(schedule: str, pp: int, m: int, v: int, chunk_layers: tuple[int, ...]) -> int:

@@ -8,7 +8,7 @@ the model's convergence, which a step-time search must not trade away. A scenari
 from __future__ import annotations
 
 from plancast.simulator.scenario import Scenario
-from plancast.simulator.sweep_axes import cp_choices
+from plancast.simulator.sweep_axes import Pins, cp_choices
 from plancast.simulator.sweep_space import roots, tensor_parallel_degrees
 
 BATCH_KEYS = ("global_batch_size", "seq_len")
@@ -30,9 +30,15 @@ def missing_batch(base: Scenario) -> str | None:
     )
 
 
-def why_empty(base: Scenario, gpus: int, enumerated: int, limit_GiB: float) -> str:
-    """The constraint that emptied the search: the model's shapes, the batch, or memory."""
+def why_empty(base: Scenario, gpus: int, enumerated: int, limit_GiB: float, pins: Pins | None = None) -> str:
+    """The constraint that emptied the search: the model's shapes, the batch, the pins, or memory."""
     m, t = base.model, base.training
+    if enumerated == 0 and pins is not None and pins.values:
+        return (
+            f"no plan with --pin {pins.label()} on {gpus} GPUs: no valid plan has those values (the "
+            "degrees must divide the GPUs and the model, the schedule build for the micro-batch count); "
+            "drop or change a --pin"
+        )
     if not tensor_parallel_degrees(base, gpus):
         return (
             f"no tensor-parallel degree divides {gpus} GPUs and the model's heads "

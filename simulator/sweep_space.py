@@ -1,32 +1,42 @@
 """The plan search's space: every valid plan of a model on N GPUs, as subtrees that the workers share.
 
-The space is a tree: tp, then pp (a `Root`), then cp, ep and the batch shape (a `Branch`), then
-schedule, SP, recompute and ZeRO stage. simulator/sweep.py ranks it one (tp, pp) subtree per task,
-largest first (`by_size`), so that a pool of any size ends on short tasks.
+The space is a tree: tp, then pp (a `Root`), then cp, the expert grid (ep, folded etp) and the batch
+shape (a `Branch`), then schedule, SP, layer split, the MoE dispatcher and overlap (ep > 1), recompute
+and ZeRO stage. `Pins` (sweep --pin) cut each level to the values the user fixed. simulator/sweep.py
+ranks it one (tp, pp) subtree per task, largest first (`by_size`), so that a pool of any size ends on
+short tasks.
 """
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Iterator
+from dataclasses import replace
 from typing import TypeVar
 
 from plancast.simulator.scenario import Scenario
+from plancast.simulator.schedules import schedule_problems
 from plancast.simulator.sweep_axes import (
     RECOMPUTE,
     ZERO_STAGES,
+    Pins,
     Plan,
     balanced_layers,
     cp_choices,
+    dispatcher_choices,
     divisors,
     ep_choices,
+    folded_choices,
 )
 
 Root = tuple[int, int]
 """(tp, pp): the root of a subtree of plans (everything else varies below it)."""
 
-Branch = tuple[int, int, int, int, int, int, int, bool]
-"""(tp, pp, cp, dp, ep, micro_batch_size, micro-batches, SP possible): one batch shape of a subtree."""
+Branch = tuple[int, int, int, int, int, int, int, int, bool]
+"""(tp, pp, cp, dp, ep, etp, micro_batch_size, micro-batches, SP possible): one batch shape of a subtree
+(etp 0: the unfolded expert grid)."""
+
+NO_PINS = Pins()
 
 
 def tensor_parallel_degrees(base: Scenario, gpus: int) -> list[int]:
@@ -39,45 +49,98 @@ def tensor_parallel_degrees(base: Scenario, gpus: int) -> list[int]:
     ]
 
 
-def roots(base: Scenario, gpus: int) -> list[Root]:
+def roots(base: Scenario, gpus: int, pins: Pins = NO_PINS) -> list[Root]:
     """Every (tp, pp) subtree of the search, tp-major, pp ascending (pp at most one layer per stage)."""
     layers = base.model.num_hidden_layers
-    tps = tensor_parallel_degrees(base, gpus)
-    return [(tp, pp) for tp in tps for pp in divisors(gpus // tp) if pp <= layers]
+    tps = pins.keep("tp", tensor_parallel_degrees(base, gpus))
+    return [(tp, pp) for tp in tps for pp in pins.keep("pp", divisors(gpus // tp)) if pp <= layers]
 
 
-def branches(base: Scenario, gpus: int, subtrees: Iterable[Root]) -> Iterator[Branch]:
+def expert_grids(base: Scenario, tp: int, cp: int, dp: int, pins: Pins = NO_PINS) -> list[tuple[int, int]]:
+    """(ep, etp) of a stage's tp x cp x dp ranks: the unfolded degrees (etp 0, ep carved out of dp) and
+    the folded grid's (sweep_axes.folded_choices; pinned etp values > 0 replace its default of 1)."""
+    etps = tuple(int(e) for e in pins.get("etp") or (1,) if int(e) > 0)  # type: ignore[call-overload]
+    grids = [(ep, 0) for ep in ep_choices(base, dp)] + folded_choices(base, tp, cp, dp, etps)
+    return [(ep, etp) for ep, etp in grids if pins.allows("ep", ep) and pins.allows("etp", etp)]
+
+
+def branches(base: Scenario, gpus: int, subtrees: Iterable[Root], pins: Pins = NO_PINS) -> Iterator[Branch]:
     """The valid batch shapes under `subtrees`: cp and dp that divide the GPUs and the global batch,
-    expert-parallel degrees, micro-batch sizes."""
+    expert grids, micro-batch sizes."""
     t = base.training
     for tp, pp in subtrees:
-        for cp in cp_choices(t.seq_len, gpus // tp):
+        for cp in pins.keep("cp", cp_choices(t.seq_len, gpus // tp)):
             if (gpus // tp) % (cp * pp):
                 continue
             dp = gpus // (tp * cp * pp)
-            if t.global_batch_size % dp:
+            if t.global_batch_size % dp or not pins.allows("dp", dp):
                 continue
             sp_ok = tp > 1 and (t.seq_len // cp) % tp == 0
-            for ep, b in itertools.product(ep_choices(base, dp), divisors(t.global_batch_size // dp)):
-                yield tp, pp, cp, dp, ep, b, t.global_batch_size // (dp * b), sp_ok
+            sizes = pins.keep("mb", divisors(t.global_batch_size // dp))
+            for (ep, etp), b in itertools.product(expert_grids(base, tp, cp, dp, pins), sizes):
+                yield tp, pp, cp, dp, ep, etp, b, t.global_batch_size // (dp * b), sp_ok
 
 
-def sequence_parallel_choices(sp_ok: bool) -> tuple[bool, ...]:
-    return (False, True) if sp_ok else (False,)
+def sequence_parallel_choices(sp_ok: bool, pins: Pins = NO_PINS) -> tuple[bool, ...]:
+    return tuple(pins.keep("sp", (False, True) if sp_ok else (False,)))
 
 
-def enumerate_plans(base: Scenario, gpus: int, subtrees: Iterable[Root] | None = None) -> Iterator[Plan]:
+def moe_choices(base: Scenario, ep: int, pins: Pins = NO_PINS) -> list[tuple[str, bool]]:
+    """(dispatcher, overlap) searched for an expert-parallel degree: with ep > 1 the dispatchers the
+    cluster runs (sweep_axes.dispatcher_choices, or the pinned ones) with and without overlap; with
+    ep 1 no token leaves its rank, so the defaults alone."""
+    if ep == 1:
+        return [("alltoall", False)]
+    pinned = pins.get("dispatcher")
+    dispatchers = [str(d) for d in pinned] if pinned is not None else dispatcher_choices(base)
+    return [(d, o) for d in dispatchers for o in pins.keep("overlap", (False, True))]
+
+
+def enumerate_plans(
+    base: Scenario,
+    gpus: int,
+    subtrees: Iterable[Root] | None = None,
+    pins: Pins = NO_PINS,
+    variants: bool = True,
+) -> Iterator[Plan]:
     """Every plan whose degrees and batch shape are valid for `base` on `gpus` GPUs (memory not checked);
-    `subtrees` restricts the search to those (tp, pp) roots (one task of a worker)."""
+    `subtrees` restricts the search to those (tp, pp) roots (one task of a worker). `variants` False:
+    one plan per set of dispatcher/overlap variants (`MoeVariants` gives the others), which share their
+    memory: a search checks memory once for all of them."""
     layers = base.model.num_hidden_layers
-    chosen = roots(base, gpus) if subtrees is None else subtrees
+    chosen = roots(base, gpus, pins) if subtrees is None else subtrees
     balancer = LayerBalancer(base, gpus)
-    for tp, pp, cp, dp, ep, b, mbs, sp_ok in branches(base, gpus, chosen):
-        for schedule, v in schedules(pp, mbs, layers):
-            for sp in sequence_parallel_choices(sp_ok):
+    below = [
+        (rc, zero) for rc, zero in itertools.product(RECOMPUTE, ZERO_STAGES)
+        if pins.allows("recompute", rc) and pins.allows("zero", zero)
+    ]  # fmt: skip
+    for tp, pp, cp, dp, ep, etp, b, mbs, sp_ok in branches(base, gpus, chosen, pins):
+        moe = moe_choices(base, ep, pins) if variants else moe_choices(base, ep, pins)[:1]
+        for schedule, v in schedules(pp, mbs, layers, pins):
+            for sp in sequence_parallel_choices(sp_ok, pins):
                 for first, last in balancer.splits(pp, v, tp, cp, sp):
-                    for rc, zero in itertools.product(RECOMPUTE, ZERO_STAGES):
-                        yield Plan(tp, pp, dp, b, schedule, v, rc, sp, zero, ep, cp, first, last)
+                    for (dispatcher, overlap), (rc, zero) in itertools.product(moe, below):
+                        yield Plan(
+                            tp, pp, dp, b, schedule, v, rc, sp, zero, ep, cp, first, last, dispatcher,
+                            overlap, etp,
+                        )  # fmt: skip
+
+
+class MoeVariants:
+    """A plan's dispatcher/overlap variants (`moe_choices`), per expert-parallel degree worked out once."""
+
+    def __init__(self, base: Scenario, pins: Pins = NO_PINS) -> None:
+        self.base, self.pins = base, pins
+        self._choices: dict[int, list[tuple[str, bool]]] = {}
+
+    def of(self, plan: Plan) -> list[Plan]:
+        """`plan` under each dispatcher and overlap searched for its ep (itself alone where ep is 1)."""
+        if plan.ep == 1:
+            return [plan]
+        choices = self._choices.get(plan.ep)
+        if choices is None:
+            choices = self._choices[plan.ep] = moe_choices(self.base, plan.ep, self.pins)
+        return [replace(plan, dispatcher=d, overlap_ep=o) for d, o in choices]
 
 
 class LayerBalancer:
@@ -115,8 +178,42 @@ class LayerBalancer:
         return sum(seg.embedding) / block, sum(seg.head) / block
 
 
-def schedules(pp: int, microbatches: int, layers: int) -> Iterator[tuple[str, int]]:
-    """(schedule, virtual stages per rank) worth searching for `pp` stages and `microbatches`."""
+def layer_plans(base: Scenario, branch: Branch, pins: Pins = NO_PINS) -> Iterator[Plan]:
+    """One plan per per-layer cost (sweep_estimate.LayerKey) a branch's plans need: every SP, recompute,
+    FSDP (ZeRO 0 or 3 stands for each side), dispatcher and overlap choice (simulator/sweep.py works them
+    out once per tp degree, before the subtrees are ranked)."""
+    tp, pp, cp, dp, ep, etp, b, _, sp_ok = branch
+    recomputes = pins.keep("recompute", RECOMPUTE)
+    for sp, rc, zero in itertools.product(sequence_parallel_choices(sp_ok, pins), recomputes, (0, 3)):
+        for dispatcher, overlap in moe_choices(base, ep, pins):
+            yield Plan(tp, pp, dp, b, "1F1B", 1, rc, sp, zero, ep, cp, 0, 0, dispatcher, overlap, etp)
+
+
+def smallest_footprints(base: Scenario, splits: LayerBalancer, plan: Plan) -> Iterator[Plan]:
+    """The plans whose first-rank memory is the least of `plan`'s (tp, pp, ep, cp, etp) subtree (ZeRO-3,
+    full recompute, micro-batch 1, SP where it applies): under each layer split searched, and where pp > 1
+    under the V placement too (ZB-V, DualPipeV), whose first rank holds other stages and in-flight counts
+    than the loop placement's 1F1B. GPipe, ZB-H1, ZB-H2 and interleaved 1F1B hold at least 1F1B's."""
+    tp, pp, dp, ep, cp, etp = plan.tp, plan.pp, plan.dp, plan.ep, plan.cp, plan.etp
+    sp = tp > 1 and (base.training.seq_len // cp) % tp == 0
+    for first, last in splits.splits(pp, 1, tp, cp, sp):
+        yield Plan(tp, pp, dp, 1, "1F1B", 1, "full", sp, 3, ep, cp, first, last, etp=etp)
+    m = base.training.global_batch_size // dp
+    for schedule in ("ZBV", "DualPipeV") if pp > 1 and 2 * pp <= base.model.num_hidden_layers else ():
+        if not schedule_problems(schedule, pp, m, 2):
+            yield Plan(tp, pp, dp, 1, schedule, 2, "full", sp, 3, ep, cp, etp=etp)
+
+
+def schedules(pp: int, microbatches: int, layers: int, pins: Pins = NO_PINS) -> Iterator[tuple[str, int]]:
+    """(schedule, virtual stages per rank) worth searching for `pp` stages and `microbatches`: 1F1B,
+    GPipe, ZB-H1, interleaved 1F1B, and ZB-H2, ZB-V and DualPipeV where they build (schedules.py's rules:
+    the V schedules hold two chunks per rank and need a layer per stage)."""
+    for schedule, v in _schedules(pp, microbatches, layers):
+        if pins.allows("schedule", schedule) and pins.allows("v", v):
+            yield schedule, v
+
+
+def _schedules(pp: int, microbatches: int, layers: int) -> Iterator[tuple[str, int]]:
     if pp == 1:
         yield "1F1B", 1
         return
@@ -124,18 +221,27 @@ def schedules(pp: int, microbatches: int, layers: int) -> Iterator[tuple[str, in
     if microbatches % pp == 0:
         for v in range(2, layers // pp + 1):  # uneven splits allowed: layers go as evenly as possible
             yield "Interleaved1F1B", v
+    for schedule, v in (("ZBH2", 1), ("ZBV", 2), ("DualPipeV", 2)):
+        if pp * v <= layers and not schedule_problems(schedule, pp, microbatches, v):
+            yield schedule, v
 
 
-def subtree_sizes(base: Scenario, gpus: int) -> dict[Root, int]:
+def subtree_sizes(base: Scenario, gpus: int, pins: Pins = NO_PINS) -> dict[Root, int]:
     """How many plans `enumerate_plans` yields under each (tp, pp) root, counted per batch shape
     (thousands of shapes, not the plans themselves: milliseconds for GPT-3 on 1,536 GPUs)."""
-    layers, sizes = base.model.num_hidden_layers, dict.fromkeys(roots(base, gpus), 0)
+    layers, sizes = base.model.num_hidden_layers, dict.fromkeys(roots(base, gpus, pins), 0)
     balancer = LayerBalancer(base, gpus)
-    below = len(RECOMPUTE) * len(ZERO_STAGES)
-    for tp, pp, cp, _, _, _, mbs, sp_ok in branches(base, gpus, sizes):
-        for _, v in schedules(pp, mbs, layers):
-            splits = sum(len(balancer.splits(pp, v, tp, cp, sp)) for sp in sequence_parallel_choices(sp_ok))
-            sizes[tp, pp] += splits * below
+    below = sum(
+        1 for rc, zero in itertools.product(RECOMPUTE, ZERO_STAGES)
+        if pins.allows("recompute", rc) and pins.allows("zero", zero)
+    )  # fmt: skip
+    for tp, pp, cp, _, ep, _, _, mbs, sp_ok in branches(base, gpus, sizes, pins):
+        moe = len(moe_choices(base, ep, pins))
+        for _, v in schedules(pp, mbs, layers, pins):
+            splits = sum(
+                len(balancer.splits(pp, v, tp, cp, sp)) for sp in sequence_parallel_choices(sp_ok, pins)
+            )
+            sizes[tp, pp] += splits * below * moe
     return sizes
 
 

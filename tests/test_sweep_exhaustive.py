@@ -27,7 +27,10 @@ def test_sweep_top_10_is_the_exhaustive_top_10(path: Path, tmp_path: Path) -> No
         scenario = tmp_path / "scenario.toml"
         scenario.write_text(tomli_w.dumps(source))
     gpus = str(expected["gpus"])
-    code, out, err = cli_main("sweep", str(scenario), "--gpus", gpus, "--top", "10", "--json", "--workers=1")
+    pins = [arg for pin in expected.get("pins", []) for arg in ("--pin", pin)]  # a space searched pinned
+    code, out, err = cli_main(
+        "sweep", str(scenario), "--gpus", gpus, "--top", "10", "--json", "--workers=1", *pins
+    )
     assert code == 0, err
     found = json.loads(out)
     assert found["exact_top"] == 10 and found["plans_fitting"] == expected["plans_fitting"]

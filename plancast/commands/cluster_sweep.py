@@ -44,14 +44,17 @@ def cluster_sweep(
     table: Path | None,
     max_memory_gib: float | None = None,
     workers: int | None = None,
+    pins: Any = None,
 ) -> None:
-    """Search every (cluster, size), rank all finalists together, print them and the Pareto front."""
+    """Search every (cluster, size), rank all finalists together, print them and the Pareto front;
+    `pins` (sweep_axes.Pins, sweep --pin) fix axes in every search."""
     import time
 
     from rich.progress import Progress
 
     from plancast.pool import worker_pool
     from plancast.simulator.cluster_search import search
+    from plancast.simulator.sweep_space import NO_PINS
 
     started = time.perf_counter()
     with user_errors():
@@ -65,7 +68,7 @@ def cluster_sweep(
             try:
                 result = search(
                     s, sizes, names, rank_by=rank_by, finalists=finalists, progress=progress,
-                    max_memory_gib=max_memory_gib, map_fn=map_fn,
+                    max_memory_gib=max_memory_gib, map_fn=map_fn, pins=pins or NO_PINS,
                 )
             except ValueError as e:
                 raise UserError(str(e)) from None

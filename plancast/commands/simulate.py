@@ -187,6 +187,29 @@ ClusterOpt = Annotated[
 ]
 
 
+PinOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--pin",
+        help="Fix an axis instead of searching it, AXIS=VALUE[,VALUE...] (repeatable): tp, pp, dp, cp, "
+        "ep, etp (0: unfolded; N: folded expert grid with expert tensor parallel N), mb, schedule (1F1B, "
+        "Interleaved1F1B, ZeroBubble, GPipe, ZBH2, ZBV, DualPipeV), v, recompute, sp, zero, dispatcher "
+        "(alltoall, allgather, deepep, hybridep), overlap (true/false). E.g. --pin schedule=DualPipeV "
+        "--pin dispatcher=deepep.",
+    ),
+]
+
+
+def _pins(pin: list[str] | None) -> Any:
+    """`--pin` values parsed (simulator/sweep_axes.py Pins); a bad one is bad input, exit code 2."""
+    from plancast.simulator.sweep_axes import Pins
+
+    try:
+        return Pins.parse(pin or [])
+    except ValueError as e:
+        raise UserError(str(e)) from None
+
+
 @app.command("sweep")
 def sweep(
     scenario: ScenarioArg,
@@ -218,9 +241,11 @@ def sweep(
         typer.Option("--max-memory-gib", min=0.001, help="Only plans needing at most this many GiB per GPU."),
     ] = None,
     workers: WorkersOpt = None,
+    pin: PinOpt = None,
 ) -> None:
     """Find the exact --top fastest of every valid plan (tp, pp, dp, ep, cp, micro-batch, schedule,
-    virtual stages, recompute, SP, ZeRO, layer split) for the scenario's batch (docs/sweep.md).
+    virtual stages, recompute, SP, ZeRO, layer split; for MoE models the expert grid with its folded
+    etp, the token dispatcher the cluster runs and ep overlap) for the scenario's batch (docs/sweep.md).
 
     With several --gpus sizes, --cluster presets or a run-level --rank-by, every (cluster, size) is
     searched and all finalists are ranked together, with the time-to-train vs cost Pareto front."""
@@ -229,6 +254,7 @@ def sweep(
 
     with user_errors():
         check_output_file(table, "--table")
+        pins = _pins(pin)
         s, sizes = load(scenario), parse_gpus(gpus)
         problem = missing_batch(s)
         if problem is not None:
@@ -236,12 +262,12 @@ def sweep(
     if len(sizes) > 1 or cluster is not None or rank_by != "step":
         cluster_sweep(
             s, sizes, cluster, rank_by, finalists=finalists or 4, top=top, json_=json_, table=table,
-            max_memory_gib=max_memory_gib, workers=workers,
+            max_memory_gib=max_memory_gib, workers=workers, pins=pins,
         )
         return
     _single_sweep(
         s, sizes[0], max(finalists or top, top), top=top, json_=json_, table=table,
-        max_memory_gib=max_memory_gib, workers=workers,
+        max_memory_gib=max_memory_gib, workers=workers, pins=pins,
     )
 
 
@@ -255,6 +281,7 @@ def _single_sweep(
     table: Path | None,
     max_memory_gib: float | None,
     workers: int | None,
+    pins: Any,
 ) -> None:
     """One cluster, one size: enumerate, rank, simulate the finalists, print (or write) them."""
     import time
@@ -274,7 +301,7 @@ def _single_sweep(
         try:
             result = run_sweep(
                 s, n_gpus, finalists=finalists, progress=progress, max_memory_gib=max_memory_gib,
-                map_fn=map_fn,
+                map_fn=map_fn, pins=pins,
             )
         except ValueError as e:
             raise UserError(str(e)) from None
@@ -300,7 +327,7 @@ def _single_sweep(
         from plancast.simulator.sweep_inputs import why_empty
 
         limit_gib = min(s.cluster.gpu.memory_GiB, max_memory_gib or s.cluster.gpu.memory_GiB)
-        err.print(why_empty(s, n_gpus, result.enumerated, limit_gib), markup=False)
+        err.print(why_empty(s, n_gpus, result.enumerated, limit_gib, pins), markup=False)
         raise typer.Exit(1)
     if not json_:
         _print_plans(result, top, elapsed)

@@ -71,6 +71,7 @@ class Segment:
     forward_flops: float = 0.0
     ep_cp_forward: tuple[Collective, ...] = ()  # in issue order: cp all-gather, ep dispatch, ep combine
     ep_cp_backward: tuple[Collective, ...] = ()  # ep combine-grad, ep dispatch-grad, cp reduce-scatter
+    windows: Windows | None = None  # an MoE block's, overlapped or not: sweep_estimate re-prices variants
 
     @property
     def tp_forward_s(self) -> float:
@@ -224,9 +225,8 @@ def _segment(
     `cast_params`: the segment's parameters on this rank, whose gradient FSDP casts to its reduce dtype
     or autograd accumulates; `weights`: its GEMM weights, which autocast casts (costs/mixed_precision.py).
     Both passes are part of the weight-gradient work; autocast's forward cast is part of the forward.
-    `host_s`: the block's host time per micro-batch in its (forward, backward) (costs/host.py);
-    `offload_bytes`: what the block keeps for backward, sent to the host and back under
-    training.activation_offload (costs/offload.py)."""
+    `host_s`: the block's host time a micro-batch, (forward, backward) (costs/host.py); `offload_bytes`:
+    what the block keeps for backward, sent to the host and back (activation_offload, costs/offload.py)."""
     fwd, bwd_in, bwd_w = _phase_seconds(ops, s)
     exposed = activation_offload_s(s, offload_bytes, fwd)
     fwd, bwd_in = fwd + exposed, bwd_in + exposed
@@ -239,7 +239,8 @@ def _segment(
     forward_passes, weight_passes = param_pass_ops(s, cast_params, weights)
     fwd += ops_seconds(forward_passes, gpu, compute, dtype)
     bwd_w += ops_seconds(weight_passes, gpu, compute, dtype)
-    windows = Windows.of(ops, lambda o: _phase_seconds(o, s)) if s.parallelism.moe_overlap_ep_comm else None
+    ep = any(c.stream == "ep" for c in ep_cp[0])
+    windows = Windows.of(ops, lambda o: _phase_seconds(o, s)) if ep else None
     return Segment(
         part,
         fwd,
@@ -248,7 +249,8 @@ def _segment(
         _collectives(part, "forward", s, tp_levels, moe),
         _collectives(part, "backward", s, tp_levels, moe),
         sum(op.flops for op in ops),
-        *ep_overlapped(ep_cp, windows),
+        *ep_overlapped(ep_cp, windows if s.parallelism.moe_overlap_ep_comm else None),
+        windows,
     )
 
 

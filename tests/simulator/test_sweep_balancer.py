@@ -4,6 +4,7 @@ stages."""
 
 from __future__ import annotations
 
+from dataclasses import fields, replace
 from functools import partial
 
 import pytest
@@ -16,6 +17,9 @@ from plancast.simulator.sweep_axes import Plan, balanced_layers
 from plancast.simulator.sweep_bound import Bound
 from plancast.simulator.sweep_estimate import Estimator
 from plancast.simulator.sweep_space import enumerate_plans
+
+FIRST = [f.name for f in fields(Plan)].index("first_layers")
+"""Where a candidate's plan fields hold its first stage's blocks (0: the even split)."""
 
 
 @pytest.mark.parametrize(
@@ -60,7 +64,7 @@ def test_the_balancer_beats_the_best_even_split_of_llama3_8b_on_pp4() -> None:
     limit = base.cluster.gpu.usable_memory_GiB * GiB
     ranked = _rank(base, 8, limit, map)
     candidates = sorted(c for part, _, _ in ranked for c in part if c[1][1] == 4 and c[1][5] == 1)
-    assert any(c[1][-2] for c in candidates) and any(not c[1][-2] for c in candidates)
+    assert any(c[1][FIRST] for c in candidates) and any(not c[1][FIRST] for c in candidates)
     run = partial(_simulated, base, limit)
     bound = Bound(Estimator(base, 8))
 
@@ -69,7 +73,7 @@ def test_the_balancer_beats_the_best_even_split_of_llama3_8b_on_pp4() -> None:
         return found[0].step_time_s or 0.0, found[0].plan
 
     balanced_s, balanced = best(candidates)
-    even_s, even = best([c for c in candidates if not c[1][-2]])
+    even_s, even = best([c for c in candidates if not c[1][FIRST]])
     assert balanced.first_layers and balanced.layer_split(32) != (8, 8, 8, 8), balanced
     assert balanced_s < 0.99 * even_s, (balanced.label(), balanced_s, even.label(), even_s)
 
@@ -79,8 +83,5 @@ def test_every_balanced_plan_is_its_even_twin_with_another_split() -> None:
     plans = set(enumerate_plans(base, 8))
     balanced = [p for p in plans if p.first_layers]
     assert balanced and all(p.pp > 1 and p.virtual_stages == 1 for p in balanced)
-    assert all(Plan(*(*_fields(p)[:-2], 0, 0)) in plans for p in balanced)
+    assert all(replace(p, first_layers=0, last_layers=0) in plans for p in balanced)
 
-
-def _fields(plan: Plan) -> tuple[object, ...]:
-    return tuple(getattr(plan, f) for f in plan.__dataclass_fields__)

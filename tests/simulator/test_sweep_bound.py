@@ -19,7 +19,7 @@ from plancast.simulator.engine import Engine, StepPlan, Topology
 from plancast.simulator.loader import load_scenario, parse_scenario
 from plancast.simulator.predict import simulate
 from plancast.simulator.scenario import Scenario
-from plancast.simulator.schedules import SCHEDULES, build_schedule
+from plancast.simulator.schedules import SCHEDULES, build_schedule, schedule_problems
 from plancast.simulator.sweep import _base_for, sweep
 from plancast.simulator.sweep_axes import Plan
 from plancast.simulator.sweep_bound import TOLERANCE, Bound, gather_passes
@@ -33,6 +33,7 @@ from tests.simulator.test_sweep import small
 EXAMPLES = REPO / "examples"
 
 SEARCHED = {name for pp, m in [(1, 1), (4, 8)] for name, _ in schedules(pp, m, 32)}
+assert {"ZBH2", "ZBV", "DualPipeV"} <= SEARCHED
 """Every schedule the sweep searches (simulator/sweep_space.py)."""
 
 
@@ -75,6 +76,29 @@ def test_the_bound_holds_across_small_spaces(preset: str, gpus: int) -> None:
     assert assert_bounds_hold(base, gpus, every_nth(plans, 120)) > 60
 
 
+NEW_KINDS: dict[str, Any] = {
+    "ZB-H2": lambda p: p.schedule == "ZBH2",
+    "ZB-V": lambda p: p.schedule == "ZBV",
+    "DualPipeV": lambda p: p.schedule == "DualPipeV",
+    "deepep": lambda p: p.dispatcher == "deepep",
+    "allgather": lambda p: p.dispatcher == "allgather",
+    "ep overlap": lambda p: p.overlap_ep,
+    "folded etp": lambda p: p.etp > 0,
+}
+"""The axes issue 31 item 6 and issue 34 item 4 added to the search, each a filter of plans."""
+
+
+@pytest.mark.parametrize("kind", sorted(NEW_KINDS))
+def test_the_bound_holds_on_every_new_kind_of_plan(kind: str) -> None:
+    """Many plans of each new kind (a stride through them): tiny-moe on 8 GPUs of an A100 node (NVLink,
+    InfiniBand: DeepEP runs there), whose 2 dense-first blocks make V stages differ, with 32 micro-batches
+    so the V schedules build at pp 4."""
+    base = toy("tiny-moe", 8, batch=32)
+    plans = sorted(p for p in enumerate_plans(base, 8) if NEW_KINDS[kind](p))
+    assert len(plans) > 40, kind
+    assert assert_bounds_hold(base, 8, every_nth(plans, 40)) > 20
+
+
 def test_the_bound_holds_without_overlap_and_on_cpu_ranks() -> None:
     """Gradients reduced after the flush, blocking sends; and ranks sharing cores over gloo
     (rendezvous transfers, busy-sender delays: examples/tiny-local-cpu.toml)."""
@@ -109,26 +133,55 @@ def test_the_bound_holds_on_real_shapes(
     assert assert_bounds_hold(base, gpus, picked[:sample]) == sample
 
 
+SIZES = [(2, 4), (4, 8), (4, 4), (8, 16), (3, 6), (4, 13), (2, 9)]
+"""(pp, micro-batches) the premises are checked on (those a schedule cannot build are skipped)."""
+
+
+def built(name: str) -> list[tuple[int, int, Any]]:
+    """(pp, m, schedule) for every size of SIZES that `name` builds."""
+    rules = SCHEDULES[name]  # type: ignore[index]
+    v = 2 if rules.interleaved or rules.v_shape else 1
+    return [
+        (pp, m, build_schedule(name, pp, m, v))  # type: ignore[arg-type]
+        for pp, m in SIZES
+        if not schedule_problems(name, pp, m, v)
+    ]
+
+
 @pytest.mark.parametrize("name", sorted(SEARCHED))
 def test_every_rank_starts_with_the_first_forward_of_its_first_stage(name: str) -> None:
     """The bound's forward chain: rank r's first action is F of stage r, micro-batch 0, so every pass of
-    the rank waits for that micro-batch's forwards on stages 0..r-1. Over the schedules the sweep searches
-    (sweep_space.schedules): the V-placed ZB-V and DualPipeV are not searched yet and have no bound."""
-    for pp, m in [(2, 4), (4, 8), (4, 4), (8, 16), (3, 6)]:
-        v = 2 if SCHEDULES[name].interleaved else 1  # type: ignore[index]
-        for rank, actions in enumerate(build_schedule(name, pp, m, v)):  # type: ignore[arg-type]
+    the rank waits for that micro-batch's forwards on stages 0..r-1. Over every schedule the sweep
+    searches (sweep_space.schedules), the V-placed ZB-V and DualPipeV included."""
+    for pp, m, sched in built(name):
+        for rank, actions in enumerate(sched):
             first = actions[0]
             assert (first.kind, first.stage, first.microbatch) == ("F", rank, 0), (name, pp, m, rank)
 
 
-@pytest.mark.parametrize(("pp", "m"), [(2, 4), (4, 8), (4, 2), (8, 16), (3, 6)])
-def test_zero_bubble_trailing_weight_passes_match_the_schedule(pp: int, m: int) -> None:
-    for rank, actions in enumerate(build_schedule("ZeroBubble", pp, m)):
-        last_b = max(i for i, a in enumerate(actions) if a.kind == "B")
-        after = actions[last_b + 1 :]
-        assert all(a.kind == "W" for a in after)
-        assert trailing_weight_passes("ZeroBubble", rank, m) == len(after)
-    assert trailing_weight_passes("1F1B", 3, m) == 0
+@pytest.mark.parametrize("name", sorted(SEARCHED))
+def test_every_ranks_last_backward_is_on_its_first_stage(name: str) -> None:
+    """The bound's cool-down chain runs from rank r's last backward through stages r-1..0: under the V
+    placement too, whose rank r also holds stage 2 pp - 1 - r (that chunk's backward of a micro-batch
+    comes before the first chunk's, so the rank's last backward is on stage r)."""
+    for pp, m, sched in built(name):
+        for rank, actions in enumerate(sched):
+            last = [a for a in actions if a.kind == "B"][-1]
+            assert last.stage == rank, (name, pp, m, rank)
+
+
+@pytest.mark.parametrize("name", ["ZeroBubble", "ZBH2", "ZBV", "DualPipeV", "1F1B"])
+def test_trailing_weight_passes_match_the_schedule(name: str) -> None:
+    """ZB-H1 and ZB-H2 in closed form (exactly the W's after the rank's last backward); the V schedules
+    have none (None: the bound lets every W of the rank follow it); unsplit schedules have no W."""
+    for pp, m, sched in built(name):
+        for rank, actions in enumerate(sched):
+            last_b = max(i for i, a in enumerate(actions) if a.kind == "B")
+            after = actions[last_b + 1 :]
+            assert all(a.kind == "W" for a in after)
+            count = trailing_weight_passes(name, rank, m)
+            assert count is None or count == len(after), (name, pp, m, rank)
+            assert (count is None) == (name in ("ZBV", "DualPipeV"))
 
 
 @pytest.mark.parametrize("kind", ["all_reduce", "all_gather", "reduce_scatter", "broadcast"])

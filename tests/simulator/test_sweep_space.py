@@ -31,17 +31,17 @@ CASES = [(preset, 8, memory_gib, 16) for preset in ("tiny-gpt", "tiny-moe") for 
 
 
 def one_estimator(base: Scenario, gpus: int, limit_bytes: float) -> tuple[list[Any], int, int, Estimator]:
-    """The plain search: one estimator over every plan, pruning a (tp, pp, ep, cp) subtree whose smallest
-    footprint does not fit; candidates (lower bound, plan, memory) sorted, counts enumerated and pruned,
-    the estimator."""
+    """The plain search: one estimator over every plan, pruning a (tp, pp, ep, cp, etp) subtree whose
+    smallest footprint does not fit; candidates (lower bound, plan, memory) sorted, counts enumerated and
+    pruned, the estimator."""
     est, splits = Estimator(base, gpus), LayerBalancer(base, gpus)
     bound = Bound(est)
     candidates, enumerated, pruned, fits = [], 0, 0, {}
     for plan in enumerate_plans(base, gpus):
         enumerated += 1
-        key = (plan.tp, plan.pp, plan.ep, plan.cp)
+        key = (plan.tp, plan.pp, plan.ep, plan.cp, plan.etp)
         if key not in fits:
-            fits[key] = _smallest_fits(est, splits, limit_bytes, plan.tp, plan.pp, plan.dp, plan.ep, plan.cp)
+            fits[key] = _smallest_fits(est, splits, limit_bytes, plan)
         if not fits[key]:
             pruned += 1
             continue
@@ -95,7 +95,10 @@ def test_each_tp_degrees_layer_costs_are_those_ranking_plan_by_plan_works_out(
     tables: dict[Any, Any] = {}
     for tp in dict.fromkeys(tp for tp, _ in roots(base, gpus)):
         tables.update(_layer_costs(base, gpus, limit, [root for root in roots(base, gpus) if root[0] == tp]))
-    assert tables == lazy  # the same keys (none missing, none extra) and exactly the same numbers
+    # none missing and exactly the same numbers; the only extras are dispatcher/overlap variants of a
+    # priced layer (cheap: the all-to-alls priced again), worked out for every branch the memory check keeps
+    assert {key: tables[key] for key in lazy} == lazy
+    assert all(key[7:9] != ("alltoall", False) for key in tables.keys() - lazy.keys())
 
 
 def test_the_largest_subtrees_go_to_the_pool_first() -> None:

@@ -1,0 +1,60 @@
+"""`plancast sweep --pin AXIS=VALUE`: a pinned axis holds its value in every plan returned, and a pin that
+is not an axis, not a value of it, or leaves no plan is named in the message."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.cli_runner import cli_main
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+TINY = str(EXAMPLES / "tiny-local-cpu.toml")
+MIXTRAL = str(EXAMPLES / "mixtral-8x7b-dgx-h100.toml")
+
+
+def plans(*args: str) -> list[dict[str, object]]:
+    code, out, err = cli_main("sweep", *args, "--json", "--workers=1")
+    assert code == 0, err
+    found: list[dict[str, object]] = json.loads(out)["plans"]
+    assert found
+    return found
+
+
+def test_pinned_axes_hold_in_every_plan() -> None:
+    got = plans(TINY, "--gpus", "2", "--top", "4", "--pin", "zero=0,1", "--pin", "recompute=none")
+    assert {p["zero_stage"] for p in got} <= {0, 1} and {p["recompute"] for p in got} == {"none"}
+    every = plans(TINY, "--gpus", "2", "--top", "40")
+    assert {p["zero_stage"] for p in every} - {0, 1}  # unpinned, the search ranks other stages too
+
+
+def test_mixtral_pinned_to_deepep_with_overlap() -> None:
+    """H100 nodes joined by InfiniBand run DeepEP: pinned, every plan has ep 8, deepep and overlap."""
+    got = plans(
+        MIXTRAL, "--gpus", "16", "--top", "3", "--pin", "ep=8", "--pin", "dispatcher=deepep",
+        "--pin", "overlap=true",
+    )  # fmt: skip
+    assert all((p["ep"], p["dispatcher"], p["overlap_ep"]) == (8, "deepep", True) for p in got)
+    assert all("deepep overlap" in str(p["plan"]) for p in got)
+
+
+@pytest.mark.parametrize(
+    ("pin", "named"),
+    [
+        ("bogus=1", "AXIS one of"),
+        ("pp", "AXIS=VALUE"),
+        ("dispatcher=nccl", "alltoall, allgather, deepep, hybridep"),
+        ("overlap=maybe", "true or false"),
+        ("tp=two", "whole number"),
+    ],
+)
+def test_a_bad_pin_exits_2_naming_it(pin: str, named: str) -> None:
+    code, out, err = cli_main("sweep", TINY, "--gpus", "2", "--pin", pin)
+    assert code == 2 and "--pin" in err and named in err and "Traceback" not in out + err, err
+
+
+def test_a_pin_that_leaves_no_plan_is_named() -> None:
+    code, _, err = cli_main("sweep", TINY, "--gpus", "2", "--pin", "pp=3")
+    assert code == 1 and "no plan with --pin pp=3" in err, err
