@@ -410,12 +410,19 @@ def cached_sweep(scenario_json: str, gpus: int, finalists: int) -> pd.DataFrame:
 UPLOADS_KEY = "plancast_uploads"  # session state: this browser session's upload folder
 
 
+def session_upload_root() -> Path | None:
+    """This browser session's upload folder if it made one (an upload), else None: listing runs must not
+    make a folder per page view (a server stopped by a signal never runs the atexit that removes it)."""
+    known = st.session_state.get(UPLOADS_KEY)
+    return Path(known) if known and Path(known).is_dir() else None
+
+
 def upload_root() -> Path:
     """Where this browser session's uploads are written: its own ``tempfile.mkdtemp`` (mode 0700, a name
-    no other user can guess and plant a link at), removed when the server exits."""
-    known = st.session_state.get(UPLOADS_KEY)
-    if known and Path(known).is_dir():
-        return Path(known)
+    no other user can guess and plant a link at), made at its first upload, removed when the server exits."""
+    known = session_upload_root()
+    if known is not None:
+        return known
     path = Path(tempfile.mkdtemp(prefix="plancast-dashboard-"))
     atexit.register(shutil.rmtree, path, ignore_errors=True)
     st.session_state[UPLOADS_KEY] = str(path)

@@ -51,7 +51,7 @@ def run_picker() -> None:
         uploaded = _uploaded_run()
         found = data.command_line_runs(sys.argv, APP_SCRIPT, os.environ)
         try:
-            roots = [root, data.upload_root()]
+            roots = [root, *filter(None, [data.session_upload_root()])]
             found += data.runs_in_folder(data.confined(folder, roots), roots)
         except UploadError as err:
             st.error(str(err))
