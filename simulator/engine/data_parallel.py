@@ -83,21 +83,14 @@ def _sliced(sim: Engine, st: RankState, nbytes: float, seconds: float) -> Genera
 
 def broadcast_shards(sim: Engine, st: RankState) -> Process:
     """ZeRO-1 after the optimizer: each owner broadcasts its updated shard, per chunk
-    (ZeroRedundancyOptimizer), one after another on the rank's dp stream. By then the rank's stream
+    (ZeroRedundancyOptimizer; Megatron's distributed optimizer all-gathers once: StepPlan.shard_sync),
+    one after another on the rank's dp stream. By then the rank's stream
     has drained and its pipeline sends are posted, so nothing can come between the broadcasts: their
     spans are laid out at once, as the stream would run them, and the rank waits once."""
     plan, env = sim.plan, sim.env
     now = env.now
     for chunk, stage in enumerate(plan.owned_stages(st.coord.pp)):
-        shard = plan.broadcast_shard_bytes(stage)
-        seconds = plan.dp_collective_s("broadcast", shard)
-        kind, count = "broadcast", plan.dense_dp
-        if plan.dense_grad_reduce == "reduce_scatter":
-            # Megatron-LM's distributed optimizer all-gathers the updated parameter buffer, one
-            # collective, not one broadcast per owner (megatron/core/distributed/param_and_grad_buffer.py,
-            # start_param_sync)
-            shard *= plan.dense_dp
-            kind, count, seconds = "all_gather", 1, plan.dp_collective_s("all_gather", shard)
+        kind, count, shard, seconds = plan.shard_sync(stage)
         for index in range(count):
             if plan.share_links:
                 start, now = _alone_on_link(sim, st, shard, seconds, now)

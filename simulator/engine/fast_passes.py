@@ -127,12 +127,7 @@ def broadcast_shards(sim: FastEngine, r: RankRun) -> None:
     plan = sim.plan
     now = r.now
     for chunk, stage in enumerate(plan.owned_stages(r.pp)):
-        shard = plan.broadcast_shard_bytes(stage)
-        seconds = plan.dp_collective_s("broadcast", shard)
-        kind, count = "broadcast", plan.dense_dp
-        if plan.dense_grad_reduce == "reduce_scatter":  # data_parallel.broadcast_shards: one all-gather
-            shard *= plan.dense_dp
-            kind, count, seconds = "all_gather", 1, plan.dp_collective_s("all_gather", shard)
+        kind, count, shard, seconds = plan.shard_sync(stage)
         for index in range(count):
             if plan.share_links:
                 start, now = _alone_on_link(sim, r, shard, seconds, now)

@@ -311,6 +311,17 @@ class StepPlan:
         """ZeRO-1: the updated parameter shard each data-parallel owner broadcasts for virtual `stage`."""
         return self.costs[stage].params * DTYPE_BYTES[self.s.training.dtype] / self.dense_dp
 
+    def shard_sync(self, stage: int) -> tuple[CollectiveKind, int, float, float]:
+        """ZeRO-1 after the optimizer, for virtual `stage`: (kind, count, bytes, seconds of one). One
+        broadcast per owner (ZeroRedundancyOptimizer), or, under Megatron-LM's distributed optimizer, one
+        all-gather of the updated parameter buffer (megatron/core/distributed/param_and_grad_buffer.py,
+        start_param_sync)."""
+        shard = self.broadcast_shard_bytes(stage)
+        if self.dense_grad_reduce == "reduce_scatter":
+            whole = shard * self.dense_dp
+            return "all_gather", 1, whole, self.dp_collective_s("all_gather", whole)
+        return "broadcast", self.dense_dp, shard, self.dp_collective_s("broadcast", shard)
+
 
 # Schedules are immutable data (tuples of frozen Actions) and the same few recur call after call (a
 # sweep's finalists, a What-if slider): built once per (name, pp, m, v), as pure-function memoisation.
