@@ -20,7 +20,6 @@ from plancast.traces.store import read_json
 pytestmark = pytest.mark.browser
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-SCREENSHOT = Path("/tmp/plancast_overview.png")
 
 
 def free_port() -> int:
@@ -93,13 +92,14 @@ def test_overview_renders_in_a_real_browser(server: str, healthy_run: Path, tmp_
     # near-blank PNG of a few kB, the rendered Overview several tens of kB
     # (under a loaded CI machine five tries a second apart once all caught the skeleton: a deadline)
     stop = time.monotonic() + 60.0
+    screenshot = tmp_path / "overview.png"  # the test's own folder, not a fixed name in /tmp
     while True:
-        SCREENSHOT.unlink(missing_ok=True)
-        chromium(server, tmp_path / "profile", f"--screenshot={SCREENSHOT}", "--window-size=1400,1000")
-        if SCREENSHOT.stat().st_size > 10_000 or time.monotonic() > stop:
+        screenshot.unlink(missing_ok=True)
+        chromium(server, tmp_path / "profile", f"--screenshot={screenshot}", "--window-size=1400,1000")
+        if screenshot.stat().st_size > 10_000 or time.monotonic() > stop:
             break
         time.sleep(1.0)
-    assert SCREENSHOT.stat().st_size > 10_000
+    assert screenshot.stat().st_size > 10_000
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium: apt-get install -y chromium")
