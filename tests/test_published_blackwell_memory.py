@@ -1,4 +1,5 @@
-"""Every Blackwell and torchtitan Float8 row that trained is predicted to fit, but for the rows named
+"""Every Blackwell, torchtitan Float8, MLPerf Training v5.1 and AMD MI325X row that trained is predicted
+to fit, but for the rows named
 below with the memory term each points at (strict both ways: a named row that starts to fit must leave
 the list). The other published rows have the same check in tests/test_published_memory.py."""
 
@@ -7,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from benchmarks.fit_published import run_scenario
-from benchmarks.published_data import BLACKWELL_RUNS, TORCHTITAN_FP8_RUNS
+from benchmarks.published_data import AMD_RUNS, BLACKWELL_RUNS, MLPERF_RUNS, TORCHTITAN_FP8_RUNS
 from plancast.simulator.predict import simulate
 
 # What the model still counts that these Llama runs do not keep: Llama has no dropout (config.json
@@ -21,7 +22,7 @@ NOT_FITTING_YET = {
     "bridge-gb200-fp8-llama3-70b-64gpu-fsdp": _FSDP,
     "bridge-gb200-fp8cs-llama3-70b-64gpu-fsdp": _FSDP,
 }
-RUNS = {r.name: r for r in (*BLACKWELL_RUNS, *TORCHTITAN_FP8_RUNS)}
+RUNS = {r.name: r for r in (*BLACKWELL_RUNS, *TORCHTITAN_FP8_RUNS, *MLPERF_RUNS, *AMD_RUNS)}
 
 
 @pytest.mark.parametrize("name", sorted(RUNS))
