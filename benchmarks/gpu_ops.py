@@ -14,6 +14,8 @@ prints measured and predicted forward and backward times, and what the measureme
   against the simulator's forward and backward of one layer.
 
 Run: `python -m benchmarks.gpu_ops [--model llama3-8b --seq 8192 --micro-batch 2] [--json out.json]`.
+`--kernels` runs benchmarks/gpu_kernels.py instead: bf16 and FP8 GEMMs per scaling and causal attention per
+backend at a fixed set of shapes, beside the simulator's rates (issue 32's table).
 `--device cpu` runs the same code in fp32 at small shapes (the test suite does; no GPU needed).
 """
 
@@ -340,7 +342,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--repeat", type=int, default=10)
     ap.add_argument("--json", help="write the full result here")
+    ap.add_argument("--kernels", action="store_true", help="run benchmarks/gpu_kernels.py's kernel table")
     args = ap.parse_args(argv)
+    if args.kernels:
+        from benchmarks import gpu_kernels
+
+        rest = ["--device", args.device, "--repeat", str(args.repeat)]
+        rest += [
+            f"--{k.replace('_', '-')}={v}"
+            for k in ("cluster", "power_limit", "json")
+            if (v := getattr(args, k))
+        ]
+        return gpu_kernels.main(rest)
     device = torch.device(args.device)
     cluster = args.cluster or preset_of(torch.cuda.get_device_name(device) if device.type == "cuda" else "")
     gpu: dict[str, Any] = {}

@@ -189,7 +189,7 @@ class MoE(nn.Module):
             torch.stack(outputs, dim=1).view(self.exchange.ep, local, capacity, hidden)
         )
         picked = returned.reshape(experts * capacity, hidden)[slot] * r.weight[r.kept].unsqueeze(-1)
-        out = flat.new_zeros(tokens, hidden).index_add(0, src, picked)
+        out = picked.new_zeros(tokens, hidden).index_add(0, src, picked)  # autocast: the experts' dtype
         if self.shared is not None:
             out = out + self.shared(flat)
         if self.moe.aux_loss_coef and self.training and torch.is_grad_enabled():

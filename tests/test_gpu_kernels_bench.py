@@ -1,4 +1,4 @@
-"""benchmarks/gpu_kernels.py (issue 32's kernel table) through its command line on the CPU, and the FP8
+"""benchmarks/gpu_kernels.py (issue 32's kernel table) through gpu_ops's command line on the CPU, and the FP8
 quantization it feeds torch's scaled GEMMs, checked against the tensor it encodes."""
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ def test_cli_measures_gemms_and_causal_attention_beside_the_model(tmp_path: Path
         [
             sys.executable,
             "-m",
-            "benchmarks.gpu_kernels",
+            "benchmarks.gpu_ops",
+            "--kernels",  # gpu_ops's entry to the kernel table
             "--device",
             "cpu",
             "--repeat",

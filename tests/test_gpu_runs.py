@@ -1,7 +1,9 @@
-"""Real runs measured on one H100 SXM 80GB and one H200 141GB (2026-11-26, 700 W, torch 2.11 + CUDA 13.0,
-NCCL; `scripts/gpu_check.sh loop`), kept in tests/data/gpu_runs/: `plancast compare` of each, with its
-scenario as a user writes it (re-resolved by the current model), twins every measured event and
-predicts the step within 10% and the peak memory (`torch.cuda.max_memory_allocated`) within 12%.
+"""Real runs measured on one H100 SXM 80GB (2026-11-26) and one H200 141GB (2026-11-27), both at 700 W,
+torch 2.11 + CUDA 13.0, NCCL (`scripts/gpu_check.sh loop` and `memory`), kept in tests/data/gpu_runs/:
+`plancast compare` of each, with its scenario as a user writes it (re-resolved by the current model),
+twins every measured event and predicts the step within 10% and the peak memory within 12%, allocated
+(`torch.cuda.max_memory_allocated`) and, where the run recorded it (the H200 runs), reserved
+(`max_memory_reserved`).
 
 The first two H100 runs prompted the autocast and gradient-accumulation passes
 (simulator/costs/mixed_precision.py); the other two H100 runs and the three H200 runs were predicted
@@ -28,8 +30,23 @@ SCENARIOS = {
     "gpt3-1.3b-m1-one-h100": REPO / "benchmarks" / "gpu_scenarios" / "gpt3-1.3b-m1-one-h100.toml",
     **{
         f"{shape}-one-h200": REPO / "benchmarks" / "gpu_scenarios" / f"{shape}-one-h200.toml"
-        for shape in ("gpt3-1.3b-m1", "llama2-8layer-mb1", "llama3-4layer")
+        for shape in (
+            "gpt3-1.3b-m1",
+            "llama2-8layer-mb1",
+            "llama3-4layer",
+            "llama3-4layer-partial",
+            "llama3-4layer-s8192",
+            "deepseek-v2-lite-4layer",
+        )
     },
+}
+# Runs the model does not predict yet, each with what was measured (strict: a run that starts to pass
+# must leave this list).
+KNOWN_MISSES = {
+    "deepseek-v2-lite-4layer-one-h200": "the runtime's reference MoE (runtime/moe.py) loops over the 64 "
+    "experts with capacity-padded slots, index_copy / index_add and a stack of every expert's output; the "
+    "simulator prices grouped expert GEMMs and dropless dispatch as Megatron-Core and torchtitan run them: "
+    "step 1.126 s measured vs 0.113 s, activations 24.0 GiB vs 7.0 GiB (peak -26.0%, reserved -30.2%)",
 }
 
 
@@ -37,7 +54,15 @@ def test_every_recorded_run_has_its_scenario() -> None:
     assert sorted(p.name for p in RUNS.iterdir()) == sorted(SCENARIOS)
 
 
-@pytest.mark.parametrize("name", sorted(SCENARIOS))
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=KNOWN_MISSES[n]))
+        if n in KNOWN_MISSES
+        else n
+        for n in sorted(SCENARIOS)
+    ],
+)
 def test_compare_of_a_real_gpu_run(tmp_path: Path, name: str) -> None:
     run = tmp_path / name
     shutil.copytree(RUNS / name, run)
@@ -51,8 +76,10 @@ def test_compare_of_a_real_gpu_run(tmp_path: Path, name: str) -> None:
     assert summary["events_matched"] > 0
     assert summary["measured_status"] == "ok"
     assert abs(summary["step_time_error"]) <= 0.10, (name, summary["step_time_error"])
-    memory = next(c for c in summary["components"] if c["component"] == "peak_memory")
-    assert abs(memory["error"]) <= 0.12, (name, memory)
+    memory = {c["component"]: c for c in summary["components"] if c["component"].startswith("peak_memory")}
+    assert abs(memory["peak_memory"]["error"]) <= 0.12, (name, memory)
+    if name.endswith("h200"):  # recorded since 2026-11-27: the allocator's reserve beside what it allocated
+        assert abs(memory["peak_memory_reserved"]["error"]) <= 0.12, (name, memory)
     samples = pd.read_parquet(run / "measured" / "telemetry.parquet")
     busy = samples[samples["util_pct"] >= 50]  # the steps; set-up and teardown idle below it
     assert summary["measured_gpu"]["sm_clock_MHz"] == float(busy["sm_clock_MHz"].median())
