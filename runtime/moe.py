@@ -7,7 +7,10 @@ weights renormalised to sum to one. Dispatch is GShard's fixed-capacity scheme (
 slots per expert, first choices before second choices, tokens in order; assignments past the
 capacity are dropped (their weight is lost, the residual carries the token). With
 ``moe_capacity_factor`` unset the capacity is the local token count, so nothing is ever dropped
-(docs/moe.md, the contract between simulator and runtime).
+(docs/moe.md, the contract between simulator and runtime). Without expert parallelism and without a
+capacity factor the layer runs dropless and grouped, as Megatron-Core's GroupedMLP and torchtitan do: the
+assignments sorted by expert, each expert computing its own tokens only (``MoE._grouped``); the slots
+below are for the expert-parallel all-to-all and for a capacity factor.
 
 The slot buffer ``(experts, capacity, hidden)`` is laid out by expert, so expert parallelism is one
 ``all_to_all_single`` with equal splits to dispatch and one to combine (``ExpertExchange``; the
@@ -173,10 +176,39 @@ class MoE(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
         flat = x.reshape(-1, shape[-1])
-        tokens, hidden = flat.shape
-        experts, capacity = self.moe.num_experts, self.moe.capacity(tokens)
+        capacity = self.moe.capacity(flat.shape[0])
         r = route(self.router(flat), self.moe.top_k, capacity)
-        src = torch.arange(tokens, device=x.device).expand(self.moe.top_k, tokens)[r.kept]
+        if self.exchange.ep == 1 and self.moe.capacity_factor is None:
+            out = self._grouped(flat, r, capacity)
+        else:
+            out = self._slots(flat, r, capacity)
+        if self.shared is not None:
+            out = out + self.shared(flat)
+        if self.moe.aux_loss_coef and self.training and torch.is_grad_enabled():
+            out = AuxLossAutoScaler.apply(out, r.aux_loss, self.moe.aux_loss_coef * self.aux_loss_scale)
+        return out.view(shape)
+
+    def _grouped(self, flat: torch.Tensor, r: Routing, capacity: int) -> torch.Tensor:
+        """Dropless on one rank, as the frameworks run it (Megatron-Core's GroupedMLP, torchtitan's
+        grouped experts): the T x k assignments sorted by expert, each expert run on its own tokens only,
+        the weighted outputs added back per token; no padded slot is computed or kept."""
+        tokens, hidden = flat.shape
+        expert = r.slot.reshape(-1) // capacity  # (k T,): capacity = T here, so slot // T is the expert
+        order = torch.argsort(expert, stable=True)
+        source = torch.arange(tokens, device=flat.device).repeat(self.moe.top_k)[order]
+        counts = torch.bincount(expert, minlength=self.moe.num_experts).tolist()
+        chunks = flat[source].split(
+            counts
+        )  # an expert with no token still runs (on 0 rows): DDP sees its grads
+        outputs = torch.cat([ffn(x) for ffn, x in zip(self.experts.values(), chunks, strict=True)])
+        weighted = outputs * r.weight.reshape(-1)[order].unsqueeze(-1)
+        return weighted.new_zeros(tokens, hidden).index_add(0, source, weighted)
+
+    def _slots(self, flat: torch.Tensor, r: Routing, capacity: int) -> torch.Tensor:
+        """GShard's fixed-capacity slots, laid out by expert for the expert-parallel all-to-all."""
+        tokens, hidden = flat.shape
+        experts = self.moe.num_experts
+        src = torch.arange(tokens, device=flat.device).expand(self.moe.top_k, tokens)[r.kept]
         slot = r.slot[r.kept]
         slots = flat.new_zeros(experts * capacity, hidden).index_copy(0, slot, flat[src])
         received = self.exchange.dispatch(slots.view(experts, capacity, hidden))
@@ -189,12 +221,7 @@ class MoE(nn.Module):
             torch.stack(outputs, dim=1).view(self.exchange.ep, local, capacity, hidden)
         )
         picked = returned.reshape(experts * capacity, hidden)[slot] * r.weight[r.kept].unsqueeze(-1)
-        out = picked.new_zeros(tokens, hidden).index_add(0, src, picked)  # autocast: the experts' dtype
-        if self.shared is not None:
-            out = out + self.shared(flat)
-        if self.moe.aux_loss_coef and self.training and torch.is_grad_enabled():
-            out = AuxLossAutoScaler.apply(out, r.aux_loss, self.moe.aux_loss_coef * self.aux_loss_scale)
-        return out.view(shape)
+        return picked.new_zeros(tokens, hidden).index_add(0, src, picked)  # autocast: the experts' dtype
 
 
 def moe_layers(model: nn.Module) -> list[MoE]:
