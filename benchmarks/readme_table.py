@@ -34,6 +34,18 @@ ROWS = (
         "published_runs",
     ),
     Row("peak memory per GPU, published (allocated, reserved)", "published_runs", "memory", "published_runs"),
+    Row(
+        "one-GPU dense runs measured here, step time (H100, H200; the MoE run apart)",
+        "gpu_runs",
+        "step",
+        "gpu_runs",
+    ),
+    Row(
+        "one-GPU dense runs measured here, peak memory (H200; allocated, reserved)",
+        "gpu_runs",
+        "memory",
+        "gpu_runs",
+    ),
     Row("CPU loop, calibrated on other runs", "cpu_fidelity", None, "cpu_fidelity", measured_here=True),
     Row("CPU loop, straight after install", "cpu_out_of_box", None, "cpu_out_of_box", measured_here=True),
 )

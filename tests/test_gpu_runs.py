@@ -6,8 +6,8 @@ twins every measured event and predicts the step within 10% and the peak memory 
 (`max_memory_reserved`).
 
 The first two H100 runs prompted the autocast and gradient-accumulation passes
-(simulator/costs/mixed_precision.py); the other two H100 runs and the three H200 runs were predicted
-before they ran (held out; the H200 predictions are in the commit that added their scenarios).
+(simulator/costs/mixed_precision.py); the other two H100 runs and the six H200 runs were predicted
+before they ran (held out; the H200 predictions are in the commits that added their scenarios).
 """
 
 from __future__ import annotations
@@ -19,37 +19,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+# which scenario each kept run ran, and the known misses: one list, which benchmarks/gpu_runs.py scores
+from benchmarks.gpu_runs import KNOWN_MISSES, RUNS, SCENARIOS
 from tests.cli_runner import cli_main
-
-REPO = Path(__file__).resolve().parents[1]
-RUNS = REPO / "tests" / "data" / "gpu_runs"
-SCENARIOS = {
-    "gpt3-1.3b-one-h100": REPO / "examples" / "gpt3-1.3b-one-h100.toml",
-    "llama3-4layer-one-h100": REPO / "benchmarks" / "gpu_scenarios" / "llama3-4layer-one-h100.toml",
-    "llama2-8layer-mb1-one-h100": REPO / "benchmarks" / "gpu_scenarios" / "llama2-8layer-mb1-one-h100.toml",
-    "gpt3-1.3b-m1-one-h100": REPO / "benchmarks" / "gpu_scenarios" / "gpt3-1.3b-m1-one-h100.toml",
-    **{
-        f"{shape}-one-h200": REPO / "benchmarks" / "gpu_scenarios" / f"{shape}-one-h200.toml"
-        for shape in (
-            "gpt3-1.3b-m1",
-            "llama2-8layer-mb1",
-            "llama3-4layer",
-            "llama3-4layer-partial",
-            "llama3-4layer-s8192",
-            "deepseek-v2-lite-4layer",
-        )
-    },
-}
-# Runs the model does not predict yet, each with what was measured (strict: a run that starts to pass
-# must leave this list).
-KNOWN_MISSES = {
-    "deepseek-v2-lite-4layer-one-h200": "the runtime's reference MoE (runtime/moe.py) loops over the 64 "
-    "experts with capacity-padded slots, index_copy / index_add and a stack of every expert's output; the "
-    "simulator prices grouped expert GEMMs and dropless dispatch as Megatron-Core and torchtitan run them: "
-    "step 1.126 s measured vs 0.113 s, activations 24.0 GiB vs 7.0 GiB (peak -26.0%, reserved -30.2%). "
-    "The runtime now runs ep 1 without a capacity factor dropless and grouped (MoE._grouped); this run "
-    "predates that and needs measuring again on a GPU",
-}
 
 
 def test_every_recorded_run_has_its_scenario() -> None:
