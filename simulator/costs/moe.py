@@ -37,8 +37,13 @@ from plancast.simulator.scenario_moe import DROPLESS_IMBALANCE
 GROUPED_GEMM_M_TILE = 128
 """Rows each expert's segment is padded to in a grouped GEMM (DeepGEMM README, contiguous layout)."""
 
-DENSE_MLP_OPS = frozenset({"gate_up", "swiglu", "fc1", "gelu", "fc2"})
-"""The dense MLP's ops in ops.layer_forward, which an MoE layer replaces."""
+DENSE_MLP_OPS = frozenset({"gate_up", "swiglu", "fc1", "gelu", "relu2", "fc2"})
+"""The dense MLP's ops in ops.layer_forward, which an MoE layer replaces (with their FP8 input casts,
+ops.linear's `<name>_fp8_cast`)."""
+
+
+def _is_dense_mlp(op: Op) -> bool:
+    return op.name.removesuffix("_fp8_cast") in DENSE_MLP_OPS
 
 
 def load_factor(m: Model, imbalance: float = DROPLESS_IMBALANCE) -> float:
@@ -153,7 +158,7 @@ def moe_layer_forward(
 ) -> tuple[Op, ...]:
     """A transformer block whose MLP is an MoE block: attention as ops.layer_forward, then the MoE."""
     dense = layer_forward(x)
-    head = [op for op in dense if op.name not in DENSE_MLP_OPS and op.name != "dropout_residual2"]
+    head = [op for op in dense if not _is_dense_mlp(op) and op.name != "dropout_residual2"]
     tail = [op for op in dense if op.name == "dropout_residual2"]
     return (*head, *moe_block_forward(x, m, ep, factor, etp=etp, imbalance=imbalance), *tail)
 
