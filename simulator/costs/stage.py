@@ -328,7 +328,14 @@ def _moe_segment(s: Scenario, x: Shape, tp_levels: tuple[Level, ...], host: Host
     """A block whose MLP is an MoE block (costs/moe.py), with its all-to-alls (costs/moe_cp_comm.py)."""
     return _segment(
         "layer",
-        moe_layer_forward(x, s.model, s.ep, etp=_folded_etp(s), imbalance=s.training.moe_routing_imbalance),
+        moe_layer_forward(
+            x,
+            s.model,
+            s.ep,
+            etp=_folded_etp(s),
+            imbalance=s.training.moe_routing_imbalance,
+            dispatcher=s.parallelism.moe_token_dispatcher,
+        ),
         s,
         tp_levels,
         layer_collectives(s, moe=True),
@@ -401,7 +408,14 @@ def _mtp_segments(s: Scenario, tp_levels: tuple[Level, ...], host: HostCosts) ->
     imbalance = s.training.moe_routing_imbalance
     segment = _segment(
         "layer",
-        mtp_forward(Shape.of(s), s.model, s.ep, etp=_folded_etp(s), imbalance=imbalance),
+        mtp_forward(
+            Shape.of(s),
+            s.model,
+            s.ep,
+            etp=_folded_etp(s),
+            imbalance=imbalance,
+            dispatcher=s.parallelism.moe_token_dispatcher,
+        ),
         s,
         tp_levels,
         layer_collectives(s, moe=moe),
