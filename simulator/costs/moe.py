@@ -83,13 +83,15 @@ def _mlp(name: str, rows: float, h: int, ffn_local: float, x: Shape) -> list[Op]
 
 def _grouped(name: str, rows: float, groups: int, k: float, n: float, x: Shape, padded: float) -> list[Op]:
     """One grouped GEMM: `groups` experts of `rows` tokens each, [rows, k] @ [k, n] per expert, in one
-    kernel; FLOPs of the `padded` rows per expert, bytes of the real rows and every expert's weight.
-    Under training.fp8 the inputs are quantized first and the GEMM reads them narrow, as ops.linear
-    prices a dense layer under training.fp8_recipe (costs/fp8.py)."""
+    kernel; FLOPs of the `padded` rows per expert, bytes of the real rows and every expert's weight. In
+    BF16 it runs at x.grouped_gemm_rate of a large GEMM's rate (costs/moe_gemm.py). Under training.fp8
+    the inputs are quantized first and the GEMM reads them narrow, as ops.linear prices a dense layer
+    under training.fp8_recipe (costs/fp8.py)."""
     d, total = x.dtype_bytes, rows * groups
     flops = 2.0 * padded * groups * k * n
-    if not x.fp8:
-        return [Op(name, "matmul", flops, d * (total * k + groups * k * n) + d * total * n, True)]
+    if not x.fp8:  # at the measured grouped-kernel rate (costs/moe_gemm.py)
+        io_bytes = d * (total * k + groups * k * n) + d * total * n
+        return [Op(name, "matmul", flops, io_bytes, True, relative_rate=x.grouped_gemm_rate)]
     narrow = recipe(x.fp8_recipe)
     operands = (narrow.element_bytes + narrow.scale_bytes) * (total * k + groups * k * n)
     gemm = Op(name, "matmul", flops, operands + d * total * n, True, True, narrow.peak)
@@ -187,6 +189,12 @@ def moe_layer_forward(
     tail = [op for op in dense if op.name == "dropout_residual2"]
     moe = moe_block_forward(x, m, ep, factor, etp=etp, imbalance=imbalance, dispatcher=dispatcher)
     return (*head, *moe, *tail)
+
+
+def scenario_moe_layer(x: Shape, s: Scenario, etp: int | None) -> tuple[Op, ...]:
+    """moe_layer_forward with the scenario's routing imbalance and dispatcher (`etp`: folded, or None)."""
+    load, dispatcher = s.training.moe_routing_imbalance, s.parallelism.moe_token_dispatcher
+    return moe_layer_forward(x, s.model, s.ep, etp=etp, imbalance=load, dispatcher=dispatcher)
 
 
 def all_to_all_bytes(s: Scenario) -> int:
