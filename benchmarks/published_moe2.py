@@ -269,14 +269,23 @@ def _automodel(
             FORCED_BALANCE,
             FAKE_GATE,
             "the config's activation_checkpointing as recompute 'full' (true) or 'none'",
-            "TE kernels (attn, linear, rms_norm, rope fusion): elementwise 'fused'",
+            "TE linear and rms_norm kernels, fused rope: elementwise 'fused'",
             *notes,
         ),
     )
 
 
+# The configs' `backend.attn` (examples/benchmark/configs/*_te_deepep.yaml): Transformer Engine's fused
+# attention, except gpt-oss's FlexAttention (its attention sinks and sliding windows). Both are priced as
+# the torchtitan path's fused attention (no key selects FlexAttention's own rate).
+TE_ATTN = "attn: te (Transformer Engine's fused attention)"
+FLEX_ATTN = (
+    "attn: flex (PyTorch FlexAttention, for gpt-oss's sinks and sliding windows), priced as fused attention"
+)
+
+
 def automodel_runs() -> tuple[PublishedRun, ...]:
-    mla = "MLA as the preset's config.json (docs/models.md)"
+    mla = f"MLA as the preset's config.json (docs/models.md); {TE_ATTN}"
     return (
         _automodel(
             "automodel-deepseek-v3-1024xh100",
@@ -289,14 +298,18 @@ def automodel_runs() -> tuple[PublishedRun, ...]:
             "automodel-deepseek-v3-256xh100", {"preset": "deepseek-v3"}, (256, 512, 1, 4, 8, 64, 1), 8.18, mla
         ),
         _automodel("automodel-kimi-k2-256xh100", KIMI_K2, (256, 512, 1, 8, 4, 32, 1), 8.86, mla),
-        _automodel("automodel-qwen3-30b-a3b-8xh100", QWEN3_30B, (8, 512, 4, 1, 1, 8, 1), 21.773, QWEN3_NOTE),
+        _automodel(
+            "automodel-qwen3-30b-a3b-8xh100", QWEN3_30B, (8, 512, 4, 1, 1, 8, 1), 21.773, QWEN3_NOTE, TE_ATTN
+        ),
         _automodel(
             "automodel-gpt-oss-20b-8xh100",
             GPT_OSS_20B,
             (8, 256, 2, 1, 1, 8, 0),
             10.04,
             GPT_OSS_NOTE,
-            "EP column '-': ep 8 (the node) assumed; activation_checkpointing off as in the 120b config",
+            "ep 8, local batch 2, activation_checkpointing false from examples/benchmark/configs/"
+            "gptoss_20b_te_deepep.yaml (the table prints '-' for EP)",
+            FLEX_ATTN,
         ),
         _automodel(
             "automodel-gpt-oss-120b-64xh100",
@@ -305,5 +318,6 @@ def automodel_runs() -> tuple[PublishedRun, ...]:
             4.30,
             GPT_OSS_NOTE,
             "ep 64 from examples/benchmark/configs/gptoss_120b_te_deepep.yaml (the table prints '-')",
+            FLEX_ATTN,
         ),
     )

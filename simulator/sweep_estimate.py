@@ -15,7 +15,7 @@ from plancast.simulator.costs.memory import (
     peak_inflight_layers,
     rebuilds_a_block,
 )
-from plancast.simulator.costs.moe import moe_activation_bytes
+from plancast.simulator.costs.moe import moe_activation_bytes, sorts_by_expert
 from plancast.simulator.costs.moe_cp_comm import layer_collectives
 from plancast.simulator.costs.ops import DTYPE_BYTES, Shape
 from plancast.simulator.costs.optimizer import optimizer_bytes_per_param
@@ -204,8 +204,11 @@ class Estimator:
         or ep overlap other than the default changes only the MoE blocks' ep all-to-alls, so those are the
         default's segments with the all-to-alls priced again by the calls stage_costs makes
         (costs/moe_cp_comm.py layer_collectives, costs/stage.py ep_overlapped): the same numbers at a
-        fraction of the cost. Partial recompute folds the all-to-alls into a backward: priced in full."""
-        plain: LayerKey = (*key[:7], "alltoall", False, *key[9:])
+        fraction of the cost. Partial recompute folds the all-to-alls into a backward: priced in full. The
+        all-to-all dispatcher's compute has its sorts by local expert (costs/moe.py sorts_by_expert), so
+        the other dispatchers derive from deepep's."""
+        twin = "alltoall" if sorts_by_expert(key[7]) else "deepep"
+        plain: LayerKey = (*key[:7], twin, False, *key[9:])
         if key == plain or s.training.recompute_num_layers is not None:
             segments = stage_costs(s, tp_levels)[0].segments
             if s.model.is_moe:
@@ -213,7 +216,7 @@ class Estimator:
             return segments
         raw = self._raw.get(plain)
         if raw is None:
-            default = replace(flat, dispatcher="alltoall", overlap_ep=False).apply(self.base)
+            default = replace(flat, dispatcher=twin, overlap_ep=False).apply(self.base)
             raw = self._raw[plain] = stage_costs(default, tp_levels)[0].segments
         ep_cp, overlap = layer_collectives(s, moe=True), s.parallelism.moe_overlap_ep_comm
         priced: dict[int, Segment] = {}

@@ -53,7 +53,7 @@ def _op_coefficients(op: Op, s: Scenario, flop_scale: float, byte_scale: float) 
     elif op.category == "matmul":
         half = compute.matmul_half_gflop * 1e9
         size_factor = op.flops / (op.flops + half)
-        row[0] = op.flops * flop_scale / (gpu.peak_flops(s.training.dtype) * size_factor)
+        row[0] = op.flops * flop_scale / (gpu.peak_flops(s.training.dtype) * size_factor * op.relative_rate)
     else:
         row[1] = op.flops * flop_scale / gpu.peak_flops(s.training.dtype)
     row[3] = flop_scale if op.category != "memory" else byte_scale

@@ -29,7 +29,7 @@ def op_seconds(
     if op.category == "matmul":
         half = compute.matmul_half_gflop * 1e9
         e_max = fp8_matmul_efficiency(compute, gpu) if op.fp8 else compute.matmul_efficiency
-        eff = e_max * flops / (flops + half)
+        eff = e_max * flops / (flops + half) * op.relative_rate  # a grouped GEMM's own (costs/moe_gemm.py)
     else:
         eff = op.rate or compute.attention_efficiency  # op.rate: a kernel's own (costs/attention.py)
     flop_s = flops / (peak * gpu.clock_fraction * eff)  # a power limit lowers the clock

@@ -32,13 +32,18 @@ from plancast.simulator.costs.ops import (
     swiglu,
 )
 from plancast.simulator.scenario import Model, Scenario
-from plancast.simulator.scenario_moe import DROPLESS_IMBALANCE
+from plancast.simulator.scenario_moe import DROPLESS_IMBALANCE, Dispatcher
 
 GROUPED_GEMM_M_TILE = 128
 """Rows each expert's segment is padded to in a grouped GEMM (DeepGEMM README, contiguous layout)."""
 
-DENSE_MLP_OPS = frozenset({"gate_up", "swiglu", "fc1", "gelu", "fc2"})
-"""The dense MLP's ops in ops.layer_forward, which an MoE layer replaces."""
+DENSE_MLP_OPS = frozenset({"gate_up", "swiglu", "fc1", "gelu", "relu2", "fc2"})
+"""The dense MLP's ops in ops.layer_forward, which an MoE layer replaces (with their FP8 input casts,
+ops.linear's `<name>_fp8_cast`)."""
+
+
+def _is_dense_mlp(op: Op) -> bool:
+    return op.name.removesuffix("_fp8_cast") in DENSE_MLP_OPS
 
 
 def load_factor(m: Model, imbalance: float = DROPLESS_IMBALANCE) -> float:
@@ -78,13 +83,15 @@ def _mlp(name: str, rows: float, h: int, ffn_local: float, x: Shape) -> list[Op]
 
 def _grouped(name: str, rows: float, groups: int, k: float, n: float, x: Shape, padded: float) -> list[Op]:
     """One grouped GEMM: `groups` experts of `rows` tokens each, [rows, k] @ [k, n] per expert, in one
-    kernel; FLOPs of the `padded` rows per expert, bytes of the real rows and every expert's weight.
-    Under training.fp8 the inputs are quantized first and the GEMM reads them narrow, as ops.linear
-    prices a dense layer under training.fp8_recipe (costs/fp8.py)."""
+    kernel; FLOPs of the `padded` rows per expert, bytes of the real rows and every expert's weight. In
+    BF16 it runs at x.grouped_gemm_rate of a large GEMM's rate (costs/moe_gemm.py). Under training.fp8
+    the inputs are quantized first and the GEMM reads them narrow, as ops.linear prices a dense layer
+    under training.fp8_recipe (costs/fp8.py)."""
     d, total = x.dtype_bytes, rows * groups
     flops = 2.0 * padded * groups * k * n
-    if not x.fp8:
-        return [Op(name, "matmul", flops, d * (total * k + groups * k * n) + d * total * n, True)]
+    if not x.fp8:  # at the measured grouped-kernel rate (costs/moe_gemm.py)
+        io_bytes = d * (total * k + groups * k * n) + d * total * n
+        return [Op(name, "matmul", flops, io_bytes, True, relative_rate=x.grouped_gemm_rate)]
     narrow = recipe(x.fp8_recipe)
     operands = (narrow.element_bytes + narrow.scale_bytes) * (total * k + groups * k * n)
     gemm = Op(name, "matmul", flops, operands + d * total * n, True, True, narrow.peak)
@@ -109,6 +116,26 @@ def _experts(rows: float, groups: int, h: int, ffn_local: float, x: Shape, pad: 
     ]
 
 
+def sorts_by_expert(dispatcher: str) -> bool:
+    """Whether the dispatcher copies received tokens into local-expert order and back (_expert_order)."""
+    return dispatcher == "alltoall"
+
+
+def _expert_order(dispatcher: Dispatcher, ep: int, groups: int, elements: float, d: int) -> tuple[Op, ...]:
+    """The all-to-all dispatcher's second permutation and its inverse, around the experts: a rank receives
+    its tokens grouped by source rank, so with more than one local expert it copies them into expert
+    order after the dispatch and back before the combine (Megatron-Core token_dispatcher.py,
+    MoEAlltoAllTokenDispatcher.dispatch_postprocess / combine_preprocess, "Permutation 2"
+    sort_chunks_by_idxs; torchtitan expert_parallel.py, ExpertParallel._token_dispatch / _token_combine
+    with _permute / _unpermute). DeepEP and HybridEP hand over unpermuted tokens that one local
+    permutation orders (Megatron-Core _DeepepManager.get_permuted_hidden_states_by_experts, priced as
+    `permute`); the allgather dispatcher permutes once after its all-gather. `elements`: the received
+    slots x hidden size."""
+    if not sorts_by_expert(dispatcher) or ep == 1 or groups == 1:
+        return ()
+    return _elementwise("expert_sort_chunks", elements, d), _elementwise("expert_unsort_chunks", elements, d)
+
+
 def moe_block_forward(
     x: Shape,
     m: Model,
@@ -117,10 +144,12 @@ def moe_block_forward(
     *,
     etp: int | None = None,
     imbalance: float = DROPLESS_IMBALANCE,
+    dispatcher: Dispatcher = "alltoall",
 ) -> tuple[Op, ...]:
     """Router, permutation, the rank's E / ep experts, shared experts, unpermutation (forward).
     `factor` overrides the load factor (1.0: the mean load, for model FLOPs, without tile padding);
-    `etp` set: the folded expert grid, experts split over etp and 1/(tp/etp) of the tokens each."""
+    `etp` set: the folded expert grid, experts split over etp and 1/(tp/etp) of the tokens each;
+    `dispatcher`: parallelism.moe_token_dispatcher (the all-to-all one sorts by local expert)."""
     tokens = x.b * x.s
     d, h, experts = x.dtype_bytes, x.h, m.num_experts
     ffn_local = m.expert_ffn_size / (etp or x.tp)
@@ -132,7 +161,9 @@ def moe_block_forward(
     rows = ep * routed * m.num_experts_per_tok / experts * (factor or load_factor(m, imbalance))
     if m.moe_capacity_factor is not None and factor is None:
         rows = ep * slots / experts  # every padded slot is computed
-    ops += _experts(rows, experts // ep, h, ffn_local, x, pad=factor is None)
+    groups = experts // ep
+    order = _expert_order(dispatcher, ep, groups, rows * groups * h, d)
+    ops += [*order[:1], *_experts(rows, groups, h, ffn_local, x, pad=factor is None), *order[1:]]
     shared_ffn = m.expert_ffn_size / x.tp  # shared experts are split like the dense MLP
     for _ in range(m.n_shared_experts):  # DeepSeek-MoE shared experts see every token (Dai et al. 2024)
         ops += _mlp("shared", tokens, h, shared_ffn, x)
@@ -150,12 +181,20 @@ def moe_layer_forward(
     *,
     etp: int | None = None,
     imbalance: float = DROPLESS_IMBALANCE,
+    dispatcher: Dispatcher = "alltoall",
 ) -> tuple[Op, ...]:
     """A transformer block whose MLP is an MoE block: attention as ops.layer_forward, then the MoE."""
     dense = layer_forward(x)
-    head = [op for op in dense if op.name not in DENSE_MLP_OPS and op.name != "dropout_residual2"]
+    head = [op for op in dense if not _is_dense_mlp(op) and op.name != "dropout_residual2"]
     tail = [op for op in dense if op.name == "dropout_residual2"]
-    return (*head, *moe_block_forward(x, m, ep, factor, etp=etp, imbalance=imbalance), *tail)
+    moe = moe_block_forward(x, m, ep, factor, etp=etp, imbalance=imbalance, dispatcher=dispatcher)
+    return (*head, *moe, *tail)
+
+
+def scenario_moe_layer(x: Shape, s: Scenario, etp: int | None) -> tuple[Op, ...]:
+    """moe_layer_forward with the scenario's routing imbalance and dispatcher (`etp`: folded, or None)."""
+    load, dispatcher = s.training.moe_routing_imbalance, s.parallelism.moe_token_dispatcher
+    return moe_layer_forward(x, s.model, s.ep, etp=etp, imbalance=load, dispatcher=dispatcher)
 
 
 def all_to_all_bytes(s: Scenario) -> int:

@@ -19,6 +19,7 @@ from plancast.simulator.costs.ops import (
     norm,
 )
 from plancast.simulator.scenario import Model
+from plancast.simulator.scenario_moe import DROPLESS_IMBALANCE, Dispatcher
 
 
 def mtp_is_moe(m: Model) -> bool:
@@ -34,14 +35,19 @@ def mtp_forward(
     *,
     etp: int | None = None,
     imbalance: float | None = None,
+    dispatcher: Dispatcher = "alltoall",
 ) -> tuple[Op, ...]:
     """One MTP depth, forward, one micro-batch, one tp rank: the shared embedding's lookup, two norms, the
-    column-parallel projection [2h -> h], the block (`factor`, `etp`, `imbalance` as costs/moe.py's), the
-    shared head and loss."""
+    column-parallel projection [2h -> h], the block (`factor`, `etp`, `imbalance`, `dispatcher` as
+    costs/moe.py's), the shared head and loss."""
     tokens = x.b * x.s
     local_tokens = tokens / x.tp if x.sp else tokens
-    moe_keys = {} if imbalance is None else {"imbalance": imbalance}
-    block = moe_layer_forward(x, m, ep, factor, etp=etp, **moe_keys) if mtp_is_moe(m) else layer_forward(x)
+    load = DROPLESS_IMBALANCE if imbalance is None else imbalance
+    block = (
+        moe_layer_forward(x, m, ep, factor, etp=etp, imbalance=load, dispatcher=dispatcher)
+        if mtp_is_moe(m)
+        else layer_forward(x)
+    )
     return (
         *embedding_forward(x),
         norm("mtp_enorm", local_tokens * x.h, x),

@@ -15,6 +15,7 @@ from typing import Literal
 from plancast.simulator.costs import eager
 from plancast.simulator.costs.attention import CAUSAL_FRACTION, fused_attention_rate
 from plancast.simulator.costs.fp8 import Recipe, recipe
+from plancast.simulator.costs.moe_gemm import grouped_gemm_rate
 from plancast.simulator.scenario import Model, Scenario
 
 Category = Literal["matmul", "attention", "memory"]
@@ -33,6 +34,7 @@ class Op:
     fp8: bool = False  # a GEMM run in FP8 (training.fp8, costs/fp8.py)
     peak: str = "fp8"  # the peak_tflops key an fp8 GEMM runs at (training.fp8_recipe)
     rate: float | None = None  # fraction of peak of its kernel, where known per kernel (costs/attention.py)
+    relative_rate: float = 1.0  # a GEMM kernel's rate over a large GEMM's (costs/moe_gemm.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +81,7 @@ class Shape:
     mla: MlaRanks | None = None  # multi-head latent attention (costs/mla.py); None: grouped-query
     relu2: bool = False  # squared-ReLU MLP (two matrices, as GELU)
     qk_norm: bool = False  # RMSNorm over every query and key head (model.qk_layernorm)
+    grouped_gemm_rate: float = 1.0  # the routed experts' grouped GEMMs over a large GEMM (costs/moe_gemm.py)
 
     @property
     def qk_dim(self) -> int:
@@ -131,6 +134,7 @@ class Shape:
             mla=MlaRanks.of(m),
             relu2=m.activation == "relu2",
             qk_norm=m.qk_layernorm,
+            grouped_gemm_rate=grouped_gemm_rate(s),
         )
 
 

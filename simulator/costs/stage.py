@@ -17,7 +17,7 @@ from plancast.simulator.costs.efficiency import op_seconds, ops_seconds
 from plancast.simulator.costs.host import HostCosts
 from plancast.simulator.costs.memory import layer_activation_bytes
 from plancast.simulator.costs.mixed_precision import param_pass_ops
-from plancast.simulator.costs.moe import moe_activation_bytes, moe_layer_forward
+from plancast.simulator.costs.moe import moe_activation_bytes, scenario_moe_layer
 from plancast.simulator.costs.moe_cp_comm import InnerCollective, layer_collectives
 from plancast.simulator.costs.moe_overlap import Windows, exposed_seconds
 from plancast.simulator.costs.mtp import mtp_forward, mtp_is_moe
@@ -328,7 +328,7 @@ def _moe_segment(s: Scenario, x: Shape, tp_levels: tuple[Level, ...], host: Host
     """A block whose MLP is an MoE block (costs/moe.py), with its all-to-alls (costs/moe_cp_comm.py)."""
     return _segment(
         "layer",
-        moe_layer_forward(x, s.model, s.ep, etp=_folded_etp(s), imbalance=s.training.moe_routing_imbalance),
+        scenario_moe_layer(x, s, _folded_etp(s)),
         s,
         tp_levels,
         layer_collectives(s, moe=True),
@@ -398,10 +398,10 @@ def _mtp_segments(s: Scenario, tp_levels: tuple[Level, ...], host: HostCosts) ->
     if not depth:
         return ()
     moe = mtp_is_moe(s.model)
-    imbalance = s.training.moe_routing_imbalance
+    load, dispatcher = s.training.moe_routing_imbalance, s.parallelism.moe_token_dispatcher
     segment = _segment(
         "layer",
-        mtp_forward(Shape.of(s), s.model, s.ep, etp=_folded_etp(s), imbalance=imbalance),
+        mtp_forward(Shape.of(s), s.model, s.ep, etp=_folded_etp(s), imbalance=load, dispatcher=dispatcher),
         s,
         tp_levels,
         layer_collectives(s, moe=moe),

@@ -48,3 +48,16 @@ def test_current_scaling_reads_its_input_twice_so_the_step_is_longer() -> None:
 def test_mxfp8_experts_run_at_the_mxfp8_peak_on_blackwell() -> None:
     ops = _expert_ops(_scenario("mxfp8", "dgx-b200"))
     assert ops["expert_gate_up"].peak == "mxfp8" and ops["expert_down"].peak == "mxfp8"
+
+
+@pytest.mark.parametrize("activation", ["swiglu", "gelu", "relu2"])
+def test_an_moe_layer_keeps_none_of_the_dense_mlps_ops_or_their_fp8_casts(activation: str) -> None:
+    """The MoE block replaces the dense MLP: its GEMMs, activation and their FP8 input casts go with it."""
+    from plancast.simulator.costs.moe import moe_layer_forward
+
+    s = _scenario("tensorwise_current")
+    s = s.model_copy(update={"model": s.model.model_copy(update={"activation": activation})})
+    names = {op.name for op in moe_layer_forward(Shape.of(s), s.model, s.ep)}
+    dense = {"gate_up", "swiglu", "fc1", "gelu", "relu2", "fc2"}
+    assert not names & (dense | {f"{n}_fp8_cast" for n in dense})
+    assert "qkv_fp8_cast" in names and "out_proj_fp8_cast" in names  # attention's casts stay
