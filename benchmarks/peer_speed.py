@@ -161,20 +161,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         llm += [str(checkout / "systems" / "a100_80g.json"), str(stats)]
         ours_cmd = plancast_command()
         rows = {
-            "start-up (--help)": with_load(
-                paired(
-                    lambda: run_once([*ours_cmd, "--help"]),
-                    lambda: run_once([*calculon, "-h"], env),
-                    args.pairs,
-                )
-            ),
-            "one prediction, whole process": with_load(
-                paired(
-                    lambda: run_once([*ours_cmd, "simulate", str(EXAMPLE), "--json"]),
-                    lambda: run_once(llm, env),
-                    args.pairs,
-                )
-            ),
+            "start-up (--help)": with_load(paired(
+                lambda: run_once([*ours_cmd, "--help"]), lambda: run_once([*calculon, "-h"], env), args.pairs
+            )),
+            "one prediction, whole process": with_load(paired(
+                lambda: run_once([*ours_cmd, "simulate", str(EXAMPLE), "--json"]),
+                lambda: run_once(llm, env),
+                args.pairs,
+            )),
         }
         theirs = calculon_in_process(checkout, execution)
         for name, ours in (
@@ -192,12 +186,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "peer_speed",
         "python -m benchmarks.peer_speed --calculon PATH",
         {
-            name.split(" (")[0]: {
-                "plancast_s": r["a_s"],
-                "calculon_s": r["b_s"],
-                "ratio": r["ratio"],
-                "load_1min": r["load_1min"],
-            }
+            name.split(" (")[0]: {"plancast_s": r["a_s"], "calculon_s": r["b_s"], "ratio": r["ratio"],
+                                  "load_1min": r["load_1min"]}
             for name, r in rows.items()
         },
     )

@@ -54,31 +54,15 @@ def amd_runs() -> tuple[PublishedRun, ...]:
         )
         fp8 = {"fp8": True, "fp8_recipe": "tensorwise_delayed"} if precision == "FP8" else {}
         training = training_table(
-            seq,
-            batch,
-            gbs,
-            "bf16",
-            "full" if fsdp else "none",
-            flash_attention=True,
-            grad_accumulation_fp32=False,
-            **fp8,
-            **recompute,
+            seq, batch, gbs, "bf16", "full" if fsdp else "none", flash_attention=True,
+            grad_accumulation_fp32=False, **fp8, **recompute,
         )
         extra = {"distributed_optimizer": True} if not fsdp else {}  # Megatron's, Primus's default
         plan = plan_table(zero_stage=3 if fsdp else 1, overlap_grad_reduce=True, **extra)
         runs.append(
             PublishedRun(
-                name,
-                SOURCE,
-                CITATION,
-                {"preset": preset},
-                training,
-                plan,
-                cluster_table("mi325x", gpus),
-                "megatron-lm",
-                gbs * seq / (tps * gpus),
-                Reported(tps, "tokens/s/GPU"),
-                _ASSUMPTIONS,
+                name, SOURCE, CITATION, {"preset": preset}, training, plan, cluster_table("mi325x", gpus),
+                "megatron-lm", gbs * seq / (tps * gpus), Reported(tps, "tokens/s/GPU"), _ASSUMPTIONS,
             )
         )
     return tuple(runs)

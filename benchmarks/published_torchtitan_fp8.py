@@ -32,20 +32,8 @@ _ROWS = (
     ("llama3-70b-256gpu-tp8", 4, "llama3-70b", 8192, 256, 16, "full", 8, 1, "", False, 829),
     ("llama3-70b-256gpu-tp8-asynctp", 4, "llama3-70b", 8192, 256, 16, "full", 8, 1, "", True, 876),
     ("llama31-405b-512gpu-1f1b", 5, "llama3-405b", 8192, 512, 32, "full", 8, 8, "1F1B", True, 100),
-    (
-        "llama31-405b-512gpu-interleaved",
-        5,
-        "llama3-405b",
-        8192,
-        512,
-        32,
-        "full",
-        8,
-        8,
-        "Interleaved1F1B",
-        True,
-        128,
-    ),
+    ("llama31-405b-512gpu-interleaved", 5, "llama3-405b", 8192, 512, 32, "full", 8, 8, "Interleaved1F1B",
+     True, 128),
 )
 
 
@@ -55,27 +43,15 @@ def torchtitan_fp8_runs() -> tuple[PublishedRun, ...]:
         dp = gpus // (tp * pp)
         pipelined = pp > 1
         plan = plan_table(
-            tp,
-            pp,
-            2 if schedule == "Interleaved1F1B" else 1,
-            zero_stage=1 if pipelined else 3,
+            tp, pp, 2 if schedule == "Interleaved1F1B" else 1, zero_stage=1 if pipelined else 3,
             fsdp_reduce_dtype="fp32",
-            sequence_parallel=tp > 1,
-            **({"tp_comm_overlap": True} if async_tp else {}),
+            sequence_parallel=tp > 1, **({"tp_comm_overlap": True} if async_tp else {}),
         )
         if pipelined:
             plan["pipeline_parallel_schedule"] = schedule
         training = training_table(
-            seq,
-            1 if pipelined else local,
-            local * dp,
-            "bf16",
-            recompute,
-            flash_attention=True,
-            selective_recompute="op",
-            elementwise="fused",
-            fp8=True,
-            fp8_recipe="tensorwise_current",
+            seq, 1 if pipelined else local, local * dp, "bf16", recompute, flash_attention=True,
+            selective_recompute="op", elementwise="fused", fp8=True, fp8_recipe="tensorwise_current",
         )
         runs.append(
             PublishedRun(
