@@ -225,11 +225,11 @@ class Parallelism(MemoryParallelismKeys, MoeParallelismKeys):
     framework: Framework = DEFAULT_FRAMEWORK
     """Whose behaviour to model where frameworks differ in step time: megatron-lm | torchtitan |
     deepspeed. It sets the defaults of vocab_parallel, overlap_p2p_comm, scatter_gather_p2p,
-    zero_collective_algorithm, overlap_grad_reduce, ddp_bucket_cap_MiB, training.grad_accumulation_fp32
-    and training.elementwise (simulator/catalog/frameworks.py cites each); keys written in the
-    scenario override it. Default torchtitan: plancast's runtime is built on the same torch stack
-    (DTensor tensor parallel, FSDP2, torch.distributed.pipelining), so a scenario's prediction and its
-    `plancast run` measure the same behaviour."""
+    zero_collective_algorithm, overlap_grad_reduce, overlap_param_gather, ddp_bucket_cap_MiB,
+    training.grad_accumulation_fp32 and training.elementwise (simulator/catalog/frameworks.py cites
+    each); keys written in the scenario override it. Default torchtitan: plancast's runtime is built on
+    the same torch stack (DTensor tensor parallel, FSDP2, torch.distributed.pipelining), so a
+    scenario's prediction and its `plancast run` measure the same behaviour."""
     vocab_parallel: bool | None = None
     """Split the embedding and output layer over tensor parallel, with a vocab-parallel loss
     (Megatron-LM, DeepSpeed and torchtitan do, and so does plancast's runtime). Default: the
@@ -238,8 +238,14 @@ class Parallelism(MemoryParallelismKeys, MoeParallelismKeys):
     """Reduce gradient buckets (DDP / ZeRO-1) or units (ZeRO-2/3) while the backward pass runs; off: after
     it. Default: the framework's (megatron-lm off, as `--overlap-grad-reduce` is opt-in; deepspeed on for
     ZeRO-3 only, as `overlap_comm`; torchtitan on)."""
-    overlap_param_gather: bool = True
-    """ZeRO-3: prefetch the next layer's parameters while the current one computes."""
+    overlap_param_gather: bool | None = None
+    """Gather parameters while the forward computes. ZeRO-2/3: prefetch the next unit's parameters
+    while the current one computes. Megatron-LM's distributed optimizer (zero_stage 1 with
+    distributed_optimizer; `--overlap-param-gather`, which needs overlap_grad_reduce): the updated
+    parameters' all-gather, bucket by bucket, moves from after the optimizer step into the next step's
+    first forward of each chunk, each bucket's forward waiting only for its own gather
+    (megatron/core/distributed/param_and_grad_buffer.py `finish_param_sync`; docs/engine.md). Default:
+    on for ZeRO-2/3, off for the distributed optimizer (Megatron-LM's flag is opt-in)."""
     overlap_p2p_comm: bool | None = None
     """Pipeline sends run asynchronously (torch.distributed.pipelining, Megatron-LM
     `--overlap-p2p-communication`); off: the sender waits for each transfer (Megatron-LM 2022,
@@ -326,6 +332,7 @@ class Scenario(Strict):
                 "scatter_gather_p2p",
                 "zero_collective_algorithm",
                 "overlap_grad_reduce",
+                "overlap_param_gather",
             )
             if getattr(par, k) is None
         }
