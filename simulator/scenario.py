@@ -273,7 +273,8 @@ class Parallelism(MemoryParallelismKeys, MoeParallelismKeys):
     0.16.4. Ignored below ZeRO-2. Default: training.dtype; `plancast run` reduces in the dtype given
     (runtime/precision.py)."""
     tp_comm_overlap: bool = False
-    """Hide tensor-parallel collectives behind GEMMs (off: they sit on the critical path)."""
+    """Hide tensor-parallel collectives behind GEMMs (off: they sit on the critical path). The GEMMs
+    beside them still run cluster.compute.overlap_slowdown slower for the time they hide."""
     distributed_optimizer: bool = False
     """With zero_stage 1 (read only there): Megatron-LM's distributed optimizer
     (`--use-distributed-optimizer`), which reduce-scatters each gradient bucket to its owners and

@@ -99,14 +99,20 @@ class StageCost:
     host_s: tuple[float, float] = (0.0, 0.0)
     """(forward, backward) host time per micro-batch beyond the blocks' own: an FSDP2 chunk's root
     unit (costs/host.py)."""
+    tp_overlap_slowdown: float = 0.0
+    """With tp_overlap: how much slower the GEMMs run while the collectives they hide run beside them,
+    as a fraction of the hidden time (cluster.compute.overlap_slowdown)."""
 
-    def _comm(self, seconds: float) -> float:
-        return 0.0 if self.tp_overlap else seconds
+    def _comm(self, seconds: float, compute_s: float) -> float:
+        """What a segment's tensor-parallel collectives add to its pass: all of them on the critical
+        path, or, hidden behind the GEMMs (tp_comm_overlap), the slowdown of the compute beside them."""
+        return self.tp_overlap_slowdown * min(seconds, compute_s) if self.tp_overlap else seconds
 
     @property
     def forward_s(self) -> float:
         return self.host_s[0] + sum(
-            g.forward_s + self._comm(g.tp_forward_s) + _blocking(g.ep_cp_forward) for g in self.segments
+            g.forward_s + self._comm(g.tp_forward_s, g.forward_s) + _blocking(g.ep_cp_forward)
+            for g in self.segments
         )
 
     @property
@@ -125,7 +131,9 @@ class StageCost:
     @property
     def backward_input_s(self) -> float:
         return self.host_s[1] + sum(
-            g.backward_input_s + self._comm(g.tp_backward_s) + _blocking(g.ep_cp_backward)
+            g.backward_input_s
+            + self._comm(g.tp_backward_s, g.backward_input_s + g.backward_weight_s)
+            + _blocking(g.ep_cp_backward)
             for g in self.segments
         )
 
@@ -293,7 +301,8 @@ def _recomputing(block: Segment, s: Scenario) -> Segment:
     backward (torch.utils.checkpoint; Megatron-LM's per-layer `tensor_parallel.checkpoint`). Its forward's
     tensor-parallel and blocking ep/cp collectives are counted in that time (as events they stay the
     forward's: the runtime records a checkpointed block's recompute inside its backward span)."""
-    comm = (0.0 if s.parallelism.tp_comm_overlap else block.tp_forward_s) + _blocking(block.ep_cp_forward)
+    hidden = s.cluster.compute.overlap_slowdown * min(block.tp_forward_s, block.forward_s)
+    comm = (hidden if s.parallelism.tp_comm_overlap else block.tp_forward_s) + _blocking(block.ep_cp_forward)
     return replace(block, backward_input_s=block.backward_input_s + block.forward_s + comm)
 
 
@@ -387,6 +396,7 @@ def stage_costs(s: Scenario, tp_levels: tuple[Level, ...]) -> tuple[StageCost, .
                 s.parallelism.tp_comm_overlap,
                 s.training.recompute == "full" and s.training.recompute_num_layers is None,
                 (host.unit_forward_s, host.unit_backward_s),
+                s.cluster.compute.overlap_slowdown,
             )
         )
     return tuple(out)
