@@ -15,6 +15,7 @@ from plancast.simulator.importers import ConfigImportError, from_megatron_args
 from plancast.simulator.loader import parse_scenario
 from plancast.simulator.predict import simulate
 from plancast.simulator.scenario import Scenario
+from plancast.simulator.sweep_space import enumerate_plans
 
 
 def distopt_8b(overlap: bool | None, **par: Any) -> Scenario:
@@ -121,3 +122,16 @@ def test_the_megatron_importer_reads_the_flag() -> None:
 def test_the_megatron_importer_refuses_what_megatron_refuses(flags: str) -> None:
     with pytest.raises(ConfigImportError, match="--overlap-param-gather: Megatron-LM needs"):
         from_megatron_args(LLAMA_8B_ARGS + flags)
+
+
+def test_the_sweep_bound_stays_a_lower_bound_with_the_gather_overlapped() -> None:
+    """The sweep's bounds drop the post-optimizer gather under the key (sweep_bound.py): still at most
+    the simulated step on every sampled ZeRO-1 plan."""
+    from tests.simulator.test_sweep_bound import assert_bounds_hold, every_nth, toy
+
+    base = toy("tiny-gpt", 8)
+    par = base.parallelism.model_copy(update={"distributed_optimizer": True, "overlap_param_gather": True})
+    overlapped = base.model_copy(update={"parallelism": par})
+    plans = [p for p in sorted(enumerate_plans(overlapped, 8)) if p.zero_stage == 1 and p.dp > 1]
+    assert StepPlan.of(plans[0].apply(overlapped)).forward_param_gather  # the case is the overlapped one
+    assert assert_bounds_hold(overlapped, 8, every_nth(plans, 30)) > 15
