@@ -239,13 +239,9 @@ class Parallelism(MemoryParallelismKeys, MoeParallelismKeys):
     it. Default: the framework's (megatron-lm off, as `--overlap-grad-reduce` is opt-in; deepspeed on for
     ZeRO-3 only, as `overlap_comm`; torchtitan on)."""
     overlap_param_gather: bool | None = None
-    """Gather parameters while the forward computes. ZeRO-2/3: prefetch the next unit's parameters
-    while the current one computes. Megatron-LM's distributed optimizer (zero_stage 1 with
-    distributed_optimizer; `--overlap-param-gather`, which needs overlap_grad_reduce): the updated
-    parameters' all-gather, bucket by bucket, moves from after the optimizer step into the next step's
-    first forward of each chunk, each bucket's forward waiting only for its own gather
-    (megatron/core/distributed/param_and_grad_buffer.py `finish_param_sync`; docs/engine.md). Default:
-    on for ZeRO-2/3, off for the distributed optimizer (Megatron-LM's flag is opt-in)."""
+    """Gather parameters beside the forward: ZeRO-2/3 prefetch the next unit's; Megatron's distributed
+    optimizer (`--overlap-param-gather`) gathers each chunk's buckets in its next first forward, not
+    after the step (docs/hardware.md). Default: on for ZeRO-2/3, off below (Megatron's flag is opt-in)."""
     overlap_p2p_comm: bool | None = None
     """Pipeline sends run asynchronously (torch.distributed.pipelining, Megatron-LM
     `--overlap-p2p-communication`); off: the sender waits for each transfer (Megatron-LM 2022,

@@ -99,20 +99,14 @@ class StageCost:
     host_s: tuple[float, float] = (0.0, 0.0)
     """(forward, backward) host time per micro-batch beyond the blocks' own: an FSDP2 chunk's root
     unit (costs/host.py)."""
-    tp_overlap_slowdown: float = 0.0
-    """With tp_overlap: how much slower the GEMMs run while the collectives they hide run beside them,
-    as a fraction of the hidden time (cluster.compute.overlap_slowdown)."""
 
-    def _comm(self, seconds: float, compute_s: float) -> float:
-        """What a segment's tensor-parallel collectives add to its pass: all of them on the critical
-        path, or, hidden behind the GEMMs (tp_comm_overlap), the slowdown of the compute beside them."""
-        return self.tp_overlap_slowdown * min(seconds, compute_s) if self.tp_overlap else seconds
+    def _comm(self, seconds: float) -> float:
+        return 0.0 if self.tp_overlap else seconds
 
     @property
     def forward_s(self) -> float:
         return self.host_s[0] + sum(
-            g.forward_s + self._comm(g.tp_forward_s, g.forward_s) + _blocking(g.ep_cp_forward)
-            for g in self.segments
+            g.forward_s + self._comm(g.tp_forward_s) + _blocking(g.ep_cp_forward) for g in self.segments
         )
 
     @property
@@ -131,9 +125,7 @@ class StageCost:
     @property
     def backward_input_s(self) -> float:
         return self.host_s[1] + sum(
-            g.backward_input_s
-            + self._comm(g.tp_backward_s, g.backward_input_s + g.backward_weight_s)
-            + _blocking(g.ep_cp_backward)
+            g.backward_input_s + self._comm(g.tp_backward_s) + _blocking(g.ep_cp_backward)
             for g in self.segments
         )
 
@@ -198,10 +190,8 @@ def _collectives(
     def host_s(kind: str) -> float:
         """Host time of one collective (sequence parallelism's gathers/scatters have their own rate),
         and its mean wait for a late peer in a run (cluster.ComputeModel.tp_collective_wait_us)."""
-        if sp and kind in ("all_gather", "reduce_scatter"):
-            overhead_us = compute.sp_collective_overhead_us
-        else:
-            overhead_us = compute.tp_collective_overhead_us
+        sp_kind = sp and kind in ("all_gather", "reduce_scatter")
+        overhead_us = compute.sp_collective_overhead_us if sp_kind else compute.tp_collective_overhead_us
         return (overhead_us + compute.tp_collective_wait_us) * 1e-6
 
     return tuple(
@@ -237,9 +227,7 @@ def _segment(
     what the block keeps for backward, sent to the host and back (activation_offload, costs/offload.py)."""
     fwd, bwd_in, bwd_w = _phase_seconds(ops, s)
     exposed = activation_offload_s(s, offload_bytes, fwd)
-    fwd, bwd_in = fwd + exposed, bwd_in + exposed
-    fwd += host_s[0]
-    bwd_in += host_s[1]
+    fwd, bwd_in = fwd + exposed + host_s[0], bwd_in + exposed + host_s[1]
     if part == "layer" and s.training.recompute == "selective":
         recomputed = selective_recompute(ops, Shape.of(s), s.training.selective_recompute)
         bwd_in += _phase_seconds(recomputed, s)[0]
@@ -247,6 +235,10 @@ def _segment(
     forward_passes, weight_passes = param_pass_ops(s, cast_params, weights)
     fwd += ops_seconds(forward_passes, gpu, compute, dtype)
     bwd_w += ops_seconds(weight_passes, gpu, compute, dtype)
+    fwd_tp, bwd_tp = (_collectives(part, phase, s, tp_levels, moe) for phase in ("forward", "backward"))
+    if s.parallelism.tp_comm_overlap:  # hidden tp collectives slow the GEMMs beside them (overlap_slowdown)
+        fwd += compute.overlap_slowdown * min(sum(c.seconds for c in fwd_tp), fwd)
+        bwd_in += compute.overlap_slowdown * min(sum(c.seconds for c in bwd_tp), bwd_in + bwd_w)
     ep = any(c.stream == "ep" for c in ep_cp[0])
     windows = Windows.of(ops, lambda o: _phase_seconds(o, s)) if ep else None
     return Segment(
@@ -254,8 +246,8 @@ def _segment(
         fwd,
         bwd_in,
         bwd_w,
-        _collectives(part, "forward", s, tp_levels, moe),
-        _collectives(part, "backward", s, tp_levels, moe),
+        fwd_tp,
+        bwd_tp,
         sum(op.flops for op in ops),
         *ep_overlapped(ep_cp, windows if s.parallelism.moe_overlap_ep_comm else None),
         windows,
@@ -301,8 +293,7 @@ def _recomputing(block: Segment, s: Scenario) -> Segment:
     backward (torch.utils.checkpoint; Megatron-LM's per-layer `tensor_parallel.checkpoint`). Its forward's
     tensor-parallel and blocking ep/cp collectives are counted in that time (as events they stay the
     forward's: the runtime records a checkpointed block's recompute inside its backward span)."""
-    hidden = s.cluster.compute.overlap_slowdown * min(block.tp_forward_s, block.forward_s)
-    comm = (hidden if s.parallelism.tp_comm_overlap else block.tp_forward_s) + _blocking(block.ep_cp_forward)
+    comm = (0.0 if s.parallelism.tp_comm_overlap else block.tp_forward_s) + _blocking(block.ep_cp_forward)
     return replace(block, backward_input_s=block.backward_input_s + block.forward_s + comm)
 
 
@@ -396,7 +387,6 @@ def stage_costs(s: Scenario, tp_levels: tuple[Level, ...]) -> tuple[StageCost, .
                 s.parallelism.tp_comm_overlap,
                 s.training.recompute == "full" and s.training.recompute_num_layers is None,
                 (host.unit_forward_s, host.unit_backward_s),
-                s.cluster.compute.overlap_slowdown,
             )
         )
     return tuple(out)

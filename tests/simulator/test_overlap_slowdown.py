@@ -80,8 +80,7 @@ def test_hidden_tensor_parallel_collectives_still_slow_the_gemms_beside_them() -
         return stage_costs(s, levels)[0]
 
     hidden, free, exposed = stage0(True, 0.189), stage0(True, 0.0), stage0(False, 0.189)
-    segments = hidden.segments
-    expected = sum(g.forward_s + 0.189 * min(g.tp_forward_s, g.forward_s) for g in segments)
+    expected = sum(g.forward_s + 0.189 * min(g.tp_forward_s, g.forward_s) for g in free.segments)
     assert free.forward_s < hidden.forward_s < exposed.forward_s
     assert hidden.forward_s == pytest.approx(expected, rel=1e-12)
     assert free.backward_s < hidden.backward_s < exposed.backward_s
