@@ -126,6 +126,9 @@ def fp8_runs() -> tuple[PublishedRun, ...]:
             extra["tp_comm_overlap"] = True
         if not fsdp:  # Megatron-core's distributed optimizer (use_distributed_optimizer)
             extra["distributed_optimizer"] = True
+            # the Llama 3 recipes' DistributedDataParallelConfig: overlap_grad_reduce and overlap_param_gather
+            # (src/megatron/bridge/recipes/llama/llama3.py, v0.2.0 and v0.3.0)
+            extra |= {"overlap_grad_reduce": True, "overlap_param_gather": True}
         plan = plan_table(tp, pp, vp, sequence_parallel=tp > 1, zero_stage=3 if fsdp else 1, **extra)
         runs.append(
             PublishedRun(

@@ -39,7 +39,8 @@ _ASSUMPTIONS = (
     "and fp8_params (src/train.py): training.fp8_recipe tensorwise_delayed, training.fp8_param; its "
     "DistributedDataParallelConfig leaves overlap_grad_reduce at Megatron-core's default (off)",
     "NVIDIA configurations: OVERLAP_GRAD_REDUCE=True and OVERLAP_PARAM_GATHER=True (config_common.sh): "
-    "parallelism.overlap_grad_reduce",
+    "parallelism.overlap_grad_reduce and overlap_param_gather (the distributed optimizer's parameter "
+    "all-gather runs beside the next forward, simulator/engine/param_gather.py)",
     "tensor-parallel communication overlapped where tp > 1 and the configuration leaves TP_COMM_OVERLAP on "
     "(MC_TP_OVERLAP_AG/RS=True in config_common.sh); the NVFP4 405B configurations set it False",
     "CUDA graphs (config_common_cg.sh) are not modelled: per-kernel launch costs stay in the prediction",
@@ -112,8 +113,9 @@ def _citation(system: str, config: str, unit: str) -> str:
 def _run(row: _Row) -> PublishedRun:
     name, system, config, gpu, preset, gpus, precision, gbs, mbs, tp, pp, cp, vp, value, unit = row
     extra: dict[str, object] = {"context_parallel_degree": cp} if cp > 1 else {}
-    if gpu != "MI355X":  # NVIDIA's config_common.sh: OVERLAP_GRAD_REDUCE=True (param gather overlapped too)
+    if gpu != "MI355X":  # NVIDIA's config_common.sh: OVERLAP_GRAD_REDUCE=True, OVERLAP_PARAM_GATHER=True
         extra["overlap_grad_reduce"] = True
+        extra["overlap_param_gather"] = True
     if tp > 1 and precision != "NVFP4":  # the NVFP4 configurations set TP_COMM_OVERLAP=False
         extra["tp_comm_overlap"] = True
     plan = plan_table(tp, pp, vp, sequence_parallel=tp > 1, zero_stage=1, distributed_optimizer=True, **extra)

@@ -19,7 +19,9 @@ _ASSUMPTIONS = (
     "selective = per-op selective checkpointing (torchtitan's default option): selective_recompute 'op'",
     "FSDP2 (zero_stage 3), gradients reduce-scattered in fp32 (torchtitan's default)",
     "HBM2e H100s at a 500 W limit, as the source's bf16 rows (benchmarks/published_fsdp.py)",
-    "pipeline rows: one sample per micro-batch (torchtitan's default), Interleaved 1F1B with 2 stages a rank",
+    "pipeline rows: as many micro-batches as pipeline ranks, 8 of 4 samples each (torchtitan 9dec370 "
+    "torchtitan/parallelisms/pipelining_utils.py: pipeline_parallel_microbatches defaults to "
+    "pipeline_parallel_degree), Interleaved 1F1B with 2 stages a rank",
     "pipeline rows: FSDP gathers once a step and reduce-scatters once (torchtitan turns "
     "reshard-after-forward off under PP; torch.distributed.pipelining's schedules skip resharding and "
     "gradient sync but on the last micro-batch): zero_stage 1, the nearest plancast plan",
@@ -50,7 +52,7 @@ def torchtitan_fp8_runs() -> tuple[PublishedRun, ...]:
         if pipelined:
             plan["pipeline_parallel_schedule"] = schedule
         training = training_table(
-            seq, 1 if pipelined else local, local * dp, "bf16", recompute, flash_attention=True,
+            seq, local // pp, local * dp, "bf16", recompute, flash_attention=True,
             selective_recompute="op", elementwise="fused", fp8=True, fp8_recipe="tensorwise_current",
         )
         runs.append(

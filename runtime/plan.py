@@ -195,6 +195,19 @@ def check_framework_behaviour(scenario: Scenario) -> None:
             "training.dtype = 'fp16' needs a loss scaler, which the runtime does not run; use bf16 (the same "
             "speed on A100 and later) or fp32"
         )
+    _check_param_gather(scenario)
+
+
+def _check_param_gather(scenario: Scenario) -> None:
+    """Megatron's overlapped parameter gather (simulator/engine/param_gather.py) is not the runtime's."""
+    p = scenario.parallelism
+    distopt = p.zero_stage == 1 and p.distributed_optimizer and scenario.dp * scenario.cp > 1
+    if distopt and p.overlap_param_gather:
+        raise PlanError(
+            "parallelism.overlap_param_gather = true under distributed_optimizer: the runtime does not "
+            "gather the parameters beside the next forward (Megatron's --overlap-param-gather); set "
+            "overlap_param_gather = false to run this plan"
+        )
 
 
 def check_moe_cp_support(scenario: Scenario) -> None:

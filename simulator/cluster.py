@@ -137,7 +137,8 @@ class ComputeModel(Strict):
     overlap_slowdown: float = Field(default=0.189, ge=0, le=1)
     """How much slower compute runs while a data-parallel collective runs beside it (its kernels hold
     SMs and HBM bandwidth), as a fraction of the overlapped time: ZeRO-2/3 (FSDP) passes beside their
-    gathers and reduce-scatters, a backward beside the DDP buckets it overlaps (overlap_grad_reduce).
+    gathers and reduce-scatters, a backward beside the DDP buckets it overlaps (overlap_grad_reduce),
+    GEMMs beside the tensor-parallel collectives they hide (tp_comm_overlap).
     Default: the mean measured over GPT and Llama training on A100 and H100, 18.9% (max 40%), Lee et
     al. 2025, "Characterizing Compute-Communication Overlap in GPU-Accelerated Distributed Deep
     Learning", arXiv 2507.03114, abstract. Not fitted on any run plancast scores."""

@@ -225,11 +225,11 @@ class Parallelism(MemoryParallelismKeys, MoeParallelismKeys):
     framework: Framework = DEFAULT_FRAMEWORK
     """Whose behaviour to model where frameworks differ in step time: megatron-lm | torchtitan |
     deepspeed. It sets the defaults of vocab_parallel, overlap_p2p_comm, scatter_gather_p2p,
-    zero_collective_algorithm, overlap_grad_reduce, ddp_bucket_cap_MiB, training.grad_accumulation_fp32
-    and training.elementwise (simulator/catalog/frameworks.py cites each); keys written in the
-    scenario override it. Default torchtitan: plancast's runtime is built on the same torch stack
-    (DTensor tensor parallel, FSDP2, torch.distributed.pipelining), so a scenario's prediction and its
-    `plancast run` measure the same behaviour."""
+    zero_collective_algorithm, overlap_grad_reduce, overlap_param_gather, ddp_bucket_cap_MiB,
+    training.grad_accumulation_fp32 and training.elementwise (simulator/catalog/frameworks.py cites
+    each); keys written in the scenario override it. Default torchtitan: plancast's runtime is built on
+    the same torch stack (DTensor tensor parallel, FSDP2, torch.distributed.pipelining), so a
+    scenario's prediction and its `plancast run` measure the same behaviour."""
     vocab_parallel: bool | None = None
     """Split the embedding and output layer over tensor parallel, with a vocab-parallel loss
     (Megatron-LM, DeepSpeed and torchtitan do, and so does plancast's runtime). Default: the
@@ -238,8 +238,10 @@ class Parallelism(MemoryParallelismKeys, MoeParallelismKeys):
     """Reduce gradient buckets (DDP / ZeRO-1) or units (ZeRO-2/3) while the backward pass runs; off: after
     it. Default: the framework's (megatron-lm off, as `--overlap-grad-reduce` is opt-in; deepspeed on for
     ZeRO-3 only, as `overlap_comm`; torchtitan on)."""
-    overlap_param_gather: bool = True
-    """ZeRO-3: prefetch the next layer's parameters while the current one computes."""
+    overlap_param_gather: bool | None = None
+    """Gather parameters beside the forward: ZeRO-2/3 prefetch the next unit's; Megatron's distributed
+    optimizer (`--overlap-param-gather`) gathers each chunk's buckets in its next first forward, not
+    after the step (docs/hardware.md). Default: on for ZeRO-2/3, off below (Megatron's flag is opt-in)."""
     overlap_p2p_comm: bool | None = None
     """Pipeline sends run asynchronously (torch.distributed.pipelining, Megatron-LM
     `--overlap-p2p-communication`); off: the sender waits for each transfer (Megatron-LM 2022,
@@ -267,7 +269,8 @@ class Parallelism(MemoryParallelismKeys, MoeParallelismKeys):
     0.16.4. Ignored below ZeRO-2. Default: training.dtype; `plancast run` reduces in the dtype given
     (runtime/precision.py)."""
     tp_comm_overlap: bool = False
-    """Hide tensor-parallel collectives behind GEMMs (off: they sit on the critical path)."""
+    """Hide tensor-parallel collectives behind GEMMs (off: they sit on the critical path). The GEMMs
+    beside them still run cluster.compute.overlap_slowdown slower for the time they hide."""
     distributed_optimizer: bool = False
     """With zero_stage 1 (read only there): Megatron-LM's distributed optimizer
     (`--use-distributed-optimizer`), which reduce-scatters each gradient bucket to its owners and
@@ -326,6 +329,7 @@ class Scenario(Strict):
                 "scatter_gather_p2p",
                 "zero_collective_algorithm",
                 "overlap_grad_reduce",
+                "overlap_param_gather",
             )
             if getattr(par, k) is None
         }

@@ -271,6 +271,8 @@ class Bound:
                 base.model, split, [stage], tp=plan.tp, vocab_tp=vocab_tp, ep=plan.ep, etp=plan.etp or None
             )[0]
             shard = params * DTYPE_BYTES[base.training.dtype] / dense_dp
+            if base.parallelism.distributed_optimizer and base.parallelism.overlap_param_gather:
+                continue  # gathered beside the next forward (engine/param_gather.py): none need show
             if base.parallelism.distributed_optimizer:  # Megatron-LM's one all-gather
                 total += _one(levels, "all_gather", shard * dense_dp) + host.dp_collective_s
             else:
@@ -357,7 +359,9 @@ class Bound:
             broadcast = 0.0
             if zero == 1:  # every owner's shard of the rank's parameters (engine/plan.py)
                 shard = self.est.rank0_params(plan) * DTYPE_BYTES[base.training.dtype] / (plan.dp * plan.cp)
-                if distopt:
+                if distopt and base.parallelism.overlap_param_gather:
+                    broadcast = 0.0  # beside the next forward (engine/param_gather.py): none need show
+                elif distopt:
                     broadcast = _one(levels, "all_gather", shard * plan.dp * plan.cp)
                 else:
                     broadcast = _one(levels, "broadcast", shard) * plan.dp * plan.cp

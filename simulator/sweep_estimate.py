@@ -357,7 +357,9 @@ class Estimator:
             distopt = plan.zero_stage == 1 and par.distributed_optimizer
             kind: CollectiveKind = "reduce_scatter" if distopt else "all_reduce"
             comm = buckets * collective_seconds(kind, levels, grad_bytes / buckets)
-            if distopt:
+            if distopt and par.overlap_param_gather:
+                pass  # gathered beside the next forward's compute (engine/param_gather.py)
+            elif distopt:
                 broadcast = collective_seconds("all_gather", levels, params * dtype_bytes, "hierarchical")
             elif plan.zero_stage == 1:
                 broadcast = plan.dp * collective_seconds("broadcast", levels, params * dtype_bytes / plan.dp)

@@ -46,6 +46,12 @@ A key written in the scenario always wins; these only fill what the scenario lea
   the distributed optimizer's reduce-scatter) runs after the backward pass; DeepSpeed's ZeRO
   `overlap_comm` defaults to true for stage 3 only (DeepSpeedZeroConfig); torch DDP and FSDP2 reduce
   each bucket or unit from its autograd hook (torchtitan): on.
+- overlap_param_gather: Megatron-LM's `--overlap-param-gather` is a store_true flag, off by default
+  (megatron/training/arguments.py: "If set, overlap param all-gather in distributed optimizer"), so the
+  distributed optimizer all-gathers the updated parameters right after the step (DistributedOptimizer
+  `step_with_ready_grads` calls start_param_sync when it is off), and only Megatron has that optimizer:
+  off below ZeRO-2 in every framework. ZeRO-2/3 prefetch (FSDP2's forward prefetch, DeepSpeed's
+  `stage3_prefetch_bucket_size`, Megatron-FSDP): on.
 - ddp_bucket_cap_MiB: Megatron-core's DDP buckets hold max(40M, 1M x dp) parameters
   (megatron/core/distributed/distributed_data_parallel.py); DeepSpeed's `reduce_bucket_size` is 5e8
   elements (deepspeed/runtime/zero/config.py); torch DDP as plancast's runtime drives it keeps the
@@ -81,6 +87,7 @@ def framework_defaults(
             "grad_accumulation_fp32": dtype == "bf16",
             "zero_collective_algorithm": "hierarchical",
             "overlap_grad_reduce": False,
+            "overlap_param_gather": zero_stage >= 2,
             "ddp_bucket_params": max(40_000_000, 1_000_000 * dp),
             "elementwise": "fused",
         }
@@ -92,6 +99,7 @@ def framework_defaults(
             "grad_accumulation_fp32": dtype == "bf16",
             "zero_collective_algorithm": "ring",
             "overlap_grad_reduce": zero_stage == 3,
+            "overlap_param_gather": zero_stage >= 2,
             "ddp_bucket_params": 500_000_000,
             "elementwise": "fused",
         }
@@ -102,6 +110,7 @@ def framework_defaults(
         "grad_accumulation_fp32": dtype == "bf16",
         "zero_collective_algorithm": "hierarchical",
         "overlap_grad_reduce": True,
+        "overlap_param_gather": zero_stage >= 2,
         "ddp_bucket_params": None,
         "elementwise": "eager",
     }

@@ -190,10 +190,8 @@ def _collectives(
     def host_s(kind: str) -> float:
         """Host time of one collective (sequence parallelism's gathers/scatters have their own rate),
         and its mean wait for a late peer in a run (cluster.ComputeModel.tp_collective_wait_us)."""
-        if sp and kind in ("all_gather", "reduce_scatter"):
-            overhead_us = compute.sp_collective_overhead_us
-        else:
-            overhead_us = compute.tp_collective_overhead_us
+        sp_kind = sp and kind in ("all_gather", "reduce_scatter")
+        overhead_us = compute.sp_collective_overhead_us if sp_kind else compute.tp_collective_overhead_us
         return (overhead_us + compute.tp_collective_wait_us) * 1e-6
 
     return tuple(
@@ -229,9 +227,7 @@ def _segment(
     what the block keeps for backward, sent to the host and back (activation_offload, costs/offload.py)."""
     fwd, bwd_in, bwd_w = _phase_seconds(ops, s)
     exposed = activation_offload_s(s, offload_bytes, fwd)
-    fwd, bwd_in = fwd + exposed, bwd_in + exposed
-    fwd += host_s[0]
-    bwd_in += host_s[1]
+    fwd, bwd_in = fwd + exposed + host_s[0], bwd_in + exposed + host_s[1]
     if part == "layer" and s.training.recompute == "selective":
         recomputed = selective_recompute(ops, Shape.of(s), s.training.selective_recompute)
         bwd_in += _phase_seconds(recomputed, s)[0]
@@ -239,6 +235,10 @@ def _segment(
     forward_passes, weight_passes = param_pass_ops(s, cast_params, weights)
     fwd += ops_seconds(forward_passes, gpu, compute, dtype)
     bwd_w += ops_seconds(weight_passes, gpu, compute, dtype)
+    fwd_tp, bwd_tp = (_collectives(part, phase, s, tp_levels, moe) for phase in ("forward", "backward"))
+    if s.parallelism.tp_comm_overlap:  # hidden tp collectives slow the GEMMs beside them (overlap_slowdown)
+        fwd += compute.overlap_slowdown * min(sum(c.seconds for c in fwd_tp), fwd)
+        bwd_in += compute.overlap_slowdown * min(sum(c.seconds for c in bwd_tp), bwd_in + bwd_w)
     ep = any(c.stream == "ep" for c in ep_cp[0])
     windows = Windows.of(ops, lambda o: _phase_seconds(o, s)) if ep else None
     return Segment(
@@ -246,8 +246,8 @@ def _segment(
         fwd,
         bwd_in,
         bwd_w,
-        _collectives(part, "forward", s, tp_levels, moe),
-        _collectives(part, "backward", s, tp_levels, moe),
+        fwd_tp,
+        bwd_tp,
         sum(op.flops for op in ops),
         *ep_overlapped(ep_cp, windows if s.parallelism.moe_overlap_ep_comm else None),
         windows,

@@ -64,6 +64,9 @@ class RankState:
     """The rank's dp stream (data_parallel.dp_stream)."""
     fsdp: dict[int, FsdpState] = field(default_factory=dict)
     """Per owned virtual stage under ZeRO-2/3: which units are gathered."""
+    param_gathers: dict[int, tuple[list[simpy.Event | None], float]] = field(default_factory=dict)
+    """Per owned virtual stage under StepPlan.forward_param_gather, until its first forward: its
+    buckets' gathers and the seconds of gathers queued up to it (param_gather.py)."""
     receives: tuple[TransferKey, ...] = ()
     """Rendezvous plans: the rank's pipeline receives in schedule order (pipeline.receives)."""
     next_recv: int = 0

@@ -22,8 +22,14 @@ from collections.abc import Generator
 from typing import TYPE_CHECKING
 
 from plancast.simulator.engine.data_parallel import BACKWARD_KINDS
-from plancast.simulator.engine.fast_dp import Ambiguous, DpStream
-from plancast.simulator.engine.fast_passes import broadcast_shards, fsdp_pass, reduce_gradients
+from plancast.simulator.engine.fast_dp import Ambiguous, Done, DpStream
+from plancast.simulator.engine.fast_passes import (
+    broadcast_shards,
+    fsdp_pass,
+    gathered_forward,
+    queue_param_gathers,
+    reduce_gradients,
+)
 from plancast.simulator.engine.link import Link
 from plancast.simulator.engine.spans import Span, new_span
 from plancast.simulator.units import FsdpState
@@ -59,7 +65,9 @@ class RankRun:
     when the event that began the turn was made. With the turn they order the rank's compute against its
     dp stream at one instant (fast_dp.DpStream)."""
 
-    __slots__ = ("coord", "dp", "fsdp", "holders", "links", "made_s", "now", "pp", "rank", "routes", "turn")
+    __slots__ = (
+        "coord", "dp", "fsdp", "gathers", "holders", "links", "made_s", "now", "pp", "rank", "routes", "turn",
+    )  # fmt: skip
 
     def __init__(self, plan: StepPlan, rank: int, spans: list[Span]) -> None:
         self.rank = rank
@@ -73,6 +81,8 @@ class RankRun:
         """Per receiving rank: FastEngine._route, worked out once."""
         dp_link = self.link(plan.dp_tier) if plan.share_links else None
         self.dp = DpStream(plan, rank, dp_link, spans) if plan.dense_dp > 1 else None
+        self.gathers: dict[int, tuple[list[Done | None], float]] = {}
+        """param_gather.py: per chunk until its first forward, its gathers and backlog (RankState)."""
         self.fsdp = {}
         if plan.fsdp:
             self.fsdp = {
@@ -146,6 +156,8 @@ class FastEngine:
     # ----------------------------------------------------------------------- processes.rank_step
     def _rank_step(self, r: RankRun) -> Program:
         plan = self.plan
+        if plan.forward_param_gather:
+            queue_param_gathers(self, r)
         for a, last in zip(plan.schedule[r.pp], plan.is_last_backward(r.pp), strict=True):
             d = plan.durations[a.stage]
             if a.kind == "F":
@@ -153,6 +165,8 @@ class FastEngine:
                     yield from self._recv(r, "F", a, a.stage - 1)
                 if plan.fsdp:
                     fsdp_pass(self, r, "forward", a, d.forward_s, d.forward_flops)
+                elif a.stage in r.gathers:
+                    gathered_forward(self, r, a, d.forward_s, d.forward_flops)
                 else:
                     self._compute(r, "forward", a, d.forward_s, d.forward_flops)
                 if a.stage < plan.stages - 1 and r.holders[a.stage + 1] != r.rank:
@@ -348,5 +362,5 @@ class FastEngine:
         self.spans.append(
             Span(r.rank, "compute", "optimizer", -1, -1, -1, 0, -1, start, r.now - start, 0, 0.0)
         )
-        if plan.zero_stage == 1 and plan.dense_dp > 1:
+        if plan.zero_stage == 1 and plan.dense_dp > 1 and not plan.forward_param_gather:
             broadcast_shards(self, r)

@@ -1,7 +1,7 @@
 """What a rank's passes queue on its dp stream, for the event-free path (fast.py): the twins of
-data_parallel.reduce_gradients, fsdp_pass and broadcast_shards, over a rank's clock (fast.RankRun) and
-its stream (fast_dp.DpStream) instead of SimPy processes. The reasons for each rule are in
-data_parallel.py; only the time-keeping differs."""
+data_parallel.reduce_gradients, fsdp_pass and broadcast_shards and of param_gather.py, over a rank's
+clock (fast.RankRun) and its stream (fast_dp.DpStream) instead of SimPy processes. The reasons for
+each rule are in data_parallel.py and param_gather.py; only the time-keeping differs."""
 
 from __future__ import annotations
 
@@ -152,3 +152,42 @@ def _alone_on_link(
     link.hold(r.dp, slot, slice_s, slices)
     link.run = None
     return now, now + slices * slice_s
+
+
+def queue_param_gathers(sim: FastEngine, r: RankRun) -> None:
+    """param_gather.queue_param_gathers: every chunk's parameter gathers, queued as the step starts."""
+    plan, dp = sim.plan, r.dp
+    assert dp is not None
+    backlog_s = 0.0
+    for chunk, stage in enumerate(plan.owned_stages(r.pp)):
+        dones = []
+        for nbytes in plan.param_gather_buckets(stage):
+            where = (stage, chunk, -1)
+            dones.append(dp.push(r.now, r.made_s, r.turn, "all_gather", nbytes, where, notify=True))
+            backlog_s += plan.dp_collective_s("all_gather", nbytes)
+        r.gathers[stage] = (dones, backlog_s)
+
+
+def gathered_forward(sim: FastEngine, r: RankRun, a: Action, seconds: float, flops: float) -> None:
+    """param_gather.gathered_forward: each bucket's share of a chunk's first forward waits for its gather."""
+    plan, dp = sim.plan, r.dp
+    assert dp is not None
+    dones, backlog_s = r.gathers.pop(a.stage)
+    shares = plan.param_gather_buckets(a.stage)
+    total = sum(shares) or 1.0
+    slowdown = plan.s.cluster.compute.overlap_slowdown
+    pending = max(0.0, backlog_s - r.now) if slowdown else 0.0
+    start = r.now
+    for nbytes, gathered in zip(shares, dones, strict=True):
+        if gathered is not None:
+            done_s = dp.finish(gathered)
+            if done_s >= r.now:  # not yet seen done: the pass waits (a wait of 0 where it ends now)
+                waited = done_s - r.now
+                r.wait(done_s, done_s)
+                sim.dp_wait_s[r.rank] = sim.dp_wait_s.get(r.rank, 0.0) + waited
+                pending = max(0.0, pending - waited)
+        compute = seconds * nbytes / total
+        compute += slowdown * min(compute, pending)
+        pending = max(0.0, pending - compute)
+        r.busy(compute)
+    sim.record_pass(r.rank, "forward", a, start, r.now - start, flops)

@@ -311,6 +311,25 @@ class StepPlan:
         """ZeRO-1: the updated parameter shard each data-parallel owner broadcasts for virtual `stage`."""
         return self.costs[stage].params * DTYPE_BYTES[self.s.training.dtype] / self.dense_dp
 
+    @cached_property
+    def forward_param_gather(self) -> bool:
+        """Megatron-LM's distributed optimizer with `--overlap-param-gather`: the updated parameters are
+        all-gathered bucket by bucket in the next step's first forward of each chunk, not after the
+        optimizer (megatron/core/distributed/distributed_data_parallel.py: the forward pre-hook waits
+        for its bucket's gather and dispatches the next one, `finish_param_sync`)."""
+        return self.dense_grad_reduce == "reduce_scatter" and bool(self.s.parallelism.overlap_param_gather)
+
+    def param_gather_buckets(self, stage: int) -> tuple[float, ...]:
+        """Under `forward_param_gather`, virtual `stage`'s parameter all-gathers in forward order: the
+        bytes each moves (the whole bucket, as dp_collective_s counts an all-gather). Megatron-core
+        lays its buckets out in reverse parameter order, the order gradients come (`bucket_bytes` is that
+        order), and gathers them in reverse (distributed_data_parallel.py `next_param_gather_bucket_group`
+        set "in reverse order of buckets"); each bucket holds its share of the parameters."""
+        whole = self.broadcast_shard_bytes(stage) * self.dense_dp
+        buckets = self.units[stage].bucket_bytes
+        total = sum(buckets) or 1.0
+        return tuple(whole * nbytes / total for nbytes in reversed(buckets))
+
     def shard_sync(self, stage: int) -> tuple[CollectiveKind, int, float, float]:
         """ZeRO-1 after the optimizer, for virtual `stage`: (kind, count, bytes, seconds of one). One
         broadcast per owner (ZeroRedundancyOptimizer), or, under Megatron-LM's distributed optimizer, one

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from plancast.simulator.engine.data_parallel import broadcast_shards, fsdp_pass, reduce_gradients
+from plancast.simulator.engine.param_gather import gathered_forward, queue_param_gathers
 from plancast.simulator.engine.pipeline import recv, send
 from plancast.simulator.engine.spans import Process, Span
 from plancast.simulator.schedules import Action
@@ -25,6 +26,8 @@ def rank_step(sim: Engine, st: RankState) -> Process:
     """One rank's step: its schedule's actions, the wait for its gradients, reductions, optimizer."""
     plan = sim.plan
     pp = st.coord.pp
+    if plan.forward_param_gather:
+        queue_param_gathers(sim, st)
     for a, last in zip(plan.schedule[pp], plan.is_last_backward(pp), strict=True):
         if a.kind == "F":
             yield from forward(sim, st, a)
@@ -52,6 +55,8 @@ def forward(sim: Engine, st: RankState, a: Action) -> Process:
         yield from recv(sim, st, "F", a, a.stage - 1)
     if plan.fsdp:
         yield from fsdp_pass(sim, st, "forward", a, d.forward_s, d.forward_flops)
+    elif a.stage in st.param_gathers:  # the chunk's first forward waits for its parameter gathers
+        yield from gathered_forward(sim, st, a, d.forward_s, d.forward_flops)
     else:
         start = sim.env.now
         yield sim.busy(st.rank, d.forward_s)
@@ -158,10 +163,11 @@ def tied_all_reduce(sim: Engine, st: RankState, stage: int, chunk: int, peer: in
 
 def optimizer(sim: Engine, st: RankState) -> Process:
     """The optimizer step; under ZeRO-1 each owner then broadcasts its updated shard, per chunk
-    (ZeroRedundancyOptimizer)."""
+    (ZeroRedundancyOptimizer), or Megatron's distributed optimizer all-gathers them, unless it
+    overlaps that gather with the next forward (param_gather.py)."""
     plan, env = sim.plan, sim.env
     start = env.now
     yield sim.busy(st.rank, plan.optimizer_s(st.coord.pp))
     sim.spans.append(Span(st.rank, "compute", "optimizer", -1, -1, -1, 0, -1, start, env.now - start, 0, 0.0))
-    if plan.zero_stage == 1 and plan.dense_dp > 1:
+    if plan.zero_stage == 1 and plan.dense_dp > 1 and not plan.forward_param_gather:
         yield from broadcast_shards(sim, st)

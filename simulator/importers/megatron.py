@@ -52,6 +52,7 @@ _SWITCHES = (
     "--use-rotary-position-embeddings",
     "--use-distributed-optimizer",
     "--overlap-grad-reduce",
+    "--overlap-param-gather",
     "--tp-comm-overlap",
     "--optimizer-cpu-offload",
     "--cpu-offloading",
@@ -300,6 +301,13 @@ def _megatron_parallelism(ns: argparse.Namespace, num_layers: int, notes: list[s
     if ns.use_distributed_optimizer:
         par["distributed_optimizer"] = True
     par["overlap_grad_reduce"] = ns.overlap_grad_reduce  # off unless asked, as in Megatron-LM
+    if ns.overlap_param_gather:  # the parameter all-gather beside the next forward (engine/param_gather.py)
+        if not (ns.use_distributed_optimizer and ns.overlap_grad_reduce):  # arguments.py asserts both
+            raise ConfigImportError(
+                "--overlap-param-gather: Megatron-LM needs --use-distributed-optimizer and "
+                "--overlap-grad-reduce with it; add them, or drop --overlap-param-gather"
+            )
+        par["overlap_param_gather"] = True
     par["tp_comm_overlap"] = ns.tp_comm_overlap
     return par
 

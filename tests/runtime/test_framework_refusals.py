@@ -24,6 +24,16 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {
     "activation-offload": ({"activation_offload": True}, {}, "activation_offload = false"),
     "te-loss": ({"fused_cross_entropy": "te"}, {}, "fused_cross_entropy = 'none'"),
     "pipelining-buffers": ({}, {"pipeline_receive_buffers": "per_microbatch"}, "'per_transfer'"),
+    "distopt-overlapped-gather": (
+        {},
+        {
+            "data_parallel_degree": 2,
+            "zero_stage": 1,
+            "distributed_optimizer": True,
+            "overlap_param_gather": True,
+        },
+        "overlap_param_gather = false",
+    ),
     "split-backward-fsdp": (
         {},
         {**FSDP, "pipeline_parallel_degree": 2, "pipeline_parallel_schedule": "ZBH2"},

@@ -5,7 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from plancast.simulator.catalog import CLUSTERS
+from plancast.simulator.costs.collectives import Link, group_levels
+from plancast.simulator.costs.stage import stage_costs
 from plancast.simulator.loader import parse_scenario
 from plancast.simulator.predict import simulate
 from plancast.simulator.scenario import Scenario
@@ -62,3 +66,21 @@ def test_overlapped_ddp_buckets_slow_the_backward_they_run_beside() -> None:
     assert real["compute_time_s"] > ideal["compute_time_s"]
     assert real["step_time_s"] > ideal["step_time_s"]
     assert simulate(with_slowdown(off, 0.0), events=False).summary == simulate(off, events=False).summary
+
+
+def test_hidden_tensor_parallel_collectives_still_slow_the_gemms_beside_them() -> None:
+    """tp_comm_overlap hides the tp collectives behind the GEMMs, not for free: each segment's pass pays
+    overlap_slowdown of the hidden time (at most its own compute), between no collective and all of it."""
+
+    def stage0(overlap: bool, slowdown: float) -> Any:
+        s = with_slowdown(one_node(tensor_parallel_degree=4, sequence_parallel=True, tp_comm_overlap=overlap),
+                          slowdown)  # fmt: skip
+        links = tuple(Link.of(t.bandwidth_GBps, t.latency_us, t.efficiency) for t in s.cluster.tiers)
+        levels = group_levels(s.grid.group("tp", 0), s.cluster.tier_sizes, links)
+        return stage_costs(s, levels)[0]
+
+    hidden, free, exposed = stage0(True, 0.189), stage0(True, 0.0), stage0(False, 0.189)
+    expected = sum(g.forward_s + 0.189 * min(g.tp_forward_s, g.forward_s) for g in free.segments)
+    assert free.forward_s < hidden.forward_s < exposed.forward_s
+    assert hidden.forward_s == pytest.approx(expected, rel=1e-12)
+    assert free.backward_s < hidden.backward_s < exposed.backward_s
