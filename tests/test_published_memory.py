@@ -36,11 +36,13 @@ NOT_FITTING_YET = {
     "llama3-405b-8192": _LLAMA3,
     "llama3-405b-16384": _LLAMA3,
     "llama3-405b-16384-cp16-131072": _LLAMA3,
-    "deepseek-v3-2048xh800": "DualPipe (two copies of the parameters, its own in-flight count) priced as "
-    "1F1B, and the report's FP8 activation caching of SwiGLU and MoE inputs (sec. 3.3.3) beyond the GEMM "
-    "inputs counted (tests/test_published_moe.py)",
-    "nemo-gpt-oss-120b-64xh100-mbs4": "MoE block activations at micro-batch 4 under PP 4 with no recompute "
-    "(tests/test_published_moe.py): the recipe's recompute and offload are not stated by the row",
+    "deepseek-v3-2048xh800": "84.9 GiB allocated against 73.5 usable with its RMSNorm and MLA up-projection "
+    "recompute (recompute_modules layernorm, mla_up_proj): DualPipe (two copies of the parameters, its own "
+    "in-flight count) priced as DualPipeV, and the report's FP8 activation caching of SwiGLU and MoE inputs "
+    "(sec. 3.3.3) beyond the GEMM inputs counted (tests/test_published_moe.py)",
+    "nemo-gpt-oss-120b-64xh100-mbs4": "94.9 GiB against 73.5: MoE block activations at micro-batch 4 under "
+    "PP 4 (58 GiB on rank 0) with the H100 recipe's layernorm and moe_act recompute; any other recompute "
+    "or offload of that recipe version is not stated by the row (tests/test_published_moe.py)",
 }
 
 

@@ -15,6 +15,7 @@ from typing import Literal
 from plancast.simulator.costs import eager
 from plancast.simulator.costs.attention import CAUSAL_FRACTION, fused_attention_rate
 from plancast.simulator.costs.fp8 import Recipe, recipe
+from plancast.simulator.model_dropout import dropout_probabilities
 from plancast.simulator.scenario import Model, Scenario
 
 Category = Literal["matmul", "attention", "memory"]
@@ -79,6 +80,14 @@ class Shape:
     mla: MlaRanks | None = None  # multi-head latent attention (costs/mla.py); None: grouped-query
     relu2: bool = False  # squared-ReLU MLP (two matrices, as GELU)
     qk_norm: bool = False  # RMSNorm over every query and key head (model.qk_layernorm)
+    hidden_dropout: bool = True  # masks after the output projections (model.hidden_dropout > 0)
+    attention_dropout: bool = True  # a mask over the attention probabilities (model.attention_dropout > 0)
+    # bytes of a residual-stream element: fp32 under autocast over fp32 parameters without FSDP's bf16 cast
+    # (the embedding's fp32 output and every block's sum stay fp32: memory.residual_bytes); 0: dtype_bytes
+    residual_bytes: int = 0
+    # what recompute = "selective" re-runs under the "attention" policy (training.recompute_modules,
+    # costs/recompute.py); Megatron-Core's default
+    recompute_modules: frozenset[str] = frozenset({"core_attn"})
 
     @property
     def qk_dim(self) -> int:
@@ -103,6 +112,7 @@ class Shape:
     @classmethod
     def of(cls, s: Scenario) -> Shape:
         m, t = s.model, s.training
+        hidden_dropout, attention_dropout = dropout_probabilities(m, s.parallelism.framework)
         return cls(
             b=t.micro_batch_size,
             s=t.seq_len // s.cp,
@@ -131,7 +141,21 @@ class Shape:
             mla=MlaRanks.of(m),
             relu2=m.activation == "relu2",
             qk_norm=m.qk_layernorm,
+            hidden_dropout=hidden_dropout > 0,
+            attention_dropout=attention_dropout > 0,
+            residual_bytes=4 if s.amp_master_params and s.parallelism.zero_stage < 2 else 0,
+            recompute_modules=_recompute_modules(s),
         )
+
+
+def _recompute_modules(s: Scenario) -> frozenset[str]:
+    """training.recompute_modules where they apply (selective recompute under the "attention" policy; an
+    empty list recomputes nothing), else Megatron-Core's default ["core_attn"]."""
+    t = s.training
+    megatron_selective = t.recompute == "selective" and t.selective_recompute == "attention"
+    if megatron_selective and t.recompute_modules is not None:
+        return frozenset(t.recompute_modules)
+    return frozenset({"core_attn"})
 
 
 def _gemm(name: str, m: float, k: float, n: float, d: int, narrow: Recipe | None = None) -> Op:
@@ -250,7 +274,7 @@ def attention_core_forward(x: Shape, k_dim: float, v_dim: float) -> list[Op]:
         ops += [
             Op("scores", "attention", score_flops, d * (tokens * (x.q_dim + k_dim) / t + probs)),
             _elementwise("softmax", probs, d),
-            _elementwise("attn_dropout", probs, d, extra_bytes=probs),  # 1-byte mask
+            *([_elementwise("attn_dropout", probs, d, extra_bytes=probs)] if x.attention_dropout else []),
             Op("attn_values", "attention", value_flops, d * (probs + tokens * (v_dim + x.o_dim) / t)),
         ]
     if x.eager:
@@ -274,14 +298,15 @@ def layer_forward(x: Shape) -> tuple[Op, ...]:
     tokens = x.b * x.s
     local_tokens = tokens / x.tp if x.sp else tokens  # elementwise ops on [s, b, h] are sharded by SP
     d, t = x.dtype_bytes, x.tp
+    residual = local_tokens * x.h * (d + (1 if x.hidden_dropout else 0))  # the residual read, the 1-byte mask
     ops = [norm("norm1", local_tokens * x.h, x), *attention_forward(x)]
     ops += [
         *linear("out_proj", tokens, x.o_dim / t, x.h, x),
-        _elementwise("dropout_residual1", local_tokens * x.h, d, extra_bytes=local_tokens * x.h * (d + 1)),
+        _elementwise("dropout_residual1", local_tokens * x.h, d, extra_bytes=residual),
         norm("norm2", local_tokens * x.h, x),
         *mlp_forward(x),
         *linear("fc2", tokens, x.ffn / t, x.h, x),
-        _elementwise("dropout_residual2", local_tokens * x.h, d, extra_bytes=local_tokens * x.h * (d + 1)),
+        _elementwise("dropout_residual2", local_tokens * x.h, d, extra_bytes=residual),
     ]
     return tuple(ops)
 
