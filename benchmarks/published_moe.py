@@ -70,7 +70,7 @@ def moe_and_long_context() -> tuple[PublishedRun, ...]:
                 "bf16",
                 "selective",
                 flash_attention=True,
-                recompute_modules=["layernorm", "mla_up_proj"],
+                recompute_modules=["layernorm", "mla_up_proj", "moe_act"],
                 fp8=True,
                 fp8_recipe="blockwise",
                 elementwise="fused",
@@ -97,9 +97,10 @@ def moe_and_long_context() -> tuple[PublishedRun, ...]:
                 "cross-node kernels of sec. 3.2.2 (IB once per node, NVLink forwarding) as "
                 "moe_token_dispatcher 'deepep'; node-limited routing (at most 4 nodes, sec. 2.1.2) from the "
                 "preset's n_group / topk_group",
-                "micro-batch 1: not stated; the report recomputes RMSNorm and the MLA up-projections only "
-                "(sec. 3.2.3), not the attention core: recompute 'selective' with recompute_modules "
-                "['layernorm', 'mla_up_proj'], Megatron-Core's names for that output-discarding recompute",
+                "micro-batch 1: not stated; the report recomputes RMSNorm and the MLA up-projections (sec. "
+                "3.2.3) and the MoE SwiGLU's output from its cached input (sec. 3.3.3), not the attention core: "
+                "recompute 'selective' with recompute_modules ['layernorm', 'mla_up_proj', 'moe_act'], "
+                "Megatron-Core's names for that output-discarding recompute",
                 "the batch after its ramp (15360 sequences) for the whole run's rate",
                 "elementwise 'fused': the report's own kernels (sec. 3.3), not eager PyTorch",
             ),

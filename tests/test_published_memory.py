@@ -30,16 +30,19 @@ _LLAMA3 = (
     "the paper's schedule groups N micro-batches per virtual stage (sec. 3.3.2, Figure 6) and states no N "
     "for the run; as Megatron-Core's interleaved 1F1B with N = pp (16) its warm-up, 2(pp-1) + (V-1)N = 142 "
     "forwards, covers all 8 x 16 of a step: every layer's activations of every micro-batch in flight. The "
-    "row's framework 'other' also takes torchtitan's fp32 master parameters, which the paper does not state"
+    "row's framework 'other' also takes torchtitan's autocast (fp32 master parameters, an fp32 residual "
+    "stream), which the paper does not state"
 )
 NOT_FITTING_YET = {
     "llama3-405b-8192": _LLAMA3,
     "llama3-405b-16384": _LLAMA3,
     "llama3-405b-16384-cp16-131072": _LLAMA3,
-    "deepseek-v3-2048xh800": "84.9 GiB allocated against 73.5 usable with its RMSNorm and MLA up-projection "
-    "recompute (recompute_modules layernorm, mla_up_proj): DualPipe (two copies of the parameters, its own "
-    "in-flight count) priced as DualPipeV, and the report's FP8 activation caching of SwiGLU and MoE inputs "
-    "(sec. 3.3.3) beyond the GEMM inputs counted (tests/test_published_moe.py)",
+    "deepseek-v3-2048xh800": "86.8 GiB allocated against 73.5 usable with the report's recompute (RMSNorm, "
+    "MLA up-projections, the SwiGLU output: recompute_modules layernorm, mla_up_proj, moe_act): DualPipe "
+    "(two copies of the parameters, its own in-flight count) priced as DualPipeV; the report's FP8 caching "
+    "of the SwiGLU and attention-output inputs and BF16 Adam moments (sec. 3.3.3) have no key; the row's "
+    "framework 'other' takes torchtitan's autocast (fp32 master weights and residual stream), which the "
+    "report does not use (tests/test_published_moe.py)",
     "nemo-gpt-oss-120b-64xh100-mbs4": "94.9 GiB against 73.5: MoE block activations at micro-batch 4 under "
     "PP 4 (58 GiB on rank 0) with the H100 recipe's layernorm and moe_act recompute; any other recompute "
     "or offload of that recipe version is not stated by the row (tests/test_published_moe.py)",
