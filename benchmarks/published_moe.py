@@ -98,8 +98,8 @@ def moe_and_long_context() -> tuple[PublishedRun, ...]:
                 "moe_token_dispatcher 'deepep'; node-limited routing (at most 4 nodes, sec. 2.1.2) from the "
                 "preset's n_group / topk_group",
                 "micro-batch 1: not stated; the report recomputes RMSNorm and the MLA up-projections (sec. "
-                "3.2.3) and the MoE SwiGLU's output from its cached input (sec. 3.3.3), not the attention core: "
-                "recompute 'selective' with recompute_modules ['layernorm', 'mla_up_proj', 'moe_act'], "
+                "3.2.3) and the MoE SwiGLU's output from its cached input (sec. 3.3.3), not the attention "
+                "core: recompute 'selective' with recompute_modules ['layernorm', 'mla_up_proj', 'moe_act'], "
                 "Megatron-Core's names for that output-discarding recompute",
                 "the batch after its ramp (15360 sequences) for the whole run's rate",
                 "elementwise 'fused': the report's own kernels (sec. 3.3), not eager PyTorch",
