@@ -115,7 +115,7 @@ _FSDP_PP = "FSDP2 under PP held gathered, gradients unsharded (torchtitan's rule
 KNOWN_UNFIT: dict[str, str] = {
     "deepseek-v3-2048xh800": "DualPipe priced as DualPipeV's in-flight count; FP8 activation caching absent",
     "nemo-gpt-oss-120b-64xh100-mbs4": "activations of mbs 4 under PP4 with only norms and the expert "
-    "activation recomputed: 58 GiB on rank 0, 21 GiB over",
+    "activation recomputed: 58 GiB on rank 0, 21 GiB over; Bridge v0.2.0's H100 recipe ran micro-batch 1",
     # FSDP2 under pipeline parallel holds each stage gathered with unsharded gradients (torchtitan's
     # reshard_after_forward = not pp_enabled, costs/memory.py fsdp_holds_stage_unsharded); AutoModel's
     # own FSDP2 + PP settings are not modelled
