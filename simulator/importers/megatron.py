@@ -92,9 +92,10 @@ def _megatron_parser() -> _Parser:
     p.add_argument("--position-embedding-type", default="learned_absolute")
     p.add_argument("--tokenizer-type")
     p.add_argument("--vocab-file")
-    # arguments.py `_add_regularization_args`: both default to 0.1
-    p.add_argument("--hidden-dropout", type=float, default=0.1)
-    p.add_argument("--attention-dropout", type=float, default=0.1)
+    # arguments.py `_add_regularization_args`: both default to 0.1, as framework megatron-lm resolves an
+    # unset key (simulator/model_dropout.py)
+    p.add_argument("--hidden-dropout", type=float)
+    p.add_argument("--attention-dropout", type=float)
     p.add_argument("--recompute-modules", nargs="*", choices=get_args(RecomputeModule))
     return p
 
@@ -193,9 +194,10 @@ def _megatron_model(ns: argparse.Namespace, notes: list[str]) -> dict[str, Any]:
     model["tie_word_embeddings"] = not ns.untie_embeddings_and_output_weights
     for key, flag in (("hidden_dropout", "--hidden-dropout"), ("attention_dropout", "--attention-dropout")):
         p = getattr(ns, key)
-        if not 0 <= p < 1:
+        if p is not None and not 0 <= p < 1:
             raise ConfigImportError(f"{flag}: {p:g} is not a dropout probability; pass a value in [0, 1)")
-        model[key] = p  # Megatron-LM's default 0.1 when the flag is absent (model_dropout.py)
+        if p is not None:
+            model[key] = p
     return model
 
 

@@ -189,12 +189,14 @@ def test_a_bad_module_name_exits_2(tmp_path: Path) -> None:
     assert "training.recompute_modules" in err
 
 
-ARGS = "--num-layers 4 --hidden-size 1024 --num-attention-heads 16 --vocab-size 32000 --seq-length 512 --bf16"
+ARGS = "--num-layers 4 --hidden-size 1024 --num-attention-heads 16 --vocab-size 32000 --seq-length 2048"
 
 
 def test_import_megatron_reads_dropout_and_recompute_modules() -> None:
     plain = from_megatron_args(ARGS)
-    assert plain["model"]["hidden_dropout"] == plain["model"]["attention_dropout"] == 0.1  # its defaults
+    assert "hidden_dropout" not in plain["model"] and "attention_dropout" not in plain["model"]
+    s = scenario(plain["model"], "megatron-lm")
+    assert dropout_probabilities(s.model, s.parallelism.framework) == (0.1, 0.1)  # Megatron-LM's defaults
     flags = " --hidden-dropout 0 --attention-dropout 0.0 --recompute-granularity selective"
     data = from_megatron_args(ARGS + flags + " --recompute-modules moe_act layernorm --micro-batch-size 1")
     assert data["model"]["hidden_dropout"] == data["model"]["attention_dropout"] == 0.0
