@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from plancast.simulator.costs.memory import layer_activation_bytes
+from plancast.simulator.costs.memory import layer_activation_bytes, peak_inflight_layers
 from plancast.simulator.costs.ops import Shape
 from plancast.simulator.importers.hf import hf_model
 from plancast.simulator.importers.megatron import from_megatron_args
@@ -16,6 +16,7 @@ from plancast.simulator.loader import ScenarioError, parse_scenario
 from plancast.simulator.model_dropout import dropout_probabilities
 from plancast.simulator.predict import simulate
 from plancast.simulator.scenario import Scenario
+from plancast.simulator.schedules import build_schedule
 from tests.cli_runner import cli_main
 
 
@@ -245,3 +246,17 @@ def test_autocast_over_fp32_weights_keeps_an_fp32_residual_stream(
     x = Shape.of(parse_scenario(data).scenario)
     assert x.residual_bytes == residual
     assert layer_activation_bytes(x, "full") == (residual or x.dtype_bytes) * x.s * x.b * x.h
+
+
+@pytest.mark.parametrize(
+    ("pp", "v", "m"), [(2, 2, 4), (4, 2, 4), (4, 2, 8), (4, 3, 12), (4, 4, 8), (8, 2, 16), (16, 8, 16)]
+)
+def test_interleaved_1f1b_keeps_megatron_cores_warm_up_plus_one_in_flight(pp: int, v: int, m: int) -> None:
+    """Megatron-Core's interleaved schedule runs (pp - rank - 1) * 2 + (v - 1) * N forwards before its first
+    backward, N = microbatch_group_size_per_vp_stage (default pp), all of them when that reaches m * v
+    (megatron/core/pipeline_parallel/schedules.py `forward_backward_pipelining_with_interleaving`); its
+    peak holds one more chunk. Llama 3 405B's paper rows (pp 16, v 8, 16 micro-batches) keep all 128."""
+    schedule = build_schedule("Interleaved1F1B", pp, m, v)
+    for rank in range(pp):
+        expected = min((pp - rank - 1) * 2 + (v - 1) * pp + 1, m * v)
+        assert peak_inflight_layers(schedule[rank], dict.fromkeys(range(v), 1)) == expected
