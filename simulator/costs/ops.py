@@ -83,7 +83,8 @@ class Shape:
     hidden_dropout: bool = True  # masks after the output projections (model.hidden_dropout > 0)
     attention_dropout: bool = True  # a mask over the attention probabilities (model.attention_dropout > 0)
     # bytes of a residual-stream element: fp32 under autocast over fp32 parameters without FSDP's bf16 cast
-    # (the embedding's fp32 output and every block's sum stay fp32: memory.residual_bytes); 0: dtype_bytes
+    # (the embedding's fp32 output and every block's sum stay fp32; costs/memory.py layer_activation_bytes);
+    # 0: dtype_bytes
     residual_bytes: int = 0
     # what recompute = "selective" re-runs under the "attention" policy (training.recompute_modules,
     # costs/recompute.py); Megatron-Core's default
@@ -316,11 +317,13 @@ def gemm_weight_elements(op: Op, x: Shape) -> float:
     return op.flops / (2.0 * x.b * x.s)
 
 
+ATTENTION_CORE_OPS = frozenset({"scores", "softmax", "attn_dropout", "attn_values", "attention"})
+"""The attention core: QK^T, softmax, dropout, attention-over-values, or the fused kernel."""
+
+
 def attention_core(ops: tuple[Op, ...]) -> tuple[Op, ...]:
     """Ops selective recompute re-runs (Korthikanti et al. 2022 sec. 4.2: QK^T, softmax, dropout, attn-V)."""
-    return tuple(
-        op for op in ops if op.name in {"scores", "softmax", "attn_dropout", "attn_values", "attention"}
-    )
+    return tuple(op for op in ops if op.name in ATTENTION_CORE_OPS)
 
 
 def embedding_forward(x: Shape) -> tuple[Op, ...]:

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 from plancast.simulator.costs.fp8 import gemm_input_bytes
 from plancast.simulator.costs.mla import MLA_PROJECTIONS, mla_projection_features
-from plancast.simulator.costs.ops import Op, Shape
+from plancast.simulator.costs.ops import ATTENTION_CORE_OPS, Op, Shape
 from plancast.simulator.scenario import Scenario
 
 if TYPE_CHECKING:
@@ -96,7 +96,7 @@ def op_sac_recompute(ops: tuple[Op, ...], x: Shape) -> tuple[Op, ...]:
 
 def selective_recompute(ops: tuple[Op, ...], x: Shape, policy: str) -> tuple[Op, ...]:
     """The ops of one block that recompute = "selective" re-runs under `policy`: the "attention" policy
-    re-runs the forward of x.recompute_modules (training.recompute_modules, `module_ops`)."""
+    re-runs the forward of x.recompute_modules (training.recompute_modules; an op's module: `_module_of`)."""
     if policy == "op":
         return op_sac_recompute(ops, x)
     return tuple(op for op in ops if _module_of(op.name, x, _is_moe_block(ops)) & x.recompute_modules)
@@ -117,7 +117,7 @@ def _is_moe_block(ops: tuple[Op, ...]) -> bool:
 def _module_of(name: str, x: Shape, moe: bool) -> frozenset[str]:
     """The recompute modules whose forward re-runs op `name` (its FP8 input cast goes with it)."""
     name = name.removesuffix("_fp8_cast")
-    if name in {"scores", "softmax", "attn_dropout", "attn_values", "attention"}:
+    if name in ATTENTION_CORE_OPS:
         return frozenset({"core_attn"})
     if (name == "norm1" and x.mla is not None) or (name == "norm2" and moe):
         return frozenset({"layernorm"})  # the norms Transformer Engine does not fuse (DENSE_MLP, MOE_LAYER)
