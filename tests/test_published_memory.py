@@ -22,7 +22,7 @@ KNOWN_MISSES = {
     "torchtitan-h100-t4-70b-2d": "70B FSDP 32 x TP 8, one micro-batch of 16 x 8K under full AC, "
     "torch.compile and Float8: 16 GiB unaccounted for, not yet traced",
     "torchtitan-h100-t5-405b-3d-1f1b": "Async TP's symmetric-memory buffers (the pipelining receive buffers "
-    "are counted: costs/memory.py pipelining_buffer_bytes)",
+    "and sequence parallel's gathered GEMM inputs are counted: costs/memory.py)",
     "torchtitan-h100-t6-405b-4d-cp8-256k": "as the 1F1B row, plus context parallel's gathered K/V at 256K",
 }
 # Published runs that trained yet are predicted "does not fit", each with the evidence of what is missing.

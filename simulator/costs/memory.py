@@ -114,8 +114,10 @@ def layer_activation_bytes(
         return r * sbh / sp + d * x.s * x.b * op_sac_saved_elements(layer_forward(x), x) + lse
     g = gemm_input_bytes(x)
     # two norm inputs (residual-stream elements: fp32 under autocast over fp32 weights, Shape.residual_bytes),
-    # QKV input, FC1 input, two 1-byte dropout masks (none without dropout, model_dropout.py)
-    replicated = (2 * r + 2 * g + (2 if x.hidden_dropout else 0)) * sbh / sp
+    # two 1-byte dropout masks (none without dropout, model_dropout.py); QKV input, FC1 input, the sequence
+    # parallel shard or, where the framework saves it, the gathered input (Shape.sp_saves_gathered)
+    replicated = (2 * r + (2 if x.hidden_dropout else 0)) * sbh / sp
+    replicated += 2 * g * sbh / (1 if x.sp_saves_gathered else sp)
     qkv = d * x.s * x.b * (x.q_dim + 2 * x.kv_dim) / t
     if x.qk_norm:  # the per-head norms keep their inputs, the projected Q and K
         qkv += d * x.s * x.b * (x.q_dim + x.kv_dim) / t

@@ -86,6 +86,11 @@ class Shape:
     # (the embedding's fp32 output and every block's sum stay fp32; costs/memory.py layer_activation_bytes);
     # 0: dtype_bytes
     residual_bytes: int = 0
+    # sequence parallel whose column-parallel GEMMs save their all-gathered input (torchtitan's DTensor plan
+    # gathers each block's input to Replicate before wq/wk/wv and w1/w3, and the matmuls save it:
+    # torchtitan/models/llama3/infra/parallelize.py apply_tp); Megatron-LM saves the shard and gathers
+    # again in backward (megatron/core/tensor_parallel/layers.py LinearWithGradAccumulationAndAsync...)
+    sp_saves_gathered: bool = False
     # what recompute = "selective" re-runs under the "attention" policy (training.recompute_modules,
     # costs/recompute.py); Megatron-Core's default
     recompute_modules: frozenset[str] = frozenset({"core_attn"})
@@ -145,6 +150,7 @@ class Shape:
             hidden_dropout=hidden_dropout > 0,
             attention_dropout=attention_dropout > 0,
             residual_bytes=4 if s.amp_master_params and s.parallelism.zero_stage < 2 else 0,
+            sp_saves_gathered=s.parallelism.framework == "torchtitan" and s.parallelism.sequence_parallel,
             recompute_modules=_recompute_modules(s),
         )
 

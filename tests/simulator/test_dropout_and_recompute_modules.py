@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -260,3 +261,24 @@ def test_interleaved_1f1b_keeps_megatron_cores_warm_up_plus_one_in_flight(pp: in
     for rank in range(pp):
         expected = min((pp - rank - 1) * 2 + (v - 1) * pp + 1, m * v)
         assert peak_inflight_layers(schedule[rank], dict.fromkeys(range(v), 1)) == expected
+
+
+def test_torchtitan_sequence_parallel_keeps_the_gathered_gemm_inputs_megatron_keeps_the_shard() -> None:
+    """torchtitan's DTensor plan gathers a block's input before the column-parallel GEMMs, which save the
+    gathered tensor; Megatron-LM saves the sequence-parallel shard and gathers it again in backward: the
+    QKV and FC1 inputs differ by (1 - 1/tp) of the whole sequence."""
+    def shape(framework: str) -> Shape:
+        data: dict[str, Any] = {
+            "model": {**LLAMA, "num_hidden_layers": 4},
+            "training": {"seq_len": 2048, "global_batch_size": 8},
+            "parallelism": {"tensor_parallel_degree": 2, "sequence_parallel": True, "framework": framework},
+            "cluster": {"preset": "dgx-h100-80gb", "num_nodes": 1},
+        }
+        return Shape.of(parse_scenario(data).scenario)
+
+    titan, megatron = shape("torchtitan"), shape("megatron-lm")
+    assert titan.sp_saves_gathered and not megatron.sp_saves_gathered
+    both = replace(megatron, residual_bytes=titan.residual_bytes, hidden_dropout=titan.hidden_dropout)
+    g, sbh = titan.dtype_bytes, titan.s * titan.b * titan.h
+    gap = layer_activation_bytes(titan, "none") - layer_activation_bytes(both, "none")
+    assert gap == pytest.approx(2 * g * sbh * (1 - 1 / titan.tp), rel=1e-12)
