@@ -143,7 +143,7 @@ def hf_model(config: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
     def get(key: str) -> object:
         return config.get(names.get(key, key))
 
-    model: dict[str, Any] = _hf_dropout(config, model_type)
+    model: dict[str, Any] = {}
     for key in ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size"):
         if get(key) is None:
             raise ConfigImportError(f"{names.get(key, key)}: required key is missing from the config")
@@ -193,7 +193,7 @@ def hf_model(config: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
         notes.append(
             "Qwen2's query/key/value biases are not counted (plancast gives biases to LayerNorm models only)"
         )
-    return model, notes
+    return {**model, **_hf_dropout(config, model_type)}, notes
 
 
 def _hf_dropout(config: Mapping[str, Any], model_type: str) -> dict[str, float]:
