@@ -42,8 +42,8 @@ def moe_and_long_context() -> tuple[PublishedRun, ...]:
     gpt_oss_notes = (
         "gpt-oss config.json as the gpt-oss-120b preset; its alternating 128-token sliding-window "
         "attention is priced as full attention",
-        "recompute none: the H100 recipe's recompute_modules ['layernorm', 'moe_act'] re-run only norms "
-        "and the expert activation (scripts/performance/configs/gpt_oss, GPT_OSS_120B_*H100*), not priced; "
+        "recompute 'selective' with the H100 recipe's recompute_modules ['layernorm', 'moe_act'] (norms and "
+        "the expert activation, scripts/performance/configs/gpt_oss, GPT_OSS_120B_*H100*); "
         "no virtual stages (VP n/a)",
         "forced balance (the page's footnote; set_gpt_oss_common_configs: moe_router_force_load_balancing "
         "= True): training.moe_routing_imbalance = 1.0",
@@ -52,7 +52,11 @@ def moe_and_long_context() -> tuple[PublishedRun, ...]:
         "(scripts/performance/configs/gpt_oss set_gpt_oss_common_configs: ddp.grad_reduce_in_fp32 = False): "
         "grad_accumulation_fp32 false",
     )
-    balanced = {"moe_routing_imbalance": 1.0, "grad_accumulation_fp32": False}
+    balanced = {
+        "moe_routing_imbalance": 1.0,
+        "grad_accumulation_fp32": False,
+        "recompute_modules": ["layernorm", "moe_act"],
+    }
     return (
         PublishedRun(
             "deepseek-v3-2048xh800",
@@ -64,8 +68,9 @@ def moe_and_long_context() -> tuple[PublishedRun, ...]:
                 1,
                 15360,
                 "bf16",
-                "none",
+                "selective",
                 flash_attention=True,
+                recompute_modules=["layernorm", "mla_up_proj", "moe_act"],
                 fp8=True,
                 fp8_recipe="blockwise",
                 elementwise="fused",
@@ -92,9 +97,10 @@ def moe_and_long_context() -> tuple[PublishedRun, ...]:
                 "cross-node kernels of sec. 3.2.2 (IB once per node, NVLink forwarding) as "
                 "moe_token_dispatcher 'deepep'; node-limited routing (at most 4 nodes, sec. 2.1.2) from the "
                 "preset's n_group / topk_group",
-                "micro-batch 1: not stated; recompute 'none': the report recomputes RMSNorm and the MLA "
-                "up-projections only (sec. 3.2.3), not the attention core that 'selective' re-runs; the "
-                "re-run norms and up-projections (about 3% of a block's FLOPs) are not priced",
+                "micro-batch 1: not stated; the report recomputes RMSNorm and the MLA up-projections (sec. "
+                "3.2.3) and the MoE SwiGLU's output from its cached input (sec. 3.3.3), not the attention "
+                "core: recompute 'selective' with recompute_modules ['layernorm', 'mla_up_proj', 'moe_act'], "
+                "Megatron-Core's names for that output-discarding recompute",
                 "the batch after its ramp (15360 sequences) for the whole run's rate",
                 "elementwise 'fused': the report's own kernels (sec. 3.3), not eager PyTorch",
             ),
@@ -105,7 +111,7 @@ def moe_and_long_context() -> tuple[PublishedRun, ...]:
             "megatron-bridge-2026",
             GPT_OSS,
             gpt_oss,
-            training_table(4096, 1, 1280, "bf16", "none", flash_attention=True, **balanced),
+            training_table(4096, 1, 1280, "bf16", "selective", flash_attention=True, **balanced),
             {**plan_table(1, 4, zero_stage=1, distributed_optimizer=True), "expert_parallel_degree": 8},
             cluster_table("dgx-h100-80gb", 64),
             "megatron-lm",
@@ -118,7 +124,7 @@ def moe_and_long_context() -> tuple[PublishedRun, ...]:
             "megatron-bridge-2025",
             GPT_OSS_2511,
             gpt_oss,
-            training_table(4096, 4, 512, "bf16", "none", flash_attention=True, **balanced),
+            training_table(4096, 4, 512, "bf16", "selective", flash_attention=True, **balanced),
             {**plan_table(1, 4, zero_stage=1, distributed_optimizer=True), "expert_parallel_degree": 8},
             cluster_table("dgx-h100-80gb", 64),
             "megatron-lm",

@@ -73,6 +73,7 @@ def _bridge(
     (`grad_reduce_in_fp32 = False`), FP8-CS as the FP8 rows read it (benchmarks/published_fp8.py)."""
     gpus, gbs, mbs, tp, pp, vp, ep, fp8 = run
     recompute = recipe.pop("recompute", "none")
+    modules = {k: recipe.pop(k) for k in ("recompute_modules",) if k in recipe}
     precision = {"fp8": True, "fp8_recipe": "tensorwise_current", "fp8_param": True} if fp8 else {}
     training = training_table(
         4096,
@@ -84,6 +85,7 @@ def _bridge(
         moe_routing_imbalance=1.0,
         grad_accumulation_fp32=False,
         **precision,
+        **modules,
     )
     plan = plan_table(
         tp,
@@ -163,9 +165,9 @@ def bridge_runs() -> tuple[PublishedRun, ...]:
         f"{RC3_RUN_SCRIPT} for H100: DeepEP (flex dispatcher), overlap_moe_expert_parallel_comm, forced "
         "balance, layout Et|(tt|)*30mL (embedding + 1 layer, 30 x 2 layers, MTP + loss alone), no tp-comm "
         "overlap config",
-        "recompute_modules ['mla_up_proj', 'mlp'] as recompute none: 'mlp' re-runs only the 3 dense "
-        "MLPs (Megatron-Core transformer_layer.py: not for MoE layers), 'mla_up_proj' the up-projections; "
-        "neither is the attention core that 'selective' re-runs; their ~3% of FLOPs not priced",
+        "recompute 'selective' with the recipe's recompute_modules ['mla_up_proj', 'mlp']: 'mlp' re-runs "
+        "only the 3 dense MLPs (Megatron-Core transformer_layer.py: not for MoE layers), 'mla_up_proj' the "
+        "up-projections; not the attention core",
     )
     overlap = {"moe_overlap_ep_comm": True}
     b25, b26 = "megatron-bridge-2025", "megatron-bridge-2026"
@@ -229,6 +231,8 @@ def bridge_runs() -> tuple[PublishedRun, ...]:
             (1024, 8192, 1, 2, 8, 4, 64, 1),
             1297,
             dsv3,
+            recompute="selective",
+            recompute_modules=["mla_up_proj", "mlp"],
             expert_tensor_parallel_degree=1,
             moe_token_dispatcher="deepep",
             pipeline_layer_split=[1, *[2] * 30, 0],

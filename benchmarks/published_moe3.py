@@ -25,21 +25,25 @@ _NOTES = (
     "pipeline split",
 )
 NORM_ACT = (
-    "recompute 'norm, act' (output-discarding recompute of the norms and the expert activation): "
-    "recompute none, their re-run elementwise kernels not priced"
+    "recompute 'norm, act' (output-discarding recompute of the norms and the expert activation): recompute "
+    "'selective' with recompute_modules ['layernorm', 'moe_act'] (Megatron-Core --recompute-modules)"
 )
 
 
 def _zoo(
     name: str, plan: dict[str, Any], mbs: int, recompute: str, step_s: float, *notes: str
 ) -> PublishedRun:
-    """One row of the table: `plan` as plan_table's keywords plus the dispatcher and overlap."""
+    """One row of the table: `plan` as plan_table's keywords plus the dispatcher and overlap; recompute
+    "norm, act": the NORM_ACT modules."""
+    modules = {"recompute_modules": ["layernorm", "moe_act"]} if recompute == "norm, act" else {}
     return PublishedRun(
         name,
         "megatron-moe-modelzoo",
         MODELZOO,
         {"preset": "qwen3-235b-a22b"},
-        training_table(4096, mbs, 2048, "bf16", recompute, flash_attention=True),
+        training_table(
+            4096, mbs, 2048, "bf16", "selective" if modules else recompute, flash_attention=True, **modules
+        ),
         {"expert_tensor_parallel_degree": 1, "zero_stage": 1, "distributed_optimizer": True, **plan},
         cluster_table("dgx-h100-80gb", 256),
         "megatron-lm",
@@ -54,13 +58,19 @@ def modelzoo_runs() -> tuple[PublishedRun, ...]:
     deepep = {"moe_token_dispatcher": "deepep"}
     return (
         _zoo(
-            "modelzoo-qwen3-235b-tp2-pp8-ep32", {**cross_node, **deepep}, 1, "none", 19.7, "DeepEP", NORM_ACT
+            "modelzoo-qwen3-235b-tp2-pp8-ep32",
+            {**cross_node, **deepep},
+            1,
+            "norm, act",
+            19.7,
+            "DeepEP",
+            NORM_ACT,
         ),
         _zoo(
             "modelzoo-qwen3-235b-tp2-pp8-ep32-a2a-overlap",
             {**cross_node, **deepep, "moe_overlap_ep_comm": True},
             1,
-            "none",
+            "norm, act",
             17.6,
             "DeepEP; '+1f1b overlap': --overlap-moe-expert-parallel-comm as moe_overlap_ep_comm",
             NORM_ACT,
@@ -80,7 +90,7 @@ def modelzoo_runs() -> tuple[PublishedRun, ...]:
                 "pipeline_layer_split": [0, *[1] * 94, 0],
             },
             1,
-            "none",
+            "norm, act",
             24.2,
             "A2A: the alltoall dispatcher; 96 virtual stages of one unit each: the embedding alone, 94 "
             "layers, the loss alone",

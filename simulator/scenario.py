@@ -21,6 +21,7 @@ from plancast.simulator.costs.fp8 import FP8Recipe
 from plancast.simulator.fields import Dtype, Recompute, Strict
 from plancast.simulator.layer_split import even_layer_split
 from plancast.simulator.mesh import RankGrid
+from plancast.simulator.model_dropout import ModelDropout
 from plancast.simulator.model_shapes import ModelShapes
 from plancast.simulator.presets import merge_preset
 from plancast.simulator.scenario_memory import MemoryParallelismKeys, MemoryTrainingKeys
@@ -34,9 +35,9 @@ DEPRECATED_KEYS: dict[tuple[str, str], str] = {
 
 
 # --------------------------------------------------------------------------------------------- model
-class Model(ModelShapes):
+class Model(ModelShapes, ModelDropout):
     """A GPT/Llama-style decoder-only transformer (head_dim, MLA, MTP and routing-group keys:
-    simulator/model_shapes.py)."""
+    simulator/model_shapes.py; dropout: simulator/model_dropout.py)."""
 
     preset: str | None = None
     """Catalog name (`plancast catalog`); explicit keys override it."""

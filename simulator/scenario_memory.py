@@ -10,9 +10,23 @@ from pydantic import Field
 
 from plancast.simulator.fields import Strict
 
+RecomputeModule = Literal["core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts"]
+"""Megatron-Core's recompute modules (megatron/core/transformer/transformer_config.py `recompute_modules`)."""
+
 
 class MemoryTrainingKeys(Strict):
     """Training keys that trade time for memory."""
+
+    recompute_modules: list[RecomputeModule] | None = None
+    """With recompute = "selective" (and selective_recompute "attention"): the submodules Megatron-Core
+    recomputes (`--recompute-modules`, TransformerConfig.recompute_modules in megatron/core/transformer/
+    transformer_config.py; unset: its default ["core_attn"]). "core_attn" the attention core; "layernorm"
+    the norms that are modules of their own (under Transformer Engine the MLA input norm and an MoE block's
+    pre-MLP norm; the others are fused into the next GEMM, gpt_layer_specs.py); "mla_up_proj" MLA's
+    up-projections and RoPE; "moe_act" the routed experts' activation; "mlp" a dense block's MLP; "moe"
+    the whole MoE layer (its token all-to-alls too); "shared_experts" the shared experts. Each keeps what
+    its recompute discards out of the saved activations and re-runs its forward in backward (costs/
+    recompute.py); "moe_act", "layernorm" and "mla_up_proj" discard only their outputs."""
 
     recompute_num_layers: int | None = Field(default=None, gt=0)
     """With recompute = "full": Megatron-LM's `--recompute-num-layers` under `recompute_method`. Unset: every

@@ -11,7 +11,8 @@ from plancast.simulator.schedules import PlanProblem
 
 
 def memory_problems(s: Scenario) -> list[PlanProblem]:
-    """Partial recompute without full recompute, offloaded block counts without offload, FP8 weights without
+    """Partial recompute without full recompute, recompute modules outside selective recompute or absent
+    from the model, offloaded block counts without offload, FP8 weights without
     FP8 GEMMs or under a recipe that keeps none, HSDP without FSDP or with a replica count that does not
     divide the data-parallel ranks."""
     t, par, out = s.training, s.parallelism, list[PlanProblem]()
@@ -32,6 +33,7 @@ def memory_problems(s: Scenario) -> list[PlanProblem]:
                 "caches FP8 weights (tensorwise_delayed, tensorwise_current, blockwise, mxfp8, nvfp4)",
             )
         )
+    out += _recompute_module_problems(s)
     replicas = par.data_parallel_replicate_degree
     if replicas > 1 and (s.dp % replicas or par.zero_stage < 2 or s.dp // replicas < 2):
         out.append(
@@ -43,3 +45,31 @@ def memory_problems(s: Scenario) -> list[PlanProblem]:
             )
         )
     return out
+
+
+def _recompute_module_problems(s: Scenario) -> list[PlanProblem]:
+    """training.recompute_modules outside Megatron-Core's selective recompute, or naming a submodule the
+    model does not have (megatron/core/transformer/transformer_config.py `recompute_modules`)."""
+    t, m = s.training, s.model
+    if t.recompute_modules is None:
+        return []
+    key = "training.recompute_modules"
+    if t.recompute != "selective" or t.selective_recompute != "attention":
+        fix = 'set recompute = "selective" with selective_recompute = "attention" (Megatron-LM ' \
+            "--recompute-granularity selective), or remove the key"
+        return [PlanProblem(key, f"lists Megatron-Core's selectively recomputed submodules: {fix}")]
+    present = {"core_attn", "layernorm", "mlp"}
+    present |= {"mla_up_proj"} if m.is_mla else set()
+    present |= {"moe", "moe_act"} if m.is_moe else set()
+    present |= {"shared_experts"} if m.is_moe and m.n_shared_experts else set()
+    missing = [name for name in t.recompute_modules if name not in present]
+    if missing or len(set(t.recompute_modules)) < len(t.recompute_modules):
+        return [
+            PlanProblem(
+                key,
+                f"{t.recompute_modules}: {missing or 'a repeated name'} is not a submodule of this model "
+                "once (mla_up_proj needs MLA, moe and moe_act experts, shared_experts shared experts): list "
+                f"each of {sorted(present)} at most once",
+            )
+        ]
+    return []

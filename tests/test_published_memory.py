@@ -22,7 +22,7 @@ KNOWN_MISSES = {
     "torchtitan-h100-t4-70b-2d": "70B FSDP 32 x TP 8, one micro-batch of 16 x 8K under full AC, "
     "torch.compile and Float8: 16 GiB unaccounted for, not yet traced",
     "torchtitan-h100-t5-405b-3d-1f1b": "Async TP's symmetric-memory buffers (the pipelining receive buffers "
-    "are counted: costs/memory.py pipelining_buffer_bytes)",
+    "and sequence parallel's gathered GEMM inputs are counted: costs/memory.py)",
     "torchtitan-h100-t6-405b-4d-cp8-256k": "as the 1F1B row, plus context parallel's gathered K/V at 256K",
 }
 # Published runs that trained yet are predicted "does not fit", each with the evidence of what is missing.
@@ -30,17 +30,24 @@ _LLAMA3 = (
     "the paper's schedule groups N micro-batches per virtual stage (sec. 3.3.2, Figure 6) and states no N "
     "for the run; as Megatron-Core's interleaved 1F1B with N = pp (16) its warm-up, 2(pp-1) + (V-1)N = 142 "
     "forwards, covers all 8 x 16 of a step: every layer's activations of every micro-batch in flight. The "
-    "row's framework 'other' also takes torchtitan's fp32 master parameters, which the paper does not state"
+    "row's framework 'other' also takes torchtitan's autocast (fp32 master parameters, an fp32 residual "
+    "stream), which the paper does not state"
 )
 NOT_FITTING_YET = {
     "llama3-405b-8192": _LLAMA3,
     "llama3-405b-16384": _LLAMA3,
     "llama3-405b-16384-cp16-131072": _LLAMA3,
-    "deepseek-v3-2048xh800": "DualPipe (two copies of the parameters, its own in-flight count) priced as "
-    "1F1B, and the report's FP8 activation caching of SwiGLU and MoE inputs (sec. 3.3.3) beyond the GEMM "
-    "inputs counted (tests/test_published_moe.py)",
-    "nemo-gpt-oss-120b-64xh100-mbs4": "MoE block activations at micro-batch 4 under PP 4 with no recompute "
-    "(tests/test_published_moe.py): the recipe's recompute and offload are not stated by the row",
+    "deepseek-v3-2048xh800": "86.8 GiB allocated against 73.5 usable with the report's recompute (RMSNorm, "
+    "MLA up-projections, the SwiGLU output: recompute_modules layernorm, mla_up_proj, moe_act): DualPipe "
+    "(two copies of the parameters, its own in-flight count) priced as DualPipeV; the report's FP8 caching "
+    "of the SwiGLU and attention-output inputs and BF16 Adam moments (sec. 3.3.3) have no key; the row's "
+    "framework 'other' takes torchtitan's autocast (fp32 master weights and residual stream), which the "
+    "report does not use (tests/test_published_moe.py)",
+    "nemo-gpt-oss-120b-64xh100-mbs4": "94.9 GiB against 73.5: MoE block activations at micro-batch 4 under "
+    "PP 4 (58 GiB on rank 0) with the H100 recipe's layernorm and moe_act recompute. The table's MBS 4 "
+    "disagrees with the recipe of that release: Megatron-Bridge v0.2.0 scripts/performance/configs/gpt_oss/"
+    "workload_base_configs.py runs H100 at BASE_GPT_OSS_120B_CONFIG's micro_batch_size 1 (only the "
+    "GB300/GB200/B200 presets set 4); the row keeps the table's figure (tests/test_published_moe.py)",
 }
 
 

@@ -110,19 +110,12 @@ def test_predicted_order_matches_the_measured_order(key: str) -> None:
 
 # Rows that trained but are predicted not to fit, each with the memory term that is off (branch mem and
 # branch mla rework these); strict: the test fails once the model gets one right.
-_ROUTED = "activations of the routed experts (top-k slots, every layer of the stage), recompute unstated"
 _FSDP_EXPERTS = "16 bytes/parameter for experts unsharded past ep (edp 1); the run's state dtypes unstated"
-_NORM_ACT = "activations: the 'norm, act' output-discarding recompute priced as none"
 _FSDP_PP = "FSDP2 under PP held gathered, gradients unsharded (torchtitan's rule); AutoModel's not modelled"
 KNOWN_UNFIT: dict[str, str] = {
-    "deepseek-v3-2048xh800": "activations: norm + MLA up-proj recompute priced as none; FP8 caching absent",
-    "nemo-gpt-oss-120b-64xh100-mbs4": "activations of mbs 4 under PP4 with no recompute; ZeRO-0",
-    "bridge-qwen3-30b-a3b-16xh100-2511": _ROUTED,
-    # the Megatron-MoE-ModelZoo rows recompute norms and the expert activation (output-discarding),
-    # priced as recompute none: their activations are counted whole
-    "modelzoo-qwen3-235b-tp2-pp8-ep32": _NORM_ACT,
-    "modelzoo-qwen3-235b-tp2-pp8-ep32-a2a-overlap": _NORM_ACT,
-    "modelzoo-qwen3-235b-tp2-pp32-ep8-alltoall": _NORM_ACT,
+    "deepseek-v3-2048xh800": "DualPipe priced as DualPipeV's in-flight count; FP8 activation caching absent",
+    "nemo-gpt-oss-120b-64xh100-mbs4": "activations of mbs 4 under PP4 with only norms and the expert "
+    "activation recomputed: 58 GiB on rank 0, 21 GiB over; Bridge v0.2.0's H100 recipe ran micro-batch 1",
     # FSDP2 under pipeline parallel holds each stage gathered with unsharded gradients (torchtitan's
     # reshard_after_forward = not pp_enabled, costs/memory.py fsdp_holds_stage_unsharded); AutoModel's
     # own FSDP2 + PP settings are not modelled

@@ -23,7 +23,9 @@ def _gpt(
 def _llama(
     hidden: int, layers: int, heads: int, kv_heads: int, ffn: int, vocab: int, positions: int
 ) -> dict[str, object]:
-    """A Llama-style decoder: SwiGLU MLP, RMSNorm, rotary positions, untied embeddings."""
+    """A Llama-style decoder: SwiGLU MLP, RMSNorm, rotary positions, untied embeddings, no dropout (their
+    config.json files: attention_dropout 0.0 and no hidden dropout module; Megatron-Bridge's
+    LlamaModelProvider sets both to 0.0)."""
     return {
         "hidden_size": hidden,
         "num_hidden_layers": layers,
@@ -36,6 +38,8 @@ def _llama(
         "position_embedding": "rope",
         "max_position_embeddings": positions,
         "tie_word_embeddings": False,
+        "hidden_dropout": 0.0,
+        "attention_dropout": 0.0,
     }
 
 

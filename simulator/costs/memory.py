@@ -24,7 +24,7 @@ from plancast.simulator.costs.mla import mla_saved_elements
 from plancast.simulator.costs.moe import moe_activation_bytes
 from plancast.simulator.costs.ops import DTYPE_BYTES, Shape, gemm_weight_elements, layer_forward
 from plancast.simulator.costs.params import layer_params, moe_layer_count, rank_parameters
-from plancast.simulator.costs.recompute import op_sac_saved_elements
+from plancast.simulator.costs.recompute import discarded_block_bytes, op_sac_saved_elements
 from plancast.simulator.scenario import Scenario
 from plancast.simulator.schedules import Action, Schedule, build_schedule, owned_stages
 
@@ -102,18 +102,22 @@ def layer_activation_bytes(
     the MLP's share (an MoE block, costs/moe.py). Under context parallel x.s is the rank's s / cp
     tokens, so everything but the K/V-length scores is /cp. Selective recompute under `policy` "op"
     (torchtitan's per-op checkpointing) keeps the block's input and the outputs costs/recompute.py
-    lists, and fp32 logsumexp rows when attention is fused."""
-    d, t = x.dtype_bytes, x.tp
+    lists, and fp32 logsumexp rows when attention is fused. Selective recompute under "attention" keeps what
+    x.recompute_modules do not discard (Megatron-Core `recompute_modules`, costs/recompute.py)."""
+    d, t, r = x.dtype_bytes, x.tp, x.residual_bytes or x.dtype_bytes
     sbh = x.s * x.b * x.h
     sp = t if x.sp else 1  # sequence parallel shards the otherwise replicated tensors
     if recompute == "full":
-        return d * sbh / sp  # the block's input only
+        return r * sbh / sp  # the block's input only
     if recompute == "selective" and policy == "op" and mlp_bytes is None:
         lse = 4.0 * x.b * x.heads / t * x.s if x.flash else 0.0
-        return d * sbh / sp + d * x.s * x.b * op_sac_saved_elements(layer_forward(x), x) + lse
+        return r * sbh / sp + d * x.s * x.b * op_sac_saved_elements(layer_forward(x), x) + lse
     g = gemm_input_bytes(x)
-    # two norm inputs, QKV input, FC1 input, two 1-byte dropout masks
-    replicated = (2 * d + 2 * g + 2) * sbh / sp
+    # two norm inputs (residual-stream elements: fp32 under autocast over fp32 weights, Shape.residual_bytes),
+    # two 1-byte dropout masks (none without dropout, model_dropout.py); QKV input, FC1 input, the sequence
+    # parallel shard or, where the framework saves it, the gathered input (Shape.sp_saves_gathered)
+    replicated = (2 * r + (2 if x.hidden_dropout else 0)) * sbh / sp
+    replicated += 2 * g * sbh / (1 if x.sp_saves_gathered else sp)
     qkv = d * x.s * x.b * (x.q_dim + 2 * x.kv_dim) / t
     if x.qk_norm:  # the per-head norms keep their inputs, the projected Q and K
         qkv += d * x.s * x.b * (x.q_dim + x.kv_dim) / t
@@ -126,10 +130,15 @@ def layer_activation_bytes(
         qkv, out_proj = d * x.s * x.b * projections, d * x.s * x.b * output
     # FC1's output (the activation's input: two halves under SwiGLU), FC2's input
     mlp = ((2 if x.swiglu else 1) * d + g) * x.s * x.b * x.ffn / t if mlp_bytes is None else mlp_bytes
+    modules = x.recompute_modules if recompute == "selective" else frozenset()
     scores = 0.0
-    if recompute == "none" and not x.flash:  # softmax out, dropout mask, dropout out
-        scores = (2 * d + 1) * x.b * x.heads * x.s * (x.kv_s or x.s) / t
-    return replicated + qkv + out_proj + mlp + scores
+    if not x.flash and (recompute == "none" or (recompute == "selective" and "core_attn" not in modules)):
+        # softmax out (and under dropout its mask and output)
+        scores = (d + (d + 1 if x.attention_dropout else 0)) * x.b * x.heads * x.s * (x.kv_s or x.s) / t
+    if "mlp" in modules and mlp_bytes is None:  # Megatron-Core's "mlp" recompute (costs/recompute.py)
+        mlp = 0.0
+    discarded = discarded_block_bytes(x, moe=mlp_bytes is not None) if modules else 0.0
+    return replicated + qkv + out_proj + mlp + scores - discarded
 
 
 def gemm_input_bytes(x: Shape) -> float:

@@ -31,6 +31,7 @@ from plancast.simulator.costs.ops import (
     linear,
     swiglu,
 )
+from plancast.simulator.costs.recompute import moe_kept_bytes
 from plancast.simulator.scenario import Model, Scenario
 from plancast.simulator.scenario_moe import DROPLESS_IMBALANCE, Dispatcher
 
@@ -209,7 +210,8 @@ def moe_activation_bytes(
     """Bytes an MoE block keeps for backward per micro-batch, replacing the dense MLP's
     (3 or 2) * d * s * b * ffn / t of Korthikanti et al. 2022 sec. 4.1: router logits (fp32), the
     dispatched token slots (expert inputs), the experts' intermediate activations, the shared experts'.
-    `etp` set (folded expert grid): the rank routes 1/(tp/etp) of the tokens, experts split over etp."""
+    `etp` set (folded expert grid): the rank routes 1/(tp/etp) of the tokens, experts split over etp.
+    Less what x.recompute_modules discard (costs/recompute.py moe_kept_bytes)."""
     tokens, d = x.b * x.s, x.dtype_bytes
     g = gemm_input_bytes(x.fp8, x.fp8_recipe, d)  # FC1's and FC2's inputs: narrow under FP8 (costs/fp8.py)
     routed_tokens = tokens // (x.tp // etp) if etp else tokens
@@ -219,4 +221,5 @@ def moe_activation_bytes(
     router = 4 * tokens * m.num_experts
     routed = slots * (g * x.h + per_slot)
     shared = tokens * shared_per_token * m.n_shared_experts
-    return router + routed + shared
+    activation_out = slots * g * m.expert_ffn_size / (etp or x.tp)  # FC2's input, which "moe_act" rebuilds
+    return moe_kept_bytes(x.recompute_modules, router + routed, activation_out, shared)

@@ -16,6 +16,7 @@ from plancast.simulator.costs import eager
 from plancast.simulator.costs.attention import CAUSAL_FRACTION, fused_attention_rate
 from plancast.simulator.costs.fp8 import Recipe, recipe
 from plancast.simulator.costs.moe_gemm import grouped_gemm_rate
+from plancast.simulator.model_dropout import dropout_probabilities
 from plancast.simulator.scenario import Model, Scenario
 
 Category = Literal["matmul", "attention", "memory"]
@@ -82,6 +83,20 @@ class Shape:
     relu2: bool = False  # squared-ReLU MLP (two matrices, as GELU)
     qk_norm: bool = False  # RMSNorm over every query and key head (model.qk_layernorm)
     grouped_gemm_rate: float = 1.0  # the routed experts' grouped GEMMs over a large GEMM (costs/moe_gemm.py)
+    hidden_dropout: bool = True  # masks after the output projections (model.hidden_dropout > 0)
+    attention_dropout: bool = True  # a mask over the attention probabilities (model.attention_dropout > 0)
+    # bytes of a residual-stream element: fp32 under autocast over fp32 parameters without FSDP's bf16 cast
+    # (the embedding's fp32 output and every block's sum stay fp32; costs/memory.py layer_activation_bytes);
+    # 0: dtype_bytes
+    residual_bytes: int = 0
+    # sequence parallel whose column-parallel GEMMs save their all-gathered input (torchtitan's DTensor plan
+    # gathers each block's input to Replicate before wq/wk/wv and w1/w3, and the matmuls save it:
+    # torchtitan/models/llama3/infra/parallelize.py apply_tp); Megatron-LM saves the shard and gathers
+    # again in backward (megatron/core/tensor_parallel/layers.py LinearWithGradAccumulationAndAsync...)
+    sp_saves_gathered: bool = False
+    # what recompute = "selective" re-runs under the "attention" policy (training.recompute_modules,
+    # costs/recompute.py); Megatron-Core's default
+    recompute_modules: frozenset[str] = frozenset({"core_attn"})
 
     @property
     def qk_dim(self) -> int:
@@ -106,6 +121,7 @@ class Shape:
     @classmethod
     def of(cls, s: Scenario) -> Shape:
         m, t = s.model, s.training
+        hidden_dropout, attention_dropout = dropout_probabilities(m, s.parallelism.framework)
         return cls(
             b=t.micro_batch_size,
             s=t.seq_len // s.cp,
@@ -135,7 +151,22 @@ class Shape:
             relu2=m.activation == "relu2",
             qk_norm=m.qk_layernorm,
             grouped_gemm_rate=grouped_gemm_rate(s),
+            hidden_dropout=hidden_dropout > 0,
+            attention_dropout=attention_dropout > 0,
+            residual_bytes=4 if s.amp_master_params and s.parallelism.zero_stage < 2 else 0,
+            sp_saves_gathered=s.parallelism.framework == "torchtitan" and s.parallelism.sequence_parallel,
+            recompute_modules=_recompute_modules(s),
         )
+
+
+def _recompute_modules(s: Scenario) -> frozenset[str]:
+    """training.recompute_modules where they apply (selective recompute under the "attention" policy; an
+    empty list recomputes nothing), else Megatron-Core's default ["core_attn"]."""
+    t = s.training
+    megatron_selective = t.recompute == "selective" and t.selective_recompute == "attention"
+    if megatron_selective and t.recompute_modules is not None:
+        return frozenset(t.recompute_modules)
+    return frozenset({"core_attn"})
 
 
 def _gemm(name: str, m: float, k: float, n: float, d: int, narrow: Recipe | None = None) -> Op:
@@ -254,7 +285,7 @@ def attention_core_forward(x: Shape, k_dim: float, v_dim: float) -> list[Op]:
         ops += [
             Op("scores", "attention", score_flops, d * (tokens * (x.q_dim + k_dim) / t + probs)),
             _elementwise("softmax", probs, d),
-            _elementwise("attn_dropout", probs, d, extra_bytes=probs),  # 1-byte mask
+            *([_elementwise("attn_dropout", probs, d, extra_bytes=probs)] if x.attention_dropout else []),
             Op("attn_values", "attention", value_flops, d * (probs + tokens * (v_dim + x.o_dim) / t)),
         ]
     if x.eager:
@@ -278,14 +309,15 @@ def layer_forward(x: Shape) -> tuple[Op, ...]:
     tokens = x.b * x.s
     local_tokens = tokens / x.tp if x.sp else tokens  # elementwise ops on [s, b, h] are sharded by SP
     d, t = x.dtype_bytes, x.tp
+    residual = local_tokens * x.h * (d + (1 if x.hidden_dropout else 0))  # the residual read, the 1-byte mask
     ops = [norm("norm1", local_tokens * x.h, x), *attention_forward(x)]
     ops += [
         *linear("out_proj", tokens, x.o_dim / t, x.h, x),
-        _elementwise("dropout_residual1", local_tokens * x.h, d, extra_bytes=local_tokens * x.h * (d + 1)),
+        _elementwise("dropout_residual1", local_tokens * x.h, d, extra_bytes=residual),
         norm("norm2", local_tokens * x.h, x),
         *mlp_forward(x),
         *linear("fc2", tokens, x.ffn / t, x.h, x),
-        _elementwise("dropout_residual2", local_tokens * x.h, d, extra_bytes=local_tokens * x.h * (d + 1)),
+        _elementwise("dropout_residual2", local_tokens * x.h, d, extra_bytes=residual),
     ]
     return tuple(ops)
 
@@ -295,11 +327,13 @@ def gemm_weight_elements(op: Op, x: Shape) -> float:
     return op.flops / (2.0 * x.b * x.s)
 
 
+ATTENTION_CORE_OPS = frozenset({"scores", "softmax", "attn_dropout", "attn_values", "attention"})
+"""The attention core: QK^T, softmax, dropout, attention-over-values, or the fused kernel."""
+
+
 def attention_core(ops: tuple[Op, ...]) -> tuple[Op, ...]:
     """Ops selective recompute re-runs (Korthikanti et al. 2022 sec. 4.2: QK^T, softmax, dropout, attn-V)."""
-    return tuple(
-        op for op in ops if op.name in {"scores", "softmax", "attn_dropout", "attn_values", "attention"}
-    )
+    return tuple(op for op in ops if op.name in ATTENTION_CORE_OPS)
 
 
 def embedding_forward(x: Shape) -> tuple[Op, ...]:

@@ -31,7 +31,7 @@ from plancast.simulator.costs.ops import (
     layer_forward,
 )
 from plancast.simulator.costs.params import expert_params, head_params, layer_params, stage_parameters
-from plancast.simulator.costs.recompute import recomputed_layers, selective_recompute
+from plancast.simulator.costs.recompute import moe_rerun_s, recomputed_layers, selective_recompute
 from plancast.simulator.costs.tp_comm import scenario_tp_collectives
 from plancast.simulator.scenario import Scenario
 
@@ -228,9 +228,9 @@ def _segment(
     fwd, bwd_in, bwd_w = _phase_seconds(ops, s)
     exposed = activation_offload_s(s, offload_bytes, fwd)
     fwd, bwd_in = fwd + exposed + host_s[0], bwd_in + exposed + host_s[1]
-    if part == "layer" and s.training.recompute == "selective":
-        recomputed = selective_recompute(ops, Shape.of(s), s.training.selective_recompute)
-        bwd_in += _phase_seconds(recomputed, s)[0]
+    if part == "layer" and s.training.recompute == "selective":  # a checkpointed "moe" all-to-alls again
+        recomputed = selective_recompute(ops, x := Shape.of(s), s.training.selective_recompute)
+        bwd_in += _phase_seconds(recomputed, s)[0] + moe_rerun_s(x, ep_cp[0])
     gpu, compute, dtype = s.cluster.gpu, s.cluster.compute, s.training.dtype
     forward_passes, weight_passes = param_pass_ops(s, cast_params, weights)
     fwd += ops_seconds(forward_passes, gpu, compute, dtype)

@@ -52,11 +52,14 @@ _GPT2_KEYS = {
     "max_position_embeddings": "n_positions",
     "intermediate_size": "n_inner",
 }
+# (hidden, attention) dropout keys: GPT-2's names, and everyone else's (GPT-NeoX, Falcon: hidden_dropout;
+# Llama, Mistral, Qwen, Mixtral, DeepSeek: attention_dropout only, no residual dropout module).
+_DROPOUT_KEYS = ("resid_pdrop", "attn_pdrop", "hidden_dropout", "attention_dropout")
 # Keys that change the model in ways plancast does not represent (noted, not refused).
 _HF_NOT_MODELLED = ("sliding_window", "attention_bias", "mlp_bias")
 # Keys read above or in importers/hf_moe.py, and keys that change neither a shape nor the work of a step
 # as plancast models it (token ids, initialisation, dtype of the checkpoint, cache and output flags,
-# dropout probabilities: the model always counts the dropout ops, loss weights, RoPE bases, norm eps).
+# the embedding's and classifier's dropout, loss weights, RoPE bases, norm eps).
 _HF_READ = frozenset(
     {
         "architectures", "model_type", "hidden_size", "num_hidden_layers", "num_attention_heads",
@@ -68,14 +71,14 @@ _HF_READ = frozenset(
         "shared_expert_intermediate_size", "decoder_sparse_step", "mlp_only_layers", "n_shared_experts",
         "first_k_dense_replace", "moe_layer_freq", "kv_lora_rank", "q_lora_rank", "qk_nope_head_dim",
         "qk_rope_head_dim", "v_head_dim", "num_nextn_predict_layers", "head_dim", "n_group", "topk_group",
-        "experts_per_token", "layer_types", "partial_rotary_factor",
+        "experts_per_token", "layer_types", "partial_rotary_factor", *_DROPOUT_KEYS,
     }
 )
 _HF_NO_EFFECT = frozenset(
     {
         "torch_dtype", "dtype", "transformers_version", "_name_or_path", "bos_token_id", "eos_token_id",
         "pad_token_id", "initializer_range", "layer_norm_eps", "layer_norm_epsilon", "use_cache",
-        "pretraining_tp", "attention_dropout", "hidden_dropout", "resid_pdrop", "embd_pdrop", "attn_pdrop",
+        "pretraining_tp", "embd_pdrop",
         "summary_activation", "summary_first_dropout", "summary_proj_to_labels", "summary_type",
         "summary_use_proj", "task_specific_params", "n_ctx", "output_router_logits", "router_jitter_noise",
         "max_window_layers", "scale_attn_weights", "reorder_and_upcast_attn",
@@ -190,7 +193,23 @@ def hf_model(config: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
         notes.append(
             "Qwen2's query/key/value biases are not counted (plancast gives biases to LayerNorm models only)"
         )
-    return model, notes
+    return {**model, **_hf_dropout(config, model_type)}, notes
+
+
+def _hf_dropout(config: Mapping[str, Any], model_type: str) -> dict[str, float]:
+    """model.hidden_dropout and attention_dropout as the config sets them, else as transformers' config
+    class defaults them: GPT2Config resid_pdrop and attn_pdrop 0.1; 0.0 for the others (LlamaConfig
+    attention_dropout 0.0, GPTNeoXConfig hidden_dropout 0.0), whose decoder layers without the key have
+    no residual dropout at all."""
+    gpt2 = model_type == "gpt2"
+    out = {}
+    names = _DROPOUT_KEYS[:2] if gpt2 else _DROPOUT_KEYS[2:]
+    for key, name in zip(("hidden_dropout", "attention_dropout"), names, strict=True):
+        p = config.get(name, 0.1 if gpt2 else 0.0)
+        if isinstance(p, bool) or not isinstance(p, int | float) or not 0 <= p < 1:
+            raise ConfigImportError(f"{name}: {p!r} is not a dropout probability; give a number in [0, 1)")
+        out[key] = float(p)
+    return out
 
 
 def _architecture_notes(config: Mapping[str, Any], model_type: str) -> list[str]:

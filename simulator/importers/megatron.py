@@ -6,10 +6,11 @@ import argparse
 import math
 import shlex
 from collections.abc import Sequence
-from typing import Any, NoReturn
+from typing import Any, NoReturn, get_args
 
 from plancast.simulator.importers._common import ConfigImportError
 from plancast.simulator.importers._common import positive_int as _positive_int
+from plancast.simulator.scenario_memory import RecomputeModule
 
 
 class _Parser(argparse.ArgumentParser):
@@ -67,7 +68,10 @@ _VALUE_FLAGS = (
     "--position-embedding-type",
     "--tokenizer-type",
     "--vocab-file",
+    "--hidden-dropout",
+    "--attention-dropout",
 )
+_LIST_FLAGS = ("--recompute-modules",)  # nargs="*": the values up to the next flag
 
 
 def _megatron_parser() -> _Parser:
@@ -89,6 +93,11 @@ def _megatron_parser() -> _Parser:
     p.add_argument("--position-embedding-type", default="learned_absolute")
     p.add_argument("--tokenizer-type")
     p.add_argument("--vocab-file")
+    # arguments.py `_add_regularization_args`: both default to 0.1, as framework megatron-lm resolves an
+    # unset key (simulator/model_dropout.py)
+    p.add_argument("--hidden-dropout", type=float)
+    p.add_argument("--attention-dropout", type=float)
+    p.add_argument("--recompute-modules", nargs="*", choices=get_args(RecomputeModule))
     return p
 
 
@@ -102,11 +111,16 @@ def _known_tokens(tokens: list[str]) -> tuple[list[str], list[str]]:
     i = 0
     while i < len(tokens):
         name = tokens[i].split("=", 1)[0]
+        if name in _LIST_FLAGS and "=" not in tokens[i]:
+            end = next((j for j in range(i + 1, len(tokens)) if tokens[j].startswith("-")), len(tokens))
+            last[name] = tokens[i:end]
+            i = end
+            continue
         if name in _VALUE_FLAGS and "=" not in tokens[i]:
             last[name] = tokens[i : i + 2]  # the flag and its value
             i += 2
             continue
-        if name in _VALUE_FLAGS or name in switches:
+        if name in _VALUE_FLAGS or name in _LIST_FLAGS or name in switches:
             last[name] = [tokens[i]]
         else:
             unknown.append(tokens[i])
@@ -179,6 +193,12 @@ def _megatron_model(ns: argparse.Namespace, notes: list[str]) -> dict[str, Any]:
     if positions is not None:
         model["max_position_embeddings"] = _positive_int(positions, "--max-position-embeddings")
     model["tie_word_embeddings"] = not ns.untie_embeddings_and_output_weights
+    for key, flag in (("hidden_dropout", "--hidden-dropout"), ("attention_dropout", "--attention-dropout")):
+        p = getattr(ns, key)
+        if p is not None and not 0 <= p < 1:
+            raise ConfigImportError(f"{flag}: {p:g} is not a dropout probability; pass a value in [0, 1)")
+        if p is not None:
+            model[key] = p
     return model
 
 
@@ -253,6 +273,10 @@ def _megatron_memory(ns: argparse.Namespace, granularity: str | None, notes: lis
             out["recompute_num_layers"] = ns.recompute_num_layers
     elif ns.recompute_method is not None or ns.recompute_num_layers is not None:
         notes.append("--recompute-method, --recompute-num-layers dropped: need --recompute-granularity full")
+    if ns.recompute_modules is not None and granularity == "selective":
+        out["recompute_modules"] = list(dict.fromkeys(ns.recompute_modules))
+    elif ns.recompute_modules is not None:
+        notes.append("--recompute-modules dropped: it needs --recompute-granularity selective")
     if ns.cpu_offloading_num_layers:  # Megatron-Core offloads the first n blocks' activations
         out["activation_offload"] = True
         out["activation_offload_num_layers"] = ns.cpu_offloading_num_layers

@@ -20,7 +20,13 @@ from plancast.simulator.units import dp_plan
 def gpt_zero3(framework: str, recompute: str = "full") -> Scenario:
     """A GPT block (QKV, out-projection, FC1, FC2) under ZeRO-3 over two DGX A100 nodes, no model parallel."""
     data: dict[str, Any] = {
-        "model": {"preset": "gpt3-175b", "num_hidden_layers": 4},
+        # dropout pinned: the frameworks' defaults differ (Megatron-DeepSpeed 0.1, torchtitan 0.0)
+        "model": {
+            "preset": "gpt3-175b",
+            "num_hidden_layers": 4,
+            "hidden_dropout": 0.1,
+            "attention_dropout": 0.1,
+        },
         # elementwise pinned: the frameworks' defaults differ there too (fused vs eager)
         "training": {
             "seq_len": 2048,

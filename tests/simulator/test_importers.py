@@ -40,15 +40,18 @@ HF_CASES = [
     ("llama3-8b.config.json", 8.03e9, {
         "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
         "intermediate_size": 14336, "vocab_size": 128256, "activation": "swiglu", "norm": "rmsnorm",
-        "position_embedding": "rope", "max_position_embeddings": 8192, "tie_word_embeddings": False}),
+        "position_embedding": "rope", "max_position_embeddings": 8192, "tie_word_embeddings": False,
+        "hidden_dropout": 0.0, "attention_dropout": 0.0}),
     ("mistral-7b.config.json", 7_241_732_096, {
         "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
         "intermediate_size": 14336, "vocab_size": 32000, "activation": "swiglu", "norm": "rmsnorm",
-        "position_embedding": "rope", "max_position_embeddings": 32768, "tie_word_embeddings": False}),
+        "position_embedding": "rope", "max_position_embeddings": 32768, "tie_word_embeddings": False,
+        "hidden_dropout": 0.0, "attention_dropout": 0.0}),
     ("gpt2.config.json", 124_439_808, {
         "hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12, "vocab_size": 50257,
         "activation": "gelu", "norm": "layernorm", "position_embedding": "learned",
-        "max_position_embeddings": 1024, "tie_word_embeddings": True}),
+        "max_position_embeddings": 1024, "tie_word_embeddings": True,
+        "hidden_dropout": 0.1, "attention_dropout": 0.1}),  # GPT-2's resid_pdrop, attn_pdrop
 ]
 
 

@@ -72,13 +72,15 @@ def test_the_policy_moves_the_backward_of_a_selective_plan_only() -> None:
 
 
 def test_op_policy_keeps_the_saved_outputs_not_the_whole_block() -> None:
-    """Llama 3 8B, one token, tp 1: the block's input, wq, wv, w1, w2 and SDPA's output stay (2 bytes
-    each), plus fp32 logsumexp per head; the attention policy keeps every elementwise input as well."""
+    """Llama 3 8B, one token, tp 1: the block's input (a residual-stream element: fp32 under autocast over
+    fp32 weights without FSDP), wq, wv, w1, w2 and SDPA's output stay (2 bytes each), plus fp32 logsumexp
+    per head; the attention policy keeps every elementwise input as well."""
     s = scenario("llama3-8b", recompute="selective", selective_recompute="op", micro_batch_size=1)
     x = Shape.of(s)
     tokens = x.b * x.s
     kept = layer_activation_bytes(x, "selective", None, "op")
-    expected = 2 * tokens * (x.h + x.h + x.kv_dim + x.ffn + x.h + x.h) + 4 * x.heads * tokens
+    assert x.residual_bytes == 4  # torchtitan's autocast, no FSDP (costs/ops.py Shape.of)
+    expected = 4 * tokens * x.h + 2 * tokens * (x.h + x.kv_dim + x.ffn + x.h + x.h) + 4 * x.heads * tokens
     assert kept == pytest.approx(expected, rel=1e-12)
     assert layer_activation_bytes(x, "full") < kept < layer_activation_bytes(x, "selective") / 2
     assert layer_activation_bytes(x, "selective", None, "attention") == layer_activation_bytes(x, "selective")
