@@ -173,8 +173,16 @@ def memory_rows() -> tuple[MemoryRow, ...]:
     return (
         *(_torchtitan_row(r) for r in _TT_ROWS),
         *(_megatron_row(*r) for r in _PR482_ROWS),
-        *(_gpu_run_row(p) for p in sorted(GPU_RUNS.iterdir()) if (p / "measured" / "summary.json").is_file()),
+        *(_gpu_run_row(p) for p in sorted(GPU_RUNS.iterdir()) if _scored_gpu_run(p)),
     )
+
+
+def _scored_gpu_run(path: Path) -> bool:
+    """A kept GPU run with a measured summary that is a test of the model (benchmarks/gpu_runs.py
+    KNOWN_MISSES lists the runs that measured something else, e.g. the runtime's old MoE)."""
+    from benchmarks.gpu_runs import KNOWN_MISSES
+
+    return (path / "measured" / "summary.json").is_file() and path.name not in KNOWN_MISSES
 
 
 def published_run_rows() -> tuple[MemoryRow, ...]:
