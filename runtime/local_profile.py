@@ -194,20 +194,38 @@ def cached_core_share(s: Scenario) -> float:
 MAX_RECORD_BYTES = 4 << 20  # a record is tens of KiB; a larger file in the cache is not one
 
 
-def latest_host_core_share() -> float:
-    """The core share a rank got during this host's latest microbenchmarks (any scenario shape: the share
-    is the machine's load), 1.0 without any. Torch-free (machine_key imports torch, seconds on a busy
-    machine), for `plancast compare` (traces/contention.py's reference)."""
+def latest_host_record() -> dict[str, Any] | None:
+    """This host's latest microbenchmark record (any scenario shape: its core share and speed probe are
+    the machine's, not the shape's), None without one. Torch-free (machine_key imports torch, seconds on
+    a busy machine), for `plancast compare` (traces/contention.py's references)."""
     root = cache_dir()
     if not root.is_dir():
-        return 1.0
+        return None
     folders = [d for d in root.glob(f"{_slug(socket.gethostname())}_*") if d.is_dir()]
     records = sorted((p for d in folders for p in d.glob("*.json")), key=lambda p: p.stat().st_mtime)
     for candidate in reversed(records):
         if candidate.stat().st_size > MAX_RECORD_BYTES:
             continue
         try:
-            return core_share(json.loads(candidate.read_text(encoding="utf-8")))
-        except (OSError, json.JSONDecodeError, TypeError, ValueError, AttributeError):
+            record = json.loads(candidate.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError, ValueError):
             continue
-    return 1.0
+        if isinstance(record, dict):
+            return record
+    return None
+
+
+def latest_host_core_share() -> float:
+    """The core share a rank got during this host's latest microbenchmarks, 1.0 without any."""
+    record = latest_host_record()
+    try:
+        return core_share(record) if record is not None else 1.0
+    except (TypeError, ValueError, AttributeError):
+        return 1.0
+
+
+def latest_host_probe() -> dict[str, Any] | None:
+    """The speed probe of this host's latest microbenchmarks (``probe_s``, ``workload``;
+    runtime/microbench_probe.py), None without one (records from before the probe)."""
+    probe = (latest_host_record() or {}).get("speed_probe")
+    return probe if isinstance(probe, dict) else None
