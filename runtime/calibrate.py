@@ -135,7 +135,7 @@ def normalise_speed(runs: list[Path], data: list[RunData]) -> tuple[list[RunData
     reference = runs_probe(runs)
     if reference is None:
         return data, []
-    factors = []
+    data, factors = list(data), []
     for i, path in enumerate(runs):
         probe = run_probe(path)
         if probe is not None and probe["workload"] == reference["workload"]:
