@@ -163,12 +163,13 @@ def probe_pair_summary(
     }
 
 
-def profile_probe(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
-    """A machine profile's probe (runtime/microbench.py): the mean of the readings before and after its
-    measurements, and both readings with the load and core share each ran under."""
+def profile_probe(readings: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """A machine profile's probe (runtime/microbench.py): the mean of its readings, taken before, between
+    and after its phases (the speed moved by 40% within one 30 s measurement on this project's VM, so
+    two readings at the ends describe its middle poorly), with every reading and the load and core
+    share each ran under."""
     return {
-        "probe_s": statistics.fmean((before["probe_s"], after["probe_s"])),
-        "workload": before["workload"],
-        "before": before,
-        "after": after,
+        "probe_s": statistics.fmean(r["probe_s"] for r in readings),
+        "workload": readings[0]["workload"],
+        "readings": list(readings),
     }
