@@ -23,6 +23,7 @@ from typing import Any
 from plancast.simulator.calibration.microbench import core_share, profile_cluster
 from plancast.simulator.cluster import Cluster
 from plancast.simulator.scenario import Scenario
+from plancast.traces.contention import probe_or_none
 
 CACHE_ENV = "PLANCAST_CACHE_DIR"
 MAX_RANKS = 4  # microbenchmark ranks on one machine (tests and small machines: 2-4 gloo processes)
@@ -215,17 +216,38 @@ def latest_host_record() -> dict[str, Any] | None:
     return None
 
 
+def record_reference(record: dict[str, Any]) -> tuple[float, dict[str, Any] | None]:
+    """The core share and speed probe (``probe_s``, ``workload``) a profile from `record` was measured
+    at, as `plancast compare` applies them (traces/contention.py).
+
+    With a speed probe: its wall-time reading at a share of 1. The microbenchmarks time single calls in
+    wall time and keep their interquartile mean (runtime/timing.py), so a busy machine stretches them by
+    less than 1 / its core share (most calls finish within one scheduler slice); the probe's wall time,
+    the same statistic over calls of the same few milliseconds, taken around each phase, is stretched
+    alike, by the load and by the machine's speed together. (Issue 36, this project's 2-core VM: a
+    measurement at core share 0.26 predicted dp 2 at 0.17 s, one at 0.34 at 0.14 s, and the run, at
+    0.56, took 0.11 s; scaled by the shares, 0.17 x 0.26 / 0.56, the first read -29%: its samples were
+    stretched far less than 1 / 0.26.) Without one (records from before the probe): the record's core
+    share and no probe."""
+    probe = record.get("speed_probe")
+    wall_s = probe_or_none(probe.get("probe_wall_s")) if isinstance(probe, dict) else None
+    if isinstance(probe, dict) and wall_s is not None:
+        return 1.0, {"probe_s": wall_s, "workload": probe.get("workload")}
+    return core_share(record), None
+
+
 def latest_host_core_share() -> float:
-    """The core share a rank got during this host's latest microbenchmarks, 1.0 without any."""
+    """The core share this host's latest microbenchmarks' profile is read at (record_reference), 1.0
+    without any."""
     record = latest_host_record()
     try:
-        return core_share(record) if record is not None else 1.0
+        return record_reference(record)[0] if record is not None else 1.0
     except (TypeError, ValueError, AttributeError):
         return 1.0
 
 
 def latest_host_probe() -> dict[str, Any] | None:
-    """The speed probe of this host's latest microbenchmarks (``probe_s``, ``workload``;
-    runtime/microbench_probe.py), None without one (records from before the probe)."""
-    probe = (latest_host_record() or {}).get("speed_probe")
-    return probe if isinstance(probe, dict) else None
+    """The speed probe this host's latest microbenchmarks' profile is read at (record_reference), None
+    without one (records from before the probe)."""
+    record = latest_host_record()
+    return record_reference(record)[1] if record is not None else None

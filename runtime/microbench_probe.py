@@ -101,28 +101,33 @@ def _kernels(device: torch.device) -> dict[str, Callable[[], Any]]:
 
 
 def probe(device: torch.device | None = None, repeat: int = PROBE_REPEAT) -> dict[str, Any]:
-    """One reading of this core's (or GPU's) speed: ``probe_s`` (the three kernels' robust seconds,
-    summed: the smaller, the faster), each kernel's (``kernel_s``), the wall time it took, the share of it
-    this thread ran (``cpu_share``) and the 1-minute load it ran under."""
+    """One reading of this core's (or GPU's) speed: ``probe_s`` (the three kernels' robust seconds in
+    this thread's CPU time, summed: the smaller, the faster), each kernel's (``kernel_s``), the same
+    samples' wall time (``probe_wall_s``: what the load also stretched, as it stretches the
+    microbenchmarks' own single-call samples), the wall time the probe took, the share of it this
+    thread ran (``cpu_share``) and the 1-minute load it ran under. On CUDA both are the device's time."""
     device = device or torch.device("cpu")
     cuda = device.type == "cuda"
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     clock = time.perf_counter if cuda else _cpu_clock
     kernels = _kernels(device)
     samples: dict[str, list[float]] = {name: [] for name in kernels}
+    walls: dict[str, list[float]] = {name: [] for name in kernels}
     wall_s, cpu_s = time.perf_counter(), time.thread_time()
     for i in range(repeat + 1):
         for name, kernel in kernels.items():
             sync()
-            start = clock()
+            start, wall_start = clock(), time.perf_counter()
             kernel()
             sync()
             if i:  # the first round warms up (allocation, caches, CUDA kernels' first launch)
                 samples[name].append(clock() - start)
+                walls[name].append(time.perf_counter() - wall_start)
     wall_s, cpu_s = time.perf_counter() - wall_s, time.thread_time() - cpu_s
     seconds = {name: robust_seconds(times) for name, times in samples.items()}
     return {
         "probe_s": sum(seconds.values()),
+        "probe_wall_s": sum(robust_seconds(times) for times in walls.values()),
         "kernel_s": seconds,
         "workload": workload(device),
         "clock": "cuda (synchronized wall)" if cuda else "thread cpu",
@@ -166,10 +171,11 @@ def probe_pair_summary(
 def profile_probe(readings: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """A machine profile's probe (runtime/microbench.py): the mean of its readings, taken before, between
     and after its phases (the speed moved by 40% within one 30 s measurement on this project's VM, so
-    two readings at the ends describe its middle poorly), with every reading and the load and core
-    share each ran under."""
+    two readings at the ends describe its middle poorly), in CPU time (``probe_s``) and in wall time
+    (``probe_wall_s``), with every reading and the load and core share each ran under."""
     return {
         "probe_s": statistics.fmean(r["probe_s"] for r in readings),
+        "probe_wall_s": statistics.fmean(r["probe_wall_s"] for r in readings),
         "workload": readings[0]["workload"],
         "readings": list(readings),
     }

@@ -27,6 +27,7 @@ def test_a_probe_reads_the_three_kernels_in_cpu_time() -> None:
     assert reading["probe_s"] == pytest.approx(sum(kernels.values()))
     assert reading["clock"] == "thread cpu" and reading["workload"] == workload(CPU)
     assert 0 < reading["cpu_share"] <= 1 and reading["wall_s"] > 0
+    assert reading["probe_wall_s"] > 0
 
 
 def test_a_thread_that_waits_for_a_core_does_not_read_slower() -> None:
@@ -50,6 +51,7 @@ def test_a_thread_that_waits_for_a_core_does_not_read_slower() -> None:
     # than this machine's speed moves a ~7 ms probe (by up to 40%)
     assert slept["probe_s"] < baseline["probe_s"] + 0.03
     assert slept["wall_s"] > baseline["wall_s"]
+    assert slept["probe_wall_s"] > baseline["probe_wall_s"] + 0.03  # the wall clock saw the sleeps
 
 
 def test_the_workload_names_its_device_and_sizes() -> None:
@@ -59,7 +61,7 @@ def test_the_workload_names_its_device_and_sizes() -> None:
 
 
 def reading(probe_s: float) -> dict[str, object]:
-    return {"probe_s": probe_s, "workload": "w"}
+    return {"probe_s": probe_s, "probe_wall_s": 2 * probe_s, "workload": "w"}
 
 
 @pytest.mark.parametrize(
@@ -86,6 +88,6 @@ def test_a_rank_without_a_pair_leaves_the_run_without_a_probe() -> None:
 
 def test_a_profile_keeps_every_reading_and_their_mean() -> None:
     record = profile_probe([reading(1.0), reading(3.0), reading(5.0)])
-    assert record["probe_s"] == 3.0 and record["workload"] == "w"
+    assert (record["probe_s"], record["probe_wall_s"], record["workload"]) == (3.0, 6.0, "w")
     assert [r["probe_s"] for r in record["readings"]] == [1.0, 3.0, 5.0]
 
