@@ -117,10 +117,13 @@ def main(argv: list[str] | None = None) -> int:
     records = [machine_record(cache) for cache in caches]
     for load, record in zip(bench_loads, records, strict=True):
         probe = record.get("speed_probe", {})
-        cpu_ms, wall_ms = (probe.get(k, float("nan")) * 1e3 for k in ("probe_s", "probe_wall_s"))
+        cpu_ms, wall_ms, around_ms = (
+            probe.get(k, float("nan")) * 1e3 for k in ("probe_s", "probe_wall_s", "probe_wall_readings_s")
+        )
         print(
             f"machine measured at load {load:.1f} (1-min average): core share {core_share(record):.2f}, "
-            f"speed probe {cpu_ms:.2f} ms in CPU time, {wall_ms:.2f} ms in wall time (the reference)"
+            f"speed probe {cpu_ms:.2f} ms in CPU time, {wall_ms:.2f} ms in wall time during the compute "
+            f"samples (the reference), {around_ms:.2f} ms around the phases"
         )
     return report(predictions, records, runs, args)
 

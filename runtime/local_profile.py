@@ -220,15 +220,16 @@ def record_reference(record: dict[str, Any]) -> tuple[float, dict[str, Any] | No
     """The core share and speed probe (``probe_s``, ``workload``) a profile from `record` was measured
     at, as `plancast compare` applies them (traces/contention.py).
 
-    With a speed probe: its wall-time reading at a share of 1. The microbenchmarks time single calls in
-    wall time and keep their interquartile mean (runtime/timing.py), so a busy machine stretches them by
-    less than 1 / its core share (most calls finish within one scheduler slice); the probe's wall time,
-    the same statistic over calls of the same few milliseconds, taken around each phase, is stretched
-    alike, by the load and by the machine's speed together. (Issue 36, this project's 2-core VM: a
-    measurement at core share 0.26 predicted dp 2 at 0.17 s, one at 0.34 at 0.14 s, and the run, at
-    0.56, took 0.11 s; scaled by the shares, 0.17 x 0.26 / 0.56, the first read -29%: its samples were
-    stretched far less than 1 / 0.26.) Without one (records from before the probe): the record's core
-    share and no probe."""
+    With a speed probe: its wall time at a share of 1. The microbenchmarks time single calls in wall
+    time and keep their interquartile mean (runtime/timing.py), so a busy machine stretches them, but
+    not by 1 / its core share (a call that finishes within its scheduler slice is not stretched); the
+    probe's kernels, sampled in turns with the compute microbenchmark by the same statistic, are
+    stretched alike, by the load and by the machine's speed together. (Issue 36, this project's 2-core
+    VM at load 1-4: a measurement at core share 0.26 predicted dp 2 at 0.17 s, one at 0.34 at 0.14 s,
+    and the run, at 0.56, took 0.11 s; scaled by the shares, 0.17 x 0.26 / 0.56, the first read -29%:
+    its samples were stretched far less than 1 / 0.26. At load 5-7 the shares scaled two of three
+    measurements to within 9% and the third to -55%: docs/accuracy.md.) Without one (records from
+    before the probe): the record's core share and no probe."""
     probe = record.get("speed_probe")
     wall_s = probe_or_none(probe.get("probe_wall_s")) if isinstance(probe, dict) else None
     if isinstance(probe, dict) and wall_s is not None:

@@ -115,7 +115,8 @@ def _worker(rank: int, world: int, init_file: str, s: Scenario, results: Any) ->
     try:
         readings = [probe()]  # the speed these measurements ran at, around each phase (microbench_probe)
         wall_s, cpu_s = time.perf_counter(), time.thread_time()
-        record: dict[str, Any] = {"device": measure_device(s), "compute": host.measure_compute(s)}
+        record: dict[str, Any] = {"device": measure_device(s)}
+        record["compute"], during_wall_s = host.measure_compute(s)
         # the core share this rank got (its compute runs on this thread: one intra-op thread)
         record["cpu_share"] = min(1.0, (time.thread_time() - cpu_s) / (time.perf_counter() - wall_s))
         readings.append(probe())
@@ -123,7 +124,7 @@ def _worker(rank: int, world: int, init_file: str, s: Scenario, results: Any) ->
         record["links"] = measure_links(world)
         readings.append(probe())
         record["host"] = host.measure_host(s, world)
-        record["speed_probe"] = profile_probe([*readings, probe()])
+        record["speed_probe"] = profile_probe([*readings, probe()], during_wall_s)
         if rank == 0:
             results.put(record)
         dist.barrier()  # no rank tears gloo down while a peer still has work in flight

@@ -76,7 +76,7 @@ def _cpu_clock() -> float:
     return time.thread_time()
 
 
-def _kernels(device: torch.device) -> dict[str, Callable[[], Any]]:
+def probe_kernels(device: torch.device) -> dict[str, Callable[[], Any]]:
     """The probe's three kernels on `device`, their inputs made once (fixed seed: the same numbers)."""
     size = PROBE_SIZES["cuda" if device.type == "cuda" else "cpu"]
     gen = torch.Generator().manual_seed(0)
@@ -110,7 +110,7 @@ def probe(device: torch.device | None = None, repeat: int = PROBE_REPEAT) -> dic
     cuda = device.type == "cuda"
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     clock = time.perf_counter if cuda else _cpu_clock
-    kernels = _kernels(device)
+    kernels = probe_kernels(device)
     samples: dict[str, list[float]] = {name: [] for name in kernels}
     walls: dict[str, list[float]] = {name: [] for name in kernels}
     wall_s, cpu_s = time.perf_counter(), time.thread_time()
@@ -168,14 +168,18 @@ def probe_pair_summary(
     }
 
 
-def profile_probe(readings: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """A machine profile's probe (runtime/microbench.py): the mean of its readings, taken before, between
-    and after its phases (the speed moved by 40% within one 30 s measurement on this project's VM, so
-    two readings at the ends describe its middle poorly), in CPU time (``probe_s``) and in wall time
-    (``probe_wall_s``), with every reading and the load and core share each ran under."""
+def profile_probe(readings: Sequence[dict[str, Any]], during_wall_s: float) -> dict[str, Any]:
+    """A machine profile's probe (runtime/microbench.py): ``probe_s`` the mean of its readings' CPU time,
+    taken before, between and after its phases, with every reading and the load and core share each
+    ran under; ``probe_wall_s`` the probe's kernels in wall time sampled in turns with the compute
+    microbenchmark (``during_wall_s``, microbench_host.measure_compute), the load and speed its samples
+    saw. (The readings' wall times moved from 31 to 43 ms between three measurements at load 5-7 on this
+    project's 2-core VM, and from the compute samples' load within one: a reading before and after
+    describes the middle poorly.)"""
     return {
         "probe_s": statistics.fmean(r["probe_s"] for r in readings),
-        "probe_wall_s": statistics.fmean(r["probe_wall_s"] for r in readings),
+        "probe_wall_s": during_wall_s,
+        "probe_wall_readings_s": statistics.fmean(r["probe_wall_s"] for r in readings),
         "workload": readings[0]["workload"],
         "readings": list(readings),
     }

@@ -87,7 +87,8 @@ def test_a_rank_without_a_pair_leaves_the_run_without_a_probe() -> None:
 
 
 def test_a_profile_keeps_every_reading_and_their_mean() -> None:
-    record = profile_probe([reading(1.0), reading(3.0), reading(5.0)])
-    assert (record["probe_s"], record["probe_wall_s"], record["workload"]) == (3.0, 6.0, "w")
+    record = profile_probe([reading(1.0), reading(3.0), reading(5.0)], 7.0)
+    assert (record["probe_s"], record["probe_wall_s"], record["workload"]) == (3.0, 7.0, "w")
+    assert record["probe_wall_readings_s"] == 6.0
     assert [r["probe_s"] for r in record["readings"]] == [1.0, 3.0, 5.0]
 
