@@ -143,9 +143,10 @@ def run_all(args: argparse.Namespace, env: dict[str, str]) -> dict[str, list[dic
     return runs
 
 
-VARIANTS = {"as measured": (False, False), "at speed": (False, True), "at share+speed": (True, True)}
-"""Each error three ways: as measured, with the run's speed probe applied alone, and with its core
-share and speed probe both applied (what `plancast compare` reports as adjusted)."""
+VARIANTS = {"as measured": (False, False), "at share": (True, False), "at share+speed": (True, True)}
+"""Each error three ways: as measured; with the run's core share applied against the share the
+machine's microbenchmarks got (what `plancast compare` reported before the speed probe); and with the
+run's share and speed probe applied against the profile's probe (what it reports now)."""
 
 
 def adjusted(
@@ -153,16 +154,16 @@ def adjusted(
 ) -> float:
     """The prediction at `run`'s measured core share (where `share`) and speed (where `speed`) against
     `record`'s (the measurement of the machine it came from), as `plancast compare` computes it
-    (traces/contention.py)."""
-    reference_share, reference_probe = record_reference(record)
-    factor = machine_speed(run, reference_probe)["speed_factor"] if speed else None
+    (traces/contention.py): with the speed, against the profile's probe at a share of 1
+    (local_profile.record_reference); without, against the microbenchmarks' core share."""
+    reference_share, reference_probe = record_reference(record) if speed else (core_share(record), None)
     keys = contention(
         prediction_s,
         float(run["step_time_s"]),
         share_or_none(run.get("core_share")) if share else None,
         reference_share,
         share_or_none(run.get("core_share_own")),
-        factor,
+        machine_speed(run, reference_probe)["speed_factor"] if speed else None,
     )
     return float(keys["step_time_predicted_adjusted_s"] or prediction_s)
 
