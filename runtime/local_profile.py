@@ -39,12 +39,13 @@ def cache_dir() -> Path:
     return Path(platformdirs.user_cache_dir("plancast", appauthor=False))
 
 
-RECORD_VERSION = 7
+RECORD_VERSION = 8
 """Bumped when the microbenchmarks measure something new (2: the busy-sender transfer; 3: with every
 rank busy, in pairs; 4: a transfer's post as the runtime posts it; 5: the executor's host time per
 transfer, which replaces it; 6: the transport threads' CPU, GEMMs sampled in turns; 7: interquartile
-means of 11 samples instead of medians of 7, and the load measured under), so
-that a cached record without it is measured again rather than read as zero."""
+means of 11 samples instead of medians of 7, and the load measured under; 8: the speed probe,
+runtime/microbench_probe.py), so that a cached record without it is measured again rather than read
+as zero."""
 
 
 def _slug(text: str) -> str:
