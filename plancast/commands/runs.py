@@ -85,21 +85,15 @@ def calibration_share(runs: list[Path]) -> float:
     return statistics.median(shares) if shares else 1.0
 
 
-def calibration_probe(runs: list[Path]) -> dict[str, Any] | None:
-    """The median speed probe of calibration runs (measured/summary.json), None where none recorded one:
-    the speed a profile fitted on them is normalised to (runtime/calibrate.py)."""
-    from plancast.runtime.calibrate import runs_probe
-
-    return runs_probe(runs)
-
-
 def profile_probe(run_path: Path) -> dict[str, Any] | None:
     """The speed probe the prediction's constants were measured at (``probe_s``, ``workload``;
     traces/contention.py): a demo's scored run its calibration runs'; another CPU run this machine's
     latest microbenchmarks'; None for a GPU run or a machine never probed."""
     calibrations = sorted(run_path.parent.glob("calibration-mb*/measured")) if run_path.name == "run" else []
-    if calibrations:
-        return calibration_probe([c.parent for c in calibrations])
+    if calibrations:  # the speed a profile fitted on them is normalised to (runtime/calibrate.py)
+        from plancast.runtime.calibrate import runs_probe
+
+        return runs_probe([c.parent for c in calibrations])
     if not _local_cpu(run_path):
         return None
     from plancast.runtime.local_profile import latest_host_probe

@@ -91,3 +91,22 @@ def test_a_run_from_before_the_probe_is_compared_as_before(run: Path, tmp_path: 
     at_share = predicted["step_time_s"] / measured["core_share"] / summary["step_time_measured_s"] - 1
     assert summary["step_time_error_adjusted"] == pytest.approx(at_share, rel=1e-9)
     assert "speed probe" not in plancast("compare", str(old)).stdout
+
+
+def test_a_demo_run_is_held_to_its_calibration_runs_speed(run: Path, tmp_path: Path) -> None:
+    """`plancast compare runs/demo/run`: the reference is the demo's calibration runs' median probe and
+    share, the speed a profile fitted on them was normalised to (runtime/calibrate.py)."""
+    demo = tmp_path / "demo"
+    demo.mkdir()
+    scored = run.rename(demo / "run")
+    measured = read(scored / "measured" / "summary.json")
+    workload = measured["speed_probe_workload"]
+    for micro_batch, probe_s in ((1, 0.004), (4, 0.006)):
+        summary = demo / f"calibration-mb{micro_batch}" / "measured" / "summary.json"
+        summary.parent.mkdir(parents=True)
+        recorded = {"core_share": 0.9, "speed_probe_s": probe_s, "speed_probe_workload": workload}
+        summary.write_text(json.dumps(recorded), encoding="utf-8")
+    summary = json.loads(plancast("compare", str(scored), "--json").stdout)
+    assert summary["speed_probe_reference_s"] == pytest.approx(0.005)  # the median of 0.004 and 0.006
+    assert summary["speed_factor"] == pytest.approx(measured["speed_probe_s"] / 0.005)
+    assert summary["core_share_reference"] == pytest.approx(0.9)
