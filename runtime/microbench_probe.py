@@ -53,8 +53,8 @@ class ProbeSize(NamedTuple):
 PROBE_SIZES = {
     # one core: 2 x 512^3 = 268 MFLOP at ~90 GFLOP/s (measured, one EPYC thread, torch 2.x) = ~3 ms
     "cpu": ProbeSize(gemm_edge=512, elementwise=4 * 1024 * 1024, tiny_ops=2000, calls=1),
-    # a GPU: 10 x 2.1 GFLOP at 67 TFLOP/s fp32 (NVIDIA H100 SXM datasheet) = ~0.3 ms; 3 x 4 MiB of
-    # tensors, far below any run's own, so the run's memory peak is its own
+    # a GPU: 10 x 2.1 GFLOP at 67 TFLOP/s fp32 (NVIDIA H100 SXM datasheet) = ~0.3 ms; six 4 MiB
+    # tensors (24 MiB), far below any run's own, so the run's memory peak is its own
     "cuda": ProbeSize(gemm_edge=1024, elementwise=1024 * 1024, tiny_ops=200, calls=10),
 }
 TINY = 64
