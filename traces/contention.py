@@ -27,7 +27,9 @@ run than in another (docs/accuracy.md). The runtime runs a fixed workload, the s
 CPU time (so a wait for a core does not count: that is the share's part), and the microbenchmarks run
 it too. The prediction's constants were measured at the reference's probe time, so the work takes
 ``probe_run / probe_reference`` as long now: the adjusted prediction is multiplied by that *speed
-factor* too, the same way (measured inputs, nothing fitted). A run whose probe moved more than
+factor* too, the same way (measured inputs, nothing fitted). A machine profile's reference is its
+probe's wall time among the compute microbenchmark's calls, at a share of 1: the load stretched those
+calls and the probe's alike (runtime/local_profile.record_reference). A run whose probe moved more than
 SPEED_CHANGE between before and after is flagged "machine speed changed during the run": no single
 factor describes it.
 """
