@@ -13,6 +13,11 @@ within 15%, mean <= 8%; no fitted parameter outside its bound).
 Every run is repeated in `--rounds` interleaved rounds (default 3): the calibration uses all rounds'
 calibration runs, and a plan's measured time is the median of its rounds' medians.
 
+Every run records the machine-speed probe (runtime/microbench_probe.py); the calibration normalises its
+runs to their median probe (runtime/calibrate.py), and each scored plan's error is printed twice: as
+measured, and with each round's step time brought to that probe's speed (x reference probe / the run's
+probe: the speed factor `plancast compare` applies, traces/contention.py).
+
 Run on a quiet machine: `python -m benchmarks.cpu_fidelity [--steps 24] [--rounds 3] [--out runs/fidelity]`
 (about 5 minutes a round on a 2-core machine).
 `--reuse` keeps the runs already finished in `--out` (calibration and scoring are redone on them): a
@@ -34,7 +39,7 @@ from typing import Any
 import tomli_w
 
 from benchmarks.results_io import error_figures, write_result
-from plancast.runtime.calibrate import adopt, calibrate, write_profile
+from plancast.runtime.calibrate import adopt, calibrate, run_probe, runs_probe, write_profile
 from plancast.runtime.launch import launch
 from plancast.runtime.local_profile import cached_core_share, localize
 from plancast.runtime.worker import own_core_share
@@ -145,6 +150,15 @@ def measured_step_s(run: Path) -> float:
     return float(read_json(RunDir(run).measured_summary)["step_time_s"])
 
 
+def at_speed_s(run: Path, reference: dict[str, Any] | None) -> float:
+    """The run's median step time at the reference probe's speed: x reference / the run's probe (the
+    inverse of compare's speed factor on the prediction); as measured where either is missing."""
+    probe = run_probe(run)
+    if reference is None or probe is None or probe["workload"] != reference["workload"]:
+        return measured_step_s(run)
+    return measured_step_s(run) * reference["probe_s"] / probe["probe_s"]
+
+
 def core_wait_ms(run: Path) -> str:
     """The run's median wait of a rank's threads for a CPU core per step (runtime/schedstat.py), ms,
     and its compute threads' core share (traces/contention.py)."""
@@ -229,6 +243,7 @@ def main(argv: list[str] | None = None) -> int:
 
     # 3. the scored matrix: the median over rounds of each run's median step time vs the prediction
     share = cached_core_share(parse_scenario(scenario_data(MATRIX["DP 2"])).scenario)
+    reference = runs_probe([run for name in CALIBRATION for run in runs[name]])
     rows = []
     waits: dict[str, str] = {}  # what the ranks waited for a core, per round: the machine's contention
     for name, plan in MATRIX.items():
@@ -242,21 +257,24 @@ def main(argv: list[str] | None = None) -> int:
         predicted = simulate(scenario, events=False).summary["step_time_s"]
         per_round = [measured_step_s(run) for run in runs[name]]
         measured = statistics.median(per_round)
-        rows.append((name, per_round, measured, predicted, predicted / measured - 1))
+        at_speed = statistics.median(at_speed_s(run, reference) for run in runs[name])
+        rows.append(
+            (name, per_round, measured, predicted, predicted / measured - 1, predicted / at_speed - 1)
+        )
         waits[name] = " ".join(core_wait_ms(run) for run in runs[name])
         violations = bound_violations(scenario.cluster.compute, share)
         if violations:
             print(f"{name}: parameters outside their bounds: {violations}")
     print(
         f"\n{'plan':22} {'measured s (rounds)':>26} {'median':>8} {'predicted s':>12} {'error':>8} "
-        f"{'load at run':>12} {'core wait ms@share':>19}"
+        f"{'at speed':>8} {'load at run':>12} {'core wait ms@share':>19}"
     )
-    for name, per_round, measured, predicted, error in rows:
+    for name, per_round, measured, predicted, error, adjusted in rows:
         rounds = " ".join(f"{t:.3f}" for t in per_round)
         load = " ".join(f"{x:.1f}" for x in loads[name])
         print(
-            f"{name:22} {rounds:>26} {measured:8.4f} {predicted:12.4f} {error:+8.1%} {load:>12} "
-            f"{waits[name]:>19}"
+            f"{name:22} {rounds:>26} {measured:8.4f} {predicted:12.4f} {error:+8.1%} {adjusted:+8.1%} "
+            f"{load:>12} {waits[name]:>19}"
         )
     left_out = [name for name in MATRIX if not runs[name]]
     if left_out:
@@ -267,6 +285,12 @@ def main(argv: list[str] | None = None) -> int:
         f"MAPE {mape:.1%} over {len(rows)} plans (target <= 8%, each <= 15%)"
         + (f", worst {worst[0]} {worst[4]:+.1%}" if worst else "")
     )
+    if reference is not None and rows:
+        at_speed_errors = [r[5] for r in rows]
+        print(
+            f"at the calibration runs' speed (probe {reference['probe_s'] * 1e3:.2f} ms): MAPE "
+            f"{statistics.fmean(map(abs, at_speed_errors)):.1%}, worst {max(at_speed_errors, key=abs):+.1%}"
+        )
     print(
         f"fitted parameters outside their bounds (core share {share:.2f}): "
         f"{bound_violations(result.cluster.compute, share) or 'none'}"
@@ -275,7 +299,12 @@ def main(argv: list[str] | None = None) -> int:
         "cpu_fidelity",
         f"python -m benchmarks.cpu_fidelity --rounds {args.rounds} --steps {args.steps}"
         + (f" --max-ranks {args.max_ranks}" if args.max_ranks is not None else ""),
-        {**error_figures([r[4] for r in rows]), "plans": len(rows), "core_share_min": lowest_share(runs)},
+        {
+            **error_figures([r[4] for r in rows]),
+            "plans": len(rows),
+            "core_share_min": lowest_share(runs),
+            "at_speed": error_figures([r[5] for r in rows]) if reference is not None else None,
+        },
     )
     return 0
 

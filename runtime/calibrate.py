@@ -7,14 +7,23 @@
    optimizer time, each only where the runs vary what it scales with; every run is then scored in-sample
    and held out (leave-one-run-out).
 
+Runs that recorded the machine-speed probe (runtime/microbench_probe.py) are first normalised to one
+speed, the median of their probes: each run's times x median / its own probe, so that a run made while
+the host's other guests slowed this machine's cores down does not bend the fit (docs/accuracy.md). The
+profile's notes name that probe; `plancast compare` applies it as the prediction's reference
+(traces/contention.py).
+
 The profile is a `[cluster]` table a scenario uses with `[cluster] preset = "PROFILE.toml"`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import statistics
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import tomli_w
 
@@ -29,7 +38,8 @@ from plancast.simulator.calibration.runs import RunData, Score, evaluate, fit_ru
 from plancast.simulator.cluster import Cluster
 from plancast.simulator.loader import load_scenario, parse_scenario
 from plancast.simulator.scenario import Scenario
-from plancast.traces.store import RunDir, read_json_object, read_measured
+from plancast.traces.contention import probe_or_none
+from plancast.traces.store import RunDir, TraceReadError, read_json_object, read_measured
 
 SINGLE_RUN = (
     "calibration needs at least two measured runs that vary what each parameter scales with (e.g. the "
@@ -88,6 +98,55 @@ def measured_step_s(run: RunDir) -> float:
     return float(value)
 
 
+def run_probe(path: Path) -> dict[str, Any] | None:
+    """A run's speed probe (``probe_s``, ``workload``: measured/summary.json), None where it has none."""
+    try:
+        summary = read_json_object(RunDir(path).measured_summary)
+    except (TraceReadError, OSError):
+        return None
+    probe_s, workload = probe_or_none(summary.get("speed_probe_s")), summary.get("speed_probe_workload")
+    return {"probe_s": probe_s, "workload": workload} if probe_s and isinstance(workload, str) else None
+
+
+def runs_probe(runs: list[Path]) -> dict[str, Any] | None:
+    """The median probe of the runs that ran the first probing run's workload, None where none probed:
+    the one speed a calibration on them is normalised to."""
+    probes = [p for p in map(run_probe, runs) if p is not None]
+    same = [p["probe_s"] for p in probes if p["workload"] == probes[0]["workload"]] if probes else []
+    return {"probe_s": statistics.median(same), "workload": probes[0]["workload"]} if same else None
+
+
+def at_speed(run: RunData, factor: float) -> RunData:
+    """`run` with every measured time x `factor`: as if made at the speed the factor converts to."""
+    observations = tuple(dataclasses.replace(o, seconds=o.seconds * factor) for o in run.observations)
+    untracked = None if run.untracked is None else (run.untracked[0] * factor, run.untracked[1])
+    collectives = {stream: s * factor for stream, s in run.collective_s.items()}
+    return dataclasses.replace(
+        run,
+        observations=observations,
+        step_s=run.step_s * factor,
+        collective_s=collectives,
+        untracked=untracked,
+    )
+
+
+def normalise_speed(runs: list[Path], data: list[RunData]) -> tuple[list[RunData], list[str]]:
+    """Each probing run at the runs' median probe (runs_probe); the others as they are; a note."""
+    reference = runs_probe(runs)
+    if reference is None:
+        return data, []
+    data, factors = list(data), []
+    for i, path in enumerate(runs):
+        probe = run_probe(path)
+        if probe is not None and probe["workload"] == reference["workload"]:
+            factors.append(reference["probe_s"] / probe["probe_s"])
+            data[i] = at_speed(data[i], factors[-1])
+    return data, [
+        f"speed probe: {len(factors)} of {len(runs)} runs normalised to {reference['probe_s'] * 1e3:.3f} ms "
+        f"(their times x {min(factors):.3f} to {max(factors):.3f}; runtime/microbench_probe.py)"
+    ]
+
+
 def adopt(own: Cluster, measured: Cluster) -> Cluster:
     """`own` (a run's cluster: its node shape and tier sizes) with `measured`'s device, compute model,
     innermost link speed and compute slots."""
@@ -136,6 +195,8 @@ def calibrate(runs: list[Path], *, microbench: bool, world: int = 2) -> Calibrat
         run, warnings = run_data(path, measured)
         data.append(run)
         notes += warnings
+    data, speed_notes = normalise_speed(runs, data)
+    notes += speed_notes
     # the host bounds scale with the core share measured with this machine's microbenchmarks
     from plancast.runtime.local_profile import cached_core_share
 

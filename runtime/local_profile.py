@@ -23,6 +23,7 @@ from typing import Any
 from plancast.simulator.calibration.microbench import core_share, profile_cluster
 from plancast.simulator.cluster import Cluster
 from plancast.simulator.scenario import Scenario
+from plancast.traces.contention import probe_or_none
 
 CACHE_ENV = "PLANCAST_CACHE_DIR"
 MAX_RANKS = 4  # microbenchmark ranks on one machine (tests and small machines: 2-4 gloo processes)
@@ -38,12 +39,13 @@ def cache_dir() -> Path:
     return Path(platformdirs.user_cache_dir("plancast", appauthor=False))
 
 
-RECORD_VERSION = 7
+RECORD_VERSION = 8
 """Bumped when the microbenchmarks measure something new (2: the busy-sender transfer; 3: with every
 rank busy, in pairs; 4: a transfer's post as the runtime posts it; 5: the executor's host time per
 transfer, which replaces it; 6: the transport threads' CPU, GEMMs sampled in turns; 7: interquartile
-means of 11 samples instead of medians of 7, and the load measured under), so
-that a cached record without it is measured again rather than read as zero."""
+means of 11 samples instead of medians of 7, and the load measured under; 8: the speed probe,
+runtime/microbench_probe.py), so that a cached record without it is measured again rather than read
+as zero."""
 
 
 def _slug(text: str) -> str:
@@ -194,20 +196,60 @@ def cached_core_share(s: Scenario) -> float:
 MAX_RECORD_BYTES = 4 << 20  # a record is tens of KiB; a larger file in the cache is not one
 
 
-def latest_host_core_share() -> float:
-    """The core share a rank got during this host's latest microbenchmarks (any scenario shape: the share
-    is the machine's load), 1.0 without any. Torch-free (machine_key imports torch, seconds on a busy
-    machine), for `plancast compare` (traces/contention.py's reference)."""
+def latest_host_record() -> dict[str, Any] | None:
+    """This host's latest microbenchmark record (any scenario shape: its core share and speed probe are
+    the machine's, not the shape's), None without one. Torch-free (machine_key imports torch, seconds on
+    a busy machine), for `plancast compare` (traces/contention.py's references)."""
     root = cache_dir()
     if not root.is_dir():
-        return 1.0
+        return None
     folders = [d for d in root.glob(f"{_slug(socket.gethostname())}_*") if d.is_dir()]
     records = sorted((p for d in folders for p in d.glob("*.json")), key=lambda p: p.stat().st_mtime)
     for candidate in reversed(records):
         if candidate.stat().st_size > MAX_RECORD_BYTES:
             continue
         try:
-            return core_share(json.loads(candidate.read_text(encoding="utf-8")))
-        except (OSError, json.JSONDecodeError, TypeError, ValueError, AttributeError):
+            record = json.loads(candidate.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError, ValueError):
             continue
-    return 1.0
+        if isinstance(record, dict):
+            return record
+    return None
+
+
+def record_reference(record: dict[str, Any]) -> tuple[float, dict[str, Any] | None]:
+    """The core share and speed probe (``probe_s``, ``workload``) a profile from `record` was measured
+    at, as `plancast compare` applies them (traces/contention.py).
+
+    With a speed probe: its wall time at a share of 1. The microbenchmarks time single calls in wall
+    time and keep their interquartile mean (runtime/timing.py), so a busy machine stretches them, but
+    not by 1 / its core share (a call that finishes within its scheduler slice is not stretched); the
+    probe's kernels, sampled in turns with the compute microbenchmark by the same statistic, are
+    stretched alike, by the load and by the machine's speed together. (Issue 36, this project's 2-core
+    VM at load 1-4: a measurement at core share 0.26 predicted dp 2 at 0.17 s, one at 0.34 at 0.14 s,
+    and the run, at 0.56, took 0.11 s; scaled by the shares, 0.17 x 0.26 / 0.56, the first read -29%:
+    its samples were stretched far less than 1 / 0.26. At load 5-7 the shares scaled two of three
+    measurements to within 9% and the third to -55%: docs/accuracy.md.) Without one (records from
+    before the probe): the record's core share and no probe."""
+    probe = record.get("speed_probe")
+    wall_s = probe_or_none(probe.get("probe_wall_s")) if isinstance(probe, dict) else None
+    if isinstance(probe, dict) and wall_s is not None:
+        return 1.0, {"probe_s": wall_s, "workload": probe.get("workload")}
+    return core_share(record), None
+
+
+def latest_host_core_share() -> float:
+    """The core share this host's latest microbenchmarks' profile is read at (record_reference), 1.0
+    without any."""
+    record = latest_host_record()
+    try:
+        return record_reference(record)[0] if record is not None else 1.0
+    except (TypeError, ValueError, AttributeError):
+        return 1.0
+
+
+def latest_host_probe() -> dict[str, Any] | None:
+    """The speed probe this host's latest microbenchmarks' profile is read at (record_reference), None
+    without one (records from before the probe)."""
+    record = latest_host_record()
+    return record_reference(record)[1] if record is not None else None

@@ -108,17 +108,23 @@ def cpu_model() -> str:
 
 def _worker(rank: int, world: int, init_file: str, s: Scenario, results: Any) -> None:
     from plancast.runtime import microbench_host as host
+    from plancast.runtime.microbench_probe import probe, profile_probe
 
     torch.set_num_threads(1)  # as the runtime's CPU ranks (docs/architecture.md, hardware paths)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     try:
+        readings = [probe()]  # the speed these measurements ran at, around each phase (microbench_probe)
         wall_s, cpu_s = time.perf_counter(), time.thread_time()
-        record: dict[str, Any] = {"device": measure_device(s), "compute": host.measure_compute(s)}
+        record: dict[str, Any] = {"device": measure_device(s)}
+        record["compute"], during_wall_s = host.measure_compute(s)
         # the core share this rank got (its compute runs on this thread: one intra-op thread)
         record["cpu_share"] = min(1.0, (time.thread_time() - cpu_s) / (time.perf_counter() - wall_s))
+        readings.append(probe())
         dist.barrier()
         record["links"] = measure_links(world)
+        readings.append(probe())
         record["host"] = host.measure_host(s, world)
+        record["speed_probe"] = profile_probe([*readings, probe()], during_wall_s)
         if rank == 0:
             results.put(record)
         dist.barrier()  # no rank tears gloo down while a peer still has work in flight

@@ -22,6 +22,7 @@ from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distrib
 from plancast.runtime.instrument.keys import Completion
 from plancast.runtime.instrument.spy import SpyCapture
 from plancast.runtime.microbench_pipeline import spin, transfer_host_seconds
+from plancast.runtime.microbench_probe import probe_kernels
 from plancast.runtime.model import Decoder, ModelConfig
 from plancast.runtime.parallel.fsdp import apply_fsdp
 from plancast.runtime.parallel.tp import apply_tensor_parallel
@@ -37,9 +38,11 @@ def _config(s: Scenario, layers: int) -> ModelConfig:
     return dataclasses.replace(ModelConfig.from_scenario(s), num_layers=layers)
 
 
-def measure_compute(s: Scenario) -> dict[str, dict[str, float]]:
+def measure_compute(s: Scenario) -> tuple[dict[str, dict[str, float]], float]:
     """Median forward and backward seconds of the plain model with 1 and 3 blocks (embedding and head
-    included, cross-entropy loss as the runtime's last stage), keyed by block count."""
+    included, cross-entropy loss as the runtime's last stage), keyed by block count; and the speed
+    probe's kernels sampled in turns with them (runtime/microbench_probe.py), their robust wall times
+    summed: the probe under the very load and speed these samples saw."""
     tokens = torch.randint(0, s.model.vocab_size, (s.training.micro_batch_size, s.training.seq_len))
     fns: dict[str, Callable[[], Any]] = {}
     for layers in BLOCK_COUNTS:
@@ -55,12 +58,15 @@ def measure_compute(s: Scenario) -> dict[str, dict[str, float]]:
             holder.pop("loss").backward()
 
         fns[f"{layers}/forward"], fns[f"{layers}/backward"] = forward, backward
-    typical = interleaved_seconds(fns, repeat=15)  # forward then backward of each depth, in turns
+    probe = {f"probe/{name}": fn for name, fn in probe_kernels(torch.device("cpu")).items()}
+    # forward then backward of each depth, then the probe's kernels, in turns
+    typical = interleaved_seconds({**fns, **probe}, repeat=15)
+    probe_wall_s = sum(typical.pop(name) for name in probe)
     out: dict[str, dict[str, float]] = {}
     for name, seconds in typical.items():
         depth, kind = name.split("/")
         out.setdefault(depth, {})[kind] = seconds
-    return out
+    return out, probe_wall_s
 
 
 def instrumented(fn: Callable[[], Any]) -> Callable[[], None]:

@@ -43,6 +43,7 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from plancast.runtime.checkpoint import Checkpointer, Progress
 from plancast.runtime.gc_schedule import StepGC
 from plancast.runtime.instrument import CpuCapture, cpu_capture_from
+from plancast.runtime.microbench_probe import probe, probe_pair_summary, workload
 from plancast.runtime.placement import rank_placement
 from plancast.runtime.schedstat import ThreadTimes, core_wait_s, this_thread_times
 from plancast.runtime.telemetry import TelemetrySampler, empty_table, make_sampler, write_telemetry
@@ -84,6 +85,8 @@ class RankResult:
     compute_thread_s: list[ThreadTimes] | None = field(default_factory=list)
     """Per step, the compute thread's own CPU time and run-queue wait (schedstat.py): its core share
     is cpu / (cpu + wait); None where the kernel does not say."""
+    speed_probes: tuple[dict[str, Any] | None, dict[str, Any] | None] = (None, None)
+    """The machine-speed probe right before the first step and right after the last (microbench_probe)."""
 
 
 def rank_env(environ: Mapping[str, str]) -> RankEnv:
@@ -139,6 +142,7 @@ def environment(backend: str, world_size: int, ranks: Sequence[Mapping[str, Any]
         "hostnames": [r["hostname"] for r in ranks],
         "devices": [r["device"] for r in ranks],
         "ranks": list(ranks),
+        "speed_probe_workload": workload(torch.device("cuda" if backend == "nccl" else "cpu")),
     }
 
 
@@ -181,6 +185,7 @@ def summarize(results: Sequence[RankResult], steps: int) -> dict[str, Any]:
         },
         **_core_waits(results, steps),
         **_core_shares(results, steps),
+        **probe_pair_summary([r.speed_probes for r in sorted(results, key=lambda r: r.rank)]),
     }
 
 
@@ -262,6 +267,7 @@ def run_steps(
     if checkpointer is not None and resume_step is not None:
         done = checkpointer.restore(writer, resume_step)
     result.losses, result.step_times_s = done.losses, done.step_times_s
+    before = probe(trainer.device)  # ~0.1 s, outside every measured step (microbench_probe.py)
     waited = core_wait_s()  # read once a step (~0.1 ms with a dozen threads), at its end
     computed = this_thread_times()
     with StepGC() as collector:  # no collector pass stalls one rank mid-step (gc_schedule.py)
@@ -284,6 +290,7 @@ def run_steps(
             collector.between_steps(step + 1)
     result.memory_bytes = trainer.memory()
     result.memory_timeline = trainer.memory_timeline
+    result.speed_probes = (before, probe(trainer.device))  # after the memory is read: it is the run's
     return result
 
 

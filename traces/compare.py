@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from plancast.traces.checkpoints import checkpoint_components
-from plancast.traces.contention import contention, few_steps, share_or_none
+from plancast.traces.contention import contention, few_steps, machine_speed, share_or_none
 from plancast.traces.reconcile import reconcile, to_summary
 from plancast.traces.store import (
     RunDir,
@@ -29,13 +29,17 @@ class CompareError(ValueError):
 
 
 def compare_run_dir(
-    run_path: Path, ensure_predicted: Callable[[Path], None], reference_share: float = 1.0
+    run_path: Path,
+    ensure_predicted: Callable[[Path], None],
+    reference_share: float = 1.0,
+    reference_probe: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Reconcile RUN's predicted and measured events; writes RUN/compare/summary.json and returns it.
 
     ``ensure_predicted(run_path)`` is called first: the caller decides how a missing prediction is made
     (the CLI simulates RUN/scenario.toml onto disk). ``reference_share`` is the core share the
-    prediction's constants were measured at (traces/contention.py). Damaged inputs (an unreadable or
+    prediction's constants were measured at, ``reference_probe`` the speed probe they were measured at
+    (``probe_s`` and ``workload``; traces/contention.py). Damaged inputs (an unreadable or
     missing rank file, a cut summary) are left out and listed under "problems"; everything else is
     still compared."""
     run = RunDir(run_path)
@@ -65,12 +69,14 @@ def compare_run_dir(
         "measured_gpu": measured_gpu(run.telemetry, problems),
         "problems": problems,
     }
+    summary |= machine_speed(measured_summary, reference_probe)
     summary |= contention(
         summary["step_time_predicted_s"],
         summary["step_time_measured_s"],
         measured_share(measured_summary, run.measured_summary, problems),
         reference_share,
         share_or_none((measured_summary or {}).get("core_share_own")),
+        summary["speed_factor"],
     )
     summary["warnings"] = [w for w in [few_steps(len(summary["scored_steps"]))] if w]
     checkpoints = optional_json(run.measured_dir / "checkpoints.json", problems)

@@ -12,7 +12,7 @@ import streamlit as st
 
 from plancast.dashboard import data
 from plancast.dashboard.data import RunData, UploadError
-from plancast.traces.contention import contention, share_or_none, verdict
+from plancast.traces.contention import contention, machine_speed, share_or_none, speed_verdict, verdict
 from plancast.traces.reconcile import median_step, scored_steps
 from plancast.traces.store import RunDir, TraceReadError, read_json_object
 
@@ -90,31 +90,49 @@ def current_run() -> RunData:
 def machine_load(
     run: RunData, predicted_s: float | None = None, measured_s: float | None = None
 ) -> dict[str, Any] | None:
-    """How busy the machine was for the run (traces/contention.py), or None where the run recorded no
-    core share. The reference share is the one `plancast compare` used (RUN/compare/summary.json),
-    else a core of its own; step times default to the predicted and measured summaries'."""
-    share = share_or_none((run.measured_summary or {}).get("core_share"))
-    if share is None:
+    """How busy and how fast the machine was for the run (traces/contention.py), or None where the run
+    recorded neither a core share nor a speed probe. The references are the ones `plancast compare`
+    used (RUN/compare/summary.json), else a core of its own and no speed; step times default to the
+    predicted and measured summaries'."""
+    measured = run.measured_summary or {}
+    share = share_or_none(measured.get("core_share"))
+    if share is None and measured.get("speed_probe_s") is None:
         return None
-    reference = 1.0
+    compared = _compare_summary(run)
+    reference = share_or_none(compared.get("core_share_reference")) or 1.0
+    # compare kept the reference probe only where it ran the run's workload
+    probe = {
+        "probe_s": compared.get("speed_probe_reference_s"),
+        "workload": measured.get("speed_probe_workload"),
+    }
+    speed = machine_speed(measured, probe)
+    predicted_s = predicted_s or (run.predicted_summary or {}).get("step_time_s")
+    measured_s = measured_s or measured.get("step_time_s")
+    own = share_or_none(measured.get("core_share_own"))
+    return speed | contention(predicted_s, measured_s, share, reference, own, speed["speed_factor"])
+
+
+def _compare_summary(run: RunData) -> dict[str, Any]:
+    """RUN/compare/summary.json, empty where absent or unreadable (compare rewrites it meanwhile)."""
     compared = RunDir(run.path).compare_summary
     if compared.is_file():
-        with contextlib.suppress(TraceReadError):  # compare rewrites it; the page says what the run recorded
-            reference = share_or_none(read_json_object(compared).get("core_share_reference")) or 1.0
-    predicted_s = predicted_s or (run.predicted_summary or {}).get("step_time_s")
-    measured_s = measured_s or (run.measured_summary or {}).get("step_time_s")
-    own = share_or_none((run.measured_summary or {}).get("core_share_own"))
-    return contention(predicted_s, measured_s, share, reference, own)
+        with contextlib.suppress(TraceReadError):
+            return read_json_object(compared)
+    return {}
 
 
 def machine_load_banner(run: RunData) -> None:
-    """Every page: a run measured on a busy machine says so first (its errors are not the model's)."""
-    keys = machine_load(run)
-    line = verdict(keys) if keys else None
-    if line and keys and keys["machine_busy"]:
-        st.warning(line, icon=":material/speed:")
-    elif line:
-        st.caption(line)
+    """Every page: a run measured on a busy machine, or one whose speed changed during its steps, says
+    so first (its errors are not the model's)."""
+    keys = machine_load(run) or {}
+    for line, flagged in (
+        (verdict(keys), keys.get("machine_busy")),
+        (speed_verdict(keys), keys.get("machine_speed_changed")),
+    ):
+        if line and flagged:
+            st.warning(line, icon=":material/speed:")
+        elif line:
+            st.caption(line)
 
 
 def measured_step_picker(run: RunData) -> int | None:

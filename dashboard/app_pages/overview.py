@@ -9,7 +9,7 @@ import streamlit as st
 from plancast.dashboard import charts, data, frames
 from plancast.dashboard.app_pages.common import current_run, machine_load
 from plancast.dashboard.data import RunData
-from plancast.traces.contention import BUSY_LABEL
+from plancast.traces.contention import BUSY_LABEL, SPEED_CHANGED_LABEL
 from plancast.traces.reconcile import Reconciliation
 from plancast.traces.telemetry import busy_gpu
 
@@ -89,16 +89,21 @@ def comparison(run: RunData) -> None:
 
 
 def adjusted_error(col: Any, run: RunData, rec: Reconciliation) -> None:
-    """The step-time error with the run's measured core share applied to the prediction, where recorded."""
+    """The step-time error with the run's measured core share (and speed, where probed against a
+    reference) applied to the prediction, where recorded."""
     load = machine_load(run, rec.step_time_predicted_s, rec.step_time_measured_s)
     if load is not None and isinstance(load["step_time_error_adjusted"], float):
+        sped = load["speed_factor"] is not None
+        flag = BUSY_LABEL if load["machine_busy"] else None
+        flag = flag or (SPEED_CHANGED_LABEL if load["machine_speed_changed"] else None)
         col.metric(
-            "Error at the measured core share",
+            "Error at the measured core share" + (" and speed" if sped else ""),
             frames.format_error(load["step_time_error_adjusted"]),
-            delta=BUSY_LABEL if load["machine_busy"] else None,
+            delta=flag,
             delta_color="off",
-            help="The prediction x the reference core share / the run's measured share "
-            "(traces/contention.py): what the model says for the cores the ranks actually got.",
+            help="The prediction x the reference core share / the run's measured share"
+            + (" x the run's speed probe / the reference's" if sped else "")
+            + " (traces/contention.py): what the model says for the cores the ranks actually got.",
         )
 
 

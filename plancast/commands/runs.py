@@ -33,7 +33,7 @@ def reconcile_run(run_path: Path, reference_share: float | None = None) -> dict[
     with claim(run_path, "plancast compare"):
         try:
             share = profile_share(run_path) if reference_share is None else reference_share
-            summary = compare_run_dir(run_path, ensure_predicted, share)
+            summary = compare_run_dir(run_path, ensure_predicted, share, profile_probe(run_path))
         except CompareError as e:
             raise UserError(str(e)) from None
         summary["placement"] = _placement(run_path)
@@ -85,6 +85,34 @@ def calibration_share(runs: list[Path]) -> float:
     return statistics.median(shares) if shares else 1.0
 
 
+def profile_probe(run_path: Path) -> dict[str, Any] | None:
+    """The speed probe the prediction's constants were measured at (``probe_s``, ``workload``;
+    traces/contention.py): a demo's scored run its calibration runs'; another CPU run this machine's
+    latest microbenchmarks'; None for a GPU run or a machine never probed."""
+    calibrations = sorted(run_path.parent.glob("calibration-mb*/measured")) if run_path.name == "run" else []
+    if calibrations:  # the speed a profile fitted on them is normalised to (runtime/calibrate.py)
+        from plancast.runtime.calibrate import runs_probe
+
+        return runs_probe([c.parent for c in calibrations])
+    if not _local_cpu(run_path):
+        return None
+    from plancast.runtime.local_profile import latest_host_probe
+
+    return latest_host_probe()
+
+
+def _local_cpu(run_path: Path) -> bool:
+    """Whether RUN's scenario runs on this machine's CPU (a scenario that cannot be read: no)."""
+    from plancast.simulator.loader import ScenarioError, load_scenario
+    from plancast.traces.store import RunDir
+
+    toml = RunDir(run_path).scenario_toml
+    try:
+        return toml.is_file() and load_scenario(toml).scenario.cluster.gpu.name.startswith("cpu")
+    except (ScenarioError, OSError):
+        return False
+
+
 def profile_share(run_path: Path) -> float:
     """The core share the prediction's constants were measured at: a demo's scored run (RUN/../run
     beside calibration-mb*/) its calibration runs'; another CPU run this machine's latest
@@ -112,11 +140,14 @@ def profile_share(run_path: Path) -> float:
 
 def print_conditions(summary: dict[str, Any]) -> None:
     """The machine's load beside the error (traces/contention.py) and warnings about the measurement."""
-    from plancast.traces.contention import verdict
+    from plancast.traces.contention import speed_verdict, verdict
 
     line = verdict(summary)
     if line:
         out.print(line, markup=False, style="bold yellow" if summary.get("machine_busy") else None)
+    speed = speed_verdict(summary)
+    if speed:
+        out.print(speed, markup=False, style="bold yellow" if summary.get("machine_speed_changed") else None)
     for warning in summary.get("warnings", []):
         err.print(f"warning: {warning}", markup=False)
 

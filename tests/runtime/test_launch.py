@@ -118,10 +118,18 @@ def test_summary_and_env(finished_run: RunDir) -> None:
         shares = summary["rank_core_share"]  # each rank's compute thread's share of its ready time
         assert sorted(shares) == ["0", "1"] and summary["core_share"] == min(shares.values())
         assert all(0 < share <= 1 for share in shares.values())
+    # the speed probe, before and after every rank's steps (runtime/microbench_probe.py)
+    probes = summary["rank_speed_probe_s"]
+    assert sorted(probes) == ["0", "1"] and all(len(p) == 2 and min(p) > 0 for p in probes.values())
+    slowest = max(probes.values(), key=sum)
+    assert [summary["speed_probe_before_s"], summary["speed_probe_after_s"]] == slowest
+    assert summary["speed_probe_s"] == pytest.approx(sum(slowest) / 2)
     env = json.loads(finished_run.env_json.read_text())
     assert (env["world_size"], env["backend"]) == (2, "gloo")
     assert len(env["hostnames"]) == len(env["devices"]) == 2
     assert env["torch"]
+    workload = env["speed_probe_workload"]  # what the probe ran: readings compare only for one
+    assert workload == summary["speed_probe_workload"] and workload.startswith("cpu:")
 
 
 @pytest.mark.distributed

@@ -92,3 +92,18 @@ def test_the_share_a_plans_own_ranks_leave_each_other_is_cores_over_ranks() -> N
     assert own_core_share(cores) == 1.0
     assert own_core_share(2 * cores) == pytest.approx(0.5)
     assert own_core_share(1) == 1.0
+
+
+def test_summary_has_the_slowest_ranks_speed_probe_where_every_rank_ran_it() -> None:
+    """speed_probe_s: the mean of the before/after probe of the rank whose mean is the largest (the
+    slowest sets the step), with that rank's two readings beside it (runtime/microbench_probe.py)."""
+    ranks = [result(1, [1.0, 1.0], [1.0] * 2, 1.0), result(0, [1.0, 1.0], [None] * 2, 1.0)]
+    ranks[0].speed_probes = ({"probe_s": 0.008, "workload": "w"}, {"probe_s": 0.010, "workload": "w"})
+    ranks[1].speed_probes = ({"probe_s": 0.007, "workload": "w"}, {"probe_s": 0.007, "workload": "w"})
+    summary = summarize(ranks, steps=2)
+    assert summary["speed_probe_s"] == pytest.approx(0.009)
+    assert (summary["speed_probe_before_s"], summary["speed_probe_after_s"]) == (0.008, 0.010)
+    assert summary["rank_speed_probe_s"] == {"0": [0.007, 0.007], "1": [0.008, 0.010]}
+    assert summary["speed_probe_workload"] == "w"
+    ranks[1].speed_probes = (None, None)  # a rank that never probed: nothing said
+    assert "speed_probe_s" not in summarize(ranks, steps=2)

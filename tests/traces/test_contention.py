@@ -5,7 +5,16 @@ from __future__ import annotations
 
 import pytest
 
-from plancast.traces.contention import BUSY_LABEL, MIN_SCORED_STEPS, contention, few_steps, verdict
+from plancast.traces.contention import (
+    BUSY_LABEL,
+    MIN_SCORED_STEPS,
+    SPEED_CHANGED_LABEL,
+    contention,
+    few_steps,
+    machine_speed,
+    speed_verdict,
+    verdict,
+)
 
 
 @pytest.mark.parametrize(
@@ -67,3 +76,81 @@ def test_a_plan_sharing_cores_with_itself_is_not_the_machines_load(
     assert keys["core_share_busy_below"] == pytest.approx(0.8 * own)
     line = verdict(keys)
     assert line is not None and (f"leave each other {own:.2f}" in line) is (own < 1)
+
+
+WORKLOAD = "cpu: the probe's workload"
+
+
+def probed(before_s: float, after_s: float, workload: str = WORKLOAD) -> dict[str, object]:
+    """A measured summary's speed-probe keys, as runtime/worker.py writes them."""
+    return {
+        "speed_probe_s": (before_s + after_s) / 2,
+        "speed_probe_before_s": before_s,
+        "speed_probe_after_s": after_s,
+        "speed_probe_workload": workload,
+    }
+
+
+@pytest.mark.parametrize(
+    ("before_s", "after_s", "reference_s", "factor", "changed"),
+    [
+        (1.0, 1.0, 1.0, 1.0, False),  # the machine as fast as when its profile was measured
+        (1.6, 1.6, 1.0, 1.6, False),  # 1.6x slower throughout (docs/accuracy.md): the prediction x 1.6
+        (0.9, 1.1, 2.0, 0.5, True),  # twice as fast as the profile, but 22% apart before and after
+        (1.0, 1.09, 1.0, 1.045, False),  # 9% apart: within SPEED_CHANGE
+    ],
+)
+def test_the_speed_factor_and_the_changed_flag(
+    before_s: float, after_s: float, reference_s: float, factor: float, changed: bool
+) -> None:
+    keys = machine_speed(probed(before_s, after_s), {"probe_s": reference_s, "workload": WORKLOAD})
+    assert keys["speed_factor"] == pytest.approx(factor)
+    assert keys["machine_speed_changed"] is changed
+    assert keys["speed_change"] == pytest.approx(after_s / before_s - 1)
+
+
+def test_a_reference_of_another_workload_or_none_applies_nothing() -> None:
+    other = machine_speed(probed(1.0, 1.0), {"probe_s": 2.0, "workload": "cpu: another"})
+    assert other["speed_factor"] is None and other["speed_probe_reference_s"] is None
+    assert machine_speed(probed(1.0, 1.0), None)["speed_factor"] is None
+    old_run = machine_speed({"step_time_s": 1.0}, {"probe_s": 2.0, "workload": WORKLOAD})
+    assert old_run == {
+        "speed_probe_s": None,
+        "speed_probe_reference_s": None,
+        "speed_factor": None,
+        "speed_change": None,
+        "machine_speed_changed": None,
+    }
+    assert speed_verdict(old_run) is None
+
+
+@pytest.mark.parametrize(
+    ("share", "speed", "adjusted_s"),
+    [
+        (0.5, 2.0, 4.0),  # half a core and half the speed: four times the prediction
+        (None, 1.5, 1.5),  # no share recorded (a GPU run): the speed alone
+        (1.0, None, 1.0),  # no probe (a run from before it): the share alone, as before
+    ],
+)
+def test_the_speed_factor_multiplies_the_share_adjusted_prediction(
+    share: float | None, speed: float | None, adjusted_s: float
+) -> None:
+    keys = contention(1.0, 1.1, share, 1.0, None, speed)
+    assert keys["step_time_predicted_adjusted_s"] == pytest.approx(adjusted_s)
+    assert keys["step_time_error_adjusted"] == pytest.approx((adjusted_s - 1.1) / 1.1)
+
+
+def test_the_speed_verdict_flags_a_run_whose_speed_moved() -> None:
+    summary = machine_speed(probed(0.9, 1.1), {"probe_s": 2.0, "workload": WORKLOAD})
+    summary |= contention(1.0, 1.1, None, 1.0, None, summary["speed_factor"])
+    line = speed_verdict(summary)
+    assert line is not None and line.startswith(SPEED_CHANGED_LABEL)
+    assert "+22%" in line and "0.50x" in line and f"{(0.5 - 1.1) / 1.1:+.1%}" in line
+    steady = speed_verdict(machine_speed(probed(1.0, 1.0), None))
+    assert steady is not None and SPEED_CHANGED_LABEL not in steady and "not applied" in steady
+
+
+def test_the_share_verdict_names_the_speed_when_it_was_applied() -> None:
+    summary = machine_speed(probed(1.2, 1.2), {"probe_s": 1.0, "workload": WORKLOAD})
+    line = verdict(summary | contention(1.0, 1.1, 0.95, 1.0, None, summary["speed_factor"]))
+    assert line is not None and "at the measured share and speed" in line
