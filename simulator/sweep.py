@@ -20,7 +20,6 @@ first; the per-layer costs, the one expensive cache, are worked out once per tp 
 
 from __future__ import annotations
 
-import bisect
 import heapq
 import math
 import operator
@@ -36,6 +35,7 @@ from plancast.simulator.scenario import Scenario
 from plancast.simulator.sweep_axes import Pins, Plan
 from plancast.simulator.sweep_bound import TOLERANCE, Bound
 from plancast.simulator.sweep_estimate import Estimator, Layer, LayerKey
+from plancast.simulator.sweep_groups import Group, Grouper
 from plancast.simulator.sweep_space import (
     NO_PINS,
     LayerBalancer,
@@ -181,6 +181,45 @@ def _rank_subtree(
     return candidates, enumerated, pruned
 
 
+def _group_subtree(
+    base: Scenario,
+    gpus: int,
+    limit_bytes: float,
+    task: tuple[Root, dict[LayerKey, Layer]],
+    pins: Pins = NO_PINS,
+) -> tuple[list[Group], int, int, int]:
+    """The groups of one (tp, pp) subtree with plans that fit (simulator/sweep_groups.py), and its plans
+    enumerated, fitting, pruned: the plans of `_rank_subtree`, counted and bounded a group at a time."""
+    root, layers = task
+    grouper = Grouper(base, gpus, limit_bytes, Estimator(base, gpus, dict(layers)), pins)
+    for branch in branches(base, gpus, (root,), pins):
+        grouper.add(branch)
+    return grouper.groups, grouper.enumerated, grouper.fits, grouper.pruned
+
+
+def _tasks(
+    base: Scenario,
+    gpus: int,
+    limit_bytes: float,
+    map_fn: MapFn,
+    layer_costs: dict[LayerKey, Layer],
+    pins: Pins,
+) -> list[tuple[Root, dict[LayerKey, Layer]]]:
+    """The (tp, pp) subtrees, largest first (a subtree costs about its plan count), each with its tp
+    degree's per-layer costs, worked out in a round over `map_fn` before (and added to `layer_costs`)."""
+    sizes = subtree_sizes(base, gpus, pins)
+    tp_sizes: dict[int, int] = {}
+    for (tp, _), n in sizes.items():
+        tp_sizes[tp] = tp_sizes.get(tp, 0) + n
+    tps = by_size(tp_sizes)
+    per_tp = [[root for root in sizes if root[0] == tp] for tp in tps]
+    costs = partial(_layer_costs, base, gpus, limit_bytes, pins=pins)
+    layers = dict(zip(tps, map_fn(costs, per_tp), strict=True))
+    for table in layers.values():
+        layer_costs.update(table)
+    return [(root, layers[root[0]]) for root in by_size(sizes)]
+
+
 def _rank(
     base: Scenario,
     gpus: int,
@@ -191,19 +230,9 @@ def _rank(
 ) -> list[SubtreeRanking]:
     """Every (tp, pp) subtree ranked by `_rank_subtree`, in two rounds over `map_fn`: the per-layer costs
     of each tp degree (also added to `layer_costs`), then the subtrees, largest first (a subtree costs
-    about its plan count)."""
-    sizes = subtree_sizes(base, gpus, pins)
-    tp_sizes: dict[int, int] = {}
-    for (tp, _), n in sizes.items():
-        tp_sizes[tp] = tp_sizes.get(tp, 0) + n
-    tps = by_size(tp_sizes)
-    per_tp = [[root for root in sizes if root[0] == tp] for tp in tps]
-    costs = partial(_layer_costs, base, gpus, limit_bytes, pins=pins)
-    layers = dict(zip(tps, map_fn(costs, per_tp), strict=True))
-    if layer_costs is not None:
-        for table in layers.values():
-            layer_costs.update(table)
-    tasks = [(root, layers[root[0]]) for root in by_size(sizes)]
+    about its plan count). The search itself bounds groups first (`_group_subtree`); this ranks every
+    plan that fits, for the exhaustive checks (scripts/sweep_exhaustive.py, tests)."""
+    tasks = _tasks(base, gpus, limit_bytes, map_fn, {} if layer_costs is None else layer_costs, pins)
     return list(map_fn(partial(_rank_subtree, base, gpus, limit_bytes, pins=pins), tasks))
 
 
@@ -226,32 +255,50 @@ def _passes(batch_size: int, candidate: Estimate) -> int:
 
 
 class _Frontier:
-    """Candidates in the order of their tighter bound, refining only those whose first bound is below
-    every tighter bound worked out so far (lazy evaluation: a candidate comes out once no other can
-    have a smaller tighter bound)."""
+    """Candidates in the order of their tighter bound, worked out lazily: one heap of groups (opened into
+    their plans' first bounds once no other entry is smaller), first bounds (refined once no other
+    entry is smaller) and tighter bounds (returned once no other entry is smaller). Each entry's key is
+    at most every bound below it (a group's is at most its members', a first bound at most its tighter
+    one), so the candidate returned has the smallest tighter bound of all."""
 
-    def __init__(self, candidates: list[Estimate], refine: Callable[[Estimate], float] | None) -> None:
-        self.candidates, self.refine = candidates, refine
-        self.position = 0
-        self.heap: list[Estimate] = []
+    def __init__(
+        self,
+        candidates: list[Estimate],
+        refine: Callable[[Estimate], float] | None,
+        groups: Sequence[Group] = (),
+        expand: Callable[[Group], list[Estimate]] | None = None,
+    ) -> None:
+        self.refine, self.expand = refine, expand
+        self.heap: list[tuple[float, int, Any]] = [(c[0], _FIRST, c) for c in candidates]
+        self.heap += [(g.bound_s, _GROUP, g) for g in groups]
+        heapq.heapify(self.heap)
 
     def pop(self) -> Estimate | None:
         """The candidate with the smallest tighter bound (its bound in place of the first), or None."""
-        while True:
-            next_s = self.candidates[self.position][0] if self.position < len(self.candidates) else math.inf
-            if self.heap and self.heap[0][0] <= next_s:
-                return heapq.heappop(self.heap)
-            if self.position >= len(self.candidates):
-                return None
-            candidate = self.candidates[self.position]
-            self.position += 1
-            tighter = candidate[0] if self.refine is None else max(candidate[0], self.refine(candidate))
-            heapq.heappush(self.heap, (tighter, *candidate[1:]))
+        while self.heap:
+            _, kind, item = heapq.heappop(self.heap)
+            if kind == _TIGHT:
+                return item
+            if kind == _GROUP:
+                assert self.expand is not None
+                for candidate in self.expand(item):
+                    heapq.heappush(self.heap, (candidate[0], _FIRST, candidate))
+                continue
+            tighter = item[0] if self.refine is None else max(item[0], self.refine(item))
+            heapq.heappush(self.heap, (tighter, _TIGHT, (tighter, *item[1:])))
+        return None
 
     def below(self, threshold_s: float) -> int:
         """About how many candidates left could still beat `threshold_s` (for progress)."""
-        rest = bisect.bisect_right(self.candidates, threshold_s, lo=self.position, key=operator.itemgetter(0))
-        return rest - self.position + sum(1 for c in self.heap if c[0] <= threshold_s)
+        return sum(
+            len(item.members) * len(item.variants) if kind == _GROUP else 1
+            for key, kind, item in self.heap
+            if key <= threshold_s
+        )
+
+
+_TIGHT, _FIRST, _GROUP = 0, 1, 2
+"""Kinds of frontier entries; on equal keys the tighter bound comes out first, as before a refinement."""
 
 
 ROUND = 16
@@ -267,6 +314,8 @@ def best_first(
     progress: Callable[[int, int], None] | None = None,
     cost: Callable[[Estimate], int] | None = None,
     refine: Callable[[Estimate], float] | None = None,
+    groups: Sequence[Group] = (),
+    expand: Callable[[Group], list[Estimate]] | None = None,
 ) -> tuple[list[Ranked], int]:
     """The k fastest of `candidates` by `run`'s step time, sorted (ties by plan), and how many were run.
 
@@ -274,9 +323,11 @@ def best_first(
     it), worked out lazily (`_Frontier`). Rounds of the next `ROUND` candidates by tighter bound run over
     `map_fn`; the search stops at the first whose bound, less the bound's rounding slack, exceeds the
     k-th best: it and every one after it are slower, so the result is what running every candidate
-    would give. `cost` orders each round, the costliest first, so that a pool ends on short runs."""
+    would give. `cost` orders each round, the costliest first, so that a pool ends on short runs.
+    `groups` join the candidates, each opened into its members' candidates by `expand` only once its
+    bound is the smallest left (simulator/sweep_groups.py)."""
     best: list[Ranked] = []
-    frontier = _Frontier(candidates, refine)
+    frontier = _Frontier(candidates, refine, groups, expand)
     simulated = 0
     stopped = False
     while not stopped:
@@ -323,13 +374,22 @@ def sweep(
     # headroom for context, NCCL, fragmentation; --max-memory-gib caps it further
     limit = min(base.cluster.gpu.usable_memory_GiB, max_memory_gib or math.inf) * GiB
     layers: dict[LayerKey, Layer] = {}
-    ranked = _rank(base, gpus, limit, map_fn, layers, pins)
-    candidates = sorted(c for part, _, _ in ranked for c in part)  # a total order: the same for any slicing
+    tasks = _tasks(base, gpus, limit, map_fn, layers, pins)
+    grouped = list(map_fn(partial(_group_subtree, base, gpus, limit, pins=pins), tasks))
     run, cost = partial(_simulated, base, limit), partial(_passes, base.training.global_batch_size)
     bound = Bound(Estimator(base, gpus, layers))
+
+    def expand(group: Group) -> list[Estimate]:
+        return [(bound.seconds(plan), _plan_fields(plan), memory) for plan, memory in group.plans()]
+
     best, simulated = best_first(
-        candidates, run, finalists, map_fn, progress, cost, lambda c: bound.replayed(Plan(*c[1]))
-    )
+        [], run, finalists, map_fn, progress, cost, lambda c: bound.replayed(Plan(*c[1])),
+        [g for groups, _, _, _ in grouped for g in groups], expand,
+    )  # fmt: skip
     return SweepResult(
-        best, sum(n for _, n, _ in ranked), len(candidates), sum(n for _, _, n in ranked), simulated
+        best,
+        sum(part[1] for part in grouped),
+        sum(part[2] for part in grouped),
+        sum(part[3] for part in grouped),
+        simulated,
     )
