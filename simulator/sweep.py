@@ -44,7 +44,6 @@ from plancast.simulator.sweep_space import (
     branches,
     by_size,
     enumerate_plans,
-    layer_plans,
     smallest_footprints,
     subtree_sizes,
 )
@@ -131,22 +130,14 @@ def _smallest_fits(est: Estimator, splits: LayerBalancer, limit_bytes: float, pl
 def _layer_costs(
     base: Scenario, gpus: int, limit_bytes: float, subtrees: list[Root], pins: Pins = NO_PINS
 ) -> dict[LayerKey, Layer]:
-    """The per-layer costs that the plans of `subtrees` (one tp degree) need: those of every subtree the
-    smallest-footprint check keeps, as ranking them one by one would work out. Worked out once here, not
-    again by each (tp, pp) task: the subtrees of a tp degree share most of them (their micro-batch sizes
-    overlap), and a task re-deriving its own would cost 60% more work in all."""
-    est, splits = Estimator(base, gpus), LayerBalancer(base, gpus)
-    kept: dict[tuple[int, ...], bool] = {}
+    """The per-layer costs that the plans of `subtrees` (one tp degree) need: those of every plan that
+    fits, as ranking them one by one would work out (the memory check needs none). Worked out once here,
+    not again by each (tp, pp) task: the subtrees of a tp degree share most of them (their micro-batch
+    sizes overlap), and a task re-deriving its own would cost 60% more work in all."""
+    grouper = Grouper(base, gpus, limit_bytes, Estimator(base, gpus), pins, bounds=False)
     for branch in branches(base, gpus, subtrees, pins):
-        tp, pp, cp, dp, ep, etp = branch[:6]
-        key = (tp, pp, ep, cp, etp)
-        if key not in kept:
-            subtree = Plan(tp, pp, dp, 1, "1F1B", 1, "full", False, 3, ep, cp, etp=etp)
-            kept[key] = _smallest_fits(est, splits, limit_bytes, subtree)
-        if kept[key]:
-            for plan in layer_plans(base, branch, pins):
-                est.layer(plan)
-    return est.layers
+        grouper.add(branch)
+    return grouper.est.layers
 
 
 def _rank_subtree(

@@ -48,17 +48,19 @@ def segment_times(segments: tuple[Segment, ...], tp_overlap: bool, recompute_ful
     """`SegmentTimes` of a whole model's segments (embedding, blocks, head), as StageCost sums them; the
     segments' own compute apart, which sizes FSDP units' shares (simulator/units.py)."""
     passes = []
+    seen: dict[int, tuple[float, float, float, float, float]] = {}  # a model repeats one block object
     for g in segments:
-        one = StageCost(0, (g,), 0.0, tp_overlap, False)
-        passes.append(
-            (
+        times = seen.get(id(g))
+        if times is None:
+            one = StageCost(0, (g,), 0.0, tp_overlap, False)
+            times = seen[id(g)] = (
                 one.forward_s,
                 one.backward_input_s,
                 one.backward_weight_s,
                 g.forward_s,
                 g.backward_input_s + g.backward_weight_s,
             )
-        )
+        passes.append(times)
     prefix: list[list[float]] = [[0.0] for _ in range(5)]
     for times in passes[1:-1]:
         for acc, t in zip(prefix, times, strict=True):
@@ -157,23 +159,7 @@ class Estimator:
         key = layer_key(plan)
         cached = self.layers.get(key)
         if cached is None:  # one stage of every layer, on the most data-parallel grid of tp and cp
-            fsdp = sharded(plan)
-            flat = Plan(
-                plan.tp,
-                1,
-                self.gpus // (plan.tp * plan.cp),
-                plan.micro_batch_size,
-                "1F1B",
-                1,
-                plan.recompute,
-                plan.sequence_parallel,
-                3 if fsdp else 0,
-                plan.ep,
-                plan.cp,
-                dispatcher=plan.dispatcher,
-                overlap_ep=plan.overlap_ep,
-                etp=plan.etp,
-            )
+            flat = self._flat(plan)
             s = flat.apply(self.base)
             tp_key = (plan.tp, plan.cp, plan.ep)  # the flat plan's grid: dp follows from tp and cp
             tp_levels = self._tp_levels.get(tp_key)
@@ -196,6 +182,15 @@ class Estimator:
                 segment_times(segments, one.tp_overlap, plan.recompute == "full"),
             )
         return cached
+
+    def _flat(self, plan: Plan) -> Plan:
+        """The one-stage plan whose costs stand for `plan`'s blocks: the most data-parallel grid of its tp
+        and cp, ZeRO-3 where the plan shards its parameters (FSDP changes a block's own passes)."""
+        return Plan(
+            plan.tp, 1, self.gpus // (plan.tp * plan.cp), plan.micro_batch_size, "1F1B", 1, plan.recompute,
+            plan.sequence_parallel, 3 if sharded(plan) else 0, plan.ep, plan.cp, dispatcher=plan.dispatcher,
+            overlap_ep=plan.overlap_ep, etp=plan.etp,
+        )  # fmt: skip
 
     def _segments(
         self, key: LayerKey, flat: Plan, s: Scenario, tp_levels: tuple[Any, ...]
@@ -305,17 +300,19 @@ class Estimator:
         return self._model_states(plan) + acts
 
     def _activations(self, plan: Plan) -> tuple[float, float]:
-        """(`Layer.act_bytes`, `Layer.full_act_bytes`): the same for every dispatcher and overlap, so read
-        from the default one's layer (which the sweep works out anyway)."""
+        """(`Layer.act_bytes`, `Layer.full_act_bytes`): the same for every dispatcher and overlap, and
+        worked out without the layer's segment costs, so that the memory check prices no layer."""
         key = (plan.tp, plan.micro_batch_size, plan.sequence_parallel, plan.recompute, plan.ep, plan.cp,
                sharded(plan), plan.etp)  # fmt: skip
         cached = self._acts.get(key)
-        if cached is None:
-            plain = plan if plan.dispatcher == "alltoall" and not plan.overlap_ep else replace(
-                plan, dispatcher="alltoall", overlap_ep=False
+        if cached is None:  # the expressions of `layer` for the default dispatcher, without its segments
+            s = self._flat(replace(plan, dispatcher="alltoall", overlap_ep=False)).apply(self.base)
+            x = Shape.of(s)
+            mlp = moe_activation_bytes(x, s.model) if s.model.is_moe else None
+            cached = self._acts[key] = (
+                layer_activation_bytes(x, plan.recompute, mlp, s.training.selective_recompute),
+                layer_activation_bytes(x, "none", mlp),
             )
-            lay = self.layer(plain)
-            cached = self._acts[key] = (lay.act_bytes, lay.full_act_bytes)
         return cached
 
     def _inflight_layers(self, plan: Plan, m: int, chunk_layers: tuple[int, ...]) -> int:

@@ -135,8 +135,12 @@ class Grouper:
     """One subtree's groups with plans that fit (one task of a sweep, from the tp degree's per-layer
     costs), and its counts: plans enumerated, fitting, pruned by the smallest-footprint check."""
 
-    def __init__(self, base: Scenario, gpus: int, limit_bytes: float, est: Estimator, pins: Pins) -> None:
+    def __init__(
+        self, base: Scenario, gpus: int, limit_bytes: float, est: Estimator, pins: Pins, bounds: bool = True
+    ) -> None:
         self.base, self.gpus, self.limit_bytes, self.est, self.pins = base, gpus, limit_bytes, est, pins
+        self.bounds = bounds
+        """False: groups without their bounds (0), only their members' per-layer costs worked out."""
         self.bound = Bound(est)
         self.splits = LayerBalancer(base, gpus)
         self.below = [
@@ -194,6 +198,10 @@ class Grouper:
         if not members:
             return None
         group = Group(0.0, shape, members, moe)
+        if not self.bounds:
+            for plan, _ in group.plans():
+                self.est.layer(plan)
+            return group
         c = chain_bound(
             stage_times(self._floor(group), self.est.split(template)), pp, mbs, schedule,
             self.bound._hop_s(template), template.holders(),
