@@ -198,7 +198,8 @@ def test_v_trailing_weights_cover_the_schedule_up_to_the_tested_size(name: str) 
             for rank, actions in enumerate(build_schedule(name, pp, m, 2)):  # type: ignore[arg-type]
                 last_b = max(i for i, a in enumerate(actions) if a.kind == "B")
                 after = actions[last_b + 1 :]
-                found = (sum(a.stage == rank for a in after), sum(a.stage == 2 * pp - 1 - rank for a in after))
+                second = 2 * pp - 1 - rank
+                found = (sum(a.stage == rank for a in after), sum(a.stage == second for a in after))
                 assert all(a.kind == "W" for a in after) and sum(found) == len(after)
                 counts = v_trailing_weights(name, pp, rank, m)
                 assert counts is not None and found[0] <= counts[0] and found[1] <= counts[1], (pp, m, rank)
