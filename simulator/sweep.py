@@ -34,7 +34,7 @@ from plancast.simulator.predict import simulate
 from plancast.simulator.scenario import Scenario
 from plancast.simulator.sweep_axes import Pins, Plan
 from plancast.simulator.sweep_bound import TOLERANCE, Bound
-from plancast.simulator.sweep_estimate import Estimator, Layer, LayerKey
+from plancast.simulator.sweep_estimate import Estimator, Layer, LayerKey, layer_key
 from plancast.simulator.sweep_groups import Group, Grouper
 from plancast.simulator.sweep_space import (
     NO_PINS,
@@ -238,6 +238,14 @@ def _simulated(base: Scenario, limit_bytes: float, candidate: Estimate) -> Ranke
     return Ranked(Plan(*plan_fields), bound_s, summary["peak_memory_gib"], summary["step_time_s"], summary)
 
 
+def _replayed(base: Scenario, gpus: int, task: tuple[tuple[Any, ...], Layer]) -> float:
+    """`Bound.replayed` of a plan in a worker, from its per-layer costs alone (the bound's other caches
+    are its own; a fresh bound gives what a shared one does, tests/simulator/test_sweep.py)."""
+    fields, layer = task
+    plan = Plan(*fields)
+    return Bound(Estimator(base, gpus, {layer_key(plan): layer})).replayed(plan)
+
+
 def _passes(batch_size: int, candidate: Estimate) -> int:
     """About how many pipeline passes the engine simulates for a plan (pipeline ranks x chunks x
     micro-batches): what its simulation costs, from 7 to 90 ms among GPT-3's best plans."""
@@ -258,8 +266,11 @@ class _Frontier:
         refine: Callable[[Estimate], float] | None,
         groups: Sequence[Group] = (),
         expand: Callable[[Group], list[Estimate]] | None = None,
+        refine_many: Callable[[list[Estimate]], list[float]] | None = None,
     ) -> None:
-        self.refine, self.expand = refine, expand
+        self.expand = expand
+        self.refine_many = refine_many or (lambda batch: [refine(c) if refine else c[0] for c in batch])
+        self.batch = REFINE_ROUND if refine_many is not None else 1
         self.heap: list[tuple[float, int, Any]] = [(c[0], _FIRST, c) for c in candidates]
         self.heap += [(g.bound_s, _GROUP, g) for g in groups]
         heapq.heapify(self.heap)
@@ -271,13 +282,31 @@ class _Frontier:
             if kind == _TIGHT:
                 return item
             if kind == _GROUP:
-                assert self.expand is not None
-                for candidate in self.expand(item):
-                    heapq.heappush(self.heap, (candidate[0], _FIRST, candidate))
+                self._open(item)
                 continue
-            tighter = item[0] if self.refine is None else max(item[0], self.refine(item))
-            heapq.heappush(self.heap, (tighter, _TIGHT, (tighter, *item[1:])))
+            batch = [item, *self._firsts()]
+            for candidate, refined in zip(batch, self.refine_many(batch), strict=True):
+                tighter = max(candidate[0], refined)
+                heapq.heappush(self.heap, (tighter, _TIGHT, (tighter, *candidate[1:])))
         return None
+
+    def _firsts(self) -> list[Estimate]:
+        """The first bounds next in line after one just taken, to refine with it (up to `batch` in all):
+        taken while the smallest entry is a first bound or a group (opened on the way), so that each
+        would be refined next anyway unless the search stops first."""
+        out: list[Estimate] = []
+        while self.heap and len(out) + 1 < self.batch and self.heap[0][1] != _TIGHT:
+            _, kind, item = heapq.heappop(self.heap)
+            if kind == _GROUP:
+                self._open(item)
+            else:
+                out.append(item)
+        return out
+
+    def _open(self, group: Group) -> None:
+        assert self.expand is not None
+        for candidate in self.expand(group):
+            heapq.heappush(self.heap, (candidate[0], _FIRST, candidate))
 
     def below(self, threshold_s: float) -> int:
         """About how many candidates left could still beat `threshold_s` (for progress)."""
@@ -287,6 +316,10 @@ class _Frontier:
             if key <= threshold_s
         )
 
+
+REFINE_ROUND = 32
+"""First bounds refined together over a worker pool (`refine_many`): enough to keep its workers busy;
+a few may be refined that the search would have stopped before (never a different top k)."""
 
 _TIGHT, _FIRST, _GROUP = 0, 1, 2
 """Kinds of frontier entries; on equal keys the tighter bound comes out first, as before a refinement."""
@@ -307,6 +340,7 @@ def best_first(
     refine: Callable[[Estimate], float] | None = None,
     groups: Sequence[Group] = (),
     expand: Callable[[Group], list[Estimate]] | None = None,
+    refine_many: Callable[[list[Estimate]], list[float]] | None = None,
 ) -> tuple[list[Ranked], int]:
     """The k fastest of `candidates` by `run`'s step time, sorted (ties by plan), and how many were run.
 
@@ -316,9 +350,10 @@ def best_first(
     k-th best: it and every one after it are slower, so the result is what running every candidate
     would give. `cost` orders each round, the costliest first, so that a pool ends on short runs.
     `groups` join the candidates, each opened into its members' candidates by `expand` only once its
-    bound is the smallest left (simulator/sweep_groups.py)."""
+    bound is the smallest left (simulator/sweep_groups.py). `refine_many` refines several at once
+    (`REFINE_ROUND`, over a pool) in place of `refine`."""
     best: list[Ranked] = []
-    frontier = _Frontier(candidates, refine, groups, expand)
+    frontier = _Frontier(candidates, refine, groups, expand, refine_many)
     simulated = 0
     stopped = False
     while not stopped:
@@ -373,9 +408,14 @@ def sweep(
     def expand(group: Group) -> list[Estimate]:
         return [(bound.seconds(plan), _plan_fields(plan), memory) for plan, memory in group.plans()]
 
+    def refine_many(batch: list[Estimate]) -> list[float]:  # each task carries its plan's layer costs
+        tasks = [(c[1], layers[layer_key(Plan(*c[1]))]) for c in batch]
+        return list(map_fn(partial(_replayed, base, gpus), tasks))
+
     best, simulated = best_first(
         [], run, finalists, map_fn, progress, cost, lambda c: bound.replayed(Plan(*c[1])),
         [g for groups, _, _, _ in grouped for g in groups], expand,
+        None if map_fn is map else refine_many,  # one process: the shared bound's caches serve it better
     )  # fmt: skip
     return SweepResult(
         best,

@@ -19,6 +19,7 @@ Every pass time is summed from the same per-segment costs the engine's stages ar
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from plancast.simulator.costs.collectives import CollectiveKind, Level, collective_seconds
 from plancast.simulator.costs.host import HostCosts
@@ -42,6 +43,10 @@ from plancast.simulator.sweep_chain import (
     stage_times,
 )
 from plancast.simulator.sweep_estimate import Estimator, degrees, layer_key
+
+_built = lru_cache(maxsize=256)(build_schedule)
+"""Pure-function memoisation (as engine/plan.py's `_schedule`): a worker refining plans one task at a
+time (simulator/sweep.py, `_replayed`) builds each schedule once, not once per plan."""
 
 TOLERANCE = 1e-9
 """Relative slack for the bound's floating-point sums, which add the same terms as the engine in
@@ -110,7 +115,7 @@ class Bound:
         key = (plan.schedule, plan.pp, m, plan.virtual_stages)
         cached = self._schedules.get(key)
         if cached is None:
-            cached = self._schedules[key] = build_schedule(plan.schedule, plan.pp, m, plan.virtual_stages)  # type: ignore[arg-type]
+            cached = self._schedules[key] = _built(plan.schedule, plan.pp, m, plan.virtual_stages)
         return cached
 
     def _fsdp_stream(self, plan: Plan, m: int, split: tuple[int, ...], zero: int) -> float:

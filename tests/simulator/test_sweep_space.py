@@ -128,7 +128,8 @@ def test_each_round_simulates_the_longest_first_and_the_ranking_does_not_change(
         return map(fn, items)
 
     result = sweep(base, 8, finalists=16, map_fn=recording_map)
-    simulated = [r for r in rounds[2:] if r]  # after the layer costs and the subtrees
+    # after the layer costs and the subtrees; not the refinements' rounds (plan fields and layer costs)
+    simulated = [r for r in rounds[2:] if r and len(r[0]) == 3]
     for batch in simulated:
         plans = [Plan(*fields) for _, fields, _ in batch]
         passes = [p.pp * p.virtual_stages * 16 // (p.dp * p.micro_batch_size) for p in plans]
