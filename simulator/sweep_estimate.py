@@ -44,9 +44,14 @@ class SegmentTimes(NamedTuple):
     head_compute: tuple[float, float]
 
 
-def segment_times(segments: tuple[Segment, ...], tp_overlap: bool, recompute_full: bool) -> SegmentTimes:
-    """`SegmentTimes` of a whole model's segments (embedding, blocks, head), as StageCost sums them; the
-    segments' own compute apart, which sizes FSDP units' shares (simulator/units.py)."""
+Passes = tuple[float, float, float, float, float]
+"""One segment's (forward, backward input, backward weight) as a one-segment StageCost sums them (tp and
+blocking ep/cp communication included), and its own (forward, backward) compute."""
+
+
+def segment_passes(segments: tuple[Segment, ...], tp_overlap: bool) -> list[Passes]:
+    """`Passes` of each segment. A StageCost's sums are these terms added in segment order, so summing
+    them gives its forward_s, backward_input_s and backward_weight_s to the last bit."""
     passes = []
     seen: dict[int, tuple[float, float, float, float, float]] = {}  # a model repeats one block object
     for g in segments:
@@ -61,6 +66,15 @@ def segment_times(segments: tuple[Segment, ...], tp_overlap: bool, recompute_ful
                 g.backward_input_s + g.backward_weight_s,
             )
         passes.append(times)
+    return passes
+
+
+def segment_times(
+    segments: tuple[Segment, ...], tp_overlap: bool, recompute_full: bool, passes: list[Passes] | None = None
+) -> SegmentTimes:
+    """`SegmentTimes` of a whole model's segments (embedding, blocks, head), as StageCost sums them; the
+    segments' own compute apart, which sizes FSDP units' shares (simulator/units.py)."""
+    passes = passes or segment_passes(segments, tp_overlap)
     prefix: list[list[float]] = [[0.0] for _ in range(5)]
     for times in passes[1:-1]:
         for acc, t in zip(prefix, times, strict=True):
@@ -168,18 +182,21 @@ class Estimator:
             segments = self._segments(key, flat, s, tp_levels)
             # the multi-token-prediction blocks run on the last stage with the head (costs/mtp.py)
             tail = 1 + s.model.num_nextn_predict_layers
-            emb, layers, head = segments[0], segments[1:-tail], segments[-tail:]
-            one = StageCost(0, layers, 0.0, s.parallelism.tp_comm_overlap, plan.recompute == "full")
-            x, n = Shape.of(s), len(layers)  # an MoE model's layers differ: the mean block
+            overlap, full = s.parallelism.tp_comm_overlap, plan.recompute == "full"
+            passes = segment_passes(segments, overlap)
+            blocks = passes[1:-tail]  # StageCost(0, blocks, 0.0, overlap, full)'s sums, from its terms
+            forward_s = sum(p[0] for p in blocks)
+            backward_s = sum(p[1] for p in blocks) + sum(p[2] for p in blocks)
+            x, n = Shape.of(s), len(blocks)  # an MoE model's layers differ: the mean block
             mlp = moe_activation_bytes(x, s.model) if s.model.is_moe else None
             cached = self.layers[key] = Layer(
-                (one.forward_s + one.backward_s + one.recompute_s) / n,
-                one.backward_weight_s / n,
-                StageCost(0, (emb,), 0.0, one.tp_overlap, False).forward_s * 3,
-                StageCost(0, head, 0.0, one.tp_overlap, False).forward_s * 3,
+                (forward_s + backward_s + (forward_s if full else 0.0)) / n,
+                sum(p[2] for p in blocks) / n,
+                passes[0][0] * 3,
+                sum(p[0] for p in passes[-tail:]) * 3,
                 layer_activation_bytes(x, plan.recompute, mlp, s.training.selective_recompute),
                 layer_activation_bytes(x, "none", mlp),
-                segment_times(segments, one.tp_overlap, plan.recompute == "full"),
+                segment_times(segments, overlap, full, passes),
             )
         return cached
 
