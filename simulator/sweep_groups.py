@@ -75,15 +75,21 @@ def member_memories(est: Estimator, template: Plan, below: list[tuple[str, int]]
     if template.pp * template.virtual_stages == 1 or template.v_shape:
         logits = template.micro_batch_size * t.seq_len / template.cp * base.model.vocab_size / template.tp
         loss = loss_bytes_per_logit(base) * logits
+    states: dict[int, float] = {}  # per ZeRO stage
+    activations: dict[tuple[str, bool], tuple[float, float]] = {}  # per (recompute, FSDP)
     out = []
     for rc, zero in below:
-        plan = replace(template, recompute=rc, zero_stage=zero)
-        act_bytes, full_act_bytes = est._activations(plan)
+        if zero not in states:
+            states[zero] = est._model_states(replace(template, zero_stage=zero))
+        fsdp = template.dp > 1 and zero >= 2  # sweep_estimate.sharded
+        if (rc, fsdp) not in activations:
+            activations[rc, fsdp] = est._activations(replace(template, recompute=rc, zero_stage=zero))
+        act_bytes, full_act_bytes = activations[rc, fsdp]
         rebuilt = rebuilds_a_block(rc, t.selective_recompute, moe=base.model.is_moe)
         acts = inflight * act_bytes + (full_act_bytes if rebuilt else 0.0)
         if loss is not None:
             acts += loss
-        out.append(est._model_states(plan) + acts)
+        out.append(states[zero] + acts)
     return out
 
 
