@@ -2,20 +2,22 @@
 
 The space is tp x pp x dp (x ep for MoE models, x cp on long sequences) x micro-batch x schedule (with
 virtual stages) x recompute x sequence parallel x ZeRO stage: hundreds of thousands of plans for GPT-3
-on 1,536 GPUs. Three steps keep it fast and exact (docs/sweep.md):
+on 1,536 GPUs, millions for DeepSeek-V3. Three steps keep it fast and exact (docs/sweep.md):
 
 1. enumerate with pruning: a (tp, pp) pair whose smallest possible footprint (ZeRO-3, full recompute,
    micro-batch 1) does not fit is skipped whole; memory is a closed form per plan (a lower bound of
    the exact peak, so no plan that fits is dropped);
-2. bound every plan that fits with a closed-form lower bound of the engine's step time
-   (simulator/sweep_bound.py), built from cached per-segment costs;
-3. best first: check and simulate plans in bound order, and stop once the next bound cannot beat the
-   k-th best simulated step time. Every plan left unsimulated is then slower than the k-th best, so
-   the top k is exactly the engine's top k over the whole space.
+2. bound groups of plans that fit (one batch shape, schedule, SP choice and layer split; recompute, ZeRO
+   and the MoE dispatcher and overlap inside) with one lower bound each (simulator/sweep_groups.py);
+3. best first: open the group, bound the plan (simulator/sweep_bound.py: a closed form, then the
+   replayed schedule) or check and simulate the plan with the smallest bound left, and stop once it
+   cannot beat the k-th best simulated step time. Every plan left unsimulated is then slower than the
+   k-th best, so the top k is exactly the engine's top k over the whole space.
 
 Steps 1 and 2 run one (tp, pp) subtree per task over `map_fn` (every core at the CLI), the largest
-first; the per-layer costs, the one expensive cache, are worked out once per tp degree in a round before
-(simulator/sweep_space.py cuts the space). Step 3 simulates rounds of `ROUND` plans over `map_fn`.
+first; the per-layer costs, the one expensive cache, are worked out once per tp degree (for the plans
+that fit) in a round before (simulator/sweep_space.py cuts the space). Step 3 refines bounds in rounds
+of `REFINE_ROUND` and simulates rounds of `ROUND` plans over `map_fn`.
 """
 
 from __future__ import annotations
