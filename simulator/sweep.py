@@ -174,20 +174,26 @@ def _rank_subtree(
     return candidates, enumerated, pruned
 
 
-def _group_subtree(
-    base: Scenario,
-    gpus: int,
-    limit_bytes: float,
-    task: tuple[Root, dict[LayerKey, Layer]],
-    pins: Pins = NO_PINS,
-) -> tuple[list[Group], int, int, int]:
-    """The groups of one (tp, pp) subtree with plans that fit (simulator/sweep_groups.py), and its plans
-    enumerated, fitting, pruned: the plans of `_rank_subtree`, counted and bounded a group at a time."""
-    root, layers = task
-    grouper = Grouper(base, gpus, limit_bytes, Estimator(base, gpus, dict(layers)), pins)
-    for branch in branches(base, gpus, (root,), pins):
+def _group_tp_degree(
+    base: Scenario, gpus: int, limit_bytes: float, subtrees: list[Root], pins: Pins = NO_PINS
+) -> tuple[dict[LayerKey, Layer], list[Group], int, int, int]:
+    """One tp degree's subtrees in one task: the per-layer costs of its plans that fit (worked out as
+    its groups' bounds need them, once for all its subtrees), its groups with plans that fit
+    (simulator/sweep_groups.py), and its plans enumerated, fitting and pruned."""
+    grouper = Grouper(base, gpus, limit_bytes, Estimator(base, gpus), pins)
+    for branch in branches(base, gpus, subtrees, pins):
         grouper.add(branch)
-    return grouper.groups, grouper.enumerated, grouper.fits, grouper.pruned
+    return grouper.est.layers, grouper.groups, grouper.enumerated, grouper.fits, grouper.pruned
+
+
+def _per_tp(base: Scenario, gpus: int, pins: Pins) -> list[list[Root]]:
+    """The (tp, pp) subtrees of each tp degree, the degree with the most plans first (a task costs about
+    its plan count), subtrees in `roots` order."""
+    sizes = subtree_sizes(base, gpus, pins)
+    tp_sizes: dict[int, int] = {}
+    for (tp, _), n in sizes.items():
+        tp_sizes[tp] = tp_sizes.get(tp, 0) + n
+    return [[root for root in sizes if root[0] == tp and sizes[root]] for tp in by_size(tp_sizes)]
 
 
 def _tasks(
@@ -201,13 +207,9 @@ def _tasks(
     """The (tp, pp) subtrees, largest first (a subtree costs about its plan count), each with its tp
     degree's per-layer costs, worked out in a round over `map_fn` before (and added to `layer_costs`)."""
     sizes = subtree_sizes(base, gpus, pins)
-    tp_sizes: dict[int, int] = {}
-    for (tp, _), n in sizes.items():
-        tp_sizes[tp] = tp_sizes.get(tp, 0) + n
-    tps = by_size(tp_sizes)
-    per_tp = [[root for root in sizes if root[0] == tp] for tp in tps]
+    per_tp = _per_tp(base, gpus, pins)
     costs = partial(_layer_costs, base, gpus, limit_bytes, pins=pins)
-    layers = dict(zip(tps, map_fn(costs, per_tp), strict=True))
+    layers = dict(zip((subtrees[0][0] for subtrees in per_tp), map_fn(costs, per_tp), strict=True))
     for table in layers.values():
         layer_costs.update(table)
     return [(root, layers[root[0]]) for root in by_size(sizes)]
@@ -223,7 +225,7 @@ def _rank(
 ) -> list[SubtreeRanking]:
     """Every (tp, pp) subtree ranked by `_rank_subtree`, in two rounds over `map_fn`: the per-layer costs
     of each tp degree (also added to `layer_costs`), then the subtrees, largest first (a subtree costs
-    about its plan count). The search itself bounds groups first (`_group_subtree`); this ranks every
+    about its plan count). The search itself bounds groups first (`_group_tp_degree`); this ranks every
     plan that fits, for the exhaustive checks (scripts/sweep_exhaustive.py, tests)."""
     tasks = _tasks(base, gpus, limit_bytes, map_fn, {} if layer_costs is None else layer_costs, pins)
     return list(map_fn(partial(_rank_subtree, base, gpus, limit_bytes, pins=pins), tasks))
@@ -402,8 +404,9 @@ def sweep(
     # headroom for context, NCCL, fragmentation; --max-memory-gib caps it further
     limit = min(base.cluster.gpu.usable_memory_GiB, max_memory_gib or math.inf) * GiB
     layers: dict[LayerKey, Layer] = {}
-    tasks = _tasks(base, gpus, limit, map_fn, layers, pins)
-    grouped = list(map_fn(partial(_group_subtree, base, gpus, limit, pins=pins), tasks))
+    grouped = list(map_fn(partial(_group_tp_degree, base, gpus, limit, pins=pins), _per_tp(base, gpus, pins)))
+    for part in grouped:
+        layers.update(part[0])
     run, cost = partial(_simulated, base, limit), partial(_passes, base.training.global_batch_size)
     bound = Bound(Estimator(base, gpus, layers))
 
@@ -416,13 +419,13 @@ def sweep(
 
     best, simulated = best_first(
         [], run, finalists, map_fn, progress, cost, lambda c: bound.replayed(Plan(*c[1])),
-        [g for groups, _, _, _ in grouped for g in groups], expand,
+        [g for part in grouped for g in part[1]], expand,
         None if map_fn is map else refine_many,  # one process: the shared bound's caches serve it better
     )  # fmt: skip
     return SweepResult(
         best,
-        sum(part[1] for part in grouped),
         sum(part[2] for part in grouped),
         sum(part[3] for part in grouped),
+        sum(part[4] for part in grouped),
         simulated,
     )

@@ -13,11 +13,11 @@ import pytest
 from plancast.simulator.costs.memory import GiB
 from plancast.simulator.scenario import Scenario
 from plancast.simulator.sweep import (
-    _group_subtree,
+    _group_tp_degree,
+    _per_tp,
     _plan_fields,
     _rank,
     _simulated,
-    _tasks,
     best_first,
     sweep,
 )
@@ -31,10 +31,11 @@ from tests.simulator.test_sweep_space import CASES, scenario
 
 def grouped(base: Scenario, gpus: int, limit: float) -> tuple[list[Any], dict[LayerKey, Layer], list[Any]]:
     """Every subtree's groups and counts, as sweep() makes them, with the layer costs."""
+    parts = [_group_tp_degree(base, gpus, limit, subtrees) for subtrees in _per_tp(base, gpus, NO_PINS)]
     layers: dict[LayerKey, Layer] = {}
-    tasks = _tasks(base, gpus, limit, map, layers, NO_PINS)
-    parts = [_group_subtree(base, gpus, limit, task) for task in tasks]
-    return [g for part in parts for g in part[0]], layers, parts
+    for part in parts:
+        layers.update(part[0])
+    return [g for part in parts for g in part[1]], layers, [part[1:] for part in parts]
 
 
 @pytest.mark.parametrize(("preset", "gpus", "memory_gib", "batch"), CASES)
