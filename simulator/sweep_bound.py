@@ -296,6 +296,16 @@ class Bound:
                 total += dense_dp * (_one(levels, "broadcast", shard) + host.dp_collective_s)
         return total
 
+    def after_passes_s(self, plan: Plan) -> float:
+        """At least what `seconds` adds after the first rank's own passes (`Compute.first_rank_s`): its
+        optimizer step, and after it ZeRO-1's broadcasts (every branch of `seconds` adds both)."""
+        dense_dp = plan.dp * plan.cp
+        zero = plan.zero_stage if dense_dp > 1 else 0
+        opt = self._optimizer_s(plan, zero)
+        if dense_dp > 1 and zero <= 1:
+            return opt + self._dp_part(plan, self.est.split(plan), zero)[2]
+        return opt
+
     def seconds(self, plan: Plan) -> float:
         """The bound for `plan` (see the module docstring)."""
         est, t = self.est, self.est.base.training

@@ -58,9 +58,10 @@ class Group(NamedTuple):
         tp, pp, dp, b, schedule, v, sp, ep, cp, first, last, etp = self.shape
         for rc, zero, memory_gib in self.members:
             for dispatcher, overlap in self.variants:
-                yield Plan(
+                plan = Plan(
                     tp, pp, dp, b, schedule, v, rc, sp, zero, ep, cp, first, last, dispatcher, overlap, etp
-                ), memory_gib
+                )  # fmt: skip
+                yield plan, memory_gib
 
 
 def member_memories(est: Estimator, template: Plan, below: list[tuple[str, int]]) -> list[float]:
@@ -212,7 +213,10 @@ class Grouper:
             stage_times(self._floor(group), self.est.split(template)), pp, mbs, schedule,
             self.bound._hop_s(template), template.holders(),
         )  # fmt: skip
-        return group._replace(bound_s=max(c.other_ranks_s, c.first_rank_s) * (1 - FLOOR_SLACK))
+        after = min(
+            self.bound.after_passes_s(replace(template, zero_stage=zero)) for zero in {m[1] for m in members}
+        )
+        return group._replace(bound_s=max(c.other_ranks_s, c.first_rank_s + after) * (1 - FLOOR_SLACK))
 
     def _floor(self, group: Group) -> SegmentTimes:
         """`floor_times` over the members' per-layer costs, once per set of (layer key, FSDP units)."""
