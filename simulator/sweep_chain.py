@@ -9,7 +9,7 @@ from functools import lru_cache
 from typing import NamedTuple
 
 from plancast.simulator.schedules import Schedule, splits_backward
-from plancast.simulator.sweep_estimate import SegmentTimes
+from plancast.simulator.sweep_segments import SegmentTimes
 
 
 class StageTimes(NamedTuple):

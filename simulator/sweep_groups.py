@@ -22,7 +22,8 @@ from plancast.simulator.scenario import Scenario
 from plancast.simulator.sweep_axes import RECOMPUTE, ZERO_STAGES, Pins, Plan
 from plancast.simulator.sweep_bound import Bound, _units
 from plancast.simulator.sweep_chain import chain_bound, stage_times
-from plancast.simulator.sweep_estimate import Estimator, LayerKey, SegmentTimes, layer_key
+from plancast.simulator.sweep_estimate import Estimator, LayerKey, layer_key
+from plancast.simulator.sweep_segments import SegmentTimes
 from plancast.simulator.sweep_space import (
     Branch,
     LayerBalancer,
