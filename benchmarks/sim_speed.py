@@ -17,7 +17,8 @@ and `plancast sweep examples/deepseek-v3-h800.toml --gpus 2048` [<= 10 s]. Old i
 checkout of the code to compare against, run with this interpreter (`git worktree add PATH f5b0c05`);
 without it, old is this code with the SimPy engine (PLANCAST_ENGINE=simpy), which times the engine alone.
 
-Run: `python -m benchmarks.sim_speed [--baseline PATH] [--pairs N] [--sweep-pairs N] [--only WHICH]`.
+Run: `python -m benchmarks.sim_speed [--baseline PATH] [--pairs N] [--sweep-pairs N] [--only WHICH]
+[--sweeps gpt3,deepseek]`.
 """
 
 from __future__ import annotations
@@ -101,7 +102,9 @@ def in_process(pairs: int) -> None:
         _row(name, paired(old, new, pairs), target)
 
 
-def whole_processes(pairs: int, sweep_pairs: int, baseline: Path | None) -> None:
+def whole_processes(
+    pairs: int, sweep_pairs: int, baseline: Path | None, sweeps: tuple[str, ...] = ("gpt3", "deepseek")
+) -> None:
     """What a user waits for, old against new, each a whole process."""
     new_cmd = plancast_command()
     if baseline is None:
@@ -114,19 +117,25 @@ def whole_processes(pairs: int, sweep_pairs: int, baseline: Path | None) -> None
     cases = [
         ("start-up: plancast --help", ["--help"], pairs, ""),
         ("one prediction: simulate X --json", ["simulate", str(EXAMPLE), "--json"], pairs, ""),
-        (
-            "sweep GPT-3 175B --gpus 1536",
-            ["sweep", str(EXAMPLE), "--gpus", "1536", "--json"],
-            sweep_pairs,
-            "3 s",
-        ),
-        (
-            "sweep DeepSeek-V3 --gpus 2048",
-            ["sweep", str(DEEPSEEK), "--gpus", "2048", "--json"],
-            sweep_pairs,
-            "10 s",
-        ),
     ]
+    if "gpt3" in sweeps:
+        cases.append(
+            (
+                "sweep GPT-3 175B --gpus 1536",
+                ["sweep", str(EXAMPLE), "--gpus", "1536", "--json"],
+                sweep_pairs,
+                "3 s",
+            )
+        )
+    if "deepseek" in sweeps:
+        cases.append(
+            (
+                "sweep DeepSeek-V3 --gpus 2048",
+                ["sweep", str(DEEPSEEK), "--gpus", "2048", "--json"],
+                sweep_pairs,
+                "10 s",
+            )
+        )
     print(HEADER)
     for name, args, n, target in cases:
         r = paired(
@@ -143,7 +152,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pairs", type=int, default=7, help="alternating pairs of each in-process and short run")
     p.add_argument("--sweep-pairs", type=int, default=3, help="alternating pairs of each sweep")
     p.add_argument("--only", choices=("in-process", "whole"), help="one of the two tables")
+    p.add_argument(
+        "--sweeps",
+        default="gpt3,deepseek",
+        help="which whole-process sweeps to time, comma-separated (gpt3, deepseek; '' for none): an old "
+        "DeepSeek-V3 sweep can take minutes a run",
+    )
     args = p.parse_args(argv)
+    sweeps = tuple(name for name in args.sweeps.split(",") if name)
+    if unknown := set(sweeps) - {"gpt3", "deepseek"}:
+        print(
+            f"error: --sweeps {args.sweeps}: unknown {sorted(unknown)}; use gpt3, deepseek or both",
+            file=sys.stderr,
+        )
+        return 2
     if args.baseline is not None and not (args.baseline / "plancast" / "cli.py").exists():
         print(
             f"error: --baseline {args.baseline} is not a plancast checkout (no plancast/cli.py)",
@@ -154,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.only != "whole":
         in_process(args.pairs)
     if args.only != "in-process":
-        whole_processes(args.pairs, args.sweep_pairs, args.baseline)
+        whole_processes(args.pairs, args.sweep_pairs, args.baseline, sweeps)
     return 0
 
 

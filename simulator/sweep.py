@@ -2,25 +2,26 @@
 
 The space is tp x pp x dp (x ep for MoE models, x cp on long sequences) x micro-batch x schedule (with
 virtual stages) x recompute x sequence parallel x ZeRO stage: hundreds of thousands of plans for GPT-3
-on 1,536 GPUs. Three steps keep it fast and exact (docs/sweep.md):
+on 1,536 GPUs, millions for DeepSeek-V3. Three steps keep it fast and exact (docs/sweep.md):
 
 1. enumerate with pruning: a (tp, pp) pair whose smallest possible footprint (ZeRO-3, full recompute,
    micro-batch 1) does not fit is skipped whole; memory is a closed form per plan (a lower bound of
    the exact peak, so no plan that fits is dropped);
-2. bound every plan that fits with a closed-form lower bound of the engine's step time
-   (simulator/sweep_bound.py), built from cached per-segment costs;
-3. best first: check and simulate plans in bound order, and stop once the next bound cannot beat the
-   k-th best simulated step time. Every plan left unsimulated is then slower than the k-th best, so
-   the top k is exactly the engine's top k over the whole space.
+2. bound groups of plans that fit (one batch shape, schedule, SP choice and layer split; recompute, ZeRO
+   and the MoE dispatcher and overlap inside) with one lower bound each (simulator/sweep_groups.py);
+3. best first: open the group, bound the plan (simulator/sweep_bound.py: a closed form, then the
+   replayed schedule) or check and simulate the plan with the smallest bound left, and stop once it
+   cannot beat the k-th best simulated step time. Every plan left unsimulated is then slower than the
+   k-th best, so the top k is exactly the engine's top k over the whole space.
 
 Steps 1 and 2 run one (tp, pp) subtree per task over `map_fn` (every core at the CLI), the largest
-first; the per-layer costs, the one expensive cache, are worked out once per tp degree in a round before
-(simulator/sweep_space.py cuts the space). Step 3 simulates rounds of `ROUND` plans over `map_fn`.
+first; the per-layer costs, the one expensive cache, are worked out once per tp degree (for the plans
+that fit) in a round before (simulator/sweep_space.py cuts the space). Step 3 refines bounds in rounds
+of `REFINE_ROUND` and simulates rounds of `ROUND` plans over `map_fn`.
 """
 
 from __future__ import annotations
 
-import bisect
 import heapq
 import math
 import operator
@@ -35,7 +36,8 @@ from plancast.simulator.predict import simulate
 from plancast.simulator.scenario import Scenario
 from plancast.simulator.sweep_axes import Pins, Plan
 from plancast.simulator.sweep_bound import TOLERANCE, Bound
-from plancast.simulator.sweep_estimate import Estimator, Layer, LayerKey
+from plancast.simulator.sweep_estimate import Estimator, Layer, LayerKey, layer_key
+from plancast.simulator.sweep_groups import Group, Grouper
 from plancast.simulator.sweep_space import (
     NO_PINS,
     LayerBalancer,
@@ -44,7 +46,6 @@ from plancast.simulator.sweep_space import (
     branches,
     by_size,
     enumerate_plans,
-    layer_plans,
     smallest_footprints,
     subtree_sizes,
 )
@@ -131,22 +132,14 @@ def _smallest_fits(est: Estimator, splits: LayerBalancer, limit_bytes: float, pl
 def _layer_costs(
     base: Scenario, gpus: int, limit_bytes: float, subtrees: list[Root], pins: Pins = NO_PINS
 ) -> dict[LayerKey, Layer]:
-    """The per-layer costs that the plans of `subtrees` (one tp degree) need: those of every subtree the
-    smallest-footprint check keeps, as ranking them one by one would work out. Worked out once here, not
-    again by each (tp, pp) task: the subtrees of a tp degree share most of them (their micro-batch sizes
-    overlap), and a task re-deriving its own would cost 60% more work in all."""
-    est, splits = Estimator(base, gpus), LayerBalancer(base, gpus)
-    kept: dict[tuple[int, ...], bool] = {}
+    """The per-layer costs that the plans of `subtrees` (one tp degree) need: those of every plan that
+    fits, as ranking them one by one would work out (the memory check needs none). Worked out once here,
+    not again by each (tp, pp) task: the subtrees of a tp degree share most of them (their micro-batch
+    sizes overlap), and a task re-deriving its own would cost 60% more work in all."""
+    grouper = Grouper(base, gpus, limit_bytes, Estimator(base, gpus), pins, bounds=False)
     for branch in branches(base, gpus, subtrees, pins):
-        tp, pp, cp, dp, ep, etp = branch[:6]
-        key = (tp, pp, ep, cp, etp)
-        if key not in kept:
-            subtree = Plan(tp, pp, dp, 1, "1F1B", 1, "full", False, 3, ep, cp, etp=etp)
-            kept[key] = _smallest_fits(est, splits, limit_bytes, subtree)
-        if kept[key]:
-            for plan in layer_plans(base, branch, pins):
-                est.layer(plan)
-    return est.layers
+        grouper.add(branch)
+    return grouper.est.layers
 
 
 def _rank_subtree(
@@ -181,6 +174,47 @@ def _rank_subtree(
     return candidates, enumerated, pruned
 
 
+def _group_tp_degree(
+    base: Scenario, gpus: int, limit_bytes: float, subtrees: list[Root], pins: Pins = NO_PINS
+) -> tuple[dict[LayerKey, Layer], list[Group], int, int, int]:
+    """One tp degree's subtrees in one task: the per-layer costs of its plans that fit (worked out as
+    its groups' bounds need them, once for all its subtrees), its groups with plans that fit
+    (simulator/sweep_groups.py), and its plans enumerated, fitting and pruned."""
+    grouper = Grouper(base, gpus, limit_bytes, Estimator(base, gpus), pins)
+    for branch in branches(base, gpus, subtrees, pins):
+        grouper.add(branch)
+    return grouper.est.layers, grouper.groups, grouper.enumerated, grouper.fits, grouper.pruned
+
+
+def _per_tp(base: Scenario, gpus: int, pins: Pins) -> list[list[Root]]:
+    """The (tp, pp) subtrees of each tp degree, the degree with the most plans first (a task costs about
+    its plan count), subtrees in `roots` order."""
+    sizes = subtree_sizes(base, gpus, pins)
+    tp_sizes: dict[int, int] = {}
+    for (tp, _), n in sizes.items():
+        tp_sizes[tp] = tp_sizes.get(tp, 0) + n
+    return [[root for root in sizes if root[0] == tp and sizes[root]] for tp in by_size(tp_sizes)]
+
+
+def _tasks(
+    base: Scenario,
+    gpus: int,
+    limit_bytes: float,
+    map_fn: MapFn,
+    layer_costs: dict[LayerKey, Layer],
+    pins: Pins,
+) -> list[tuple[Root, dict[LayerKey, Layer]]]:
+    """The (tp, pp) subtrees, largest first (a subtree costs about its plan count), each with its tp
+    degree's per-layer costs, worked out in a round over `map_fn` before (and added to `layer_costs`)."""
+    sizes = subtree_sizes(base, gpus, pins)
+    per_tp = _per_tp(base, gpus, pins)
+    costs = partial(_layer_costs, base, gpus, limit_bytes, pins=pins)
+    layers = dict(zip((subtrees[0][0] for subtrees in per_tp), map_fn(costs, per_tp), strict=True))
+    for table in layers.values():
+        layer_costs.update(table)
+    return [(root, layers[root[0]]) for root in by_size(sizes)]
+
+
 def _rank(
     base: Scenario,
     gpus: int,
@@ -191,19 +225,9 @@ def _rank(
 ) -> list[SubtreeRanking]:
     """Every (tp, pp) subtree ranked by `_rank_subtree`, in two rounds over `map_fn`: the per-layer costs
     of each tp degree (also added to `layer_costs`), then the subtrees, largest first (a subtree costs
-    about its plan count)."""
-    sizes = subtree_sizes(base, gpus, pins)
-    tp_sizes: dict[int, int] = {}
-    for (tp, _), n in sizes.items():
-        tp_sizes[tp] = tp_sizes.get(tp, 0) + n
-    tps = by_size(tp_sizes)
-    per_tp = [[root for root in sizes if root[0] == tp] for tp in tps]
-    costs = partial(_layer_costs, base, gpus, limit_bytes, pins=pins)
-    layers = dict(zip(tps, map_fn(costs, per_tp), strict=True))
-    if layer_costs is not None:
-        for table in layers.values():
-            layer_costs.update(table)
-    tasks = [(root, layers[root[0]]) for root in by_size(sizes)]
+    about its plan count). The search itself bounds groups first (`_group_tp_degree`); this ranks every
+    plan that fits, for the exhaustive checks (scripts/sweep_exhaustive.py, tests)."""
+    tasks = _tasks(base, gpus, limit_bytes, map_fn, {} if layer_costs is None else layer_costs, pins)
     return list(map_fn(partial(_rank_subtree, base, gpus, limit_bytes, pins=pins), tasks))
 
 
@@ -218,6 +242,14 @@ def _simulated(base: Scenario, limit_bytes: float, candidate: Estimate) -> Ranke
     return Ranked(Plan(*plan_fields), bound_s, summary["peak_memory_gib"], summary["step_time_s"], summary)
 
 
+def _replayed(base: Scenario, gpus: int, task: tuple[tuple[Any, ...], Layer]) -> float:
+    """`Bound.replayed` of a plan in a worker, from its per-layer costs alone (the bound's other caches
+    are its own; a fresh bound gives what a shared one does, tests/simulator/test_sweep.py)."""
+    fields, layer = task
+    plan = Plan(*fields)
+    return Bound(Estimator(base, gpus, {layer_key(plan): layer})).replayed(plan)
+
+
 def _passes(batch_size: int, candidate: Estimate) -> int:
     """About how many pipeline passes the engine simulates for a plan (pipeline ranks x chunks x
     micro-batches): what its simulation costs, from 7 to 90 ms among GPT-3's best plans."""
@@ -226,32 +258,75 @@ def _passes(batch_size: int, candidate: Estimate) -> int:
 
 
 class _Frontier:
-    """Candidates in the order of their tighter bound, refining only those whose first bound is below
-    every tighter bound worked out so far (lazy evaluation: a candidate comes out once no other can
-    have a smaller tighter bound)."""
+    """Candidates in the order of their tighter bound, worked out lazily: one heap of groups (opened into
+    their plans' first bounds once no other entry is smaller), first bounds (refined once no other
+    entry is smaller) and tighter bounds (returned once no other entry is smaller). Each entry's key is
+    at most every bound below it (a group's is at most its members', a first bound at most its tighter
+    one), so the candidate returned has the smallest tighter bound of all."""
 
-    def __init__(self, candidates: list[Estimate], refine: Callable[[Estimate], float] | None) -> None:
-        self.candidates, self.refine = candidates, refine
-        self.position = 0
-        self.heap: list[Estimate] = []
+    def __init__(
+        self,
+        candidates: list[Estimate],
+        refine: Callable[[Estimate], float] | None,
+        groups: Sequence[Group] = (),
+        expand: Callable[[Group], list[Estimate]] | None = None,
+        refine_many: Callable[[list[Estimate]], list[float]] | None = None,
+    ) -> None:
+        self.expand = expand
+        self.refine_many = refine_many or (lambda batch: [refine(c) if refine else c[0] for c in batch])
+        self.batch = REFINE_ROUND if refine_many is not None else 1
+        self.heap: list[tuple[float, int, Any]] = [(c[0], _FIRST, c) for c in candidates]
+        self.heap += [(g.bound_s, _GROUP, g) for g in groups]
+        heapq.heapify(self.heap)
 
     def pop(self) -> Estimate | None:
         """The candidate with the smallest tighter bound (its bound in place of the first), or None."""
-        while True:
-            next_s = self.candidates[self.position][0] if self.position < len(self.candidates) else math.inf
-            if self.heap and self.heap[0][0] <= next_s:
-                return heapq.heappop(self.heap)
-            if self.position >= len(self.candidates):
-                return None
-            candidate = self.candidates[self.position]
-            self.position += 1
-            tighter = candidate[0] if self.refine is None else max(candidate[0], self.refine(candidate))
-            heapq.heappush(self.heap, (tighter, *candidate[1:]))
+        while self.heap:
+            _, kind, item = heapq.heappop(self.heap)
+            if kind == _TIGHT:
+                return item
+            if kind == _GROUP:
+                self._open(item)
+                continue
+            batch = [item, *self._firsts()]
+            for candidate, refined in zip(batch, self.refine_many(batch), strict=True):
+                tighter = max(candidate[0], refined)
+                heapq.heappush(self.heap, (tighter, _TIGHT, (tighter, *candidate[1:])))
+        return None
+
+    def _firsts(self) -> list[Estimate]:
+        """The first bounds next in line after one just taken, to refine with it (up to `batch` in all):
+        taken while the smallest entry is a first bound or a group (opened on the way), so that each
+        would be refined next anyway unless the search stops first."""
+        out: list[Estimate] = []
+        while self.heap and len(out) + 1 < self.batch and self.heap[0][1] != _TIGHT:
+            _, kind, item = heapq.heappop(self.heap)
+            if kind == _GROUP:
+                self._open(item)
+            else:
+                out.append(item)
+        return out
+
+    def _open(self, group: Group) -> None:
+        assert self.expand is not None
+        for candidate in self.expand(group):
+            heapq.heappush(self.heap, (candidate[0], _FIRST, candidate))
 
     def below(self, threshold_s: float) -> int:
         """About how many candidates left could still beat `threshold_s` (for progress)."""
-        rest = bisect.bisect_right(self.candidates, threshold_s, lo=self.position, key=operator.itemgetter(0))
-        return rest - self.position + sum(1 for c in self.heap if c[0] <= threshold_s)
+        return sum(
+            len(item.members) * len(item.variants) if kind == _GROUP else 1
+            for key, kind, item in self.heap
+            if key <= threshold_s
+        )
+
+
+REFINE_ROUND = 32
+"""First bounds refined together over a worker pool (`refine_many`): enough to keep its workers busy;
+a few may be refined that the search would have stopped before (never a different top k)."""
+
+_TIGHT, _FIRST, _GROUP = 0, 1, 2
+"""Kinds of frontier entries; on equal keys the tighter bound comes out first, as before a refinement."""
 
 
 ROUND = 16
@@ -267,6 +342,9 @@ def best_first(
     progress: Callable[[int, int], None] | None = None,
     cost: Callable[[Estimate], int] | None = None,
     refine: Callable[[Estimate], float] | None = None,
+    groups: Sequence[Group] = (),
+    expand: Callable[[Group], list[Estimate]] | None = None,
+    refine_many: Callable[[list[Estimate]], list[float]] | None = None,
 ) -> tuple[list[Ranked], int]:
     """The k fastest of `candidates` by `run`'s step time, sorted (ties by plan), and how many were run.
 
@@ -274,9 +352,12 @@ def best_first(
     it), worked out lazily (`_Frontier`). Rounds of the next `ROUND` candidates by tighter bound run over
     `map_fn`; the search stops at the first whose bound, less the bound's rounding slack, exceeds the
     k-th best: it and every one after it are slower, so the result is what running every candidate
-    would give. `cost` orders each round, the costliest first, so that a pool ends on short runs."""
+    would give. `cost` orders each round, the costliest first, so that a pool ends on short runs.
+    `groups` join the candidates, each opened into its members' candidates by `expand` only once its
+    bound is the smallest left (simulator/sweep_groups.py). `refine_many` refines several at once
+    (`REFINE_ROUND`, over a pool) in place of `refine`."""
     best: list[Ranked] = []
-    frontier = _Frontier(candidates, refine)
+    frontier = _Frontier(candidates, refine, groups, expand, refine_many)
     simulated = 0
     stopped = False
     while not stopped:
@@ -323,13 +404,28 @@ def sweep(
     # headroom for context, NCCL, fragmentation; --max-memory-gib caps it further
     limit = min(base.cluster.gpu.usable_memory_GiB, max_memory_gib or math.inf) * GiB
     layers: dict[LayerKey, Layer] = {}
-    ranked = _rank(base, gpus, limit, map_fn, layers, pins)
-    candidates = sorted(c for part, _, _ in ranked for c in part)  # a total order: the same for any slicing
+    grouped = list(map_fn(partial(_group_tp_degree, base, gpus, limit, pins=pins), _per_tp(base, gpus, pins)))
+    for part in grouped:
+        layers.update(part[0])
     run, cost = partial(_simulated, base, limit), partial(_passes, base.training.global_batch_size)
     bound = Bound(Estimator(base, gpus, layers))
+
+    def expand(group: Group) -> list[Estimate]:
+        return [(bound.seconds(plan), _plan_fields(plan), memory) for plan, memory in group.plans()]
+
+    def refine_many(batch: list[Estimate]) -> list[float]:  # each task carries its plan's layer costs
+        tasks = [(c[1], layers[layer_key(Plan(*c[1]))]) for c in batch]
+        return list(map_fn(partial(_replayed, base, gpus), tasks))
+
     best, simulated = best_first(
-        candidates, run, finalists, map_fn, progress, cost, lambda c: bound.replayed(Plan(*c[1]))
-    )
+        [], run, finalists, map_fn, progress, cost, lambda c: bound.replayed(Plan(*c[1])),
+        [g for part in grouped for g in part[1]], expand,
+        None if map_fn is map else refine_many,  # one process: the shared bound's caches serve it better
+    )  # fmt: skip
     return SweepResult(
-        best, sum(n for _, n, _ in ranked), len(candidates), sum(n for _, _, n in ranked), simulated
+        best,
+        sum(part[2] for part in grouped),
+        sum(part[3] for part in grouped),
+        sum(part[4] for part in grouped),
+        simulated,
     )

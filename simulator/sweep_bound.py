@@ -19,6 +19,7 @@ Every pass time is summed from the same per-segment costs the engine's stages ar
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from plancast.simulator.costs.collectives import CollectiveKind, Level, collective_seconds
 from plancast.simulator.costs.host import HostCosts
@@ -43,6 +44,10 @@ from plancast.simulator.sweep_chain import (
 )
 from plancast.simulator.sweep_estimate import Estimator, degrees, layer_key
 
+_built = lru_cache(maxsize=256)(build_schedule)
+"""Pure-function memoisation (as engine/plan.py's `_schedule`): a worker refining plans one task at a
+time (simulator/sweep.py, `_replayed`) builds each schedule once, not once per plan."""
+
 TOLERANCE = 1e-9
 """Relative slack for the bound's floating-point sums, which add the same terms as the engine in
 another order: a plan is skipped only when its bound exceeds the k-th best time by more than this."""
@@ -59,6 +64,7 @@ class Bound:
     _replays: dict[tuple[object, ...], Replay] = field(default_factory=dict)
     _optimizer: dict[tuple[int, ...], float] = field(default_factory=dict)
     _schedules: dict[tuple[str, int, int, int], Schedule] = field(default_factory=dict)
+    _units_cache: dict[tuple[object, ...], tuple[tuple[float, float], ...]] = field(default_factory=dict)
     _bucket_cache: dict[tuple[object, ...], tuple[tuple[tuple[int, ...], tuple[float, ...]], ...]] = field(
         default_factory=dict
     )
@@ -109,13 +115,27 @@ class Bound:
         key = (plan.schedule, plan.pp, m, plan.virtual_stages)
         cached = self._schedules.get(key)
         if cached is None:
-            cached = self._schedules[key] = build_schedule(plan.schedule, plan.pp, m, plan.virtual_stages)  # type: ignore[arg-type]
+            cached = self._schedules[key] = _built(plan.schedule, plan.pp, m, plan.virtual_stages)
         return cached
 
     def _fsdp_stream(self, plan: Plan, m: int, split: tuple[int, ...], zero: int) -> float:
         """ZeRO-2/3: the first rank's gathers and reduce-scatters one after another, each unit apart
-        (sized as simulator/units.py's dp_plan sizes them), gathers counted by walking the schedule
-        through the units' state as the engine does (units.py FsdpState)."""
+        (`_unit_collectives`), gathers counted by walking the schedule through the units' state as the
+        engine does (units.py FsdpState)."""
+        counts = gather_passes(self._schedule(plan, m)[0], zero == 3, plan.recompute == "full")
+        per_stage = self._unit_collectives(plan, split)
+        return sum(
+            counts.get(stage, 0) * gather + m * scatter
+            for stage, (gather, scatter) in zip(plan.first_rank_stages(), per_stage, strict=True)
+        )
+
+    def _unit_collectives(self, plan: Plan, split: tuple[int, ...]) -> tuple[tuple[float, float], ...]:
+        """Per chunk of the first rank, one pass's all-gathers and reduce-scatters of its FSDP units, each
+        unit priced apart with its host cost (sized as simulator/units.py's dp_plan sizes them)."""
+        key = (*degrees(plan), split)
+        cached = self._units_cache.get(key)
+        if cached is not None:
+            return cached
         base = self.est.base
         s = plan.apply(base)
         per_unit_host = HostCosts.of(s).dp_collective_s
@@ -125,9 +145,7 @@ class Bound:
         scale = DTYPE_BYTES[s.fsdp_reduce_dtype] / dtype
         layer_bytes = float(sum(chunk_tensor_bytes(base.model, plan.tp, layers=1, has_embedding=False,
                                                    has_head=False, dtype_bytes=1))) * dtype  # fmt: skip
-        sched = self._schedule(plan, m)
-        counts = gather_passes(sched[0], zero == 3, plan.recompute == "full")
-        total = 0.0
+        out = []
         for stage, (nbytes, _) in zip(plan.first_rank_stages(), chunk_bytes(base, plan, split), strict=True):
             units = [layer_bytes] * split[stage]
             root = nbytes / 4 * dtype - split[stage] * layer_bytes
@@ -136,8 +154,9 @@ class Bound:
             scatter = sum(
                 _one(levels, "reduce_scatter", b * scale, algorithm) + per_unit_host for b in units if b > 0
             )
-            total += counts.get(stage, 0) * gather + m * scatter
-        return total
+            out.append((gather, scatter))
+        cached = self._units_cache[key] = tuple(out)
+        return cached
 
     def _fsdp_units(self, plan: Plan, split: tuple[int, ...]) -> FsdpUnits | None:
         """The plan's FSDP units per stage (simulator/units.py, dp_plan; its pass shares from the stage's
@@ -279,6 +298,16 @@ class Bound:
                 total += dense_dp * (_one(levels, "broadcast", shard) + host.dp_collective_s)
         return total
 
+    def after_passes_s(self, plan: Plan) -> float:
+        """At least what `seconds` adds after the first rank's own passes (`Compute.first_rank_s`): its
+        optimizer step, and after it ZeRO-1's broadcasts (every branch of `seconds` adds both)."""
+        dense_dp = plan.dp * plan.cp
+        zero = plan.zero_stage if dense_dp > 1 else 0
+        opt = self._optimizer_s(plan, zero)
+        if dense_dp > 1 and zero <= 1:
+            return opt + self._dp_part(plan, self.est.split(plan), zero)[2]
+        return opt
+
     def seconds(self, plan: Plan) -> float:
         """The bound for `plan` (see the module docstring)."""
         est, t = self.est, self.est.base.training
@@ -338,9 +367,10 @@ class Bound:
         return cached
 
     def _dp_seconds(self, plan: Plan, split: tuple[int, ...], zero: int) -> tuple[float, ...]:
-        """DDP/ZeRO-1: (chunk 0's gradient all-reduce, every chunk's, ZeRO-1's broadcasts); ZeRO-2/3:
-        (one micro-batch's gathers, one step's, one micro-batch's reduce-scatters), each as one collective
-        of the summed bytes plus every collective's host cost (engine/plan.py, dp_collective_s)."""
+        """DDP/ZeRO-1: (chunk 0's gradient all-reduce, every chunk's, ZeRO-1's broadcasts), each as one
+        collective of the summed bytes plus every collective's host cost (engine/plan.py,
+        dp_collective_s); ZeRO-2/3: (one pass's gathers, one pass's reduce-scatters) of every chunk's
+        units (`_unit_collectives`)."""
         base = self.est.base
         s = plan.apply(base)
         host = HostCosts.of(s)
@@ -366,18 +396,11 @@ class Bound:
                 else:
                     broadcast = _one(levels, "broadcast", shard) * plan.dp * plan.cp
             return chunk0, every, broadcast
-        algorithm = base.parallelism.zero_collective_algorithm or "hierarchical"
-        dtype = DTYPE_BYTES[base.training.dtype]
-        scale = DTYPE_BYTES[s.fsdp_reduce_dtype] / dtype
-        gather = scatter = 0.0
-        for nbytes, units in chunks:
-            params = nbytes / 4 * dtype
-            hosts_s = units * host.dp_collective_s
-            gather += hosts_s + _one(levels, "all_gather", params, algorithm)
-            scatter += hosts_s + _one(levels, "reduce_scatter", params * scale, algorithm)
         # ZeRO-3 gathers each unit once per pass (forward, recompute, backward), resharding after;
-        # ZeRO-2 keeps them gathered, at least one gather per step (units.py FsdpState)
-        return gather, scatter
+        # ZeRO-2 keeps them gathered, at least one gather per step (units.py FsdpState). Each unit is
+        # priced apart, as `_fsdp_stream` prices it: its own latency counts, not only its bytes.
+        per_chunk = self._unit_collectives(plan, split)
+        return sum(g for g, _ in per_chunk), sum(r for _, r in per_chunk)
 
 
 def gather_passes(actions: tuple[Action, ...], zero3: bool, recompute_full: bool) -> dict[int, int]:

@@ -9,7 +9,7 @@ from functools import lru_cache
 from typing import NamedTuple
 
 from plancast.simulator.schedules import Schedule, splits_backward
-from plancast.simulator.sweep_estimate import SegmentTimes
+from plancast.simulator.sweep_segments import SegmentTimes
 
 
 class StageTimes(NamedTuple):
@@ -75,6 +75,47 @@ def trailing_weight_passes(schedule: str, pp_rank: int, m: int) -> int | None:
     return None if lag is None else min(lag * pp_rank + 1, m)
 
 
+V_TESTED_PP = 32
+"""`v_trailing_weights` is checked against the built ZB-V and DualPipeV schedules up to this many
+pipeline ranks (tests/simulator/test_sweep_bound.py); beyond it the bound lets every W follow."""
+
+
+def v_trailing_weights(schedule: str, pp: int, pp_rank: int, m: int) -> tuple[int, int] | None:
+    """At least how many weight passes of each of a V rank's two chunks (stage r, stage 2 pp - 1 - r)
+    follow its last backward. DualPipeV (schedules_zb.py, dual_pipe_v): min(r + 1, h) and
+    max(r + 1 - h, 0) with h = ceil(pp / 2), exactly; ZB-V: r + 1 and r once m >= 2 pp - 1, fewer
+    below (capped by m), so those counts are an upper bound, which only loosens the bound. None for
+    other schedules, or past the sizes the test checks."""
+    if pp > V_TESTED_PP:
+        return None
+    if schedule == "ZBV":
+        return min(pp_rank + 1, m), min(pp_rank, m)
+    if schedule == "DualPipeV":
+        half = (pp + 1) // 2
+        return min(pp_rank + 1, half), max(pp_rank + 1 - half, 0)
+    return None
+
+
+def _trailing_s(
+    schedule: str, times: tuple[StageTimes, ...], weights: list[float], rank: int, m: int, split: bool
+) -> float:
+    """At most what `rank` runs after its last backward: weight passes only (a split backward's; stage
+    0's W holds its whole backward), as many as the closed forms say, else all of them (`weights`)."""
+    count = trailing_weight_passes(schedule, rank, m)
+    pp = len(weights)
+    stages: tuple[int, ...] = (rank,)
+    counts: tuple[int, ...] | None = None if count is None else (count if split else 0,)
+    if count is None and len(times) == 2 * pp:  # the V: stages r and 2 pp - 1 - r
+        stages, counts = (rank, 2 * pp - 1 - rank), v_trailing_weights(schedule, pp, rank, m)
+    if counts is None:
+        return weights[rank]
+    total = 0.0
+    for stage, n in zip(stages, counts, strict=True):
+        st = times[stage]
+        total += n * (st.backward_weight_s + (st.backward_input_s if stage == 0 else 0.0))
+    return total
+
+
 class Compute(NamedTuple):
     """The compute part of a plan's bound (see the module docstring)."""
 
@@ -119,15 +160,12 @@ def chain_bound(
         else:
             weight = 0.0 if split else prev.backward_weight_s
             cool += prev.recompute_s + prev.backward_input_s + weight + hop_s
-        count = trailing_weight_passes(schedule, r, m)
-        tail = weights[r] if count is None else (count * times[r].backward_weight_s if split else 0.0)
+        tail = _trailing_s(schedule, times, weights, r, m, split)
         other = max(other, into + work[r])
         first = max(first, into + work[r] - tail + cool)
     s0 = times[0]
-    count = trailing_weight_passes(schedule, 0, m)
     if split:  # the final B of stage 0 is empty; the W passes after it hold stage 0's whole backward
-        b0 = 0.0
-        tail0 = weights[0] if count is None else count * (s0.backward_input_s + s0.backward_weight_s)
+        b0, tail0 = 0.0, _trailing_s(schedule, times, weights, 0, m, split)
     else:
         b0, tail0 = s0.backward_input_s + s0.backward_weight_s, 0.0
     return Compute(other, first, max(work[0] - tail0 - b0, 0.0), b0)

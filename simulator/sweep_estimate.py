@@ -20,63 +20,13 @@ from plancast.simulator.costs.moe_cp_comm import layer_collectives
 from plancast.simulator.costs.ops import DTYPE_BYTES, Shape
 from plancast.simulator.costs.optimizer import optimizer_bytes_per_param
 from plancast.simulator.costs.params import layer_params, rank_parameters
-from plancast.simulator.costs.stage import Segment, StageCost, ep_overlapped, stage_costs
+from plancast.simulator.costs.stage import Segment, ep_overlapped, stage_costs
 from plancast.simulator.engine import Topology
 from plancast.simulator.mesh import RankGrid, span_tier
 from plancast.simulator.scenario import Scenario
 from plancast.simulator.schedules import SCHEDULES
 from plancast.simulator.sweep_axes import Plan
-
-
-class SegmentTimes(NamedTuple):
-    """Per-micro-batch pass times of every segment of the model on one rank (costs/stage.py), for the
-    lower bound (simulator/sweep_bound.py): blocks as prefix sums, so a stage's sum is one difference."""
-
-    forward_s: tuple[float, ...]  # [0, block 0, blocks 0-1, ...]: forward + blocking tp/ep/cp comm
-    backward_input_s: tuple[float, ...]
-    backward_weight_s: tuple[float, ...]
-    embedding: tuple[float, float, float]  # (forward, backward input, backward weight)
-    head: tuple[float, float, float]
-    recompute_full: bool
-    compute_forward_s: tuple[float, ...]  # prefix sums of the blocks' own forward (no communication)
-    compute_backward_s: tuple[float, ...]  # ... backward (input + weight)
-    embedding_compute: tuple[float, float]  # (forward, backward) of its own
-    head_compute: tuple[float, float]
-
-
-def segment_times(segments: tuple[Segment, ...], tp_overlap: bool, recompute_full: bool) -> SegmentTimes:
-    """`SegmentTimes` of a whole model's segments (embedding, blocks, head), as StageCost sums them; the
-    segments' own compute apart, which sizes FSDP units' shares (simulator/units.py)."""
-    passes = []
-    for g in segments:
-        one = StageCost(0, (g,), 0.0, tp_overlap, False)
-        passes.append(
-            (
-                one.forward_s,
-                one.backward_input_s,
-                one.backward_weight_s,
-                g.forward_s,
-                g.backward_input_s + g.backward_weight_s,
-            )
-        )
-    prefix: list[list[float]] = [[0.0] for _ in range(5)]
-    for times in passes[1:-1]:
-        for acc, t in zip(prefix, times, strict=True):
-            acc.append(acc[-1] + t)
-    forward, backward_input, backward_weight, own_forward, own_backward = (tuple(p) for p in prefix)
-    emb, head = passes[0], passes[-1]
-    return SegmentTimes(
-        forward,
-        backward_input,
-        backward_weight,
-        (emb[0], emb[1], emb[2]),
-        (head[0], head[1], head[2]),
-        recompute_full,
-        own_forward,
-        own_backward,
-        (emb[3], emb[4]),
-        (head[3], head[4]),
-    )
+from plancast.simulator.sweep_segments import SegmentTimes, segment_passes, segment_times
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,23 +107,7 @@ class Estimator:
         key = layer_key(plan)
         cached = self.layers.get(key)
         if cached is None:  # one stage of every layer, on the most data-parallel grid of tp and cp
-            fsdp = sharded(plan)
-            flat = Plan(
-                plan.tp,
-                1,
-                self.gpus // (plan.tp * plan.cp),
-                plan.micro_batch_size,
-                "1F1B",
-                1,
-                plan.recompute,
-                plan.sequence_parallel,
-                3 if fsdp else 0,
-                plan.ep,
-                plan.cp,
-                dispatcher=plan.dispatcher,
-                overlap_ep=plan.overlap_ep,
-                etp=plan.etp,
-            )
+            flat = self._flat(plan)
             s = flat.apply(self.base)
             tp_key = (plan.tp, plan.cp, plan.ep)  # the flat plan's grid: dp follows from tp and cp
             tp_levels = self._tp_levels.get(tp_key)
@@ -182,20 +116,32 @@ class Estimator:
             segments = self._segments(key, flat, s, tp_levels)
             # the multi-token-prediction blocks run on the last stage with the head (costs/mtp.py)
             tail = 1 + s.model.num_nextn_predict_layers
-            emb, layers, head = segments[0], segments[1:-tail], segments[-tail:]
-            one = StageCost(0, layers, 0.0, s.parallelism.tp_comm_overlap, plan.recompute == "full")
-            x, n = Shape.of(s), len(layers)  # an MoE model's layers differ: the mean block
+            overlap, full = s.parallelism.tp_comm_overlap, plan.recompute == "full"
+            passes = segment_passes(segments, overlap)
+            blocks = passes[1:-tail]  # StageCost(0, blocks, 0.0, overlap, full)'s sums, from its terms
+            forward_s = sum(p[0] for p in blocks)
+            backward_s = sum(p[1] for p in blocks) + sum(p[2] for p in blocks)
+            x, n = Shape.of(s), len(blocks)  # an MoE model's layers differ: the mean block
             mlp = moe_activation_bytes(x, s.model) if s.model.is_moe else None
             cached = self.layers[key] = Layer(
-                (one.forward_s + one.backward_s + one.recompute_s) / n,
-                one.backward_weight_s / n,
-                StageCost(0, (emb,), 0.0, one.tp_overlap, False).forward_s * 3,
-                StageCost(0, head, 0.0, one.tp_overlap, False).forward_s * 3,
+                (forward_s + backward_s + (forward_s if full else 0.0)) / n,
+                sum(p[2] for p in blocks) / n,
+                passes[0][0] * 3,
+                sum(p[0] for p in passes[-tail:]) * 3,
                 layer_activation_bytes(x, plan.recompute, mlp, s.training.selective_recompute),
                 layer_activation_bytes(x, "none", mlp),
-                segment_times(segments, one.tp_overlap, plan.recompute == "full"),
+                segment_times(segments, overlap, full, passes),
             )
         return cached
+
+    def _flat(self, plan: Plan) -> Plan:
+        """The one-stage plan whose costs stand for `plan`'s blocks: the most data-parallel grid of its tp
+        and cp, ZeRO-3 where the plan shards its parameters (FSDP changes a block's own passes)."""
+        return Plan(
+            plan.tp, 1, self.gpus // (plan.tp * plan.cp), plan.micro_batch_size, "1F1B", 1, plan.recompute,
+            plan.sequence_parallel, 3 if sharded(plan) else 0, plan.ep, plan.cp, dispatcher=plan.dispatcher,
+            overlap_ep=plan.overlap_ep, etp=plan.etp,
+        )  # fmt: skip
 
     def _segments(
         self, key: LayerKey, flat: Plan, s: Scenario, tp_levels: tuple[Any, ...]
@@ -308,17 +254,19 @@ class Estimator:
         return self._model_states(plan) + acts
 
     def _activations(self, plan: Plan) -> tuple[float, float]:
-        """(`Layer.act_bytes`, `Layer.full_act_bytes`): the same for every dispatcher and overlap, so read
-        from the default one's layer (which the sweep works out anyway)."""
+        """(`Layer.act_bytes`, `Layer.full_act_bytes`): the same for every dispatcher and overlap, and
+        worked out without the layer's segment costs, so that the memory check prices no layer."""
         key = (plan.tp, plan.micro_batch_size, plan.sequence_parallel, plan.recompute, plan.ep, plan.cp,
                sharded(plan), plan.etp)  # fmt: skip
         cached = self._acts.get(key)
-        if cached is None:
-            plain = plan if plan.dispatcher == "alltoall" and not plan.overlap_ep else replace(
-                plan, dispatcher="alltoall", overlap_ep=False
+        if cached is None:  # the expressions of `layer` for the default dispatcher, without its segments
+            s = self._flat(replace(plan, dispatcher="alltoall", overlap_ep=False)).apply(self.base)
+            x = Shape.of(s)
+            mlp = moe_activation_bytes(x, s.model) if s.model.is_moe else None
+            cached = self._acts[key] = (
+                layer_activation_bytes(x, plan.recompute, mlp, s.training.selective_recompute),
+                layer_activation_bytes(x, "none", mlp),
             )
-            lay = self.layer(plain)
-            cached = self._acts[key] = (lay.act_bytes, lay.full_act_bytes)
         return cached
 
     def _inflight_layers(self, plan: Plan, m: int, chunk_layers: tuple[int, ...]) -> int:

@@ -178,17 +178,6 @@ class LayerBalancer:
         return sum(seg.embedding) / block, sum(seg.head) / block
 
 
-def layer_plans(base: Scenario, branch: Branch, pins: Pins = NO_PINS) -> Iterator[Plan]:
-    """One plan per per-layer cost (sweep_estimate.LayerKey) a branch's plans need: every SP, recompute,
-    FSDP (ZeRO 0 or 3 stands for each side), dispatcher and overlap choice (simulator/sweep.py works them
-    out once per tp degree, before the subtrees are ranked)."""
-    tp, pp, cp, dp, ep, etp, b, _, sp_ok = branch
-    recomputes = pins.keep("recompute", RECOMPUTE)
-    for sp, rc, zero in itertools.product(sequence_parallel_choices(sp_ok, pins), recomputes, (0, 3)):
-        for dispatcher, overlap in moe_choices(base, ep, pins):
-            yield Plan(tp, pp, dp, b, "1F1B", 1, rc, sp, zero, ep, cp, 0, 0, dispatcher, overlap, etp)
-
-
 def smallest_footprints(base: Scenario, splits: LayerBalancer, plan: Plan) -> Iterator[Plan]:
     """The plans whose first-rank memory is the least of `plan`'s (tp, pp, ep, cp, etp) subtree (ZeRO-3,
     full recompute, micro-batch 1, SP where it applies): under each layer split searched, and where pp > 1

@@ -23,7 +23,7 @@ from plancast.simulator.schedules import SCHEDULES, build_schedule, schedule_pro
 from plancast.simulator.sweep import _base_for, sweep
 from plancast.simulator.sweep_axes import Plan
 from plancast.simulator.sweep_bound import TOLERANCE, Bound, gather_passes
-from plancast.simulator.sweep_chain import trailing_weight_passes
+from plancast.simulator.sweep_chain import V_TESTED_PP, trailing_weight_passes, v_trailing_weights
 from plancast.simulator.sweep_estimate import Estimator
 from plancast.simulator.sweep_space import enumerate_plans, schedules
 from plancast.simulator.validation import check_plan
@@ -182,6 +182,32 @@ def test_trailing_weight_passes_match_the_schedule(name: str) -> None:
             count = trailing_weight_passes(name, rank, m)
             assert count is None or count == len(after), (name, pp, m, rank)
             assert (count is None) == (name in ("ZBV", "DualPipeV"))
+
+
+@pytest.mark.parametrize("name", ["ZBV", "DualPipeV"])
+def test_v_trailing_weights_cover_the_schedule_up_to_the_tested_size(name: str) -> None:
+    """Per chunk of a V rank, the W's that follow its last backward are at most `v_trailing_weights`'s
+    counts (subtracting more only loosens the bound), exactly so for DualPipeV and for ZB-V at
+    m >= 2 pp - 1;
+    checked at every pp up to V_TESTED_PP, at micro-batch counts around each regime's edge."""
+    exact = 0
+    for pp in range(2, V_TESTED_PP + 1):
+        for m in sorted({pp, pp + 1, 2 * pp - 2, 2 * pp - 1, 2 * pp, 3 * pp + 1, 64}):
+            if m < 1 or schedule_problems(name, pp, m, 2):  # type: ignore[arg-type]
+                continue
+            for rank, actions in enumerate(build_schedule(name, pp, m, 2)):  # type: ignore[arg-type]
+                last_b = max(i for i, a in enumerate(actions) if a.kind == "B")
+                after = actions[last_b + 1 :]
+                second = 2 * pp - 1 - rank
+                found = (sum(a.stage == rank for a in after), sum(a.stage == second for a in after))
+                assert all(a.kind == "W" for a in after) and sum(found) == len(after)
+                counts = v_trailing_weights(name, pp, rank, m)
+                assert counts is not None and found[0] <= counts[0] and found[1] <= counts[1], (pp, m, rank)
+                exact += found == counts
+                if name == "DualPipeV" or m >= 2 * pp - 1:
+                    assert found == counts, (pp, m, rank)
+    assert exact > 1000
+    assert v_trailing_weights(name, V_TESTED_PP + 1, 0, 64) is None
 
 
 @pytest.mark.parametrize("kind", ["all_reduce", "all_gather", "reduce_scatter", "broadcast"])

@@ -14,7 +14,8 @@ from plancast.simulator.loader import parse_scenario
 from plancast.simulator.scenario import Scenario
 from plancast.simulator.sweep import _base_for
 from plancast.simulator.sweep_axes import Pins, Plan, dispatcher_choices, folded_choices
-from plancast.simulator.sweep_estimate import Estimator, segment_times
+from plancast.simulator.sweep_estimate import Estimator
+from plancast.simulator.sweep_segments import segment_times
 from plancast.simulator.sweep_space import enumerate_plans, moe_choices, schedules
 from plancast.simulator.validation import check_plan
 

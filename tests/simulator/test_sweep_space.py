@@ -101,7 +101,10 @@ def test_each_tp_degrees_layer_costs_are_those_ranking_plan_by_plan_works_out(
     assert all(key[7:9] != ("alltoall", False) for key in tables.keys() - lazy.keys())
 
 
-def test_the_largest_subtrees_go_to_the_pool_first() -> None:
+def test_the_largest_parts_go_to_the_pool_first() -> None:
+    """sweep() hands the pool one task per tp degree (its subtrees together, so that their per-layer
+    costs are worked out once), the degree with the most plans first; `_rank`, the plan-by-plan
+    ranking, one task per subtree, the largest first."""
     base = scenario("tiny-gpt", 8, 1.0, 16)
     sizes = subtree_sizes(base, 8)
     calls: list[list[Any]] = []
@@ -111,12 +114,16 @@ def test_the_largest_subtrees_go_to_the_pool_first() -> None:
         return map(fn, items)
 
     sweep(base, 8, finalists=2, map_fn=recording_map)
-    tp_order, subtree_tasks = calls[0], calls[1]
-    order = [root for root, _ in subtree_tasks]
+    tp_order = calls[0]
+    every = sorted(root for root, n in sizes.items() if n)
+    assert sorted(root for subtrees in tp_order for root in subtrees) == every
+    tp_sizes = [sum(n for (tp, _), n in sizes.items() if tp == subtrees[0][0]) for subtrees in tp_order]
+    assert len(tp_order) > 1 and tp_sizes == sorted(tp_sizes, reverse=True)
+    calls.clear()
+    _rank(base, 8, base.cluster.gpu.usable_memory_GiB * GiB, recording_map)
+    order = [root for root, _ in calls[1]]
     assert [sizes[root] for root in order] == sorted((n for n in sizes.values() if n), reverse=True)
     assert len(order) > 4 and sorted(order) == sorted(root for root, n in sizes.items() if n)
-    tp_sizes = [sum(n for (tp, _), n in sizes.items() if tp == subtrees[0][0]) for subtrees in tp_order]
-    assert tp_sizes == sorted(tp_sizes, reverse=True)
 
 
 def test_each_round_simulates_the_longest_first_and_the_ranking_does_not_change() -> None:
@@ -128,7 +135,8 @@ def test_each_round_simulates_the_longest_first_and_the_ranking_does_not_change(
         return map(fn, items)
 
     result = sweep(base, 8, finalists=16, map_fn=recording_map)
-    simulated = [r for r in rounds[2:] if r]  # after the layer costs and the subtrees
+    # after the tp degrees' groups; not the refinements' rounds (plan fields and layer costs)
+    simulated = [r for r in rounds[1:] if r and len(r[0]) == 3]
     for batch in simulated:
         plans = [Plan(*fields) for _, fields, _ in batch]
         passes = [p.pp * p.virtual_stages * 16 // (p.dp * p.micro_batch_size) for p in plans]

@@ -1,0 +1,230 @@
+"""Groups of plans that the sweep bounds as one before it bounds any of them (docs/sweep.md, "The search").
+
+A group is every plan of one batch shape, schedule, sequence-parallel choice and layer split: they
+differ only in recompute, ZeRO stage and (ep > 1) the MoE dispatcher and overlap. The search checks each
+member's memory (which fixes how many plans fit, exactly) but bounds the group with one number: the
+compute part of the bound (sweep_chain.chain_bound) over the least per-segment times of its members. The
+chain's terms are sums of those times with non-negative weights, so it is at most any member's chain,
+and every member's bound (sweep_bound.Bound.seconds) is at least its chain's (its data-parallel stream
+and optimizer only add). A group whose bound cannot beat the k-th best is never opened: none of its
+plans is bounded one by one (simulator/sweep.py, best_first).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import replace
+from itertools import accumulate, pairwise
+from typing import NamedTuple
+
+from plancast.simulator.costs.memory import GiB, loss_bytes_per_logit, rebuilds_a_block
+from plancast.simulator.scenario import Scenario
+from plancast.simulator.sweep_axes import RECOMPUTE, ZERO_STAGES, Pins, Plan
+from plancast.simulator.sweep_bound import Bound, _units
+from plancast.simulator.sweep_chain import chain_bound, stage_times
+from plancast.simulator.sweep_estimate import Estimator, LayerKey, layer_key
+from plancast.simulator.sweep_segments import SegmentTimes
+from plancast.simulator.sweep_space import (
+    Branch,
+    LayerBalancer,
+    moe_choices,
+    schedules,
+    sequence_parallel_choices,
+    smallest_footprints,
+)
+
+FLOOR_SLACK = 1e-12
+"""A group's bound sums its least segment times in another order than each member's stage sums (prefix
+differences): it is lowered by this relative amount so that rounding never lifts it above a member's."""
+
+Shape = tuple[int, int, int, int, str, int, bool, int, int, int, int, int]
+"""(tp, pp, dp, micro-batch size, schedule, virtual stages, SP, ep, cp, first, last blocks, etp)."""
+
+Member = tuple[str, int, float]
+"""(recompute, ZeRO stage, first-rank memory in GiB) of a group's plan that fits."""
+
+
+class Group(NamedTuple):
+    """Plans sharing everything but recompute, ZeRO stage and the MoE dispatcher and overlap."""
+
+    bound_s: float
+    """At most the bound (sweep_bound.Bound.seconds) of every member."""
+    shape: Shape
+    members: tuple[Member, ...]
+    variants: tuple[tuple[str, bool], ...]
+    """(dispatcher, overlap) of each member (sweep_space.moe_choices)."""
+
+    def plans(self) -> Iterator[tuple[Plan, float]]:
+        """Every member plan that fits, with its memory in GiB."""
+        tp, pp, dp, b, schedule, v, sp, ep, cp, first, last, etp = self.shape
+        for rc, zero, memory_gib in self.members:
+            for dispatcher, overlap in self.variants:
+                plan = Plan(
+                    tp, pp, dp, b, schedule, v, rc, sp, zero, ep, cp, first, last, dispatcher, overlap, etp
+                )  # fmt: skip
+                yield plan, memory_gib
+
+
+def member_memories(est: Estimator, template: Plan, below: list[tuple[str, int]]) -> list[float]:
+    """First-rank memory of `template` under each (recompute, ZeRO stage) of `below`: exactly
+    `Estimator.memory_bytes` of each (the same terms in the same order), with the parts that do not
+    depend on recompute and ZeRO (the split, the in-flight count, the loss buffers) worked out once."""
+    base, t = est.base, est.base.training
+    split = est.split(template)
+    m = t.global_batch_size // (template.micro_batch_size * template.dp)
+    inflight = est._inflight_layers(template, m, tuple(split[v] for v in template.first_rank_stages()))
+    loss = None
+    if template.pp * template.virtual_stages == 1 or template.v_shape:
+        logits = template.micro_batch_size * t.seq_len / template.cp * base.model.vocab_size / template.tp
+        loss = loss_bytes_per_logit(base) * logits
+    states: dict[int, float] = {}  # per ZeRO stage
+    activations: dict[tuple[str, bool], tuple[float, float]] = {}  # per (recompute, FSDP)
+    out = []
+    for rc, zero in below:
+        if zero not in states:
+            states[zero] = est._model_states(replace(template, zero_stage=zero))
+        fsdp = template.dp > 1 and zero >= 2  # sweep_estimate.sharded
+        if (rc, fsdp) not in activations:
+            activations[rc, fsdp] = est._activations(replace(template, recompute=rc, zero_stage=zero))
+        act_bytes, full_act_bytes = activations[rc, fsdp]
+        rebuilt = rebuilds_a_block(rc, t.selective_recompute, moe=base.model.is_moe)
+        acts = inflight * act_bytes + (full_act_bytes if rebuilt else 0.0)
+        if loss is not None:
+            acts += loss
+        out.append(states[zero] + acts)
+    return out
+
+
+def unit_scales(seg: SegmentTimes) -> tuple[float, float]:
+    """Lower bounds of the (forward, backward) factors by which FSDP units scale any stage's times
+    (sweep_chain._share_sums: (root + n x first block) / (root + blocks), capped at 1): at least the
+    least block's own compute over the largest's, since (a + x) / (a + y) >= x / y for a >= 0, x <= y."""
+    out = []
+    for prefix in (seg.compute_forward_s, seg.compute_backward_s):
+        blocks = _diffs(prefix, 1.0)
+        largest = max(blocks, default=0.0)
+        out.append(min(1.0, min(blocks) / largest) if largest > 0 else 1.0)
+    return out[0], out[1]
+
+
+def _diffs(prefix: tuple[float, ...], scale: float) -> list[float]:
+    """The terms of a prefix sum, each times `scale`."""
+    return [(b - a) * scale for a, b in pairwise(prefix)]
+
+
+def _least(rows: list[list[float]]) -> list[float]:
+    return [min(column) for column in zip(*rows, strict=True)]
+
+
+def floor_times(segments: list[tuple[SegmentTimes, bool]]) -> SegmentTimes:
+    """Per segment, the least forward, input-gradient and weight-gradient time over `segments` (each
+    scaled by `unit_scales` where its plan runs FSDP units); recompute counted only where every one
+    recomputes in full. Stage sums of it are at most those of each (sweep_chain.stage_times)."""
+    forward, backward_input, backward_weight, embedding, head = [], [], [], [], []
+    for seg, units in segments:
+        sf, sb = unit_scales(seg) if units else (1.0, 1.0)
+        forward.append(_diffs(seg.forward_s, sf))
+        backward_input.append(_diffs(seg.backward_input_s, sb))
+        backward_weight.append(_diffs(seg.backward_weight_s, sb))
+        embedding.append([seg.embedding[0] * sf, seg.embedding[1] * sb, seg.embedding[2] * sb])
+        head.append([seg.head[0] * sf, seg.head[1] * sb, seg.head[2] * sb])
+    emb, out = _least(embedding), _least(head)
+    return segments[0][0]._replace(
+        forward_s=tuple(accumulate(_least(forward), initial=0.0)),
+        backward_input_s=tuple(accumulate(_least(backward_input), initial=0.0)),
+        backward_weight_s=tuple(accumulate(_least(backward_weight), initial=0.0)),
+        embedding=(emb[0], emb[1], emb[2]),
+        head=(out[0], out[1], out[2]),
+        recompute_full=all(seg.recompute_full for seg, _ in segments),
+    )
+
+
+class Grouper:
+    """One subtree's groups with plans that fit (one task of a sweep, from the tp degree's per-layer
+    costs), and its counts: plans enumerated, fitting, pruned by the smallest-footprint check."""
+
+    def __init__(
+        self, base: Scenario, gpus: int, limit_bytes: float, est: Estimator, pins: Pins, bounds: bool = True
+    ) -> None:
+        self.base, self.gpus, self.limit_bytes, self.est, self.pins = base, gpus, limit_bytes, est, pins
+        self.bounds = bounds
+        """False: groups without their bounds (0), only their members' per-layer costs worked out."""
+        self.bound = Bound(est)
+        self.splits = LayerBalancer(base, gpus)
+        self.below = [
+            (rc, zero) for rc in RECOMPUTE for zero in ZERO_STAGES
+            if pins.allows("recompute", rc) and pins.allows("zero", zero)
+        ]  # fmt: skip
+        self.groups: list[Group] = []
+        self.enumerated = self.fits = self.pruned = 0
+        self._floors: dict[tuple[tuple[LayerKey, bool], ...], SegmentTimes] = {}
+        self._smallest: dict[tuple[int, ...], bool] = {}
+
+    def add(self, branch: Branch) -> None:
+        """Add `branch`'s groups and counts (the plans sweep_space.enumerate_plans yields for it)."""
+        tp, pp, cp, dp, ep, etp, b, mbs, sp_ok = branch
+        moe = tuple(moe_choices(self.base, ep, self.pins))
+        per_group = len(self.below) * len(moe)
+        fits = self._fits_smallest(tp, pp, dp, ep, cp, etp)
+        for schedule, v in schedules(pp, mbs, self.base.model.num_hidden_layers, self.pins):
+            for sp in sequence_parallel_choices(sp_ok, self.pins):
+                for first, last in self.splits.splits(pp, v, tp, cp, sp):
+                    self.enumerated += per_group
+                    if not fits:
+                        self.pruned += per_group
+                        continue
+                    group = self._group((tp, pp, dp, b, schedule, v, sp, ep, cp, first, last, etp), moe, mbs)
+                    if group is not None:
+                        self.groups.append(group)
+                        self.fits += len(group.members) * len(moe)
+
+    def _fits_smallest(self, tp: int, pp: int, dp: int, ep: int, cp: int, etp: int) -> bool:
+        """Whether the subtree's smallest footprint fits (simulator/sweep.py, _smallest_fits)."""
+        key = (tp, pp, ep, cp, etp)
+        cached = self._smallest.get(key)
+        if cached is None:
+            subtree = Plan(tp, pp, dp, 1, "1F1B", 1, "full", False, 3, ep, cp, etp=etp)
+            cached = self._smallest[key] = any(
+                self.est.memory_bytes(p) <= self.limit_bytes
+                for p in smallest_footprints(self.base, self.splits, subtree)
+            )
+        return cached
+
+    def _group(self, shape: Shape, moe: tuple[tuple[str, bool], ...], mbs: int) -> Group | None:
+        """The group of `shape` with its members that fit and its bound; None if none fits."""
+        tp, pp, dp, b, schedule, v, sp, ep, cp, first, last, etp = shape
+        dispatcher, overlap = moe[0]
+        template = Plan(
+            tp, pp, dp, b, schedule, v, "none", sp, 0, ep, cp, first, last, dispatcher, overlap, etp
+        )  # fmt: skip
+        memories = member_memories(self.est, template, self.below)
+        members = tuple(
+            (rc, zero, memory / GiB)
+            for (rc, zero), memory in zip(self.below, memories, strict=True)
+            if memory <= self.limit_bytes
+        )
+        if not members:
+            return None
+        group = Group(0.0, shape, members, moe)
+        if not self.bounds:
+            for plan, _ in group.plans():
+                self.est.layer(plan)
+            return group
+        c = chain_bound(
+            stage_times(self._floor(group), self.est.split(template)), pp, mbs, schedule,
+            self.bound._hop_s(template), template.holders(),
+        )  # fmt: skip
+        after = min(
+            self.bound.after_passes_s(replace(template, zero_stage=zero)) for zero in {m[1] for m in members}
+        )
+        return group._replace(bound_s=max(c.other_ranks_s, c.first_rank_s + after) * (1 - FLOOR_SLACK))
+
+    def _floor(self, group: Group) -> SegmentTimes:
+        """`floor_times` over the members' per-layer costs, once per set of (layer key, FSDP units)."""
+        plans = {(layer_key(plan), _units(plan)): plan for plan, _ in group.plans()}
+        keys = tuple(sorted(plans))
+        floor = self._floors.get(keys)
+        if floor is None:
+            segments = [(self.est.layer(plans[key]).segments, key[1]) for key in keys]
+            floor = self._floors[keys] = floor_times(segments)
+        return floor

@@ -1,0 +1,116 @@
+"""The sweep's groups (simulator/sweep_groups.py): opened, they hold exactly the plans that fit, with the
+memory and first bound that ranking plan by plan gives; each group's bound is at most every member's;
+the counts are the plan-by-plan search's; and the search over groups returns what the search over
+every plan's bound returns."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from plancast.simulator.costs.memory import GiB
+from plancast.simulator.scenario import Scenario
+from plancast.simulator.sweep import (
+    _group_tp_degree,
+    _per_tp,
+    _plan_fields,
+    _rank,
+    _simulated,
+    best_first,
+    sweep,
+)
+from plancast.simulator.sweep_axes import Plan
+from plancast.simulator.sweep_bound import Bound
+from plancast.simulator.sweep_estimate import Estimator, Layer, LayerKey
+from plancast.simulator.sweep_groups import floor_times, member_memories, unit_scales
+from plancast.simulator.sweep_space import NO_PINS, enumerate_plans
+from tests.simulator.test_sweep_space import CASES, scenario
+
+
+def grouped(base: Scenario, gpus: int, limit: float) -> tuple[list[Any], dict[LayerKey, Layer], list[Any]]:
+    """Every subtree's groups and counts, as sweep() makes them, with the layer costs."""
+    parts = [_group_tp_degree(base, gpus, limit, subtrees) for subtrees in _per_tp(base, gpus, NO_PINS)]
+    layers: dict[LayerKey, Layer] = {}
+    for part in parts:
+        layers.update(part[0])
+    return [g for part in parts for g in part[1]], layers, [part[1:] for part in parts]
+
+
+@pytest.mark.parametrize(("preset", "gpus", "memory_gib", "batch"), CASES)
+def test_groups_hold_exactly_the_plans_that_fit_and_bound_each_below(
+    preset: str, gpus: int, memory_gib: float, batch: int
+) -> None:
+    base = scenario(preset, gpus, memory_gib, batch)
+    limit = base.cluster.gpu.usable_memory_GiB * GiB
+    groups, layers, parts = grouped(base, gpus, limit)
+    bound = Bound(Estimator(base, gpus, layers))
+    opened = []
+    for group in groups:
+        for plan, memory_gib_found in group.plans():
+            cheap = bound.seconds(plan)
+            assert group.bound_s <= cheap, (plan.label(), group.bound_s, cheap)
+            opened.append((cheap, _plan_fields(plan), memory_gib_found))
+    ranked = _rank(base, gpus, limit, map)
+    assert sorted(opened) == sorted(c for part, _, _ in ranked for c in part)
+    assert sum(p[1] for p in parts) == sum(n for _, n, _ in ranked)  # enumerated
+    assert sum(p[2] for p in parts) == len(opened)  # fitting
+    assert sum(p[3] for p in parts) == sum(n for _, _, n in ranked)  # pruned
+    assert opened and len(groups) < len(opened)
+
+
+@pytest.mark.parametrize("preset", ["tiny-gpt", "tiny-moe"])
+def test_member_memories_are_the_estimators_memory(preset: str) -> None:
+    base = scenario(preset, 8, 1.0, 16)
+    est = Estimator(base, 8)
+    below = [(rc, zero) for rc in ("none", "selective", "full") for zero in (0, 1, 2, 3)]
+    checked = 0
+    for plan in enumerate_plans(base, 8):
+        if plan.recompute != "none" or plan.zero_stage:
+            continue
+        found = member_memories(est, plan, below)
+        for (rc, zero), memory in zip(below, found, strict=True):
+            member = replace(plan, recompute=rc, zero_stage=zero)
+            assert memory == est.memory_bytes(member), member.label()
+            checked += 1
+    assert checked > 500
+
+
+def test_the_floor_is_below_each_per_stage_time_under_fsdp_units() -> None:
+    """MoE blocks differ (dense first blocks): FSDP unit shares scale a stage below its sum, and the
+    floor's stage sums stay below every member's, scaled or not (sweep_chain.stage_times)."""
+    from plancast.simulator.sweep_chain import stage_times
+
+    base = scenario("tiny-moe", 8, 1.0, 16)
+    est = Estimator(base, 8)
+    plans = [p for p in enumerate_plans(base, 8) if p.pp == 2 and p.virtual_stages == 1]
+    segs = [(est.layer(p).segments, p.zero_stage >= 2) for p in plans if not p.first_layers][:60]
+    assert any(units for _, units in segs) and any(not units for _, units in segs)
+    assert all(0.0 < f <= 1.0 and 0.0 < b <= 1.0 for f, b in (unit_scales(seg) for seg, _ in segs))
+    floor = floor_times(segs)
+    split = est.split(plans[0])
+    low = stage_times(floor, split)
+    for seg, units in segs:
+        for a, b in zip(low, stage_times(seg, split, units), strict=True):
+            assert a.forward_s <= b.forward_s * (1 + 1e-12) and a.recompute_s <= b.recompute_s
+            assert a.backward_input_s <= b.backward_input_s * (1 + 1e-12)
+            assert a.backward_weight_s <= b.backward_weight_s * (1 + 1e-12)
+
+
+@pytest.mark.parametrize(("preset", "gpus", "memory_gib", "batch"), CASES)
+def test_the_search_over_groups_finds_the_search_over_every_bound(
+    preset: str, gpus: int, memory_gib: float, batch: int
+) -> None:
+    base = scenario(preset, gpus, memory_gib, batch)
+    limit = base.cluster.gpu.usable_memory_GiB * GiB
+    ranked = _rank(base, gpus, limit, map)
+    candidates = sorted(c for part, _, _ in ranked for c in part)
+    bound = Bound(Estimator(base, gpus))
+    every, _ = best_first(
+        candidates, lambda c: _simulated(base, limit, c), 8, refine=lambda c: bound.replayed(Plan(*c[1]))
+    )
+    found = sweep(base, gpus, finalists=8)
+    assert [r.plan for r in found.finalists] == [r.plan for r in every]
+    assert [r.step_time_s for r in found.finalists] == [r.step_time_s for r in every]
+    assert found.fits == len(candidates)
