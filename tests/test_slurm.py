@@ -224,7 +224,7 @@ def test_submit_on_two_nodes_then_compare(cluster: SlurmCluster, tmp_path: Path)
     done = plancast(
         cluster, "submit", str(two_node_scenario(tmp_path)), "--out", str(run), "--nodes", "2", "--wait"
     )
-    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.returncode == 0, done.stdout + done.stderr + _logs(cluster, run)
     env = json.loads((run / "measured" / "env.json").read_text())
     placed = [(r["rank"], r["node"], r["local_rank"], r["node_name"]) for r in env["ranks"]]
     assert placed == [(0, 0, 0, "n1"), (1, 1, 0, "n2")]  # global rank = node x 1 + local rank
@@ -238,16 +238,33 @@ def test_submit_on_two_nodes_then_compare(cluster: SlurmCluster, tmp_path: Path)
     assert summary["placement"]["nodes"] == {"0": "n1", "1": "n2"}
 
 
-def _kill_node(node: str) -> list[int]:
-    """SIGKILL every plancast process a SLURM node started (launcher, torchrun, ranks): a lost node."""
+def _logs(cluster: SlurmCluster, run: Path, tail: int = 1500) -> str:
+    """The job's own output (RUN/slurm/) and the daemons' logs, ends only: why a job failed, in the
+    assertion message (a launcher killed with exit 137 says nothing of its own)."""
+    paths = sorted((run / "slurm").glob("*_log.*")) + sorted((cluster.folder / "log").glob("*.log"))
+    parts = [f"\n--- {p.name}\n{p.read_text(errors='replace')[-tail:]}" for p in paths if p.is_file()]
+    return "".join(parts)
+
+
+def _job_id(run: Path) -> str:
+    """The job id `plancast submit` recorded for RUN (RUN/slurm/job-<id>.json; the newest)."""
+    ids = [int(p.stem.removeprefix("job-")) for p in (run / "slurm").glob("job-*.json")]
+    assert ids, f"no job recorded in {run / 'slurm'}"
+    return str(max(ids))
+
+
+def _kill_node(node: str, job_id: str) -> list[int]:
+    """SIGKILL every plancast process that SLURM job ``job_id`` started on ``node`` (launcher, torchrun,
+    ranks): a lost node. The job id keeps it off any other job's processes on that node name."""
     killed = []
+    marks = (f"SLURMD_NODENAME={node}".encode(), f"SLURM_JOB_ID={job_id}".encode())
     for pid in [int(p) for p in os.listdir("/proc") if p.isdigit()]:
         try:
             environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
         except OSError:
             continue
-        if f"SLURMD_NODENAME={node}".encode() in environ and b"plancast" in cmdline:
+        if all(mark in environ for mark in marks) and b"plancast" in cmdline:
             try:
                 os.kill(pid, signal.SIGKILL)
                 killed.append(pid)
@@ -270,7 +287,7 @@ def test_a_lost_node_is_named_its_steps_kept_and_resume_finishes(
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and not list((run / "checkpoints").glob("step-000008")):
         time.sleep(0.5)
-    assert _kill_node("n2"), "node n2 ran no plancast process"
+    assert _kill_node("n2", _job_id(run)), "node n2 ran no plancast process" + _logs(cluster, run)
     stdout, stderr = job.communicate(timeout=400)
     assert job.returncode != 0, stdout + stderr
     assert "lost node 1 (n2, ranks [1])" in stderr, stderr
@@ -279,5 +296,5 @@ def test_a_lost_node_is_named_its_steps_kept_and_resume_finishes(
     finished = summary["steps_finished"]
     assert len(finished["0"]) >= 8 and len(finished["1"]) >= 8  # both nodes' finished steps are kept
     resumed = plancast(cluster, "submit", "--resume", str(run), "--nodes", "2", "--wait", "--timeout", "300")
-    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr + _logs(cluster, run)
     assert json.loads((run / "measured" / "summary.json").read_text())["status"] == "ok"
