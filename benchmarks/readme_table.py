@@ -81,6 +81,9 @@ def accuracy_lines(folder: Path = RESULTS) -> list[str]:
         if record is None:
             lines.append(f"| {row.what} | - | - | - | {command} | not run on this code yet |")
             continue
+        saved = record.get("command")
+        if row.measured_here and isinstance(saved, str) and saved.startswith("python -m benchmarks."):
+            command = f"`{saved}`"  # a machine's figure: the exact command (rounds, steps) that made it
         figures = record["figures"] if row.key is None else record["figures"].get(row.key, {})
         lines.append(
             f"| {row.what} | {figures.get('rows', '-')} | {_pct(figures.get('mape'))} | "
