@@ -95,8 +95,12 @@ RECIPES: dict[FP8Recipe, Recipe] = {
     "mxfp8": Recipe("mxfp8", 1, 1.0, 1 / 32, 2 * (1.0 + 1 / 32), 1.0 + 1 / 32),
     # NVFP4 (NVIDIA, "Pretraining LLMs with NVFP4", arXiv 2509.25149): FP4 E2M1 elements in 16-element
     # blocks with an E4M3 scale (1/16 byte), under a per-tensor FP32 scale from the tensor's amax (a pass
-    # before the cast: two reads); the Hadamard transform of the weight-gradient inputs is fused into
-    # that quantization in TE. TE / Megatron-LM's NVFP4 (Megatron-Bridge bf16_with_nvfp4_mixed).
+    # before the cast: two reads). TE's recipe (Megatron-Bridge bf16_with_nvfp4_mixed keeps its defaults:
+    # random Hadamard transform on the weight-gradient inputs, 16x16 weight scales, stochastic rounding of
+    # gradients) reads each input twice: nvte_hadamard_transform_amax takes the amax of the input and of
+    # its transformed transpose in one pass, then one kernel writes the rowwise copy and the transformed
+    # columnwise one (transformer_engine/pytorch/csrc/quantizer.cpp, NVFP4Quantizer::quantize_impl); the
+    # 16x16 transform runs on the tensor cores inside it, the weights are quantized once a step.
     "nvfp4": Recipe("nvfp4", 2, 0.5, 1 / 16, 2 * (0.5 + 1 / 16), 0.5 + 1 / 16),
 }
 
