@@ -1,12 +1,13 @@
 """The model shapes the runtime executes (torch-free, beside runtime/plan.py's plan checks).
 
 The runtime runs head_dim, squared ReLU and multi-head latent attention (runtime/mla.py) on one
-tensor-parallel rank; what it does not run it refuses, naming the key and the fix, so that a run is
-always the plan that was predicted.
+tensor-parallel rank, and no dropout module (runtime/model.py); what it does not run it refuses, naming
+the key and the fix, so that a run is always the plan that was predicted.
 """
 
 from __future__ import annotations
 
+from plancast.simulator.model_dropout import dropout_probabilities
 from plancast.simulator.scenario import Scenario
 
 
@@ -16,8 +17,9 @@ class ShapeSupportError(ValueError):
 
 def check_model_shape_support(scenario: Scenario) -> None:
     """Raise ShapeSupportError for MLA under tensor or context parallel, per-head q/k norms under tensor
-    parallel, and the MTP module."""
+    parallel, the MTP module and dropout."""
     m = scenario.model
+    _check_dropout(scenario)
     if m.is_mla and scenario.tp > 1:
         raise ShapeSupportError(
             "model.kv_lora_rank (multi-head latent attention) with tensor_parallel_degree > 1: the runtime "
@@ -41,3 +43,18 @@ def check_model_shape_support(scenario: Scenario) -> None:
             f"model.num_nextn_predict_layers = {m.num_nextn_predict_layers}: the runtime does not run the "
             "multi-token-prediction module; set it to 0 to run this plan (the simulator prices it)"
         )
+
+
+def _check_dropout(scenario: Scenario) -> None:
+    """The runtime's decoder has no dropout module (as torchtitan's), while the simulator prices the masks
+    a dropout above 0 writes and keeps (simulator/model_dropout.py): such a run would not be the plan."""
+    framework = scenario.parallelism.framework
+    probabilities = dropout_probabilities(scenario.model, framework)
+    for key, p in zip(("hidden_dropout", "attention_dropout"), probabilities, strict=True):
+        if p > 0:
+            unset = getattr(scenario.model, key) is None
+            why = f" (unset: parallelism.framework = {framework!r} defaults it)" if unset else ""
+            raise ShapeSupportError(
+                f"model.{key} = {p:g}{why}: the runtime's model applies no dropout; set model.hidden_dropout "
+                "= 0 and model.attention_dropout = 0 to run this plan (the simulator prices the masks)"
+            )

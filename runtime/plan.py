@@ -152,6 +152,12 @@ def check_framework_behaviour(scenario: Scenario) -> None:
             f"training.selective_recompute = {t.selective_recompute!r}: the runtime recomputes the attention "
             "core only (Korthikanti et al. 2022); set selective_recompute = 'attention' to run this plan"
         )
+    if t.recompute == "selective" and t.recompute_modules not in (None, ["core_attn"]):
+        raise PlanError(
+            f"training.recompute_modules = {t.recompute_modules}: the runtime's selective recompute re-runs "
+            "the attention core only (Megatron-Core's default, [\"core_attn\"]); set recompute_modules = "
+            "[\"core_attn\"] or remove the key to run this plan"
+        )
     fsdp = scenario.dp > 1 and p.zero_stage >= 2
     if fsdp and p.fsdp_backward_prefetch != "pre":
         raise PlanError(
@@ -195,18 +201,21 @@ def check_framework_behaviour(scenario: Scenario) -> None:
             "training.dtype = 'fp16' needs a loss scaler, which the runtime does not run; use bf16 (the same "
             "speed on A100 and later) or fp32"
         )
-    _check_param_gather(scenario)
+    _check_distributed_optimizer(scenario)
 
 
-def _check_param_gather(scenario: Scenario) -> None:
-    """Megatron's overlapped parameter gather (simulator/engine/param_gather.py) is not the runtime's."""
+def _check_distributed_optimizer(scenario: Scenario) -> None:
+    """Megatron's distributed optimizer (reduce-scattered gradients, parameters all-gathered after the step
+    or, with overlap_param_gather, beside the next forward: simulator/engine/param_gather.py) is not the
+    runtime's ZeRO-1, which all-reduces with DDP and broadcasts each owner's shard
+    (ZeroRedundancyOptimizer, runtime/parallel/dp.py)."""
     p = scenario.parallelism
-    distopt = p.zero_stage == 1 and p.distributed_optimizer and scenario.dp * scenario.cp > 1
-    if distopt and p.overlap_param_gather:
+    if p.zero_stage == 1 and p.distributed_optimizer and scenario.dp * scenario.cp > 1:
+        gather = " and overlap_param_gather = false" if p.overlap_param_gather else ""
         raise PlanError(
-            "parallelism.overlap_param_gather = true under distributed_optimizer: the runtime does not "
-            "gather the parameters beside the next forward (Megatron's --overlap-param-gather); set "
-            "overlap_param_gather = false to run this plan"
+            "parallelism.distributed_optimizer = true: the runtime runs ZeRO-1 as DDP's all-reduce and "
+            "ZeroRedundancyOptimizer's broadcasts, not Megatron's gradient reduce-scatter and parameter "
+            f"all-gather; set distributed_optimizer = false{gather} to run this plan"
         )
 
 

@@ -16,11 +16,11 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from plancast.simulator.catalog.frameworks import framework_defaults
 from plancast.simulator.costs.fp8 import recipe_problems
 from plancast.simulator.model_shapes import MODEL_SHAPE_BOUNDS, model_shape_problems
 from plancast.simulator.scenario import Scenario
 from plancast.simulator.schedules import schedule_problems, schedule_warnings
+from plancast.simulator.validation_data_parallel import data_parallel_problems, data_parallel_warnings
 from plancast.simulator.validation_memory import memory_problems
 from plancast.simulator.validation_moe import model_moe_problems, moe_cp_warnings, plan_moe_cp_problems
 
@@ -324,41 +324,13 @@ def _unwise(s: Scenario, warnings: list[str]) -> None:
             f"({inner} ranks): every layer's collectives cross the slower "
             f"{s.cluster.tiers[1].name} links"
         )
-    if s.parallelism.zero_stage and s.dp * s.cp == 1:  # ZeRO shards over dp x cp (costs/memory.py)
-        warnings.append(f"zero_stage {s.parallelism.zero_stage} with one data-parallel rank shards nothing")
     warnings.extend(schedule_warnings(s.parallelism.pipeline_parallel_schedule, s.pp))
     if s.pp > 1 and s.num_microbatches < s.pp:
         warnings.append(
             f"{s.num_microbatches} micro-batches on {s.pp} stages: the pipeline bubble exceeds half "
             f"the step; raise global_batch_size or lower micro_batch_size"
         )
-    if s.parallelism.zero_stage >= 2 and s.pp > 1:
-        warnings.append(
-            "ZeRO-2/3 with pipeline parallelism re-reduces gradients every micro-batch "
-            "(as DeepSpeed warns); ZeRO-1 is the usual pairing"
-        )
-    warnings.extend(_no_effect(s))
-
-
-def _no_effect(s: Scenario) -> list[str]:
-    """Keys set away from their default that cannot change this plan's prediction (a flag that changes
-    nothing must say so)."""
-    par, t, out = s.parallelism, s.training, list[str]()
-    one_bucket = par.bucket_cap_MiB is None and s.dp * s.cp > 1 and par.zero_stage < 2
-    if one_bucket and par.overlap_grad_reduce is False:
-        out.append(
-            "parallelism.overlap_grad_reduce = false changes nothing here: under framework torchtitan a "
-            "chunk's gradients form one DDP bucket (torch DDP as plancast's runtime drives it), reduced "
-            "after the backward either way; megatron-lm and deepspeed model bucketed reductions"
-        )
-    default = framework_defaults(par.framework, dtype=t.dtype, dp=max(s.dp, 1))["grad_accumulation_fp32"]
-    if s.amp_master_params and t.grad_accumulation_fp32 != default:
-        out.append(
-            f"training.grad_accumulation_fp32 = {str(t.grad_accumulation_fp32).lower()} changes nothing "
-            "under framework torchtitan: its gradients are fp32 like its parameters (autocast and FSDP2 "
-            "keep fp32 master weights)"
-        )
-    return out
+    warnings.extend(data_parallel_warnings(s))
 
 
 def _numbers(value: Any, path: str) -> Iterator[tuple[str, float]]:
@@ -431,6 +403,7 @@ def check_plan(s: Scenario) -> tuple[list[Problem], list[str]]:
     _check_model(s, errors)
     errors.extend(Problem(p.path, p.message) for p in model_moe_problems(s))
     errors.extend(Problem(p.path, p.message) for p in model_shape_problems(s.model, s.model.num_experts))
+    errors.extend(Problem(p.path, p.message) for p in data_parallel_problems(s))
     if _check_degrees(s, errors):
         errors.extend(Problem(p.path, p.message) for p in plan_moe_cp_problems(s))
         _check_batch(s, errors)

@@ -54,3 +54,14 @@ def test_the_blackwell_and_amd_group_has_amd_rows_from_two_sources() -> None:
     amd = [r for r in (*MLPERF_RUNS, *AMD_RUNS) if r.cluster["preset"].startswith("mi3")]
     assert len(amd) >= 5 and len({r.source for r in amd}) == 2
     assert len({r.source for r in (*BLACKWELL_RUNS, *MLPERF_RUNS, *AMD_RUNS)}) >= 4
+
+
+def test_tp_comm_overlap_follows_each_configuration() -> None:
+    """On wherever tp > 1 but under NVFP4 (TP_COMM_OVERLAP=False) and in the University of Florida's
+    B200 405B configurations, which comment the line out (benchmarks/published_mlperf.py TP_OVERLAP_OFF)."""
+    overlapped = {r.name for r in MLPERF_RUNS if r.parallelism.get("tp_comm_overlap")}
+    tp = {r.name for r in MLPERF_RUNS if r.parallelism.get("tensor_parallel_degree", 1) > 1}
+    uf_405b = {r.name for r in MLPERF_RUNS if "University-of-Florida" in r.citation and "405b" in r.name}
+    assert uf_405b == {"mlperf51-b200-fp8-llama31-405b-256gpu", "mlperf51-b200-fp8-llama31-405b-448gpu"}
+    assert overlapped == {n for n in tp - uf_405b if "nvfp4" not in n}
+    assert overlapped  # the GB200 / GB300 8B rows on 512 GPUs

@@ -28,7 +28,7 @@ def op_seconds(
     peak = gpu.peak_flops(op.peak if op.fp8 else dtype)  # op.peak: training.fp8_recipe's format
     if op.category == "matmul":
         half = compute.matmul_half_gflop * 1e9
-        e_max = fp8_matmul_efficiency(compute, gpu) if op.fp8 else compute.matmul_efficiency
+        e_max = fp8_matmul_efficiency(compute, gpu, op.peak) if op.fp8 else compute.matmul_efficiency
         eff = e_max * flops / (flops + half) * op.relative_rate  # a grouped GEMM's own (costs/moe_gemm.py)
     else:
         eff = op.rate or compute.attention_efficiency  # op.rate: a kernel's own (costs/attention.py)

@@ -4,7 +4,8 @@ Transformer Engine, Megatron-LM (`--fp8-recipe`) and torchao run a block's linea
 format with scales and keep everything else (attention, norms, the embedding and output layer, the
 optimizer) in the training dtype. What changes, per recipe (RECIPES):
 - each GEMM runs at the GPU's peak for the recipe's format (`peak_tflops` key `fp8`, `mxfp8`, `nvfp4`)
-  at `fp8_matmul_efficiency` of it;
+  at `fp8_matmul_efficiency` of it, a block-scaled format's kernel at its measured rate over the per-tensor
+  FP8 kernel's (KERNEL_RATE_OVER_FP8);
 - each GEMM input is quantized first: read in `dtype` (once, or twice where an amax pass or a second
   scaling axis needs its own read), written in the narrow format in both orientations (Hopper's FP8
   tensor cores take both operands K-major, so the weight-gradient GEMM needs the transpose; block
@@ -36,6 +37,13 @@ FP8_RECIPES: tuple[FP8Recipe, ...] = get_args(FP8Recipe)
 # H100 SXM 1402.6 of 1978.9 TFLOP/s (70.9%) vs 794.5 of 989.4 (80.3%); stas00/ml-engineering,
 # compute/accelerator/README.md, "Maximum Achievable Matmul FLOPS comparison table" (mamf-finder.py).
 FP8_TO_BF16_EFFICIENCY = 0.709 / 0.803
+
+# Block-scaled GEMM kernels against the per-tensor FP8 kernel on the same shapes, inputs pre-quantized:
+# per-layer GEMM totals of a 5B config (hidden 4096, MLP 16384, 15,872 tokens) on a B300, FP8
+# CurrentScaling 6.812 ms, MXFP8 7.161 ms, NVFP4 3.764 ms (NVIDIA/TransformerEngine
+# docs/examples/gemm_profiling/gemm_profiling.rst, "Autocast vs Pre-quantized"). MXFP8 runs 0.951 of the
+# FP8 rate on the same tensor cores; NVFP4 1.81x the FP8 rate, not the 3.3x of the B300's peaks.
+KERNEL_RATE_OVER_FP8: dict[str, float] = {"mxfp8": 6.812 / 7.161, "nvfp4": 6.812 / 3.764}
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,8 +95,12 @@ RECIPES: dict[FP8Recipe, Recipe] = {
     "mxfp8": Recipe("mxfp8", 1, 1.0, 1 / 32, 2 * (1.0 + 1 / 32), 1.0 + 1 / 32),
     # NVFP4 (NVIDIA, "Pretraining LLMs with NVFP4", arXiv 2509.25149): FP4 E2M1 elements in 16-element
     # blocks with an E4M3 scale (1/16 byte), under a per-tensor FP32 scale from the tensor's amax (a pass
-    # before the cast: two reads); the Hadamard transform of the weight-gradient inputs is fused into
-    # that quantization in TE. TE / Megatron-LM's NVFP4 (Megatron-Bridge bf16_with_nvfp4_mixed).
+    # before the cast: two reads). TE's recipe (Megatron-Bridge bf16_with_nvfp4_mixed keeps its defaults:
+    # random Hadamard transform on the weight-gradient inputs, 16x16 weight scales, stochastic rounding of
+    # gradients) reads each input twice: nvte_hadamard_transform_amax takes the amax of the input and of
+    # its transformed transpose in one pass, then one kernel writes the rowwise copy and the transformed
+    # columnwise one (transformer_engine/pytorch/csrc/quantizer.cpp, NVFP4Quantizer::quantize_impl); the
+    # 16x16 transform runs on the tensor cores inside it, the weights are quantized once a step.
     "nvfp4": Recipe("nvfp4", 2, 0.5, 1 / 16, 2 * (0.5 + 1 / 16), 0.5 + 1 / 16),
 }
 
@@ -98,12 +110,22 @@ def recipe(name: str) -> Recipe:
     return RECIPES[name]  # type: ignore[index]
 
 
-def fp8_matmul_efficiency(compute: ComputeModel, gpu: GPU) -> float:
-    """Fraction of the narrow-format peak a large GEMM reaches in training: the cluster's BF16 GEMM
-    efficiency scaled by the GPU's measured FP8 / BF16 ratio (GPU.fp8_gemm_ratio; unset: the H100's).
-    FP4 GEMMs take the FP8 ratio: no FP4 MAMF is published."""
+def fp8_matmul_efficiency(compute: ComputeModel, gpu: GPU, peak: str = "fp8") -> float:
+    """Fraction of the `peak` format's peak a large GEMM reaches in training: the cluster's BF16 GEMM
+    efficiency scaled by the GPU's measured FP8 / BF16 ratio (GPU.fp8_gemm_ratio; unset: the H100's), and
+    for a block-scaled format by its kernel's measured rate over the FP8 kernel's (`narrow_kernel_share`)."""
     ratio = gpu.fp8_gemm_ratio if gpu.fp8_gemm_ratio is not None else FP8_TO_BF16_EFFICIENCY
-    return compute.matmul_efficiency * ratio
+    return compute.matmul_efficiency * ratio * narrow_kernel_share(peak, gpu)
+
+
+def narrow_kernel_share(peak: str, gpu: GPU) -> float:
+    """The share of the FP8 GEMM efficiency a `peak`-format GEMM keeps: its kernel's measured rate over the
+    FP8 kernel's (KERNEL_RATE_OVER_FP8) divided by the ratio of the GPU's peaks, at most 1 (an FP4 kernel
+    never runs faster than its peak allows: on a GPU whose FP4 peak is 2x its FP8 one, 0.905)."""
+    over_fp8 = KERNEL_RATE_OVER_FP8.get(peak)
+    if over_fp8 is None or "fp8" not in gpu.peak_tflops or peak not in gpu.peak_tflops:
+        return 1.0
+    return min(1.0, over_fp8 * gpu.peak_tflops["fp8"] / gpu.peak_tflops[peak])
 
 
 def fp8_weight_copy_bytes(
