@@ -12,6 +12,7 @@ import pytest
 from plancast.runtime.plan import PlanError, check_framework_behaviour
 from plancast.simulator.costs.attention import CAUSAL_FRACTION
 from plancast.simulator.costs.ops import Shape, layer_forward
+from plancast.simulator.importers.megatron import from_megatron_args
 from plancast.simulator.loader import ScenarioError, parse_scenario
 from plancast.simulator.predict import simulate
 from plancast.simulator.scenario import Scenario
@@ -81,3 +82,37 @@ def test_the_runtime_refuses_te_attention_naming_the_key() -> None:
     s = _scenario("torchtitan", "te")
     with pytest.raises(PlanError, match=r"training\.attention_backend = 'te'.*'sdpa'"):
         check_framework_behaviour(s)
+
+
+SMALL = (
+    "--num-layers 2 --hidden-size 1024 --num-attention-heads 8 --vocab-size 32000 --seq-length 8192 "
+    "--micro-batch-size 1 --bf16"
+)
+
+
+@pytest.mark.parametrize(
+    ("flag", "expected"),
+    [
+        ("fused", {"flash_attention": True, "attention_backend": "te"}),
+        ("flash", {"flash_attention": True, "attention_backend": "sdpa"}),
+        ("unfused", {"flash_attention": False}),
+        ("local", {"flash_attention": False}),
+        ("auto", {}),
+    ],
+)
+def test_megatron_attention_backend_flag_is_read(flag: str, expected: dict[str, Any]) -> None:
+    """Megatron-Core's --attention-backend (AttnBackend: flash, fused, unfused, local, auto)."""
+    training = from_megatron_args(f"{SMALL} --attention-backend {flag}")["training"]
+    assert {k: training[k] for k in ("flash_attention", "attention_backend") if k in training} == expected
+
+
+def test_megatron_fused_backend_predicts_a_shorter_step_than_flash() -> None:
+    """The imported flags price the kernel they name: cuDNN's causal half beats FlashAttention-2's count."""
+    steps = []
+    for flag in ("fused", "flash"):
+        parts = from_megatron_args(f"{SMALL} --global-batch-size 8 --attention-backend {flag}")
+        data = {k: parts[k] for k in ("model", "training", "parallelism")}
+        data["parallelism"] = {**data["parallelism"], "framework": "megatron-lm"}
+        data["cluster"] = {"preset": "dgx-h100-80gb"}
+        steps.append(_step_s(parse_scenario(data, flag).scenario))
+    assert steps[0] < steps[1]
