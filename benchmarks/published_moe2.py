@@ -138,7 +138,15 @@ def bridge_runs() -> tuple[PublishedRun, ...]:
         "footnote calls the parenthesised H100 figures FP8 blockwise, a 'different quantization granularity'"
     )
     no_recompute = "recompute none: set_qwen3_common_configs clears the recipe's recompute"
-    qwen30_2511 = (QWEN3_NOTE, fp8_cs, no_recompute, f"{QWEN_2511} (H100 FP8_CS): moe_a2a_overlap, alltoall")
+    qwen30_2511 = (
+        QWEN3_NOTE,
+        fp8_cs,
+        no_recompute,
+        f"{QWEN_2511} (H100 FP8_CS): moe_a2a_overlap, alltoall",
+        "the publisher calls this figure a regression: 'the perf in 25.11 is 2X slower than 25.09' "
+        "(dropless against 25.09's token-drop plan; NVIDIA-NeMo/Megatron-Bridge issue #1998); scored as "
+        "published",
+    )
     qwen30_2602 = (
         QWEN3_NOTE,
         fp8_cs,
@@ -242,10 +250,12 @@ def bridge_runs() -> tuple[PublishedRun, ...]:
 
 
 def _automodel(
-    name: str, model: dict[str, Any], run: tuple[int, ...], step_s: float, *notes: str
+    name: str, model: dict[str, Any], run: tuple[int, ...], step_s: float, *notes: str, te_attn: bool = False
 ) -> PublishedRun:
-    """One AutoModel DGX-H100 BF16 row: (gpus, gbs, mbs, pp, vp, ep, recompute) and its time per step."""
+    """One AutoModel DGX-H100 BF16 row: (gpus, gbs, mbs, pp, vp, ep, recompute) and its time per step;
+    `te_attn`: the config's `backend.attn: te` (TE_ATTN), as training.attention_backend 'te'."""
     gpus, gbs, mbs, pp, vp, ep, full = run
+    attention = {"attention_backend": "te"} if te_attn else {}
     training = training_table(
         4096,
         mbs,
@@ -256,6 +266,7 @@ def _automodel(
         elementwise="fused",
         moe_routing_imbalance=1.0,
         moe_token_spread="contiguous",
+        **attention,
     )
     plan = plan_table(1, pp, vp, expert_parallel_degree=ep, zero_stage=3, moe_token_dispatcher="deepep")
     return PublishedRun(
@@ -280,9 +291,10 @@ def _automodel(
 
 
 # The configs' `backend.attn` (examples/benchmark/configs/*_te_deepep.yaml): Transformer Engine's fused
-# attention, except gpt-oss's FlexAttention (its attention sinks and sliding windows). Both are priced as
-# the torchtitan path's fused attention (no key selects FlexAttention's own rate).
-TE_ATTN = "attn: te (Transformer Engine's fused attention)"
+# attention, priced as Megatron-LM's (training.attention_backend 'te': cuDNN's causal kernel over the
+# causal half), except gpt-oss's FlexAttention (its attention sinks and sliding windows), priced as the
+# torchtitan path's fused attention (no key selects FlexAttention's own rate).
+TE_ATTN = "attn: te (Transformer Engine's fused attention): training.attention_backend 'te'"
 FLEX_ATTN = (
     "attn: flex (PyTorch FlexAttention, for gpt-oss's sinks and sliding windows), priced as fused attention"
 )
@@ -297,13 +309,27 @@ def automodel_runs() -> tuple[PublishedRun, ...]:
             (1024, 8192, 1, 4, 8, 64, 1),
             37.87,
             mla,
+            te_attn=True,
         ),
         _automodel(
-            "automodel-deepseek-v3-256xh100", {"preset": "deepseek-v3"}, (256, 512, 1, 4, 8, 64, 1), 8.18, mla
+            "automodel-deepseek-v3-256xh100",
+            {"preset": "deepseek-v3"},
+            (256, 512, 1, 4, 8, 64, 1),
+            8.18,
+            mla,
+            te_attn=True,
         ),
-        _automodel("automodel-kimi-k2-256xh100", KIMI_K2, (256, 512, 1, 8, 4, 32, 1), 8.86, mla),
         _automodel(
-            "automodel-qwen3-30b-a3b-8xh100", QWEN3_30B, (8, 512, 4, 1, 1, 8, 1), 21.773, QWEN3_NOTE, TE_ATTN
+            "automodel-kimi-k2-256xh100", KIMI_K2, (256, 512, 1, 8, 4, 32, 1), 8.86, mla, te_attn=True
+        ),
+        _automodel(
+            "automodel-qwen3-30b-a3b-8xh100",
+            QWEN3_30B,
+            (8, 512, 4, 1, 1, 8, 1),
+            21.773,
+            QWEN3_NOTE,
+            TE_ATTN,
+            te_attn=True,
         ),
         _automodel(
             "automodel-gpt-oss-20b-8xh100",

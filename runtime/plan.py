@@ -174,6 +174,11 @@ def check_framework_behaviour(scenario: Scenario) -> None:
             f"training.fp8 = true (training.fp8_recipe = {t.fp8_recipe!r}): the runtime has no FP8 GEMM path "
             "(Transformer Engine or torchao float8); simulate the plan, or set fp8 = false to run it in bf16"
         )
+    if t.attention_backend == "te":
+        raise PlanError(
+            "training.attention_backend = 'te': the runtime attends with torch's scaled_dot_product_attention"
+            " (not Transformer Engine's); set attention_backend = 'sdpa' (or unset it) to run this plan"
+        )
     offloads = [k for k in ("activation_offload", "optimizer_cpu_offload") if getattr(t, k)]
     if offloads:
         raise PlanError(

@@ -24,6 +24,7 @@ from plancast.simulator.mesh import RankGrid
 from plancast.simulator.model_dropout import ModelDropout
 from plancast.simulator.model_shapes import ModelShapes
 from plancast.simulator.presets import merge_preset
+from plancast.simulator.scenario_attention import AttentionTrainingKeys
 from plancast.simulator.scenario_memory import MemoryParallelismKeys, MemoryTrainingKeys
 from plancast.simulator.scenario_moe import MoeParallelismKeys, MoeTrainingKeys
 from plancast.simulator.schedules import ScheduleName
@@ -133,7 +134,7 @@ class Model(ModelShapes, ModelDropout):
 
 
 # ------------------------------------------------------------------------------------------ training
-class Training(MemoryTrainingKeys, MoeTrainingKeys):
+class Training(MemoryTrainingKeys, MoeTrainingKeys, AttentionTrainingKeys):
     """One optimizer step: batch shape, precision and activation recompute."""
 
     seq_len: int = Field(default=2048, gt=0)

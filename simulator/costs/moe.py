@@ -84,10 +84,10 @@ def _mlp(name: str, rows: float, h: int, ffn_local: float, x: Shape) -> list[Op]
 
 def _grouped(name: str, rows: float, groups: int, k: float, n: float, x: Shape, padded: float) -> list[Op]:
     """One grouped GEMM: `groups` experts of `rows` tokens each, [rows, k] @ [k, n] per expert, in one
-    kernel; FLOPs of the `padded` rows per expert, bytes of the real rows and every expert's weight. In
-    BF16 it runs at x.grouped_gemm_rate of a large GEMM's rate (costs/moe_gemm.py). Under training.fp8
-    the inputs are quantized first and the GEMM reads them narrow, as ops.linear prices a dense layer
-    under training.fp8_recipe (costs/fp8.py)."""
+    kernel; FLOPs of the `padded` rows per expert, bytes of the real rows and every expert's weight, at
+    x.grouped_gemm_rate of a large GEMM's rate (costs/moe_gemm.py: whose kernel runs it). Under
+    training.fp8 the inputs are quantized first and the GEMM reads them narrow, as ops.linear prices a
+    dense layer under training.fp8_recipe (costs/fp8.py)."""
     d, total = x.dtype_bytes, rows * groups
     flops = 2.0 * padded * groups * k * n
     if not x.fp8:  # at the measured grouped-kernel rate (costs/moe_gemm.py)
@@ -95,7 +95,8 @@ def _grouped(name: str, rows: float, groups: int, k: float, n: float, x: Shape, 
         return [Op(name, "matmul", flops, io_bytes, True, relative_rate=x.grouped_gemm_rate)]
     narrow = recipe(x.fp8_recipe)
     operands = (narrow.element_bytes + narrow.scale_bytes) * (total * k + groups * k * n)
-    gemm = Op(name, "matmul", flops, operands + d * total * n, True, True, narrow.peak)
+    io_bytes = operands + d * total * n
+    gemm = Op(name, "matmul", flops, io_bytes, True, True, narrow.peak, relative_rate=x.grouped_gemm_rate)
     return [Op(f"{name}_fp8_cast", "memory", 0.0, narrow.cast_bytes(d) * total * k), gemm]
 
 

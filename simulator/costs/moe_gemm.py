@@ -6,10 +6,18 @@ A rank's E/ep experts run as one grouped GEMM per projection (costs/moe.py). Mea
 expert shapes (4-16 experts of 512-8192 rows; K and N from 768 to 7168) ran at 0.74-0.91 of one 8192^3
 GEMM's rate, mean 0.83: the up-projections 0.82-0.91, the down-projections, whose K is the narrow
 expert width, 0.74-0.85. The size curve of costs/efficiency.py prices their total FLOPs at about the
-large-GEMM rate, so their time is divided by this mean on GPUs. FP8 grouped GEMMs keep the dense rate:
-DeepGEMM's H800 table puts its grouped contiguous-layout kernels at the rate of its dense GEMMs of the
-same N and K (deepseek-ai/DeepGEMM README, Feb 2025: 1297 and 1099 TFLOPS grouped against 1304 and
-1025 dense). CPU ranks (the runtime's per-expert loop) keep their calibrated rate.
+large-GEMM rate, so their time is divided by this mean on GPUs.
+
+FP8 depends on whose kernel runs them. DeepSeek's DeepGEMM runs its grouped contiguous-layout kernels at
+the rate of its dense GEMMs of the same N and K (deepseek-ai/DeepGEMM README, Feb 2025: 1297 and 1099
+TFLOPS grouped against 1304 and 1025 dense), so FP8 grouped GEMMs keep the dense rate there (and on the
+torchtitan path, which has no measurement of its own). Megatron-LM runs its experts through Transformer
+Engine's GroupedLinear, which issues BF16 and FP8 alike as one cuBLAS GEMM per expert
+(`general_grouped_gemm`, TE's multi-stream cuBLAS path), not DeepGEMM: its FP8 expert GEMMs take the
+measured grouped rate as its BF16 ones do (the H200 kernel table, docs/calibration.md, shows per-tensor
+FP8 GEMMs below the large size keeping about the same share of their 8192^3 rate as BF16: 0.78 vs 0.74
+at Llama 3 70B's tp-8 gate/up, 0.90 vs 0.86 at DeepSeek-V3's expert gate/up, 0.75 vs 0.82 at its
+expert down). CPU ranks (the runtime's per-expert loop) keep their calibrated rate.
 """
 
 from __future__ import annotations
@@ -21,8 +29,11 @@ GROUPED_GEMM_RELATIVE_RATE = 0.83
 
 
 def grouped_gemm_rate(s: Scenario) -> float:
-    """The relative rate of the scenario's BF16 grouped expert GEMMs: the measured mean on a GPU, 1 on
-    CPU and under training.fp8."""
-    if s.cluster.gpu.name.startswith("cpu") or s.training.fp8:
+    """The relative rate of the scenario's grouped expert GEMMs: the measured mean on a GPU, in BF16 and
+    under Megatron-LM's FP8 (Transformer Engine's per-expert cuBLAS GEMMs); 1 on CPU and for the other
+    frameworks' FP8 (DeepGEMM's grouped kernels run at the dense rate)."""
+    if s.cluster.gpu.name.startswith("cpu"):
+        return 1.0
+    if s.training.fp8 and s.parallelism.framework != "megatron-lm":
         return 1.0
     return GROUPED_GEMM_RELATIVE_RATE

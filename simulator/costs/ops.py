@@ -141,7 +141,7 @@ class Shape:
             fp8=t.fp8,
             fp8_recipe=t.fp8_recipe,
             fused_attention=fused_attention_rate(
-                s.cluster.compute, s.parallelism.framework, t.flash_attention, t.seq_len
+                s.cluster.compute, s.parallelism.framework, t.flash_attention, t.seq_len, t.attention_backend
             ),
             eager=t.elementwise == "eager",
             rmsnorm=m.norm == "rmsnorm",

@@ -70,6 +70,7 @@ _VALUE_FLAGS = (
     "--vocab-file",
     "--hidden-dropout",
     "--attention-dropout",
+    "--attention-backend",
 )
 _LIST_FLAGS = ("--recompute-modules",)  # nargs="*": the values up to the next flag
 
@@ -98,7 +99,28 @@ def _megatron_parser() -> _Parser:
     p.add_argument("--hidden-dropout", type=float)
     p.add_argument("--attention-dropout", type=float)
     p.add_argument("--recompute-modules", nargs="*", choices=get_args(RecomputeModule))
+    p.add_argument("--attention-backend", choices=ATTENTION_BACKENDS, default="auto")
     return p
+
+
+# Megatron-Core's --attention-backend (megatron/core/transformer/enums.py AttnBackend; default auto, where
+# Transformer Engine picks): fused is TE's cuDNN kernel, flash TE's FlashAttention backend, unfused
+# (TE's) and local (Megatron's own DotProductAttention) keep the s x s scores in memory.
+ATTENTION_BACKENDS = ("flash", "fused", "unfused", "local", "auto")
+
+
+def _attention(ns: argparse.Namespace, notes: list[str]) -> dict[str, Any]:
+    """training.flash_attention and training.attention_backend from --attention-backend (auto: neither)."""
+    backend = ns.attention_backend
+    if backend == "fused":
+        return {"flash_attention": True, "attention_backend": "te"}
+    if backend == "flash":
+        notes.append(
+            "--attention-backend flash: FlashAttention through Transformer Engine, priced as "
+            "FlashAttention-2 (training.attention_backend 'sdpa': the full count at attention_efficiency)"
+        )
+        return {"flash_attention": True, "attention_backend": "sdpa"}
+    return {"flash_attention": False} if backend in ("unfused", "local") else {}
 
 
 def _known_tokens(tokens: list[str]) -> tuple[list[str], list[str]]:
@@ -352,7 +374,7 @@ def from_megatron_args(args: str | Sequence[str]) -> dict[str, Any]:
             _positive_int(value, flag)
     notes: list[str] = []
     model = _megatron_model(ns, notes)
-    training = _megatron_training(ns, notes)
+    training = {**_megatron_training(ns, notes), **_attention(ns, notes)}
     elementwise = _elementwise(ns, model, notes)
     if elementwise is not None:
         training["elementwise"] = elementwise

@@ -1,5 +1,6 @@
-"""BF16 grouped expert GEMMs at their measured rate (costs/moe_gemm.py, issue 31): the constant is the
-measurement's mean, the expert GEMMs carry it on GPUs and not on CPU or under FP8, and it lengthens
+"""Grouped expert GEMMs at their measured rate (costs/moe_gemm.py, issue 31): the constant is the
+measurement's mean, the expert GEMMs carry it on GPUs in BF16 and under Megatron-LM's FP8 (Transformer
+Engine's per-expert cuBLAS GEMMs), not on CPU or under the other stacks' FP8 (DeepGEMM), and it lengthens
 their time by exactly its inverse."""
 
 from __future__ import annotations
@@ -23,13 +24,14 @@ MEASURED = Path(__file__).parents[2] / "benchmarks" / "results" / "gpu_grouped_g
 EXPERT_GEMMS = ("expert_gate_up", "expert_down")
 
 
-def _scenario(cluster: dict[str, object], **training: object) -> Scenario:
-    """MOE on `cluster`; on this machine's CPU (two ranks) with ep 2."""
+def _scenario(cluster: dict[str, object], framework: str = "torchtitan", **training: object) -> Scenario:
+    """MOE on `cluster` under `framework`; on this machine's CPU (two ranks) with ep 2."""
     plan = (
         {**MOE["parallelism"], "expert_parallel_degree": 2}
         if cluster["preset"] == "local-cpu"
         else MOE["parallelism"]
     )
+    plan = {**plan, "framework": framework}
     data = {**MOE, "cluster": cluster, "training": {**MOE["training"], **training}, "parallelism": plan}
     return parse_scenario(data, "grouped-rate").scenario
 
@@ -60,14 +62,28 @@ def test_bf16_expert_gemms_on_a_gpu_run_at_the_measured_rate_and_take_its_invers
     assert {op.relative_rate for op in shared if op.name not in EXPERT_GEMMS} == {1.0}
 
 
+H100 = {"preset": "dgx-h100-80gb", "num_nodes": 4}
+
+
 @pytest.mark.parametrize(
     ("cluster", "training"),
     [
         ({"preset": "local-cpu"}, {}),  # the runtime's per-expert loop keeps its calibrated rate
-        ({"preset": "dgx-h100-80gb", "num_nodes": 4}, {"fp8": True}),  # DeepGEMM: grouped = dense rate
+        (H100, {"fp8": True}),  # DeepGEMM: grouped = dense rate
     ],
 )
 def test_cpu_and_fp8_expert_gemms_keep_the_dense_rate(
     cluster: dict[str, object], training: dict[str, object]
 ) -> None:
     assert {op.relative_rate for op in _gemms(_scenario(cluster, **training))} == {1.0}
+
+
+def test_megatron_fp8_expert_gemms_take_the_grouped_rate_and_run_longer() -> None:
+    """Transformer Engine's GroupedLinear issues FP8 expert GEMMs as it issues BF16 ones (per-expert
+    cuBLAS), not as DeepGEMM's grouped kernel: the measured grouped rate, so a longer forward."""
+    te, deepgemm = _scenario(H100, "megatron-lm", fp8=True), _scenario(H100, "torchtitan", fp8=True)
+    assert {op.relative_rate for op in _gemms(te)} == {GROUPED_GEMM_RELATIVE_RATE}
+    gpu, compute = te.cluster.gpu, te.cluster.compute
+    for slow, fast in zip(_gemms(te), _gemms(deepgemm), strict=True):
+        assert slow.flops == fast.flops and slow.fp8 and fast.fp8
+        assert op_seconds(slow, gpu, compute, "bf16") > op_seconds(fast, gpu, compute, "bf16")
