@@ -155,8 +155,8 @@ def check_framework_behaviour(scenario: Scenario) -> None:
     if t.recompute == "selective" and t.recompute_modules not in (None, ["core_attn"]):
         raise PlanError(
             f"training.recompute_modules = {t.recompute_modules}: the runtime's selective recompute re-runs "
-            "the attention core only (Megatron-Core's default, [\"core_attn\"]); set recompute_modules = "
-            "[\"core_attn\"] or remove the key to run this plan"
+            'the attention core only (Megatron-Core\'s default, ["core_attn"]); set recompute_modules = '
+            '["core_attn"] or remove the key to run this plan'
         )
     fsdp = scenario.dp > 1 and p.zero_stage >= 2
     if fsdp and p.fsdp_backward_prefetch != "pre":
@@ -168,16 +168,6 @@ def check_framework_behaviour(scenario: Scenario) -> None:
         raise PlanError(
             "parallelism.tp_comm_overlap = true: the runtime's tensor-parallel collectives block (DTensor, "
             "no userbuffer overlap); set tp_comm_overlap = false to run this plan"
-        )
-    if t.fp8:
-        raise PlanError(
-            f"training.fp8 = true (training.fp8_recipe = {t.fp8_recipe!r}): the runtime has no FP8 GEMM path "
-            "(Transformer Engine or torchao float8); simulate the plan, or set fp8 = false to run it in bf16"
-        )
-    if t.attention_backend == "te":
-        raise PlanError(
-            "training.attention_backend = 'te': the runtime attends with torch's scaled_dot_product_attention"
-            " (not Transformer Engine's); set attention_backend = 'sdpa' (or unset it) to run this plan"
         )
     offloads = [k for k in ("activation_offload", "optimizer_cpu_offload") if getattr(t, k)]
     if offloads:
@@ -195,6 +185,23 @@ def check_framework_behaviour(scenario: Scenario) -> None:
             f"parallelism.pipeline_receive_buffers = {p.pipeline_receive_buffers!r}: the runtime receives "
             "into a buffer per transfer; set pipeline_receive_buffers = 'per_transfer' to run this plan"
         )
+    _check_kernels(scenario)
+    _check_distributed_optimizer(scenario)
+
+
+def _check_kernels(scenario: Scenario) -> None:
+    """The kernels and number formats a plan names that the runtime's eager PyTorch does not run."""
+    t, p = scenario.training, scenario.parallelism
+    if t.fp8:
+        raise PlanError(
+            f"training.fp8 = true (training.fp8_recipe = {t.fp8_recipe!r}): the runtime has no FP8 GEMM path "
+            "(Transformer Engine or torchao float8); simulate the plan, or set fp8 = false to run it in bf16"
+        )
+    if t.attention_backend == "te":
+        raise PlanError(
+            "training.attention_backend = 'te': the runtime attends with torch's scaled_dot_product_attention"
+            " (not Transformer Engine's); set attention_backend = 'sdpa' (or unset it) to run this plan"
+        )
     if t.elementwise == "fused":
         raise PlanError(
             "training.elementwise = 'fused' (the default of parallelism.framework = "
@@ -206,7 +213,6 @@ def check_framework_behaviour(scenario: Scenario) -> None:
             "training.dtype = 'fp16' needs a loss scaler, which the runtime does not run; use bf16 (the same "
             "speed on A100 and later) or fp32"
         )
-    _check_distributed_optimizer(scenario)
 
 
 def _check_distributed_optimizer(scenario: Scenario) -> None:

@@ -4,9 +4,12 @@ does not say it: NeMo AutoModel, a torchtitan-style FSDP2 stack, runs Transforme
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from plancast.simulator.fields import Strict
+
+if TYPE_CHECKING:
+    from plancast.simulator.scenario import Training
 
 AttentionBackend = Literal["te", "sdpa"]
 """te: Transformer Engine's DotProductAttention (its fused cuDNN kernel on Hopper and Blackwell);
@@ -24,3 +27,18 @@ class AttentionTrainingKeys(Strict):
     `--attention-backend fused`). sdpa: torch's scaled_dot_product_attention / FlashAttention-2, priced
     over the full count at `attention_efficiency`, the rate the published torchtitan rows score with
     (AutoModel's `backend.attn: sdpa`). Unset: parallelism.framework's (megatron-lm te, the others sdpa)."""
+
+
+def attention_backend_problems(training: Training) -> list[tuple[str, str]]:
+    """(path, message) when attention_backend names a fused kernel the plan does not run: without
+    flash_attention the attention core is priced unfused (s x s scores) and the key would change nothing."""
+    if training.attention_backend is None or training.flash_attention:
+        return []
+    return [
+        (
+            "training.attention_backend",
+            f"{training.attention_backend!r} names a fused attention kernel, but training.flash_attention is "
+            "false (the attention core is then priced unfused, and this key would change nothing): set "
+            "flash_attention = true, or remove attention_backend",
+        )
+    ]

@@ -19,6 +19,7 @@ from typing import Any
 from plancast.simulator.costs.fp8 import recipe_problems
 from plancast.simulator.model_shapes import MODEL_SHAPE_BOUNDS, model_shape_problems
 from plancast.simulator.scenario import Scenario
+from plancast.simulator.scenario_attention import attention_backend_problems
 from plancast.simulator.schedules import schedule_problems, schedule_warnings
 from plancast.simulator.validation_data_parallel import data_parallel_problems, data_parallel_warnings
 from plancast.simulator.validation_memory import memory_problems
@@ -404,6 +405,7 @@ def check_plan(s: Scenario) -> tuple[list[Problem], list[str]]:
     errors.extend(Problem(p.path, p.message) for p in model_moe_problems(s))
     errors.extend(Problem(p.path, p.message) for p in model_shape_problems(s.model, s.model.num_experts))
     errors.extend(Problem(p.path, p.message) for p in data_parallel_problems(s))
+    errors.extend(Problem(path, message) for path, message in attention_backend_problems(s.training))
     if _check_degrees(s, errors):
         errors.extend(Problem(p.path, p.message) for p in plan_moe_cp_problems(s))
         _check_batch(s, errors)

@@ -5,6 +5,7 @@ framework's choice (costs/attention.py)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,6 +17,7 @@ from plancast.simulator.importers.megatron import from_megatron_args
 from plancast.simulator.loader import ScenarioError, parse_scenario
 from plancast.simulator.predict import simulate
 from plancast.simulator.scenario import Scenario
+from tests.cli_runner import cli_main
 
 
 def _scenario(framework: str, backend: str | None, cluster: str = "dgx-h100-80gb") -> Scenario:
@@ -116,3 +118,18 @@ def test_megatron_fused_backend_predicts_a_shorter_step_than_flash() -> None:
         data["cluster"] = {"preset": "dgx-h100-80gb"}
         steps.append(_step_s(parse_scenario(data, flag).scenario))
     assert steps[0] < steps[1]
+
+
+def test_a_backend_without_flash_attention_is_refused_naming_both_keys(tmp_path: Path) -> None:
+    """Without flash_attention the core is priced unfused: a backend there would change nothing, silently."""
+    path = tmp_path / "s.toml"
+    path.write_text(
+        '[model]\npreset = "llama3-8b"\n[training]\nseq_len = 8192\nmicro_batch_size = 1\n'
+        'global_batch_size = 8\nflash_attention = false\nattention_backend = "te"\n'
+        '[cluster]\npreset = "dgx-h100-80gb"\n'
+    )
+    code, _, err = cli_main("validate", str(path))
+    assert code == 2, err
+    assert "training.attention_backend" in err and "flash_attention = true" in err
+    path.write_text(path.read_text().replace("flash_attention = false", "flash_attention = true"))
+    assert cli_main("validate", str(path))[0] == 0
