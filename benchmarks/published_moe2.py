@@ -256,6 +256,7 @@ def _automodel(
         elementwise="fused",
         moe_routing_imbalance=1.0,
         moe_token_spread="contiguous",
+        master_weights=False,
     )
     plan = plan_table(1, pp, vp, expert_parallel_degree=ep, zero_stage=3, moe_token_dispatcher="deepep")
     return PublishedRun(
@@ -274,9 +275,18 @@ def _automodel(
             FAKE_GATE,
             "the config's activation_checkpointing as recompute 'full' (true) or 'none'",
             "TE linear and rms_norm kernels, fused rope: elementwise 'fused'",
+            AUTOMODEL_BF16,
             *notes,
         ),
     )
+
+
+AUTOMODEL_BF16 = (
+    "pure bf16 parameters and optimizer states: the configs set no torch_dtype, which "
+    "NeMoAutoModelForCausalLM.from_config turns into bfloat16 (nemo_automodel/_transformers/auto_model.py), "
+    "the MoE models' initialize_weights ends in self.to(bfloat16), and torch.optim.Adam keeps its moments "
+    "in the parameters' dtype: training.master_weights = false"
+)
 
 
 # The configs' `backend.attn` (examples/benchmark/configs/*_te_deepep.yaml): Transformer Engine's fused

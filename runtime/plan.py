@@ -179,6 +179,11 @@ def check_framework_behaviour(scenario: Scenario) -> None:
             f"training.fused_cross_entropy = {t.fused_cross_entropy!r}: the runtime computes the loss with "
             "torch's cross_entropy; set fused_cross_entropy = 'none' to run this plan"
         )
+    if not t.master_weights:
+        raise PlanError(
+            "training.master_weights = false: the runtime trains fp32 parameters under autocast "
+            "(runtime/precision.py); simulate the plan, or remove the key to run it"
+        )
     if p.pipeline_receive_buffers != "per_transfer":
         raise PlanError(
             f"parallelism.pipeline_receive_buffers = {p.pipeline_receive_buffers!r}: the runtime receives "

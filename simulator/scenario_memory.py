@@ -51,6 +51,15 @@ class MemoryTrainingKeys(Strict):
     --cross-entropy-fusion-impl te`, which Megatron-Bridge's Llama recipes set): it keeps the logits in the
     training dtype and no fp32 copies (costs/memory.py loss_bytes_per_logit). Memory only: the loss's time
     is priced as the unfused one."""
+    master_weights: bool = True
+    """False: pure 16-bit training. The parameters themselves are kept in training.dtype and updated in
+    place, their gradients and Adam's moments in that dtype too (torch.optim makes its state like the
+    parameter): NeMo AutoModel, which builds its models in bfloat16 (`NeMoAutoModelForCausalLM.from_config`
+    turns torch_dtype "auto" into bfloat16; its MoE models' `initialize_weights` ends in `self.to(dtype)`)
+    and steps torch.optim.Adam over them under FSDP2. True: the optimizer updates an fp32 copy (Megatron-LM's
+    main params, DeepSpeed's bf16 optimizer, torchtitan's fp32 parameters under autocast or FSDP2 mixed
+    precision). 2 + 2 + 4 bytes a parameter instead of 16 to 18 (costs/memory.py); the optimizer step
+    moves 16-bit bytes (costs/optimizer.py). Needs framework torchtitan and a 16-bit training.dtype."""
     fp8_param: bool = False
     """With fp8: FP8 primary weights (Transformer Engine `fp8_model_init`, Megatron `--fp8-param-gather`,
     Megatron-Bridge's FP8 recipes): the blocks' GEMM weights held as FP8 and its transpose, no 16-bit copy."""

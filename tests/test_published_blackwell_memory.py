@@ -21,15 +21,9 @@ _TT_1F1B = (
     "82.5 measured (torchtitan's Table 5): FSDP under PP planned as ZeRO-1 keeps the stage's parameters "
     "(34.9 GiB) and fp32 gradients (23.2) unsharded, where torchtitan shards them over dp 8"
 )
-# Llama 3.1 405B on 256 GB200 (158 blocks in flight on rank 0): 173.9 GiB allocated against 173.8 usable
-# once Llama's dropout masks are gone (model.hidden_dropout 0.0 from the preset, as Megatron-Bridge's
-# LlamaModelProvider): 0.1 GiB over. Not traced further.
-_INFLIGHT = "0.1 GiB over without the dropout masks: its 158 in-flight blocks on rank 0, not traced further"
 NOT_FITTING_YET = {
     "torchtitan-h100-fp8-llama31-405b-512gpu-interleaved": _TT_INTERLEAVED,
     "torchtitan-h100-fp8-llama31-405b-512gpu-1f1b": _TT_1F1B,
-    "bridge-gb200-fp8-llama31-405b-256gpu": _INFLIGHT,
-    "bridge-gb200-fp8cs-llama31-405b-256gpu": _INFLIGHT,
 }
 RUNS = {r.name: r for r in (*BLACKWELL_RUNS, *TORCHTITAN_FP8_RUNS, *MLPERF_RUNS, *AMD_RUNS)}
 

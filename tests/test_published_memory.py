@@ -19,8 +19,6 @@ from benchmarks.published_data import FP8_RUNS, MOE_AND_LONG_CONTEXT_RUNS, RUNS
 # Rows more than 15% off, each with what the memory model does not hold yet. A row that comes within
 # 15% must leave this list (test_known_misses_are_still_missed).
 KNOWN_MISSES = {
-    "torchtitan-h100-t4-70b-2d": "70B FSDP 32 x TP 8, one micro-batch of 16 x 8K under full AC, "
-    "torch.compile and Float8: 16 GiB unaccounted for, not yet traced",
     "torchtitan-h100-t5-405b-3d-1f1b": "Async TP's symmetric-memory buffers (the pipelining receive buffers "
     "and sequence parallel's gathered GEMM inputs are counted: costs/memory.py)",
     "torchtitan-h100-t6-405b-4d-cp8-256k": "as the 1F1B row, plus context parallel's gathered K/V at 256K",

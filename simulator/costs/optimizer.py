@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from plancast.simulator.costs.offload import optimizer_offload_s
+from plancast.simulator.costs.ops import DTYPE_BYTES
 from plancast.simulator.scenario import Scenario
 
 
@@ -27,7 +28,12 @@ def optimizer_bytes_per_param(s: Scenario) -> float:
     norm (read g) and the copy of fp32 parameters to the model's 16-bit ones (4 + 2). Where the fp32
     parameters are the master weights (Scenario.amp_master_params: torchtitan's fused AdamW, `set_to_none`
     zeroing): the update (4 + 24) and the gradient-norm clip (read 4; torchtitan's `max_norm = 1.0`);
-    the 16-bit copies are cast in the forward pass (autocast) or at the FSDP2 gather."""
+    the 16-bit copies are cast in the forward pass (autocast) or at the FSDP2 gather. Pure 16-bit training
+    (training.master_weights = false: torch's fused Adam over 16-bit parameters, its state in their dtype):
+    the same passes in the training dtype, gradient read, parameter and both moments read and written,
+    the norm's read: 8 x its bytes."""
+    if not s.training.master_weights and s.training.dtype != "fp32":
+        return 8.0 * DTYPE_BYTES[s.training.dtype]
     if s.amp_master_params:
         return 4 + 24 + 4
     if s.training.dtype == "fp32":

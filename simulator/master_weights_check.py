@@ -1,0 +1,36 @@
+"""The cross-field check of training.master_weights (pure 16-bit training, docs/memory.md), beside the
+other memory keys' (validation_memory.py calls it)."""
+
+from __future__ import annotations
+
+from plancast.simulator.scenario import Scenario
+from plancast.simulator.schedules import PlanProblem
+
+
+def master_weights_problems(s: Scenario) -> list[PlanProblem]:
+    """Pure 16-bit training under fp32 (nothing to drop) or under a framework that always keeps fp32 main
+    parameters: Megatron-LM's Float16OptimizerWithFloat16Params / distributed optimizer and DeepSpeed's
+    bf16 optimizer copy the 16-bit parameters into fp32 ones (megatron/core/optimizer/optimizer.py,
+    deepspeed/runtime/bf16_optimizer.py)."""
+    t, framework = s.training, s.parallelism.framework
+    if t.master_weights:
+        return []
+    key = "training.master_weights"
+    if t.dtype == "fp32":
+        return [
+            PlanProblem(
+                key,
+                "false keeps the parameters in training.dtype, which is fp32 here: there is no "
+                'fp32 copy to drop; remove the key, or set training.dtype = "bf16"',
+            )
+        ]
+    if framework != "torchtitan":
+        return [
+            PlanProblem(
+                key,
+                f"false (pure 16-bit parameters and optimizer states) under framework {framework}, whose "
+                "optimizer always keeps fp32 main parameters: remove the key, or set parallelism.framework = "
+                '"torchtitan" (torch.optim over 16-bit parameters, as NeMo AutoModel runs it)',
+            )
+        ]
+    return []
