@@ -41,7 +41,9 @@ class MemoryRow:
 _TT_ASSUMPTIONS = (
     "torch.compile (per block): elementwise 'fused'; Float8 linears (torchao): training.fp8 under FSDP2, "
     "whose gathered weights are cast per use (no step-long FP8 copies)",
-    "FSDP2 over dp x cp (torchtitan's dp_shard_cp mesh): zero_stage 3, fp32 gradient reduce-scatter",
+    "FSDP2 over dp x cp (torchtitan's dp_shard_cp mesh): zero_stage 3, fp32 gradient reduce-scatter; under "
+    "PP zero_stage 2, FSDP2 without resharding after forward (torchtitan 9dec370 parallelize_llama.py "
+    "apply_fsdp: reshard_after_forward = False when PP is on)",
     "full AC = recompute 'full'; selective = per-op SAC; SDPA fused attention",
     "pipeline micro-batches: torchtitan's default then, one per pipeline stage of the schedule",
     "pipeline receive buffers per micro-batch, kept for the step: torch.distributed.pipelining as of the "
@@ -73,7 +75,8 @@ def _torchtitan_row(row: tuple[Any, ...]) -> MemoryRow:
     extra: dict[str, Any] = {"context_parallel_degree": cp} if cp > 1 else {}
     if tp > 1:
         extra["sequence_parallel"] = True
-    plan = plan_table(tp, pp, v, zero_stage=3, fsdp_reduce_dtype="fp32", framework="torchtitan", **extra)
+    zero = 2 if pp > 1 else 3  # torchtitan keeps FSDP2 units gathered after forward under PP (_TT_ASSUMPTIONS)
+    plan = plan_table(tp, pp, v, zero_stage=zero, fsdp_reduce_dtype="fp32", framework="torchtitan", **extra)
     if schedule:
         plan["pipeline_parallel_schedule"] = schedule
         plan["pipeline_receive_buffers"] = "per_microbatch"
