@@ -48,6 +48,9 @@ _TT_ASSUMPTIONS = (
     "pipeline micro-batches: torchtitan's default then, one per pipeline stage of the schedule",
     "pipeline receive buffers per micro-batch, kept for the step: torch.distributed.pipelining as of the "
     "benchmark's torch (pytorch/pytorch#136380): parallelism.pipeline_receive_buffers 'per_microbatch'",
+    "pipeline stages keep every micro-batch's output for the step (stage.output_chunks: the boundary "
+    "activation, the last stage's logits) in torch 1963fc8, before pytorch/pytorch#153383: "
+    "parallelism.pipeline_output_chunks 'every_stage'",
 )
 # name, table, preset, GPUs, seq, local batch, fsdp, tp, pp, cp, schedule, v, recompute, memory
 _TT_ROWS = (
@@ -75,11 +78,12 @@ def _torchtitan_row(row: tuple[Any, ...]) -> MemoryRow:
     extra: dict[str, Any] = {"context_parallel_degree": cp} if cp > 1 else {}
     if tp > 1:
         extra["sequence_parallel"] = True
-    zero = 2 if pp > 1 else 3  # torchtitan keeps FSDP2 units gathered after forward under PP (_TT_ASSUMPTIONS)
+    zero = 2 if pp > 1 else 3  # under PP torchtitan keeps FSDP2 units gathered (_TT_ASSUMPTIONS)
     plan = plan_table(tp, pp, v, zero_stage=zero, fsdp_reduce_dtype="fp32", framework="torchtitan", **extra)
     if schedule:
         plan["pipeline_parallel_schedule"] = schedule
         plan["pipeline_receive_buffers"] = "per_microbatch"
+        plan["pipeline_output_chunks"] = "every_stage"
     training = training_table(
         seq,
         local // microbatches,

@@ -29,7 +29,8 @@ _ASSUMPTIONS = (
     "syncs gradients only at the last micro-batch); the engine still reduce-scatters after every backward",
     "pipeline rows: receive buffers per micro-batch, kept for the step (torch.distributed.pipelining as of "
     "torch 1963fc8, pytorch/pytorch#136380): parallelism.pipeline_receive_buffers 'per_microbatch', as the "
-    "same runs' memory rows (benchmarks/published_memory.py)",
+    "same runs' memory rows (benchmarks/published_memory.py); and every stage keeps each micro-batch's "
+    "output for the step (before pytorch/pytorch#153383): parallelism.pipeline_output_chunks 'every_stage'",
 )
 # name, table, model preset, seq, GPUs, local batch, recompute, TP, PP, schedule, async TP, tokens/s/GPU
 _ROWS = (
@@ -57,6 +58,7 @@ def torchtitan_fp8_runs() -> tuple[PublishedRun, ...]:
         if pipelined:
             plan["pipeline_parallel_schedule"] = schedule
             plan["pipeline_receive_buffers"] = "per_microbatch"
+            plan["pipeline_output_chunks"] = "every_stage"
         training = training_table(
             seq, local // pp, local * dp, "bf16", recompute, flash_attention=True,
             selective_recompute="op", elementwise="fused", fp8=True, fp8_recipe="tensorwise_current",

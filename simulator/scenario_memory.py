@@ -75,6 +75,13 @@ class MemoryParallelismKeys(Strict):
     output-gradient buffer per micro-batch and stage, allocated at the first step and kept
     (torch.distributed.pipelining before it, as torchtitan and NeMo AutoModel ran it: pytorch/pytorch#136380;
     costs/memory.py pipelining_buffer_bytes)."""
+    pipeline_output_chunks: Literal["none", "last_stage", "every_stage"] = "none"
+    """Which pipeline stages keep each micro-batch's output until the step ends: torch.distributed.pipelining
+    appends every forward's output to `output_chunks` to merge them after the step ("every_stage" before
+    pytorch/pytorch#153383, May 2025, as torchtitan's December 2024 benchmarks ran it; "last_stage" after
+    it, until the schedules' opt-out of pytorch/pytorch#159251): the boundary activation of a middle stage,
+    the logits of the last (costs/memory.py kept_output_bytes). "none": outputs are freed after their
+    backward (Megatron-LM, plancast's runtime). Memory only."""
     data_parallel_replicate_degree: int = Field(default=1, gt=0)
     """HSDP (torchtitan `data_parallel_replicate_degree`, FSDP `HYBRID_SHARD`): replicas of the model among
     the dp ranks; ZeRO-2/3 shards within each group of dp / replicas (x cp) and all-reduces the sharded

@@ -240,11 +240,13 @@ def rank_memory(s: Scenario, pp_rank: int, schedule: Schedule | None = None) -> 
         kept[c] = chunk_activation_bytes(s, x, layers[c], mlp)
     rebuilt = max(k[1] for k in kept.values())
     resident, offloaded, staging = offload_split(s, x, mlp, {c: k[0] for c, k in kept.items()}, layers)
-    acts = peak_inflight_bytes(schedule[pp_rank], resident)
+    outputs = kept_output_bytes(s, x, owned)
+    acts = peak_inflight_bytes(schedule[pp_rank], resident, outputs)
     if t.activation_offload:  # offloaded blocks leave at most two on the GPU, copied or computed (offload.py)
         off = peak_inflight_bytes(schedule[pp_rank], offloaded)
         host += off - min(off, staging)
-        acts = max(acts, min(off, staging))
+        step_outputs = sum(outputs[a.chunk] for a in schedule[pp_rank] if a.kind == "F")
+        acts = max(acts, min(off, staging) + step_outputs)
     acts += rebuilt + pipelining_buffer_bytes(s, x, owned, schedule[pp_rank])
     if stages - 1 in owned:  # the loss's fp32 buffers for one micro-batch (vocab-parallel)
         # all of it when replicated; one loss per multi-token-prediction depth beside the main one
@@ -340,17 +342,39 @@ def offload_split(
     return {c: kept[c] - offloaded[c] for c in kept}, offloaded, 2 * layer
 
 
-def peak_inflight_bytes(actions: tuple[Action, ...], chunk_bytes: dict[int, float]) -> float:
+def peak_inflight_bytes(
+    actions: tuple[Action, ...], chunk_bytes: dict[int, float], kept: dict[int, float] | None = None
+) -> float:
     """Most activation bytes a rank holds at once under its schedule: forward of (chunk, mb) adds what
-    the chunk keeps, its backward (B) releases it."""
+    the chunk keeps, its backward (B) releases it; `kept`: bytes a forward adds that stay to the step's end
+    (kept_output_bytes)."""
     live = peak = 0.0
     for a in actions:
         if a.kind == "F":
-            live += chunk_bytes[a.chunk]
+            live += chunk_bytes[a.chunk] + (kept[a.chunk] if kept else 0.0)
             peak = max(peak, live)
         elif a.kind == "B":
             live -= chunk_bytes[a.chunk]
     return peak
+
+
+def kept_output_bytes(s: Scenario, x: Shape, owned: tuple[int, ...] | list[int]) -> dict[int, float]:
+    """Per chunk, the output a forward leaves until the step ends under parallelism.pipeline_output_chunks:
+    torch.distributed.pipelining's `forward_one_chunk` appends it to `output_chunks` for the step's merge
+    (torch/distributed/pipelining/stage.py; pytorch/pytorch#153383 kept only the last stage's, #138504
+    detached them but kept the tensors). A middle stage's output is the rank's share of the residual stream
+    (split over tp under sequence parallel), the last stage's the logits in the training dtype."""
+    keep = s.parallelism.pipeline_output_chunks
+    last = s.pp * s.vpp - 1
+    boundary = x.b * x.s * x.h * x.dtype_bytes / (x.tp if x.sp else 1)
+    logits = x.b * x.s * x.vocab / s.vocab_tp * x.dtype_bytes
+    out = {}
+    for c, v in enumerate(owned):
+        if v == last:
+            out[c] = logits if keep != "none" else 0.0
+        else:
+            out[c] = boundary if keep == "every_stage" else 0.0
+    return out
 
 
 def _model_states(s: Scenario, dense: float, experts: float) -> tuple[float, float, float]:

@@ -1,5 +1,6 @@
-"""The cross-field check of training.master_weights (pure 16-bit training, docs/memory.md), beside the
-other memory keys' (validation_memory.py calls it)."""
+"""Cross-field checks of training.master_weights (pure 16-bit training) and
+parallelism.pipeline_output_chunks (docs/memory.md), beside the other memory keys' (validation_memory.py
+calls them)."""
 
 from __future__ import annotations
 
@@ -34,3 +35,17 @@ def master_weights_problems(s: Scenario) -> list[PlanProblem]:
             )
         ]
     return []
+
+
+def pipeline_output_problems(s: Scenario) -> list[PlanProblem]:
+    """Stage outputs kept for the step without a pipeline: there is no stage to keep them."""
+    kept = s.parallelism.pipeline_output_chunks
+    if kept == "none" or s.pp > 1:
+        return []
+    return [
+        PlanProblem(
+            "parallelism.pipeline_output_chunks",
+            f'"{kept}" keeps the outputs of pipeline stages, but pipeline_parallel_degree is 1: remove the '
+            "key or set pipeline_parallel_degree > 1",
+        )
+    ]
