@@ -45,7 +45,9 @@ _TT_ASSUMPTIONS = (
     "PP zero_stage 2, FSDP2 without resharding after forward (torchtitan 9dec370 parallelize_llama.py "
     "apply_fsdp: reshard_after_forward = False when PP is on)",
     "full AC = recompute 'full'; selective = per-op SAC; SDPA fused attention",
-    "pipeline micro-batches: torchtitan's default then, one per pipeline stage of the schedule",
+    "pipeline micro-batches: torchtitan's default then, one per pipeline rank (torchtitan 9dec370 "
+    "torchtitan/parallelisms/pipelining_utils.py: pipeline_parallel_microbatches defaults to "
+    "pipeline_parallel_degree), so 8 of 4 samples under Interleaved 1F1B too",
     "pipeline receive buffers per micro-batch, kept for the step: torch.distributed.pipelining as of the "
     "benchmark's torch (pytorch/pytorch#136380): parallelism.pipeline_receive_buffers 'per_microbatch'",
     "pipeline stages keep every micro-batch's output for the step (stage.output_chunks: the boundary "
@@ -74,7 +76,7 @@ _TT_ROWS = (
 
 def _torchtitan_row(row: tuple[Any, ...]) -> MemoryRow:
     name, table, preset, gpus, seq, local, fsdp, tp, pp, cp, schedule, v, recompute, memory = row
-    microbatches = pp * v if pp > 1 else 1  # torchtitan: n_microbatches defaults to the stages in total
+    microbatches = pp  # torchtitan 9dec370: n_microbatches defaults to the pipeline degree (_TT_ASSUMPTIONS)
     extra: dict[str, Any] = {"context_parallel_degree": cp} if cp > 1 else {}
     if tp > 1:
         extra["sequence_parallel"] = True
