@@ -184,6 +184,11 @@ def check_framework_behaviour(scenario: Scenario) -> None:
             "training.master_weights = false: the runtime trains fp32 parameters under autocast "
             "(runtime/precision.py); simulate the plan, or remove the key to run it"
         )
+    if p.pipeline_output_chunks != "none":
+        raise PlanError(
+            f"parallelism.pipeline_output_chunks = {p.pipeline_output_chunks!r}: the runtime frees a stage's "
+            "output after its backward; set pipeline_output_chunks = 'none' to run this plan"
+        )
     if p.pipeline_receive_buffers != "per_transfer":
         raise PlanError(
             f"parallelism.pipeline_receive_buffers = {p.pipeline_receive_buffers!r}: the runtime receives "
