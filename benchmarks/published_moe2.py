@@ -73,7 +73,7 @@ def _bridge(
     (`grad_reduce_in_fp32 = False`), FP8-CS as the FP8 rows read it (benchmarks/published_fp8.py)."""
     gpus, gbs, mbs, tp, pp, vp, ep, fp8 = run
     recompute = recipe.pop("recompute", "none")
-    modules = {k: recipe.pop(k) for k in ("recompute_modules",) if k in recipe}
+    modules = {k: recipe.pop(k) for k in ("recompute_modules", "optimizer_moment_dtype") if k in recipe}
     precision = {"fp8": True, "fp8_recipe": "tensorwise_current", "fp8_param": True} if fp8 else {}
     training = training_table(
         4096,
@@ -168,6 +168,8 @@ def bridge_runs() -> tuple[PublishedRun, ...]:
         "recompute 'selective' with the recipe's recompute_modules ['mla_up_proj', 'mlp']: 'mlp' re-runs "
         "only the 3 dense MLPs (Megatron-Core transformer_layer.py: not for MoE layers), 'mla_up_proj' the "
         "up-projections; not the attention core",
+        "the recipe's precision-aware optimizer with bf16 Adam moments (src/megatron/bridge/recipes/"
+        "deepseek/deepseek_v3.py: exp_avg_dtype, exp_avg_sq_dtype bfloat16): optimizer_moment_dtype 'bf16'",
     )
     overlap = {"moe_overlap_ep_comm": True}
     b25, b26 = "megatron-bridge-2025", "megatron-bridge-2026"
@@ -233,6 +235,7 @@ def bridge_runs() -> tuple[PublishedRun, ...]:
             dsv3,
             recompute="selective",
             recompute_modules=["mla_up_proj", "mlp"],
+            optimizer_moment_dtype="bf16",
             expert_tensor_parallel_degree=1,
             moe_token_dispatcher="deepep",
             pipeline_layer_split=[1, *[2] * 30, 0],

@@ -49,3 +49,19 @@ def pipeline_output_problems(s: Scenario) -> list[PlanProblem]:
             "key or set pipeline_parallel_degree > 1",
         )
     ]
+
+
+def moment_dtype_problems(s: Scenario) -> list[PlanProblem]:
+    """bf16 Adam moments outside Megatron-LM: torch's AdamW (torchtitan) keeps its state in the parameter's
+    dtype, and DeepSpeed's bf16 optimizer keeps fp32 states (deepspeed/runtime/bf16_optimizer.py)."""
+    framework = s.parallelism.framework
+    if s.training.optimizer_moment_dtype == "fp32" or framework == "megatron-lm":
+        return []
+    return [
+        PlanProblem(
+            "training.optimizer_moment_dtype",
+            f'"bf16" is Megatron-Core\'s precision-aware optimizer; under framework {framework} the moments '
+            "take the optimizer's own dtype: remove the key, set parallelism.framework = \"megatron-lm\", or "
+            "under torchtitan train pure bf16 with training.master_weights = false",
+        )
+    ]

@@ -60,6 +60,13 @@ class MemoryTrainingKeys(Strict):
     main params, DeepSpeed's bf16 optimizer, torchtitan's fp32 parameters under autocast or FSDP2 mixed
     precision). 2 + 2 + 4 bytes a parameter instead of 16 to 18 (costs/memory.py); the optimizer step
     moves 16-bit bytes (costs/optimizer.py). Needs framework torchtitan and a 16-bit training.dtype."""
+    optimizer_moment_dtype: Literal["fp32", "bf16"] = "fp32"
+    """The dtype of Adam's two moments. "bf16": Megatron-Core's precision-aware optimizer
+    (`--use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16`, Transformer Engine's
+    FusedAdam), which Megatron-Bridge's DeepSeek-V3 recipes set (src/megatron/bridge/recipes/deepseek/
+    deepseek_v3.py) after the DeepSeek-V3 report (sec. 3.3.3): 2 + 2 bytes a parameter instead of 4 + 4,
+    sharded as the optimizer states are, with the fp32 master weights kept; the optimizer step reads and
+    writes them in bf16 (costs/optimizer.py). Needs framework megatron-lm."""
     fp8_param: bool = False
     """With fp8: FP8 primary weights (Transformer Engine `fp8_model_init`, Megatron `--fp8-param-gather`,
     Megatron-Bridge's FP8 recipes): the blocks' GEMM weights held as FP8 and its transpose, no 16-bit copy."""

@@ -229,6 +229,7 @@ class Estimator:
                     grad_fp32=bool(t.grad_accumulation_fp32),
                     master_params=self.base.amp_master_params,
                     master_weights=t.master_weights,
+                    moment_bytes=DTYPE_BYTES[t.optimizer_moment_dtype],
                 )
                 for n, d in ((total - experts, plan.dp * plan.cp), (experts, expert_dp(plan)))
             ]

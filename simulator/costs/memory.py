@@ -72,10 +72,12 @@ def model_state_bytes(
     grad_fp32: bool = False,
     master_params: bool = False,
     master_weights: bool = True,
+    moment_bytes: float = 4.0,
 ) -> tuple[float, float, float]:
     """(parameters, gradients, optimizer) bytes on one rank holding `params` parameters before sharding;
     `master_params`: the fp32 parameters are the master weights (module docstring); not `master_weights`:
-    pure 16-bit training, parameters, gradients and both Adam moments in `dtype` (training.master_weights)."""
+    pure 16-bit training, parameters, gradients and both Adam moments in `dtype` (training.master_weights);
+    `moment_bytes`: bytes of each Adam moment (training.optimizer_moment_dtype)."""
     shard = max(dp, 1)
     if not master_weights and dtype != "fp32":
         d = DTYPE_BYTES[dtype]
@@ -90,12 +92,12 @@ def model_state_bytes(
         return (
             params * (master + copy),
             params * 4.0 / (shard if zero_stage >= 2 else 1),
-            params * 8.0 / (shard if zero_stage >= 1 else 1),
+            params * 2 * moment_bytes / (shard if zero_stage >= 1 else 1),
         )
     if dtype == "fp32":
-        p_bytes, g_bytes, o_bytes = 4.0, 4.0, 8.0
-    else:
-        p_bytes, g_bytes, o_bytes = 2.0, 4.0 if grad_fp32 else 2.0, 12.0
+        p_bytes, g_bytes, o_bytes = 4.0, 4.0, 2 * moment_bytes
+    else:  # the fp32 master copy and the two moments
+        p_bytes, g_bytes, o_bytes = 2.0, 4.0 if grad_fp32 else 2.0, 4.0 + 2 * moment_bytes
     optimizer = params * o_bytes / (shard if zero_stage >= 1 else 1)
     gradients = params * g_bytes / (shard if zero_stage >= 2 else 1)
     parameters = params * p_bytes / (shard if zero_stage >= 3 else 1)
@@ -388,7 +390,7 @@ def _model_states(s: Scenario, dense: float, experts: float) -> tuple[float, flo
     def states(n: float, dp: int) -> tuple[float, float, float]:
         return model_state_bytes(
             n, dp=dp, zero_stage=zero, dtype=t.dtype, grad_fp32=grad_fp32, master_params=master,
-            master_weights=t.master_weights,
+            master_weights=t.master_weights, moment_bytes=DTYPE_BYTES[t.optimizer_moment_dtype],
         )
 
     d = states(dense, s.zero_dp)

@@ -34,9 +34,10 @@ def optimizer_bytes_per_param(s: Scenario) -> float:
     the norm's read: 8 x its bytes."""
     if not s.training.master_weights and s.training.dtype != "fp32":
         return 8.0 * DTYPE_BYTES[s.training.dtype]
-    if s.amp_master_params:
-        return 4 + 24 + 4
-    if s.training.dtype == "fp32":
-        return 4 + 24 + 4
+    # the fp32 parameter read and written, each moment read and written (24 with fp32 moments; bf16 ones
+    # under training.optimizer_moment_dtype, Megatron-Core's precision-aware optimizer)
+    update = 4 + 4 + 4 * DTYPE_BYTES[s.training.optimizer_moment_dtype]
+    if s.amp_master_params or s.training.dtype == "fp32":
+        return 4 + update + 4
     g = 4.0 if s.training.grad_accumulation_fp32 else 2.0
-    return g + 24 + g + 2 * g + g + 6
+    return g + update + g + 2 * g + g + 6

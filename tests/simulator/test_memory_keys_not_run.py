@@ -1,7 +1,7 @@
 """The memory keys of issue 33 that describe other frameworks' behaviour, which plancast's runtime does not
 run, are refused by `plancast run` before anything starts (exit 2, naming the fix; runtime/plan.py):
-pure 16-bit parameters (training.master_weights) and stage outputs kept for the step
-(parallelism.pipeline_output_chunks)."""
+pure 16-bit parameters (training.master_weights), bf16 Adam moments (training.optimizer_moment_dtype)
+and stage outputs kept for the step (parallelism.pipeline_output_chunks)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,11 @@ from tests.cli_runner import assert_run_refused
 
 CASES: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {
     "pure-bf16": ({"dtype": "bf16", "master_weights": False}, {}, "remove the key to run it"),
+    "bf16-moments": (
+        {"optimizer_moment_dtype": "bf16", "elementwise": "eager"},
+        {"framework": "megatron-lm"},
+        "AdamW keeps fp32 moments",
+    ),
     "kept-outputs": (
         {},
         {"pipeline_parallel_degree": 2, "pipeline_output_chunks": "last_stage"},
