@@ -41,11 +41,18 @@ class MemoryRow:
 _TT_ASSUMPTIONS = (
     "torch.compile (per block): elementwise 'fused'; Float8 linears (torchao): training.fp8 under FSDP2, "
     "whose gathered weights are cast per use (no step-long FP8 copies)",
-    "FSDP2 over dp x cp (torchtitan's dp_shard_cp mesh): zero_stage 3, fp32 gradient reduce-scatter",
+    "FSDP2 over dp x cp (torchtitan's dp_shard_cp mesh): zero_stage 3, fp32 gradient reduce-scatter; under "
+    "PP zero_stage 2, FSDP2 without resharding after forward (torchtitan 9dec370 parallelize_llama.py "
+    "apply_fsdp: reshard_after_forward = False when PP is on)",
     "full AC = recompute 'full'; selective = per-op SAC; SDPA fused attention",
-    "pipeline micro-batches: torchtitan's default then, one per pipeline stage of the schedule",
+    "pipeline micro-batches: torchtitan's default then, one per pipeline rank (torchtitan 9dec370 "
+    "torchtitan/parallelisms/pipelining_utils.py: pipeline_parallel_microbatches defaults to "
+    "pipeline_parallel_degree), so 8 of 4 samples under Interleaved 1F1B too",
     "pipeline receive buffers per micro-batch, kept for the step: torch.distributed.pipelining as of the "
     "benchmark's torch (pytorch/pytorch#136380): parallelism.pipeline_receive_buffers 'per_microbatch'",
+    "pipeline stages keep every micro-batch's output for the step (stage.output_chunks: the boundary "
+    "activation, the last stage's logits) in torch 1963fc8, before pytorch/pytorch#153383: "
+    "parallelism.pipeline_output_chunks 'every_stage'",
 )
 # name, table, preset, GPUs, seq, local batch, fsdp, tp, pp, cp, schedule, v, recompute, memory
 _TT_ROWS = (
@@ -69,14 +76,16 @@ _TT_ROWS = (
 
 def _torchtitan_row(row: tuple[Any, ...]) -> MemoryRow:
     name, table, preset, gpus, seq, local, fsdp, tp, pp, cp, schedule, v, recompute, memory = row
-    microbatches = pp * v if pp > 1 else 1  # torchtitan: n_microbatches defaults to the stages in total
+    microbatches = pp  # torchtitan 9dec370: n_microbatches defaults to the pipeline degree (_TT_ASSUMPTIONS)
     extra: dict[str, Any] = {"context_parallel_degree": cp} if cp > 1 else {}
     if tp > 1:
         extra["sequence_parallel"] = True
-    plan = plan_table(tp, pp, v, zero_stage=3, fsdp_reduce_dtype="fp32", framework="torchtitan", **extra)
+    zero = 2 if pp > 1 else 3  # under PP torchtitan keeps FSDP2 units gathered (_TT_ASSUMPTIONS)
+    plan = plan_table(tp, pp, v, zero_stage=zero, fsdp_reduce_dtype="fp32", framework="torchtitan", **extra)
     if schedule:
         plan["pipeline_parallel_schedule"] = schedule
         plan["pipeline_receive_buffers"] = "per_microbatch"
+        plan["pipeline_output_chunks"] = "every_stage"
     training = training_table(
         seq,
         local // microbatches,

@@ -73,7 +73,7 @@ def _bridge(
     (`grad_reduce_in_fp32 = False`), FP8-CS as the FP8 rows read it (benchmarks/published_fp8.py)."""
     gpus, gbs, mbs, tp, pp, vp, ep, fp8 = run
     recompute = recipe.pop("recompute", "none")
-    modules = {k: recipe.pop(k) for k in ("recompute_modules",) if k in recipe}
+    modules = {k: recipe.pop(k) for k in ("recompute_modules", "optimizer_moment_dtype") if k in recipe}
     precision = {"fp8": True, "fp8_recipe": "tensorwise_current", "fp8_param": True} if fp8 else {}
     training = training_table(
         4096,
@@ -176,6 +176,8 @@ def bridge_runs() -> tuple[PublishedRun, ...]:
         "recompute 'selective' with the recipe's recompute_modules ['mla_up_proj', 'mlp']: 'mlp' re-runs "
         "only the 3 dense MLPs (Megatron-Core transformer_layer.py: not for MoE layers), 'mla_up_proj' the "
         "up-projections; not the attention core",
+        "the recipe's precision-aware optimizer with bf16 Adam moments (src/megatron/bridge/recipes/"
+        "deepseek/deepseek_v3.py: exp_avg_dtype, exp_avg_sq_dtype bfloat16): optimizer_moment_dtype 'bf16'",
     )
     overlap = {"moe_overlap_ep_comm": True}
     b25, b26 = "megatron-bridge-2025", "megatron-bridge-2026"
@@ -241,6 +243,7 @@ def bridge_runs() -> tuple[PublishedRun, ...]:
             dsv3,
             recompute="selective",
             recompute_modules=["mla_up_proj", "mlp"],
+            optimizer_moment_dtype="bf16",
             expert_tensor_parallel_degree=1,
             moe_token_dispatcher="deepep",
             pipeline_layer_split=[1, *[2] * 30, 0],
@@ -267,6 +270,7 @@ def _automodel(
         moe_routing_imbalance=1.0,
         moe_token_spread="contiguous",
         **attention,
+        master_weights=False,
     )
     plan = plan_table(1, pp, vp, expert_parallel_degree=ep, zero_stage=3, moe_token_dispatcher="deepep")
     return PublishedRun(
@@ -285,9 +289,18 @@ def _automodel(
             FAKE_GATE,
             "the config's activation_checkpointing as recompute 'full' (true) or 'none'",
             "TE linear and rms_norm kernels, fused rope: elementwise 'fused'",
+            AUTOMODEL_BF16,
             *notes,
         ),
     )
+
+
+AUTOMODEL_BF16 = (
+    "pure bf16 parameters and optimizer states: the configs set no torch_dtype, which "
+    "NeMoAutoModelForCausalLM.from_config turns into bfloat16 (nemo_automodel/_transformers/auto_model.py), "
+    "the MoE models' initialize_weights ends in self.to(bfloat16), and torch.optim.Adam keeps its moments "
+    "in the parameters' dtype: training.master_weights = false"
+)
 
 
 # The configs' `backend.attn` (examples/benchmark/configs/*_te_deepep.yaml): Transformer Engine's fused

@@ -22,9 +22,15 @@ _ASSUMPTIONS = (
     "pipeline rows: as many micro-batches as pipeline ranks, 8 of 4 samples each (torchtitan 9dec370 "
     "torchtitan/parallelisms/pipelining_utils.py: pipeline_parallel_microbatches defaults to "
     "pipeline_parallel_degree), Interleaved 1F1B with 2 stages a rank",
-    "pipeline rows: FSDP gathers once a step and reduce-scatters once (torchtitan turns "
-    "reshard-after-forward off under PP; torch.distributed.pipelining's schedules skip resharding and "
-    "gradient sync but on the last micro-batch): zero_stage 1, the nearest plancast plan",
+    "pipeline rows: FSDP2 without resharding after forward (torchtitan 9dec370 parallelize_llama.py "
+    "apply_fsdp: reshard_after_forward = False under PP, 'to avoid per-microbatch all-gathers'): zero_stage "
+    "2, plancast's FSDP2 with reshard_after_forward False, whose memory keeps the stage gathered and its "
+    "gradients unsharded in fp32 (costs/memory.py fsdp_holds_stage_unsharded: torch.distributed.pipelining "
+    "syncs gradients only at the last micro-batch); the engine still reduce-scatters after every backward",
+    "pipeline rows: receive buffers per micro-batch, kept for the step (torch.distributed.pipelining as of "
+    "torch 1963fc8, pytorch/pytorch#136380): parallelism.pipeline_receive_buffers 'per_microbatch', as the "
+    "same runs' memory rows (benchmarks/published_memory.py); and every stage keeps each micro-batch's "
+    "output for the step (before pytorch/pytorch#153383): parallelism.pipeline_output_chunks 'every_stage'",
 )
 # name, table, model preset, seq, GPUs, local batch, recompute, TP, PP, schedule, async TP, tokens/s/GPU
 _ROWS = (
@@ -45,12 +51,14 @@ def torchtitan_fp8_runs() -> tuple[PublishedRun, ...]:
         dp = gpus // (tp * pp)
         pipelined = pp > 1
         plan = plan_table(
-            tp, pp, 2 if schedule == "Interleaved1F1B" else 1, zero_stage=1 if pipelined else 3,
+            tp, pp, 2 if schedule == "Interleaved1F1B" else 1, zero_stage=2 if pipelined else 3,
             fsdp_reduce_dtype="fp32",
             sequence_parallel=tp > 1, **({"tp_comm_overlap": True} if async_tp else {}),
         )
         if pipelined:
             plan["pipeline_parallel_schedule"] = schedule
+            plan["pipeline_receive_buffers"] = "per_microbatch"
+            plan["pipeline_output_chunks"] = "every_stage"
         training = training_table(
             seq, local // pp, local * dp, "bf16", recompute, flash_attention=True,
             selective_recompute="op", elementwise="fused", fp8=True, fp8_recipe="tensorwise_current",

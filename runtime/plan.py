@@ -143,6 +143,26 @@ def check_runtime_support(scenario: Scenario, world_size: int) -> None:
         raise PlanError("parallelism.pipeline_layer_split: every virtual stage needs at least one layer")
 
 
+def _check_memory_keys(scenario: Scenario) -> None:
+    """The memory keys of other frameworks' optimizers and pipelining that the runtime does not run."""
+    t, p = scenario.training, scenario.parallelism
+    if t.optimizer_moment_dtype != "fp32":
+        raise PlanError(
+            f"training.optimizer_moment_dtype = {t.optimizer_moment_dtype!r}: the runtime's AdamW keeps fp32 "
+            "moments; simulate the plan, or remove the key to run it"
+        )
+    if not t.master_weights:
+        raise PlanError(
+            "training.master_weights = false: the runtime trains fp32 parameters under autocast "
+            "(runtime/precision.py); simulate the plan, or remove the key to run it"
+        )
+    if p.pipeline_output_chunks != "none":
+        raise PlanError(
+            f"parallelism.pipeline_output_chunks = {p.pipeline_output_chunks!r}: the runtime frees a stage's "
+            "output after its backward; set pipeline_output_chunks = 'none' to run this plan"
+        )
+
+
 def check_framework_behaviour(scenario: Scenario) -> None:
     """Raise PlanError for the other frameworks' behaviours the simulator models and the runtime does not
     run (a run that ignored them would not be the plan that was predicted)."""
@@ -180,6 +200,7 @@ def check_framework_behaviour(scenario: Scenario) -> None:
             f"training.fused_cross_entropy = {t.fused_cross_entropy!r}: the runtime computes the loss with "
             "torch's cross_entropy; set fused_cross_entropy = 'none' to run this plan"
         )
+    _check_memory_keys(scenario)
     if p.pipeline_receive_buffers != "per_transfer":
         raise PlanError(
             f"parallelism.pipeline_receive_buffers = {p.pipeline_receive_buffers!r}: the runtime receives "

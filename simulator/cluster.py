@@ -36,6 +36,9 @@ class GPU(Strict):
     """FP8 GEMM efficiency over BF16's on this GPU (`training.fp8`): the best measured FP8 GEMM's fraction
     of the FP8 peak over the best BF16 GEMM's of the BF16 peak (MAMF, catalog); unset: the H100 SXM's
     0.883 (simulator/costs/fp8.py)."""
+    compute_capability: float | None = Field(default=None, gt=0, lt=100)
+    """CUDA compute capability (10.0 B200/GB200, 10.3 B300/GB300; catalog); unset: Hopper's rules. Decides
+    whether Transformer Engine keeps a per-tensor FP8 tensor's transpose (costs/memory.py)."""
     power_limit_W: float | None = Field(default=None, gt=0)
     """Board power limit the GPUs are set to (`nvidia-smi -pl`), W, when below power_W; unset: power_W.
     A lower limit lowers the sustained clock (clock_fraction) and the energy drawn."""

@@ -422,7 +422,8 @@ class Scenario(Strict):
         MixedPrecisionPolicy: torchtitan and plancast's runtime), not a copy inside the optimizer beside
         16-bit parameters (Megatron-LM, DeepSpeed). Changes the model-state split (costs/memory.py) and
         the optimizer's passes (costs/optimizer.py)."""
-        return self.parallelism.framework == "torchtitan" and self.training.dtype != "fp32"
+        t = self.training
+        return self.parallelism.framework == "torchtitan" and t.dtype != "fp32" and t.master_weights
 
     @property
     def fsdp_reduce_dtype(self) -> Dtype:

@@ -51,6 +51,22 @@ class MemoryTrainingKeys(Strict):
     --cross-entropy-fusion-impl te`, which Megatron-Bridge's Llama recipes set): it keeps the logits in the
     training dtype and no fp32 copies (costs/memory.py loss_bytes_per_logit). Memory only: the loss's time
     is priced as the unfused one."""
+    master_weights: bool = True
+    """False: pure 16-bit training. The parameters themselves are kept in training.dtype and updated in
+    place, their gradients and Adam's moments in that dtype too (torch.optim makes its state like the
+    parameter): NeMo AutoModel, which builds its models in bfloat16 (`NeMoAutoModelForCausalLM.from_config`
+    turns torch_dtype "auto" into bfloat16; its MoE models' `initialize_weights` ends in `self.to(dtype)`)
+    and steps torch.optim.Adam over them under FSDP2. True: the optimizer updates an fp32 copy (Megatron-LM's
+    main params, DeepSpeed's bf16 optimizer, torchtitan's fp32 parameters under autocast or FSDP2 mixed
+    precision). 2 + 2 + 4 bytes a parameter instead of 16 to 18 (costs/memory.py); the optimizer step
+    moves 16-bit bytes (costs/optimizer.py). Needs framework torchtitan and a 16-bit training.dtype."""
+    optimizer_moment_dtype: Literal["fp32", "bf16"] = "fp32"
+    """The dtype of Adam's two moments. "bf16": Megatron-Core's precision-aware optimizer
+    (`--use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16`, Transformer Engine's
+    FusedAdam), which Megatron-Bridge's DeepSeek-V3 recipes set (src/megatron/bridge/recipes/deepseek/
+    deepseek_v3.py) after the DeepSeek-V3 report (sec. 3.3.3): 2 + 2 bytes a parameter instead of 4 + 4,
+    sharded as the optimizer states are, with the fp32 master weights kept; the optimizer step reads and
+    writes them in bf16 (costs/optimizer.py). Needs framework megatron-lm."""
     fp8_param: bool = False
     """With fp8: FP8 primary weights (Transformer Engine `fp8_model_init`, Megatron `--fp8-param-gather`,
     Megatron-Bridge's FP8 recipes): the blocks' GEMM weights held as FP8 and its transpose, no 16-bit copy."""
@@ -66,6 +82,13 @@ class MemoryParallelismKeys(Strict):
     output-gradient buffer per micro-batch and stage, allocated at the first step and kept
     (torch.distributed.pipelining before it, as torchtitan and NeMo AutoModel ran it: pytorch/pytorch#136380;
     costs/memory.py pipelining_buffer_bytes)."""
+    pipeline_output_chunks: Literal["none", "last_stage", "every_stage"] = "none"
+    """Which pipeline stages keep each micro-batch's output until the step ends: torch.distributed.pipelining
+    appends every forward's output to `output_chunks` to merge them after the step ("every_stage" before
+    pytorch/pytorch#153383, May 2025, as torchtitan's December 2024 benchmarks ran it; "last_stage" after
+    it, until the schedules' opt-out of pytorch/pytorch#159251): the boundary activation of a middle stage,
+    the logits of the last (costs/memory.py kept_output_bytes). "none": outputs are freed after their
+    backward (Megatron-LM, plancast's runtime). Memory only."""
     data_parallel_replicate_degree: int = Field(default=1, gt=0)
     """HSDP (torchtitan `data_parallel_replicate_degree`, FSDP `HYBRID_SHARD`): replicas of the model among
     the dp ranks; ZeRO-2/3 shards within each group of dp / replicas (x cp) and all-reduces the sharded

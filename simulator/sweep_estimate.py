@@ -228,6 +228,8 @@ class Estimator:
                     dtype=t.dtype,
                     grad_fp32=bool(t.grad_accumulation_fp32),
                     master_params=self.base.amp_master_params,
+                    master_weights=t.master_weights,
+                    moment_bytes=DTYPE_BYTES[t.optimizer_moment_dtype],
                 )
                 for n, d in ((total - experts, plan.dp * plan.cp), (experts, expert_dp(plan)))
             ]
@@ -250,7 +252,7 @@ class Estimator:
         acts = inflight * act_bytes + (full_act_bytes if rebuilt else 0.0)
         if stages == 1 or plan.v_shape:  # the first rank holds the last stage too: the loss's fp32 buffers
             logits = plan.micro_batch_size * t.seq_len / plan.cp * self.base.model.vocab_size / plan.tp
-            acts += loss_bytes_per_logit(self.base) * logits
+            acts += loss_bytes_per_logit(self.base, plan.tp) * logits
         return self._model_states(plan) + acts
 
     def _activations(self, plan: Plan) -> tuple[float, float]:

@@ -76,7 +76,7 @@ def member_memories(est: Estimator, template: Plan, below: list[tuple[str, int]]
     loss = None
     if template.pp * template.virtual_stages == 1 or template.v_shape:
         logits = template.micro_batch_size * t.seq_len / template.cp * base.model.vocab_size / template.tp
-        loss = loss_bytes_per_logit(base) * logits
+        loss = loss_bytes_per_logit(base, template.tp) * logits
     states: dict[int, float] = {}  # per ZeRO stage
     activations: dict[tuple[str, bool], tuple[float, float]] = {}  # per (recompute, FSDP)
     out = []

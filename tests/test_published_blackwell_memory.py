@@ -11,26 +11,10 @@ from benchmarks.fit_published import run_scenario
 from benchmarks.published_data import AMD_RUNS, BLACKWELL_RUNS, MLPERF_RUNS, TORCHTITAN_FP8_RUNS
 from plancast.simulator.predict import simulate
 
-_TT_INTERLEAVED = (
-    "8 micro-batches of 4 samples (torchtitan 9dec370's default, benchmarks/published_torchtitan_fp8.py) in "
-    "flight under Interleaved 1F1B: 83.2 GiB predicted against 82.8 usable; measured 72.7 GiB, below the "
-    "1F1B row's 82.5, which the model's in-flight count does not reproduce"
-)
-_TT_1F1B = (
-    "8 micro-batches of 4 (torchtitan 9dec370's default) under 1F1B: 96.8 GiB predicted against 82.8 usable, "
-    "82.5 measured (torchtitan's Table 5): FSDP under PP planned as ZeRO-1 keeps the stage's parameters "
-    "(34.9 GiB) and fp32 gradients (23.2) unsharded, where torchtitan shards them over dp 8"
-)
-# Llama 3.1 405B on 256 GB200 (158 blocks in flight on rank 0): 173.9 GiB allocated against 173.8 usable
-# once Llama's dropout masks are gone (model.hidden_dropout 0.0 from the preset, as Megatron-Bridge's
-# LlamaModelProvider): 0.1 GiB over. Not traced further.
-_INFLIGHT = "0.1 GiB over without the dropout masks: its 158 in-flight blocks on rank 0, not traced further"
-NOT_FITTING_YET = {
-    "torchtitan-h100-fp8-llama31-405b-512gpu-interleaved": _TT_INTERLEAVED,
-    "torchtitan-h100-fp8-llama31-405b-512gpu-1f1b": _TT_1F1B,
-    "bridge-gb200-fp8-llama31-405b-256gpu": _INFLIGHT,
-    "bridge-gb200-fp8cs-llama31-405b-256gpu": _INFLIGHT,
-}
+# Empty: torchtitan's Float8 405B pipeline rows fit since they are planned as torchtitan runs FSDP2 under
+# PP (zero_stage 2: reshard_after_forward False, benchmarks/published_torchtitan_fp8.py), the GB200 405B
+# rows since per-tensor FP8 weights keep no transpose on Blackwell (costs/memory.py keeps_fp8_transpose).
+NOT_FITTING_YET: dict[str, str] = {}
 RUNS = {r.name: r for r in (*BLACKWELL_RUNS, *TORCHTITAN_FP8_RUNS, *MLPERF_RUNS, *AMD_RUNS)}
 
 

@@ -111,20 +111,10 @@ def test_predicted_order_matches_the_measured_order(key: str) -> None:
 
 # Rows that trained but are predicted not to fit, each with the memory term that is off (branch mem and
 # branch mla rework these); strict: the test fails once the model gets one right.
-_FSDP_EXPERTS = "16 bytes/parameter for experts unsharded past ep (edp 1); the run's state dtypes unstated"
-_FSDP_PP = "FSDP2 under PP held gathered, gradients unsharded (torchtitan's rule); AutoModel's not modelled"
 KNOWN_UNFIT: dict[str, str] = {
     "deepseek-v3-2048xh800": "DualPipe priced as DualPipeV's in-flight count; FP8 activation caching absent",
     "nemo-gpt-oss-120b-64xh100-mbs4": "activations of mbs 4 under PP4 with only norms and the expert "
     "activation recomputed: 58 GiB on rank 0, 21 GiB over; Bridge v0.2.0's H100 recipe ran micro-batch 1",
-    # FSDP2 under pipeline parallel holds each stage gathered with unsharded gradients (torchtitan's
-    # reshard_after_forward = not pp_enabled, costs/memory.py fsdp_holds_stage_unsharded); AutoModel's
-    # own FSDP2 + PP settings are not modelled
-    "automodel-deepseek-v3-256xh100": _FSDP_PP,
-    "automodel-kimi-k2-256xh100": _FSDP_PP,
-    "automodel-qwen3-30b-a3b-8xh100": _FSDP_EXPERTS,
-    "automodel-gpt-oss-20b-8xh100": _FSDP_EXPERTS,
-    "automodel-gpt-oss-120b-64xh100": _FSDP_EXPERTS,
 }
 
 

@@ -71,22 +71,33 @@ def model_state_bytes(
     dtype: str,
     grad_fp32: bool = False,
     master_params: bool = False,
+    master_weights: bool = True,
+    moment_bytes: float = 4.0,
 ) -> tuple[float, float, float]:
     """(parameters, gradients, optimizer) bytes on one rank holding `params` parameters before sharding;
-    `master_params`: the fp32 parameters are the master weights (module docstring)."""
+    `master_params`: the fp32 parameters are the master weights (module docstring); not `master_weights`:
+    pure 16-bit training, parameters, gradients and both Adam moments in `dtype` (training.master_weights);
+    `moment_bytes`: bytes of each Adam moment (training.optimizer_moment_dtype)."""
     shard = max(dp, 1)
+    if not master_weights and dtype != "fp32":
+        d = DTYPE_BYTES[dtype]
+        return (
+            params * d / (shard if zero_stage >= 3 else 1),
+            params * d / (shard if zero_stage >= 2 else 1),
+            params * 2 * d / (shard if zero_stage >= 1 else 1),
+        )
     if master_params and dtype != "fp32":
         copy = DTYPE_BYTES[dtype] if zero_stage < 3 else 0.0  # ZeRO-3: the gathered units hold it
         master = 4.0 / (shard if zero_stage >= 2 else 1)
         return (
             params * (master + copy),
             params * 4.0 / (shard if zero_stage >= 2 else 1),
-            params * 8.0 / (shard if zero_stage >= 1 else 1),
+            params * 2 * moment_bytes / (shard if zero_stage >= 1 else 1),
         )
     if dtype == "fp32":
-        p_bytes, g_bytes, o_bytes = 4.0, 4.0, 8.0
-    else:
-        p_bytes, g_bytes, o_bytes = 2.0, 4.0 if grad_fp32 else 2.0, 12.0
+        p_bytes, g_bytes, o_bytes = 4.0, 4.0, 2 * moment_bytes
+    else:  # the fp32 master copy and the two moments
+        p_bytes, g_bytes, o_bytes = 2.0, 4.0 if grad_fp32 else 2.0, 4.0 + 2 * moment_bytes
     optimizer = params * o_bytes / (shard if zero_stage >= 1 else 1)
     gradients = params * g_bytes / (shard if zero_stage >= 2 else 1)
     parameters = params * p_bytes / (shard if zero_stage >= 3 else 1)
@@ -164,17 +175,23 @@ def peak_inflight_layers(actions: tuple[Action, ...], chunk_layers: dict[int, in
     return round(peak_inflight_bytes(actions, {c: float(n) for c, n in chunk_layers.items()}))
 
 
-def loss_bytes_per_logit(s: Scenario) -> float:
-    """Bytes per logit the cross-entropy holds at its peak, the start of backward. Megatron-LM's
-    vocab-parallel loss keeps the softmax and writes the gradient into it: fp32 logits and gradient, 8.
-    torch's `F.cross_entropy` (torchtitan, plancast's runtime) saves log_softmax's fp32 output, and its
-    backward holds that, the incoming gradient and the input gradient at once: 12. Transformer Engine's
-    fused loss (training.fused_cross_entropy "te") saves the logits in the training dtype and row
-    statistics, and computes the gradient from them in backward (transformer_engine/pytorch/
-    cross_entropy.py `CrossEntropyFunction`): the logits' own bytes."""
+def loss_bytes_per_logit(s: Scenario, vocab_tp: int | None = None) -> float:
+    """Bytes per logit the cross-entropy holds at its peak, the start of backward, with the vocabulary split
+    over `vocab_tp` ranks (default: the scenario's). Megatron-LM's vocab-parallel loss keeps the softmax
+    and writes the gradient into it: fp32 logits and gradient, 8. torch's `F.cross_entropy` (torchtitan
+    without tensor parallel) saves log_softmax's fp32 output, and its backward holds that, the incoming
+    gradient and the input gradient at once: 12. torchtitan's loss parallel (tp > 1, its default
+    `loss_parallel`) runs torch's DTensor handler, which fuses the two backwards as `(grad_input +
+    exp(x)) * grad_output` over a zeroed `grad_input` (torch/distributed/tensor/parallel/loss.py
+    `_nll_loss_and_log_softmax_backward`): the saved fp32 log-softmax and three fp32 temporaries at
+    once, 16. Transformer Engine's fused loss (training.fused_cross_entropy "te") saves the logits in the
+    training dtype and row statistics, and computes the gradient from them in backward
+    (transformer_engine/pytorch/cross_entropy.py `CrossEntropyFunction`): the logits' own bytes."""
     if s.training.fused_cross_entropy == "te":
         return float(DTYPE_BYTES[s.training.dtype])
-    return 12.0 if s.parallelism.framework == "torchtitan" else 8.0
+    if s.parallelism.framework != "torchtitan":
+        return 8.0
+    return 16.0 if (s.vocab_tp if vocab_tp is None else vocab_tp) > 1 else 12.0
 
 
 def rank_memory(s: Scenario, pp_rank: int, schedule: Schedule | None = None) -> MemoryBreakdown:
@@ -193,6 +210,8 @@ def rank_memory(s: Scenario, pp_rank: int, schedule: Schedule | None = None) -> 
         copies = fp8_weight_copy_bytes(
             params - outer, par.zero_stage, t.fp8_recipe, t.fp8_param, DTYPE_BYTES[t.dtype]
         )
+        if (t.fp8_param or par.zero_stage < 3) and not keeps_fp8_transpose(s):
+            copies -= params - outer  # one byte a weight element: no transpose beside the FP8 weight
         p_b += copies / s.zero_dp if par.zero_stage >= 3 else copies  # FP8 primary weights shard like bf16's
     host = 0.0
     if t.optimizer_cpu_offload:  # the optimizer's states live on the host (costs/offload.py)
@@ -223,11 +242,13 @@ def rank_memory(s: Scenario, pp_rank: int, schedule: Schedule | None = None) -> 
         kept[c] = chunk_activation_bytes(s, x, layers[c], mlp)
     rebuilt = max(k[1] for k in kept.values())
     resident, offloaded, staging = offload_split(s, x, mlp, {c: k[0] for c, k in kept.items()}, layers)
-    acts = peak_inflight_bytes(schedule[pp_rank], resident)
+    outputs = kept_output_bytes(s, x, owned)
+    acts = peak_inflight_bytes(schedule[pp_rank], resident, outputs)
     if t.activation_offload:  # offloaded blocks leave at most two on the GPU, copied or computed (offload.py)
         off = peak_inflight_bytes(schedule[pp_rank], offloaded)
         host += off - min(off, staging)
-        acts = max(acts, min(off, staging))
+        step_outputs = sum(outputs[a.chunk] for a in schedule[pp_rank] if a.kind == "F")
+        acts = max(acts, min(off, staging) + step_outputs)
     acts += rebuilt + pipelining_buffer_bytes(s, x, owned, schedule[pp_rank])
     if stages - 1 in owned:  # the loss's fp32 buffers for one micro-batch (vocab-parallel)
         # all of it when replicated; one loss per multi-token-prediction depth beside the main one
@@ -243,6 +264,18 @@ def caches_fp8_weights(s: Scenario) -> bool:
     block that is not recomputed saves its micro-batch's cast for backward: not counted)."""
     t = s.training
     return t.fp8 and (t.fp8_param or s.parallelism.framework != "torchtitan")
+
+
+def keeps_fp8_transpose(s: Scenario) -> bool:
+    """Whether a per-tensor FP8 weight keeps its transpose beside it. Hopper's FP8 GEMMs take both operands
+    K-major (TN only), so Transformer Engine writes a transposed copy for the GEMMs that read the other
+    way; it makes none where cuBLASLt runs every layout: `create_transpose = columnwise_usage &&
+    !nvte_is_non_tn_fp8_gemm_supported()` (transformer_engine/pytorch/csrc/quantizer.cpp), true for
+    compute capability 10.x and 13+ (transformer_engine/common/transformer_engine.cpp). Block-scaled
+    recipes keep both orientations on every GPU (their scales run along K, costs/fp8.py)."""
+    cc = s.cluster.gpu.compute_capability
+    per_tensor = s.training.fp8_recipe in ("tensorwise_delayed", "tensorwise_current")
+    return not (per_tensor and cc is not None and (10.0 <= cc < 12.0 or cc >= 13.0))
 
 
 def pipelining_buffer_bytes(
@@ -311,17 +344,39 @@ def offload_split(
     return {c: kept[c] - offloaded[c] for c in kept}, offloaded, 2 * layer
 
 
-def peak_inflight_bytes(actions: tuple[Action, ...], chunk_bytes: dict[int, float]) -> float:
+def peak_inflight_bytes(
+    actions: tuple[Action, ...], chunk_bytes: dict[int, float], kept: dict[int, float] | None = None
+) -> float:
     """Most activation bytes a rank holds at once under its schedule: forward of (chunk, mb) adds what
-    the chunk keeps, its backward (B) releases it."""
+    the chunk keeps, its backward (B) releases it; `kept`: bytes a forward adds that stay to the step's end
+    (kept_output_bytes)."""
     live = peak = 0.0
     for a in actions:
         if a.kind == "F":
-            live += chunk_bytes[a.chunk]
+            live += chunk_bytes[a.chunk] + (kept[a.chunk] if kept else 0.0)
             peak = max(peak, live)
         elif a.kind == "B":
             live -= chunk_bytes[a.chunk]
     return peak
+
+
+def kept_output_bytes(s: Scenario, x: Shape, owned: tuple[int, ...] | list[int]) -> dict[int, float]:
+    """Per chunk, the output a forward leaves until the step ends under parallelism.pipeline_output_chunks:
+    torch.distributed.pipelining's `forward_one_chunk` appends it to `output_chunks` for the step's merge
+    (torch/distributed/pipelining/stage.py; pytorch/pytorch#153383 kept only the last stage's, #138504
+    detached them but kept the tensors). A middle stage's output is the rank's share of the residual stream
+    (split over tp under sequence parallel), the last stage's the logits in the training dtype."""
+    keep = s.parallelism.pipeline_output_chunks
+    last = s.pp * s.vpp - 1
+    boundary = x.b * x.s * x.h * x.dtype_bytes / (x.tp if x.sp else 1)
+    logits = x.b * x.s * x.vocab / s.vocab_tp * x.dtype_bytes
+    out = {}
+    for c, v in enumerate(owned):
+        if v == last:
+            out[c] = logits if keep != "none" else 0.0
+        else:
+            out[c] = boundary if keep == "every_stage" else 0.0
+    return out
 
 
 def _model_states(s: Scenario, dense: float, experts: float) -> tuple[float, float, float]:
@@ -334,7 +389,8 @@ def _model_states(s: Scenario, dense: float, experts: float) -> tuple[float, flo
 
     def states(n: float, dp: int) -> tuple[float, float, float]:
         return model_state_bytes(
-            n, dp=dp, zero_stage=zero, dtype=t.dtype, grad_fp32=grad_fp32, master_params=master
+            n, dp=dp, zero_stage=zero, dtype=t.dtype, grad_fp32=grad_fp32, master_params=master,
+            master_weights=t.master_weights, moment_bytes=DTYPE_BYTES[t.optimizer_moment_dtype],
         )
 
     d = states(dense, s.zero_dp)

@@ -16,6 +16,7 @@ from typing import NamedTuple
 
 from plancast.simulator.costs.memory import (
     chunk_activation_bytes,
+    kept_output_bytes,
     loss_bytes_per_logit,
     offload_split,
     pipelining_buffer_bytes,
@@ -62,10 +63,12 @@ def memory_timeline(s: Scenario, pp_rank: int, schedule: Schedule | None = None)
     loss = loss_bytes_per_logit(s) * x.s * x.b * x.vocab / s.vocab_tp
     actions = schedule[pp_rank]
     split_backward = any(a.kind == "W" for a in actions)  # a split backward: B is the input-gradient part
+    outputs = kept_output_bytes(s, x, owned)  # each forward's output, kept to the step's end
     live, off, points = 0.0, 0.0, []
     for order, a in enumerate(actions):
         on_gpu = max(live, min(off, cap))
         if a.kind == "F":
+            states += outputs[a.chunk]
             live, off = live + resident[a.chunk], off + offloaded[a.chunk]
             value = states + max(live, min(off, cap))
         elif a.kind == "B":
@@ -75,6 +78,7 @@ def memory_timeline(s: Scenario, pp_rank: int, schedule: Schedule | None = None)
             value = states + on_gpu
         kind = "backward_input" if a.kind == "B" and split_backward else KINDS[a.kind]
         points.append(MemoryPoint(order, kind, a.stage, a.chunk, a.microbatch, value))
+    states -= sum(outputs[a.chunk] for a in actions if a.kind == "F")  # merged and freed with the step
     points.append(MemoryPoint(len(points), "optimizer", -1, -1, -1, states))
     return points
 

@@ -53,7 +53,8 @@ def backward_param_ops(s: Scenario, weights: float, params: float) -> tuple[Op, 
         ops.append(Op("autocast_grad_cast", "memory", 0.0, weights * (4 + DTYPE_BYTES[s.training.dtype])))
     m = s.num_microbatches
     if s.parallelism.framework == "torchtitan" and not s.fsdp and m > 1 and params > 0:
-        ops.append(Op("grad_accumulate", "memory", 0.0, params * 12.0 * (m - 1) / m))
+        grad = 4 if s.training.master_weights else DTYPE_BYTES[s.training.dtype]  # the .grad's dtype
+        ops.append(Op("grad_accumulate", "memory", 0.0, params * 3.0 * grad * (m - 1) / m))
     return tuple(ops)
 
 

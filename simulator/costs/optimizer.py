@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from plancast.simulator.costs.offload import optimizer_offload_s
+from plancast.simulator.costs.ops import DTYPE_BYTES
 from plancast.simulator.scenario import Scenario
 
 
@@ -27,10 +28,16 @@ def optimizer_bytes_per_param(s: Scenario) -> float:
     norm (read g) and the copy of fp32 parameters to the model's 16-bit ones (4 + 2). Where the fp32
     parameters are the master weights (Scenario.amp_master_params: torchtitan's fused AdamW, `set_to_none`
     zeroing): the update (4 + 24) and the gradient-norm clip (read 4; torchtitan's `max_norm = 1.0`);
-    the 16-bit copies are cast in the forward pass (autocast) or at the FSDP2 gather."""
-    if s.amp_master_params:
-        return 4 + 24 + 4
-    if s.training.dtype == "fp32":
-        return 4 + 24 + 4
+    the 16-bit copies are cast in the forward pass (autocast) or at the FSDP2 gather. Pure 16-bit training
+    (training.master_weights = false: torch's fused Adam over 16-bit parameters, its state in their dtype):
+    the same passes in the training dtype, gradient read, parameter and both moments read and written,
+    the norm's read: 8 x its bytes."""
+    if not s.training.master_weights and s.training.dtype != "fp32":
+        return 8.0 * DTYPE_BYTES[s.training.dtype]
+    # the fp32 parameter read and written, each moment read and written (24 with fp32 moments; bf16 ones
+    # under training.optimizer_moment_dtype, Megatron-Core's precision-aware optimizer)
+    update = 4 + 4 + 4 * DTYPE_BYTES[s.training.optimizer_moment_dtype]
+    if s.amp_master_params or s.training.dtype == "fp32":
+        return 4 + update + 4
     g = 4.0 if s.training.grad_accumulation_fp32 else 2.0
-    return g + 24 + g + 2 * g + g + 6
+    return g + update + g + 2 * g + g + 6

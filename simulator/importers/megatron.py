@@ -57,6 +57,7 @@ _SWITCHES = (
     "--tp-comm-overlap",
     "--optimizer-cpu-offload",
     "--cpu-offloading",
+    "--use-precision-aware-optimizer",
 )
 _VALUE_FLAGS = (
     *_MEGATRON_SIZES,
@@ -71,6 +72,8 @@ _VALUE_FLAGS = (
     "--hidden-dropout",
     "--attention-dropout",
     "--attention-backend",
+    "--exp-avg-dtype",
+    "--exp-avg-sq-dtype",
 )
 _LIST_FLAGS = ("--recompute-modules",)  # nargs="*": the values up to the next flag
 
@@ -100,6 +103,8 @@ def _megatron_parser() -> _Parser:
     p.add_argument("--attention-dropout", type=float)
     p.add_argument("--recompute-modules", nargs="*", choices=get_args(RecomputeModule))
     p.add_argument("--attention-backend", choices=ATTENTION_BACKENDS, default="auto")
+    for flag in ("--exp-avg-dtype", "--exp-avg-sq-dtype"):  # arguments.py `_add_training_args`
+        p.add_argument(flag, choices=["fp32", "fp16", "bf16", "fp8"])
     return p
 
 
@@ -286,7 +291,8 @@ def _megatron_memory(ns: argparse.Namespace, granularity: str | None, notes: lis
     """Partial recompute, activation and optimizer offload (megatron/training/arguments.py:
     `--recompute-method`, `--recompute-num-layers` apply to `--recompute-granularity full`;
     `--cpu-offloading-num-layers` (default 0) blocks offload under `--cpu-offloading`;
-    `--optimizer-cpu-offload` with `--optimizer-offload-fraction`, default 1.0)."""
+    `--optimizer-cpu-offload` with `--optimizer-offload-fraction`, default 1.0; `--exp-avg-dtype`,
+    `--exp-avg-sq-dtype` under `--use-precision-aware-optimizer`)."""
     out: dict[str, Any] = {}
     every_layer = ns.recompute_method in (None, "uniform") and ns.recompute_num_layers in (None, 1)
     if granularity == "full" and not every_layer:  # uniform, 1 layer: plancast's full recompute as it is
@@ -304,6 +310,12 @@ def _megatron_memory(ns: argparse.Namespace, granularity: str | None, notes: lis
         out["activation_offload_num_layers"] = ns.cpu_offloading_num_layers
     elif ns.cpu_offloading:
         notes.append("--cpu-offloading dropped: it offloads --cpu-offloading-num-layers blocks, here 0")
+    moments = {ns.exp_avg_dtype or "fp32", ns.exp_avg_sq_dtype or "fp32"}
+    if ns.use_precision_aware_optimizer and moments == {"bf16"}:  # TE FusedAdam's bf16 moments
+        out["optimizer_moment_dtype"] = "bf16"
+    elif moments != {"fp32"}:
+        why = "both bf16" if ns.use_precision_aware_optimizer else "--use-precision-aware-optimizer"
+        notes.append(f"--exp-avg-dtype, --exp-avg-sq-dtype {sorted(moments)}: modelled as fp32 (needs {why})")
     if ns.optimizer_cpu_offload:
         out["optimizer_cpu_offload"] = True
         if ns.optimizer_offload_fraction != 1.0:

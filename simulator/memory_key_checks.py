@@ -1,0 +1,67 @@
+"""Cross-field checks of training.master_weights (pure 16-bit training) and
+parallelism.pipeline_output_chunks (docs/memory.md), beside the other memory keys' (validation_memory.py
+calls them)."""
+
+from __future__ import annotations
+
+from plancast.simulator.scenario import Scenario
+from plancast.simulator.schedules import PlanProblem
+
+
+def master_weights_problems(s: Scenario) -> list[PlanProblem]:
+    """Pure 16-bit training under fp32 (nothing to drop) or under a framework that always keeps fp32 main
+    parameters: Megatron-LM's Float16OptimizerWithFloat16Params / distributed optimizer and DeepSpeed's
+    bf16 optimizer copy the 16-bit parameters into fp32 ones (megatron/core/optimizer/optimizer.py,
+    deepspeed/runtime/bf16_optimizer.py)."""
+    t, framework = s.training, s.parallelism.framework
+    if t.master_weights:
+        return []
+    key = "training.master_weights"
+    if t.dtype == "fp32":
+        return [
+            PlanProblem(
+                key,
+                "false keeps the parameters in training.dtype, which is fp32 here: there is no "
+                'fp32 copy to drop; remove the key, or set training.dtype = "bf16"',
+            )
+        ]
+    if framework != "torchtitan":
+        return [
+            PlanProblem(
+                key,
+                f"false (pure 16-bit parameters and optimizer states) under framework {framework}, whose "
+                "optimizer always keeps fp32 main parameters: remove the key, or set parallelism.framework = "
+                '"torchtitan" (torch.optim over 16-bit parameters, as NeMo AutoModel runs it)',
+            )
+        ]
+    return []
+
+
+def pipeline_output_problems(s: Scenario) -> list[PlanProblem]:
+    """Stage outputs kept for the step without a pipeline: there is no stage to keep them."""
+    kept = s.parallelism.pipeline_output_chunks
+    if kept == "none" or s.pp > 1:
+        return []
+    return [
+        PlanProblem(
+            "parallelism.pipeline_output_chunks",
+            f'"{kept}" keeps the outputs of pipeline stages, but pipeline_parallel_degree is 1: remove the '
+            "key or set pipeline_parallel_degree > 1",
+        )
+    ]
+
+
+def moment_dtype_problems(s: Scenario) -> list[PlanProblem]:
+    """bf16 Adam moments outside Megatron-LM: torch's AdamW (torchtitan) keeps its state in the parameter's
+    dtype, and DeepSpeed's bf16 optimizer keeps fp32 states (deepspeed/runtime/bf16_optimizer.py)."""
+    framework = s.parallelism.framework
+    if s.training.optimizer_moment_dtype == "fp32" or framework == "megatron-lm":
+        return []
+    return [
+        PlanProblem(
+            "training.optimizer_moment_dtype",
+            f'"bf16" is Megatron-Core\'s precision-aware optimizer; under framework {framework} the moments '
+            "take the optimizer's own dtype: remove the key, set parallelism.framework = \"megatron-lm\", or "
+            "under torchtitan train pure bf16 with training.master_weights = false",
+        )
+    ]
