@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from plancast.simulator.costs import eager
-from plancast.simulator.costs.attention import CAUSAL_FRACTION, fused_attention_rate
+from plancast.simulator.costs.attention import CAUSAL_FRACTION, fused_attention_rate, head_dim_rate
 from plancast.simulator.costs.fp8 import Recipe, recipe
 from plancast.simulator.costs.moe_gemm import grouped_gemm_rate
 from plancast.simulator.model_dropout import dropout_probabilities
@@ -35,7 +35,9 @@ class Op:
     fp8: bool = False  # a GEMM run in FP8 (training.fp8, costs/fp8.py)
     peak: str = "fp8"  # the peak_tflops key an fp8 GEMM runs at (training.fp8_recipe)
     rate: float | None = None  # fraction of peak of its kernel, where known per kernel (costs/attention.py)
-    relative_rate: float = 1.0  # a GEMM kernel's rate over a large GEMM's (costs/moe_gemm.py)
+    # a GEMM kernel's rate over a large GEMM's (costs/moe_gemm.py); a fused attention kernel's at its head
+    # width over its rate at head dim 128 (costs/attention.py head_dim_rate)
+    relative_rate: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -276,10 +278,12 @@ def attention_core_forward(x: Shape, k_dim: float, v_dim: float) -> list[Op]:
     if x.flash:  # fused kernel: no s x s tensor in HBM (Dao et al. 2022)
         io = d * tokens * (x.q_dim + x.o_dim + k_dim + v_dim) / t
         if x.fused_attention is None:
-            ops.append(Op("attention", "attention", score_flops + value_flops, io))
+            width = head_dim_rate(x.qk_dim, x.v_dim, "sdpa")
+            ops.append(Op("attention", "attention", score_flops + value_flops, io, relative_rate=width))
         else:  # Transformer Engine's causal fused kernel: the causal half, at its own rate
             flops = (score_flops + value_flops) * CAUSAL_FRACTION
-            ops.append(Op("attention", "attention", flops, io, rate=x.fused_attention))
+            width = head_dim_rate(x.qk_dim, x.v_dim, "te")
+            ops.append(Op("attention", "attention", flops, io, rate=x.fused_attention, relative_rate=width))
     else:
         probs = x.b * heads * x.s * kv_s
         ops += [
