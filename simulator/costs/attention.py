@@ -79,3 +79,11 @@ def fused_attention_rate(
     if not runs_te_attention(framework, backend) or not flash or e_max is None:
         return None
     return e_max * seq_len / (seq_len + compute.fused_attention_half_seq)
+
+
+def flash_kernel_relative(compute: ComputeModel, backend: str | None) -> float:
+    """The rate of the kernel priced at `attention_efficiency` (FlashAttention-2's) over FA2's: PyTorch
+    FlexAttention's measured ratio (the cluster's `flex_attention_relative`) under backend 'flex', else 1.
+    FlexAttention's BlockMask skips the blocks above the diagonal as FA2's causal kernel does, so it takes
+    the same count as the sdpa path (the full count the published torchtitan rows score with)."""
+    return compute.flex_attention_relative if backend == "flex" else 1.0

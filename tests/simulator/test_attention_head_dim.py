@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from plancast.runtime.plan import PlanError, check_framework_behaviour
 from plancast.simulator.costs.attention import HEAD_DIM_64_RATE, head_dim_rate
 from plancast.simulator.costs.efficiency import op_seconds
 from plancast.simulator.costs.ops import Shape, layer_forward
@@ -93,3 +94,35 @@ def test_mla_keeps_the_measured_rate() -> None:
     s = parse_scenario(data, "mla").scenario
     (op,) = (op for op in layer_forward(Shape.of(s)) if op.name == "attention")
     assert op.relative_rate == 1.0 and op.rate is not None
+
+
+def _backend_scenario(backend: str | None, cluster: str = "dgx-h100-80gb") -> Scenario:
+    training: dict[str, Any] = {"seq_len": 4096, "micro_batch_size": 1, "global_batch_size": 8}
+    training["flash_attention"] = True
+    if backend is not None:
+        training["attention_backend"] = backend
+    data: dict[str, Any] = {
+        "model": {"preset": "gpt-oss-120b", "num_hidden_layers": 2},
+        "training": training,
+        "parallelism": {"framework": "torchtitan"},
+        "cluster": {"preset": cluster},
+    }
+    return parse_scenario(data, "flex").scenario
+
+
+@pytest.mark.parametrize(("cluster", "faster"), [("dgx-h100-80gb", True), ("dgx-a100-80gb", False)])
+def test_flex_is_flashattention_2_at_the_measured_ratio(cluster: str, faster: bool) -> None:
+    """FlexAttention: FA2's count at the cluster's flex_attention_relative (H100: ~25% faster forward, ~3%
+    backward, GTC 2025; A100: 90% / 85%, PyTorch blog), head-dim ratio included."""
+    sdpa, flex = _backend_scenario("sdpa", cluster), _backend_scenario("flex", cluster)
+    overhead_s = sdpa.cluster.compute.op_overhead_us * 1e-6
+    ratio = (_attention_s(sdpa) - overhead_s) / (_attention_s(flex) - overhead_s)
+    assert ratio == pytest.approx(flex.cluster.compute.flex_attention_relative, rel=1e-6)
+    step_sdpa = simulate(sdpa, events=False).summary["step_time_s"]
+    step_flex = simulate(flex, events=False).summary["step_time_s"]
+    assert (step_flex < step_sdpa) is faster and step_flex != step_sdpa
+
+
+def test_flex_is_refused_by_the_runtime_naming_the_key() -> None:
+    with pytest.raises(PlanError, match=r"training\.attention_backend = 'flex'"):
+        check_framework_behaviour(_backend_scenario("flex"))
