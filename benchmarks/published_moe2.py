@@ -250,7 +250,12 @@ def bridge_runs() -> tuple[PublishedRun, ...]:
 
 
 def _automodel(
-    name: str, model: dict[str, Any], run: tuple[int, ...], step_s: float, *notes: str, attn: str | None = None
+    name: str,
+    model: dict[str, Any],
+    run: tuple[int, ...],
+    step_s: float,
+    *notes: str,
+    attn: str | None = None,
 ) -> PublishedRun:
     """One AutoModel DGX-H100 BF16 row: (gpus, gbs, mbs, pp, vp, ep, recompute) and its time per step;
     `attn`: the config's `backend.attn` (TE_ATTN, FLEX_ATTN), as training.attention_backend."""
@@ -321,9 +326,7 @@ def automodel_runs() -> tuple[PublishedRun, ...]:
             mla,
             attn="te",
         ),
-        _automodel(
-            "automodel-kimi-k2-256xh100", KIMI_K2, (256, 512, 1, 8, 4, 32, 1), 8.86, mla, attn="te"
-        ),
+        _automodel("automodel-kimi-k2-256xh100", KIMI_K2, (256, 512, 1, 8, 4, 32, 1), 8.86, mla, attn="te"),
         _automodel(
             "automodel-qwen3-30b-a3b-8xh100",
             QWEN3_30B,
