@@ -253,12 +253,17 @@ def bridge_runs() -> tuple[PublishedRun, ...]:
 
 
 def _automodel(
-    name: str, model: dict[str, Any], run: tuple[int, ...], step_s: float, *notes: str, te_attn: bool = False
+    name: str,
+    model: dict[str, Any],
+    run: tuple[int, ...],
+    step_s: float,
+    *notes: str,
+    attn: str | None = None,
 ) -> PublishedRun:
     """One AutoModel DGX-H100 BF16 row: (gpus, gbs, mbs, pp, vp, ep, recompute) and its time per step;
-    `te_attn`: the config's `backend.attn: te` (TE_ATTN), as training.attention_backend 'te'."""
+    `attn`: the config's `backend.attn` (TE_ATTN, FLEX_ATTN), as training.attention_backend."""
     gpus, gbs, mbs, pp, vp, ep, full = run
-    attention = {"attention_backend": "te"} if te_attn else {}
+    attention = {"attention_backend": attn} if attn else {}
     training = training_table(
         4096,
         mbs,
@@ -305,11 +310,13 @@ AUTOMODEL_BF16 = (
 
 # The configs' `backend.attn` (examples/benchmark/configs/*_te_deepep.yaml): Transformer Engine's fused
 # attention, priced as Megatron-LM's (training.attention_backend 'te': cuDNN's causal kernel over the
-# causal half), except gpt-oss's FlexAttention (its attention sinks and sliding windows), priced as the
-# torchtitan path's fused attention (no key selects FlexAttention's own rate).
+# causal half), except gpt-oss's FlexAttention (its attention sinks and sliding windows; the table's
+# "TE + DeepEP + FlexAttn"), training.attention_backend 'flex'.
 TE_ATTN = "attn: te (Transformer Engine's fused attention): training.attention_backend 'te'"
 FLEX_ATTN = (
-    "attn: flex (PyTorch FlexAttention, for gpt-oss's sinks and sliding windows), priced as fused attention"
+    "attn: flex (PyTorch FlexAttention, for gpt-oss's sinks and sliding windows; the table's 'TE + DeepEP + "
+    "FlexAttn'): training.attention_backend 'flex'; the sinks' rescale (sigmoid(lse - sink), "
+    "nemo_automodel/components/attention/flex_attention.py) left out"
 )
 
 
@@ -322,7 +329,7 @@ def automodel_runs() -> tuple[PublishedRun, ...]:
             (1024, 8192, 1, 4, 8, 64, 1),
             37.87,
             mla,
-            te_attn=True,
+            attn="te",
         ),
         _automodel(
             "automodel-deepseek-v3-256xh100",
@@ -330,11 +337,9 @@ def automodel_runs() -> tuple[PublishedRun, ...]:
             (256, 512, 1, 4, 8, 64, 1),
             8.18,
             mla,
-            te_attn=True,
+            attn="te",
         ),
-        _automodel(
-            "automodel-kimi-k2-256xh100", KIMI_K2, (256, 512, 1, 8, 4, 32, 1), 8.86, mla, te_attn=True
-        ),
+        _automodel("automodel-kimi-k2-256xh100", KIMI_K2, (256, 512, 1, 8, 4, 32, 1), 8.86, mla, attn="te"),
         _automodel(
             "automodel-qwen3-30b-a3b-8xh100",
             QWEN3_30B,
@@ -342,7 +347,7 @@ def automodel_runs() -> tuple[PublishedRun, ...]:
             21.773,
             QWEN3_NOTE,
             TE_ATTN,
-            te_attn=True,
+            attn="te",
         ),
         _automodel(
             "automodel-gpt-oss-20b-8xh100",
@@ -353,6 +358,7 @@ def automodel_runs() -> tuple[PublishedRun, ...]:
             "ep 8, local batch 2, activation_checkpointing false from examples/benchmark/configs/"
             "gptoss_20b_te_deepep.yaml (the table prints '-' for EP)",
             FLEX_ATTN,
+            attn="flex",
         ),
         _automodel(
             "automodel-gpt-oss-120b-64xh100",
@@ -362,5 +368,6 @@ def automodel_runs() -> tuple[PublishedRun, ...]:
             GPT_OSS_NOTE,
             "ep 64 from examples/benchmark/configs/gptoss_120b_te_deepep.yaml (the table prints '-')",
             FLEX_ATTN,
+            attn="flex",
         ),
     )

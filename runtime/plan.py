@@ -218,10 +218,11 @@ def _check_kernels(scenario: Scenario) -> None:
             f"training.fp8 = true (training.fp8_recipe = {t.fp8_recipe!r}): the runtime has no FP8 GEMM path "
             "(Transformer Engine or torchao float8); simulate the plan, or set fp8 = false to run it in bf16"
         )
-    if t.attention_backend == "te":
+    if t.attention_backend in ("te", "flex"):
         raise PlanError(
-            "training.attention_backend = 'te': the runtime attends with torch's scaled_dot_product_attention"
-            " (not Transformer Engine's); set attention_backend = 'sdpa' (or unset it) to run this plan"
+            f"training.attention_backend = {t.attention_backend!r}: the runtime attends with torch's "
+            "scaled_dot_product_attention (not Transformer Engine's or FlexAttention); set "
+            "attention_backend = 'sdpa' (or unset it) to run this plan"
         )
     if t.elementwise == "fused":
         raise PlanError(

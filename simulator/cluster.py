@@ -133,6 +133,12 @@ class ComputeModel(Strict):
     (simulator/costs/attention.py)."""
     fused_attention_half_seq: float = Field(default=0.0, ge=0)
     """Sequence length at which the fused kernel reaches half of fused_attention_efficiency."""
+    # PyTorch blog 'FlexAttention: The Flexibility of PyTorch with the Performance of FlashAttention'
+    # (2024, A100): 90% of FlashAttention-2 forward, 85% backward; fwd+bwd with the backward at 2.5x the
+    # forward's FLOPs: 3.5 / (1 / 0.90 + 2.5 / 0.85)
+    flex_attention_relative: float = Field(default=0.864, gt=0, le=4)
+    """PyTorch FlexAttention's fwd+bwd rate over FlashAttention-2's (training.attention_backend 'flex'),
+    on the A100 the defaults describe; Hopper presets set theirs (simulator/catalog/clusters.py)."""
     memory_efficiency: float = Field(default=0.95, gt=0, le=1)
     """Fraction of HBM bandwidth reached by memory-bound ops (norms, activations, optimizer)."""
     op_overhead_us: float = Field(default=26.0, ge=0)

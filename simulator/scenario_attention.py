@@ -11,9 +11,10 @@ from plancast.simulator.fields import Strict
 if TYPE_CHECKING:
     from plancast.simulator.scenario import Training
 
-AttentionBackend = Literal["te", "sdpa"]
+AttentionBackend = Literal["te", "sdpa", "flex"]
 """te: Transformer Engine's DotProductAttention (its fused cuDNN kernel on Hopper and Blackwell);
-sdpa: PyTorch's scaled_dot_product_attention or FlashAttention-2 (costs/attention.py prices both)."""
+sdpa: PyTorch's scaled_dot_product_attention or FlashAttention-2; flex: PyTorch FlexAttention
+(costs/attention.py prices all three)."""
 
 
 class AttentionTrainingKeys(Strict):
@@ -26,7 +27,10 @@ class AttentionTrainingKeys(Strict):
     `fused_attention_efficiency` (NeMo AutoModel's `backend.attn: te`, Megatron-LM's
     `--attention-backend fused`). sdpa: torch's scaled_dot_product_attention / FlashAttention-2, priced
     over the full count at `attention_efficiency`, the rate the published torchtitan rows score with
-    (AutoModel's `backend.attn: sdpa`). Unset: parallelism.framework's (megatron-lm te, the others sdpa)."""
+    (AutoModel's `backend.attn: sdpa`). flex: PyTorch FlexAttention (AutoModel's `backend.attn: flex`,
+    which its gpt-oss runs for the attention sinks), priced as sdpa at the cluster's
+    `flex_attention_relative` of FlashAttention-2's rate. Unset: parallelism.framework's (megatron-lm te,
+    the others sdpa)."""
 
 
 def attention_backend_problems(training: Training) -> list[tuple[str, str]]:

@@ -55,7 +55,8 @@ def _op_coefficients(op: Op, s: Scenario, flop_scale: float, byte_scale: float) 
         size_factor = op.flops / (op.flops + half)
         row[0] = op.flops * flop_scale / (gpu.peak_flops(s.training.dtype) * size_factor * op.relative_rate)
     else:
-        row[1] = op.flops * flop_scale / gpu.peak_flops(s.training.dtype)
+        # relative_rate: a fused kernel's head-width factor (costs/attention.py head_dim_rate)
+        row[1] = op.flops * flop_scale / (gpu.peak_flops(s.training.dtype) * op.relative_rate)
     row[3] = flop_scale if op.category != "memory" else byte_scale
     return row
 

@@ -28,8 +28,12 @@ A100_MAMF, H100_MAMF = 0.869, 0.803
 _LONG, _SHORT = (8192, 0.894 / 2), (2048, 0.712 / 2)
 _RATIO = _LONG[1] / _SHORT[1]
 CUDNN_HALF_SEQ = round(_LONG[0] * _SHORT[0] * (1 - _RATIO) / (_RATIO * _SHORT[0] - _LONG[0]))
+# FlexAttention on H100 (Driss Guessous, GTC 2025 session 'FlexAttention', its abstract): forward ~25% and
+# backward ~3% faster than FlashAttention-2; fwd+bwd with the backward at 2.5x the forward's FLOPs.
+FLEX_OVER_FA2_H100 = round(3.5 / (1 / 1.25 + 2.5 / 1.03), 3)
 HOPPER_COMPUTE = {
     "attention_efficiency": 0.35,
+    "flex_attention_relative": FLEX_OVER_FA2_H100,
     "fused_attention_efficiency": round(_LONG[1] * (_LONG[0] + CUDNN_HALF_SEQ) / _LONG[0], 3),
     "fused_attention_half_seq": CUDNN_HALF_SEQ,
     "matmul_efficiency": round(A100_FIT_MATMUL_EFFICIENCY * H100_MAMF / A100_MAMF, 3),

@@ -13,6 +13,11 @@ causal half at the AMD presets' attention rate (clusters.toml: no ROCm kernel ra
 stacks (torchtitan's SDPA and FlashAttention-2 in the published rows) keep the model's full count at
 `attention_efficiency`, the rate the published dense rows score with (docs/calibration.md): a causal
 count for them waits on an A100 measurement of the same kernels.
+
+Both rates were measured at head dim 128; a fused kernel runs narrower heads slower (each tile does less
+math per byte of K/V it loads and per softmax): `head_dim_rate` scales either rate by its kernel family's
+published fwd+bwd ratio (FlashAttention-3 paper figs. 5-6, below). MLA (192-wide query/key, 128-wide
+values) and any head of 128 or wider keep the measured rate: no fwd+bwd point above 128 is published.
 """
 
 from __future__ import annotations
@@ -21,6 +26,40 @@ from plancast.simulator.cluster import ComputeModel
 
 CAUSAL_FRACTION = 0.5
 """Share of the s x s scores a causal kernel computes (FA3 paper sec. 4.1: causal FLOPs = full / 2)."""
+
+
+HEAD_DIM_MEASURED = 128
+"""Head dim at which `fused_attention_efficiency` (gpu_ops: Llama 3 8B and MPT-7B shapes) and
+`attention_efficiency` (FA2 on H100, FA3 paper abstract) were measured."""
+
+
+def _fwd_bwd_tflops(fwd: float, bwd: float) -> float:
+    """Rate of one forward and its backward, the backward doing 2.5x the forward's FLOPs (the FLOP count
+    of the FlashAttention-2 paper, arXiv 2307.08691 sec. 4.1, which FA3's figures use)."""
+    return 3.5 / (1 / fwd + 2.5 / bwd)
+
+
+# FlashAttention-3 paper (Shah et al., arXiv 2407.08608) on H100 SXM5, BF16, seq 4k, no causal mask,
+# TFLOPs/s at head dim 64 / 128: fig. 5a/5c forward, cuDNN 408 / 609, FlashAttention-2 321 / 368;
+# fig. 6a/6b backward, cuDNN 417 / 499, FlashAttention-2 279 / 310 (16k gives 0.80 and 0.90).
+HEAD_DIM_64_RATE = {
+    "te": _fwd_bwd_tflops(408, 417) / _fwd_bwd_tflops(609, 499),  # cuDNN, as Transformer Engine runs it
+    "sdpa": _fwd_bwd_tflops(321, 279) / _fwd_bwd_tflops(368, 310),  # FlashAttention-2 / torch SDPA
+}
+"""fwd+bwd rate at head dim 64 over the rate at 128, per kernel family: 0.79 cuDNN, 0.89 FA2."""
+
+
+def head_dim_rate(qk_head_dim: int, v_head_dim: int, family: str) -> float:
+    """A fused attention kernel's rate at these head widths over its rate at head dim 128: its
+    HEAD_DIM_64_RATE at 64 or narrower, linear between 64 and 128, 1 from 128 up (no wider point
+    measured fwd+bwd). The width is the FLOP-weighted mean of the score (qk) and value (v) GEMMs'."""
+    width = (qk_head_dim + v_head_dim) / 2
+    low = HEAD_DIM_64_RATE[family]
+    if width >= HEAD_DIM_MEASURED:
+        return 1.0
+    if width <= HEAD_DIM_MEASURED / 2:
+        return low
+    return low + (1 - low) * (width - HEAD_DIM_MEASURED / 2) / (HEAD_DIM_MEASURED / 2)
 
 
 def runs_te_attention(framework: str, backend: str | None) -> bool:
@@ -40,3 +79,11 @@ def fused_attention_rate(
     if not runs_te_attention(framework, backend) or not flash or e_max is None:
         return None
     return e_max * seq_len / (seq_len + compute.fused_attention_half_seq)
+
+
+def flash_kernel_relative(compute: ComputeModel, backend: str | None) -> float:
+    """The rate of the kernel priced at `attention_efficiency` (FlashAttention-2's) over FA2's: PyTorch
+    FlexAttention's measured ratio (the cluster's `flex_attention_relative`) under backend 'flex', else 1.
+    FlexAttention's BlockMask skips the blocks above the diagonal as FA2's causal kernel does, so it takes
+    the same count as the sdpa path (the full count the published torchtitan rows score with)."""
+    return compute.flex_attention_relative if backend == "flex" else 1.0

@@ -31,7 +31,8 @@ def op_seconds(
         e_max = fp8_matmul_efficiency(compute, gpu, op.peak) if op.fp8 else compute.matmul_efficiency
         eff = e_max * flops / (flops + half) * op.relative_rate  # a grouped GEMM's own (costs/moe_gemm.py)
     else:
-        eff = op.rate or compute.attention_efficiency  # op.rate: a kernel's own (costs/attention.py)
+        # op.rate: a kernel's own; relative_rate: its head width's (costs/attention.py)
+        eff = (op.rate or compute.attention_efficiency) * op.relative_rate
     flop_s = flops / (peak * gpu.clock_fraction * eff)  # a power limit lowers the clock
     return max(flop_s, hbm_s) + compute.op_overhead_us * 1e-6
 

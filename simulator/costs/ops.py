@@ -13,7 +13,12 @@ from dataclasses import dataclass
 from typing import Literal
 
 from plancast.simulator.costs import eager
-from plancast.simulator.costs.attention import CAUSAL_FRACTION, fused_attention_rate
+from plancast.simulator.costs.attention import (
+    CAUSAL_FRACTION,
+    flash_kernel_relative,
+    fused_attention_rate,
+    head_dim_rate,
+)
 from plancast.simulator.costs.fp8 import Recipe, recipe
 from plancast.simulator.costs.moe_gemm import grouped_gemm_rate
 from plancast.simulator.model_dropout import dropout_probabilities
@@ -35,7 +40,9 @@ class Op:
     fp8: bool = False  # a GEMM run in FP8 (training.fp8, costs/fp8.py)
     peak: str = "fp8"  # the peak_tflops key an fp8 GEMM runs at (training.fp8_recipe)
     rate: float | None = None  # fraction of peak of its kernel, where known per kernel (costs/attention.py)
-    relative_rate: float = 1.0  # a GEMM kernel's rate over a large GEMM's (costs/moe_gemm.py)
+    # a GEMM kernel's rate over a large GEMM's (costs/moe_gemm.py); a fused attention kernel's at its head
+    # width over its rate at head dim 128 (costs/attention.py head_dim_rate)
+    relative_rate: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +82,7 @@ class Shape:
     fp8: bool = False  # the block's GEMMs in FP8 (training.fp8)
     fp8_recipe: str = "tensorwise_delayed"  # training.fp8_recipe
     fused_attention: float | None = None  # the causal fused kernel's rate (costs/attention.py); None: not it
+    flash_relative: float = 1.0  # the other flash kernel's rate over FlashAttention-2's (FlexAttention's)
     eager: bool = False  # elementwise ops as eager PyTorch runs them (training.elementwise, costs/eager.py)
     rmsnorm: bool = False
     qk_head_dim: int = 0  # per-head query/key width (model_shapes.py); 0: h / heads
@@ -143,6 +151,7 @@ class Shape:
             fused_attention=fused_attention_rate(
                 s.cluster.compute, s.parallelism.framework, t.flash_attention, t.seq_len, t.attention_backend
             ),
+            flash_relative=flash_kernel_relative(s.cluster.compute, t.attention_backend),
             eager=t.elementwise == "eager",
             rmsnorm=m.norm == "rmsnorm",
             qk_head_dim=m.qk_head_dim,
@@ -276,10 +285,12 @@ def attention_core_forward(x: Shape, k_dim: float, v_dim: float) -> list[Op]:
     if x.flash:  # fused kernel: no s x s tensor in HBM (Dao et al. 2022)
         io = d * tokens * (x.q_dim + x.o_dim + k_dim + v_dim) / t
         if x.fused_attention is None:
-            ops.append(Op("attention", "attention", score_flops + value_flops, io))
+            rate = head_dim_rate(x.qk_dim, x.v_dim, "sdpa") * x.flash_relative
+            ops.append(Op("attention", "attention", score_flops + value_flops, io, relative_rate=rate))
         else:  # Transformer Engine's causal fused kernel: the causal half, at its own rate
             flops = (score_flops + value_flops) * CAUSAL_FRACTION
-            ops.append(Op("attention", "attention", flops, io, rate=x.fused_attention))
+            width = head_dim_rate(x.qk_dim, x.v_dim, "te")
+            ops.append(Op("attention", "attention", flops, io, rate=x.fused_attention, relative_rate=width))
     else:
         probs = x.b * heads * x.s * kv_s
         ops += [
