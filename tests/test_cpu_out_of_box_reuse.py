@@ -1,14 +1,17 @@
 """benchmarks/cpu_out_of_box.py --reuse: a model change re-scored on saved measurements (a run and a
-machine record taken on a quiet machine, issue 36), with nothing re-run or re-measured."""
+machine record taken on a quiet machine, issue 36), with nothing re-run or re-measured; and the
+microbenchmark figures that fresh measurements of the machine disagree on, named."""
 
 from __future__ import annotations
 
+import copy
+import json
 import shutil
 from pathlib import Path
 
 import pytest
 
-from benchmarks.cpu_out_of_box import main
+from benchmarks.cpu_out_of_box import SPEED_KEYS, main, measured_figures, unsteady_figures
 from plancast.runtime.local_profile import machine_key
 
 DATA = Path(__file__).resolve().parent / "data" / "cpu_out_of_box"
@@ -59,3 +62,19 @@ def test_reuse_refuses_what_it_would_have_to_measure_or_run(
     assert message.startswith("--reuse: ")
     expected = "no saved measurement" if case == "another machine's record" else "no finished run of dp 2"
     assert expected in message
+
+
+def test_the_figures_fresh_measurements_disagree_on_are_named_widest_first() -> None:
+    record = json.loads((DATA / RECORD).read_text(encoding="utf-8"))
+    figures = measured_figures(record)
+    assert "link send 262144 B" in figures and "host.block_s.tp.3" in figures
+    assert not any(name.startswith(SPEED_KEYS) for name in figures)  # the machine's state: its own line
+    assert unsteady_figures([record, record]) == []  # one measurement twice: nothing moved
+    slower = copy.deepcopy(record)
+    slower["host"]["block_s"]["tp"]["3"] *= 1.5  # past the 25% that one figure may move a plan by
+    slower["host"]["optimizer_s"]["plain"]["8"] *= 1.2  # within it
+    slower["links"][0]["seconds"] *= 3.0
+    assert unsteady_figures([record, slower, record]) == [
+        ("link all_reduce 1024 B", pytest.approx(3.0)),
+        ("host.block_s.tp.3", pytest.approx(1.5)),
+    ]
