@@ -38,6 +38,7 @@ from typing import Any, NoReturn
 
 import tomli_w
 
+from benchmarks.cpu_records import record_notes
 from benchmarks.results_io import error_figures, write_result
 from plancast.runtime.local_profile import machine_key, record_reference
 from plancast.simulator.calibration.microbench import core_share
@@ -67,12 +68,16 @@ def _plancast(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[st
     return done
 
 
-def _scenario(folder: Path, name: str, plan: dict[str, Any]) -> Path:
+def scenario_data(plan: dict[str, Any]) -> dict[str, Any]:
     data = copy.deepcopy(BASE)
     data["parallelism"] = {k: v for k, v in plan.items() if not k.startswith("_")}
     data["training"]["global_batch_size"] = plan.get("_batch", 16)
+    return data
+
+
+def _scenario(folder: Path, name: str, plan: dict[str, Any]) -> Path:
     path = folder / (_stem(name) + ".toml")
-    path.write_text(tomli_w.dumps(data), encoding="utf-8")
+    path.write_text(tomli_w.dumps(scenario_data(plan)), encoding="utf-8")
     return path
 
 
@@ -99,43 +104,6 @@ def machine_record(cache: Path) -> dict[str, Any]:
         raise SystemExit(f"{cache} holds no microbenchmark record: `plancast simulate` did not measure")
     record: dict[str, Any] = json.loads(records[0].read_text(encoding="utf-8"))
     return record
-
-
-UNSTEADY_FIELDS = 1.25
-"""A microbenchmark figure whose fresh measurements lie more than 25% apart is named: the loop's
-per-plan target is a 25% error (issue 36), so one such figure can move a prediction by it alone."""
-SPEED_KEYS = ("speed_probe", "load_before", "cpu_share")  # the machine's state, reported on its own line
-
-
-def measured_figures(record: dict[str, Any]) -> dict[str, float]:
-    """A machine record's measured figures by a readable name (``link all_reduce 1024 B``,
-    ``host.block_s.tp.3``), the machine's state (SPEED_KEYS) and its description left out."""
-    figures: dict[str, float] = {}
-
-    def walk(value: Any, name: str) -> None:
-        if isinstance(value, dict):
-            for key, inner in value.items():
-                walk(inner, f"{name}.{key}" if name else str(key))
-        elif isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
-            figures[name] = float(value)
-
-    for key, value in record.items():
-        if key == "links" and isinstance(value, list):
-            for link in value:
-                if isinstance(link, dict):
-                    walk(link.get("seconds"), f"link {link.get('kind')} {link.get('bytes')} B")
-        elif key not in SPEED_KEYS and key not in ("world", "cores", "threads"):
-            walk(value, key)
-    return figures
-
-
-def unsteady_figures(records: list[dict[str, Any]], top: int = 6) -> list[tuple[str, float]]:
-    """The figures the fresh measurements disagree on by more than UNSTEADY_FIELDS (max / min), the
-    widest first, at most `top`: which microbenchmark moved a plan's prediction between measurements."""
-    figures = [measured_figures(r) for r in records]
-    shared = set.intersection(*(set(f) for f in figures)) if figures else set()
-    ratios = [(name, max(f[name] for f in figures) / min(f[name] for f in figures)) for name in shared]
-    return sorted((r for r in ratios if r[1] > UNSTEADY_FIELDS), key=lambda r: (-r[1], r[0]))[:top]
 
 
 def spread(values: list[float]) -> float:
@@ -303,12 +271,7 @@ def report(
             f"{_cells(name_runs, 'load_1min'):>4} {_cells(name_runs, 'core_share'):>5} "
             f"{_cells(name_runs, 'speed_probe_s', 1e3):>8} {'-' if moved is None else f'{moved:+.0%}':>5}"
         )
-    unsteady = unsteady_figures(records)
-    if unsteady:
-        print(
-            f"the {len(records)} measurements of the machine disagree most in: "
-            + ", ".join(f"{name} x{ratio:.2f}" for name, ratio in unsteady)
-        )
+    print("\n".join(record_notes(records, {name: scenario_data(PLANS[name]) for name in runs})))
     met = {v: verdict(v, errors[v], spreads[v], len(predictions)) for v in VARIANTS}
     ok = met["as measured"]
     if args.reuse is not None:

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.cpu_out_of_box import SPEED_KEYS, main, measured_figures, unsteady_figures
+from benchmarks.cpu_out_of_box import PLANS, main, scenario_data
+from benchmarks.cpu_records import SPEED_KEYS, measured_figures, moved_by, record_notes, unsteady_figures
 from plancast.runtime.local_profile import machine_key
 
 DATA = Path(__file__).resolve().parent / "data" / "cpu_out_of_box"
@@ -78,3 +79,17 @@ def test_the_figures_fresh_measurements_disagree_on_are_named_widest_first() -> 
         ("link all_reduce 1024 B", pytest.approx(3.0)),
         ("host.block_s.tp.3", pytest.approx(1.5)),
     ]
+
+
+def test_the_figure_group_that_moves_a_plan_between_measurements_is_found() -> None:
+    record = json.loads((DATA / RECORD).read_text(encoding="utf-8"))
+    slower = copy.deepcopy(record)
+    for layers in ("1", "3"):  # the DTensor block step measured 1.5x slower, nothing else
+        slower["host"]["block_s"]["tp"][layers] *= 1.5
+    tp, dp = scenario_data(PLANS["tp 2"]), scenario_data(PLANS["dp 2"])
+    group, low, high = moved_by(tp, [record, slower, record])[0]
+    assert group == "host.block_s" and low == 0 and high > 0.1  # from `record` (the median) and `slower`
+    assert all(low == high == 0 for _, low, high in moved_by(dp, [record, slower, record]))  # no tp block
+    notes = record_notes([record, slower], {"tp 2": tp})
+    assert "host.block_s.tp.3 x1.50" in notes[0] and notes[1].startswith("  tp 2: moved most by host.block_s")
+    assert record_notes([record], {"tp 2": tp}) == []  # one measurement: nothing to disagree
