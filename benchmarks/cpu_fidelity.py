@@ -16,7 +16,10 @@ calibration runs, and a plan's measured time is the median of its rounds' median
 Every run records the machine-speed probe (runtime/microbench_probe.py); the calibration normalises its
 runs to their median probe (runtime/calibrate.py), and each scored plan's error is printed twice: as
 measured, and with each round's step time brought to that probe's speed (x reference probe / the run's
-probe: the speed factor `plancast compare` applies, traces/contention.py).
+probe: the speed factor `plancast compare` applies, traces/contention.py). Beside them, each run's own
+step spread (10th to 90th percentile over the median) and the errors against each plan's fastest tenth
+of steps: how much of an error the machine's speed moving between steps can hold (a bound, not the
+score; traces/contention.STEADY_SPREAD).
 
 Run on a quiet machine: `python -m benchmarks.cpu_fidelity [--steps 24] [--rounds 3] [--out runs/fidelity]`
 (about 5 minutes a round on a 2-core machine).

@@ -10,7 +10,9 @@ shared machine they, not the model, decide the figure. Each error is printed twi
 with the run's measured core share and machine speed applied to each measurement's prediction, as
 `plancast compare` applies them (traces/contention.py; the speed probe of runtime/microbench_probe.py:
 the run's probe over the one its measurement of the machine ran). The adjusted spread is how far apart
-the fresh measurements put a plan once each is brought to one share and one speed.
+the fresh measurements put a plan once each is brought to one share and one speed. With more than one
+measurement it names the microbenchmark figures they disagree on and, per plan, the one that moves its
+prediction most (benchmarks/cpu_records.py).
 
 `python -m benchmarks.cpu_out_of_box [--steps 20] [--out runs/out-of-box] [--rounds 1] [--measurements 3]
 [--plans "dp 2" "tp 2"]` (a subset prints its figures but does not save them over the five plans')
