@@ -16,7 +16,10 @@ calibration runs, and a plan's measured time is the median of its rounds' median
 Every run records the machine-speed probe (runtime/microbench_probe.py); the calibration normalises its
 runs to their median probe (runtime/calibrate.py), and each scored plan's error is printed twice: as
 measured, and with each round's step time brought to that probe's speed (x reference probe / the run's
-probe: the speed factor `plancast compare` applies, traces/contention.py).
+probe: the speed factor `plancast compare` applies, traces/contention.py). Beside them, each run's own
+step spread (10th to 90th percentile over the median) and the errors against each plan's fastest tenth
+of steps: how much of an error the machine's speed moving between steps can hold (a bound, not the
+score; traces/contention.STEADY_SPREAD).
 
 Run on a quiet machine: `python -m benchmarks.cpu_fidelity [--steps 24] [--rounds 3] [--out runs/fidelity]`
 (about 5 minutes a round on a 2-core machine).
@@ -33,6 +36,7 @@ import os
 import shutil
 import statistics
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +53,7 @@ from plancast.simulator.cluster import Cluster
 from plancast.simulator.loader import parse_scenario, to_toml_dict
 from plancast.simulator.predict import simulate
 from plancast.simulator.scenario import Scenario
+from plancast.traces.contention import STEADY_SPREAD, step_spread
 from plancast.traces.store import RunDir, read_json
 
 BASE: dict[str, Any] = {
@@ -167,6 +172,11 @@ def core_wait_ms(run: Path) -> str:
     return ("-" if wait is None else f"{wait * 1e3:.1f}") + ("" if share is None else f"@{share:.2f}")
 
 
+def steps_spread(run: Path) -> dict[str, float] | None:
+    """The run's own scored steps' 10th and 90th percentile and spread (traces/contention.step_spread)."""
+    return step_spread(read_json(RunDir(run).measured_summary))
+
+
 def lowest_share(runs: dict[str, list[Path]]) -> float | None:
     """The smallest core share of the scored runs relative to what the plan's own ranks leave each other
     (traces/contention.py): how busy the machine got. A PP 4 plan's four ranks on two cores each run
@@ -181,6 +191,27 @@ def lowest_share(runs: dict[str, list[Path]]) -> float | None:
         if isinstance(share, float):
             shares.append(min(1.0, share / own))
     return min(shares, default=None)
+
+
+def print_noise(rows: list[tuple[Any, ...]], spreads: dict[str, list[dict[str, float]]]) -> None:
+    """How much of each error the runs' own step-to-step noise can hold: the runs whose steps spread
+    wider than STEADY_SPREAD, and the errors against each plan's fastest tenth of steps (the median of
+    its rounds' 10th percentiles): a bound on what a steadier machine would show, not the score."""
+    wide = sum(x["spread"] > STEADY_SPREAD for v in spreads.values() for x in v)
+    total = sum(len(v) for v in spreads.values())
+    fast = [r[3] / statistics.median(x["p10_s"] for x in spreads[r[0]]) - 1 for r in rows if spreads[r[0]]]
+    if not total or not fast:
+        return
+    print(
+        f"{wide} of {total} scored runs' own steps spread wider than {STEADY_SPREAD:.0%} (10th to 90th "
+        "percentile over the median: the machine's speed moved between steps, traces/contention.py); "
+        f"against their fastest tenth of steps (a bound, not the score): MAPE "
+        f"{statistics.fmean(map(abs, fast)):.1%}, worst {max(fast, key=abs):+.1%}"
+    )
+
+
+def _percents(values: Iterable[float]) -> str:
+    return " ".join(f"{v:.0%}" for v in values)
 
 
 def _finished(run: Path) -> bool:
@@ -246,6 +277,7 @@ def main(argv: list[str] | None = None) -> int:
     reference = runs_probe([run for name in CALIBRATION for run in runs[name]])
     rows = []
     waits: dict[str, str] = {}  # what the ranks waited for a core, per round: the machine's contention
+    spreads: dict[str, list[dict[str, float]]] = {}  # each round's own step spread (its median's noise)
     for name, plan in MATRIX.items():
         if not runs[name]:
             continue
@@ -261,20 +293,21 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(
             (name, per_round, measured, predicted, predicted / measured - 1, predicted / at_speed - 1)
         )
+        spreads[name] = [x for x in map(steps_spread, runs[name]) if x is not None]
         waits[name] = " ".join(core_wait_ms(run) for run in runs[name])
         violations = bound_violations(scenario.cluster.compute, share)
         if violations:
             print(f"{name}: parameters outside their bounds: {violations}")
     print(
         f"\n{'plan':22} {'measured s (rounds)':>26} {'median':>8} {'predicted s':>12} {'error':>8} "
-        f"{'at speed':>8} {'load at run':>12} {'core wait ms@share':>19}"
+        f"{'at speed':>8} {'load at run':>12} {'core wait ms@share':>19} {'steps p10-p90':>14}"
     )
     for name, per_round, measured, predicted, error, adjusted in rows:
         rounds = " ".join(f"{t:.3f}" for t in per_round)
         load = " ".join(f"{x:.1f}" for x in loads[name])
         print(
             f"{name:22} {rounds:>26} {measured:8.4f} {predicted:12.4f} {error:+8.1%} {adjusted:+8.1%} "
-            f"{load:>12} {waits[name]:>19}"
+            f"{load:>12} {waits[name]:>19} {_percents(x['spread'] for x in spreads[name]):>14}"
         )
     left_out = [name for name in MATRIX if not runs[name]]
     if left_out:
@@ -291,6 +324,7 @@ def main(argv: list[str] | None = None) -> int:
             f"at the calibration runs' speed (probe {reference['probe_s'] * 1e3:.2f} ms): MAPE "
             f"{statistics.fmean(map(abs, at_speed_errors)):.1%}, worst {max(at_speed_errors, key=abs):+.1%}"
         )
+    print_noise(rows, spreads)
     print(
         f"fitted parameters outside their bounds (core share {share:.2f}): "
         f"{bound_violations(result.cluster.compute, share) or 'none'}"

@@ -10,10 +10,18 @@ shared machine they, not the model, decide the figure. Each error is printed twi
 with the run's measured core share and machine speed applied to each measurement's prediction, as
 `plancast compare` applies them (traces/contention.py; the speed probe of runtime/microbench_probe.py:
 the run's probe over the one its measurement of the machine ran). The adjusted spread is how far apart
-the fresh measurements put a plan once each is brought to one share and one speed.
+the fresh measurements put a plan once each is brought to one share and one speed. With more than one
+measurement it names the microbenchmark figures they disagree on and, per plan, the one that moves its
+prediction most (benchmarks/cpu_records.py).
 
 `python -m benchmarks.cpu_out_of_box [--steps 20] [--out runs/out-of-box] [--rounds 1] [--measurements 3]
 [--plans "dp 2" "tp 2"]` (a subset prints its figures but does not save them over the five plans')
+
+`--reuse CACHE [CACHE ...]` re-scores the runs already in `--out` (its `round-*` folders) against saved
+machine measurements (the PLANCAST_CACHE_DIR folders a measured run printed), in their order: a change to
+the model is scored on the same measurements, with nothing re-run or re-measured (each cache is read from
+a copy, and a cache that would have to be measured again is refused). Re-scored figures are printed, not
+saved.
 """
 
 from __future__ import annotations
@@ -22,17 +30,19 @@ import argparse
 import copy
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import tomli_w
 
+from benchmarks.cpu_records import record_notes
 from benchmarks.results_io import error_figures, write_result
-from plancast.runtime.local_profile import record_reference
+from plancast.runtime.local_profile import machine_key, record_reference
 from plancast.simulator.calibration.microbench import core_share
 from plancast.traces.contention import contention, machine_speed, share_or_none
 
@@ -60,13 +70,21 @@ def _plancast(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[st
     return done
 
 
-def _scenario(folder: Path, name: str, plan: dict[str, Any]) -> Path:
+def scenario_data(plan: dict[str, Any]) -> dict[str, Any]:
     data = copy.deepcopy(BASE)
     data["parallelism"] = {k: v for k, v in plan.items() if not k.startswith("_")}
     data["training"]["global_batch_size"] = plan.get("_batch", 16)
-    path = folder / ("".join(c if c.isalnum() else "_" for c in name) + ".toml")
-    path.write_text(tomli_w.dumps(data), encoding="utf-8")
+    return data
+
+
+def _scenario(folder: Path, name: str, plan: dict[str, Any]) -> Path:
+    path = folder / (_stem(name) + ".toml")
+    path.write_text(tomli_w.dumps(scenario_data(plan)), encoding="utf-8")
     return path
+
+
+def _stem(name: str) -> str:
+    return "".join(c if c.isalnum() else "_" for c in name)
 
 
 def predict_all(folder: Path, cache: Path, plans: list[str]) -> dict[str, float]:
@@ -103,7 +121,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("runs/out-of-box"))
     parser.add_argument("--cache", type=Path, default=None, help="PLANCAST_CACHE_DIR (default: fresh ones)")
     parser.add_argument("--plans", nargs="+", choices=list(PLANS), default=list(PLANS), help="a subset")
+    parser.add_argument(
+        "--reuse", nargs="+", type=Path, default=None, metavar="CACHE", help="re-score --out's runs on these"
+    )
     args = parser.parse_args(argv)
+    if args.reuse is not None:
+        return rescore(args)
     args.out.mkdir(parents=True, exist_ok=True)
     caches = [args.cache] if args.cache else [Path(tempfile.mkdtemp(prefix="plancast-cache-"))]
     caches += [Path(tempfile.mkdtemp(prefix="plancast-cache-")) for _ in range(args.measurements - 1)]
@@ -126,6 +149,46 @@ def main(argv: list[str] | None = None) -> int:
             f"samples (the reference), {around_ms:.2f} ms around the phases"
         )
     return report(predictions, records, runs, args)
+
+
+def rescore(args: argparse.Namespace) -> int:
+    """--reuse: each saved cache's predictions (simulated on a copy of it) against --out's saved runs."""
+    key = machine_key()  # hostname, CPU, cores, torch: another machine's record would be measured again
+    missing = [str(c / key) for c in args.reuse if not any((c / key).glob("*.json"))]
+    missing += [str(args.out / "round-0")] if not (args.out / "round-0").is_dir() else []
+    if missing:
+        _refuse(f"no saved measurement in {', '.join(missing)}: give a measured run's caches and --out")
+    predictions, records = [], []
+    for cache in args.reuse:
+        with tempfile.TemporaryDirectory(prefix="plancast-rescore-") as scratch:
+            copy_ = Path(scratch) / "cache"  # simulate may write to its cache: never to the saved one
+            shutil.copytree(cache, copy_)
+            before = sorted(copy_.glob("*/*.json"))
+            predictions.append(predict_all(Path(scratch), copy_, args.plans))
+            if sorted(copy_.glob("*/*.json")) != before:
+                _refuse(f"{cache} holds no record of these plans' shape: it was measured again, not reused")
+            records.append(machine_record(copy_))
+        print(f"re-scored on {cache}")
+    return report(predictions, records, saved_runs(args.out, args.plans), args)
+
+
+def _refuse(message: str) -> NoReturn:
+    print(f"--reuse: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def saved_runs(out: Path, plans: list[str]) -> dict[str, list[dict[str, Any]]]:
+    """Every plan's finished runs under `out`'s round-* folders (run_all's layout), load not recorded."""
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in plans}
+    for folder in sorted(out.glob("round-*")):
+        for name in plans:
+            summary = folder / _stem(name) / "measured" / "summary.json"
+            if summary.is_file() and summary.stat().st_size < 1 << 20:  # a summary is a few KiB
+                runs[name].append(json.loads(summary.read_text(encoding="utf-8")))
+    empty = [name for name, found in runs.items() if not found]
+    if empty:
+        _refuse(f"{out} holds no finished run of {', '.join(empty)}: leave those out with --plans")
+    return runs
 
 
 def run_all(args: argparse.Namespace, env: dict[str, str]) -> dict[str, list[dict[str, Any]]]:
@@ -210,8 +273,12 @@ def report(
             f"{_cells(name_runs, 'load_1min'):>4} {_cells(name_runs, 'core_share'):>5} "
             f"{_cells(name_runs, 'speed_probe_s', 1e3):>8} {'-' if moved is None else f'{moved:+.0%}':>5}"
         )
+    print("\n".join(record_notes(records, {name: scenario_data(PLANS[name]) for name in runs})))
     met = {v: verdict(v, errors[v], spreads[v], len(predictions)) for v in VARIANTS}
     ok = met["as measured"]
+    if args.reuse is not None:
+        print("re-scored saved runs: figures not saved")
+        return 0 if ok else 1
     if args.plans != list(PLANS):
         print("a subset of the plans: figures not saved")
         return 0 if ok else 1

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from plancast.traces.checkpoints import checkpoint_components
-from plancast.traces.contention import contention, few_steps, machine_speed, share_or_none
+from plancast.traces.contention import contention, few_steps, machine_speed, share_or_none, unsteady_steps
 from plancast.traces.reconcile import reconcile, to_summary
 from plancast.traces.store import (
     RunDir,
@@ -78,7 +78,8 @@ def compare_run_dir(
         share_or_none((measured_summary or {}).get("core_share_own")),
         summary["speed_factor"],
     )
-    summary["warnings"] = [w for w in [few_steps(len(summary["scored_steps"]))] if w]
+    steps = few_steps(len(summary["scored_steps"])), unsteady_steps(measured_summary)
+    summary["warnings"] = [w for w in steps if w]
     checkpoints = optional_json(run.measured_dir / "checkpoints.json", problems)
     summary["components"] += checkpoint_components((predicted_summary or {}).get("checkpoint"), checkpoints)
     run.compare_dir.mkdir(parents=True, exist_ok=True)
@@ -114,9 +115,7 @@ def measured_core_wait(
     return float(wait)
 
 
-def measured_share(
-    measured_summary: dict[str, Any] | None, path: Path, problems: list[str]
-) -> float | None:
+def measured_share(measured_summary: dict[str, Any] | None, path: Path, problems: list[str]) -> float | None:
     """The run's core share (runtime/worker.py), where recorded; one not in (0, 1] is a problem."""
     raw = (measured_summary or {}).get("core_share")
     share = share_or_none(raw)

@@ -37,6 +37,7 @@ factor describes it.
 from __future__ import annotations
 
 import math
+import statistics
 from typing import Any
 
 BUSY_SHARE = 0.8
@@ -52,6 +53,13 @@ target for one plan's prediction across fresh measurements of the machine (issue
 speed that moved more than that during the run is not known well enough to score the model. The probe
 itself repeats within 3% on this project's VM at core shares 0.33-1.0 (microbench_probe.py)."""
 SPEED_CHANGED_LABEL = "machine speed changed during the run"
+STEADY_SPREAD = 0.16
+"""The widest spread of a run's own scored steps (10th to 90th percentile, over their median) that can
+still test the model to +-8%, the CPU loop's MAPE target (issue 36). On this project's VM, with nothing
+else running (2026-11-27 20:56-21:04 UTC, benchmarks/cpu_fidelity.py), 22 of 23 runs spread wider:
+21-79%, in waves of ~10 steps in which the compute spans stretch together (per step, forward vs
+backward: correlation 0.6-0.9 in the unsteady runs), the host's other guests slowing the cores between
+the speed probes (docs/accuracy.md)."""
 
 
 def share_or_none(value: Any) -> float | None:
@@ -166,6 +174,32 @@ def few_steps(scored_steps: int) -> str | None:
         f"only {scored_steps} measured step(s) after warm-up; the median of fewer than "
         f"{MIN_SCORED_STEPS} is one or two samples of a step time that varies by tens of percent on a "
         f"shared machine: run more (--steps {MIN_SCORED_STEPS + 1} or more) before judging the model"
+    )
+
+
+def step_spread(measured_summary: dict[str, Any] | None) -> dict[str, float] | None:
+    """The 10th and 90th percentile of the run's scored steps (after ``warmup_steps``) and their spread
+    over the median, or None with fewer than 10 scored steps (a decile needs ten)."""
+    summary = measured_summary or {}
+    times, warmup = summary.get("step_times_s"), summary.get("warmup_steps", 1)
+    if not isinstance(times, list) or not isinstance(warmup, int) or isinstance(warmup, bool):
+        return None
+    scored = [float(t) for t in times[warmup:] if probe_or_none(t) is not None]
+    if len(scored) < 10:
+        return None
+    deciles, median = statistics.quantiles(scored, n=10), statistics.median(scored)
+    return {"p10_s": deciles[0], "p90_s": deciles[-1], "spread": (deciles[-1] - deciles[0]) / median}
+
+
+def unsteady_steps(measured_summary: dict[str, Any] | None) -> str | None:
+    """A warning where the run's own steps spread wider than STEADY_SPREAD, else None."""
+    spread = step_spread(measured_summary)
+    if spread is None or spread["spread"] <= STEADY_SPREAD:
+        return None
+    return (
+        f"the run's own steps spread {spread['spread']:.0%} of their median (10th to 90th percentile: "
+        f"{spread['p10_s']:.4g} to {spread['p90_s']:.4g} s), more than the {STEADY_SPREAD:.0%} that can test "
+        "a prediction to 8%: the machine's speed moved between steps; compare with the fast steps too"
     )
 
 

@@ -1,7 +1,10 @@
 """traces/contention.py: the measured core share applied to the prediction, the busy flag and the
-few-steps warning, as exact cases."""
+few-steps and unsteady-steps warnings, as exact cases."""
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import pytest
 
@@ -9,12 +12,17 @@ from plancast.traces.contention import (
     BUSY_LABEL,
     MIN_SCORED_STEPS,
     SPEED_CHANGED_LABEL,
+    STEADY_SPREAD,
     contention,
     few_steps,
     machine_speed,
     speed_verdict,
+    step_spread,
+    unsteady_steps,
     verdict,
 )
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "cpu_out_of_box"
 
 
 @pytest.mark.parametrize(
@@ -154,3 +162,38 @@ def test_the_share_verdict_names_the_speed_when_it_was_applied() -> None:
     summary = machine_speed(probed(1.2, 1.2), {"probe_s": 1.0, "workload": WORKLOAD})
     line = verdict(summary | contention(1.0, 1.1, 0.95, 1.0, None, summary["speed_factor"]))
     assert line is not None and "at the measured share and speed" in line
+
+
+WAVES = [0.05, 0.05, 0.06, 0.075, 0.08, 0.075, 0.06, 0.05, 0.05, 0.06, 0.075, 0.08]  # +-25% around 0.06
+
+
+@pytest.mark.parametrize(
+    ("step_times_s", "warmup", "spread", "warned"),
+    [
+        ([9.0] + [0.05] * 12, 1, 0.0, False),  # a slow warm-up step is not scored
+        ([0.05, *WAVES], 1, (0.08 - 0.05) / 0.06, True),  # waves of machine speed: p10 0.05, p90 0.08
+        ([0.05, *WAVES[:9]], 1, None, False),  # nine scored steps: no decile
+        ([0.05, *WAVES[:6], "x", *WAVES[6:]], 1, (0.08 - 0.05) / 0.06, True),  # a damaged entry left out
+        ([0.05, *[0.05, 0.0505, 0.0495] * 4], 1, None, False),  # +-1%: steady
+    ],
+)
+def test_a_run_whose_own_steps_spread_wide_is_said_to_be_unsteady(
+    step_times_s: list[object], warmup: int, spread: float | None, warned: bool
+) -> None:
+    summary = {"step_times_s": step_times_s, "warmup_steps": warmup}
+    found = step_spread(summary)
+    if spread is not None:
+        assert found is not None and found["spread"] == pytest.approx(spread)
+    warning = unsteady_steps(summary)
+    assert (warning is not None) is warned
+    if warned:
+        assert warning is not None and f"{STEADY_SPREAD:.0%}" in warning and "0.05 to 0.08 s" in warning
+
+
+def test_a_recorded_quiet_run_is_steady_enough() -> None:
+    """dp 2 on this project's VM with nothing else running (benchmarks/cpu_out_of_box.py, 21:05 UTC):
+    its steps spread 11% (45.2 to 50.4 ms), inside STEADY_SPREAD."""
+    summary = json.loads((DATA / "dp_2_summary.json").read_text(encoding="utf-8"))
+    found = step_spread(summary)
+    assert found is not None and found["spread"] == pytest.approx(0.108, abs=0.001)
+    assert unsteady_steps(summary) is None
