@@ -253,6 +253,31 @@ class Estimator:
             acts += loss_bytes_per_logit(self.base) * logits
         return self._model_states(plan) + acts
 
+    def states_at(self, template: Plan, zero: int) -> float:
+        """`_model_states` of `template` under ZeRO stage `zero`: the cache read by its key, without
+        building the plan unless it is missing (a sweep asks for every stage of each group)."""
+        key = (*degrees(template)[:6], zero, *degrees(template)[7:])
+        cached = self._states.get(key)
+        return self._model_states(replace(template, zero_stage=zero)) if cached is None else cached
+
+    def activations_at(self, template: Plan, recompute: str, zero: int) -> tuple[float, float]:
+        """`_activations` of `template` under `recompute` and ZeRO stage `zero`, read as `states_at`."""
+        t = template
+        key = (
+            t.tp,
+            t.micro_batch_size,
+            t.sequence_parallel,
+            recompute,
+            t.ep,
+            t.cp,
+            t.dp > 1 and zero >= 2,
+            t.etp,
+        )
+        cached = self._acts.get(key)
+        if cached is None:
+            cached = self._activations(replace(template, recompute=recompute, zero_stage=zero))
+        return cached
+
     def _activations(self, plan: Plan) -> tuple[float, float]:
         """(`Layer.act_bytes`, `Layer.full_act_bytes`): the same for every dispatcher and overlap, and
         worked out without the layer's segment costs, so that the memory check prices no layer."""
