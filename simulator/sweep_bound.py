@@ -28,7 +28,7 @@ from plancast.simulator.costs.optimizer import optimizer_memory_s
 from plancast.simulator.costs.params import chunk_tensor_bytes, rank_parameters
 from plancast.simulator.costs.tp_comm import ddp_bucket_bytes
 from plancast.simulator.engine.plan import Topology, p2p_bytes
-from plancast.simulator.schedules import Schedule, build_schedule, splits_backward
+from plancast.simulator.schedules import SCHEDULES, Schedule, build_schedule, splits_backward
 from plancast.simulator.sweep_axes import Plan
 from plancast.simulator.sweep_chain import (
     Compute,
@@ -70,7 +70,7 @@ class Bound:
     _replays: dict[tuple[object, ...], Replay] = field(default_factory=dict)
     _optimizer: dict[tuple[int, ...], float] = field(default_factory=dict)
     _schedules: dict[tuple[str, int, int, int], Schedule] = field(default_factory=dict)
-    _gathers: dict[tuple[object, ...], tuple[dict[int, tuple[int, int]], ...]] = field(default_factory=dict)
+    _gathers: dict[tuple[object, ...], tuple[dict[int, tuple[int, int]]]] = field(default_factory=dict)
     _block_gather: dict[tuple[int, ...], float] = field(default_factory=dict)
     _units_cache: dict[tuple[object, ...], tuple[tuple[float, float], ...]] = field(default_factory=dict)
     _bucket_cache: dict[tuple[object, ...], tuple[tuple[tuple[int, ...], tuple[float, ...]], ...]] = field(
@@ -137,15 +137,16 @@ class Bound:
             for stage, (gather, scatter) in zip(plan.first_rank_stages(), per_stage, strict=True)
         )
 
-    def _gather_counts(
-        self, plan: Plan, m: int, zero3: bool = False
-    ) -> tuple[dict[int, tuple[int, int]], ...]:
-        """Per rank, `gather_counts` of its schedule (ZeRO-2 unless `zero3`), once per schedule shape."""
+    def _gather_counts(self, plan: Plan, m: int, zero3: bool = False) -> tuple[dict[int, tuple[int, int]]]:
+        """The first rank's `gather_counts` (ZeRO-2 unless `zero3`), once per schedule shape: its actions
+        alone are built (a pp-th of the schedule) unless the whole schedule is at hand."""
         key = (plan.schedule, plan.pp, m, plan.virtual_stages, zero3, plan.recompute == "full")
         cached = self._gathers.get(key)
         if cached is None:
-            sched = self._schedule(plan, m)
-            cached = self._gathers[key] = tuple(gather_counts(actions, zero3, key[5]) for actions in sched)
+            built = self._schedules.get((plan.schedule, plan.pp, m, plan.virtual_stages))
+            rules = SCHEDULES[plan.schedule]  # type: ignore[index]
+            actions = built[0] if built else rules.build(0, plan.pp, m, plan.virtual_stages)
+            cached = self._gathers[key] = (gather_counts(actions, zero3, key[5]),)
         return cached
 
     def _unit_collectives(self, plan: Plan, split: tuple[int, ...]) -> tuple[tuple[float, float], ...]:
@@ -319,7 +320,7 @@ class Bound:
             ranks = None
             if waits and plan.zero_stage == 3:  # every pass gathers
                 times = gather_waits(times, split, self._block_gather_s(plan))
-            elif waits:  # ZeRO-2: the passes that gather, from each rank's schedule
+            elif waits:  # ZeRO-2: the first rank's passes that gather, from its schedule
                 ranks = rank_waits(self._gather_counts(plan, m), split, self._block_gather_s(plan))
             cached = self._compute[key] = chain_bound(
                 times, plan.pp, m, plan.schedule, self._hop_s(plan), plan.holders(), ranks
