@@ -28,7 +28,7 @@ from plancast.simulator.costs.optimizer import optimizer_memory_s
 from plancast.simulator.costs.params import chunk_tensor_bytes, rank_parameters
 from plancast.simulator.costs.tp_comm import ddp_bucket_bytes
 from plancast.simulator.engine.plan import Topology, p2p_bytes
-from plancast.simulator.schedules import SCHEDULES, Schedule, build_schedule, splits_backward
+from plancast.simulator.schedules import Schedule, build_schedule, splits_backward
 from plancast.simulator.sweep_axes import Plan
 from plancast.simulator.sweep_chain import (
     Compute,
@@ -144,8 +144,7 @@ class Bound:
         cached = self._gathers.get(key)
         if cached is None:
             built = self._schedules.get((plan.schedule, plan.pp, m, plan.virtual_stages))
-            rules = SCHEDULES[plan.schedule]  # type: ignore[index]
-            actions = built[0] if built else rules.build(0, plan.pp, m, plan.virtual_stages)
+            actions = built[0] if built else self.est.first_rank_actions(plan, m)
             cached = self._gathers[key] = (gather_counts(actions, zero3, key[5]),)
         return cached
 
