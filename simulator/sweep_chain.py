@@ -145,8 +145,8 @@ def chain_bound(
     on ranks 0..pp-1 in the loop and the V placement alike, so the forward and cool-down chains through
     them hold for both; a V rank's last backward is on its first chunk (its second chunk's backward of
     that micro-batch precedes it), so the cool-down from it runs through stages r-1..0 as in the loop.
-    `waits`: per rank, time its forward and backward passes spend waiting beyond `times` (ZeRO-2's
-    gathers, sweep_fsdp.rank_waits), added to its work."""
+    `waits`: per rank from the first (the ranks past its end: none), time its forward and backward passes
+    spend waiting beyond `times` (ZeRO-2's gathers, sweep_fsdp.rank_waits), added to its work."""
     split = splits_backward(schedule)  # type: ignore[arg-type]
     owner = holders or tuple(v % pp for v in range(len(times)))
     work, weights = [0.0] * pp, [0.0] * pp

@@ -257,7 +257,8 @@ class Estimator:
     def states_at(self, template: Plan, zero: int) -> float:
         """`_model_states` of `template` under ZeRO stage `zero`: the cache read by its key, without
         building the plan unless it is missing (a sweep asks for every stage of each group)."""
-        key = (*degrees(template)[:6], zero, *degrees(template)[7:])
+        d = degrees(template)
+        key = (*d[:6], zero, *d[7:])
         cached = self._states.get(key)
         return self._model_states(replace(template, zero_stage=zero)) if cached is None else cached
 

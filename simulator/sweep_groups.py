@@ -77,14 +77,17 @@ def member_memories(est: Estimator, template: Plan, below: list[tuple[str, int]]
     if template.pp * template.virtual_stages == 1 or template.v_shape:
         logits = template.micro_batch_size * t.seq_len / template.cp * base.model.vocab_size / template.tp
         loss = loss_bytes_per_logit(base) * logits
+    states: dict[int, float] = {}  # per ZeRO stage
     out = []
     for rc, zero in below:
+        if zero not in states:
+            states[zero] = est.states_at(template, zero)
         act_bytes, full_act_bytes = est.activations_at(template, rc, zero)
         rebuilt = rebuilds_a_block(rc, t.selective_recompute, moe=base.model.is_moe)
         acts = inflight * act_bytes + (full_act_bytes if rebuilt else 0.0)
         if loss is not None:
             acts += loss
-        out.append(est.states_at(template, zero) + acts)
+        out.append(states[zero] + acts)
     return out
 
 
@@ -214,7 +217,8 @@ class Grouper:
     def _after(self, template: Plan, zero: int) -> float:
         """`Bound.after_passes_s` of `template` under ZeRO stage `zero`: it depends on the plan's degrees
         alone (its optimizer and dp caches are keyed by them), so once per degrees."""
-        key = (*degrees(template)[:6], zero, *degrees(template)[7:])
+        d = degrees(template)
+        key = (*d[:6], zero, *d[7:])
         cached = self._afters.get(key)
         if cached is None:
             cached = self._afters[key] = self.bound.after_passes_s(replace(template, zero_stage=zero))
