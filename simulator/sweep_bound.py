@@ -28,14 +28,13 @@ from plancast.simulator.costs.optimizer import optimizer_memory_s
 from plancast.simulator.costs.params import chunk_tensor_bytes, rank_parameters
 from plancast.simulator.costs.tp_comm import ddp_bucket_bytes
 from plancast.simulator.engine.plan import Topology, p2p_bytes
-from plancast.simulator.schedules import Action, Schedule, build_schedule, splits_backward
+from plancast.simulator.schedules import Schedule, build_schedule, splits_backward
 from plancast.simulator.sweep_axes import Plan
 from plancast.simulator.sweep_chain import (
     Compute,
     FsdpUnits,
     Replay,
     StageTimes,
-    StageUnits,
     action_seconds,
     chain_bound,
     overlapped_s,
@@ -43,6 +42,13 @@ from plancast.simulator.sweep_chain import (
     stage_times,
 )
 from plancast.simulator.sweep_estimate import Estimator, degrees, layer_key
+from plancast.simulator.sweep_fsdp import (
+    block_gather_s,
+    fsdp_units,
+    gather_counts,
+    gather_waits,
+    rank_waits,
+)
 
 _built = lru_cache(maxsize=256)(build_schedule)
 """Pure-function memoisation (as engine/plan.py's `_schedule`): a worker refining plans one task at a
@@ -64,6 +70,8 @@ class Bound:
     _replays: dict[tuple[object, ...], Replay] = field(default_factory=dict)
     _optimizer: dict[tuple[int, ...], float] = field(default_factory=dict)
     _schedules: dict[tuple[str, int, int, int], Schedule] = field(default_factory=dict)
+    _gathers: dict[tuple[object, ...], tuple[dict[int, tuple[int, int]]]] = field(default_factory=dict)
+    _block_gather: dict[tuple[int, ...], float] = field(default_factory=dict)
     _units_cache: dict[tuple[object, ...], tuple[tuple[float, float], ...]] = field(default_factory=dict)
     _bucket_cache: dict[tuple[object, ...], tuple[tuple[tuple[int, ...], tuple[float, ...]], ...]] = field(
         default_factory=dict
@@ -122,12 +130,23 @@ class Bound:
         """ZeRO-2/3: the first rank's gathers and reduce-scatters one after another, each unit apart
         (`_unit_collectives`), gathers counted by walking the schedule through the units' state as the
         engine does (units.py FsdpState)."""
-        counts = gather_passes(self._schedule(plan, m)[0], zero == 3, plan.recompute == "full")
+        counts = {s: f + b for s, (f, b) in self._gather_counts(plan, m, zero == 3)[0].items()}
         per_stage = self._unit_collectives(plan, split)
         return sum(
             counts.get(stage, 0) * gather + m * scatter
             for stage, (gather, scatter) in zip(plan.first_rank_stages(), per_stage, strict=True)
         )
+
+    def _gather_counts(self, plan: Plan, m: int, zero3: bool = False) -> tuple[dict[int, tuple[int, int]]]:
+        """The first rank's `gather_counts` (ZeRO-2 unless `zero3`), once per schedule shape: its actions
+        alone are built (a pp-th of the schedule) unless the whole schedule is at hand."""
+        key = (plan.schedule, plan.pp, m, plan.virtual_stages, zero3, plan.recompute == "full")
+        cached = self._gathers.get(key)
+        if cached is None:
+            built = self._schedules.get((plan.schedule, plan.pp, m, plan.virtual_stages))
+            actions = built[0] if built else self.est.first_rank_actions(plan, m)
+            cached = self._gathers[key] = (gather_counts(actions, zero3, key[5]),)
+        return cached
 
     def _unit_collectives(self, plan: Plan, split: tuple[int, ...]) -> tuple[tuple[float, float], ...]:
         """Per chunk of the first rank, one pass's all-gathers and reduce-scatters of its FSDP units, each
@@ -159,54 +178,8 @@ class Bound:
         return cached
 
     def _fsdp_units(self, plan: Plan, split: tuple[int, ...]) -> FsdpUnits | None:
-        """The plan's FSDP units per stage (simulator/units.py, dp_plan; its pass shares from the stage's
-        own segment times), or None for DeepSpeed, whose blocks split into more units."""
-        base = self.est.base
-        par = base.parallelism
-        if par.framework == "deepspeed":
-            return None
-        s = plan.apply(base)
-        host = HostCosts.of(s).dp_collective_s
-        levels = self.est.dp_levels(plan)
-        algorithm = par.zero_collective_algorithm or "hierarchical"
-        dtype = DTYPE_BYTES[base.training.dtype]
-        scale = DTYPE_BYTES[s.fsdp_reduce_dtype] / dtype
-        ones = chunk_tensor_bytes(
-            base.model, plan.tp, layers=1, has_embedding=False, has_head=False, dtype_bytes=1
-        )
-        layer_bytes = float(sum(ones)) * dtype
-        seg = self.est.layer(plan).segments
-        stages, start = [], 0
-        for v, n in enumerate(split):
-            first, last = v == 0, v == len(split) - 1
-            tensors = chunk_tensor_bytes(
-                base.model, plan.tp, layers=n, has_embedding=first, has_head=last, first_layer=start
-            )
-            root = first or last
-            sizes = ([float(sum(tensors)) / 4 * dtype - n * layer_bytes] if root else []) + [layer_bytes] * n
-            weights = []
-            for prefix, index in ((seg.compute_forward_s, 0), (seg.compute_backward_s, 1)):
-                own = (seg.embedding_compute[index] if first else 0.0) + (
-                    seg.head_compute[index] if last else 0.0
-                )
-                block = prefix[start + 1] - prefix[start] if n else 0.0
-                total = (own if root else 0.0) + n * block or 1.0
-                weights.append(tuple(([own / total] if root else []) + [block / total] * n))
-            stages.append(
-                StageUnits(
-                    tuple(_one(levels, "all_gather", b, algorithm) + host if b > 0 else 0.0 for b in sizes),
-                    tuple(_one(levels, "reduce_scatter", b * scale, algorithm) + host for b in sizes),
-                    weights[0],
-                    weights[1],
-                    root,
-                )
-            )
-            start += n
-        ahead = 1 if par.overlap_param_gather else 0
-        backward_ahead = 0 if par.fsdp_backward_prefetch == "post" else ahead
-        return FsdpUnits(
-            tuple(stages), plan.zero_stage == 3, ahead, backward_ahead, bool(par.overlap_grad_reduce)
-        )
+        """sweep_fsdp.fsdp_units of the plan, from the estimator's per-layer costs and dp group."""
+        return fsdp_units(self.est.base, plan, split, self.est.dp_levels(plan), self.est.layer(plan).segments)
 
     def _replay(self, plan: Plan, m: int, split: tuple[int, ...]) -> Replay:
         key = (
@@ -328,19 +301,37 @@ class Bound:
                 drained = c.final_backward_start_s + c.final_backward_s + all_s
             return max(c.other_ranks_s, max(c.first_rank_s, drained) + opt + broadcast_s)
         gather_s, scatter_s = dp
-        gathers = (2 + (plan.recompute == "full")) * m if zero == 3 else 1
-        stream = gathers * gather_s + m * scatter_s
+        if zero == 3:  # every forward, recompute and backward gathers (sweep_fsdp.gather_passes)
+            stream = (2 + (plan.recompute == "full")) * m * gather_s + m * scatter_s
+        else:  # ZeRO-2 gathers again after each backward: counted on the first rank's schedule
+            stream = self._fsdp_stream(plan, m, split, zero)
         return max(c.other_ranks_s, max(c.first_rank_s, stream) + opt)
 
     # ------------------------------------------------------------------------------------- compute
     def _compute_part(self, plan: Plan, m: int, split: tuple[int, ...]) -> Compute:
-        key = (*layer_key(plan), _units(plan), plan.pp, plan.virtual_stages, plan.schedule, m, split)
+        # DeepSpeed's first unit of a block is one GEMM's weights: no block-sized wait (sweep_fsdp.py)
+        waits = _units(plan) and self.est.base.parallelism.framework != "deepspeed"
+        key = (*layer_key(plan), _units(plan), plan.pp, plan.virtual_stages, plan.schedule, m, split,
+               (plan.dp, plan.zero_stage) if waits else 0)  # fmt: skip
         cached = self._compute.get(key)
         if cached is None:
             times = stage_times(self.est.layer(plan).segments, split, units=_units(plan))
+            ranks = None
+            if waits and plan.zero_stage == 3:  # every pass gathers
+                times = gather_waits(times, split, self._block_gather_s(plan))
+            elif waits:  # ZeRO-2: the first rank's passes that gather, from its schedule
+                ranks = rank_waits(self._gather_counts(plan, m), split, self._block_gather_s(plan))
             cached = self._compute[key] = chain_bound(
-                times, plan.pp, m, plan.schedule, self._hop_s(plan), plan.holders()
+                times, plan.pp, m, plan.schedule, self._hop_s(plan), plan.holders(), ranks
             )
+        return cached
+
+    def _block_gather_s(self, plan: Plan) -> float:
+        """One block unit's all-gather with its host cost, as `_fsdp_units` prices it."""
+        key = degrees(plan)
+        cached = self._block_gather.get(key)
+        if cached is None:
+            cached = self._block_gather[key] = block_gather_s(self.est.base, plan, self.est.dp_levels(plan))
         return cached
 
     def _hop_s(self, plan: Plan) -> float:
@@ -401,24 +392,6 @@ class Bound:
         # priced apart, as `_fsdp_stream` prices it: its own latency counts, not only its bytes.
         per_chunk = self._unit_collectives(plan, split)
         return sum(g for g, _ in per_chunk), sum(r for _, r in per_chunk)
-
-
-def gather_passes(actions: tuple[Action, ...], zero3: bool, recompute_full: bool) -> dict[int, int]:
-    """Per stage of one rank's schedule, how many of its passes gather the stage's units: ZeRO-3
-    reshards after every forward, so each forward, recompute and backward gathers; ZeRO-2 keeps them
-    from a forward until the next backward, so a pass gathers after a backward or at the start
-    (units.py FsdpState: backward() resets the state)."""
-    counts: dict[int, int] = {}
-    gathered: dict[int, bool] = {}
-    for a in actions:
-        if a.kind == "W":
-            continue
-        passes = ["F"] if a.kind == "F" else (["F", "B"] if recompute_full else ["B"])
-        for kind in passes:
-            if not gathered.get(a.stage, False):
-                counts[a.stage] = counts.get(a.stage, 0) + 1
-            gathered[a.stage] = False if kind == "B" else not zero3
-    return counts
 
 
 def _units(plan: Plan) -> bool:

@@ -137,19 +137,24 @@ def chain_bound(
     schedule: str,
     hop_s: float,
     holders: tuple[int, ...] | None = None,
+    waits: tuple[float, ...] | None = None,
 ) -> Compute:
     """The compute part of the bound over a plan's per-stage times (see the module docstring). Under a
     split backward the first stage's B is empty and its W is the whole backward (costs/stage.py).
     `holders`: per stage, its pipeline rank (default the loop placement, stage % pp). Stages 0..pp-1 sit
     on ranks 0..pp-1 in the loop and the V placement alike, so the forward and cool-down chains through
     them hold for both; a V rank's last backward is on its first chunk (its second chunk's backward of
-    that micro-batch precedes it), so the cool-down from it runs through stages r-1..0 as in the loop."""
+    that micro-batch precedes it), so the cool-down from it runs through stages r-1..0 as in the loop.
+    `waits`: per rank from the first (the ranks past its end: none), time its forward and backward passes
+    spend waiting beyond `times` (ZeRO-2's gathers, sweep_fsdp.rank_waits), added to its work."""
     split = splits_backward(schedule)  # type: ignore[arg-type]
     owner = holders or tuple(v % pp for v in range(len(times)))
     work, weights = [0.0] * pp, [0.0] * pp
     for v, st in enumerate(times):
         work[owner[v]] += m * st.total_s
         weights[owner[v]] += m * (st.backward_weight_s + (st.backward_input_s if v == 0 else 0.0))
+    for r, wait in enumerate(waits or ()):
+        work[r] += wait
     other = first = work[0]
     into = cool = 0.0
     for r in range(1, pp):

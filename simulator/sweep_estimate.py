@@ -24,7 +24,7 @@ from plancast.simulator.costs.stage import Segment, ep_overlapped, stage_costs
 from plancast.simulator.engine import Topology
 from plancast.simulator.mesh import RankGrid, span_tier
 from plancast.simulator.scenario import Scenario
-from plancast.simulator.schedules import SCHEDULES
+from plancast.simulator.schedules import SCHEDULES, Action
 from plancast.simulator.sweep_axes import Plan
 from plancast.simulator.sweep_segments import SegmentTimes, segment_passes, segment_times
 
@@ -93,6 +93,7 @@ class Estimator:
     _inflight: dict[tuple[object, ...], int] = field(default_factory=dict)
     _acts: dict[tuple[object, ...], tuple[float, float]] = field(default_factory=dict)
     _raw: dict[LayerKey, tuple[Segment, ...]] = field(default_factory=dict)
+    _first_actions: dict[tuple[str, int, int, int], tuple[Action, ...]] = field(default_factory=dict)
 
     def split(self, plan: Plan) -> tuple[int, ...]:
         """The plan's blocks per virtual stage (Plan.layer_split)."""
@@ -255,6 +256,32 @@ class Estimator:
             acts += loss_bytes_per_logit(self.base, plan.tp) * logits
         return self._model_states(plan) + acts
 
+    def states_at(self, template: Plan, zero: int) -> float:
+        """`_model_states` of `template` under ZeRO stage `zero`: the cache read by its key, without
+        building the plan unless it is missing (a sweep asks for every stage of each group)."""
+        d = degrees(template)
+        key = (*d[:6], zero, *d[7:])
+        cached = self._states.get(key)
+        return self._model_states(replace(template, zero_stage=zero)) if cached is None else cached
+
+    def activations_at(self, template: Plan, recompute: str, zero: int) -> tuple[float, float]:
+        """`_activations` of `template` under `recompute` and ZeRO stage `zero`, read as `states_at`."""
+        t = template
+        key = (
+            t.tp,
+            t.micro_batch_size,
+            t.sequence_parallel,
+            recompute,
+            t.ep,
+            t.cp,
+            t.dp > 1 and zero >= 2,
+            t.etp,
+        )
+        cached = self._acts.get(key)
+        if cached is None:
+            cached = self._activations(replace(template, recompute=recompute, zero_stage=zero))
+        return cached
+
     def _activations(self, plan: Plan) -> tuple[float, float]:
         """(`Layer.act_bytes`, `Layer.full_act_bytes`): the same for every dispatcher and overlap, and
         worked out without the layer's segment costs, so that the memory check prices no layer."""
@@ -280,8 +307,18 @@ class Estimator:
         key = (plan.schedule, plan.pp, m, chunk_layers)
         cached = self._inflight.get(key)
         if cached is None:
-            actions = SCHEDULES[plan.schedule].build(0, plan.pp, m, plan.virtual_stages)  # type: ignore[index]
+            actions = self.first_rank_actions(plan, m)
             cached = self._inflight[key] = peak_inflight_layers(actions, dict(enumerate(chunk_layers)))
+        return cached
+
+    def first_rank_actions(self, plan: Plan, m: int) -> tuple[Action, ...]:
+        """The first pipeline rank's actions of the plan's schedule over `m` micro-batches, built once per
+        (schedule, pp, m, v): the layer splits of one pp degree walk the same schedule."""
+        key = (plan.schedule, plan.pp, m, plan.virtual_stages)
+        cached = self._first_actions.get(key)
+        if cached is None:
+            rules = SCHEDULES[plan.schedule]  # type: ignore[index]
+            cached = self._first_actions[key] = rules.build(0, plan.pp, m, plan.virtual_stages)
         return cached
 
     def _dp_costs(self, plan: Plan) -> DpCosts:

@@ -22,7 +22,7 @@ from plancast.simulator.scenario import Scenario
 from plancast.simulator.sweep_axes import RECOMPUTE, ZERO_STAGES, Pins, Plan
 from plancast.simulator.sweep_bound import Bound, _units
 from plancast.simulator.sweep_chain import chain_bound, stage_times
-from plancast.simulator.sweep_estimate import Estimator, LayerKey, layer_key
+from plancast.simulator.sweep_estimate import Estimator, LayerKey, degrees, layer_key
 from plancast.simulator.sweep_segments import SegmentTimes
 from plancast.simulator.sweep_space import (
     Branch,
@@ -78,15 +78,11 @@ def member_memories(est: Estimator, template: Plan, below: list[tuple[str, int]]
         logits = template.micro_batch_size * t.seq_len / template.cp * base.model.vocab_size / template.tp
         loss = loss_bytes_per_logit(base, template.tp) * logits
     states: dict[int, float] = {}  # per ZeRO stage
-    activations: dict[tuple[str, bool], tuple[float, float]] = {}  # per (recompute, FSDP)
     out = []
     for rc, zero in below:
         if zero not in states:
-            states[zero] = est._model_states(replace(template, zero_stage=zero))
-        fsdp = template.dp > 1 and zero >= 2  # sweep_estimate.sharded
-        if (rc, fsdp) not in activations:
-            activations[rc, fsdp] = est._activations(replace(template, recompute=rc, zero_stage=zero))
-        act_bytes, full_act_bytes = activations[rc, fsdp]
+            states[zero] = est.states_at(template, zero)
+        act_bytes, full_act_bytes = est.activations_at(template, rc, zero)
         rebuilt = rebuilds_a_block(rc, t.selective_recompute, moe=base.model.is_moe)
         acts = inflight * act_bytes + (full_act_bytes if rebuilt else 0.0)
         if loss is not None:
@@ -159,6 +155,7 @@ class Grouper:
         self.enumerated = self.fits = self.pruned = 0
         self._floors: dict[tuple[tuple[LayerKey, bool], ...], SegmentTimes] = {}
         self._smallest: dict[tuple[int, ...], bool] = {}
+        self._afters: dict[tuple[int, ...], float] = {}
 
     def add(self, branch: Branch) -> None:
         """Add `branch`'s groups and counts (the plans sweep_space.enumerate_plans yields for it)."""
@@ -214,10 +211,18 @@ class Grouper:
             stage_times(self._floor(group), self.est.split(template)), pp, mbs, schedule,
             self.bound._hop_s(template), template.holders(),
         )  # fmt: skip
-        after = min(
-            self.bound.after_passes_s(replace(template, zero_stage=zero)) for zero in {m[1] for m in members}
-        )
+        after = min(self._after(template, zero) for zero in {m[1] for m in members})
         return group._replace(bound_s=max(c.other_ranks_s, c.first_rank_s + after) * (1 - FLOOR_SLACK))
+
+    def _after(self, template: Plan, zero: int) -> float:
+        """`Bound.after_passes_s` of `template` under ZeRO stage `zero`: it depends on the plan's degrees
+        alone (its optimizer and dp caches are keyed by them), so once per degrees."""
+        d = degrees(template)
+        key = (*d[:6], zero, *d[7:])
+        cached = self._afters.get(key)
+        if cached is None:
+            cached = self._afters[key] = self.bound.after_passes_s(replace(template, zero_stage=zero))
+        return cached
 
     def _floor(self, group: Group) -> SegmentTimes:
         """`floor_times` over the members' per-layer costs, once per set of (layer key, FSDP units)."""

@@ -22,9 +22,10 @@ from plancast.simulator.scenario import Scenario
 from plancast.simulator.schedules import SCHEDULES, build_schedule, schedule_problems
 from plancast.simulator.sweep import _base_for, sweep
 from plancast.simulator.sweep_axes import Plan
-from plancast.simulator.sweep_bound import TOLERANCE, Bound, gather_passes
+from plancast.simulator.sweep_bound import TOLERANCE, Bound
 from plancast.simulator.sweep_chain import V_TESTED_PP, trailing_weight_passes, v_trailing_weights
 from plancast.simulator.sweep_estimate import Estimator
+from plancast.simulator.sweep_fsdp import gather_passes
 from plancast.simulator.sweep_space import enumerate_plans, schedules
 from plancast.simulator.validation import check_plan
 from tests.cli_runner import REPO

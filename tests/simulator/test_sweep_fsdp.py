@@ -1,0 +1,98 @@
+"""The ZeRO-2/3 terms of the sweep's closed-form bound (simulator/sweep_fsdp.py) against their premises:
+a pass that gathers lasts at least its first unit's gather plus its compute, replayed unit by unit as the
+engine runs it (sweep_chain.FsdpUnits), and the per-direction counts add up to the gathers the engine
+issues; then the bound with them against the engine on ZeRO-2/3 plans of a real space."""
+
+from __future__ import annotations
+
+import pytest
+
+from plancast.simulator.loader import load_scenario
+from plancast.simulator.predict import simulate
+from plancast.simulator.scenario import Scenario
+from plancast.simulator.schedules import build_schedule
+from plancast.simulator.sweep import _base_for
+from plancast.simulator.sweep_axes import Plan
+from plancast.simulator.sweep_bound import TOLERANCE, Bound
+from plancast.simulator.sweep_chain import stage_times
+from plancast.simulator.sweep_estimate import Estimator
+from plancast.simulator.sweep_fsdp import gather_counts, gather_passes, gather_waits
+from tests.cli_runner import REPO
+
+GPT3 = REPO / "examples" / "gpt3-175b-dgx-a100.toml"
+
+
+def gpt3(gpus: int = 1536) -> tuple[Bound, Scenario]:
+    base = _base_for(load_scenario(GPT3).scenario, gpus)
+    return Bound(Estimator(base, gpus)), base
+
+
+@pytest.mark.parametrize(
+    "plan",
+    [
+        Plan(4, 16, 24, 1, "Interleaved1F1B", 2, "selective", True, 3),
+        Plan(8, 4, 48, 1, "1F1B", 1, "full", True, 3),
+        Plan(2, 8, 96, 1, "ZBV", 2, "selective", True, 3),
+    ],
+    ids=lambda p: p.label(),
+)
+def test_a_gathering_pass_lasts_its_first_gather_and_its_compute(plan: Plan) -> None:
+    """Each stage's waited forward, recompute and backward (`gather_waits`) is at most that pass replayed
+    unit by unit with every unit to gather, from an idle dp stream, and more than its compute alone
+    wherever the stage's first unit is a block."""
+    bound, _ = gpt3()
+    split = bound.est.split(plan)
+    times = stage_times(bound.est.layer(plan).segments, split, units=True)
+    waited = gather_waits(times, split, bound._block_gather_s(plan))
+    units = bound._fsdp_units(plan, split)
+    assert units is not None
+    for stage, (plain, st) in enumerate(zip(times, waited, strict=True)):
+        for backward, seconds, bound_s in [
+            (False, plain.forward_s, st.forward_s),
+            (False, plain.recompute_s, st.recompute_s),
+            (True, plain.backward_input_s, st.backward_input_s),
+        ]:
+            units.gathered.clear()
+            replayed_s, _ = units.run(stage, backward, 0.0, seconds, 0.0)
+            assert bound_s <= replayed_s * (1 + TOLERANCE), (stage, backward)
+        if 0 < stage < len(times) - 1:
+            assert st.forward_s > plain.forward_s
+        assert st.backward_input_s > plain.backward_input_s
+
+
+@pytest.mark.parametrize(("name", "v"), [("1F1B", 1), ("Interleaved1F1B", 2), ("ZBH2", 1), ("ZBV", 2)])
+@pytest.mark.parametrize("zero3", [False, True])
+@pytest.mark.parametrize("recompute_full", [False, True])
+def test_gather_counts_split_gather_passes_by_direction(
+    name: str, v: int, zero3: bool, recompute_full: bool
+) -> None:
+    """Forward plus backward counts are `gather_passes` (checked against the engine's own gathers in
+    test_sweep_bound.py) on every rank; under ZeRO-3 every pass gathers; under ZeRO-2 no backward that
+    follows a forward of its stage does."""
+    for rank, actions in enumerate(build_schedule(name, 4, 8, v)):  # type: ignore[arg-type]
+        counts = gather_counts(actions, zero3, recompute_full)
+        total = gather_passes(actions, zero3, recompute_full)
+        assert {s: f + b for s, (f, b) in counts.items()} == total, rank
+        backwards = {s: sum(1 for a in actions if a.kind == "B" and a.stage == s) for s in counts}
+        if zero3:
+            assert all(b == backwards[s] for s, (_, b) in counts.items())
+        else:
+            assert all(f >= 1 for f, _ in counts.values())
+
+
+@pytest.mark.parametrize(
+    "plan",
+    [
+        Plan(4, 16, 24, 1, "Interleaved1F1B", 2, "selective", True, 2),
+        Plan(8, 8, 24, 1, "Interleaved1F1B", 3, "selective", True, 3),
+        Plan(8, 24, 8, 1, "ZBV", 2, "selective", True, 2),
+    ],
+    ids=lambda p: p.label(),
+)
+def test_the_tighter_first_bound_stays_below_the_engine(plan: Plan) -> None:
+    """The first bound with the gather waits is at most the replayed bound and the engine's step time."""
+    bound, base = gpt3()
+    cheap, replayed = bound.seconds(plan), bound.replayed(plan)
+    step = simulate(plan.apply(base), events=False).summary["step_time_s"]
+    assert cheap <= replayed * (1 + TOLERANCE)
+    assert replayed <= step * (1 + TOLERANCE)
