@@ -45,7 +45,9 @@ _ASSUMPTIONS = (
     "(MC_TP_OVERLAP_AG/RS=True in config_common.sh); the NVFP4 405B configurations set it False, and the "
     "University of Florida's DGX B200 405B configurations comment it out (`#export TP_COMM_OVERLAP=True`) "
     "where every other 405B configuration of the round sets it, their GB200 one of the same shape included "
-    "(b200_nemo/config_GB200_128x4x144xtp4pp8cp2_cg.sh): taken as off",
+    "(b200_nemo/config_GB200_128x4x144xtp4pp8cp2_cg.sh): taken as off, the implementation's own default "
+    "when unset (NVIDIA's llama31_405b conf/custom.yaml, MLPerf Training v5.0: "
+    "`ub_tp_comm_overlap: ${oc.decode:${oc.env:TP_COMM_OVERLAP,False}}`)",
     "CUDA graphs (config_common_cg.sh) are not modelled: per-kernel launch costs stay in the prediction",
     "GB200 / GB300 NVL72: the GPUs of a run in NVLink domains of up to 72, as the Megatron-Bridge rows",
 )
