@@ -45,6 +45,7 @@ from benchmarks.results_io import error_figures, write_result
 from plancast.runtime.local_profile import machine_key, record_reference
 from plancast.simulator.calibration.microbench import core_share
 from plancast.traces.contention import contention, machine_speed, share_or_none
+from plancast.traces.store import TraceReadError, read_json_object
 
 BASE: dict[str, Any] = {
     "model": {"preset": "tiny-gpt"},
@@ -104,8 +105,10 @@ def machine_record(cache: Path) -> dict[str, Any]:
     records = sorted(cache.glob("*/*.json"))
     if not records:
         raise SystemExit(f"{cache} holds no microbenchmark record: `plancast simulate` did not measure")
-    record: dict[str, Any] = json.loads(records[0].read_text(encoding="utf-8"))
-    return record
+    try:  # bounded: a regular file, its size and nesting checked (traces/store.py)
+        return read_json_object(records[0])
+    except TraceReadError as e:
+        raise SystemExit(f"{records[0]}: {e}") from None
 
 
 def spread(values: list[float]) -> float:
@@ -183,8 +186,12 @@ def saved_runs(out: Path, plans: list[str]) -> dict[str, list[dict[str, Any]]]:
     for folder in sorted(out.glob("round-*")):
         for name in plans:
             summary = folder / _stem(name) / "measured" / "summary.json"
-            if summary.is_file() and summary.stat().st_size < 1 << 20:  # a summary is a few KiB
-                runs[name].append(json.loads(summary.read_text(encoding="utf-8")))
+            if not summary.is_file():
+                continue
+            try:  # bounded: a regular file, its size and nesting checked (traces/store.py)
+                runs[name].append(read_json_object(summary))
+            except TraceReadError as e:
+                _refuse(str(e))
     empty = [name for name, found in runs.items() if not found]
     if empty:
         _refuse(f"{out} holds no finished run of {', '.join(empty)}: leave those out with --plans")
