@@ -31,7 +31,7 @@ import torch.nn.functional as F  # noqa: N812  (the torch convention)
 
 from benchmarks.gpu_ops import Timer, fwd_bwd, nvml_power_limit, preset_of
 from plancast.simulator.cluster import Cluster
-from plancast.simulator.costs.attention import CAUSAL_FRACTION, fused_attention_rate
+from plancast.simulator.costs.attention import CAUSAL_FRACTION, fused_attention_rate, head_dim_rate
 from plancast.simulator.costs.efficiency import op_seconds
 from plancast.simulator.costs.fp8 import RECIPES
 from plancast.simulator.costs.ops import Op
@@ -202,7 +202,8 @@ def cast_rows(timer: Timer, cluster: Cluster, device: torch.device) -> list[dict
 
 
 def attention_rows(timer: Timer, cluster: Cluster, device: torch.device) -> list[dict[str, Any]]:
-    """Causal SDPA forward and backward per backend, head width 128 (Llama) and 192/128 (MLA)."""
+    """Causal SDPA forward and backward per backend, head width 128 (Llama), 192/128 (MLA) and 64 (gpt-oss:
+    twice the heads, so the same model width)."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     backends = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}
@@ -215,10 +216,10 @@ def attention_rows(timer: Timer, cluster: Cluster, device: torch.device) -> list
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     rows = []
     for seq in seqs:
-        for qk, v in ((128, 128), (192, 128)):
-            if qk != v and seq != 4096 and device.type == "cuda":
-                continue  # MLA at one length: its rate, not its curve
-            shape = (tokens // seq, heads, seq)
+        for qk, v in ((128, 128), (192, 128), (64, 64)):
+            if (qk, v) != (128, 128) and seq != 4096 and device.type == "cuda":
+                continue  # MLA and head width 64 at one length: their rate, not their curve
+            shape = (tokens // seq, heads * 128 // v, seq)
             q, k = (torch.randn(*shape, qk, device=device, dtype=dtype) for _ in range(2))
             val = torch.randn(*shape, v, device=device, dtype=dtype)
             for name, backend in backends.items():
@@ -248,6 +249,8 @@ def _attention_row(
     peak = cluster.gpu.peak_flops("bf16" if cluster.gpu.peak_tflops.get("bf16") else "fp32")
     peak *= cluster.gpu.clock_fraction
     fused = fused_attention_rate(cluster.compute, "megatron-lm", True, s)
+    if fused:  # the model's head-width factor for Transformer Engine's cuDNN kernel (costs/attention.py)
+        fused *= head_dim_rate(dims[0], dims[1], "te")
     both = fwd + bwd  # the simulator's backward is twice the forward: 3 x the forward count in all
     return {
         "kind": "attention",
