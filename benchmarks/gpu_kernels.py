@@ -302,7 +302,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--repeat", type=int, default=10)
     ap.add_argument("--json", help="write every row here")
+    ap.add_argument(
+        "--parts", default="gemm,cast,attention", help="which tables, comma-separated (default: all three)"
+    )
     args = ap.parse_args(argv)
+    parts = set(args.parts.split(","))
+    if unknown := parts - {"gemm", "cast", "attention"}:
+        ap.error(f"--parts: unknown {sorted(unknown)}; choose from gemm, cast, attention")
     device = torch.device(args.device)
     on_gpu = device.type == "cuda"
     name = torch.cuda.get_device_name(device) if on_gpu else "cpu"
@@ -312,10 +318,11 @@ def main(argv: list[str] | None = None) -> int:
     fp8 = on_gpu and torch.cuda.get_device_capability(device) >= (8, 9)
     timer = Timer(device, args.repeat)
     torch.manual_seed(0)
-    rows = gemm_rows(timer, cluster, device, fp8)
-    if fp8:
+    rows = gemm_rows(timer, cluster, device, fp8) if "gemm" in parts else []
+    if fp8 and "cast" in parts:
         rows += cast_rows(timer, cluster, device)
-    rows += attention_rows(timer, cluster, device)
+    if "attention" in parts:
+        rows += attention_rows(timer, cluster, device)
     result = {
         "device": name,
         "torch": torch.__version__,
