@@ -45,6 +45,7 @@ def test_cli_measures_gemms_and_causal_attention_beside_the_model(tmp_path: Path
     assert {r["op"] for r in attention} == {
         "causal attention s=128 d=128/128",
         "causal attention s=128 d=192/128",
+        "causal attention s=128 d=64/64",  # gpt-oss's head width, at twice the heads
     }
     for r in gemms:
         assert r["seconds"] > 0 and r["predicted_s"] > 0
@@ -54,6 +55,22 @@ def test_cli_measures_gemms_and_causal_attention_beside_the_model(tmp_path: Path
     for r in attention:  # the causal count is half the full one, so the full-count model prices 2x the FLOPs
         assert r["predicted_full_count_s"] > 0 and r["fwd_s"] > 0
     assert "causal attention s=128" in proc.stdout
+
+
+def test_parts_runs_one_table_alone(tmp_path: Path) -> None:
+    out = tmp_path / "kernels.json"
+    cmd = [sys.executable, "-m", "benchmarks.gpu_kernels", "--device", "cpu", "--repeat", "1"]
+    proc = subprocess.run(
+        [*cmd, "--parts", "attention", "--json", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert {r["kind"] for r in json.loads(out.read_text())["rows"]} == {"attention"}
+    bad = subprocess.run([*cmd, "--parts", "gemms"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and "choose from gemm, cast, attention" in bad.stderr
 
 
 @pytest.mark.parametrize("layout", ["tensor", "row", "1x128", "128x128"])
