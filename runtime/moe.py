@@ -246,3 +246,29 @@ def global_experts(model: nn.Module, name: str) -> slice | None:
     if not isinstance(experts, GroupedExperts):
         return None
     return slice(experts.first_expert, experts.first_expert + experts.num_local)
+
+
+def by_global_expert(model: nn.Module, entries: dict[str, Any]) -> dict[str, Any]:
+    """``entries`` keyed by parameter name (a state dict, or an optimizer's per-parameter state), each
+    stacked expert entry split into one per global expert (``name.e``, views of it); the rest as is.
+    Expert-parallel ranks hold the same names for different experts, and torch.distributed.checkpoint
+    writes one tensor per key (its planner de-duplicates replicated keys), so a checkpoint keys experts
+    by their global index (runtime/checkpoint.py)."""
+    out: dict[str, Any] = {}
+    for name, value in entries.items():
+        rows = global_experts(model, name)
+        if rows is None:
+            out[name] = value
+            continue
+        for i, e in enumerate(range(rows.start, rows.stop)):
+            out[f"{name}.{e}"] = _expert_row(value, i)
+    return out
+
+
+def _expert_row(value: Any, i: int) -> Any:
+    """Row ``i`` of a stacked tensor (or of each tensor of an optimizer's state); scalars as they are."""
+    if isinstance(value, dict):
+        return {k: _expert_row(v, i) for k, v in value.items()}
+    if isinstance(value, torch.Tensor) and value.dim() > 0:
+        return value[i]
+    return value  # AdamW's step count: one scalar per parameter

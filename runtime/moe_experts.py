@@ -126,7 +126,10 @@ def padded_layout(expert: torch.Tensor, num_local: int) -> tuple[torch.Tensor, t
     ``GROUP_ALIGN_ROWS``, at least one alignment (module docstring), so the buffer needs at most
     ``rows + num_local * GROUP_ALIGN_ROWS`` rows."""
     align = GROUP_ALIGN_ROWS
-    counts = torch.bincount(expert, minlength=num_local)
+    # scatter_add, not bincount: CUDA's bincount reads the maximum on the host
+    counts = torch.zeros(num_local, dtype=torch.long, device=expert.device).scatter_add_(
+        0, expert, torch.ones_like(expert)
+    )
     padded = ((counts + align - 1) // align * align).clamp_min(align)
     ends = padded.cumsum(0)
     first_row = counts.cumsum(0) - counts  # of each expert among the sorted rows

@@ -44,7 +44,7 @@ def layer(c: ModelConfig, seed: int = 0) -> MoE:
 
 
 def expert(moe: MoE, e: int, x: torch.Tensor) -> torch.Tensor:
-    """Global expert ``e`` on ``x``, written out from its slice of the stacked weights (one nn.Linear each)."""
+    """Global expert ``e`` on ``x``, written out from its slice of the stacked weights."""
     ex, i = moe.experts, e - moe.experts.first_expert
     up = F.linear(x, ex.w3[i])
     if ex.activation == "swiglu":
