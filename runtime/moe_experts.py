@@ -55,11 +55,14 @@ class GroupedExperts(nn.Module):
         first = self.first_expert
         return [f"{e}.{projection}.weight" for e in range(first, first + self.num_local)]
 
-    def _weights(self, dtype: torch.dtype) -> list[torch.Tensor]:
+    def _weights(self, dtype: torch.dtype) -> tuple[torch.Tensor | None, torch.Tensor, torch.Tensor]:
         """(gate or None, up, down) in ``dtype``, each transposed to (E, in, out)."""
-        names = ("w1", "w3", "w2") if self.activation == "swiglu" else ("w3", "w2")
-        ws = [getattr(self, n).to(dtype).transpose(-2, -1) for n in names]
-        return ws if len(ws) == 3 else [None, *ws]  # type: ignore[list-item]
+
+        def read(w: torch.Tensor) -> torch.Tensor:
+            return w.to(dtype).transpose(-2, -1)
+
+        gate = read(self.w1) if self.activation == "swiglu" else None
+        return gate, read(self.w3), read(self.w2)
 
     def _act(self, gate: torch.Tensor | None, up: torch.Tensor) -> torch.Tensor:
         if gate is not None:
