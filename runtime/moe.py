@@ -37,7 +37,7 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
-from plancast.runtime.moe_experts import GroupedExperts, padded_layout
+from plancast.runtime.moe_experts import GroupedExperts, compute_dtype, padded_layout
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,7 +200,8 @@ class MoE(nn.Module):
         order = torch.argsort(expert, stable=True)
         source = torch.arange(tokens, device=flat.device).repeat(self.moe.top_k)[order]
         dest, offsets, rows = padded_layout(expert[order], len(self.experts))
-        buffer = flat.new_zeros(rows, hidden).index_copy(0, dest, flat[source])
+        x = flat.to(compute_dtype(flat))  # under autocast the copies move bf16, as the frameworks' permute
+        buffer = x.new_zeros(rows, hidden).index_copy(0, dest, x[source])
         outputs = self.experts.grouped(buffer, offsets)[dest]
         weighted = outputs * r.weight.reshape(-1)[order].unsqueeze(-1)
         return weighted.new_zeros(tokens, hidden).index_add(0, source, weighted)

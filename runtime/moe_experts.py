@@ -74,7 +74,7 @@ class GroupedExperts(nn.Module):
     def grouped(self, x: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
         """Rows of ``x`` grouped by local expert: rows ``[offsets[e-1], offsets[e])`` are expert ``e``'s
         (int32 ends; rows past the last end are padding, their output unspecified)."""
-        dtype = _compute_dtype(x)
+        dtype = compute_dtype(x)
         x = x.to(dtype)
         gate_w, up_w, down_w = self._weights(dtype)
         gate = None if gate_w is None else grouped_mm(x, gate_w, offsets)
@@ -82,14 +82,14 @@ class GroupedExperts(nn.Module):
 
     def batched(self, slots: torch.Tensor) -> torch.Tensor:
         """``(E_local, rows, hidden)`` slots, expert ``e``'s rows in ``slots[e]``: one bmm per projection."""
-        dtype = _compute_dtype(slots)
+        dtype = compute_dtype(slots)
         slots = slots.to(dtype)
         gate_w, up_w, down_w = self._weights(dtype)
         gate = None if gate_w is None else torch.bmm(slots, gate_w)
         return torch.bmm(self._act(gate, torch.bmm(slots, up_w)), down_w)
 
 
-def _compute_dtype(x: torch.Tensor) -> torch.dtype:
+def compute_dtype(x: torch.Tensor) -> torch.dtype:
     """The GEMMs' dtype: autocast's where it is on (the per-expert nn.Linear ran in it), else ``x``'s."""
     device = x.device.type
     return torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else x.dtype
