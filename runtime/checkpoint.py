@@ -106,6 +106,15 @@ def support_problem(s: Scenario) -> str | None:
     return None
 
 
+def expert_keyed(model: Any, part: dict[str, Any]) -> dict[str, Any]:
+    """One chunk's ``{"model", "optim"}`` state with its stacked routed experts keyed per global expert
+    (runtime/moe.py ``by_global_expert``): expert-parallel ranks share parameter names, not experts."""
+    from plancast.runtime.moe import by_global_expert
+
+    optim = {**part["optim"], "state": by_global_expert(model, part["optim"]["state"])}
+    return {"model": by_global_expert(model, part["model"]), "optim": optim}
+
+
 def checkpoint_arguments(
     s: Scenario, run: RunDir, every: int | None, resume: bool, say: Callable[[str], None] = print
 ) -> list[str]:
@@ -228,6 +237,14 @@ class Checkpointer:
             state[f"stage{c.chunk.stage}"] = {"model": model, "optim": optim}
         return state
 
+    def _written(self, state: dict[str, Any]) -> dict[str, Any]:
+        """``state`` as DCP writes and reads it: stacked routed experts keyed per global expert (views of
+        ``state``'s tensors, so a load into it fills ``state``)."""
+        return {
+            f"stage{c.chunk.stage}": expert_keyed(c.model, state[f"stage{c.chunk.stage}"])
+            for c in self.trainer.chunks
+        }
+
     def maybe_save(self, steps_done: int, progress: Progress) -> None:
         """After step `steps_done` - 1: save when it is a multiple of `every` (collective: every rank)."""
         if self.every is None or steps_done % self.every:
@@ -238,7 +255,7 @@ class Checkpointer:
 
         path = step_dir(self.run, steps_done)
         start = time.perf_counter()
-        dcp.save(self._state(), checkpoint_id=path)
+        dcp.save(self._written(self._state()), checkpoint_id=path)
         torch.save(
             {
                 "steps_done": steps_done,
@@ -283,7 +300,7 @@ class Checkpointer:
         path = step_dir(self.run, steps_done)
         start = time.perf_counter()
         state = self._state()
-        dcp.load(state, storage_reader=SafeFileSystemReader(path), planner=SafeLoadPlanner())
+        dcp.load(self._written(state), storage_reader=SafeFileSystemReader(path), planner=SafeLoadPlanner())
         for c in self.trainer.chunks:
             part = state[f"stage{c.chunk.stage}"]
             set_state_dict(

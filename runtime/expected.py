@@ -53,14 +53,15 @@ def chunk_dense_expert_bytes(
     """Bytes of a chunk's parameters in registration order: (dense ones, this rank's routed experts').
 
     The routed experts are reduced by their own DDP reducer (runtime/parallel/ep.py), which sees each
-    expert's matrices (SwiGLU: up, gate, down; GELU: up, down) layer by layer.
+    layer's stacked projections (runtime/moe_experts.py; SwiGLU: gate, up, down; else up, down), each
+    holding the rank's E / ep experts.
     """
     m = scenario.model
     matrices = 3 if m.activation == "swiglu" else 2
     moe_layers = sum(1 for layer in range(chunk.first_layer, chunk.last_layer) if m.is_moe_layer(layer))
     local_experts = m.num_experts // scenario.ep if m.is_moe else 0
-    expert = [m.hidden_size * m.expert_ffn_size * dtype_bytes] * matrices
-    return chunk_param_bytes(scenario, chunk, dtype_bytes), expert * (local_experts * moe_layers)
+    stacked = [local_experts * m.hidden_size * m.expert_ffn_size * dtype_bytes] * matrices
+    return chunk_param_bytes(scenario, chunk, dtype_bytes), stacked * moe_layers if local_experts else []
 
 
 def _tp(plan: RankPlan, part: Part, phase: Phase, moe: bool = False) -> list[str]:

@@ -28,6 +28,7 @@ from torch.utils.checkpoint import checkpoint
 from plancast.runtime.attention import attention_core, rotary
 from plancast.runtime.mla import MLAConfig, MLAttention
 from plancast.runtime.moe import MoE, MoEConfig
+from plancast.runtime.moe_experts import GroupedExperts
 from plancast.runtime.parallel.loss import vocab_parallel_cross_entropy
 from plancast.simulator.costs.recompute import recomputed_layers
 from plancast.simulator.scenario import Scenario
@@ -238,7 +239,14 @@ class Block(nn.Module):
         self.mlp: nn.Module = (
             MLP(cfg)
             if cfg.moe is None or not cfg.moe.is_moe_layer(layer)
-            else MoE(cfg.hidden_size, cfg.moe, lambda ffn: MLP(cfg, ffn), ep_rank=ep_rank, ep=ep)
+            else MoE(
+                cfg.hidden_size,
+                cfg.moe,
+                lambda ffn: MLP(cfg, ffn),
+                activation=cfg.activation,
+                ep_rank=ep_rank,
+                ep=ep,
+            )
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -355,7 +363,9 @@ def init_weights(module: nn.Module, seed: int) -> None:
     """Initialise every parameter from a generator seeded by ``(seed, canonical name)``.
 
     Normal(0, 0.02) for matrices and embeddings (GPT-2), ones for norm weights, zeros for biases.
-    A tied head copy uses the embedding's name so both copies start equal.
+    A tied head copy uses the embedding's name so both copies start equal. A stacked expert parameter
+    (runtime/moe_experts.py) draws each expert's slice from that expert's own name, so every expert
+    starts as it would alone and an expert-parallel rank holds the whole model's slice.
     """
     cfg: ModelConfig | None = getattr(module, "cfg", None)
     with torch.no_grad():
@@ -363,15 +373,25 @@ def init_weights(module: nn.Module, seed: int) -> None:
             canonical = name
             if name == "head.output.weight" and cfg is not None and cfg.tie_embeddings:
                 canonical = "embed.tok.weight"
-            gen = torch.Generator().manual_seed(seed * 1_000_003 + zlib.crc32(canonical.encode()))
-            if "norm" in name:
-                value = torch.ones(param.shape) if name.endswith("weight") else torch.zeros(param.shape)
+            owner_path, attr = name.rsplit(".", 1) if "." in name else ("", name)
+            owner = module.get_submodule(owner_path)
+            if isinstance(owner, GroupedExperts):
+                names = [f"{owner_path}.{n}" for n in owner.expert_names(attr)]
+                value = torch.stack([_initial(n, param.shape[1:], seed, cfg) for n in names])
             else:
-                std = 0.02
-                if name.endswith(("wo.weight", "down.weight")) and cfg is not None:
-                    std = 0.02 / math.sqrt(2 * cfg.num_layers)  # GPT-2 scaled residual projections
-                value = torch.randn(param.shape, generator=gen) * std
+                value = _initial(canonical, param.shape, seed, cfg)
             param.copy_(value.to(param.device, param.dtype))
+
+
+def _initial(name: str, shape: torch.Size, seed: int, cfg: ModelConfig | None) -> torch.Tensor:
+    """The initial value of parameter ``name`` (``init_weights``)."""
+    if "norm" in name:
+        return torch.ones(shape) if name.endswith("weight") else torch.zeros(shape)
+    gen = torch.Generator().manual_seed(seed * 1_000_003 + zlib.crc32(name.encode()))
+    std = 0.02
+    if name.endswith(("wo.weight", "down.weight")) and cfg is not None:
+        std = 0.02 / math.sqrt(2 * cfg.num_layers)  # GPT-2 scaled residual projections
+    return torch.randn(shape, generator=gen) * std
 
 
 def synthetic_batch(scenario: Scenario, step: int) -> tuple[torch.Tensor, torch.Tensor]:

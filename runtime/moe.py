@@ -9,8 +9,9 @@ capacity are dropped (their weight is lost, the residual carries the token). Wit
 ``moe_capacity_factor`` unset the capacity is the local token count, so nothing is ever dropped
 (docs/moe.md, the contract between simulator and runtime). Without expert parallelism and without a
 capacity factor the layer runs dropless and grouped, as Megatron-Core's GroupedMLP and torchtitan do: the
-assignments sorted by expert, each expert computing its own tokens only (``MoE._grouped``); the slots
-below are for the expert-parallel all-to-all and for a capacity factor.
+assignments sorted by expert, each expert computing its own tokens only, one grouped GEMM per projection
+(``MoE._grouped``, runtime/moe_experts.py); the slots below are for the expert-parallel all-to-all and
+for a capacity factor, run as one batched GEMM per projection.
 
 The slot buffer ``(experts, capacity, hidden)`` is laid out by expert, so expert parallelism is one
 ``all_to_all_single`` with equal splits to dispatch and one to combine (``ExpertExchange``; the
@@ -35,6 +36,8 @@ from typing import Any, Protocol
 
 import torch
 from torch import nn
+
+from plancast.runtime.moe_experts import GroupedExperts, compute_dtype, padded_layout
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,9 +144,12 @@ def route(logits: torch.Tensor, top_k: int, capacity: int) -> Routing:
 class MoE(nn.Module):
     """Routed experts (this rank's share of them) plus shared experts, for one decoder layer.
 
-    ``experts`` holds the experts ``[first_expert, first_expert + E/ep)`` keyed by their global index,
-    so parameter names equal those of the whole model's layer. ``exchange`` and ``aux_loss_scale`` are
-    set by whoever parallelizes the model (``runtime.parallel.ep``) or trains it.
+    ``experts`` holds the experts ``[first_expert, first_expert + E/ep)``, each projection stacked in one
+    parameter (``GroupedExperts``): the names equal the whole model's layer, an expert-parallel rank's
+    tensors are its slice of the experts (``global_experts``). ``make_ffn`` builds the shared experts;
+    ``activation`` is the model's (the routed experts compute what ``make_ffn``'s MLP computes).
+    ``exchange`` and ``aux_loss_scale`` are set by whoever parallelizes the model
+    (``runtime.parallel.ep``) or trains it.
     """
 
     def __init__(
@@ -152,6 +158,7 @@ class MoE(nn.Module):
         moe: MoEConfig,
         make_ffn: Callable[[int], nn.Module],
         *,
+        activation: str = "swiglu",
         ep_rank: int = 0,
         ep: int = 1,
     ) -> None:
@@ -162,12 +169,7 @@ class MoE(nn.Module):
         self.router = nn.Linear(hidden_size, moe.num_experts, bias=False)
         local = moe.num_experts // ep
         self.first_expert = ep_rank * local
-        self.experts = nn.ModuleDict(
-            {
-                str(e): make_ffn(moe.expert_ffn_size)
-                for e in range(self.first_expert, self.first_expert + local)
-            }
-        )
+        self.experts = GroupedExperts(hidden_size, moe.expert_ffn_size, local, self.first_expert, activation)
         self.shared = make_ffn(moe.num_shared * moe.expert_ffn_size) if moe.num_shared else None
         self.exchange: ExpertExchange = LocalExchange()
         self.aux_loss_scale = 1.0
@@ -190,36 +192,32 @@ class MoE(nn.Module):
 
     def _grouped(self, flat: torch.Tensor, r: Routing, capacity: int) -> torch.Tensor:
         """Dropless on one rank, as the frameworks run it (Megatron-Core's GroupedMLP, torchtitan's
-        grouped experts): the T x k assignments sorted by expert, each expert run on its own tokens only,
-        the weighted outputs added back per token; no padded slot is computed or kept."""
+        GroupedExperts): the T x k assignments sorted by expert into a buffer where each expert's rows are
+        padded to the grouped GEMM's alignment, one grouped GEMM per projection over them (group ends
+        as device offsets, no host sync), the weighted outputs added back per token."""
         tokens, hidden = flat.shape
         expert = r.slot.reshape(-1) // capacity  # (k T,): capacity = T here, so slot // T is the expert
         order = torch.argsort(expert, stable=True)
         source = torch.arange(tokens, device=flat.device).repeat(self.moe.top_k)[order]
-        counts = torch.bincount(expert, minlength=self.moe.num_experts).tolist()
-        chunks = flat[source].split(
-            counts
-        )  # an expert with no token still runs (on 0 rows): DDP sees its grads
-        outputs = torch.cat([ffn(x) for ffn, x in zip(self.experts.values(), chunks, strict=True)])
+        dest, offsets, rows = padded_layout(expert[order], len(self.experts))
+        x = flat.to(compute_dtype(flat))  # under autocast the copies move bf16, as the frameworks' permute
+        buffer = x.new_zeros(rows, hidden).index_copy(0, dest, x[source])
+        outputs = self.experts.grouped(buffer, offsets)[dest]
         weighted = outputs * r.weight.reshape(-1)[order].unsqueeze(-1)
         return weighted.new_zeros(tokens, hidden).index_add(0, source, weighted)
 
     def _slots(self, flat: torch.Tensor, r: Routing, capacity: int) -> torch.Tensor:
-        """GShard's fixed-capacity slots, laid out by expert for the expert-parallel all-to-all."""
+        """GShard's fixed-capacity slots, laid out by expert for the expert-parallel all-to-all; the
+        local experts run every source's slots as one batched GEMM per projection."""
         tokens, hidden = flat.shape
-        experts = self.moe.num_experts
+        experts, ep, local = self.moe.num_experts, self.exchange.ep, len(self.experts)
         src = torch.arange(tokens, device=flat.device).expand(self.moe.top_k, tokens)[r.kept]
         slot = r.slot[r.kept]
         slots = flat.new_zeros(experts * capacity, hidden).index_copy(0, slot, flat[src])
-        received = self.exchange.dispatch(slots.view(experts, capacity, hidden))
-        local = len(self.experts)
-        outputs = [
-            ffn(received[:, i].reshape(-1, hidden)).view(self.exchange.ep, capacity, hidden)
-            for i, ffn in enumerate(self.experts.values())
-        ]
-        returned = self.exchange.combine(
-            torch.stack(outputs, dim=1).view(self.exchange.ep, local, capacity, hidden)
-        )
+        received = self.exchange.dispatch(slots.view(experts, capacity, hidden))  # (ep, local, C, h)
+        by_expert = received.transpose(0, 1).reshape(local, ep * capacity, hidden)
+        outputs = self.experts.batched(by_expert).view(local, ep, capacity, hidden).transpose(0, 1)
+        returned = self.exchange.combine(outputs.contiguous())
         picked = returned.reshape(experts * capacity, hidden)[slot] * r.weight[r.kept].unsqueeze(-1)
         return picked.new_zeros(tokens, hidden).index_add(0, src, picked)  # autocast: the experts' dtype
 
@@ -238,3 +236,40 @@ def set_aux_loss_scale(model: nn.Module, scale: float) -> None:
 def is_expert_param(name: str) -> bool:
     """Whether parameter ``name`` belongs to a routed expert (reduced over expert-data-parallel ranks)."""
     return ".experts." in name
+
+
+def global_experts(model: nn.Module, name: str) -> slice | None:
+    """The global experts stacked parameter ``name`` of ``model`` holds (its rows in the whole model's
+    tensor of that name), or None for a parameter that is not a routed expert's."""
+    if not is_expert_param(name):
+        return None
+    experts = model.get_submodule(name.rsplit(".", 1)[0])
+    if not isinstance(experts, GroupedExperts):
+        return None
+    return slice(experts.first_expert, experts.first_expert + experts.num_local)
+
+
+def by_global_expert(model: nn.Module, entries: dict[str, Any]) -> dict[str, Any]:
+    """``entries`` keyed by parameter name (a state dict, or an optimizer's per-parameter state), each
+    stacked expert entry split into one per global expert (``name.e``, views of it); the rest as is.
+    Expert-parallel ranks hold the same names for different experts, and torch.distributed.checkpoint
+    writes one tensor per key (its planner de-duplicates replicated keys), so a checkpoint keys experts
+    by their global index (runtime/checkpoint.py)."""
+    out: dict[str, Any] = {}
+    for name, value in entries.items():
+        rows = global_experts(model, name)
+        if rows is None:
+            out[name] = value
+            continue
+        for i, e in enumerate(range(rows.start, rows.stop)):
+            out[f"{name}.{e}"] = _expert_row(value, i)
+    return out
+
+
+def _expert_row(value: Any, i: int) -> Any:
+    """Row ``i`` of a stacked tensor (or of each tensor of an optimizer's state); scalars as they are."""
+    if isinstance(value, dict):
+        return {k: _expert_row(v, i) for k, v in value.items()}
+    if isinstance(value, torch.Tensor) and value.dim() > 0:
+        return value[i]
+    return value  # AdamW's step count: one scalar per parameter

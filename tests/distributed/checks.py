@@ -8,6 +8,7 @@ import torch
 from torch.distributed.tensor import DTensor
 
 from plancast.runtime.instrument import CaptureMode, CpuCapture, CpuTimer, StepRecorder
+from plancast.runtime.moe import global_experts
 from plancast.runtime.parallel.dp import canonical_name
 from plancast.runtime.reference import ReferenceRun
 from plancast.runtime.trainer import Trainer
@@ -82,11 +83,18 @@ def train_matches_reference(
         for name, _param in chunk.model.named_parameters():
             module_path, attr = canonical_name(name).rsplit(".", 1)
             got = _full(getattr(chunk.model.get_submodule(module_path), attr).detach())
-            want = reference.parameter(canonical_name(name))
+            want = _rows_held(chunk.model, name, reference.parameter(canonical_name(name)))
             err = (got - want).abs().max().item()
             assert err < TOLERANCE, f"rank {rank} {name}: max |parallel - reference| = {err:.3g}"
             checked += 1
     assert checked > 0, f"rank {rank} checked no parameters"
+
+
+def _rows_held(model: Any, name: str, whole: torch.Tensor) -> torch.Tensor:
+    """The part of the whole model's tensor ``whole`` that ``model``'s parameter ``name`` holds: an
+    expert-parallel rank's stacked experts are a slice of the reference's (runtime/moe.py)."""
+    experts = global_experts(model, canonical_name(name))
+    return whole if experts is None else whole[experts]
 
 
 def grads_match_reference(rank: int, trainer: Trainer, reference: ReferenceRun) -> None:
@@ -96,6 +104,7 @@ def grads_match_reference(rank: int, trainer: Trainer, reference: ReferenceRun) 
         for name, param in chunk.model.named_parameters():
             want = ref[name if name in ref else "embed.tok.weight"].grad
             assert param.grad is not None and want is not None, f"rank {rank} {name}: no gradient"
+            want = _rows_held(chunk.model, name, want)
             err = (_full(param.grad) - want).abs().max().item()  # DTensor grads: tensor parallel
             scale = want.abs().max().item()
             what = f"rank {rank} {name}: grad error {err:.3g} (max |grad| {scale:.3g})"

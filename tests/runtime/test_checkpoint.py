@@ -128,3 +128,27 @@ def test_zero1_plans_are_refused_before_starting(tmp_path: Path) -> None:
     assert code == 2
     assert "ZeRO-1" in stderr and "zero_stage = 0, 2 or 3" in stderr
     assert not (tmp_path / "z" / "measured").exists()
+
+
+@pytest.mark.distributed
+def test_an_expert_parallel_checkpoint_holds_every_ranks_experts(tmp_path: Path) -> None:
+    """Both ep ranks hold the stacked experts under the same parameter names; the checkpoint keys them by
+    global expert (runtime/moe.py ``by_global_expert``), so DCP, which writes one tensor per key, keeps
+    all four experts' weights and AdamW moments, not one rank's two."""
+    from plancast.runtime.checkpoint_safety import read_metadata
+
+    data = tomllib.loads((REPO / "examples" / "tiny-moe-cpu.toml").read_text())
+    data["training"].update(steps=2)
+    path = tmp_path / "scenario.toml"
+    path.write_text(tomli_w.dumps(data))
+    out = tmp_path / "run"
+    done = cli_subprocess("run", str(path), "--out", str(out), "--checkpoint-every", "2", timeout_s=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    m = load_scenario(path).scenario.model
+    keys = read_metadata(step_dir(RunDir(out), 2)).state_dict_metadata
+    for layer in range(m.num_hidden_layers):
+        for e in range(m.num_local_experts):
+            name = f"layers.{layer}.mlp.experts.w2.{e}"
+            assert list(keys[f"stage0.model.{name}"].size) == [m.hidden_size, m.moe_intermediate_size]
+            assert f"stage0.optim.state.{name}.exp_avg" in keys, sorted(keys)[:20]
+    assert not any(k.endswith("experts.w2") for k in keys)

@@ -114,3 +114,56 @@ def test_a_measured_run_on_gpus(tmp_path: Path) -> None:
     expected = expected_event_keys(load_scenario(run.scenario_toml).scenario)
     got = events[events["step"] == 1][columns].astype(str).to_numpy().tolist()
     assert sorted(map(tuple, got)) == sorted(map(tuple, expected[columns].astype(str).to_numpy().tolist()))
+
+
+def _moe_layer_on_cuda(activation: str) -> tuple[torch.nn.Module, torch.Tensor, torch.Tensor]:
+    """A 16-expert top-2 layer of hidden 256 / width 128 on CUDA (fp32 master weights), 600 tokens."""
+    from plancast.runtime.model import MLP, ModelConfig
+    from plancast.runtime.moe import MoE, MoEConfig
+
+    cfg = ModelConfig(256, 1, 4, 4, 512, 64, activation, "rmsnorm", "rope", 64, False)
+    torch.manual_seed(0)
+    moe = MoE(256, MoEConfig(16, 2, 128), lambda ffn: MLP(cfg, ffn), activation=activation).cuda()
+    for p in moe.experts.parameters():
+        torch.nn.init.normal_(p, std=0.05)
+    return moe, torch.randn(600, 256, device="cuda"), torch.randn(600, 256, device="cuda")
+
+
+def _grads(moe: torch.nn.Module, x: torch.Tensor, grad: torch.Tensor) -> list[torch.Tensor]:
+    x = x.clone().requires_grad_()
+    moe.zero_grad()
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        out = moe(x)
+    out.float().backward(grad)
+    return [out.float().detach(), x.grad] + [p.grad.clone() for p in moe.parameters()]
+
+
+@pytest.mark.parametrize("activation", ["swiglu", "gelu"])
+def test_grouped_mm_experts_match_the_per_expert_loop_in_bf16(
+    activation: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The dropless layer's CUDA bf16 path (one torch._grouped_mm per projection, runtime/moe_experts.py)
+    against its per-expert matmul loop on the same inputs and weights, forward and backward."""
+    from plancast.runtime import moe_experts
+
+    moe, x, grad = _moe_layer_on_cuda(activation)
+    probe = torch.zeros(8, 256, device="cuda", dtype=torch.bfloat16)
+    assert moe_experts.grouped_mm_available(probe, probe.new_zeros(2, 256, 128)), "kernel path not taken"
+    grouped = _grads(moe, x, grad)
+    monkeypatch.setattr(moe_experts, "grouped_mm_available", lambda x, w: False)
+    loop = _grads(moe, x, grad)
+    for i, (g, w) in enumerate(zip(grouped, loop, strict=True)):
+        torch.testing.assert_close(g, w, rtol=2e-2, atol=2e-2 * w.abs().max().item(), msg=f"tensor {i}")
+
+
+def test_grouped_mm_experts_never_wait_for_the_host() -> None:
+    """The dropless layer's forward and backward issue no host synchronisation (torch's sync debug mode
+    raises on one), as torchtitan's GroupedExperts with device-side offsets."""
+    moe, x, grad = _moe_layer_on_cuda("swiglu")
+    _grads(moe, x, grad)  # warm-up: lazy CUDA initialisation may synchronise once
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        _grads(moe, x, grad)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")

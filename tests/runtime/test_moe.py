@@ -1,5 +1,6 @@
 """The MoE layer on one process: routing and capacity semantics, the layer against a per-token loop,
-the load-balancing loss and its gradient (runtime/moe.py)."""
+the load-balancing loss and its gradient (runtime/moe.py); the grouped experts' layout, forward and
+backward against the loop (runtime/moe_experts.py)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F  # noqa: N812  (the torch convention)
 
 from plancast.runtime.model import MLP, ModelConfig
 from plancast.runtime.moe import AuxLossAutoScaler, MoE, MoEConfig, route
@@ -35,7 +37,23 @@ def cfg(activation: str = "swiglu", **moe: object) -> ModelConfig:
 def layer(c: ModelConfig, seed: int = 0) -> MoE:
     torch.manual_seed(seed)
     assert c.moe is not None
-    return MoE(c.hidden_size, c.moe, lambda ffn: MLP(c, ffn))
+    moe = MoE(c.hidden_size, c.moe, lambda ffn: MLP(c, ffn), activation=c.activation)
+    for p in moe.experts.parameters():  # torch.empty until init_weights: give them values here
+        torch.nn.init.normal_(p, std=0.3)
+    return moe
+
+
+def expert(moe: MoE, e: int, x: torch.Tensor) -> torch.Tensor:
+    """Global expert ``e`` on ``x``, written out from its slice of the stacked weights."""
+    ex, i = moe.experts, e - moe.experts.first_expert
+    up = F.linear(x, ex.w3[i])
+    if ex.activation == "swiglu":
+        hidden = F.silu(F.linear(x, ex.w1[i])) * up
+    elif ex.activation == "relu2":
+        hidden = F.relu(up).square()
+    else:
+        hidden = F.gelu(up)
+    return F.linear(hidden, ex.w2[i])
 
 
 def per_token(moe: MoE, x: torch.Tensor, dropped: set[tuple[int, int]] = frozenset()) -> torch.Tensor:  # type: ignore[assignment]
@@ -48,14 +66,14 @@ def per_token(moe: MoE, x: torch.Tensor, dropped: set[tuple[int, int]] = frozens
         y = torch.zeros(HIDDEN)
         for j in range(moe.moe.top_k):
             if (j, t) not in dropped:
-                y = y + w[t, j] * moe.experts[str(int(top_e[t, j]))](x[t])
+                y = y + w[t, j] * expert(moe, int(top_e[t, j]), x[t])
         if moe.shared is not None:
             y = y + moe.shared(x[t])
         rows.append(y)
     return torch.stack(rows)
 
 
-@pytest.mark.parametrize("activation", ["swiglu", "gelu"])
+@pytest.mark.parametrize("activation", ["swiglu", "gelu", "relu2"])
 @pytest.mark.parametrize("shared", [0, 1])
 def test_dropless_layer_equals_the_per_token_loop(activation: str, shared: int) -> None:
     moe = layer(cfg(activation, num_shared=shared))
@@ -112,6 +130,8 @@ def test_expert_shards_hold_the_global_expert_names() -> None:
     c = cfg()
     assert c.moe is not None
     shard = MoE(HIDDEN, c.moe, lambda ffn: MLP(c, ffn), ep_rank=1, ep=2)
-    assert list(shard.experts) == ["2", "3"]
+    assert (shard.experts.first_expert, len(shard.experts)) == (2, 2)
+    assert shard.experts.w2.shape == (2, HIDDEN, 16) and shard.experts.w1.shape == (2, 16, HIDDEN)
+    assert shard.experts.expert_names("w1") == ["2.gate.weight", "3.gate.weight"]
     with pytest.raises(ValueError, match="divisible"):
         MoE(HIDDEN, c.moe, lambda ffn: MLP(c, ffn), ep_rank=0, ep=3)
