@@ -87,7 +87,8 @@ def _grouped(name: str, rows: float, groups: int, k: float, n: float, x: Shape, 
     kernel; FLOPs of the `padded` rows per expert, bytes of the real rows and every expert's weight, at
     x.grouped_gemm_rate of a large GEMM's rate (costs/moe_gemm.py: whose kernel runs it). Under
     training.fp8 the inputs are quantized first and the GEMM reads them narrow, as ops.linear prices a
-    dense layer under training.fp8_recipe (costs/fp8.py)."""
+    dense layer under training.fp8_recipe (costs/fp8.py), in one call or one per expert
+    (x.per_expert_quantize, training.moe_fp8_quantize)."""
     d, total = x.dtype_bytes, rows * groups
     flops = 2.0 * padded * groups * k * n
     if not x.fp8:  # at the measured grouped-kernel rate (costs/moe_gemm.py)
@@ -97,7 +98,8 @@ def _grouped(name: str, rows: float, groups: int, k: float, n: float, x: Shape, 
     operands = (narrow.element_bytes + narrow.scale_bytes) * (total * k + groups * k * n)
     io_bytes = operands + d * total * n
     gemm = Op(name, "matmul", flops, io_bytes, True, True, narrow.peak, relative_rate=x.grouped_gemm_rate)
-    return [Op(f"{name}_fp8_cast", "memory", 0.0, narrow.cast_bytes(d) * total * k), gemm]
+    calls = groups if x.per_expert_quantize else 1  # one quantize call per expert (costs/moe_gemm.py)
+    return [Op(f"{name}_fp8_cast", "memory", 0.0, narrow.cast_bytes(d) * total * k, calls=calls), gemm]
 
 
 def _experts(rows: float, groups: int, h: int, ffn_local: float, x: Shape, pad: bool) -> list[Op]:

@@ -37,3 +37,17 @@ def grouped_gemm_rate(s: Scenario) -> float:
     if s.training.fp8 and s.parallelism.framework != "megatron-lm":
         return 1.0
     return GROUPED_GEMM_RELATIVE_RATE
+
+
+def per_expert_quantize(s: Scenario) -> bool:
+    """Whether each local expert's GEMM inputs (and output gradients) are quantized by a call of their
+    own under training.fp8 (training.moe_fp8_quantize; unset: per expert on Megatron-LM, whose
+    Transformer Engine GroupedLinear `split_quantize`s the experts' rows one tensor at a time unless the
+    recipe is delayed scaling, whose multi-tensor cast-transpose is one kernel)."""
+    t = s.training
+    if not t.fp8:
+        return False
+    if t.moe_fp8_quantize is not None:
+        return t.moe_fp8_quantize == "per_expert"
+    return s.parallelism.framework == "megatron-lm" and t.fp8_recipe != "tensorwise_delayed"
+
