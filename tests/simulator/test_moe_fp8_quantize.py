@@ -42,7 +42,8 @@ def _casts(s: Scenario) -> list[Any]:
 
 @pytest.mark.parametrize("ep", [8, 32])
 def test_per_expert_quantize_costs_one_op_time_per_extra_expert_and_cast(ep: int) -> None:
-    per, grouped = _scenario(ep=ep, moe_fp8_quantize="per_expert"), _scenario(ep=ep, moe_fp8_quantize="grouped")
+    per = _scenario(ep=ep, moe_fp8_quantize="per_expert")
+    grouped = _scenario(ep=ep, moe_fp8_quantize="grouped")
     groups = per.model.num_experts // ep
     gpu, compute = per.cluster.gpu, per.cluster.compute
     pairs = list(zip(_casts(per), _casts(grouped), strict=True))
