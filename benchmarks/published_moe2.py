@@ -75,6 +75,8 @@ def _bridge(
     recompute = recipe.pop("recompute", "none")
     modules = {k: recipe.pop(k) for k in ("recompute_modules", "optimizer_moment_dtype") if k in recipe}
     precision = {"fp8": True, "fp8_recipe": "tensorwise_current", "fp8_param": True} if fp8 else {}
+    if fp8:  # TE GroupedLinear of these releases (<= 2.16): split_quantize, one call per expert
+        precision["moe_fp8_quantize"] = "per_expert"
     training = training_table(
         4096,
         mbs,
@@ -131,11 +133,16 @@ QWEN_2602 = "v0.3.0 scripts/performance/configs/qwen/qwen3_workload_base_configs
 
 
 def bridge_runs() -> tuple[PublishedRun, ...]:
-    fp8_cs = "FP8-CS: training.fp8 with fp8_recipe 'tensorwise_current' and fp8_param, as the FP8 rows"
+    fp8_cs = (
+        "FP8-CS: training.fp8 with fp8_recipe 'tensorwise_current' and fp8_param, as the FP8 rows; the "
+        "experts' inputs quantized one expert at a time (Transformer Engine GroupedLinear before 2.17: "
+        "tex.split_quantize, each split by itself under current scaling): moe_fp8_quantize 'per_expert'"
+    )
     fp8_2509 = (
         "the 25.09 DGX-H100 table states no precision; FP8-CS: its Llama 3 8B / 70B / 405B rows (14079, "
         "1619, 302 tokens/s/GPU) are within 4% of 25.11's FP8-CS rows (14451, 1602, 292), and its "
-        "footnote calls the parenthesised H100 figures FP8 blockwise, a 'different quantization granularity'"
+        "footnote calls the parenthesised H100 figures FP8 blockwise, a 'different quantization granularity'; "
+        "experts quantized one at a time as the FP8-CS rows (moe_fp8_quantize 'per_expert')"
     )
     no_recompute = "recompute none: set_qwen3_common_configs clears the recipe's recompute"
     qwen30_2511 = (
