@@ -141,8 +141,8 @@ def bridge_runs() -> tuple[PublishedRun, ...]:
     fp8_2509 = (
         "the 25.09 DGX-H100 table states no precision; FP8-CS: its Llama 3 8B / 70B / 405B rows (14079, "
         "1619, 302 tokens/s/GPU) are within 4% of 25.11's FP8-CS rows (14451, 1602, 292), and its "
-        "footnote calls the parenthesised H100 figures FP8 blockwise, a 'different quantization granularity'; "
-        "experts quantized one at a time as the FP8-CS rows (moe_fp8_quantize 'per_expert')"
+        "footnote calls the parenthesised H100 figures FP8 blockwise, a 'different quantization "
+        "granularity'; experts quantized one at a time as the FP8-CS rows (moe_fp8_quantize 'per_expert')"
     )
     no_recompute = "recompute none: set_qwen3_common_configs clears the recipe's recompute"
     qwen30_2511 = (
