@@ -4,6 +4,7 @@ context, gpt-oss-120b on Megatron-Bridge. Data only; benchmarks/published_data.p
 from __future__ import annotations
 
 from benchmarks.published_megatron import llama3_row
+from benchmarks.published_moe2 import TE_EXPERTS
 from benchmarks.published_record import (
     PublishedRun,
     Reported,
@@ -51,8 +52,10 @@ def moe_and_long_context() -> tuple[PublishedRun, ...]:
         "gpt_oss, v0.2.0 and v0.3.0): zero_stage 1 with distributed_optimizer; bf16 gradients "
         "(scripts/performance/configs/gpt_oss set_gpt_oss_common_configs: ddp.grad_reduce_in_fp32 = False): "
         "grad_accumulation_fp32 false",
+        TE_EXPERTS,
     )
     balanced = {
+        "moe_expert_gemm": "multi_stream",
         "moe_routing_imbalance": 1.0,
         "grad_accumulation_fp32": False,
         "recompute_modules": ["layernorm", "moe_act"],

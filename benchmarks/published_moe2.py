@@ -33,6 +33,11 @@ AUTOMODEL = (
     "(fake_balanced_gate: true, activation_checkpointing: true, DeepEP, FSDP2 over data parallel)"
 )
 FORCED_BALANCE = "the source force-balances tokens over experts: training.moe_routing_imbalance = 1.0"
+TE_EXPERTS = (
+    "experts as Transformer Engine's GroupedLinear runs them by default, one cuBLAS GEMM per expert over "
+    "its compute streams (common/gemm/cublaslt_gemm.cu; the CUTLASS grouped kernel only with "
+    "NVTE_USE_CUTLASS_GROUPED_GEMM=1, which no recipe sets): training.moe_expert_gemm 'multi_stream'"
+)
 FAKE_GATE = (
     "fake_balanced_gate routes token i to experts ik .. ik+k-1 mod E (FakeBalancedGate, "
     "nemo_automodel/components/moe/layers.py): training.moe_token_spread = 'contiguous'"
@@ -86,6 +91,7 @@ def _bridge(
         flash_attention=True,
         moe_routing_imbalance=1.0,
         grad_accumulation_fp32=False,
+        moe_expert_gemm="multi_stream",
         **precision,
         **modules,
     )
@@ -112,7 +118,7 @@ def _bridge(
         "megatron-lm",
         0.0,
         Reported(rate, "tokens/s/GPU"),
-        (FORCED_BALANCE, *notes),
+        (FORCED_BALANCE, TE_EXPERTS, *notes),
     )
     return _with_step_time(row)
 

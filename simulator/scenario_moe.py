@@ -17,6 +17,9 @@ Dispatcher = Literal["alltoall", "allgather", "deepep", "hybridep"]
 TokenSpread = Literal["independent", "contiguous"]
 """How a token's k experts spread over the expert-parallel ranks (training.moe_token_spread)."""
 
+ExpertGemm = Literal["multi_stream", "grouped"]
+"""How the routed experts' GEMMs run on a GPU (training.moe_expert_gemm)."""
+
 ExpertQuantize = Literal["per_expert", "grouped"]
 """How the routed experts' GEMM inputs are quantized under training.fp8 (training.moe_fp8_quantize)."""
 
@@ -42,6 +45,14 @@ class MoeTrainingKeys(Strict):
     logits). contiguous: k consecutive experts, token i taking experts ik .. ik+k-1 mod E (NeMo
     AutoModel's `fake_balanced_gate`, components/moe/layers.py FakeBalancedGate), so most tokens reach
     one or two ranks of a single node."""
+    moe_expert_gemm: ExpertGemm | None = None
+    """How a rank's routed experts run on a GPU. grouped: one grouped GEMM kernel over every expert's
+    rows (torch._grouped_mm, DeepGEMM, CUTLASS grouped GEMMs: costs/moe_gemm.py's measured rate).
+    multi_stream: one cuBLAS GEMM per expert spread over a few CUDA streams, Transformer Engine's
+    GroupedLinear by default (`general_grouped_gemm`; `NVTE_USE_CUTLASS_GROUPED_GEMM=1` selects its
+    CUTLASS grouped kernel instead), which runs below the grouped kernel when each expert has few rows:
+    0.87 of it at 2,048 rows, 0.965 at 4,096 (TE PR #2045, H100). Unset: the framework's (megatron-lm
+    multi_stream, the others grouped); CPU ranks keep their calibrated rate."""
     moe_fp8_quantize: ExpertQuantize | None = None
     """Under training.fp8, how the routed experts' GEMM inputs (and, in backward, their output
     gradients) are quantized. per_expert: each local expert's rows as a tensor of its own, one quantize

@@ -150,6 +150,11 @@ def moe_cp_warnings(s: Scenario) -> list[str]:
     if m.is_moe and m.first_k_dense_replace >= m.num_hidden_layers:
         out.append("model.first_k_dense_replace covers every layer: the model has no MoE layer")
     out += _ep_comm_warnings(s)
+    if s.training.moe_expert_gemm is not None and not m.is_moe:
+        out.append(
+            "training.moe_expert_gemm is ignored: the model has no routed experts (num_local_experts is "
+            "unset); remove the key"
+        )
     if s.training.moe_fp8_quantize is not None and not (m.is_moe and s.training.fp8):
         out.append(
             "training.moe_fp8_quantize is ignored: it says how routed experts' GEMM inputs are quantized "

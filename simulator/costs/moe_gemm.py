@@ -22,6 +22,8 @@ expert down). CPU ranks (the runtime's per-expert loop) keep their calibrated ra
 
 from __future__ import annotations
 
+import math
+
 from plancast.simulator.scenario import Scenario
 
 GROUPED_GEMM_RELATIVE_RATE = 0.83
@@ -50,4 +52,33 @@ def per_expert_quantize(s: Scenario) -> bool:
     if t.moe_fp8_quantize is not None:
         return t.moe_fp8_quantize == "per_expert"
     return s.parallelism.framework == "megatron-lm" and t.fp8_recipe != "tensorwise_delayed"
+
+
+# Transformer Engine PR #2045 (NVIDIA/TransformerEngine, merged for 2.8), `general_grouped_gemm` on an
+# H100, BF16, TE 2.7 and CUDA 12.9, N 768 and K 2048: the multi-stream cuBLAS path ran 627.9 TFLOP/s at
+# 8 experts of 4,096 rows and 553.9 at 16 of 2,048, where its CUTLASS grouped kernel ran 650.6 and 636.9.
+MULTI_STREAM_POINTS = ((2048, 553.9 / 636.9), (4096, 627.9 / 650.6))
+"""(rows per expert, multi-stream rate over the grouped kernel's) as TE's own benchmark measured them."""
+
+
+def multi_stream_relative(rows_per_expert: float) -> float:
+    """Rate of one-cuBLAS-GEMM-per-expert over one grouped kernel at `rows_per_expert` (module notes):
+    linear in log2(rows) between the two measured points, held at the nearer one outside them (no
+    figure says how it goes on below 2,048 rows or above 4,096)."""
+    (r0, f0), (r1, f1) = MULTI_STREAM_POINTS
+    if rows_per_expert <= r0:
+        return f0
+    if rows_per_expert >= r1:
+        return f1
+    return f0 + (f1 - f0) * math.log2(rows_per_expert / r0) / math.log2(r1 / r0)
+
+
+def multi_stream_experts(s: Scenario) -> bool:
+    """Whether the routed experts run as one cuBLAS GEMM per expert on a few streams
+    (training.moe_expert_gemm; unset: Megatron-LM's Transformer Engine GroupedLinear on a GPU)."""
+    if s.cluster.gpu.name.startswith("cpu"):
+        return False
+    if s.training.moe_expert_gemm is not None:
+        return s.training.moe_expert_gemm == "multi_stream"
+    return s.parallelism.framework == "megatron-lm"
 
