@@ -113,3 +113,17 @@ def test_setting_it_on_a_dense_model_warns() -> None:
     }
     warnings = parse_scenario(data, "x").warnings
     assert any("training.moe_expert_gemm is ignored" in w for w in warnings)
+
+
+def test_plancast_run_refuses_multi_stream_naming_the_key() -> None:
+    from plancast.runtime.plan import PlanError, check_runtime_support
+
+    data = {
+        **MOE,
+        "model": {**MOE["model"], "num_hidden_layers": 2},
+        "training": {**MOE["training"], "moe_expert_gemm": "multi_stream", "elementwise": "eager"},
+        "parallelism": {"framework": "torchtitan", "expert_parallel_degree": 2},
+        "cluster": {"preset": "local-cpu"},
+    }
+    with pytest.raises(PlanError, match=r"training\.moe_expert_gemm = 'multi_stream'"):
+        check_runtime_support(parse_scenario(data, "x").scenario, 2)
