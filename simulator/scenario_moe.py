@@ -50,9 +50,9 @@ class MoeTrainingKeys(Strict):
     rows (torch._grouped_mm, DeepGEMM, CUTLASS grouped GEMMs: costs/moe_gemm.py's measured rate).
     multi_stream: one cuBLAS GEMM per expert spread over a few CUDA streams, Transformer Engine's
     GroupedLinear by default (`general_grouped_gemm`; `NVTE_USE_CUTLASS_GROUPED_GEMM=1` selects its
-    CUTLASS grouped kernel instead), which runs below the grouped kernel when each expert has few rows:
-    0.87 of it at 2,048 rows, 0.965 at 4,096 (TE PR #2045, H100). Unset: the framework's (megatron-lm
-    multi_stream, the others grouped); CPU ranks keep their calibrated rate."""
+    CUTLASS grouped kernel instead), which runs below the grouped kernel when each expert's GEMM is
+    small: 0.87 of it at 2,048 x 768 outputs an expert, 0.965 at 4,096 x 768 (TE PR #2045, H100). Unset:
+    the framework's (megatron-lm multi_stream, the others grouped); CPU ranks keep their calibrated rate."""
     moe_fp8_quantize: ExpertQuantize | None = None
     """Under training.fp8, how the routed experts' GEMM inputs (and, in backward, their output
     gradients) are quantized. per_expert: each local expert's rows as a tensor of its own, one quantize

@@ -87,13 +87,14 @@ def _grouped(name: str, rows: float, groups: int, k: float, n: float, x: Shape, 
     """One grouped GEMM: `groups` experts of `rows` tokens each, [rows, k] @ [k, n] per expert, in one
     kernel; FLOPs of the `padded` rows per expert, bytes of the real rows and every expert's weight, at
     x.grouped_gemm_rate of a large GEMM's rate (costs/moe_gemm.py: whose kernel runs it), times the
-    multi-stream path's own rate at `rows` per expert where one cuBLAS GEMM runs per expert. Under
+    multi-stream path's own rate at each expert's output (`rows` x n) where one cuBLAS GEMM runs per
+    expert. Under
     training.fp8 the inputs are quantized first and the GEMM reads them narrow, as ops.linear prices a
     dense layer under training.fp8_recipe (costs/fp8.py), in one call or one per expert
     (x.per_expert_quantize, training.moe_fp8_quantize)."""
     d, total = x.dtype_bytes, rows * groups
     flops = 2.0 * padded * groups * k * n
-    rate = x.grouped_gemm_rate * (multi_stream_relative(rows) if x.multi_stream_experts else 1.0)
+    rate = x.grouped_gemm_rate * (multi_stream_relative(rows * n) if x.multi_stream_experts else 1.0)
     if not x.fp8:  # at the measured grouped-kernel rate (costs/moe_gemm.py)
         io_bytes = d * (total * k + groups * k * n) + d * total * n
         return [Op(name, "matmul", flops, io_bytes, True, relative_rate=rate)]

@@ -57,20 +57,22 @@ def per_expert_quantize(s: Scenario) -> bool:
 # Transformer Engine PR #2045 (NVIDIA/TransformerEngine, merged for 2.8), `general_grouped_gemm` on an
 # H100, BF16, TE 2.7 and CUDA 12.9, N 768 and K 2048: the multi-stream cuBLAS path ran 627.9 TFLOP/s at
 # 8 experts of 4,096 rows and 553.9 at 16 of 2,048, where its CUTLASS grouped kernel ran 650.6 and 636.9.
-MULTI_STREAM_POINTS = ((2048, 553.9 / 636.9), (4096, 627.9 / 650.6))
-"""(rows per expert, multi-stream rate over the grouped kernel's) as TE's own benchmark measured them."""
+# Read per expert's output (rows x N), the tiles one GEMM gives the SMs to fill, which a grouped kernel
+# pools over all experts: 2,048 x 768 and 4,096 x 768 elements.
+MULTI_STREAM_POINTS = ((2048 * 768, 553.9 / 636.9), (4096 * 768, 627.9 / 650.6))
+"""(output elements per expert GEMM, multi-stream rate over the grouped kernel's), TE's measurement."""
 
 
-def multi_stream_relative(rows_per_expert: float) -> float:
-    """Rate of one-cuBLAS-GEMM-per-expert over one grouped kernel at `rows_per_expert` (module notes):
-    linear in log2(rows) between the two measured points, held at the nearer one outside them (no
-    figure says how it goes on below 2,048 rows or above 4,096)."""
-    (r0, f0), (r1, f1) = MULTI_STREAM_POINTS
-    if rows_per_expert <= r0:
+def multi_stream_relative(output_elements: float) -> float:
+    """Rate of one cuBLAS GEMM per expert over one grouped kernel when each expert's GEMM writes
+    `output_elements` (rows x N): linear in log2 between the two measured points, held at the nearer one
+    outside them (no figure says how it goes on beyond)."""
+    (e0, f0), (e1, f1) = MULTI_STREAM_POINTS
+    if output_elements <= e0:
         return f0
-    if rows_per_expert >= r1:
+    if output_elements >= e1:
         return f1
-    return f0 + (f1 - f0) * math.log2(rows_per_expert / r0) / math.log2(r1 / r0)
+    return f0 + (f1 - f0) * math.log2(output_elements / e0) / math.log2(e1 / e0)
 
 
 def multi_stream_experts(s: Scenario) -> bool:

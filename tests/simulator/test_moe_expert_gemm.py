@@ -1,7 +1,7 @@
 """training.moe_expert_gemm (costs/moe_gemm.py, issue 31): Transformer Engine's GroupedLinear runs one
-cuBLAS GEMM per expert over a few streams, below a grouped kernel when each expert has few rows (TE PR
-#2045's H100 table). The key's direction: multi_stream is slower than grouped, and more so with fewer rows
-per expert; its rate is the measured ratio at the measured points; unset it follows the framework."""
+cuBLAS GEMM per expert over a few streams, below a grouped kernel when each expert's GEMM is small (TE PR
+#2045's H100 table). The key's direction: multi_stream is slower than grouped, and more so with smaller
+expert GEMMs; its rate is the measured ratio at the measured points; unset it follows the framework."""
 
 from __future__ import annotations
 
@@ -44,24 +44,26 @@ def _step_s(s: Scenario) -> float:
 
 
 def test_the_ratio_is_the_measurement_at_its_points_and_held_outside() -> None:
-    assert multi_stream_relative(2048) == pytest.approx(553.9 / 636.9)
-    assert multi_stream_relative(4096) == pytest.approx(627.9 / 650.6)
-    assert multi_stream_relative(512) == multi_stream_relative(2048)
-    assert multi_stream_relative(65536) == multi_stream_relative(4096)
-    between = multi_stream_relative(2896)  # about 2^11.5
+    # TE PR #2045: N 768, 2,048 and 4,096 rows an expert
+    assert multi_stream_relative(2048 * 768) == pytest.approx(553.9 / 636.9)
+    assert multi_stream_relative(4096 * 768) == pytest.approx(627.9 / 650.6)
+    assert multi_stream_relative(512 * 768) == multi_stream_relative(2048 * 768)
+    assert multi_stream_relative(65536 * 768) == multi_stream_relative(4096 * 768)
+    between = multi_stream_relative(2896 * 768)  # about 2^11.5 rows
     assert MULTI_STREAM_POINTS[0][1] < between < MULTI_STREAM_POINTS[1][1]
 
 
 def test_multi_stream_experts_run_at_the_grouped_rate_times_the_ratio_at_their_rows() -> None:
     s = _scenario(moe_expert_gemm="multi_stream")
-    # 32 ranks x 4096 tokens x top-8 over 64 experts: 16,384 rows per expert, beyond the measured 4,096
+    # 32 ranks x 4096 tokens x top-8 over 64 experts: 16,384 rows per expert of 1,024 outputs (gate/up: 2 x
+    # 512; down: hidden 1024), beyond the measured 4,096 x 768
     (rate,) = _rates(s)
-    assert rate == pytest.approx(GROUPED_GEMM_RELATIVE_RATE * multi_stream_relative(4096))
+    assert rate == pytest.approx(GROUPED_GEMM_RELATIVE_RATE * MULTI_STREAM_POINTS[1][1])
     assert _rates(_scenario(moe_expert_gemm="grouped")) == {GROUPED_GEMM_RELATIVE_RATE}
 
 
-def test_multi_stream_is_slower_and_more_so_with_fewer_rows_an_expert() -> None:
-    few = {"expert_parallel_degree": 2}  # 2 ranks x 4096 x 8 / 64: 1,024 rows an expert
+def test_multi_stream_is_slower_and_more_so_with_smaller_expert_gemms() -> None:
+    few = {"expert_parallel_degree": 2}  # 2 ranks x 4096 x 8 / 64: 1,024 rows x 1,024 outputs an expert
     gap = {}
     for name, plan in (("few", few), ("many", {})):
         times = {}
