@@ -33,6 +33,11 @@ AUTOMODEL = (
     "(fake_balanced_gate: true, activation_checkpointing: true, DeepEP, FSDP2 over data parallel)"
 )
 FORCED_BALANCE = "the source force-balances tokens over experts: training.moe_routing_imbalance = 1.0"
+TE_EXPERTS = (
+    "experts as Transformer Engine's GroupedLinear runs them by default, one cuBLAS GEMM per expert over "
+    "its compute streams (common/gemm/cublaslt_gemm.cu; the CUTLASS grouped kernel only with "
+    "NVTE_USE_CUTLASS_GROUPED_GEMM=1, which no recipe sets): training.moe_expert_gemm 'multi_stream'"
+)
 FAKE_GATE = (
     "fake_balanced_gate routes token i to experts ik .. ik+k-1 mod E (FakeBalancedGate, "
     "nemo_automodel/components/moe/layers.py): training.moe_token_spread = 'contiguous'"
@@ -75,6 +80,8 @@ def _bridge(
     recompute = recipe.pop("recompute", "none")
     modules = {k: recipe.pop(k) for k in ("recompute_modules", "optimizer_moment_dtype") if k in recipe}
     precision = {"fp8": True, "fp8_recipe": "tensorwise_current", "fp8_param": True} if fp8 else {}
+    if fp8:  # TE GroupedLinear of these releases (<= 2.16): split_quantize, one call per expert
+        precision["moe_fp8_quantize"] = "per_expert"
     training = training_table(
         4096,
         mbs,
@@ -84,6 +91,7 @@ def _bridge(
         flash_attention=True,
         moe_routing_imbalance=1.0,
         grad_accumulation_fp32=False,
+        moe_expert_gemm="multi_stream",
         **precision,
         **modules,
     )
@@ -110,7 +118,7 @@ def _bridge(
         "megatron-lm",
         0.0,
         Reported(rate, "tokens/s/GPU"),
-        (FORCED_BALANCE, *notes),
+        (FORCED_BALANCE, TE_EXPERTS, *notes),
     )
     return _with_step_time(row)
 
@@ -131,11 +139,16 @@ QWEN_2602 = "v0.3.0 scripts/performance/configs/qwen/qwen3_workload_base_configs
 
 
 def bridge_runs() -> tuple[PublishedRun, ...]:
-    fp8_cs = "FP8-CS: training.fp8 with fp8_recipe 'tensorwise_current' and fp8_param, as the FP8 rows"
+    fp8_cs = (
+        "FP8-CS: training.fp8 with fp8_recipe 'tensorwise_current' and fp8_param, as the FP8 rows; the "
+        "experts' inputs quantized one expert at a time (Transformer Engine GroupedLinear before 2.17: "
+        "tex.split_quantize, each split by itself under current scaling): moe_fp8_quantize 'per_expert'"
+    )
     fp8_2509 = (
         "the 25.09 DGX-H100 table states no precision; FP8-CS: its Llama 3 8B / 70B / 405B rows (14079, "
         "1619, 302 tokens/s/GPU) are within 4% of 25.11's FP8-CS rows (14451, 1602, 292), and its "
-        "footnote calls the parenthesised H100 figures FP8 blockwise, a 'different quantization granularity'"
+        "footnote calls the parenthesised H100 figures FP8 blockwise, a 'different quantization "
+        "granularity'; experts quantized one at a time as the FP8-CS rows (moe_fp8_quantize 'per_expert')"
     )
     no_recompute = "recompute none: set_qwen3_common_configs clears the recipe's recompute"
     qwen30_2511 = (

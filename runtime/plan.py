@@ -224,6 +224,12 @@ def _check_kernels(scenario: Scenario) -> None:
             "scaled_dot_product_attention (not Transformer Engine's or FlexAttention); set "
             "attention_backend = 'sdpa' (or unset it) to run this plan"
         )
+    if t.moe_expert_gemm == "multi_stream" and scenario.model.is_moe:
+        raise PlanError(
+            "training.moe_expert_gemm = 'multi_stream': the runtime runs its experts as its own grouped "
+            "PyTorch ops, not Transformer Engine's per-expert cuBLAS GEMMs; set moe_expert_gemm = 'grouped' "
+            "(or unset it) to run this plan"
+        )
     if t.elementwise == "fused":
         raise PlanError(
             "training.elementwise = 'fused' (the default of parallelism.framework = "

@@ -17,6 +17,12 @@ Dispatcher = Literal["alltoall", "allgather", "deepep", "hybridep"]
 TokenSpread = Literal["independent", "contiguous"]
 """How a token's k experts spread over the expert-parallel ranks (training.moe_token_spread)."""
 
+ExpertGemm = Literal["multi_stream", "grouped"]
+"""How the routed experts' GEMMs run on a GPU (training.moe_expert_gemm)."""
+
+ExpertQuantize = Literal["per_expert", "grouped"]
+"""How the routed experts' GEMM inputs are quantized under training.fp8 (training.moe_fp8_quantize)."""
+
 DROPLESS_IMBALANCE = 1.25
 """Busiest-expert load over the mean load without a capacity: Switch Transformer found capacity factor
 1.25 drops under 1% of tokens (Fedus et al. 2021, sec. 2.2 and Table 1), i.e. expert loads stay within
@@ -39,6 +45,26 @@ class MoeTrainingKeys(Strict):
     logits). contiguous: k consecutive experts, token i taking experts ik .. ik+k-1 mod E (NeMo
     AutoModel's `fake_balanced_gate`, components/moe/layers.py FakeBalancedGate), so most tokens reach
     one or two ranks of a single node."""
+    moe_expert_gemm: ExpertGemm | None = None
+    """How a rank's routed experts run on a GPU. grouped: one grouped GEMM kernel over every expert's
+    rows (torch._grouped_mm, DeepGEMM, CUTLASS grouped GEMMs: costs/moe_gemm.py's measured rate).
+    multi_stream: one cuBLAS GEMM per expert spread over a few CUDA streams, Transformer Engine's
+    GroupedLinear by default (`general_grouped_gemm`; `NVTE_USE_CUTLASS_GROUPED_GEMM=1` selects its
+    CUTLASS grouped kernel instead), which runs below the grouped kernel when each expert's GEMM is
+    small: 0.87 of it at 2,048 x 768 outputs an expert, 0.965 at 4,096 x 768 (TE PR #2045, H100). Unset:
+    the framework's (megatron-lm multi_stream, the others grouped); CPU ranks keep their calibrated rate."""
+    moe_fp8_quantize: ExpertQuantize | None = None
+    """Under training.fp8, how the routed experts' GEMM inputs (and, in backward, their output
+    gradients) are quantized. per_expert: each local expert's rows as a tensor of its own, one quantize
+    call (and its kernels) per expert, each paying the per-op time of any op (ComputeModel.op_overhead_us):
+    Transformer Engine's GroupedLinear up to 2.16 (`tex.split_quantize` over the experts' splits, each
+    quantized individually unless the recipe is delayed scaling: transformer_engine/pytorch/csrc/
+    extensions/cast.cpp `multi_tensor_quantize_impl`; current scaling runs amax, scale and cast kernels
+    per expert, quantizer.cpp `Float8CurrentScalingQuantizer::quantize_impl`). grouped: one call over
+    all the experts' rows (TE 2.17's grouped-tensor path `tex.group_quantize`; TE's fused multi-tensor
+    cast-transpose under delayed scaling, one kernel for every expert; DeepGEMM's and torchao's grouped
+    casts). Unset: the framework's: megatron-lm per_expert (the TE releases its published rows ran)
+    except under fp8_recipe tensorwise_delayed, the others grouped. costs/moe_gemm.py."""
 
 
 class MoeParallelismKeys(Strict):

@@ -150,6 +150,17 @@ def moe_cp_warnings(s: Scenario) -> list[str]:
     if m.is_moe and m.first_k_dense_replace >= m.num_hidden_layers:
         out.append("model.first_k_dense_replace covers every layer: the model has no MoE layer")
     out += _ep_comm_warnings(s)
+    if s.training.moe_expert_gemm is not None and not m.is_moe:
+        out.append(
+            "training.moe_expert_gemm is ignored: the model has no routed experts (num_local_experts is "
+            "unset); remove the key"
+        )
+    if s.training.moe_fp8_quantize is not None and not (m.is_moe and s.training.fp8):
+        out.append(
+            "training.moe_fp8_quantize is ignored: it says how routed experts' GEMM inputs are quantized "
+            "under training.fp8, and this plan has no FP8 expert GEMM (set training.fp8 on an MoE model, or "
+            "remove the key)"
+        )
     if s.cp > 1 and s.training.seq_len // s.cp < 1024:
         out.append(
             f"context_parallel_degree {s.cp} leaves {s.training.seq_len // s.cp} tokens per rank: the K/V "

@@ -57,7 +57,7 @@ def _op_coefficients(op: Op, s: Scenario, flop_scale: float, byte_scale: float) 
     else:
         # relative_rate: a fused kernel's head-width factor (costs/attention.py head_dim_rate)
         row[1] = op.flops * flop_scale / (gpu.peak_flops(s.training.dtype) * op.relative_rate)
-    row[3] = flop_scale if op.category != "memory" else byte_scale
+    row[3] = (flop_scale if op.category != "memory" else byte_scale) * op.calls  # each call's overhead
     return row
 
 

@@ -24,7 +24,7 @@ def op_seconds(
     flops = op.flops * flop_scale
     hbm_s = op.bytes * byte_scale / (gpu.hbm_GBps * 1e9 * compute.memory_efficiency)
     if op.category == "memory" or flops == 0.0:
-        return hbm_s + compute.op_overhead_us * 1e-6
+        return hbm_s + compute.op_overhead_us * 1e-6 * op.calls
     peak = gpu.peak_flops(op.peak if op.fp8 else dtype)  # op.peak: training.fp8_recipe's format
     if op.category == "matmul":
         half = compute.matmul_half_gflop * 1e9
@@ -34,7 +34,7 @@ def op_seconds(
         # op.rate: a kernel's own; relative_rate: its head width's (costs/attention.py)
         eff = (op.rate or compute.attention_efficiency) * op.relative_rate
     flop_s = flops / (peak * gpu.clock_fraction * eff)  # a power limit lowers the clock
-    return max(flop_s, hbm_s) + compute.op_overhead_us * 1e-6
+    return max(flop_s, hbm_s) + compute.op_overhead_us * 1e-6 * op.calls
 
 
 def ops_seconds(

@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 
 from plancast.simulator.costs.fp8 import gemm_input_bytes, recipe
+from plancast.simulator.costs.moe_gemm import multi_stream_relative
 from plancast.simulator.costs.ops import (
     DTYPE_BYTES,
     Op,
@@ -85,19 +86,24 @@ def _mlp(name: str, rows: float, h: int, ffn_local: float, x: Shape) -> list[Op]
 def _grouped(name: str, rows: float, groups: int, k: float, n: float, x: Shape, padded: float) -> list[Op]:
     """One grouped GEMM: `groups` experts of `rows` tokens each, [rows, k] @ [k, n] per expert, in one
     kernel; FLOPs of the `padded` rows per expert, bytes of the real rows and every expert's weight, at
-    x.grouped_gemm_rate of a large GEMM's rate (costs/moe_gemm.py: whose kernel runs it). Under
+    x.grouped_gemm_rate of a large GEMM's rate (costs/moe_gemm.py: whose kernel runs it), times the
+    multi-stream path's own rate at each expert's output (`rows` x n) where one cuBLAS GEMM runs per
+    expert. Under
     training.fp8 the inputs are quantized first and the GEMM reads them narrow, as ops.linear prices a
-    dense layer under training.fp8_recipe (costs/fp8.py)."""
+    dense layer under training.fp8_recipe (costs/fp8.py), in one call or one per expert
+    (x.per_expert_quantize, training.moe_fp8_quantize)."""
     d, total = x.dtype_bytes, rows * groups
     flops = 2.0 * padded * groups * k * n
+    rate = x.grouped_gemm_rate * (multi_stream_relative(rows * n) if x.multi_stream_experts else 1.0)
     if not x.fp8:  # at the measured grouped-kernel rate (costs/moe_gemm.py)
         io_bytes = d * (total * k + groups * k * n) + d * total * n
-        return [Op(name, "matmul", flops, io_bytes, True, relative_rate=x.grouped_gemm_rate)]
+        return [Op(name, "matmul", flops, io_bytes, True, relative_rate=rate)]
     narrow = recipe(x.fp8_recipe)
     operands = (narrow.element_bytes + narrow.scale_bytes) * (total * k + groups * k * n)
     io_bytes = operands + d * total * n
-    gemm = Op(name, "matmul", flops, io_bytes, True, True, narrow.peak, relative_rate=x.grouped_gemm_rate)
-    return [Op(f"{name}_fp8_cast", "memory", 0.0, narrow.cast_bytes(d) * total * k), gemm]
+    gemm = Op(name, "matmul", flops, io_bytes, True, True, narrow.peak, relative_rate=rate)
+    calls = groups if x.per_expert_quantize else 1  # one quantize call per expert (costs/moe_gemm.py)
+    return [Op(f"{name}_fp8_cast", "memory", 0.0, narrow.cast_bytes(d) * total * k, calls=calls), gemm]
 
 
 def _experts(rows: float, groups: int, h: int, ffn_local: float, x: Shape, pad: bool) -> list[Op]:

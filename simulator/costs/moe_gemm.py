@@ -22,6 +22,8 @@ expert down). CPU ranks (the runtime's per-expert loop) keep their calibrated ra
 
 from __future__ import annotations
 
+import math
+
 from plancast.simulator.scenario import Scenario
 
 GROUPED_GEMM_RELATIVE_RATE = 0.83
@@ -37,3 +39,48 @@ def grouped_gemm_rate(s: Scenario) -> float:
     if s.training.fp8 and s.parallelism.framework != "megatron-lm":
         return 1.0
     return GROUPED_GEMM_RELATIVE_RATE
+
+
+def per_expert_quantize(s: Scenario) -> bool:
+    """Whether each local expert's GEMM inputs (and output gradients) are quantized by a call of their
+    own under training.fp8 (training.moe_fp8_quantize; unset: per expert on Megatron-LM, whose
+    Transformer Engine GroupedLinear `split_quantize`s the experts' rows one tensor at a time unless the
+    recipe is delayed scaling, whose multi-tensor cast-transpose is one kernel)."""
+    t = s.training
+    if not t.fp8:
+        return False
+    if t.moe_fp8_quantize is not None:
+        return t.moe_fp8_quantize == "per_expert"
+    return s.parallelism.framework == "megatron-lm" and t.fp8_recipe != "tensorwise_delayed"
+
+
+# Transformer Engine PR #2045 (NVIDIA/TransformerEngine, merged for 2.8), `general_grouped_gemm` on an
+# H100, BF16, TE 2.7 and CUDA 12.9, N 768 and K 2048: the multi-stream cuBLAS path ran 627.9 TFLOP/s at
+# 8 experts of 4,096 rows and 553.9 at 16 of 2,048, where its CUTLASS grouped kernel ran 650.6 and 636.9.
+# Read per expert's output (rows x N), the tiles one GEMM gives the SMs to fill, which a grouped kernel
+# pools over all experts: 2,048 x 768 and 4,096 x 768 elements.
+MULTI_STREAM_POINTS = ((2048 * 768, 553.9 / 636.9), (4096 * 768, 627.9 / 650.6))
+"""(output elements per expert GEMM, multi-stream rate over the grouped kernel's), TE's measurement."""
+
+
+def multi_stream_relative(output_elements: float) -> float:
+    """Rate of one cuBLAS GEMM per expert over one grouped kernel when each expert's GEMM writes
+    `output_elements` (rows x N): linear in log2 between the two measured points, held at the nearer one
+    outside them (no figure says how it goes on beyond)."""
+    (e0, f0), (e1, f1) = MULTI_STREAM_POINTS
+    if output_elements <= e0:
+        return f0
+    if output_elements >= e1:
+        return f1
+    return f0 + (f1 - f0) * math.log2(output_elements / e0) / math.log2(e1 / e0)
+
+
+def multi_stream_experts(s: Scenario) -> bool:
+    """Whether the routed experts run as one cuBLAS GEMM per expert on a few streams
+    (training.moe_expert_gemm; unset: Megatron-LM's Transformer Engine GroupedLinear on a GPU)."""
+    if s.cluster.gpu.name.startswith("cpu"):
+        return False
+    if s.training.moe_expert_gemm is not None:
+        return s.training.moe_expert_gemm == "multi_stream"
+    return s.parallelism.framework == "megatron-lm"
+

@@ -20,7 +20,7 @@ from plancast.simulator.costs.attention import (
     head_dim_rate,
 )
 from plancast.simulator.costs.fp8 import Recipe, recipe
-from plancast.simulator.costs.moe_gemm import grouped_gemm_rate
+from plancast.simulator.costs.moe_gemm import grouped_gemm_rate, multi_stream_experts, per_expert_quantize
 from plancast.simulator.model_dropout import dropout_probabilities
 from plancast.simulator.scenario import Model, Scenario
 
@@ -43,6 +43,9 @@ class Op:
     # a GEMM kernel's rate over a large GEMM's (costs/moe_gemm.py); a fused attention kernel's at its head
     # width over its rate at head dim 128 (costs/attention.py head_dim_rate)
     relative_rate: float = 1.0
+    # framework calls the op is issued as, each paying the per-op time (ComputeModel.op_overhead_us): a
+    # grouped GEMM's inputs quantized one expert at a time (costs/moe_gemm.py per_expert_quantize)
+    calls: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +94,8 @@ class Shape:
     relu2: bool = False  # squared-ReLU MLP (two matrices, as GELU)
     qk_norm: bool = False  # RMSNorm over every query and key head (model.qk_layernorm)
     grouped_gemm_rate: float = 1.0  # the routed experts' grouped GEMMs over a large GEMM (costs/moe_gemm.py)
+    per_expert_quantize: bool = False  # under fp8, one quantize call per local expert (costs/moe_gemm.py)
+    multi_stream_experts: bool = False  # one cuBLAS GEMM per expert on a few streams (costs/moe_gemm.py)
     hidden_dropout: bool = True  # masks after the output projections (model.hidden_dropout > 0)
     attention_dropout: bool = True  # a mask over the attention probabilities (model.attention_dropout > 0)
     # bytes of a residual-stream element: fp32 under autocast over fp32 parameters without FSDP's bf16 cast
@@ -160,6 +165,8 @@ class Shape:
             relu2=m.activation == "relu2",
             qk_norm=m.qk_layernorm,
             grouped_gemm_rate=grouped_gemm_rate(s),
+            per_expert_quantize=per_expert_quantize(s),
+            multi_stream_experts=multi_stream_experts(s),
             hidden_dropout=hidden_dropout > 0,
             attention_dropout=attention_dropout > 0,
             residual_bytes=4 if s.amp_master_params and s.parallelism.zero_stage < 2 else 0,
