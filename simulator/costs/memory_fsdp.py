@@ -1,6 +1,6 @@
 """FSDP2's transient buffers (torchtitan's ZeRO-2/3): what it holds beside the model states in backward.
 
-Read in torch/distributed/fsdp/_fully_shard (torch 2.6, the FSDP2 torchtitan's published runs used):
+Read in torch/distributed/fsdp/_fully_shard (the same from torch 2.5 on, so in torchtitan's published runs):
 - `FSDPParamGroup.post_backward` hands a unit's unsharded gradients to `foreach_reduce`, which copies
   them into a fresh `reduce_scatter_input` in the reduce dtype (`_fsdp_collectives.py`,
   `foreach_reduce_scatter_copy_in`) and keeps it as `comm_ctx.reduce_scatter_state` until the *next*
