@@ -15,6 +15,7 @@ from plancast.simulator.costs.memory import (
     peak_inflight_layers,
     rebuilds_a_block,
 )
+from plancast.simulator.costs.memory_fsdp import reduce_scatter_bytes, root_unit_bytes
 from plancast.simulator.costs.moe import moe_activation_bytes, sorts_by_expert
 from plancast.simulator.costs.moe_cp_comm import layer_collectives
 from plancast.simulator.costs.ops import DTYPE_BYTES, Shape
@@ -237,6 +238,9 @@ class Estimator:
             p, g, o = (sum(parts) for parts in zip(*states, strict=True))
             if plan.zero_stage >= 3 and plan.dp > 1:
                 p += 2 * layer_params(self.base.model).per_rank(plan.tp) * DTYPE_BYTES[t.dtype]
+            if plan.pp == 1 and plan.zero_stage >= 2:  # FSDP2's backward buffers (costs/memory_fsdp.py)
+                s = plan.apply(self.base)
+                p += reduce_scatter_bytes(s) + root_unit_bytes(s, (0,))
             cached = self._states[key] = p + g + o
         return cached
 

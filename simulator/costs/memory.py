@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from plancast.simulator.costs.fp8 import fp8_weight_copy_bytes
 from plancast.simulator.costs.fp8 import gemm_input_bytes as fp8_gemm_input_bytes
+from plancast.simulator.costs.memory_fsdp import fsdp_holds_stage_unsharded, fsdp_transient_bytes
 from plancast.simulator.costs.mla import mla_saved_elements
 from plancast.simulator.costs.moe import moe_activation_bytes
 from plancast.simulator.costs.ops import DTYPE_BYTES, Shape, gemm_weight_elements, layer_forward
@@ -39,7 +40,7 @@ class MemoryBreakdown:
     gradients: float
     optimizer: float
     activations: float
-    gathered: float = 0.0  # ZeRO-3: the unit being computed and the one prefetched, gathered in full
+    gathered: float = 0.0  # ZeRO-3's gathered units; FSDP2's backward buffers (costs/memory_fsdp.py)
     host: float = 0.0  # offloaded to host memory (optimizer states, activations): not in `total`
 
     @property
@@ -243,12 +244,9 @@ def rank_memory(s: Scenario, pp_rank: int, schedule: Schedule | None = None) -> 
     rebuilt = max(k[1] for k in kept.values())
     resident, offloaded, staging = offload_split(s, x, mlp, {c: k[0] for c, k in kept.items()}, layers)
     outputs = kept_output_bytes(s, x, owned)
-    acts = peak_inflight_bytes(schedule[pp_rank], resident, outputs)
-    if t.activation_offload:  # offloaded blocks leave at most two on the GPU, copied or computed (offload.py)
-        off = peak_inflight_bytes(schedule[pp_rank], offloaded)
-        host += off - min(off, staging)
-        step_outputs = sum(outputs[a.chunk] for a in schedule[pp_rank] if a.kind == "F")
-        acts = max(acts, min(off, staging) + step_outputs)
+    acts, offloaded_host = inflight_peak_bytes(schedule[pp_rank], resident, offloaded, staging, outputs)
+    host += offloaded_host
+    gathered += fsdp_transient_bytes(s, owned, schedule[pp_rank], resident, outputs, acts)
     acts += rebuilt + pipelining_buffer_bytes(s, x, owned, schedule[pp_rank])
     if stages - 1 in owned:  # the loss's fp32 buffers for one micro-batch (vocab-parallel)
         # all of it when replicated; one loss per multi-token-prediction depth beside the main one
@@ -295,18 +293,6 @@ def pipelining_buffer_bytes(
     buffers = sum((v > 0) + (v < last) for v in owned) * s.num_microbatches * boundary
     inputs = {c: boundary if v > 0 else 0.0 for c, v in enumerate(owned)}
     return buffers - peak_inflight_bytes(actions, inputs)
-
-
-def fsdp_holds_stage_unsharded(s: Scenario) -> bool:
-    """FSDP2 under pipeline parallel (torchtitan) keeps the whole stage gathered and its gradients unsharded
-    from the first micro-batch to the last: torchtitan's apply_fsdp defaults `reshard_after_forward = not
-    pp_enabled` (torchtitan/models/llama3/infra/parallelize.py), and torch.distributed.pipelining runs every
-    backward but the last with `set_requires_gradient_sync(False)` (pipelining/stage.py
-    `backward_maybe_with_nosync`), so FSDP2 accumulates the unsharded gradient in its reduce dtype
-    (fsdp/_fully_shard/_fsdp_param.py `to_accumulated_grad_if_needed`) until the last micro-batch's
-    reduce-scatter."""
-    par = s.parallelism
-    return par.framework == "torchtitan" and s.pp > 1 and par.zero_stage >= 2 and s.dp * s.cp > 1
 
 
 def chunk_activation_bytes(s: Scenario, x: Shape, layers: int, mlp: float | None) -> tuple[float, float]:
@@ -360,6 +346,24 @@ def peak_inflight_bytes(
     return peak
 
 
+def inflight_peak_bytes(
+    actions: tuple[Action, ...],
+    resident: dict[int, float],
+    offloaded: dict[int, float],
+    staging: float,
+    outputs: dict[int, float],
+) -> tuple[float, float]:
+    """(most activation bytes on the GPU at once, bytes left on the host at the offloaded peak): what the
+    chunks keep on the GPU and the outputs kept for the step; under training.activation_offload the
+    offloaded blocks leave at most `staging` on the GPU, copied or computed (offload_split)."""
+    acts = peak_inflight_bytes(actions, resident, outputs)
+    off = peak_inflight_bytes(actions, offloaded)
+    if not off:
+        return acts, 0.0
+    step_outputs = sum(outputs[a.chunk] for a in actions if a.kind == "F")
+    return max(acts, min(off, staging) + step_outputs), off - min(off, staging)
+
+
 def kept_output_bytes(s: Scenario, x: Shape, owned: tuple[int, ...] | list[int]) -> dict[int, float]:
     """Per chunk, the output a forward leaves until the step ends under parallelism.pipeline_output_chunks:
     torch.distributed.pipelining's `forward_one_chunk` appends it to `output_chunks` for the step's merge
@@ -389,8 +393,14 @@ def _model_states(s: Scenario, dense: float, experts: float) -> tuple[float, flo
 
     def states(n: float, dp: int) -> tuple[float, float, float]:
         return model_state_bytes(
-            n, dp=dp, zero_stage=zero, dtype=t.dtype, grad_fp32=grad_fp32, master_params=master,
-            master_weights=t.master_weights, moment_bytes=DTYPE_BYTES[t.optimizer_moment_dtype],
+            n,
+            dp=dp,
+            zero_stage=zero,
+            dtype=t.dtype,
+            grad_fp32=grad_fp32,
+            master_params=master,
+            master_weights=t.master_weights,
+            moment_bytes=DTYPE_BYTES[t.optimizer_moment_dtype],
         )
 
     d = states(dense, s.zero_dp)

@@ -16,12 +16,14 @@ from typing import NamedTuple
 
 from plancast.simulator.costs.memory import (
     chunk_activation_bytes,
+    inflight_peak_bytes,
     kept_output_bytes,
     loss_bytes_per_logit,
     offload_split,
     pipelining_buffer_bytes,
     rank_memory,
 )
+from plancast.simulator.costs.memory_fsdp import backward_buffer_bytes, fsdp_transient_bytes
 from plancast.simulator.costs.moe import moe_activation_bytes
 from plancast.simulator.costs.ops import Shape
 from plancast.simulator.costs.params import moe_layer_count
@@ -62,8 +64,12 @@ def memory_timeline(s: Scenario, pp_rank: int, schedule: Schedule | None = None)
     resident, offloaded, cap = offload_split(s, x, mlp, {c: k[0] for c, k in kept.items()}, layers)
     loss = loss_bytes_per_logit(s) * x.s * x.b * x.vocab / s.vocab_tp
     actions = schedule[pp_rank]
-    split_backward = any(a.kind == "W" for a in actions)  # a split backward: B is the input-gradient part
     outputs = kept_output_bytes(s, x, owned)  # each forward's output, kept to the step's end
+    # FSDP2's buffers live in backwards only: rank_memory counts what they add to its peak with the states
+    inflight = inflight_peak_bytes(actions, resident, offloaded, cap, outputs)[0]
+    states -= fsdp_transient_bytes(s, owned, actions, resident, outputs, inflight)
+    fsdp = backward_buffer_bytes(s, owned, actions)
+    split_backward = any(a.kind == "W" for a in actions)  # a split backward: B is the input-gradient part
     live, off, points = 0.0, 0.0, []
     for order, a in enumerate(actions):
         on_gpu = max(live, min(off, cap))
@@ -73,9 +79,10 @@ def memory_timeline(s: Scenario, pp_rank: int, schedule: Schedule | None = None)
             value = states + max(live, min(off, cap))
         elif a.kind == "B":
             value = states + on_gpu + kept[a.chunk][1] + (loss if a.stage == stages - 1 else 0.0)
+            value += fsdp[order]
             live, off = live - resident[a.chunk], off - offloaded[a.chunk]
         else:
-            value = states + on_gpu
+            value = states + on_gpu + fsdp[order]
         kind = "backward_input" if a.kind == "B" and split_backward else KINDS[a.kind]
         points.append(MemoryPoint(order, kind, a.stage, a.chunk, a.microbatch, value))
     states -= sum(outputs[a.chunk] for a in actions if a.kind == "F")  # merged and freed with the step

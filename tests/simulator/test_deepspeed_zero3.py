@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from plancast.simulator.costs.memory import rank_memory
+from plancast.simulator.costs.memory_fsdp import reduce_scatter_bytes, root_unit_bytes
 from plancast.simulator.costs.stage import stage_costs
 from plancast.simulator.engine import Topology
 from plancast.simulator.loader import parse_scenario
@@ -73,6 +74,8 @@ def test_deepspeed_gathers_each_weight_and_moves_the_same_bytes() -> None:
 
 def test_deepspeed_keeps_two_weights_gathered_not_two_blocks() -> None:
     ds, fsdp = (rank_memory(gpt_zero3(f), 0).gathered for f in ("deepspeed", "torchtitan"))
+    titan = gpt_zero3("torchtitan")  # less FSDP2's backward buffers (costs/memory_fsdp.py), not units
+    fsdp -= reduce_scatter_bytes(titan) + root_unit_bytes(titan, (0,))
     assert ds == pytest.approx(fsdp * 8 / 24, rel=1e-3)  # FC1 + FC2 = 8h^2 of two 12h^2 blocks
 
 
