@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from plancast.simulator.costs.attention import window_block_fraction, window_work
+from plancast.simulator.costs.model_flops import model_flops_per_token
 from plancast.simulator.costs.ops import Shape, layer_forward
 from plancast.simulator.importers import import_file
 from plancast.simulator.loader import ScenarioError, parse_scenario
@@ -135,3 +136,7 @@ def test_hf_import_reads_the_window_and_the_layer_types() -> None:
 def test_hf_import_leaves_a_window_that_use_sliding_window_turns_off() -> None:
     qwen2 = import_file("hf", DATA / "qwen2-7b.config.json")["model"]
     assert "sliding_window" not in qwen2
+
+
+def test_model_flops_behind_mfu_count_the_full_scores_window_or_not() -> None:
+    assert model_flops_per_token(_scenario()) == model_flops_per_token(_scenario(window=None))
