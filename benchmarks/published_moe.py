@@ -41,8 +41,14 @@ def moe_and_long_context() -> tuple[PublishedRun, ...]:
     # 2880, 8 key/value heads), as the AutoModel rows name it.
     gpt_oss = {"preset": "gpt-oss-120b"}
     gpt_oss_notes = (
-        "gpt-oss config.json as the gpt-oss-120b preset; its alternating 128-token sliding-window "
-        "attention is priced as full attention",
+        "gpt-oss config.json as the gpt-oss-120b preset, its 128-token sliding windows on every other "
+        "layer (sliding_window, layer_types) priced as causal layers: no published figure says whether "
+        "cuDNN's kernel skips the tiles outside the band (training.sliding_window_skip unset)",
+        "attention as cuDNN's fused kernel (the framework's): the NeMo 25.11 container ships cuDNN "
+        "9.13.1.26, 26.02 ships 9.18.0.50 (Megatron-Bridge docs/releases/software-versions.md), and "
+        "Transformer Engine 2.9-2.12 hand the learnable-softmax (sink) attention to cuDNN from 9.13.1 "
+        "(common/fused_attn/fused_attn.cpp), so no unfused fallback; eager, no CUDA graphs (the H100 "
+        "recipes set none)",
         "recompute 'selective' with the H100 recipe's recompute_modules ['layernorm', 'moe_act'] (norms and "
         "the expert activation, scripts/performance/configs/gpt_oss, GPT_OSS_120B_*H100*); "
         "no virtual stages (VP n/a)",

@@ -51,10 +51,15 @@ QWEN3_235B = {"preset": "qwen3-235b-a22b"}
 QWEN3_NOTE = "Qwen3 config.json as the qwen3-30b-a3b / qwen3-235b-a22b presets (head_dim 128, q/k norm)"
 # openai/gpt-oss-20b config.json: 24 layers, 32 experts top-4, else as gpt-oss-120b.
 GPT_OSS_120B = {"preset": "gpt-oss-120b"}
-GPT_OSS_20B = {**GPT_OSS_120B, "num_hidden_layers": 24, "num_local_experts": 32}
+GPT_OSS_20B = {
+    **GPT_OSS_120B,
+    "num_hidden_layers": 24,
+    "num_local_experts": 32,
+    "layer_types": ["sliding_attention", "full_attention"] * 12,
+}
 GPT_OSS_NOTE = (
-    "gpt-oss config.json as the gpt-oss-120b preset (64 query heads of 64 over hidden 2880); its "
-    "alternating 128-token sliding-window attention is priced as full attention"
+    "gpt-oss config.json as the gpt-oss-120b preset (64 query heads of 64 over hidden 2880, 128-token "
+    "sliding windows on every other layer: sliding_window, layer_types)"
 )
 # moonshotai/Kimi-K2-Instruct config.json: the kimi-k2 preset (MLA, 384 experts, no MTP module).
 KIMI_K2 = {"preset": "kimi-k2"}

@@ -8,6 +8,7 @@ the key and the fix, so that a run is always the plan that was predicted.
 from __future__ import annotations
 
 from plancast.simulator.model_dropout import dropout_probabilities
+from plancast.simulator.model_window import sliding_layer_share
 from plancast.simulator.scenario import Scenario
 
 
@@ -17,7 +18,7 @@ class ShapeSupportError(ValueError):
 
 def check_model_shape_support(scenario: Scenario) -> None:
     """Raise ShapeSupportError for MLA under tensor or context parallel, per-head q/k norms under tensor
-    parallel, the MTP module and dropout."""
+    parallel, sliding-window attention, the MTP module and dropout."""
     m = scenario.model
     _check_dropout(scenario)
     if m.is_mla and scenario.tp > 1:
@@ -37,6 +38,12 @@ def check_model_shape_support(scenario: Scenario) -> None:
             "model.qk_layernorm with tensor_parallel_degree > 1: the runtime's per-head query/key norms "
             "are not part of its tensor-parallel plan; set parallelism.tensor_parallel_degree = 1 to run "
             "this plan"
+        )
+    if sliding_layer_share(m, m.num_hidden_layers):
+        raise ShapeSupportError(
+            f"model.sliding_window = {m.sliding_window}: the runtime's attention is full causal on every "
+            "layer; remove model.sliding_window, or mark every layer 'full_attention' in model.layer_types, "
+            "to run this plan (the simulator prices the window)"
         )
     if m.num_nextn_predict_layers:
         raise ShapeSupportError(

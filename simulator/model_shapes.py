@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from plancast.simulator.fields import Strict
+from plancast.simulator.model_window import ModelWindow
 from plancast.simulator.schedules import PlanProblem
 
 MLA_DIMS = ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
@@ -27,6 +27,7 @@ MODEL_SHAPE_BOUNDS: dict[str, tuple[float, float, str]] = {
     "model.qk_nope_head_dim": (1, 100_000, "as head_dim (DeepSeek-V3: 128)"),
     "model.qk_rope_head_dim": (1, 100_000, "as head_dim (DeepSeek-V3: 64)"),
     "model.v_head_dim": (1, 100_000, "as head_dim (DeepSeek-V3: 128)"),
+    "model.sliding_window": (1, 100_000_000, "tokens (gpt-oss: 128, Mistral-7B v0.1: 4096)"),
     "model.num_nextn_predict_layers": (0, 100, "multi-token prediction depths (DeepSeek-V3: 1)"),
     "model.n_group": (1, 100_000, "at most num_local_experts (DeepSeek-V3: 8)"),
     "model.topk_group": (1, 100_000, "at most n_group (DeepSeek-V3: 4)"),
@@ -34,8 +35,9 @@ MODEL_SHAPE_BOUNDS: dict[str, tuple[float, float, str]] = {
 """validation.BOUNDS entries of these keys (key path -> (min, max, why))."""
 
 
-class ModelShapes(Strict):
-    """Attention and auxiliary-module shapes beyond a GPT/Llama block (all optional)."""
+class ModelShapes(ModelWindow):
+    """Attention and auxiliary-module shapes beyond a GPT/Llama block (all optional), sliding-window
+    attention's keys (model_window.py) among them."""
 
     head_dim: int | None = Field(default=None, gt=0)
     """Width of one query/key/value head; default hidden_size / num_attention_heads. Qwen3, Gemma and

@@ -31,6 +31,16 @@ class AttentionTrainingKeys(Strict):
     which its gpt-oss runs for the attention sinks), priced as sdpa at the cluster's
     `flex_attention_relative` of FlashAttention-2's rate. Unset: parallelism.framework's (megatron-lm te,
     the others sdpa)."""
+    sliding_window_skip: bool | None = None
+    """Whether the attention kernel skips the key blocks a model.sliding_window empties
+    (costs/attention.py `window_work`): true, a windowed layer costs the blocks its band touches (a
+    128-token window at 4,096 tokens: 63 of the 528 causal 128 x 128 blocks); false, it costs what a
+    causal layer does. Unset: true under attention_backend "flex" (a FlexAttention BlockMask lists, per
+    128-row query block, only the key blocks its mask leaves partly or fully open, and the kernel visits
+    only those: torch/nn/attention/flex_attention.py, `_DEFAULT_SPARSE_BLOCK_SIZE = 128`; NeMo
+    AutoModel's gpt-oss builds one for its sliding layers), false otherwise: torch SDPA takes a window
+    only as a dense mask, and no published figure says whether cuDNN's fused kernel (Transformer
+    Engine's, which takes gpt-oss's window from cuDNN 9.2) skips the tiles outside its band."""
 
 
 def attention_backend_problems(training: Training) -> list[tuple[str, str]]:

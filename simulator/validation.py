@@ -18,6 +18,7 @@ from typing import Any
 
 from plancast.simulator.costs.fp8 import recipe_problems
 from plancast.simulator.model_shapes import MODEL_SHAPE_BOUNDS, model_shape_problems
+from plancast.simulator.model_window import window_problems
 from plancast.simulator.scenario import Scenario
 from plancast.simulator.scenario_attention import attention_backend_problems
 from plancast.simulator.schedules import schedule_problems, schedule_warnings
@@ -404,6 +405,7 @@ def check_plan(s: Scenario) -> tuple[list[Problem], list[str]]:
     _check_model(s, errors)
     errors.extend(Problem(p.path, p.message) for p in model_moe_problems(s))
     errors.extend(Problem(p.path, p.message) for p in model_shape_problems(s.model, s.model.num_experts))
+    errors.extend(Problem(p.path, p.message) for p in window_problems(s.model, s.model.num_hidden_layers))
     errors.extend(Problem(p.path, p.message) for p in data_parallel_problems(s))
     errors.extend(Problem(path, message) for path, message in attention_backend_problems(s.training))
     if _check_degrees(s, errors):

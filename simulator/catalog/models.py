@@ -156,14 +156,16 @@ MODELS: dict[str, dict[str, object]] = {
         qk_layernorm=True,
     ),
     # openai/gpt-oss-120b: 116.8B total, 5.1B active (gpt-oss model card, arXiv 2508.10925, Table 1); 64
-    # query heads of 64 over hidden 2880. Its alternating 128-token sliding-window layers are priced as
-    # full attention, its attention sinks and biases left out (docs/models.md).
+    # query heads of 64 over hidden 2880; 128-token sliding windows on every other layer (config.json
+    # layer_types), its attention sinks and biases left out (docs/models.md).
     "gpt-oss-120b": _moe(
         _llama(2880, 36, 64, 8, 2880, 201088, 131072),
         num_local_experts=128,
         num_experts_per_tok=4,
         router_aux_loss_coef=0.9,
         head_dim=64,
+        sliding_window=128,
+        layer_types=["sliding_attention", "full_attention"] * 18,
     ),
     # deepseek-ai/DeepSeek-V2-Lite: 15.7B total, 2.4B active (arXiv 2405.04434); MLA without query
     # compression (q_lora_rank null).

@@ -17,9 +17,14 @@ def model_flops_per_token(s: Scenario) -> float:
     x = Shape.of(s)
     fields = {f: getattr(x, f) for f in x.__dataclass_fields__}
     seq = s.training.seq_len
-    # the full s x s scores, as eq. 3 counts them, whatever a causal kernel computes (costs/attention.py)
+    # the full s x s scores, as eq. 3 counts them, whatever a causal or windowed kernel computes
+    # (costs/attention.py)
     flat = Shape(
-        **{**fields, "tp": 1, "vocab_tp": 1, "sp": False, "s": seq, "kv_s": seq, "fused_attention": None}
+        **{
+            **fields,
+            **{"tp": 1, "vocab_tp": 1, "sp": False, "s": seq, "kv_s": seq},
+            **{"fused_attention": None, "window_work": 1.0},
+        }
     )
     m = s.model
     dense = sum(op.flops for op in layer_forward(flat))

@@ -18,6 +18,7 @@ from plancast.simulator.costs.attention import (
     flash_kernel_relative,
     fused_attention_rate,
     head_dim_rate,
+    window_work,
 )
 from plancast.simulator.costs.fp8 import Recipe, recipe
 from plancast.simulator.costs.moe_gemm import grouped_gemm_rate, multi_stream_experts, per_expert_quantize
@@ -86,6 +87,7 @@ class Shape:
     fp8_recipe: str = "tensorwise_delayed"  # training.fp8_recipe
     fused_attention: float | None = None  # the causal fused kernel's rate (costs/attention.py); None: not it
     flash_relative: float = 1.0  # the other flash kernel's rate over FlashAttention-2's (FlexAttention's)
+    window_work: float = 1.0  # the fused core's work under sliding windows over causal's (costs/attention.py)
     eager: bool = False  # elementwise ops as eager PyTorch runs them (training.elementwise, costs/eager.py)
     rmsnorm: bool = False
     qk_head_dim: int = 0  # per-head query/key width (model_shapes.py); 0: h / heads
@@ -157,6 +159,7 @@ class Shape:
                 s.cluster.compute, s.parallelism.framework, t.flash_attention, t.seq_len, t.attention_backend
             ),
             flash_relative=flash_kernel_relative(s.cluster.compute, t.attention_backend),
+            window_work=window_work(s),
             eager=t.elementwise == "eager",
             rmsnorm=m.norm == "rmsnorm",
             qk_head_dim=m.qk_head_dim,
@@ -293,9 +296,10 @@ def attention_core_forward(x: Shape, k_dim: float, v_dim: float) -> list[Op]:
         io = d * tokens * (x.q_dim + x.o_dim + k_dim + v_dim) / t
         if x.fused_attention is None:
             rate = head_dim_rate(x.qk_dim, x.v_dim, "sdpa") * x.flash_relative
-            ops.append(Op("attention", "attention", score_flops + value_flops, io, relative_rate=rate))
+            flops = (score_flops + value_flops) * x.window_work
+            ops.append(Op("attention", "attention", flops, io, relative_rate=rate))
         else:  # Transformer Engine's causal fused kernel: the causal half, at its own rate
-            flops = (score_flops + value_flops) * CAUSAL_FRACTION
+            flops = (score_flops + value_flops) * CAUSAL_FRACTION * x.window_work
             width = head_dim_rate(x.qk_dim, x.v_dim, "te")
             ops.append(Op("attention", "attention", flops, io, rate=x.fused_attention, relative_rate=width))
     else:

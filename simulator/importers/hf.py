@@ -56,7 +56,7 @@ _GPT2_KEYS = {
 # Llama, Mistral, Qwen, Mixtral, DeepSeek: attention_dropout only, no residual dropout module).
 _DROPOUT_KEYS = ("resid_pdrop", "attn_pdrop", "hidden_dropout", "attention_dropout")
 # Keys that change the model in ways plancast does not represent (noted, not refused).
-_HF_NOT_MODELLED = ("sliding_window", "attention_bias", "mlp_bias")
+_HF_NOT_MODELLED = ("attention_bias", "mlp_bias")
 # Keys read above or in importers/hf_moe.py, and keys that change neither a shape nor the work of a step
 # as plancast models it (token ids, initialisation, dtype of the checkpoint, cache and output flags,
 # the embedding's and classifier's dropout, loss weights, RoPE bases, norm eps).
@@ -71,7 +71,7 @@ _HF_READ = frozenset(
         "shared_expert_intermediate_size", "decoder_sparse_step", "mlp_only_layers", "n_shared_experts",
         "first_k_dense_replace", "moe_layer_freq", "kv_lora_rank", "q_lora_rank", "qk_nope_head_dim",
         "qk_rope_head_dim", "v_head_dim", "num_nextn_predict_layers", "head_dim", "n_group", "topk_group",
-        "experts_per_token", "layer_types", "partial_rotary_factor", *_DROPOUT_KEYS,
+        "experts_per_token", "layer_types", "partial_rotary_factor", "sliding_window", *_DROPOUT_KEYS,
     }
 )
 _HF_NO_EFFECT = frozenset(
@@ -159,13 +159,10 @@ def hf_model(config: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
     if not isinstance(tie, bool):
         raise ConfigImportError(f"tie_word_embeddings: expected true or false, got {tie!r}")
     model["tie_word_embeddings"] = tie
-    # Qwen2 configs carry a sliding_window that is off unless use_sliding_window (Qwen2Config).
-    unused = {"sliding_window"} if config.get("use_sliding_window") is False else set()
     notes = [
-        f"{k} = {config[k]!r} is not modelled"
-        for k in _HF_NOT_MODELLED
-        if k not in unused and config.get(k) not in (None, False)
+        f"{k} = {config[k]!r} is not modelled" for k in _HF_NOT_MODELLED if config.get(k) not in (None, False)
     ]
+    model.update(_hf_window(config))
     for key in ("rotary_pct", "partial_rotary_factor"):  # GPT-NeoX's and Nemotron's names
         if config.get(key, 1.0) != 1.0:
             notes.append(
@@ -221,14 +218,28 @@ def _architecture_notes(config: Mapping[str, Any], model_type: str) -> list[str]
             "(heads + 2 kv heads) x head_dim + 2 hidden_size + intermediate_size parameters a layer too many"
         )
     if model_type == "gpt_oss":
-        types = config.get("layer_types")
-        sliding = types.count("sliding_attention") if isinstance(types, list) else 0
         notes.append(
-            f"layer_types: {sliding} sliding-window layers are priced as full causal attention (more "
-            "attention work than they do once seq_len exceeds sliding_window); attention sinks (one logit "
-            "a head) and the experts' and router's biases are not counted"
+            "attention sinks (one logit a head) and the experts' and router's biases are not counted"
         )
     return notes
+
+
+def _hf_window(config: Mapping[str, Any]) -> dict[str, Any]:
+    """model.sliding_window and layer_types as config.json sets them; none where use_sliding_window is
+    false (Qwen2Config carries a sliding_window it leaves off)."""
+    window = config.get("sliding_window")
+    if window is None or config.get("use_sliding_window") is False:
+        return {}
+    out: dict[str, Any] = {"sliding_window": _positive_int(window, "sliding_window")}
+    types = config.get("layer_types")
+    if types is not None:
+        if not isinstance(types, list) or not set(types) <= {"sliding_attention", "full_attention"}:
+            raise ConfigImportError(
+                f"layer_types: {types!r} is not a list of 'sliding_attention' / 'full_attention'; "
+                "plancast models no other attention layer type"
+            )
+        out["layer_types"] = types
+    return out
 
 
 def from_hf_config(config: Mapping[str, Any]) -> dict[str, Any]:

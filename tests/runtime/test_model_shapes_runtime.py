@@ -94,6 +94,12 @@ def test_mla_attention_is_causal() -> None:
             {"pipeline_parallel_degree": 2},
             "model.num_nextn_predict_layers = 1",
         ),
+        ({"sliding_window": 8}, {"pipeline_parallel_degree": 2}, "model.sliding_window = 8"),
+        (
+            {"sliding_window": 8, "layer_types": ["full_attention", "sliding_attention"]},
+            {"pipeline_parallel_degree": 2},
+            "model.sliding_window = 8",
+        ),
     ],
 )
 def test_shapes_the_runtime_does_not_run_are_refused(
@@ -102,3 +108,9 @@ def test_shapes_the_runtime_does_not_run_are_refused(
     s = _scenario(model, **plan)
     with pytest.raises(PlanError, match=message.replace(".", r"\.")):
         check_runtime_support(s, 2)
+
+
+def test_a_window_no_layer_uses_runs() -> None:
+    """layer_types all full_attention: every layer is the runtime's full causal attention."""
+    s = _scenario({"sliding_window": 8, "layer_types": ["full_attention"] * 2}, pipeline_parallel_degree=2)
+    check_runtime_support(s, 2)

@@ -102,7 +102,7 @@ def _backend_scenario(backend: str | None, cluster: str = "dgx-h100-80gb") -> Sc
     if backend is not None:
         training["attention_backend"] = backend
     data: dict[str, Any] = {
-        "model": {"preset": "gpt-oss-120b", "num_hidden_layers": 2},
+        "model": {"preset": "gpt-oss-120b", "num_hidden_layers": 2, "layer_types": ["full_attention"] * 2},
         "training": training,
         "parallelism": {"framework": "torchtitan"},
         "cluster": {"preset": cluster},

@@ -46,7 +46,7 @@ HF_CASES = [
         "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
         "intermediate_size": 14336, "vocab_size": 32000, "activation": "swiglu", "norm": "rmsnorm",
         "position_embedding": "rope", "max_position_embeddings": 32768, "tie_word_embeddings": False,
-        "hidden_dropout": 0.0, "attention_dropout": 0.0}),
+        "hidden_dropout": 0.0, "attention_dropout": 0.0, "sliding_window": 4096}),
     ("gpt2.config.json", 124_439_808, {
         "hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12, "vocab_size": 50257,
         "activation": "gelu", "norm": "layernorm", "position_embedding": "learned",
@@ -80,8 +80,8 @@ def test_hf_gpt2_without_n_inner_gets_4h() -> None:
 
 
 def test_hf_notes_what_it_does_not_model() -> None:
-    mistral = import_file("hf", DATA / "mistral-7b.config.json")
-    assert mistral["warnings"] == ["sliding_window = 4096 is not modelled"]
+    gpt_oss = import_file("hf", DATA / "gpt-oss-120b.config.json")
+    assert "attention_bias = True is not modelled" in gpt_oss["warnings"]
     assert import_file("hf", DATA / "llama3-8b.config.json")["warnings"] == []
 
 
