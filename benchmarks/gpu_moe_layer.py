@@ -67,8 +67,11 @@ def kind_of(kernel: str) -> str:
     return next((kind for kind, parts in KINDS if any(p in name for p in parts)), "other")
 
 
-def profile_kinds(fn: Any, device: torch.device, passes: int = 3) -> dict[str, float]:
-    """Seconds of device time per kernel kind in one call of `fn`, the mean over `passes` profiled calls."""
+def profile_kinds(
+    fn: Any, device: torch.device, passes: int = 3, top: int = 25
+) -> tuple[dict[str, float], list[tuple[str, float, int]]]:
+    """Seconds of device time per kernel kind in one call of `fn`, the mean over `passes` profiled calls,
+    and the `top` kernels by device time (name, seconds a call of `fn`, launches a call of `fn`)."""
     from torch.profiler import ProfilerActivity, profile
 
     activity = ProfilerActivity.CUDA if device.type == "cuda" else ProfilerActivity.CPU
@@ -79,11 +82,13 @@ def profile_kinds(fn: Any, device: torch.device, passes: int = 3) -> dict[str, f
         if device.type == "cuda":
             torch.cuda.synchronize()
     seconds: dict[str, float] = defaultdict(float)
+    kernels = []
     for event in prof.key_averages():
         us = event.self_device_time_total if device.type == "cuda" else event.self_cpu_time_total
         if us > 0 and (device.type == "cuda" or event.key.startswith("aten::")):
             seconds[kind_of(event.key)] += us / 1e6 / passes
-    return dict(seconds)
+            kernels.append((event.key[:160], us / 1e6 / passes, event.count // passes))
+    return dict(seconds), sorted(kernels, key=lambda k: -k[1])[:top]
 
 
 def predicted(path: str) -> dict[str, Any]:
@@ -117,7 +122,8 @@ def measure(path: str, device: torch.device, repeat: int) -> dict[str, Any]:
     def both() -> None:
         block(leaf).backward(grad)
 
-    return {"fwd_s": fwd, "fwd_bwd_s": fwd + bwd, "by_kind_s": profile_kinds(both, device)}
+    kinds, top = profile_kinds(both, device)
+    return {"fwd_s": fwd, "fwd_bwd_s": fwd + bwd, "by_kind_s": kinds, "top_kernels": top}
 
 
 def report(path: str, meas: dict[str, Any], pred: dict[str, Any]) -> None:
@@ -135,6 +141,9 @@ def report(path: str, meas: dict[str, Any], pred: dict[str, Any]) -> None:
     print("  measured device time by kernel kind (one forward+backward):")
     for kind, sec in sorted(meas["by_kind_s"].items(), key=lambda kv: -kv[1]):
         print(f"    {kind:14} {sec * 1e3:8.3f} ms  {sec / total:6.1%}")
+    print("  top kernels by device time (one forward+backward): ms, launches, kind, name")
+    for name, sec, count in meas["top_kernels"]:
+        print(f"    {sec * 1e3:8.3f} {count:5d}  {kind_of(name):12} {name[:100]}")
     print("  predicted by op category (forward+backward):")
     for cat, sec in sorted(pred["by_category_s"].items(), key=lambda kv: -kv[1]):
         print(f"    {cat:14} {sec * 1e3:8.3f} ms")

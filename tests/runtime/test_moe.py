@@ -90,6 +90,16 @@ def test_capacity_follows_gshard_and_drops_later_arrivals() -> None:
     assert MoEConfig(8, 2, 4).capacity(12) == 12  # dropless: one slot per token and expert
 
 
+def test_dropless_routing_skips_the_arrival_order_and_changes_nothing_it_reads() -> None:
+    logits = torch.randn(16, 8)
+    full, dropless = route(logits, 3, 16), route(logits, 3, 16, dropless=True)
+    assert torch.equal(dropless.slot // 16, full.slot // 16)  # each choice's expert, all MoE._grouped reads
+    assert bool(dropless.kept.all()) and bool(full.kept.all())  # capacity T: nothing dropped either way
+    assert int((dropless.slot % 16).max()) == 0 < int((full.slot % 16).max())  # no arrival order computed
+    torch.testing.assert_close(dropless.weight, full.weight)
+    torch.testing.assert_close(dropless.aux_loss, full.aux_loss)
+
+
 def test_dropped_assignments_contribute_nothing() -> None:
     moe = layer(cfg(capacity_factor=0.5))
     x = torch.randn(12, HIDDEN)
