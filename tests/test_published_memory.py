@@ -40,11 +40,6 @@ NOT_FITTING_YET = {
     "framework 'other' takes torchtitan's autocast (fp32 master weights and residual stream), which the "
     "report does not use: with the master copy inside the optimizer and a bf16 residual stream (the row as "
     "framework megatron-lm) it is 76.6 GiB, still 3.1 over (tests/test_published_moe.py)",
-    "nemo-gpt-oss-120b-64xh100-mbs4": "94.9 GiB against 73.5: MoE block activations at micro-batch 4 under "
-    "PP 4 (58 GiB on rank 0) with the H100 recipe's layernorm and moe_act recompute. The table's MBS 4 "
-    "disagrees with the recipe of that release: Megatron-Bridge v0.2.0 scripts/performance/configs/gpt_oss/"
-    "workload_base_configs.py runs H100 at BASE_GPT_OSS_120B_CONFIG's micro_batch_size 1 (only the "
-    "GB300/GB200/B200 presets set 4); the row keeps the table's figure (tests/test_published_moe.py)",
 }
 
 

@@ -113,8 +113,6 @@ def test_predicted_order_matches_the_measured_order(key: str) -> None:
 # branch mla rework these); strict: the test fails once the model gets one right.
 KNOWN_UNFIT: dict[str, str] = {
     "deepseek-v3-2048xh800": "DualPipe priced as DualPipeV's in-flight count; FP8 activation caching absent",
-    "nemo-gpt-oss-120b-64xh100-mbs4": "activations of mbs 4 under PP4 with only norms and the expert "
-    "activation recomputed: 58 GiB on rank 0, 21 GiB over; Bridge v0.2.0's H100 recipe ran micro-batch 1",
 }
 
 
