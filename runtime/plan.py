@@ -151,6 +151,11 @@ def _check_memory_keys(scenario: Scenario) -> None:
             f"training.optimizer_moment_dtype = {t.optimizer_moment_dtype!r}: the runtime's AdamW keeps fp32 "
             "moments; simulate the plan, or remove the key to run it"
         )
+    if t.activation_func_fp8_input_store:
+        raise PlanError(
+            "training.activation_func_fp8_input_store = true: the runtime saves the SwiGLU's input in "
+            "training.dtype; simulate the plan, or remove the key to run it"
+        )
     if not t.master_weights:
         raise PlanError(
             "training.master_weights = false: the runtime trains fp32 parameters under autocast "

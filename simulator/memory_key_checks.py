@@ -1,5 +1,5 @@
-"""Cross-field checks of training.master_weights (pure 16-bit training) and
-parallelism.pipeline_output_chunks (docs/memory.md), beside the other memory keys' (validation_memory.py
+"""Cross-field checks of training.master_weights (pure 16-bit training), training.optimizer_moment_dtype,
+training.activation_func_fp8_input_store and parallelism.pipeline_output_chunks (docs/memory.md), beside the other memory keys' (validation_memory.py
 calls them)."""
 
 from __future__ import annotations
@@ -63,5 +63,20 @@ def moment_dtype_problems(s: Scenario) -> list[PlanProblem]:
             f'"bf16" is Megatron-Core\'s precision-aware optimizer; under framework {framework} the moments '
             "take the optimizer's own dtype: remove the key, set parallelism.framework = \"megatron-lm\", or "
             "under torchtitan train pure bf16 with training.master_weights = false",
+        )
+    ]
+
+
+def fp8_act_input_problems(s: Scenario) -> list[PlanProblem]:
+    """The FP8 store of the activation's input without a SwiGLU: Megatron-Core passes the flag only to its
+    fused SwiGLU kernels (megatron/core/transformer/mlp.py `bias_swiglu_impl`), so nothing is stored
+    narrower."""
+    if not s.training.activation_func_fp8_input_store or s.model.activation == "swiglu":
+        return []
+    return [
+        PlanProblem(
+            "training.activation_func_fp8_input_store",
+            f'true stores the SwiGLU\'s input in FP8, but model.activation is "{s.model.activation}": '
+            "Megatron-Core applies it only to SwiGLU; remove the key",
         )
     ]

@@ -67,6 +67,14 @@ class MemoryTrainingKeys(Strict):
     deepseek_v3.py) after the DeepSeek-V3 report (sec. 3.3.3): 2 + 2 bytes a parameter instead of 4 + 4,
     sharded as the optimizer states are, with the fp32 master weights kept; the optimizer step reads and
     writes them in bf16 (costs/optimizer.py). Needs framework megatron-lm."""
+    activation_func_fp8_input_store: bool = False
+    """The SwiGLU's input (FC1's output, both halves) saved for backward as FP8 (one byte an element) instead
+    of training.dtype, cast back before the backward: Megatron-Core's `activation_func_fp8_input_store`
+    (`--activation-func-fp8-input-store`, TransformerConfig in megatron/core/transformer/
+    transformer_config.py; megatron/core/fusions/fused_bias_swiglu.py saves `input.to(torch.float8_e4m3fn)`
+    and casts it back in backward), in the dense MLPs, the shared experts and the routed experts alike; the
+    DeepSeek-V3 report caches the MoE SwiGLU's inputs in FP8 (arXiv 2412.19437 sec. 3.3.3). Each cast is
+    one more elementwise pass over the input (costs/ops.py swiglu). Needs a SwiGLU model."""
     fp8_param: bool = False
     """With fp8: FP8 primary weights (Transformer Engine `fp8_model_init`, Megatron `--fp8-param-gather`,
     Megatron-Bridge's FP8 recipes): the blocks' GEMM weights held as FP8 and its transpose, no 16-bit copy."""

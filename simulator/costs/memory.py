@@ -140,8 +140,12 @@ def layer_activation_bytes(
     if x.mla is not None:  # the latents, per-head Q/K/V and output MLA keeps (costs/mla.py)
         projections, output = mla_saved_elements(x, x.mla)
         qkv, out_proj = d * x.s * x.b * projections, d * x.s * x.b * output
-    # FC1's output (the activation's input: two halves under SwiGLU), FC2's input
-    mlp = ((2 if x.swiglu else 1) * d + g) * x.s * x.b * x.ffn / t if mlp_bytes is None else mlp_bytes
+    # FC1's output (the activation's input: two halves under SwiGLU, FP8 under Shape.fp8_act_input), FC2's
+    # input
+    if mlp_bytes is None:
+        mlp = ((2 if x.swiglu else 1) * x.act_input_bytes + g) * x.s * x.b * x.ffn / t
+    else:
+        mlp = mlp_bytes
     modules = x.recompute_modules if recompute == "selective" else frozenset()
     scores = 0.0
     if not x.flash and (recompute == "none" or (recompute == "selective" and "core_attn" not in modules)):

@@ -110,6 +110,8 @@ class Shape:
     # what recompute = "selective" re-runs under the "attention" policy (training.recompute_modules,
     # costs/recompute.py); Megatron-Core's default
     recompute_modules: frozenset[str] = frozenset({"core_attn"})
+    # the SwiGLU's input saved as FP8 (training.activation_func_fp8_input_store, Megatron-Core)
+    fp8_act_input: bool = False
 
     @property
     def qk_dim(self) -> int:
@@ -172,7 +174,15 @@ class Shape:
             residual_bytes=4 if s.amp_master_params and s.parallelism.zero_stage < 2 else 0,
             sp_saves_gathered=s.parallelism.framework == "torchtitan" and s.parallelism.sequence_parallel,
             recompute_modules=_recompute_modules(s),
+            fp8_act_input=t.activation_func_fp8_input_store and m.activation == "swiglu",
         )
+
+    @property
+    def act_input_bytes(self) -> int:
+        """Bytes a saved element of the MLP activation's input takes: 1 where it is stored as FP8
+        (training.activation_func_fp8_input_store: a plain cast to float8_e4m3fn, Megatron-Core
+        fused_bias_swiglu.py), else the training dtype's."""
+        return 1 if self.fp8_act_input else self.dtype_bytes
 
 
 def _recompute_modules(s: Scenario) -> frozenset[str]:
@@ -231,10 +241,14 @@ def rope(name: str, elements: float, x: Shape) -> Op:
 
 
 def swiglu(name: str, elements: float, x: Shape) -> Op:
-    """silu(gate) * up over `elements`: one fused kernel (read two, write one), or eager's two."""
+    """silu(gate) * up over `elements`: one fused kernel (read two, write one), or eager's two. Under
+    training.activation_func_fp8_input_store the input (2 x elements) is also cast to FP8 for backward
+    (read d, write 1 a element: Megatron-Core fused_bias_swiglu.py `input.to(torch.float8_e4m3fn)`), its
+    cast back in backward priced by the memory ops' backward factor, as costs/fp8.py's casts are."""
+    store = 2.0 * elements * (x.dtype_bytes + 1) if x.fp8_act_input else 0.0
     if x.eager:
-        return _eager_op(name, elements, eager.swiglu(x.dtype_bytes))
-    return _elementwise(name, elements, x.dtype_bytes, extra_bytes=elements * x.dtype_bytes)
+        return _eager_op(name, elements, eager.swiglu(x.dtype_bytes) + store / max(elements, 1.0))
+    return _elementwise(name, elements, x.dtype_bytes, extra_bytes=elements * x.dtype_bytes + store)
 
 
 def attention_forward(x: Shape) -> list[Op]:
