@@ -33,13 +33,14 @@ NOT_FITTING_YET = {
     "llama3-405b-8192": _LLAMA3,
     "llama3-405b-16384": _LLAMA3,
     "llama3-405b-16384-cp16-131072": _LLAMA3,
-    "deepseek-v3-2048xh800": "75.4 GiB allocated against 73.5 usable with the report's recompute (RMSNorm, "
-    "MLA up-projections, the SwiGLU output: recompute_modules layernorm, mla_up_proj, moe_act) and its FP8 "
-    "SwiGLU inputs (sec. 3.3.3: activation_func_fp8_input_store; 86.8 before). Not held yet: the report's "
-    "E5M6 cache of the attention output (sec. 3.3.3; kept in bf16 here) and its BF16 Adam moments (the key "
-    "is Megatron-Core's, refused under the row's framework 'other', which takes torchtitan's autocast: fp32 "
-    "master weights and residual stream, not stated by the report); DualPipe (two copies of the "
-    "parameters, its own in-flight count) is priced as DualPipeV (tests/test_published_moe.py)",
+    "deepseek-v3-2048xh800": "73.8 GiB allocated against 73.5 usable (86.8 before the caches) with the "
+    "report's recompute (RMSNorm, MLA up-projections, the SwiGLU output: recompute_modules layernorm, "
+    "mla_up_proj, moe_act) and its caches (sec. 3.3.3): SwiGLU inputs in FP8 with 1x128 tile scales "
+    "(activation_input_store 'fp8_recipe'), the attention output in E5M6 (attention_output_store). Not "
+    "held: its BF16 Adam moments (about 0.47 GiB here; optimizer_moment_dtype is Megatron-Core's, refused "
+    "under the row's framework 'other', which takes torchtitan's autocast: fp32 master weights and "
+    "residual stream, not stated by the report); DualPipe (two copies of the parameters, its own in-flight "
+    "count) is priced as DualPipeV (tests/test_published_moe.py)",
 }
 
 

@@ -319,7 +319,7 @@ def _megatron_memory(ns: argparse.Namespace, granularity: str | None, notes: lis
         why = "both bf16" if ns.use_precision_aware_optimizer else "--use-precision-aware-optimizer"
         notes.append(f"--exp-avg-dtype, --exp-avg-sq-dtype {sorted(moments)}: modelled as fp32 (needs {why})")
     if ns.activation_func_fp8_input_store and ns.swiglu:  # Megatron-Core stores only SwiGLU's input in FP8
-        out["activation_func_fp8_input_store"] = True
+        out["activation_input_store"] = "fp8"
     elif ns.activation_func_fp8_input_store:
         notes.append("--activation-func-fp8-input-store dropped: Megatron-Core applies it to --swiglu only")
     if ns.optimizer_cpu_offload:

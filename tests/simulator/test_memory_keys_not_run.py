@@ -1,7 +1,9 @@
 """The memory keys of issue 33 that describe other frameworks' behaviour, which plancast's runtime does not
 run, are refused by `plancast run` before anything starts (exit 2, naming the fix; runtime/plan.py):
 pure 16-bit parameters (training.master_weights), bf16 Adam moments (training.optimizer_moment_dtype),
-the SwiGLU's input stored in FP8 (training.activation_func_fp8_input_store) and stage outputs kept for the step (parallelism.pipeline_output_chunks)."""
+the SwiGLU's input stored in FP8 (training.activation_input_store), the attention output cached in
+E5M6 (training.attention_output_store) and stage outputs kept for the step
+(parallelism.pipeline_output_chunks)."""
 
 from __future__ import annotations
 
@@ -20,10 +22,11 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {
         "AdamW keeps fp32 moments",
     ),
     "fp8-act-input": (
-        {"activation_func_fp8_input_store": True},
+        {"activation_input_store": "fp8"},
         {},
         "remove the key to run it",
     ),
+    "e5m6-attention-output": ({"attention_output_store": "e5m6"}, {}, "remove the key to run it"),
     "kept-outputs": (
         {},
         {"pipeline_parallel_degree": 2, "pipeline_output_chunks": "last_stage"},
