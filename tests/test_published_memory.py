@@ -27,7 +27,11 @@ _LLAMA3 = (
     "row's framework 'other' also takes torchtitan's autocast (fp32 master parameters, an fp32 residual "
     "stream), which the paper does not state; even as framework megatron-lm (a bf16 residual stream, "
     "sequence-parallel inputs saved as shards) the 8,192-GPU row holds 88.3 GiB and the 16,384-GPU row "
-    "81.6 GiB against 73.5 usable: the in-flight count N sets it"
+    "81.6 GiB against 73.5 usable: the in-flight count N sets it. Planned as the paper's FSDP (zero_stage "
+    "2, parameters, gradients and optimizer sharded, no reshard after forward) the 8,192-GPU row still "
+    "holds 131.6 GiB of activations (144.3 in all); that plan is not the rows' yet because the engine "
+    "charges its gathers and reduce-scatters every micro-batch (12.4 -> 26.5 s), where torch's pipelining "
+    "keeps the stage gathered and reduce-scatters once, after each chunk's last backward (docs/memory.md)"
 )
 NOT_FITTING_YET = {
     "llama3-405b-8192": _LLAMA3,
