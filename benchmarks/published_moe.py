@@ -28,8 +28,16 @@ GPT_OSS = (
 
 GPT_OSS_2511 = (
     "NVIDIA-NeMo/Megatron-Bridge docs/performance-summary-archive.md, '25.11 NeMo Container', System "
-    "DGX-H100, GPT OSS 120B row: 64 GPUs, BF16, GBS 512, MBS 4, seq 4096, TP1 PP4 VP1 EP8, 5630 tokens/s/GPU"
+    "DGX-H100, GPT OSS 120B row: 64 GPUs, BF16, GBS 512, MBS 4, seq 4096, TP1 PP4 VP1 EP8, 5630 "
+    "tokens/s/GPU; micro-batch from the recipe that table was published with (commit 44dae92b0, 'Added "
+    "25.11 starter pack', tag v0.2.1): scripts/performance/configs/gpt_oss/workload_base_configs.py "
+    "GPT_OSS_120B_H100_BF16_BASE_CONFIG = BASE_GPT_OSS_120B_CONFIG (micro_batch_size 1, GBS 512, EP8) "
+    "with PP4"
 )
+# The table's MBS 4 for this row is not what ran: its GA column (2) is impossible for its own plan (GBS 512
+# over 16 data-parallel ranks is 8 micro-batches at MBS 4, 32 at MBS 1) and equals the Blackwell rows' MBS 4
+# over 64 ranks (512 / (4 x 64)), from which both columns were carried; only the Blackwell presets of that
+# commit set micro_batch_size 4, and the 26.02 table prints the same H100 plan at MBS 1.
 
 
 def moe_and_long_context() -> tuple[PublishedRun, ...]:
@@ -84,6 +92,8 @@ def moe_and_long_context() -> tuple[PublishedRun, ...]:
                 fp8_recipe="blockwise",
                 moe_fp8_quantize="grouped",
                 elementwise="fused",
+                activation_input_store="fp8_recipe",
+                attention_output_store="e5m6",
             ),
             {
                 "tensor_parallel_degree": 1,
@@ -114,6 +124,12 @@ def moe_and_long_context() -> tuple[PublishedRun, ...]:
                 "Megatron-Core's names for that output-discarding recompute",
                 "the batch after its ramp (15360 sequences) for the whole run's rate",
                 "elementwise 'fused': the report's own kernels (sec. 3.3), not eager PyTorch",
+                "the MoE SwiGLU's inputs cached 'in FP8 with our fine-grained quantization method' (sec. "
+                "3.3.3): activation_input_store 'fp8_recipe' (the blockwise recipe's 1x128 tile scales "
+                "counted), which also narrows the three dense blocks' and the shared experts' SwiGLU inputs "
+                "(the report names the MoE's)",
+                "the attention output, the input of the Linear after it, cached once in E5M6 with 1x128 "
+                "tile scales (sec. 3.3.3): attention_output_store 'e5m6'",
             ),
         ),
         llama3_row(16384, 8, 16, 16, 131072, 128, 380, 15.30),
@@ -135,7 +151,7 @@ def moe_and_long_context() -> tuple[PublishedRun, ...]:
             "megatron-bridge-2025",
             GPT_OSS_2511,
             gpt_oss,
-            training_table(4096, 4, 512, "bf16", "selective", flash_attention=True, **balanced),
+            training_table(4096, 1, 512, "bf16", "selective", flash_attention=True, **balanced),
             {**plan_table(1, 4, zero_stage=1, distributed_optimizer=True), "expert_parallel_degree": 8},
             cluster_table("dgx-h100-80gb", 64),
             "megatron-lm",

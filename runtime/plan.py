@@ -151,6 +151,16 @@ def _check_memory_keys(scenario: Scenario) -> None:
             f"training.optimizer_moment_dtype = {t.optimizer_moment_dtype!r}: the runtime's AdamW keeps fp32 "
             "moments; simulate the plan, or remove the key to run it"
         )
+    if t.attention_output_store != "dtype":
+        raise PlanError(
+            f"training.attention_output_store = {t.attention_output_store!r}: the runtime keeps the "
+            "attention output in training.dtype; simulate the plan, or remove the key to run it"
+        )
+    if t.activation_input_store != "dtype":
+        raise PlanError(
+            f"training.activation_input_store = {t.activation_input_store!r}: the runtime saves the SwiGLU's "
+            "input in training.dtype; simulate the plan, or remove the key to run it"
+        )
     if not t.master_weights:
         raise PlanError(
             "training.master_weights = false: the runtime trains fp32 parameters under autocast "

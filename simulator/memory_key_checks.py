@@ -1,6 +1,6 @@
-"""Cross-field checks of training.master_weights (pure 16-bit training) and
-parallelism.pipeline_output_chunks (docs/memory.md), beside the other memory keys' (validation_memory.py
-calls them)."""
+"""Cross-field checks of training.master_weights (pure 16-bit training), training.optimizer_moment_dtype,
+training.activation_input_store and parallelism.pipeline_output_chunks (docs/memory.md), beside the other
+memory keys' (validation_memory.py calls them)."""
 
 from __future__ import annotations
 
@@ -65,3 +65,24 @@ def moment_dtype_problems(s: Scenario) -> list[PlanProblem]:
             "under torchtitan train pure bf16 with training.master_weights = false",
         )
     ]
+
+
+def act_input_store_problems(s: Scenario) -> list[PlanProblem]:
+    """The FP8 store of the activation's input without a SwiGLU (Megatron-Core passes
+    activation_func_fp8_input_store only to its fused SwiGLU kernels, megatron/core/transformer/mlp.py
+    `bias_swiglu_impl`, so nothing is stored narrower), or quantized by an FP8 recipe the run lacks."""
+    store, key = s.training.activation_input_store, "training.activation_input_store"
+    if store == "dtype":
+        return []
+    if s.model.activation != "swiglu":
+        why = f'model.activation is "{s.model.activation}": Megatron-Core applies it only to SwiGLU'
+        return [PlanProblem(key, f'"{store}" stores the SwiGLU\'s input narrower, but {why}; remove the key')]
+    if store == "fp8_recipe" and not s.training.fp8:
+        return [
+            PlanProblem(
+                key,
+                '"fp8_recipe" quantizes with training.fp8_recipe, but training.fp8 is off: set training.fp8 '
+                '= true, or use "fp8" (a plain cast, Megatron-Core\'s)',
+            )
+        ]
+    return []

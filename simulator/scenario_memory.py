@@ -67,6 +67,23 @@ class MemoryTrainingKeys(Strict):
     deepseek_v3.py) after the DeepSeek-V3 report (sec. 3.3.3): 2 + 2 bytes a parameter instead of 4 + 4,
     sharded as the optimizer states are, with the fp32 master weights kept; the optimizer step reads and
     writes them in bf16 (costs/optimizer.py). Needs framework megatron-lm."""
+    activation_input_store: Literal["dtype", "fp8", "fp8_recipe"] = "dtype"
+    """How the SwiGLU's input (FC1's output, both halves) is kept for backward. "fp8": one byte an element,
+    cast back before the backward: Megatron-Core's `activation_func_fp8_input_store`
+    (`--activation-func-fp8-input-store`, TransformerConfig in megatron/core/transformer/
+    transformer_config.py; megatron/core/fusions/fused_bias_swiglu.py saves `input.to(torch.float8_e4m3fn)`,
+    a plain cast without scales), in the dense MLPs, the shared experts and the routed experts alike.
+    "fp8_recipe": quantized with training.fp8_recipe's scales (its `saved_input_bytes`, costs/fp8.py; needs
+    training.fp8), as the DeepSeek-V3 report caches the MoE SwiGLU's inputs "in FP8 with our fine-grained
+    quantization method" (arXiv 2412.19437 sec. 3.3.3). Either way one more elementwise pass over the input
+    each direction (costs/ops.py swiglu). Needs a SwiGLU model."""
+    attention_output_store: Literal["dtype", "e5m6"] = "dtype"
+    """How a block keeps the attention's output (the input of the Linear after it) for backward. "dtype":
+    in training.dtype, plus the output projection's FP8 copy under training.fp8 (Transformer Engine).
+    "e5m6": one 12-bit copy with an fp32 scale per 1x128 tile, read by both the attention's backward and
+    the output projection's: the DeepSeek-V3 report's custom format for exactly these activations (arXiv
+    2412.19437 sec. 3.3.3, "Low-Precision Storage and Communication"); its quantization is one more
+    elementwise pass in forward and its dequantization one in backward (costs/ops.py)."""
     fp8_param: bool = False
     """With fp8: FP8 primary weights (Transformer Engine `fp8_model_init`, Megatron `--fp8-param-gather`,
     Megatron-Bridge's FP8 recipes): the blocks' GEMM weights held as FP8 and its transpose, no 16-bit copy."""

@@ -27,24 +27,24 @@ _LLAMA3 = (
     "row's framework 'other' also takes torchtitan's autocast (fp32 master parameters, an fp32 residual "
     "stream), which the paper does not state; even as framework megatron-lm (a bf16 residual stream, "
     "sequence-parallel inputs saved as shards) the 8,192-GPU row holds 88.3 GiB and the 16,384-GPU row "
-    "81.6 GiB against 73.5 usable: the in-flight count N sets it"
+    "81.6 GiB against 73.5 usable: the in-flight count N sets it. Planned as the paper's FSDP (zero_stage "
+    "2, parameters, gradients and optimizer sharded, no reshard after forward) the 8,192-GPU row still "
+    "holds 131.6 GiB of activations (144.3 in all); that plan is not the rows' yet because the engine "
+    "charges its gathers and reduce-scatters every micro-batch (12.4 -> 26.5 s), where torch's pipelining "
+    "keeps the stage gathered and reduce-scatters once, after each chunk's last backward (docs/memory.md)"
 )
 NOT_FITTING_YET = {
     "llama3-405b-8192": _LLAMA3,
     "llama3-405b-16384": _LLAMA3,
     "llama3-405b-16384-cp16-131072": _LLAMA3,
-    "deepseek-v3-2048xh800": "86.8 GiB allocated against 73.5 usable with the report's recompute (RMSNorm, "
-    "MLA up-projections, the SwiGLU output: recompute_modules layernorm, mla_up_proj, moe_act): DualPipe "
-    "(two copies of the parameters, its own in-flight count) priced as DualPipeV; the report's FP8 caching "
-    "of the SwiGLU and attention-output inputs and BF16 Adam moments (sec. 3.3.3) have no key; the row's "
-    "framework 'other' takes torchtitan's autocast (fp32 master weights and residual stream), which the "
-    "report does not use: with the master copy inside the optimizer and a bf16 residual stream (the row as "
-    "framework megatron-lm) it is 76.6 GiB, still 3.1 over (tests/test_published_moe.py)",
-    "nemo-gpt-oss-120b-64xh100-mbs4": "94.9 GiB against 73.5: MoE block activations at micro-batch 4 under "
-    "PP 4 (58 GiB on rank 0) with the H100 recipe's layernorm and moe_act recompute. The table's MBS 4 "
-    "disagrees with the recipe of that release: Megatron-Bridge v0.2.0 scripts/performance/configs/gpt_oss/"
-    "workload_base_configs.py runs H100 at BASE_GPT_OSS_120B_CONFIG's micro_batch_size 1 (only the "
-    "GB300/GB200/B200 presets set 4); the row keeps the table's figure (tests/test_published_moe.py)",
+    "deepseek-v3-2048xh800": "73.8 GiB allocated against 73.5 usable (86.8 before the caches) with the "
+    "report's recompute (RMSNorm, MLA up-projections, the SwiGLU output: recompute_modules layernorm, "
+    "mla_up_proj, moe_act) and its caches (sec. 3.3.3): SwiGLU inputs in FP8 with 1x128 tile scales "
+    "(activation_input_store 'fp8_recipe'), the attention output in E5M6 (attention_output_store). Not "
+    "held: its BF16 Adam moments (about 0.47 GiB here; optimizer_moment_dtype is Megatron-Core's, refused "
+    "under the row's framework 'other', which takes torchtitan's autocast: fp32 master weights and "
+    "residual stream, not stated by the report); DualPipe (two copies of the parameters, its own in-flight "
+    "count) is priced as DualPipeV (tests/test_published_moe.py)",
 }
 
 

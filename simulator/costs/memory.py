@@ -23,7 +23,7 @@ from plancast.simulator.costs.fp8 import gemm_input_bytes as fp8_gemm_input_byte
 from plancast.simulator.costs.memory_fsdp import fsdp_holds_stage_unsharded, fsdp_transient_bytes
 from plancast.simulator.costs.mla import mla_saved_elements
 from plancast.simulator.costs.moe import moe_activation_bytes
-from plancast.simulator.costs.ops import DTYPE_BYTES, Shape, gemm_weight_elements, layer_forward
+from plancast.simulator.costs.ops import DTYPE_BYTES, E5M6_BYTES, Shape, gemm_weight_elements, layer_forward
 from plancast.simulator.costs.params import layer_params, moe_layer_count, rank_parameters
 from plancast.simulator.costs.recompute import discarded_block_bytes, op_sac_saved_elements
 from plancast.simulator.scenario import Scenario
@@ -136,12 +136,19 @@ def layer_activation_bytes(
     # the attention's output: the output projection's input, which the fused kernel also keeps (its
     # backward reads it) in `dtype` beside a narrow copy under FP8
     out_bytes = g + (d if x.flash and g != d else 0.0)
+    if x.attn_out_e5m6:  # one E5M6 copy serves both backwards (training.attention_output_store)
+        out_bytes = E5M6_BYTES
     out_proj = out_bytes * (x.s * x.b * x.o_dim) / t
     if x.mla is not None:  # the latents, per-head Q/K/V and output MLA keeps (costs/mla.py)
         projections, output = mla_saved_elements(x, x.mla)
-        qkv, out_proj = d * x.s * x.b * projections, d * x.s * x.b * output
-    # FC1's output (the activation's input: two halves under SwiGLU), FC2's input
-    mlp = ((2 if x.swiglu else 1) * d + g) * x.s * x.b * x.ffn / t if mlp_bytes is None else mlp_bytes
+        out_element = E5M6_BYTES if x.attn_out_e5m6 else d
+        qkv, out_proj = d * x.s * x.b * projections, out_element * x.s * x.b * output
+    # FC1's output (the activation's input: two halves under SwiGLU, Shape.act_input_bytes each), FC2's
+    # input
+    if mlp_bytes is None:
+        mlp = ((2 if x.swiglu else 1) * x.act_input_bytes + g) * x.s * x.b * x.ffn / t
+    else:
+        mlp = mlp_bytes
     modules = x.recompute_modules if recompute == "selective" else frozenset()
     scores = 0.0
     if not x.flash and (recompute == "none" or (recompute == "selective" and "core_attn" not in modules)):

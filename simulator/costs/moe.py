@@ -223,8 +223,9 @@ def moe_activation_bytes(
     g = gemm_input_bytes(x.fp8, x.fp8_recipe, d)  # FC1's and FC2's inputs: narrow under FP8 (costs/fp8.py)
     routed_tokens = tokens // (x.tp // etp) if etp else tokens
     slots = dispatch_tokens(m, routed_tokens) * (1.0 if m.moe_capacity_factor is not None else imbalance)
-    per_slot = ((2 if x.swiglu else 1) * d + g) * m.expert_ffn_size / (etp or x.tp)
-    shared_per_token = ((2 if x.swiglu else 1) * d + g) * m.expert_ffn_size / x.tp
+    act_in = (2 if x.swiglu else 1) * x.act_input_bytes  # FC1's output (Shape.act_input_bytes)
+    per_slot = (act_in + g) * m.expert_ffn_size / (etp or x.tp)
+    shared_per_token = (act_in + g) * m.expert_ffn_size / x.tp
     router = 4 * tokens * m.num_experts
     routed = slots * (g * x.h + per_slot)
     shared = tokens * shared_per_token * m.n_shared_experts

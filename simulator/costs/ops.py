@@ -27,6 +27,9 @@ from plancast.simulator.scenario import Model, Scenario
 
 Category = Literal["matmul", "attention", "memory"]
 DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
+# bytes an element of the attention output cached in E5M6 (12 bits) with an fp32 scale per 1x128 tile
+# (DeepSeek-V3 report, arXiv 2412.19437 sec. 3.3.2-3.3.3; training.attention_output_store)
+E5M6_BYTES = 12 / 8 + 4 / 128
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +115,9 @@ class Shape:
     # what recompute = "selective" re-runs under the "attention" policy (training.recompute_modules,
     # costs/recompute.py); Megatron-Core's default
     recompute_modules: frozenset[str] = frozenset({"core_attn"})
+    attn_out_e5m6: bool = False  # the attention output kept once in E5M6 (training.attention_output_store)
+    # how the SwiGLU's input is saved (training.activation_input_store): dtype, fp8 or fp8_recipe
+    act_input_store: str = "dtype"
 
     @property
     def qk_dim(self) -> int:
@@ -175,7 +181,18 @@ class Shape:
             residual_bytes=4 if s.amp_master_params and s.parallelism.zero_stage < 2 else 0,
             sp_saves_gathered=s.parallelism.framework == "torchtitan" and s.parallelism.sequence_parallel,
             recompute_modules=_recompute_modules(s),
+            act_input_store=t.activation_input_store if m.activation == "swiglu" else "dtype",
+            attn_out_e5m6=t.attention_output_store == "e5m6",
         )
+
+    @property
+    def act_input_bytes(self) -> float:
+        """Bytes a saved element of the MLP activation's input takes (training.activation_input_store): 1
+        as Megatron-Core's plain cast to float8_e4m3fn (fused_bias_swiglu.py), the FP8 recipe's saved
+        input bytes (its scales included, costs/fp8.py) under "fp8_recipe", else the training dtype's."""
+        if self.act_input_store == "fp8_recipe":
+            return recipe(self.fp8_recipe).saved_input_bytes
+        return 1.0 if self.act_input_store == "fp8" else float(self.dtype_bytes)
 
 
 def _recompute_modules(s: Scenario) -> frozenset[str]:
@@ -234,24 +251,38 @@ def rope(name: str, elements: float, x: Shape) -> Op:
 
 
 def swiglu(name: str, elements: float, x: Shape) -> Op:
-    """silu(gate) * up over `elements`: one fused kernel (read two, write one), or eager's two."""
+    """silu(gate) * up over `elements`: one fused kernel (read two, write one), or eager's two. Under
+    training.activation_input_store the input (2 x elements) is also quantized for backward (read d, write
+    Shape.act_input_bytes an element: Megatron-Core fused_bias_swiglu.py `input.to(torch.float8_e4m3fn)`),
+    its cast back in backward priced by the memory ops' backward factor, as costs/fp8.py's casts are."""
+    narrow = x.act_input_store != "dtype"
+    store = 2.0 * elements * (x.dtype_bytes + x.act_input_bytes) if narrow else 0.0
     if x.eager:
-        return _eager_op(name, elements, eager.swiglu(x.dtype_bytes))
-    return _elementwise(name, elements, x.dtype_bytes, extra_bytes=elements * x.dtype_bytes)
+        return _eager_op(name, elements, eager.swiglu(x.dtype_bytes) + store / max(elements, 1.0))
+    return _elementwise(name, elements, x.dtype_bytes, extra_bytes=elements * x.dtype_bytes + store)
 
 
 def attention_forward(x: Shape) -> list[Op]:
     """Q/K/V projections, rotary embedding and the attention core of one block (GQA, or MLA through
     costs/mla.py), up to the out-projection's input of x.o_dim features per token."""
+    store = [attention_output_store(x)] if x.attn_out_e5m6 else []
     if x.mla is not None:
-        return mla_attention_forward(x, x.mla)
+        return mla_attention_forward(x, x.mla) + store
     tokens, t = x.b * x.s, x.tp
     ops = linear("qkv", tokens, x.h, (x.q_dim + 2 * x.kv_dim) / t, x)
     if x.qk_norm:  # per-head RMSNorm of queries and keys (Qwen3)
         ops.append(norm("qk_norm", tokens * (x.q_dim + x.kv_dim) / t, x))
     if x.rope:
         ops.append(rope("rope", tokens * (x.q_dim + x.kv_dim) / t, x))
-    return ops + attention_core_forward(x, x.kv_dim, x.kv_dim * x.v_dim // x.qk_dim)
+    return ops + attention_core_forward(x, x.kv_dim, x.kv_dim * x.v_dim // x.qk_dim) + store
+
+
+def attention_output_store(x: Shape) -> Op:
+    """The attention output's quantization to E5M6 for backward (training.attention_output_store): read
+    it in training.dtype, write E5M6_BYTES an element; the dequantization in backward is priced by the
+    memory ops' backward factor, as costs/fp8.py's casts are."""
+    elements = x.b * x.s * x.o_dim / x.tp
+    return Op("attn_out_store", "memory", 0.0, elements * (x.dtype_bytes + E5M6_BYTES))
 
 
 def mla_attention_forward(x: Shape, r: MlaRanks) -> list[Op]:

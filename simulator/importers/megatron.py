@@ -58,6 +58,7 @@ _SWITCHES = (
     "--optimizer-cpu-offload",
     "--cpu-offloading",
     "--use-precision-aware-optimizer",
+    "--activation-func-fp8-input-store",
 )
 _VALUE_FLAGS = (
     *_MEGATRON_SIZES,
@@ -292,7 +293,8 @@ def _megatron_memory(ns: argparse.Namespace, granularity: str | None, notes: lis
     `--recompute-method`, `--recompute-num-layers` apply to `--recompute-granularity full`;
     `--cpu-offloading-num-layers` (default 0) blocks offload under `--cpu-offloading`;
     `--optimizer-cpu-offload` with `--optimizer-offload-fraction`, default 1.0; `--exp-avg-dtype`,
-    `--exp-avg-sq-dtype` under `--use-precision-aware-optimizer`)."""
+    `--exp-avg-sq-dtype` under `--use-precision-aware-optimizer`; `--activation-func-fp8-input-store`,
+    store_true, read by the fused SwiGLU only)."""
     out: dict[str, Any] = {}
     every_layer = ns.recompute_method in (None, "uniform") and ns.recompute_num_layers in (None, 1)
     if granularity == "full" and not every_layer:  # uniform, 1 layer: plancast's full recompute as it is
@@ -316,6 +318,10 @@ def _megatron_memory(ns: argparse.Namespace, granularity: str | None, notes: lis
     elif moments != {"fp32"}:
         why = "both bf16" if ns.use_precision_aware_optimizer else "--use-precision-aware-optimizer"
         notes.append(f"--exp-avg-dtype, --exp-avg-sq-dtype {sorted(moments)}: modelled as fp32 (needs {why})")
+    if ns.activation_func_fp8_input_store and ns.swiglu:  # Megatron-Core stores only SwiGLU's input in FP8
+        out["activation_input_store"] = "fp8"
+    elif ns.activation_func_fp8_input_store:
+        notes.append("--activation-func-fp8-input-store dropped: Megatron-Core applies it to --swiglu only")
     if ns.optimizer_cpu_offload:
         out["optimizer_cpu_offload"] = True
         if ns.optimizer_offload_fraction != 1.0:
