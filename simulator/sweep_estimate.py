@@ -4,6 +4,7 @@ model the engine uses); simulator/sweep.py ranks every plan with it before simul
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
@@ -304,6 +305,7 @@ class Estimator:
         count), once per (schedule, pp, micro-batches, chunk layers)."""
         if plan.schedule in CLOSED_FORM:
             return inflight_layers(plan.schedule, plan.pp, m, plan.virtual_stages, chunk_layers)
+        m = min(m, INFLIGHT_STEADY[plan.schedule](plan.pp))  # the same peak past it (INFLIGHT_STEADY)
         key = (plan.schedule, plan.pp, m, chunk_layers)
         cached = self._inflight.get(key)
         if cached is None:
@@ -414,6 +416,27 @@ def expert_dp(plan: Plan) -> int:
 
 CLOSED_FORM = ("GPipe", "1F1B", "ZeroBubble", "Interleaved1F1B")
 """The schedules `inflight_layers` counts in closed form."""
+
+INFLIGHT_STEADY: dict[str, Callable[[int], int]] = {
+    "ZBH2": lambda pp: 2 * pp - 1,
+    "ZBV": lambda pp: 2 * pp,
+    "DualPipeV": lambda pp: 2 * pp,
+}
+"""Per schedule without a closed form, a micro-batch count M(pp) past which the first rank's peak of
+in-flight layers no longer grows: its peak over m >= M micro-batches is its peak over M, so the sweep
+walks a schedule of min(m, M) micro-batches (O(pp) actions, not O(m)). From the builders
+(simulator/schedules_zb.py), rank 0, c0 and c1 the micro-batches in flight on its two chunks (a forward
+adds one, a backward B releases one; W changes nothing, costs/memory.py peak_inflight_bytes):
+- ZB-H2: min(2 pp - 1, m) warm-up forwards, then each B is followed by at most one F: the peak is
+  the warm-up's, min(2 pp - 1, m) x chunk 0's layers, the same for every m >= 2 pp - 1.
+- ZB-V (m >= 2 pp - 1: no padding): 2 pp - 1 forwards of chunk 0, then pp rounds F1 B1 (c1 <= 1);
+  each steady round F0 B0 F1 B1 starts and ends at (c0, c1) = (2 pp - 1, 0) and peaks at c0 = 2 pp or
+  (2 pp - 1, 1); once every F0 has run, the rounds and the cool-down only release. So every m >= 2 pp
+  (one steady F0 at least) has the peak of m = 2 pp.
+- DualPipeV (m >= 2 pp): 2 pp - 1 forwards of chunk 0 and one of chunk 1, pp - 1 rounds B1 W F1
+  (c1 back to 1), then m - 2 pp + 1 rounds F0 B1 F1 B0, each from and back to (2 pp - 1, 1) with
+  (2 pp, 1) at its peak; phase 5 and the cool-down only release: every m >= 2 pp has m = 2 pp's peak.
+tests/simulator/test_sweep_inflight.py checks each against the built schedule of every m up to 3 M."""
 
 
 def inflight_layers(schedule: str, pp: int, m: int, v: int, chunk_layers: tuple[int, ...]) -> int:

@@ -226,10 +226,20 @@ class Grouper:
 
     def _floor(self, group: Group) -> SegmentTimes:
         """`floor_times` over the members' per-layer costs, once per set of (layer key, FSDP units)."""
-        plans = {(layer_key(plan), _units(plan)): plan for plan, _ in group.plans()}
-        keys = tuple(sorted(plans))
+        tp, pp, dp, b, schedule, v, sp, ep, cp, first, last, etp = group.shape
+        members: dict[tuple[LayerKey, bool], tuple[str, int, str, bool]] = {}
+        for rc, zero, _ in group.members:  # layer_key and _units of each member, without building it
+            for dispatcher, overlap in group.variants:
+                key = (tp, b, sp, rc, ep, cp, dp > 1 and zero >= 2, dispatcher, overlap, etp)
+                members.setdefault((key, zero >= 2 and dp * cp > 1), (rc, zero, dispatcher, overlap))
+        keys = tuple(sorted(members))
         floor = self._floors.get(keys)
         if floor is None:
+            plans = {
+                key: Plan(tp, pp, dp, b, schedule, v, rc, sp, zero, ep, cp, first, last, d, o, etp)
+                for key, (rc, zero, d, o) in members.items()
+            }
+            assert all((layer_key(plan), _units(plan)) == key for key, plan in plans.items())
             segments = [(self.est.layer(plans[key]).segments, key[1]) for key in keys]
             floor = self._floors[keys] = floor_times(segments)
         return floor
