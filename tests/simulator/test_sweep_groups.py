@@ -114,3 +114,27 @@ def test_the_search_over_groups_finds_the_search_over_every_bound(
     assert [r.plan for r in found.finalists] == [r.plan for r in every]
     assert [r.step_time_s for r in found.finalists] == [r.step_time_s for r in every]
     assert found.fits == len(candidates)
+
+
+def test_each_group_bound_is_below_its_members_on_a_zero_heavy_real_space() -> None:
+    """Llama 2 13B on 32 A100s 40GB under torchtitan (tests/data/sweep's FSDP space): full recompute,
+    ZeRO-2 and ZeRO-3 members sit in groups of their own, whose bounds add the gather waits and the
+    ZeRO-2/3 stream (sweep_groups.Grouper._bounded); each stays below every member's first bound."""
+    import json
+
+    from plancast.simulator.loader import parse_scenario
+    from plancast.simulator.sweep import _base_for
+    from tests.cli_runner import REPO
+
+    data = json.loads((REPO / "tests/data/sweep/llama2-13b-32-a100-40gb-fsdp.json").read_text())
+    base = _base_for(parse_scenario(data["scenario"]).scenario, 32)
+    groups, layers, _ = grouped(base, 32, base.cluster.gpu.usable_memory_GiB * GiB)
+    bound = Bound(Estimator(base, 32, layers))
+    kinds: set[tuple[bool, int]] = set()
+    for group in groups:
+        rcs, zeros = {m[0] == "full" for m in group.members}, {max(m[1], 1) for m in group.members}
+        assert len(rcs) == len(zeros) == 1, group.members
+        kinds.add((rcs.pop(), zeros.pop()))
+        for plan, _ in group.plans():
+            assert group.bound_s <= bound.seconds(plan), plan.label()
+    assert kinds == {(full, zero) for full in (False, True) for zero in (1, 2, 3)}
