@@ -302,12 +302,16 @@ class Bound:
             return max(c.other_ranks_s, max(c.first_rank_s, drained) + opt + broadcast_s)
         return max(c.other_ranks_s, max(c.first_rank_s, self.fsdp_stream_s(plan, m, split)) + opt)
 
-    def fsdp_stream_s(self, plan: Plan, m: int, split: tuple[int, ...]) -> float:
+    def fsdp_stream_s(self, plan: Plan, m: int, split: tuple[int, ...], walk: bool = True) -> float:
         """ZeRO-2/3 over dp x cp > 1: the least the first rank's data-parallel stream runs, one gather
-        and reduce-scatter after another, before its optimizer (term 3 of docs/sweep.md)."""
+        and reduce-scatter after another, before its optimizer (term 3 of docs/sweep.md). Without
+        `walk`, ZeRO-2's gathers are counted once a stage (each stage's first forward gathers), not
+        on the first rank's schedule walked: a lower bound of the walked count."""
+        gather_s, scatter_s = self._dp_part(plan, split, plan.zero_stage)
         if plan.zero_stage == 3:  # every forward, recompute and backward gathers (sweep_fsdp.gather_passes)
-            gather_s, scatter_s = self._dp_part(plan, split, 3)
             return (2 + (plan.recompute == "full")) * m * gather_s + m * scatter_s
+        if not walk:
+            return gather_s + m * scatter_s
         # ZeRO-2 gathers again after each backward: counted on the first rank's schedule
         return self._fsdp_stream(plan, m, split, plan.zero_stage)
 
@@ -323,15 +327,18 @@ class Bound:
             cached = self._compute[key] = self.chain(plan, m, split, times)
         return cached
 
-    def chain(self, plan: Plan, m: int, split: tuple[int, ...], times: tuple[StageTimes, ...]) -> Compute:
+    def chain(
+        self, plan: Plan, m: int, split: tuple[int, ...], times: tuple[StageTimes, ...], walk: bool = True
+    ) -> Compute:
         """`chain_bound` of `plan` over per-stage `times`, with its passes' ZeRO-2/3 gather waits (docs/
         sweep.md): a sum of the times and waits with non-negative weights and maxima of such sums, so
-        lower `times` give a lower bound (a group's floor, sweep_groups.py)."""
+        lower `times` give a lower bound (a group's floor, sweep_groups.py). Without `walk`, ZeRO-2's
+        waits, which need the first rank's schedule walked, are left out (they only add)."""
         ranks = None
         if _units(plan) and self.est.base.parallelism.framework != "deepspeed":
             if plan.zero_stage == 3:  # every pass gathers
                 times = gather_waits(times, split, self._block_gather_s(plan))
-            else:  # ZeRO-2: the first rank's passes that gather, from its schedule
+            elif walk:  # ZeRO-2: the first rank's passes that gather, from its schedule
                 ranks = rank_waits(self._gather_counts(plan, m), split, self._block_gather_s(plan))
         return chain_bound(times, plan.pp, m, plan.schedule, self._hop_s(plan), plan.holders(), ranks)
 

@@ -55,6 +55,9 @@ class Group(NamedTuple):
     members: tuple[Member, ...]
     variants: tuple[tuple[str, bool], ...]
     """(dispatcher, overlap) of each member (sweep_space.moe_choices)."""
+    mixed: bool = False
+    """Members of several classes (recompute full or not; ZeRO 0-1, 2, 3), bounded as one over their
+    common floor: `Grouper.classes` splits it, each class with its tighter bound, before it is opened."""
 
     def plans(self) -> Iterator[tuple[Plan, float]]:
         """Every member plan that fits, with its memory in GiB."""
@@ -65,6 +68,14 @@ class Group(NamedTuple):
                     tp, pp, dp, b, schedule, v, rc, sp, zero, ep, cp, first, last, dispatcher, overlap, etp
                 )  # fmt: skip
                 yield plan, memory_gib
+
+
+def _classes(members: list[Member] | tuple[Member, ...]) -> list[tuple[Member, ...]]:
+    """`members` by class: full recompute or not, ZeRO 0-1, 2 or 3."""
+    parts: dict[tuple[bool, int], list[Member]] = {}
+    for member in members:
+        parts.setdefault((member[0] == "full", max(member[1], 1)), []).append(member)
+    return [tuple(part) for part in parts.values()]
 
 
 def member_memories(est: Estimator, template: Plan, below: list[tuple[str, int]]) -> list[float]:
@@ -142,12 +153,20 @@ class Grouper:
     costs), and its counts: plans enumerated, fitting, pruned by the smallest-footprint check."""
 
     def __init__(
-        self, base: Scenario, gpus: int, limit_bytes: float, est: Estimator, pins: Pins, bounds: bool = True
+        self,
+        base: Scenario,
+        gpus: int,
+        limit_bytes: float,
+        est: Estimator,
+        pins: Pins,
+        bounds: bool = True,
+        bound: Bound | None = None,
     ) -> None:
         self.base, self.gpus, self.limit_bytes, self.est, self.pins = base, gpus, limit_bytes, est, pins
         self.bounds = bounds
         """False: groups without their bounds (0), only their members' per-layer costs worked out."""
-        self.bound = Bound(est)
+        self.bound = bound or Bound(est)
+        """`est`'s bound (a search's own, whose caches its plans' first bounds share)."""
         self.splits = LayerBalancer(base, gpus)
         self.below = [
             (rc, zero) for rc in RECOMPUTE for zero in ZERO_STAGES
@@ -191,10 +210,9 @@ class Grouper:
         return cached
 
     def _group(self, shape: Shape, moe: tuple[tuple[str, bool], ...], mbs: int) -> list[Group]:
-        """The groups of `shape` with its members that fit, each with its bound: the members under full
-        recompute apart from the others, so that their group's floor counts the recompute (a floor over
-        both would leave it out, and open the full-recompute plans with the fastest: on GPT-3 175B on
-        1,536 A100s, 5,601 of 11,173 first bounds, none of them below the 10th best)."""
+        """The group of `shape` with its members that fit and its bound (none if none fits); mixed if
+        they are of several classes (`classes` splits it once the search reaches it: splitting every
+        group here cost more than it spared)."""
         tp, pp, dp, b, schedule, v, sp, ep, cp, first, last, etp = shape
         dispatcher, overlap = moe[0]
         template = Plan(
@@ -206,23 +224,42 @@ class Grouper:
             for (rc, zero), memory in zip(self.below, memories, strict=True)
             if memory <= self.limit_bytes
         ]
-        parts: dict[tuple[bool, bool], list[Member]] = {}
-        for member in fitting:  # full recompute apart, ZeRO-2 and ZeRO-3 each apart
-            parts.setdefault((member[0] == "full", max(member[1], 1)), []).append(member)
-        return [self._bounded(Group(0.0, shape, tuple(p), moe), template, mbs) for p in parts.values()]
+        if not fitting:
+            return []
+        group = Group(0.0, shape, tuple(fitting), moe, mixed=len(_classes(fitting)) > 1)
+        return [self._bounded(group, template, mbs)]
+
+    def classes(self, group: Group) -> list[Group]:
+        """A mixed group's classes, each its own group with its bound: the members under full recompute
+        apart from the others, so that their floor counts the recompute, and ZeRO-2 and ZeRO-3 apart,
+        so that their bound counts the gathers (a mixed group's floor leaves both out: on GPT-3 175B on
+        1,536 A100s, opening the mixed groups took 11,173 first bounds, 10,793 of them above the 10th
+        best; opening their classes 1,368). Each bound is also at least the mixed group's (both are
+        lower bounds of every member's), so no class comes out of the search before its group."""
+        tp, pp, dp, b, schedule, v, sp, ep, cp, first, last, etp = group.shape
+        dispatcher, overlap = group.variants[0]
+        template = Plan(
+            tp, pp, dp, b, schedule, v, "none", sp, 0, ep, cp, first, last, dispatcher, overlap, etp
+        )  # fmt: skip
+        mbs = self.base.training.global_batch_size // (b * dp)
+        parts = [Group(0.0, group.shape, part, group.variants) for part in _classes(group.members)]
+        bounded = [self._bounded(part, template, mbs) for part in parts]
+        return [part._replace(bound_s=max(part.bound_s, group.bound_s)) for part in bounded]
 
     def _bounded(self, group: Group, template: Plan, mbs: int) -> Group:
-        """`group` with its bound (sweep_chain.chain_bound over its floor, plus the least `_after`)."""
+        """`group` with its bound (`Bound.chain` over its floor, plus the least `_after`; one class: with
+        its gather waits, and under ZeRO-2/3 at least its least stream before the optimizer)."""
         if not self.bounds:
             for plan, _ in group.plans():
                 self.est.layer(plan)
             return group
-        rc, zero, _ = group.members[0]  # one recompute class, ZeRO-2 or ZeRO-3 alone (`_group`)
+        rc, zero, _ = ("none", 0, 0.0) if group.mixed else group.members[0]
         plan, split = replace(template, recompute=rc, zero_stage=zero), self.est.split(template)
-        c = self.bound.chain(plan, mbs, split, stage_times(self._floor(group), split))
+        # without ZeRO-2's schedule walks: one per schedule shape cost more than the groups they spared
+        c = self.bound.chain(plan, mbs, split, stage_times(self._floor(group), split), walk=False)
         after = min(self._after(template, zero) for zero in {m[1] for m in group.members})
         first = c.first_rank_s
-        if group.members[0][1] >= 2 and template.dp * template.cp > 1:  # every member runs FSDP units
+        if zero >= 2 and template.dp * template.cp > 1:  # every member runs FSDP units
             first = max(first, min(self._stream(template, rc, zero, mbs) for rc, zero, _ in group.members))
         return group._replace(bound_s=max(c.other_ranks_s, first + after) * (1 - FLOOR_SLACK))
 
@@ -235,7 +272,7 @@ class Grouper:
         cached = self._streams.get(key)
         if cached is None:
             plan = replace(template, recompute=recompute, zero_stage=zero)
-            cached = self._streams[key] = self.bound.fsdp_stream_s(plan, m, self.est.split(plan))
+            cached = self._streams[key] = self.bound.fsdp_stream_s(plan, m, self.est.split(plan), walk=False)
         return cached
 
     def _after(self, template: Plan, zero: int) -> float:
