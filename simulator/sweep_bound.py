@@ -420,8 +420,7 @@ def _one(levels: tuple[Level, ...], kind: CollectiveKind, nbytes: float, algorit
 
 
 class _Priced:
-    """`_one` over one group's `levels`, remembered per (kind, bytes, algorithm): the same numbers, each
-    worked out once (a stage's FSDP block units, a chunk's full DDP buckets, are of one size)."""
+    """`_one` over `levels`, once per (kind, bytes, algorithm): FSDP block units, full buckets alike."""
 
     def __init__(self, levels: tuple[Level, ...]) -> None:
         self.levels, self.seconds = levels, dict[tuple[str, float, str], float]()

@@ -7,7 +7,7 @@ import pytest
 
 from plancast.simulator.costs.memory import peak_inflight_layers
 from plancast.simulator.schedules import SCHEDULES, schedule_problems
-from plancast.simulator.sweep_estimate import CLOSED_FORM, INFLIGHT_STEADY
+from plancast.simulator.sweep_inflight import CLOSED_FORM, INFLIGHT_STEADY
 
 CHUNK_LAYERS = [(1, 1), (3, 1), (1, 4), (2, 0), (0, 2), (5, 3)]
 """(chunk 0, chunk 1) layers of the first rank: even and uneven splits, an empty chunk."""
