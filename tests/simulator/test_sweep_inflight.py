@@ -1,5 +1,5 @@
 """The sweep's memory check walks a schedule of at most M(pp) micro-batches for the schedules without a
-closed form (sweep_estimate.INFLIGHT_STEADY): past M the first rank's peak of in-flight layers is M's."""
+closed form (sweep_inflight.INFLIGHT_STEADY): past M the first rank's peak of in-flight layers is M's."""
 
 from __future__ import annotations
 
