@@ -271,8 +271,9 @@ class _Frontier:
         groups: Sequence[Group] = (),
         expand: Callable[[Group], list[Estimate]] | None = None,
         refine_many: Callable[[list[Estimate]], list[float]] | None = None,
+        classes: Callable[[Group], list[Group]] | None = None,
     ) -> None:
-        self.expand = expand
+        self.expand, self.classes = expand, classes
         self.refine_many = refine_many or (lambda batch: [refine(c) if refine else c[0] for c in batch])
         self.batch = REFINE_ROUND if refine_many is not None else 1
         self.heap: list[tuple[float, int, Any]] = [(c[0], _FIRST, c) for c in candidates]
@@ -308,6 +309,11 @@ class _Frontier:
         return out
 
     def _open(self, group: Group) -> None:
+        """A mixed group into its classes (each bound at least the group's), any other into its plans."""
+        if group.mixed and self.classes is not None:
+            for part in self.classes(group):
+                heapq.heappush(self.heap, (part.bound_s, _GROUP, part))
+            return
         assert self.expand is not None
         for candidate in self.expand(group):
             heapq.heappush(self.heap, (candidate[0], _FIRST, candidate))
@@ -345,6 +351,7 @@ def best_first(
     groups: Sequence[Group] = (),
     expand: Callable[[Group], list[Estimate]] | None = None,
     refine_many: Callable[[list[Estimate]], list[float]] | None = None,
+    classes: Callable[[Group], list[Group]] | None = None,
 ) -> tuple[list[Ranked], int]:
     """The k fastest of `candidates` by `run`'s step time, sorted (ties by plan), and how many were run.
 
@@ -355,9 +362,10 @@ def best_first(
     would give. `cost` orders each round, the costliest first, so that a pool ends on short runs.
     `groups` join the candidates, each opened into its members' candidates by `expand` only once its
     bound is the smallest left (simulator/sweep_groups.py). `refine_many` refines several at once
-    (`REFINE_ROUND`, over a pool) in place of `refine`."""
+    (`REFINE_ROUND`, over a pool) in place of `refine`; `classes` splits a mixed group before it is
+    opened (sweep_groups.Grouper.classes)."""
     best: list[Ranked] = []
-    frontier = _Frontier(candidates, refine, groups, expand, refine_many)
+    frontier = _Frontier(candidates, refine, groups, expand, refine_many, classes)
     simulated = 0
     stopped = False
     while not stopped:
@@ -421,6 +429,7 @@ def sweep(
         [], run, finalists, map_fn, progress, cost, lambda c: bound.replayed(Plan(*c[1])),
         [g for part in grouped for g in part[1]], expand,
         None if map_fn is map else refine_many,  # one process: the shared bound's caches serve it better
+        Grouper(base, gpus, limit, bound.est, pins, bound=bound).classes,
     )  # fmt: skip
     return SweepResult(
         best,

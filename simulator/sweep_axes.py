@@ -150,8 +150,16 @@ def balanced_layers(
     if stages < 2 or layers < stages:
         return None
     best: tuple[float, int, int] | None = None
+    # A candidate replaces the best only at a load no larger than the best's, and the load is at least
+    # first + first_extra (at least last + last_extra), which only grows along each loop: past the best
+    # load no later candidate of the loop can win, so the loops stop there (the same answer, in about
+    # (layers / stages)^2 steps rather than layers^2).
     for first in range(1, layers - stages + 3):
+        if best is not None and first + first_extra > best[0]:
+            break
         for last in range(1, layers - first - (stages - 2) + 1):
+            if best is not None and last + last_extra > best[0]:
+                break
             rest = layers - first - last
             if stages == 2 and rest:
                 continue

@@ -164,14 +164,14 @@ class Bound:
         scale = DTYPE_BYTES[s.fsdp_reduce_dtype] / dtype
         layer_bytes = float(sum(chunk_tensor_bytes(base.model, plan.tp, layers=1, has_embedding=False,
                                                    has_head=False, dtype_bytes=1))) * dtype  # fmt: skip
-        out = []
+        out, priced = [], _Priced(levels)  # a stage's block units are alike: each size priced once
         for stage, (nbytes, _) in zip(plan.first_rank_stages(), chunk_bytes(base, plan, split), strict=True):
             units = [layer_bytes] * split[stage]
             root = nbytes / 4 * dtype - split[stage] * layer_bytes
             units += [root] if stage in (0, len(split) - 1) else []
-            gather = sum(_one(levels, "all_gather", b, algorithm) + per_unit_host for b in units if b > 0)
+            gather = sum(priced("all_gather", b, algorithm) + per_unit_host for b in units if b > 0)
             scatter = sum(
-                _one(levels, "reduce_scatter", b * scale, algorithm) + per_unit_host for b in units if b > 0
+                priced("reduce_scatter", b * scale, algorithm) + per_unit_host for b in units if b > 0
             )
             out.append((gather, scatter))
         cached = self._units_cache[key] = tuple(out)
@@ -234,7 +234,7 @@ class Bound:
         base = self.est.base
         host = HostCosts.of(plan.apply(base))
         levels = self.est.dp_levels(plan)
-        out = []
+        out, priced = [], _Priced(levels)  # buckets of the cap's size are alike: each size priced once
         for v, n in enumerate(split):
             tensors = chunk_tensor_bytes(
                 base.model, plan.tp, layers=n, has_embedding=v == 0, has_head=v == len(split) - 1,
@@ -244,7 +244,7 @@ class Bound:
             # Megatron-LM's distributed optimizer reduce-scatters each bucket (engine/plan.py)
             kind: CollectiveKind = "reduce_scatter" if distopt else "all_reduce"
             per = host.dp_collective_s + (0.0 if distopt else host.ddp_all_reduce_s)
-            out.append((sizes, tuple(_one(levels, kind, b) + per for b in sizes)))
+            out.append((sizes, tuple(priced(kind, b) + per for b in sizes)))
         cached = self._bucket_cache[key] = tuple(out)
         return cached
 
@@ -300,12 +300,20 @@ class Bound:
             else:
                 drained = c.final_backward_start_s + c.final_backward_s + all_s
             return max(c.other_ranks_s, max(c.first_rank_s, drained) + opt + broadcast_s)
-        gather_s, scatter_s = dp
-        if zero == 3:  # every forward, recompute and backward gathers (sweep_fsdp.gather_passes)
-            stream = (2 + (plan.recompute == "full")) * m * gather_s + m * scatter_s
-        else:  # ZeRO-2 gathers again after each backward: counted on the first rank's schedule
-            stream = self._fsdp_stream(plan, m, split, zero)
-        return max(c.other_ranks_s, max(c.first_rank_s, stream) + opt)
+        return max(c.other_ranks_s, max(c.first_rank_s, self.fsdp_stream_s(plan, m, split)) + opt)
+
+    def fsdp_stream_s(self, plan: Plan, m: int, split: tuple[int, ...], walk: bool = True) -> float:
+        """ZeRO-2/3 over dp x cp > 1: the least the first rank's data-parallel stream runs, one gather
+        and reduce-scatter after another, before its optimizer (term 3 of docs/sweep.md). Without
+        `walk`, ZeRO-2's gathers are counted once a stage (each stage's first forward gathers), not
+        on the first rank's schedule walked: a lower bound of the walked count."""
+        gather_s, scatter_s = self._dp_part(plan, split, plan.zero_stage)
+        if plan.zero_stage == 3:  # every forward, recompute and backward gathers (sweep_fsdp.gather_passes)
+            return (2 + (plan.recompute == "full")) * m * gather_s + m * scatter_s
+        if not walk:
+            return gather_s + m * scatter_s
+        # ZeRO-2 gathers again after each backward: counted on the first rank's schedule
+        return self._fsdp_stream(plan, m, split, plan.zero_stage)
 
     # ------------------------------------------------------------------------------------- compute
     def _compute_part(self, plan: Plan, m: int, split: tuple[int, ...]) -> Compute:
@@ -316,15 +324,23 @@ class Bound:
         cached = self._compute.get(key)
         if cached is None:
             times = stage_times(self.est.layer(plan).segments, split, units=_units(plan))
-            ranks = None
-            if waits and plan.zero_stage == 3:  # every pass gathers
-                times = gather_waits(times, split, self._block_gather_s(plan))
-            elif waits:  # ZeRO-2: the first rank's passes that gather, from its schedule
-                ranks = rank_waits(self._gather_counts(plan, m), split, self._block_gather_s(plan))
-            cached = self._compute[key] = chain_bound(
-                times, plan.pp, m, plan.schedule, self._hop_s(plan), plan.holders(), ranks
-            )
+            cached = self._compute[key] = self.chain(plan, m, split, times)
         return cached
+
+    def chain(
+        self, plan: Plan, m: int, split: tuple[int, ...], times: tuple[StageTimes, ...], walk: bool = True
+    ) -> Compute:
+        """`chain_bound` of `plan` over per-stage `times`, with its passes' ZeRO-2/3 gather waits (docs/
+        sweep.md): a sum of the times and waits with non-negative weights and maxima of such sums, so
+        lower `times` give a lower bound (a group's floor, sweep_groups.py). Without `walk`, ZeRO-2's
+        waits, which need the first rank's schedule walked, are left out (they only add)."""
+        ranks = None
+        if _units(plan) and self.est.base.parallelism.framework != "deepspeed":
+            if plan.zero_stage == 3:  # every pass gathers
+                times = gather_waits(times, split, self._block_gather_s(plan))
+            elif walk:  # ZeRO-2: the first rank's passes that gather, from its schedule
+                ranks = rank_waits(self._gather_counts(plan, m), split, self._block_gather_s(plan))
+        return chain_bound(times, plan.pp, m, plan.schedule, self._hop_s(plan), plan.holders(), ranks)
 
     def _block_gather_s(self, plan: Plan) -> float:
         """One block unit's all-gather with its host cost, as `_fsdp_units` prices it."""
@@ -401,6 +417,20 @@ def _units(plan: Plan) -> bool:
 
 def _one(levels: tuple[Level, ...], kind: CollectiveKind, nbytes: float, algorithm: str = "auto") -> float:
     return collective_seconds(kind, levels, nbytes, algorithm)  # type: ignore[arg-type]
+
+
+class _Priced:
+    """`_one` over `levels`, once per (kind, bytes, algorithm): FSDP block units, full buckets alike."""
+
+    def __init__(self, levels: tuple[Level, ...]) -> None:
+        self.levels, self.seconds = levels, dict[tuple[str, float, str], float]()
+
+    def __call__(self, kind: CollectiveKind, nbytes: float, algorithm: str = "auto") -> float:
+        key = (kind, nbytes, algorithm)
+        cached = self.seconds.get(key)
+        if cached is None:
+            cached = self.seconds[key] = _one(self.levels, kind, nbytes, algorithm)
+        return cached
 
 
 def chunk_bytes(base: object, plan: Plan, split: tuple[int, ...]) -> list[tuple[float, int]]:

@@ -27,6 +27,7 @@ from plancast.simulator.mesh import RankGrid, span_tier
 from plancast.simulator.scenario import Scenario
 from plancast.simulator.schedules import SCHEDULES, Action
 from plancast.simulator.sweep_axes import Plan
+from plancast.simulator.sweep_inflight import CLOSED_FORM, INFLIGHT_STEADY, inflight_layers
 from plancast.simulator.sweep_segments import SegmentTimes, segment_passes, segment_times
 
 
@@ -308,6 +309,7 @@ class Estimator:
         count), once per (schedule, pp, micro-batches, chunk layers)."""
         if plan.schedule in CLOSED_FORM:
             return inflight_layers(plan.schedule, plan.pp, m, plan.virtual_stages, chunk_layers)
+        m = min(m, INFLIGHT_STEADY[plan.schedule](plan.pp))  # the same peak past it (INFLIGHT_STEADY)
         key = (plan.schedule, plan.pp, m, chunk_layers)
         cached = self._inflight.get(key)
         if cached is None:
@@ -414,26 +416,3 @@ def expert_dp(plan: Plan) -> int:
     if not plan.etp:
         return max(plan.dp // plan.ep, 1)
     return max(plan.tp * plan.cp * plan.dp // (plan.ep * plan.etp), 1)
-
-
-CLOSED_FORM = ("GPipe", "1F1B", "ZeroBubble", "Interleaved1F1B")
-"""The schedules `inflight_layers` counts in closed form."""
-
-
-def inflight_layers(schedule: str, pp: int, m: int, v: int, chunk_layers: tuple[int, ...]) -> int:
-    """Peak layer-micro-batches on the first pipeline rank, in closed form.
-
-    GPipe holds every micro-batch; 1F1B and ZB-H1 hold min(pp, m) (warm-up pp - 1 forwards, then one
-    more before the first backward, Narayanan et al. 2021 sec. 2.2); interleaved 1F1B holds
-    min(warm-up + 1, v m) chunk passes with warm-up (v - 1) pp + 2 (pp - 1) (simulator/schedules.py).
-    Exactly `peak_inflight_layers` of the built schedule when chunks have equal layers (a test checks
-    it); with uneven chunks it uses the smallest chunk, a lower bound, so pruning stays safe."""
-    if schedule == "GPipe":
-        return m * chunk_layers[0]
-    if schedule != "Interleaved1F1B":
-        return min(pp, m) * chunk_layers[0]
-    warmup = min((v - 1) * pp + 2 * (pp - 1), v * m)
-    return min(warmup + 1, v * m) * min(chunk_layers)
-
-
-# -------------------------------------------------------------------------------------------- search

@@ -1,12 +1,14 @@
 """Groups of plans that the sweep bounds as one before it bounds any of them (docs/sweep.md, "The search").
 
-A group is every plan of one batch shape, schedule, sequence-parallel choice and layer split: they
-differ only in recompute, ZeRO stage and (ep > 1) the MoE dispatcher and overlap. The search checks each
-member's memory (which fixes how many plans fit, exactly) but bounds the group with one number: the
-compute part of the bound (sweep_chain.chain_bound) over the least per-segment times of its members. The
-chain's terms are sums of those times with non-negative weights, so it is at most any member's chain,
-and every member's bound (sweep_bound.Bound.seconds) is at least its chain's (its data-parallel stream
-and optimizer only add). A group whose bound cannot beat the k-th best is never opened: none of its
+A group is every plan of one batch shape, schedule, sequence-parallel choice, layer split, recompute
+class (full or not) and ZeRO class (0-1, 2 or 3): they differ only in recompute within its class, ZeRO
+0 against 1, and (ep > 1) the MoE dispatcher and overlap. The search checks each member's memory (which
+fixes how many plans fit, exactly) but bounds the group with one number: the compute part of the bound
+(sweep_bound.Bound.chain: sweep_chain.chain_bound with the ZeRO-2/3 gather waits) over the least
+per-segment times of its members, and under ZeRO-2/3 the first rank's data-parallel stream. The chain's
+terms are sums of those times and waits with non-negative weights, so it is at most any member's chain;
+every member's bound (sweep_bound.Bound.seconds) is at least its chain's, and at least its stream, each
+plus its optimizer (`_after`). A group whose bound cannot beat the k-th best is never opened: none of its
 plans is bounded one by one (simulator/sweep.py, best_first).
 """
 
@@ -21,7 +23,7 @@ from plancast.simulator.costs.memory import GiB, loss_bytes_per_logit, rebuilds_
 from plancast.simulator.scenario import Scenario
 from plancast.simulator.sweep_axes import RECOMPUTE, ZERO_STAGES, Pins, Plan
 from plancast.simulator.sweep_bound import Bound, _units
-from plancast.simulator.sweep_chain import chain_bound, stage_times
+from plancast.simulator.sweep_chain import stage_times
 from plancast.simulator.sweep_estimate import Estimator, LayerKey, degrees, layer_key
 from plancast.simulator.sweep_segments import SegmentTimes
 from plancast.simulator.sweep_space import (
@@ -53,6 +55,9 @@ class Group(NamedTuple):
     members: tuple[Member, ...]
     variants: tuple[tuple[str, bool], ...]
     """(dispatcher, overlap) of each member (sweep_space.moe_choices)."""
+    mixed: bool = False
+    """Members of several classes (recompute full or not; ZeRO 0-1, 2, 3), bounded as one over their
+    common floor: `Grouper.classes` splits it, each class with its tighter bound, before it is opened."""
 
     def plans(self) -> Iterator[tuple[Plan, float]]:
         """Every member plan that fits, with its memory in GiB."""
@@ -63,6 +68,14 @@ class Group(NamedTuple):
                     tp, pp, dp, b, schedule, v, rc, sp, zero, ep, cp, first, last, dispatcher, overlap, etp
                 )  # fmt: skip
                 yield plan, memory_gib
+
+
+def _classes(members: list[Member] | tuple[Member, ...]) -> list[tuple[Member, ...]]:
+    """`members` by class: full recompute or not, ZeRO 0-1, 2 or 3."""
+    parts: dict[tuple[bool, int], list[Member]] = {}
+    for member in members:
+        parts.setdefault((member[0] == "full", max(member[1], 1)), []).append(member)
+    return [tuple(part) for part in parts.values()]
 
 
 def member_memories(est: Estimator, template: Plan, below: list[tuple[str, int]]) -> list[float]:
@@ -140,12 +153,20 @@ class Grouper:
     costs), and its counts: plans enumerated, fitting, pruned by the smallest-footprint check."""
 
     def __init__(
-        self, base: Scenario, gpus: int, limit_bytes: float, est: Estimator, pins: Pins, bounds: bool = True
+        self,
+        base: Scenario,
+        gpus: int,
+        limit_bytes: float,
+        est: Estimator,
+        pins: Pins,
+        bounds: bool = True,
+        bound: Bound | None = None,
     ) -> None:
         self.base, self.gpus, self.limit_bytes, self.est, self.pins = base, gpus, limit_bytes, est, pins
         self.bounds = bounds
         """False: groups without their bounds (0), only their members' per-layer costs worked out."""
-        self.bound = Bound(est)
+        self.bound = bound or Bound(est)
+        """`est`'s bound (a search's own, whose caches its plans' first bounds share)."""
         self.splits = LayerBalancer(base, gpus)
         self.below = [
             (rc, zero) for rc in RECOMPUTE for zero in ZERO_STAGES
@@ -156,6 +177,7 @@ class Grouper:
         self._floors: dict[tuple[tuple[LayerKey, bool], ...], SegmentTimes] = {}
         self._smallest: dict[tuple[int, ...], bool] = {}
         self._afters: dict[tuple[int, ...], float] = {}
+        self._streams: dict[tuple[object, ...], float] = {}
 
     def add(self, branch: Branch) -> None:
         """Add `branch`'s groups and counts (the plans sweep_space.enumerate_plans yields for it)."""
@@ -170,8 +192,8 @@ class Grouper:
                     if not fits:
                         self.pruned += per_group
                         continue
-                    group = self._group((tp, pp, dp, b, schedule, v, sp, ep, cp, first, last, etp), moe, mbs)
-                    if group is not None:
+                    shape = (tp, pp, dp, b, schedule, v, sp, ep, cp, first, last, etp)
+                    for group in self._group(shape, moe, mbs):
                         self.groups.append(group)
                         self.fits += len(group.members) * len(moe)
 
@@ -187,32 +209,71 @@ class Grouper:
             )
         return cached
 
-    def _group(self, shape: Shape, moe: tuple[tuple[str, bool], ...], mbs: int) -> Group | None:
-        """The group of `shape` with its members that fit and its bound; None if none fits."""
+    def _group(self, shape: Shape, moe: tuple[tuple[str, bool], ...], mbs: int) -> list[Group]:
+        """The group of `shape` with its members that fit and its bound (none if none fits); mixed if
+        they are of several classes (`classes` splits it once the search reaches it: splitting every
+        group here cost more than it spared)."""
         tp, pp, dp, b, schedule, v, sp, ep, cp, first, last, etp = shape
         dispatcher, overlap = moe[0]
         template = Plan(
             tp, pp, dp, b, schedule, v, "none", sp, 0, ep, cp, first, last, dispatcher, overlap, etp
         )  # fmt: skip
         memories = member_memories(self.est, template, self.below)
-        members = tuple(
+        fitting = [
             (rc, zero, memory / GiB)
             for (rc, zero), memory in zip(self.below, memories, strict=True)
             if memory <= self.limit_bytes
-        )
-        if not members:
-            return None
-        group = Group(0.0, shape, members, moe)
+        ]
+        if not fitting:
+            return []
+        group = Group(0.0, shape, tuple(fitting), moe, mixed=len(_classes(fitting)) > 1)
+        return [self._bounded(group, template, mbs)]
+
+    def classes(self, group: Group) -> list[Group]:
+        """A mixed group's classes, each its own group with its bound: the members under full recompute
+        apart from the others, so that their floor counts the recompute, and ZeRO-2 and ZeRO-3 apart,
+        so that their bound counts the gathers (a mixed group's floor leaves both out: on GPT-3 175B on
+        1,536 A100s, opening the mixed groups took 11,173 first bounds, 10,793 of them above the 10th
+        best; opening their classes 1,368). Each bound is also at least the mixed group's (both are
+        lower bounds of every member's), so no class comes out of the search before its group."""
+        tp, pp, dp, b, schedule, v, sp, ep, cp, first, last, etp = group.shape
+        dispatcher, overlap = group.variants[0]
+        template = Plan(
+            tp, pp, dp, b, schedule, v, "none", sp, 0, ep, cp, first, last, dispatcher, overlap, etp
+        )  # fmt: skip
+        mbs = self.base.training.global_batch_size // (b * dp)
+        parts = [Group(0.0, group.shape, part, group.variants) for part in _classes(group.members)]
+        bounded = [self._bounded(part, template, mbs) for part in parts]
+        return [part._replace(bound_s=max(part.bound_s, group.bound_s)) for part in bounded]
+
+    def _bounded(self, group: Group, template: Plan, mbs: int) -> Group:
+        """`group` with its bound (`Bound.chain` over its floor, plus the least `_after`; one class: with
+        its gather waits, and under ZeRO-2/3 at least its least stream before the optimizer)."""
         if not self.bounds:
             for plan, _ in group.plans():
                 self.est.layer(plan)
             return group
-        c = chain_bound(
-            stage_times(self._floor(group), self.est.split(template)), pp, mbs, schedule,
-            self.bound._hop_s(template), template.holders(),
-        )  # fmt: skip
-        after = min(self._after(template, zero) for zero in {m[1] for m in members})
-        return group._replace(bound_s=max(c.other_ranks_s, c.first_rank_s + after) * (1 - FLOOR_SLACK))
+        rc, zero, _ = ("none", 0, 0.0) if group.mixed else group.members[0]
+        plan, split = replace(template, recompute=rc, zero_stage=zero), self.est.split(template)
+        # without ZeRO-2's schedule walks: one per schedule shape cost more than the groups they spared
+        c = self.bound.chain(plan, mbs, split, stage_times(self._floor(group), split), walk=False)
+        after = min(self._after(template, zero) for zero in {m[1] for m in group.members})
+        first = c.first_rank_s
+        if zero >= 2 and template.dp * template.cp > 1:  # every member runs FSDP units
+            first = max(first, min(self._stream(template, rc, zero, mbs) for rc, zero, _ in group.members))
+        return group._replace(bound_s=max(c.other_ranks_s, first + after) * (1 - FLOOR_SLACK))
+
+    def _stream(self, template: Plan, recompute: str, zero: int, m: int) -> float:
+        """The first rank's ZeRO-2/3 data-parallel stream under `recompute` and `zero`, as
+        `Bound.seconds` counts it (its optimizer waits for it: each member's bound is at least its
+        stream plus its `_after`), once per degrees, stage, recompute class and schedule."""
+        d = degrees(template)
+        key = (*d[:6], zero, *d[7:], recompute == "full", template.schedule, m)
+        cached = self._streams.get(key)
+        if cached is None:
+            plan = replace(template, recompute=recompute, zero_stage=zero)
+            cached = self._streams[key] = self.bound.fsdp_stream_s(plan, m, self.est.split(plan), walk=False)
+        return cached
 
     def _after(self, template: Plan, zero: int) -> float:
         """`Bound.after_passes_s` of `template` under ZeRO stage `zero`: it depends on the plan's degrees
@@ -226,10 +287,20 @@ class Grouper:
 
     def _floor(self, group: Group) -> SegmentTimes:
         """`floor_times` over the members' per-layer costs, once per set of (layer key, FSDP units)."""
-        plans = {(layer_key(plan), _units(plan)): plan for plan, _ in group.plans()}
-        keys = tuple(sorted(plans))
+        tp, pp, dp, b, schedule, v, sp, ep, cp, first, last, etp = group.shape
+        members: dict[tuple[LayerKey, bool], tuple[str, int, str, bool]] = {}
+        for rc, zero, _ in group.members:  # layer_key and _units of each member, without building it
+            for dispatcher, overlap in group.variants:
+                key = (tp, b, sp, rc, ep, cp, dp > 1 and zero >= 2, dispatcher, overlap, etp)
+                members.setdefault((key, zero >= 2 and dp * cp > 1), (rc, zero, dispatcher, overlap))
+        keys = tuple(sorted(members))
         floor = self._floors.get(keys)
         if floor is None:
+            plans = {
+                key: Plan(tp, pp, dp, b, schedule, v, rc, sp, zero, ep, cp, first, last, d, o, etp)
+                for key, (rc, zero, d, o) in members.items()
+            }
+            assert all((layer_key(plan), _units(plan)) == key for key, plan in plans.items())
             segments = [(self.est.layer(plans[key]).segments, key[1]) for key in keys]
             floor = self._floors[keys] = floor_times(segments)
         return floor

@@ -45,7 +45,11 @@ class Windows(NamedTuple):
     @classmethod
     def of(cls, ops: tuple[Op, ...], phase_seconds: PhaseSeconds) -> Windows:
         mlp = tuple(op for op in ops if op.name.startswith(MLP_OP_PREFIXES))
-        pre = tuple(op for op in ops if op not in mlp and op.name not in POST_COMBINE_OPS)
+        # not in `mlp`, by name: an op equal to one of `mlp` has its name (a linear scan of `mlp` per op
+        # compared every field of every pair)
+        pre = tuple(
+            op for op in ops if not op.name.startswith(MLP_OP_PREFIXES) and op.name not in POST_COMBINE_OPS
+        )
         pre_f, pre_bi, pre_bw = phase_seconds(pre)
         mlp_f, mlp_bi, mlp_bw = phase_seconds(mlp)
         return cls(pre_f, pre_bi + pre_bw, mlp_f, mlp_bi, mlp_bw)

@@ -14,7 +14,7 @@ from plancast.simulator.schedules import build_schedule
 from plancast.simulator.sweep import _base_for, sweep
 from plancast.simulator.sweep_bound import Bound
 from plancast.simulator.sweep_estimate import Estimator as _Estimator
-from plancast.simulator.sweep_estimate import inflight_layers as _inflight_layers
+from plancast.simulator.sweep_inflight import inflight_layers as _inflight_layers
 from plancast.simulator.sweep_space import enumerate_plans
 from plancast.simulator.validation import check_plan
 

@@ -38,6 +38,41 @@ def test_balanced_layers(
     assert balanced_layers(layers, stages, first_extra, last_extra) == expected
 
 
+def _every_split_tried(
+    layers: int, stages: int, first_extra: float, last_extra: float
+) -> tuple[int, int] | None:
+    """The balancer's rule by brute force: every (first, last), the least (load, |first - last|, first)."""
+    from plancast.simulator.layer_split import even_layer_split
+
+    if stages < 2 or layers < stages:
+        return None
+    tried = []
+    for first in range(1, layers - stages + 3):
+        for last in range(1, layers - first - (stages - 2) + 1):
+            rest = layers - first - last
+            if stages == 2 and rest:
+                continue
+            middle = -(-rest // (stages - 2)) if stages > 2 else 0
+            load = max(first + first_extra, last + last_extra, middle)
+            tried.append((load, abs(first - last), first, last))
+    if not tried:
+        return None
+    load, _, first, last = min(tried)
+    even = even_layer_split(layers, stages)
+    between = even_layer_split(layers - first - last, stages - 2) if stages > 2 else ()
+    even_load = max(even[0] + first_extra, even[-1] + last_extra, *even[1:-1])
+    return None if (first, *between, last) == even or load >= even_load else (first, last)
+
+
+@pytest.mark.parametrize("layers", [4, 7, 24, 61, 96])
+def test_the_balancers_early_stops_change_no_answer(layers: int) -> None:
+    for stages in (2, 3, 4, 5, 8, 16):
+        for first_extra in (0.0, 0.3, 1.0, 2.7):
+            for last_extra in (0.0, 0.5, 1.4, 3.1, 7.9):
+                case = (layers, stages, first_extra, last_extra)
+                assert balanced_layers(*case) == _every_split_tried(*case), case
+
+
 def test_a_plans_split_puts_the_rest_evenly_between_its_end_stages() -> None:
     plan = Plan(1, 4, 1, 1, "1F1B", 1, "none", False, 0, first_layers=7, last_layers=6)
     assert plan.layer_split(32) == (7, 9, 10, 6)  # the middle as scenario.even_layer_split spreads 19

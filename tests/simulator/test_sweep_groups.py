@@ -114,3 +114,37 @@ def test_the_search_over_groups_finds_the_search_over_every_bound(
     assert [r.plan for r in found.finalists] == [r.plan for r in every]
     assert [r.step_time_s for r in found.finalists] == [r.step_time_s for r in every]
     assert found.fits == len(candidates)
+
+
+def test_each_group_bound_is_below_its_members_on_a_zero_heavy_real_space() -> None:
+    """Llama 2 13B on 32 A100s 40GB under torchtitan (tests/data/sweep's FSDP space): a group of several
+    classes is split by `Grouper.classes` into full recompute or not, ZeRO 0-1, 2 and 3, whose bounds add
+    the gather waits and the ZeRO-2/3 stream; each bound stays below every member's first bound."""
+    import json
+
+    from plancast.simulator.loader import parse_scenario
+    from plancast.simulator.sweep import _base_for
+    from plancast.simulator.sweep_groups import Grouper
+    from tests.cli_runner import REPO
+
+    data = json.loads((REPO / "tests/data/sweep/llama2-13b-32-a100-40gb-fsdp.json").read_text())
+    base = _base_for(parse_scenario(data["scenario"]).scenario, 32)
+    limit = base.cluster.gpu.usable_memory_GiB * GiB
+    groups, layers, _ = grouped(base, 32, limit)
+    bound = Bound(Estimator(base, 32, layers))
+    grouper = Grouper(base, 32, limit, bound.est, NO_PINS, bound=bound)
+    kinds: set[tuple[bool, int]] = set()
+    tighter = 0
+    for group in groups:
+        parts = grouper.classes(group) if group.mixed else [group]
+        assert sorted(m for part in parts for m in part.members) == sorted(group.members)
+        for part in parts:
+            rcs, zeros = {m[0] == "full" for m in part.members}, {max(m[1], 1) for m in part.members}
+            assert len(rcs) == len(zeros) == 1 and not part.mixed, part.members
+            kinds.add((rcs.pop(), zeros.pop()))
+            assert part.bound_s >= group.bound_s
+            tighter += part.bound_s > group.bound_s * 1.01
+            for plan, _ in part.plans():
+                assert part.bound_s <= bound.seconds(plan), plan.label()
+    assert kinds == {(full, zero) for full in (False, True) for zero in (1, 2, 3)}
+    assert tighter > len(groups) / 2
