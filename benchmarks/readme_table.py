@@ -35,13 +35,13 @@ ROWS = (
     ),
     Row("peak memory per GPU, published (allocated, reserved)", "published_runs", "memory", "published_runs"),
     Row(
-        "one-GPU dense runs measured here, step time (H100, H200; the MoE run apart)",
+        "one-GPU runs measured here, step time (H100, H200; dense and two MoE)",
         "gpu_runs",
         "step",
         "gpu_runs",
     ),
     Row(
-        "one-GPU dense runs measured here, peak memory (H200; allocated, reserved)",
+        "one-GPU runs measured here, peak memory (H200; allocated, reserved)",
         "gpu_runs",
         "memory",
         "gpu_runs",
