@@ -20,13 +20,16 @@ lint: $(STAMP)
 	$(BIN)/ruff check plancast simulator traces runtime dashboard tests benchmarks
 	$(BIN)/mypy
 
-# 41 min on one worker on a loaded 2-core machine (issue 36), 16 min on two at load 4-6; two workers, with every test that
-# starts ranks or a server kept on one of them in turn (tests/conftest.py), aim at under 15 min quiet
+# two workers, with every test that starts ranks or a server kept on one of them in turn
+# (tests/conftest.py); how long it takes, and on what machine: docs/contributing.md
 test: lint
 	@echo "== test dependencies: chromium (browser test), slurm-wlm and munge (SLURM tests); apt-get, only as root"
 	bash scripts/setup_test_deps.sh
-	@echo "== the test suite on 2 workers (pytest-xdist); the slowest 15 tests are listed at the end"
-	$(BIN)/python -m pytest -q -n 2 --dist loadgroup --durations 15
+	@echo "== the test suite on 2 workers (pytest-xdist): one takes the tests that start ranks or a server, one"
+	@echo "   at a time, while the other takes the rest; a dot per test, the slowest 15 listed at the end"
+	@start=$$(date +%s); $(BIN)/python -m pytest -q -n 2 --dist loadgroup --durations 15; rc=$$?; \
+	echo "== the test suite took $$(( $$(date +%s) - start )) s (exit $$rc; load now: $$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null))"; \
+	exit $$rc
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks.published_runs

@@ -54,15 +54,16 @@ def assert_run_refused(tmp_path: Path, scenario: dict[str, Any], fix: str) -> No
 
 
 def run_and_compare(scenario_path: Path, run_dir: Path) -> dict[str, Any]:
-    """`plancast run` then `plancast compare --json` in real processes; both must succeed and every
+    """`plancast run` in a real process (torchrun and its ranks), then `plancast compare --json` in this
+    one (it starts nothing, and a process start costs seconds of imports); both must succeed and every
     predicted event must have its measured twin. Returns compare's JSON."""
     import json
 
     ran = cli_subprocess("run", str(scenario_path), "--out", str(run_dir), timeout_s=300)
     assert ran.returncode == 0, ran.stderr[-3000:]
-    compared = cli_subprocess("compare", str(run_dir), "--json", timeout_s=120)
-    assert compared.returncode == 0, compared.stderr[-3000:]
-    summary: dict[str, Any] = json.loads(compared.stdout)
+    code, stdout, stderr = cli_main("compare", str(run_dir), "--json")
+    assert code == 0, stderr[-3000:]
+    summary: dict[str, Any] = json.loads(stdout)
     assert (summary["events_missing"], summary["events_extra"]) == (0, 0), summary
     assert summary["events_matched"] > 0
     return summary

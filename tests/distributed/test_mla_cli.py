@@ -16,7 +16,7 @@ import tomli_w
 from plancast.runtime.reference import ReferenceRun
 from plancast.simulator.loader import load_scenario
 from plancast.traces.store import RunDir, read_events, read_measured
-from tests.cli_runner import REPO, cli_subprocess, run_and_compare
+from tests.cli_runner import REPO, cli_main, cli_subprocess, run_and_compare
 from tests.distributed.checks import TOLERANCE
 
 pytestmark = pytest.mark.distributed
@@ -29,9 +29,9 @@ def test_run_then_compare_twins_every_event_of_the_mla_moe_example(tmp_path: Pat
     out = tmp_path / "run"
     done = cli_subprocess("run", str(SCENARIO), "--out", str(out), "--steps", str(STEPS), timeout_s=600)
     assert done.returncode == 0, done.stderr
-    compared = cli_subprocess("compare", str(out), "--json", timeout_s=300)
-    assert compared.returncode == 0, compared.stderr
-    summary = json.loads(compared.stdout)
+    code, stdout, stderr = cli_main("compare", str(out), "--json")  # starts no ranks
+    assert code == 0, stderr
+    summary = json.loads(stdout)
     assert summary["events_missing"] == 0 and summary["events_extra"] == 0, summary
     assert summary["events_matched"] > 0
     scenario = load_scenario(SCENARIO).scenario
@@ -101,9 +101,9 @@ def test_the_mla_moe_model_under_dualpipev_with_expert_parallel_on_4_ranks(tmp_p
     run_dir = tmp_path / "run"
     ran = cli_subprocess("run", str(path), "--out", str(run_dir), "--oversubscribe", timeout_s=600)
     assert ran.returncode == 0, ran.stderr[-3000:]
-    compared = cli_subprocess("compare", str(run_dir), "--json", timeout_s=300)
-    assert compared.returncode == 0, compared.stderr[-3000:]
-    summary = json.loads(compared.stdout)
+    code, stdout, stderr = cli_main("compare", str(run_dir), "--json")  # starts no ranks
+    assert code == 0, stderr
+    summary = json.loads(stdout)
     assert (summary["events_missing"], summary["events_extra"]) == (0, 0), summary
     events = read_measured(RunDir(run_dir)).events
     assert {"all_to_all"} <= set(events.loc[events["stream"] == "ep", "kind"])

@@ -1,10 +1,11 @@
 """Checkpointing a measured run and resuming it after a kill, through the real CLI and torchrun (gloo).
 
-A 2-rank pipeline is run three times: uninterrupted (the reference loss curve), with checkpoints every
-2 steps and rank 0 killed by SIGKILL at the start of step 5, then `plancast run --resume` on that run.
-The resumed run must finish, its loss curve must be the reference one (steps 0-3 carried over from the
-killed run, steps 4-5 run again from the checkpoint after step 4), and the checkpoint the runtime
-wrote must be the size simulator/goodput.py predicts.
+A 2-rank pipeline is run twice: with checkpoints every 2 steps and rank 0 killed by SIGKILL at the
+start of step 5, then `plancast run --resume` on that run. The resumed run must finish, its loss curve
+must be the reference one (steps 0-3 carried over from the killed run, steps 4-5 run again from the
+checkpoint after step 4), and the checkpoint the runtime wrote must be the size simulator/goodput.py
+predicts. The reference curve is the single-process one (runtime/reference.py), which every parallel
+plan reproduces to 1e-5 (tests/distributed/test_correctness.py), rather than a third, uninterrupted run.
 """
 
 from __future__ import annotations
@@ -39,6 +40,14 @@ def scenario_file(tmp_path: Path, **parallelism: Any) -> Path:
     return path
 
 
+def reference_losses(scenario: Path) -> list[float]:
+    """The loss curve of the scenario trained in this process, without parallelism or interruption."""
+    from plancast.runtime.reference import ReferenceRun
+
+    reference = ReferenceRun(load_scenario(scenario).scenario)
+    return [reference.step(step)[0] for step in range(STEPS)]  # data parallel 1: one rank's mean
+
+
 def losses(run: Path) -> list[float]:
     summary = json.loads((run / "measured" / "summary.json").read_text())
     assert summary["status"] == "ok", summary
@@ -49,10 +58,7 @@ def losses(run: Path) -> list[float]:
 @pytest.mark.distributed
 def test_killed_run_resumes_from_its_checkpoint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     scenario = scenario_file(tmp_path)
-    reference, killed = tmp_path / "reference", tmp_path / "killed"
-    done = cli_subprocess("run", str(scenario), "--out", str(reference), timeout_s=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-
+    killed = tmp_path / "killed"
     monkeypatch.setenv("PLANCAST_FAULT_RANK", "0")
     monkeypatch.setenv("PLANCAST_FAULT_STEP", "5")
     crash = cli_subprocess(
@@ -73,7 +79,7 @@ def test_killed_run_resumes_from_its_checkpoint(tmp_path: Path, monkeypatch: pyt
     assert "resuming from the previous complete checkpoint, step-000004" in resumed.stderr
     assert "step 5/6" in resumed.stderr and "step 1/6" not in resumed.stderr  # steps 4-5 only
 
-    assert losses(killed) == pytest.approx(losses(reference), rel=1e-5)
+    assert losses(killed) == pytest.approx(reference_losses(scenario), abs=1e-5)
     for rank in (0, 1):  # every step's events once: 0-3 from the killed run, 4-5 from the resumed one
         steps = read_events(run.rank_events(rank))["step"]
         assert sorted(set(steps)) == list(range(STEPS))

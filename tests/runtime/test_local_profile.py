@@ -5,6 +5,7 @@ line says so and the shipped numbers are used. Each test has its own cache direc
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -31,30 +32,58 @@ def _measured_lines(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if line.startswith("local-cpu: measured this machine")]
 
 
+@pytest.fixture(scope="module")
+def measured_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, str]:
+    """(cache, run folder, stderr) of one `plancast run` of SCENARIO into an empty cache: it measures this
+    machine at SCENARIO's shape, once for the module; the tests that read that measurement start from a
+    copy of its cache instead of measuring again (each measurement starts ranks for ~40 s)."""
+    root = tmp_path_factory.mktemp("measured")
+    cache, run = root / "cache", root / "run"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PLANCAST_CACHE_DIR", str(cache))
+        patch.delenv("PLANCAST_LOCAL_CPU", raising=False)
+        done = cli_subprocess("run", str(SCENARIO), "--out", str(run), "--steps", "2", timeout_s=900)
+    assert done.returncode == 0, done.stderr
+    return cache, run, done.stderr
+
+
+@pytest.fixture
+def measured_cache(fresh_cache: Path, measured_run: tuple[Path, Path, str]) -> Path:
+    """This test's cache, holding the module's one measurement of SCENARIO's shape."""
+    shutil.copytree(measured_run[0], fresh_cache)
+    return fresh_cache
+
+
 @pytest.mark.distributed
-def test_the_first_simulate_measures_once_and_later_ones_read_the_cache(fresh_cache: Path) -> None:
-    first = cli_subprocess("simulate", str(SCENARIO), "--json", timeout_s=600)
-    assert first.returncode == 0, first.stderr
-    assert len(_measured_lines(first.stderr)) == 1
-    records = list(fresh_cache.glob("*/*.json"))
-    assert len(records) == 1
-    record = json.loads(records[0].read_text())
+def test_a_simulate_reads_the_measurement_until_the_load_moves_or_no_cache(measured_cache: Path) -> None:
+    """A simulate reads what the first use (the module's `plancast run`) measured into the cache: run and
+    simulate share one record per machine and shape. (A simulate that measures on a cache miss: the MoE
+    and three-rank tests below.)"""
+    (path,) = measured_cache.glob("*/*.json")
+    record = json.loads(path.read_text())
     assert record["world"] == 2 and record["cores"] >= 1 and record["threads"] == 1
     assert set(record["host"]["block_s"]) == {"plain", "tp", "sp", "fsdp"}
     assert 0.0 <= record["host"]["busy_send_s"] < 0.05  # a busy sender's transfer: at most a few slices
-
-    second = cli_subprocess("simulate", str(SCENARIO), "--json", timeout_s=600)
-    assert second.returncode == 0 and _measured_lines(second.stderr) == []
-    assert json.loads(second.stdout) == json.loads(first.stdout)  # the same cached measurement
     assert isinstance(record["load_before"], float)  # the load it was measured under
 
-    records[0].write_text(json.dumps({**record, "load_before": record["load_before"] + 50.0}))
-    busier = cli_subprocess("simulate", str(SCENARIO), "--json", timeout_s=600)  # the load moved a lot
-    assert busier.returncode == 0 and _measured_lines(busier.stderr) == []
-    assert "when its profile was measured" in busier.stderr and "--no-cache" in busier.stderr
+    code, first, stderr = cli_main("simulate", str(SCENARIO), "--json")
+    assert code == 0 and _measured_lines(stderr) == [], stderr
+    code, second, stderr = cli_main("simulate", str(SCENARIO), "--json")
+    assert code == 0 and _measured_lines(stderr) == []
+    assert json.loads(second) == json.loads(first)  # the same cached measurement
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PLANCAST_LOCAL_CPU", "shipped")
+        shipped = cli_main("simulate", str(SCENARIO), "--json")[1]
+    assert json.loads(first) != json.loads(shipped)  # it predicted on the measured machine
+
+    path.write_text(json.dumps({**record, "load_before": record["load_before"] + 50.0}))
+    code, _, busier = cli_main("simulate", str(SCENARIO), "--json")  # the load moved a lot
+    assert code == 0 and _measured_lines(busier) == []
+    assert "when its profile was measured" in busier and "--no-cache" in busier
 
     again = cli_subprocess("simulate", str(SCENARIO), "--json", "--no-cache", timeout_s=600)
     assert again.returncode == 0 and len(_measured_lines(again.stderr)) == 1
+    assert len(list(measured_cache.glob("*/*.json"))) == 1  # measured again into the same record
 
 
 @pytest.mark.distributed
@@ -117,13 +146,12 @@ def test_a_scenario_that_sets_cluster_values_by_hand_is_not_measured(
 
 
 @pytest.mark.distributed
-def test_a_run_on_local_cpu_records_the_measured_machine(fresh_cache: Path, tmp_path: Path) -> None:
+def test_a_run_on_local_cpu_records_the_measured_machine(measured_run: tuple[Path, Path, str]) -> None:
     """`plancast run` measures too (first use), and RUN/scenario.toml holds the measured cluster, so
     `plancast compare RUN` predicts on what was measured."""
-    run = tmp_path / "run"
-    done = cli_subprocess("run", str(SCENARIO), "--out", str(run), "--steps", "2", timeout_s=900)
-    assert done.returncode == 0, done.stderr
-    assert len(_measured_lines(done.stderr)) == 1
+    cache, run, stderr = measured_run
+    assert len(_measured_lines(stderr)) == 1
+    assert len(list(cache.glob("*/*.json"))) == 1
     s = load_scenario(run / "scenario.toml").scenario
     assert s.cluster.gpu.name.endswith("(measured)")
     assert s.cluster.compute_slots_per_node is not None
@@ -191,16 +219,19 @@ def test_run_refuses_tp_comm_overlap_it_would_ignore(tmp_path: Path) -> None:
 
 @pytest.mark.distributed
 def test_import_kineto_predicts_on_the_measured_machine_as_simulate_does(
-    fresh_cache: Path, tmp_path: Path
+    measured_cache: Path, tmp_path: Path
 ) -> None:
     """An exported prediction imported back (--scenario local-cpu) is compared with the same prediction:
-    import-kineto measured nothing and predicted with the shipped constants (+70% on this machine)."""
+    import-kineto measured nothing and predicted with the shipped constants (+70% on this machine).
+    Both read the module's measurement from the cache, so they run in this process."""
     run, back = tmp_path / "run", tmp_path / "back"
-    assert cli_subprocess("simulate", str(SCENARIO), "--out", str(run), timeout_s=600).returncode == 0
-    assert cli_subprocess("export", str(run), "--source", "predicted").returncode == 0
-    imported = cli_subprocess(
+    assert cli_main("simulate", str(SCENARIO), "--out", str(run))[0] == 0
+    assert cli_main("export", str(run), "--source", "predicted")[0] == 0
+    code, _, stderr = cli_main(
         "import-kineto", str(run / "chrome" / "predicted"), "--out", str(back), "--scenario", str(SCENARIO)
     )
-    assert imported.returncode == 0, imported.stderr
-    compared = json.loads(cli_subprocess("compare", str(back), "--json").stdout)
-    assert compared["step_time_error"] == pytest.approx(0.0, abs=1e-9)
+    assert code == 0, stderr
+    assert _measured_lines(stderr) == []  # the cached measurement, not the shipped numbers nor a new one
+    code, stdout, stderr = cli_main("compare", str(back), "--json")
+    assert code == 0, stderr
+    assert json.loads(stdout)["step_time_error"] == pytest.approx(0.0, abs=1e-9)
