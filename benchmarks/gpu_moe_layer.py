@@ -108,7 +108,8 @@ def measure(path: str, device: torch.device, repeat: int) -> dict[str, Any]:
     s = load_scenario(path).scenario
     cfg = ModelConfig.from_scenario(s)
     if cfg.moe is None:
-        raise SystemExit(f"{path}: not a mixture-of-experts model (model.num_local_experts unset)")
+        print(f"{path}: not a mixture-of-experts model (model.num_local_experts unset)", file=sys.stderr)
+        raise SystemExit(2)
     dtype = TORCH_DTYPES[s.training.dtype] if device.type == "cuda" else torch.float32
     torch.manual_seed(0)
     block = Block(cfg, layer=cfg.moe.first_dense).to(device, dtype)

@@ -64,4 +64,4 @@ def test_a_dense_model_is_refused(tmp_path: Path) -> None:
         timeout=300,
         check=False,
     )
-    assert proc.returncode != 0 and "not a mixture-of-experts model" in proc.stderr
+    assert proc.returncode == 2 and "not a mixture-of-experts model" in proc.stderr
