@@ -78,18 +78,22 @@ MANAGER_JOIN_S = 10.0
 
 def _stop(executor: Executor) -> None:
     """Cancel what has not started and end the workers now (a Ctrl-C must not wait for a long item)."""
-    executor.shutdown(wait=False, cancel_futures=True)
-    terminate = getattr(executor, "terminate_workers", None)  # Python 3.14+
+    terminate = getattr(executor, "terminate_workers", None)  # Python 3.14+: shuts down and terminates
+    # Read the manager thread and the workers before `shutdown`: CPython 3.11-3.13's shutdown(wait=False)
+    # drops both references (`_executor_manager_thread = None`, `_processes = None`), so read after it
+    # they were always None, the workers were never terminated here and the join below never ran.
+    manager = getattr(executor, "_executor_manager_thread", None)
+    processes = list((getattr(executor, "_processes", None) or {}).values())
     if terminate is not None:
         terminate()
-        return
-    for process in list((getattr(executor, "_processes", None) or {}).values()):
-        process.terminate()
+    else:
+        executor.shutdown(wait=False, cancel_futures=True)
+        for process in processes:
+            process.terminate()
     # Let the executor's manager thread see its workers gone and close its wake-up pipe before the
     # interpreter exits: CPython 3.11's exit hook (concurrent/futures/process.py `_python_exit`) checks
     # the pipe's `_closed` flag and writes to it without a lock, so a thread closing it at that moment
-    # printed "Exception ignored ... OSError: Bad file descriptor" after a Ctrl-C (seen under load).
-    manager = getattr(executor, "_executor_manager_thread", None)
+    # printed "Exception ignored ... OSError: Bad file descriptor" after a Ctrl-C (seen in a CI run).
     if manager is not None:
         manager.join(timeout=MANAGER_JOIN_S)
 

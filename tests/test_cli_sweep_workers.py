@@ -140,3 +140,24 @@ def test_a_ctrl_c_during_the_workers_start_reaches_the_parent_once_they_ignore_i
         time.sleep(0.05)  # held: nothing is raised here
         reached = True
     assert reached
+
+
+def test_a_stopped_pool_ends_a_busy_worker_at_once_and_its_manager_thread() -> None:
+    """`_stop` must read the workers and the manager thread before `shutdown(wait=False)` drops them
+    (CPython 3.11-3.13): a worker busy on a long item is terminated, not left to finish it, and the
+    manager thread has ended before the interpreter's exit hook touches its wake-up pipe."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    from plancast.pool import _stop
+
+    executor = ProcessPoolExecutor(1)
+    executor.submit(os.getpid).result()  # the worker is up
+    (worker,) = list(executor._processes.values())  # type: ignore[union-attr]
+    manager = executor._executor_manager_thread
+    executor.submit(time.sleep, 60)
+    time.sleep(0.5)  # the worker has taken the 60 s item
+    started = time.monotonic()
+    _stop(executor)
+    worker.join(timeout=10)
+    assert not worker.is_alive() and time.monotonic() - started < 10
+    assert manager is not None and not manager.is_alive()
