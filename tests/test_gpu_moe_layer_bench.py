@@ -49,7 +49,7 @@ def test_cli_on_the_tiny_moe_example(tmp_path: Path) -> None:
     assert "forward+backward measured" in proc.stdout
     (result,) = json.loads(out.read_text())["results"]
     meas, pred = result["measured"], result["predicted"]
-    assert meas["fwd_bwd_s"] > meas["fwd_s"] > 0
+    assert meas["fwd_bwd_s"] >= meas["fwd_s"] > 0  # backward is a difference of noisy CPU timings: >= 0
     assert pred["fwd_bwd_s"] > pred["fwd_s"] > 0
     assert {"matmul", "memory"} <= set(pred["by_category_s"])
     assert sum(meas["by_kind_s"].values()) > 0
