@@ -30,8 +30,14 @@ def cli_main(*args: str) -> tuple[int, str, str]:
 
 def cli_subprocess(*args: str, timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
     """`python -m plancast ARGS` in a real subprocess, from the repository root."""
+    return module_subprocess("plancast", *args, timeout_s=timeout_s)
+
+
+def module_subprocess(module: str, *args: str, timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
+    """`python -m MODULE ARGS` (a benchmark's command line, or plancast's) in a real subprocess, from the
+    repository root, its output captured; the exit status is the caller's to check."""
     return subprocess.run(
-        [sys.executable, "-m", "plancast", *args],
+        [sys.executable, "-m", module, *args],
         capture_output=True,
         text=True,
         cwd=REPO,

@@ -4,38 +4,21 @@ quantization it feeds torch's scaled GEMMs, checked against the tensor it encode
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 from benchmarks.gpu_kernels import E4M3_MAX, quantize
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.cli_runner import module_subprocess
 
 
 def test_cli_measures_gemms_and_causal_attention_beside_the_model(tmp_path: Path) -> None:
     out = tmp_path / "kernels.json"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "benchmarks.gpu_ops",
-            "--kernels",  # gpu_ops's entry to the kernel table
-            "--device",
-            "cpu",
-            "--repeat",
-            "2",
-            "--json",
-            str(out),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
+    # --kernels: gpu_ops's entry to the kernel table
+    proc = module_subprocess(
+        *("benchmarks.gpu_ops", "--kernels", "--device", "cpu", "--repeat", "2", "--json", str(out)),
+        timeout_s=300,
     )
     assert proc.returncode == 0, proc.stderr
     rows = json.loads(out.read_text())["rows"]
@@ -59,20 +42,11 @@ def test_cli_measures_gemms_and_causal_attention_beside_the_model(tmp_path: Path
 
 def test_parts_runs_one_table_alone(tmp_path: Path) -> None:
     out = tmp_path / "kernels.json"
-    cmd = [sys.executable, "-m", "benchmarks.gpu_kernels", "--device", "cpu", "--repeat", "1"]
-    proc = subprocess.run(
-        [*cmd, "--parts", "attention", "--json", str(out)],
-        check=False,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    cmd = ("benchmarks.gpu_kernels", "--device", "cpu", "--repeat", "1")
+    proc = module_subprocess(*cmd, "--parts", "attention", "--json", str(out), timeout_s=300)
     assert proc.returncode == 0, proc.stderr
     assert {r["kind"] for r in json.loads(out.read_text())["rows"]} == {"attention"}
-    bad = subprocess.run(
-        [*cmd, "--parts", "gemms"], check=False, cwd=ROOT, capture_output=True, text=True, timeout=300
-    )
+    bad = module_subprocess(*cmd, "--parts", "gemms", timeout_s=300)
     assert bad.returncode == 2 and "choose from gemm, cast, attention" in bad.stderr
 
 

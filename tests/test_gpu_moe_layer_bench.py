@@ -5,13 +5,10 @@ simulator."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 from benchmarks.gpu_moe_layer import kind_of
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.cli_runner import module_subprocess
 
 
 def test_kernel_kinds_by_name() -> None:
@@ -26,24 +23,10 @@ def test_kernel_kinds_by_name() -> None:
 
 def test_cli_on_the_tiny_moe_example(tmp_path: Path) -> None:
     out = tmp_path / "moe.json"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "benchmarks.gpu_moe_layer",
-            "examples/tiny-moe-cpu.toml",
-            "--device",
-            "cpu",
-            "--repeat",
-            "2",
-            "--json",
-            str(out),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
+    proc = module_subprocess(
+        "benchmarks.gpu_moe_layer",
+        *("examples/tiny-moe-cpu.toml", "--device", "cpu", "--repeat", "2", "--json", str(out)),
+        timeout_s=300,
     )
     assert proc.returncode == 0, proc.stderr
     assert "forward+backward measured" in proc.stdout
@@ -56,12 +39,7 @@ def test_cli_on_the_tiny_moe_example(tmp_path: Path) -> None:
 
 
 def test_a_dense_model_is_refused(tmp_path: Path) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.gpu_moe_layer", "examples/tiny-local-cpu.toml", "--device", "cpu"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
+    proc = module_subprocess(
+        "benchmarks.gpu_moe_layer", "examples/tiny-local-cpu.toml", "--device", "cpu", timeout_s=300
     )
     assert proc.returncode == 2 and "not a mixture-of-experts model" in proc.stderr

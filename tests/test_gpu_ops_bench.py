@@ -4,8 +4,6 @@ the CPU (fp32, small shapes): every op it measures is one the simulator prices, 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -13,8 +11,7 @@ import pytest
 
 from benchmarks.gpu_ops import _fraction, fit_saturation, preset_of
 from benchmarks.gpu_ops_report import _show
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.cli_runner import module_subprocess
 
 
 @pytest.mark.parametrize(
@@ -23,15 +20,8 @@ ROOT = Path(__file__).resolve().parents[1]
 )
 def test_cli_measures_every_priced_op(tmp_path: Path, model: str, memory_ops: set[str]) -> None:
     out = tmp_path / "ops.json"
-    cmd = [sys.executable, "-m", "benchmarks.gpu_ops", "--device", "cpu", "--model", model, "--seq", "64"]
-    proc = subprocess.run(
-        [*cmd, "--micro-batch", "1", "--repeat", "2", "--json", str(out)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    cmd = ("benchmarks.gpu_ops", "--device", "cpu", "--model", model, "--seq", "64")
+    proc = module_subprocess(*cmd, "--micro-batch", "1", "--repeat", "2", "--json", str(out), timeout_s=300)
     assert proc.returncode == 0, proc.stderr
     assert "implied: isolated GEMM" in proc.stdout
     result = json.loads(out.read_text())
