@@ -133,6 +133,10 @@ def torchrun_command(
         # the rank config it sets only for "static"). Node 0's agent hosts the store at the endpoint.
         cmd += ["--rdzv-backend", "static", "--rdzv-endpoint", plan.rdzv_endpoint, "--rdzv-id", rdzv_id]
         cmd += ["--node-rank", str(plan.node_rank)]
+    # torchrun's own per-attempt folders (its workers' error files) inside the run's logs, not a fresh
+    # torchelastic_* folder in the system's temporary directory that nothing removes (torch/distributed/
+    # elastic/multiprocessing/api.py: a mkdtemp when no log dir is given)
+    cmd += ["--log-dir", str(out_dir / "logs" / "torchelastic")]
     cmd += ["--max-restarts", "0", "--monitor-interval", str(MONITOR_INTERVAL_S)]
     cmd += ["-m", "plancast.runtime.worker", "--scenario", str(scenario_path), "--out", str(out_dir)]
     cmd += ["--steps", str(plan.steps), "--timeout-s", str(timeout_s)]

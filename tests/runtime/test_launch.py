@@ -83,6 +83,8 @@ def test_run_directory_holds_every_file(finished_run: RunDir) -> None:
         "summary.json",
         "telemetry.parquet",
     ]
+    # torchrun's per-attempt folder is the run's, not a torchelastic_* left in the temporary directory
+    assert (finished_run.logs_dir / "torchelastic").is_dir()
 
 
 @pytest.mark.distributed
@@ -274,6 +276,7 @@ def test_single_node_command_binds_its_store_to_loopback() -> None:
     assert cmd[1:3] == ["-m", "torch.distributed.run"]
     assert "--standalone" not in cmd
     assert cmd[cmd.index("--rdzv-endpoint") + 1] == "127.0.0.1:0"
+    assert cmd[cmd.index("--log-dir") + 1] == "/run/logs/torchelastic"  # not a torchelastic_* in /tmp
     tail = cmd[cmd.index("--max-restarts") :]
     assert tail == [
         "--max-restarts", "0", "--monitor-interval", "0.5",
