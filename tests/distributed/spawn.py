@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import multiprocessing.forkserver
+import multiprocessing.util
 import os
 import socket
+import tempfile
 from collections.abc import Callable
 from typing import Any
 
@@ -53,10 +56,22 @@ def run_ranks(world_size: int, fn: Callable[..., Any], *args: Any) -> None:
     Raises ``torch.multiprocessing.ProcessRaisedException`` (with the rank's traceback) if a rank
     raises, or ``ProcessExitedException`` if one dies; the other ranks are terminated.
     """
-    mp.start_processes(
-        _entry,
-        args=(world_size, free_port(), dict(os.environ), fn, args),
-        nprocs=world_size,
-        join=True,
-        start_method="forkserver",
-    )
+    # torch's start_processes gives each rank a pytorch-errorfile-*.pickle in the temporary directory,
+    # which a rank that raises writes and nothing removes (torch/multiprocessing/spawn.py): a folder of
+    # the call's own, removed after it. The forkserver and this process's pymp-* folder (its socket) are
+    # made first, in the usual place: they outlive the call.
+    multiprocessing.util.get_temp_dir()
+    multiprocessing.forkserver.ensure_running()
+    before = tempfile.tempdir
+    with tempfile.TemporaryDirectory(prefix="plancast-ranks-") as scratch:
+        tempfile.tempdir = scratch
+        try:
+            mp.start_processes(
+                _entry,
+                args=(world_size, free_port(), dict(os.environ), fn, args),
+                nprocs=world_size,
+                join=True,
+                start_method="forkserver",
+            )
+        finally:
+            tempfile.tempdir = before

@@ -4,6 +4,8 @@ of the moment (not the server's), form one gloo group, and a rank's failure fail
 from __future__ import annotations
 
 import os
+import tempfile
+from pathlib import Path
 
 import pytest
 import torch
@@ -35,5 +37,8 @@ def test_ranks_see_the_callers_environment_and_a_failure_fails_the_caller(
     monkeypatch.setenv("PLANCAST_SPAWN_TEST", "second")  # set after the forkserver started
     run_ranks(2, _sums_ranks_and_reads_env, "second")
     # the first rank to die is reported: rank 1's error, or rank 0's gloo error on losing its peer
+    stray = set(Path(tempfile.gettempdir()).glob("pytorch-errorfile-*"))
     with pytest.raises(mp.ProcessRaisedException, match="terminated with the following error"):
         run_ranks(2, _rank_one_fails)
+    # the failed rank's error file went with the call's own folder, not left in the temporary directory
+    assert set(Path(tempfile.gettempdir()).glob("pytorch-errorfile-*")) == stray
