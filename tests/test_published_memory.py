@@ -37,14 +37,18 @@ NOT_FITTING_YET = {
     "llama3-405b-8192": _LLAMA3,
     "llama3-405b-16384": _LLAMA3,
     "llama3-405b-16384-cp16-131072": _LLAMA3,
-    "deepseek-v3-2048xh800": "73.8 GiB allocated against 73.5 usable (86.8 before the caches) with the "
-    "report's recompute (RMSNorm, MLA up-projections, the SwiGLU output: recompute_modules layernorm, "
-    "mla_up_proj, moe_act) and its caches (sec. 3.3.3): SwiGLU inputs in FP8 with 1x128 tile scales "
-    "(activation_input_store 'fp8_recipe'), the attention output in E5M6 (attention_output_store). Not "
-    "held: its BF16 Adam moments (about 0.47 GiB here; optimizer_moment_dtype is Megatron-Core's, refused "
-    "under the row's framework 'other', which takes torchtitan's autocast: fp32 master weights and "
-    "residual stream, not stated by the report); DualPipe (two copies of the parameters, its own in-flight "
-    "count) is priced as DualPipeV (tests/test_published_moe.py)",
+    "deepseek-v3-2048xh800": "102.6 GiB allocated on pp rank 1 against 73.5 usable, with DualPipe's "
+    "second copy of the model (sec. 3.2.1, Table 2: pipeline_parameter_copies 2; 73.8 GiB as the "
+    "single-copy DualPipeV): its rank holds the embedding, the output layer, the MTP module and 5 "
+    "blocks, 4.93B parameters, at 4 + 2 bytes (fp32 parameters and their bf16 cast) + 4 (fp32 "
+    "gradients) under the autocast layout that framework 'other' is priced with (torchtitan's; the "
+    "scenario has no framework 'other', so the report's BF16 moments, optimizer_moment_dtype, stay "
+    "refused). The report states a different layout (sec. 3.3.3: fp32 master weights stored by the "
+    "optimizer, ZeRO-1, BF16 moments): as framework megatron-lm prices it the same rank holds 81.6 GiB "
+    "(bf16 parameters and TE's FP8 weight caches 14.0, fp32 gradients 18.4, optimizer 1.1, activations "
+    "48.1, their residual stream bf16), still 8 GiB over. Unknown, and what would settle it: the "
+    "stack's buffers (bf16 weights beside FP8 ones? gradients kept fp32 per copy?), the micro-batch "
+    "size and how the 61 blocks and the MTP module sit on DualPipe's 16 stages",
 }
 
 
