@@ -105,3 +105,15 @@ def parameter_copies_problems(s: Scenario) -> list[PlanProblem]:
         why = f"under zero_stage {par.zero_stage}: how ZeRO-2/3 shards DualPipe's two copies is not stated"
         fix = "set zero_stage 0 or 1 (DeepSeek-V3 ran ZeRO-1) or remove the key"
     return [PlanProblem(key, f"2 {why}: {fix}")] if why else []
+
+
+def unswept_copies(s: Scenario) -> str | None:
+    """Why `plancast sweep` cannot search `s` (DualPipe's second copy, which the sweep's memory estimate
+    and its other schedules do not hold), or None."""
+    if s.parallelism.pipeline_parameter_copies == 1:
+        return None
+    return (
+        "parallelism.pipeline_parameter_copies = 2 is DualPipe's memory on one schedule (DualPipeV); the "
+        "sweep searches every schedule with one copy of the model: remove the key to sweep, and simulate the "
+        "DualPipe plan alone"
+    )

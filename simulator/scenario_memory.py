@@ -113,7 +113,7 @@ class MemoryParallelismKeys(Strict):
     gradients, summed between copies). Priced as schedule DualPipeV (its cut-in-half form, the same bubble)
     with the rank's parameters, gradients and FP8 weights of DualPipe's two stages and one more chunk of
     activations in flight (costs/memory_dualpipe.py); the optimizer states once, sharded over both copies'
-    ranks. Memory only: the gradient sum between the copies is not priced, and the sweep prices one copy."""
+    ranks. Memory only: the gradient sum between the copies is not priced; `plancast sweep` refuses it."""
     data_parallel_replicate_degree: int = Field(default=1, gt=0)
     """HSDP (torchtitan `data_parallel_replicate_degree`, FSDP `HYBRID_SHARD`): replicas of the model among
     the dp ranks; ZeRO-2/3 shards within each group of dp / replicas (x cp) and all-reduces the sharded

@@ -122,3 +122,18 @@ def test_the_cli_refuses_a_second_copy_under_another_schedule_with_exit_2(tmp_pa
     code, out, err = cli_main("simulate", str(path))
     assert code == 2 and "Traceback" not in out + err
     assert "parallelism.pipeline_parameter_copies" in err and "DualPipeV" in err
+
+
+def test_the_sweep_refuses_the_second_copy_with_exit_2(tmp_path: Path) -> None:
+    path = tmp_path / "dualpipe.toml"
+    path.write_text(
+        '[model]\npreset = "llama3-8b"\nnum_hidden_layers = 8\n[training]\nseq_len = 1024\n'
+        "global_batch_size = 32\n[parallelism]\npipeline_parallel_degree = 2\n"
+        'pipeline_parallel_schedule = "DualPipeV"\nvirtual_stages_per_rank = 2\n'
+        "pipeline_parameter_copies = 2\n"
+        '[cluster]\npreset = "dgx-h100-80gb"\nnum_nodes = 1\n'
+    )
+    assert cli_main("simulate", str(path))[0] == 0  # the plan itself simulates
+    code, out, err = cli_main("sweep", str(path), "--gpus", "8")
+    assert code == 2 and "Traceback" not in out + err
+    assert "parallelism.pipeline_parameter_copies" in err
