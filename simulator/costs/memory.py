@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from plancast.simulator.costs.fp8 import fp8_weight_copy_bytes
 from plancast.simulator.costs.fp8 import gemm_input_bytes as fp8_gemm_input_bytes
-from plancast.simulator.costs.memory_dualpipe import extra_inflight_bytes, parameter_stages
+from plancast.simulator.costs.memory_dualpipe import extra_inflight_bytes, optimizer_share, parameter_stages
 from plancast.simulator.costs.memory_fsdp import fsdp_holds_stage_unsharded, fsdp_transient_bytes
 from plancast.simulator.costs.mla import mla_saved_elements
 from plancast.simulator.costs.moe import moe_activation_bytes
@@ -215,8 +215,7 @@ def rank_memory(s: Scenario, pp_rank: int, schedule: Schedule | None = None) -> 
     held = parameter_stages(s, owned)  # DualPipe's second copy (costs/memory_dualpipe.py)
     params, experts = rank_parameters(m, split, held, tp=s.tp, vocab_tp=s.vocab_tp, ep=s.ep, etp=s.etp)
     p_b, g_b, o_b = _model_states(s, params - experts, experts)
-    if held != owned and par.zero_stage >= 1:  # ZeRO-1 shards a stage's states over both copies' ranks
-        o_b /= 2
+    o_b *= optimizer_share(s)
     if caches_fp8_weights(s):  # the blocks' FP8 weights (costs/fp8.py): not the embedding and output layer
         outer = rank_parameters(m, [0] * stages, held, tp=s.tp, vocab_tp=s.vocab_tp, ep=s.ep, etp=s.etp)[0]
         copies = fp8_weight_copy_bytes(

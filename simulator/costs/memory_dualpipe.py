@@ -22,6 +22,14 @@ def parameter_stages(s: Scenario, owned: tuple[int, ...]) -> tuple[int, ...]:
     return (first, first + 1, last - first - 1, last - first)
 
 
+def optimizer_share(s: Scenario) -> float:
+    """The share of the kept stages' optimizer states a rank holds: under ZeRO-1 each stage's states are
+    sharded over both copies' ranks (the copies are one parameter set, updated from summed gradients; not
+    stated by the report), so one copy's worth; without ZeRO each copy keeps its own."""
+    copies, zero = s.parallelism.pipeline_parameter_copies, s.parallelism.zero_stage
+    return 1.0 / copies if zero >= 1 else 1.0
+
+
 def extra_inflight_bytes(s: Scenario, chunk_bytes: dict[int, float]) -> float:
     """Activation bytes DualPipe keeps beyond DualPipeV's in-flight peak: PP + 1 of its stages (two chunks
     each) against DualPipeV's 2 PP + 1 chunks (DualPipe README's table; docs/schedules.md), one chunk more,
