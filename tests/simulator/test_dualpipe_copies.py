@@ -137,3 +137,16 @@ def test_the_sweep_refuses_the_second_copy_with_exit_2(tmp_path: Path) -> None:
     code, out, err = cli_main("sweep", str(path), "--gpus", "8")
     assert code == 2 and "Traceback" not in out + err
     assert "parallelism.pipeline_parameter_copies" in err
+
+
+def test_the_timeline_holds_the_second_copy_and_stays_within_the_reported_peak() -> None:
+    from plancast.simulator.costs.memory_timeline import memory_timeline
+
+    one, two = scenario(1), scenario(2)
+    for r in (2, 3):
+        a, b = memory_timeline(one, r), memory_timeline(two, r)
+        peak = max(p.allocated_bytes for p in b)
+        assert peak <= rank_memory(two, r).total * (1 + 1e-12)
+        grown = rank_memory(two, r).parameters - rank_memory(one, r).parameters
+        assert b[-1].allocated_bytes - a[-1].allocated_bytes >= grown  # after the optimizer: states only
+        assert peak > max(p.allocated_bytes for p in a)
