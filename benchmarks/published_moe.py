@@ -102,6 +102,7 @@ def moe_and_long_context() -> tuple[PublishedRun, ...]:
                 "zero_stage": 1,
                 "pipeline_parallel_schedule": "DualPipeV",
                 "virtual_stages_per_rank": 2,
+                "pipeline_parameter_copies": 2,
                 "moe_token_dispatcher": "deepep",
                 "moe_overlap_ep_comm": True,
             },
@@ -113,8 +114,11 @@ def moe_and_long_context() -> tuple[PublishedRun, ...]:
                 "fp8: the report's FP8 mixed precision (sec. 3.3) as training.fp8 with bf16 around it, "
                 "fp8_recipe 'blockwise': its 1x128 activation tiles and 128x128 weight blocks (sec. 3.3.2); "
                 "the activations quantized once before the dispatch (sec. 3.3.4): moe_fp8_quantize 'grouped'",
-                "DualPipe (sec. 3.2.1) as DualPipeV, its single-copy V form with the same bubble "
-                "(docs/schedules.md), with moe_overlap_ep_comm: the F&B pairs hide dispatch/combine; the "
+                "DualPipe (sec. 3.2.1) timed as DualPipeV, its cut-in-half V form with the same bubble "
+                "(docs/schedules.md), with moe_overlap_ep_comm: the F&B pairs hide dispatch/combine; its "
+                "memory as DualPipe's, which 'requires keeping two copies of the model parameters' (sec. "
+                "3.2.1, Table 2): pipeline_parameter_copies 2 (the gradient sum between the copies not "
+                "timed); the "
                 "cross-node kernels of sec. 3.2.2 (IB once per node, NVLink forwarding) as "
                 "moe_token_dispatcher 'deepep'; node-limited routing (at most 4 nodes, sec. 2.1.2) from the "
                 "preset's n_group / topk_group",

@@ -171,6 +171,11 @@ def _check_memory_keys(scenario: Scenario) -> None:
             f"parallelism.pipeline_output_chunks = {p.pipeline_output_chunks!r}: the runtime frees a stage's "
             "output after its backward; set pipeline_output_chunks = 'none' to run this plan"
         )
+    if p.pipeline_parameter_copies != 1:
+        raise PlanError(
+            f"parallelism.pipeline_parameter_copies = {p.pipeline_parameter_copies}: the runtime runs "
+            "DualPipeV with one copy of each stage; set pipeline_parameter_copies = 1 to run this plan"
+        )
 
 
 def check_framework_behaviour(scenario: Scenario) -> None:

@@ -61,7 +61,7 @@ def moment_dtype_problems(s: Scenario) -> list[PlanProblem]:
         PlanProblem(
             "training.optimizer_moment_dtype",
             f'"bf16" is Megatron-Core\'s precision-aware optimizer; under framework {framework} the moments '
-            "take the optimizer's own dtype: remove the key, set parallelism.framework = \"megatron-lm\", or "
+            'take the optimizer\'s own dtype: remove the key, set parallelism.framework = "megatron-lm", or '
             "under torchtitan train pure bf16 with training.master_weights = false",
         )
     ]
@@ -86,3 +86,34 @@ def act_input_store_problems(s: Scenario) -> list[PlanProblem]:
             )
         ]
     return []
+
+
+def parameter_copies_problems(s: Scenario) -> list[PlanProblem]:
+    """DualPipe's second copy (costs/memory_dualpipe.py) is priced on DualPipeV's order, needs an even pp
+    (DualPipe's README: PP even), and is defined only where ZeRO leaves the gradients whole: how ZeRO-2/3
+    would shard two copies no source states."""
+    par = s.parallelism
+    if par.pipeline_parameter_copies == 1:
+        return []
+    key, why, fix = "parallelism.pipeline_parameter_copies", "", ""
+    if par.pipeline_parallel_schedule != "DualPipeV":
+        why = f'is DualPipe, priced as DualPipeV, but the schedule is "{par.pipeline_parallel_schedule}"'
+        fix = 'set pipeline_parallel_schedule = "DualPipeV" or remove the key'
+    elif s.pp % 2:
+        why, fix = f"is DualPipe, which pairs rank i with rank pp-1-i, but pp is {s.pp}", "use an even pp"
+    elif par.zero_stage >= 2:
+        why = f"under zero_stage {par.zero_stage}: how ZeRO-2/3 shards DualPipe's two copies is not stated"
+        fix = "set zero_stage 0 or 1 (DeepSeek-V3 ran ZeRO-1) or remove the key"
+    return [PlanProblem(key, f"2 {why}: {fix}")] if why else []
+
+
+def unswept_copies(s: Scenario) -> str | None:
+    """Why `plancast sweep` cannot search `s` (DualPipe's second copy, which the sweep's memory estimate
+    and its other schedules do not hold), or None."""
+    if s.parallelism.pipeline_parameter_copies == 1:
+        return None
+    return (
+        "parallelism.pipeline_parameter_copies = 2 is DualPipe's memory on one schedule (DualPipeV); the "
+        "sweep searches every schedule with one copy of the model: remove the key to sweep, and simulate the "
+        "DualPipe plan alone"
+    )

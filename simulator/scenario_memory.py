@@ -106,6 +106,14 @@ class MemoryParallelismKeys(Strict):
     it, until the schedules' opt-out of pytorch/pytorch#159251): the boundary activation of a middle stage,
     the logits of the last (costs/memory.py kept_output_bytes). "none": outputs are freed after their
     backward (Megatron-LM, plancast's runtime). Memory only."""
+    pipeline_parameter_copies: Literal[1, 2] = 1
+    """2: DualPipe proper, bidirectional, whose rank i holds stages i and pp-1-i of a pp-stage split, so the
+    model sits twice on the pipeline (DeepSeek-V3 report, arXiv 2412.19437 sec. 3.2.1 and Table 2: parameters
+    2x, activations PP + 1 stages; github.com/deepseek-ai/DualPipe dualpipe.py, each copy keeping its own
+    gradients, summed between copies). Priced as schedule DualPipeV (its cut-in-half form, the same bubble)
+    with the rank's parameters, gradients and FP8 weights of DualPipe's two stages and one more chunk of
+    activations in flight (costs/memory_dualpipe.py); the optimizer states once, sharded over both copies'
+    ranks. Memory only: the gradient sum between the copies is not priced; `plancast sweep` refuses it."""
     data_parallel_replicate_degree: int = Field(default=1, gt=0)
     """HSDP (torchtitan `data_parallel_replicate_degree`, FSDP `HYBRID_SHARD`): replicas of the model among
     the dp ranks; ZeRO-2/3 shards within each group of dp / replicas (x cp) and all-reduces the sharded

@@ -10,6 +10,7 @@ from plancast.simulator.memory_key_checks import (
     act_input_store_problems,
     master_weights_problems,
     moment_dtype_problems,
+    parameter_copies_problems,
     pipeline_output_problems,
 )
 from plancast.simulator.scenario import Scenario
@@ -41,7 +42,7 @@ def memory_problems(s: Scenario) -> list[PlanProblem]:
         )
     out += _recompute_module_problems(s)
     out += master_weights_problems(s) + pipeline_output_problems(s) + moment_dtype_problems(s)
-    out += act_input_store_problems(s)
+    out += act_input_store_problems(s) + parameter_copies_problems(s)
     replicas = par.data_parallel_replicate_degree
     if replicas > 1 and (s.dp % replicas or par.zero_stage < 2 or s.dp // replicas < 2):
         out.append(

@@ -250,13 +250,14 @@ def sweep(
     With several --gpus sizes, --cluster presets or a run-level --rank-by, every (cluster, size) is
     searched and all finalists are ranked together, with the time-to-train vs cost Pareto front."""
     from plancast.commands.cluster_sweep import cluster_sweep, parse_gpus
+    from plancast.simulator.memory_key_checks import unswept_copies
     from plancast.simulator.sweep_inputs import missing_batch
 
     with user_errors():
         check_output_file(table, "--table")
         pins = _pins(pin)
         s, sizes = load(scenario), parse_gpus(gpus)
-        problem = missing_batch(s)
+        problem = missing_batch(s) or unswept_copies(s)
         if problem is not None:
             raise UserError(f"{scenario}: {problem}")
     if len(sizes) > 1 or cluster is not None or rank_by != "step":

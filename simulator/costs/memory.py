@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from plancast.simulator.costs.fp8 import fp8_weight_copy_bytes
 from plancast.simulator.costs.fp8 import gemm_input_bytes as fp8_gemm_input_bytes
+from plancast.simulator.costs.memory_dualpipe import extra_inflight_bytes, optimizer_share, parameter_stages
 from plancast.simulator.costs.memory_fsdp import fsdp_holds_stage_unsharded, fsdp_transient_bytes
 from plancast.simulator.costs.mla import mla_saved_elements
 from plancast.simulator.costs.moe import moe_activation_bytes
@@ -211,10 +212,12 @@ def rank_memory(s: Scenario, pp_rank: int, schedule: Schedule | None = None) -> 
     stages = s.pp * s.vpp
     owned = owned_stages(par.pipeline_parallel_schedule, s.pp, pp_rank, s.vpp)  # this rank's, by chunk
     starts = [sum(split[:v]) for v in range(stages)]
-    params, experts = rank_parameters(m, split, owned, tp=s.tp, vocab_tp=s.vocab_tp, ep=s.ep, etp=s.etp)
+    held = parameter_stages(s, owned)  # DualPipe's second copy (costs/memory_dualpipe.py)
+    params, experts = rank_parameters(m, split, held, tp=s.tp, vocab_tp=s.vocab_tp, ep=s.ep, etp=s.etp)
     p_b, g_b, o_b = _model_states(s, params - experts, experts)
+    o_b *= optimizer_share(s)
     if caches_fp8_weights(s):  # the blocks' FP8 weights (costs/fp8.py): not the embedding and output layer
-        outer = rank_parameters(m, [0] * stages, owned, tp=s.tp, vocab_tp=s.vocab_tp, ep=s.ep, etp=s.etp)[0]
+        outer = rank_parameters(m, [0] * stages, held, tp=s.tp, vocab_tp=s.vocab_tp, ep=s.ep, etp=s.etp)[0]
         copies = fp8_weight_copy_bytes(
             params - outer, par.zero_stage, t.fp8_recipe, t.fp8_param, DTYPE_BYTES[t.dtype]
         )
@@ -252,6 +255,7 @@ def rank_memory(s: Scenario, pp_rank: int, schedule: Schedule | None = None) -> 
     resident, offloaded, staging = offload_split(s, x, mlp, {c: k[0] for c, k in kept.items()}, layers)
     outputs = kept_output_bytes(s, x, owned)
     acts, offloaded_host = inflight_peak_bytes(schedule[pp_rank], resident, offloaded, staging, outputs)
+    acts += extra_inflight_bytes(s, resident)
     host += offloaded_host
     gathered += fsdp_transient_bytes(s, owned, schedule[pp_rank], resident, outputs, acts)
     acts += rebuilt + pipelining_buffer_bytes(s, x, owned, schedule[pp_rank])

@@ -23,6 +23,7 @@ from plancast.simulator.costs.memory import (
     pipelining_buffer_bytes,
     rank_memory,
 )
+from plancast.simulator.costs.memory_dualpipe import extra_inflight_bytes
 from plancast.simulator.costs.memory_fsdp import backward_buffer_bytes, fsdp_transient_bytes
 from plancast.simulator.costs.moe import moe_activation_bytes
 from plancast.simulator.costs.ops import Shape
@@ -70,6 +71,7 @@ def memory_timeline(s: Scenario, pp_rank: int, schedule: Schedule | None = None)
     states -= fsdp_transient_bytes(s, owned, actions, resident, outputs, inflight)
     fsdp = backward_buffer_bytes(s, owned, actions)
     split_backward = any(a.kind == "W" for a in actions)  # a split backward: B is the input-gradient part
+    dualpipe = extra_inflight_bytes(s, resident)  # DualPipe's one chunk more in flight, over the passes
     live, off, points = 0.0, 0.0, []
     for order, a in enumerate(actions):
         on_gpu = max(live, min(off, cap))
@@ -83,6 +85,7 @@ def memory_timeline(s: Scenario, pp_rank: int, schedule: Schedule | None = None)
             live, off = live - resident[a.chunk], off - offloaded[a.chunk]
         else:
             value = states + on_gpu + fsdp[order]
+        value += dualpipe
         kind = "backward_input" if a.kind == "B" and split_backward else KINDS[a.kind]
         points.append(MemoryPoint(order, kind, a.stage, a.chunk, a.microbatch, value))
     states -= sum(outputs[a.chunk] for a in actions if a.kind == "F")  # merged and freed with the step

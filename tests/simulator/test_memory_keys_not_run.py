@@ -2,8 +2,8 @@
 run, are refused by `plancast run` before anything starts (exit 2, naming the fix; runtime/plan.py):
 pure 16-bit parameters (training.master_weights), bf16 Adam moments (training.optimizer_moment_dtype),
 the SwiGLU's input stored in FP8 (training.activation_input_store), the attention output cached in
-E5M6 (training.attention_output_store) and stage outputs kept for the step
-(parallelism.pipeline_output_chunks)."""
+E5M6 (training.attention_output_store), stage outputs kept for the step
+(parallelism.pipeline_output_chunks) and DualPipe's second copy (parallelism.pipeline_parameter_copies)."""
 
 from __future__ import annotations
 
@@ -31,6 +31,16 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {
         {},
         {"pipeline_parallel_degree": 2, "pipeline_output_chunks": "last_stage"},
         "pipeline_output_chunks = 'none'",
+    ),
+    "dualpipe-copies": (
+        {},
+        {
+            "pipeline_parallel_degree": 2,
+            "pipeline_parallel_schedule": "DualPipeV",
+            "virtual_stages_per_rank": 2,
+            "pipeline_parameter_copies": 2,
+        },
+        "pipeline_parameter_copies = 1",
     ),
 }
 
