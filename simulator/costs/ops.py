@@ -22,6 +22,7 @@ from plancast.simulator.costs.attention import (
 )
 from plancast.simulator.costs.fp8 import Recipe, recipe
 from plancast.simulator.costs.moe_gemm import grouped_gemm_rate, multi_stream_experts, per_expert_quantize
+from plancast.simulator.expert_bias import expert_bias_add, probs_bytes
 from plancast.simulator.model_dropout import dropout_probabilities
 from plancast.simulator.scenario import Model, Scenario
 
@@ -101,6 +102,8 @@ class Shape:
     grouped_gemm_rate: float = 1.0  # the routed experts' grouped GEMMs over a large GEMM (costs/moe_gemm.py)
     per_expert_quantize: bool = False  # under fp8, one quantize call per local expert (costs/moe_gemm.py)
     multi_stream_experts: bool = False  # one cuBLAS GEMM per expert on a few streams (costs/moe_gemm.py)
+    expert_bias: str | None = None  # how expert biases are added (simulator/expert_bias.py); None: none
+    probs_bytes: int = 2  # bytes of a routing probability at the experts (expert_bias.probs_bytes)
     hidden_dropout: bool = True  # masks after the output projections (model.hidden_dropout > 0)
     attention_dropout: bool = True  # a mask over the attention probabilities (model.attention_dropout > 0)
     # bytes of a residual-stream element: fp32 under autocast over fp32 parameters without FSDP's bf16 cast
@@ -176,6 +179,8 @@ class Shape:
             grouped_gemm_rate=grouped_gemm_rate(s),
             per_expert_quantize=per_expert_quantize(s),
             multi_stream_experts=multi_stream_experts(s),
+            expert_bias=expert_bias_add(s),
+            probs_bytes=probs_bytes(s.parallelism.moe_token_dispatcher, DTYPE_BYTES[t.dtype]),
             hidden_dropout=hidden_dropout > 0,
             attention_dropout=attention_dropout > 0,
             residual_bytes=4 if s.amp_master_params and s.parallelism.zero_stage < 2 else 0,
