@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from plancast.simulator.costs.fp8 import recipe_problems
+from plancast.simulator.expert_bias import expert_bias_warnings
 from plancast.simulator.model_shapes import MODEL_SHAPE_BOUNDS, model_shape_problems
 from plancast.simulator.model_window import window_problems
 from plancast.simulator.scenario import Scenario
-from plancast.simulator.expert_bias import expert_bias_warnings
 from plancast.simulator.scenario_attention import attention_backend_problems
 from plancast.simulator.schedules import schedule_problems, schedule_warnings
 from plancast.simulator.validation_data_parallel import data_parallel_problems, data_parallel_warnings
