@@ -337,8 +337,8 @@ AUTOMODEL_BF16 = (
 TE_ATTN = "attn: te (Transformer Engine's fused attention): training.attention_backend 'te'"
 FLEX_ATTN = (
     "attn: flex (PyTorch FlexAttention, for gpt-oss's sinks and sliding windows; the table's 'TE + DeepEP + "
-    "FlexAttn'): training.attention_backend 'flex'; the sinks' rescale (sigmoid(lse - sink), "
-    "nemo_automodel/components/attention/flex_attention.py) left out"
+    "FlexAttn'): training.attention_backend 'flex'; the sinks' rescale after the kernel (sigmoid(lse - "
+    "sink), nemo_automodel/components/attention/flex_attention.py) priced by the preset's attention_sinks"
 )
 
 
