@@ -73,7 +73,8 @@ def expert_bias_add(s: Scenario) -> ExpertBiasAdd | None:
 def probs_bytes(dispatcher: str, d: int) -> int:
     """Bytes of a routing probability where the experts read it: fp32 through DeepEP and HybridEP, which
     take fp32 probabilities only (Megatron-Core token_dispatcher.py `_DeepepManager`: "DeepEP only
-    supports float32 probs", cast with `.float()`); else the router's, `type_as(logits)`, the activation
+    supports float32 probs", cast with `.float()`; NeMo AutoModel's copy, components/moe/megatron/
+    token_dispatcher.py, the same); else the router's, `type_as(logits)`, the activation
     dtype `d` unless `moe_router_dtype` says fp32 (Megatron-Core router.py), which no gpt-oss recipe sets."""
     return 4 if dispatcher in ("deepep", "hybridep") else d
 
