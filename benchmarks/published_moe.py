@@ -67,8 +67,13 @@ def moe_and_long_context() -> tuple[PublishedRun, ...]:
         "(scripts/performance/configs/gpt_oss set_gpt_oss_common_configs: ddp.grad_reduce_in_fp32 = False): "
         "grad_accumulation_fp32 false",
         TE_EXPERTS,
+        "expert biases as Megatron-Core 0.15 / 0.16 add them (NeMo 25.11 ships dev 0.15.0, 26.02 main "
+        "0.16.0): fc1's inside TE's GroupedLinear, fc2's times the routing probability one local expert "
+        "at a time (TEGroupedMLP._apply_bias, megatron/core/transformer/moe/experts.py): "
+        "training.moe_expert_bias_add 'per_expert_down'",
     )
     balanced = {
+        "moe_expert_bias_add": "per_expert_down",
         "moe_expert_gemm": "multi_stream",
         "moe_routing_imbalance": 1.0,
         "grad_accumulation_fp32": False,

@@ -277,11 +277,15 @@ def _automodel(
     step_s: float,
     *notes: str,
     attn: str | None = None,
+    bias_add: str | None = None,
 ) -> PublishedRun:
     """One AutoModel DGX-H100 BF16 row: (gpus, gbs, mbs, pp, vp, ep, recompute) and its time per step;
-    `attn`: the config's `backend.attn` (TE_ATTN, FLEX_ATTN), as training.attention_backend."""
+    `attn`: the config's `backend.attn` (TE_ATTN, FLEX_ATTN), as training.attention_backend; `bias_add`:
+    how its experts add their biases (AUTOMODEL_BIAS), as training.moe_expert_bias_add."""
     gpus, gbs, mbs, pp, vp, ep, full = run
     attention = {"attention_backend": attn} if attn else {}
+    if bias_add:
+        attention["moe_expert_bias_add"] = bias_add
     training = training_table(
         4096,
         mbs,
@@ -333,8 +337,16 @@ AUTOMODEL_BF16 = (
 TE_ATTN = "attn: te (Transformer Engine's fused attention): training.attention_backend 'te'"
 FLEX_ATTN = (
     "attn: flex (PyTorch FlexAttention, for gpt-oss's sinks and sliding windows; the table's 'TE + DeepEP + "
-    "FlexAttn'): training.attention_backend 'flex'; the sinks' rescale (sigmoid(lse - sink), "
-    "nemo_automodel/components/attention/flex_attention.py) left out"
+    "FlexAttn'): training.attention_backend 'flex'; the sinks' rescale after the kernel (sigmoid(lse - "
+    "sink), nemo_automodel/components/attention/flex_attention.py) priced by the preset's attention_sinks"
+)
+
+
+AUTOMODEL_BIAS = (
+    "expert biases as GroupedExpertsDeepEP adds them at the commit that published the table (89e3a9fd, "
+    "nemo_automodel/components/moe/layers.py `_apply_bias`): both projections' one local expert at a "
+    "time, fc2's times the routing probability (fp32 through DeepEP): training.moe_expert_bias_add "
+    "'per_expert'"
 )
 
 
@@ -376,7 +388,9 @@ def automodel_runs() -> tuple[PublishedRun, ...]:
             "ep 8, local batch 2, activation_checkpointing false from examples/benchmark/configs/"
             "gptoss_20b_te_deepep.yaml (the table prints '-' for EP)",
             FLEX_ATTN,
+            AUTOMODEL_BIAS,
             attn="flex",
+            bias_add="per_expert",
         ),
         _automodel(
             "automodel-gpt-oss-120b-64xh100",
@@ -386,6 +400,8 @@ def automodel_runs() -> tuple[PublishedRun, ...]:
             GPT_OSS_NOTE,
             "ep 64 from examples/benchmark/configs/gptoss_120b_te_deepep.yaml (the table prints '-')",
             FLEX_ATTN,
+            AUTOMODEL_BIAS,
             attn="flex",
+            bias_add="per_expert",
         ),
     )

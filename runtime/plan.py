@@ -239,6 +239,16 @@ def _check_kernels(scenario: Scenario) -> None:
             "scaled_dot_product_attention (not Transformer Engine's or FlexAttention); set "
             "attention_backend = 'sdpa' (or unset it) to run this plan"
         )
+    if scenario.model.moe_expert_bias and scenario.model.is_moe:
+        raise PlanError(
+            "model.moe_expert_bias = true: the runtime's grouped experts have no biases (its gpt-oss shape "
+            "runs without them); set moe_expert_bias = false to run this plan"
+        )
+    if scenario.model.attention_sinks:
+        raise PlanError(
+            "model.attention_sinks = true: the runtime's attention has no sink logits (its gpt-oss shape "
+            "runs without them); set attention_sinks = false to run this plan"
+        )
     if t.moe_expert_gemm == "multi_stream" and scenario.model.is_moe:
         raise PlanError(
             "training.moe_expert_gemm = 'multi_stream': the runtime runs its experts as its own grouped "

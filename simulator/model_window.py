@@ -2,7 +2,8 @@
 windowed layer's queries attend back to, and which layers are windowed. gpt-oss (openai/gpt-oss-120b
 config.json: sliding_window 128, layer_types alternating "sliding_attention" / "full_attention") and
 Mistral-7B v0.1 (sliding_window 4096 on every layer) declare them. `model_shapes.ModelShapes` inherits
-them; what a window saves depends on the kernel (costs/attention.py `window_work`).
+them; what a window saves depends on the kernel (costs/attention.py `window_work`). Beside them, gpt-oss's
+attention sinks (`attention_sinks`), which no config.json key names.
 """
 
 from __future__ import annotations
@@ -27,6 +28,13 @@ class ModelWindow(Strict):
     FlexAttention keeps key j for query i when 0 <= i - j < 128). Unset: every layer attends to its
     whole causal prefix. A kernel that skips the key blocks the window empties computes less
     (training.sliding_window_skip); `plancast import hf` leaves it unset where use_sliding_window is false."""
+    attention_sinks: bool = False
+    """Every attention head has a learned sink logit in its softmax's denominator (gpt-oss: transformers'
+    GptOssAttention `sinks`, Megatron-Bridge softmax_type 'learnable'; no config.json key, so the
+    gpt-oss-120b preset and `plancast import hf` of a gpt_oss config set it). Its one parameter a head is
+    not counted. Priced where a kernel does not take it: after FlexAttention (training.attention_backend
+    'flex') NeMo AutoModel rescales the output by sigmoid(lse - sink) (costs/ops.py `sink_rescale`);
+    cuDNN's fused kernel (Transformer Engine, 'te') applies it inside, at no extra cost."""
     layer_types: list[LayerType] | None = None
     """Which layers are windowed, one entry per layer (Hugging Face's `layer_types`; gpt-oss alternates
     "sliding_attention" and "full_attention", starting with a windowed layer). Unset with sliding_window:

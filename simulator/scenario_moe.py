@@ -8,6 +8,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from plancast.simulator.expert_bias import ExpertBiasTrainingKeys
 from plancast.simulator.fields import Strict
 
 Dispatcher = Literal["alltoall", "allgather", "deepep", "hybridep"]
@@ -29,8 +30,8 @@ DROPLESS_IMBALANCE = 1.25
 ~1.25x the mean; the GEMMs of a dropless layer wait for the busiest expert."""
 
 
-class MoeTrainingKeys(Strict):
-    """Training keys of MoE layers."""
+class MoeTrainingKeys(ExpertBiasTrainingKeys):
+    """Training keys of MoE layers (the expert biases' in expert_bias.py)."""
 
     moe_routing_imbalance: float = Field(default=DROPLESS_IMBALANCE, ge=1.0, le=64.0)
     """Dropless routing: tokens of the busiest expert over the mean, which the expert GEMMs wait for.

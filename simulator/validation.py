@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from plancast.simulator.costs.fp8 import recipe_problems
+from plancast.simulator.expert_bias import expert_bias_warnings
 from plancast.simulator.model_shapes import MODEL_SHAPE_BOUNDS, model_shape_problems
 from plancast.simulator.model_window import window_problems
 from plancast.simulator.scenario import Scenario
@@ -419,4 +420,5 @@ def check_plan(s: Scenario) -> tuple[list[Problem], list[str]]:
     if not errors:
         _unwise(s, warnings)
         warnings.extend(moe_cp_warnings(s))
+        warnings.extend(expert_bias_warnings(s))
     return errors, warnings

@@ -86,8 +86,16 @@ CASES = [
         "hf",
         "gpt-oss-120b.config.json",
         [],
-        {"model": {"head_dim": 64, "num_local_experts": 128, "sliding_window": 128}},
-        "attention sinks (one logit a head)",
+        {
+            "model": {
+                "head_dim": 64,
+                "num_local_experts": 128,
+                "sliding_window": 128,
+                "attention_sinks": True,
+                "moe_expert_bias": True,
+            }
+        },
+        "attention sinks' parameters (one logit a head)",
     ),
     (
         "megatron",

@@ -42,6 +42,13 @@ REFUSED: dict[str, tuple[dict[str, Any], dict[str, Any], dict[str, Any], str]] =
         {**DP2, "distributed_optimizer": True},
         "parallelism.distributed_optimizer = true: the runtime runs ZeRO-1 as DDP's all-reduce",
     ),
+    "attention-sinks": ({"attention_sinks": True}, {}, {}, "model.attention_sinks = true: the runtime's"),
+    "expert-bias": (
+        {"num_local_experts": 4, "num_experts_per_tok": 2, "moe_expert_bias": True},
+        {},
+        {},
+        "set moe_expert_bias = false",
+    ),
 }
 
 

@@ -157,7 +157,7 @@ MODELS: dict[str, dict[str, object]] = {
     ),
     # openai/gpt-oss-120b: 116.8B total, 5.1B active (gpt-oss model card, arXiv 2508.10925, Table 1); 64
     # query heads of 64 over hidden 2880; 128-token sliding windows on every other layer (config.json
-    # layer_types), its attention sinks and biases left out (docs/models.md).
+    # layer_types), attention sinks (attention_sinks) and biased experts (moe_expert_bias; docs/models.md).
     "gpt-oss-120b": _moe(
         _llama(2880, 36, 64, 8, 2880, 201088, 131072),
         num_local_experts=128,
@@ -166,6 +166,8 @@ MODELS: dict[str, dict[str, object]] = {
         head_dim=64,
         sliding_window=128,
         layer_types=["sliding_attention", "full_attention"] * 18,
+        moe_expert_bias=True,
+        attention_sinks=True,
     ),
     # deepseek-ai/DeepSeek-V2-Lite: 15.7B total, 2.4B active (arXiv 2405.04434); MLA without query
     # compression (q_lora_rank null).

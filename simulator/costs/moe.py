@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 
+from plancast.simulator.costs.expert_bias import expert_bias_ops
 from plancast.simulator.costs.fp8 import gemm_input_bytes, recipe
 from plancast.simulator.costs.moe_gemm import multi_stream_relative
 from plancast.simulator.costs.ops import (
@@ -117,10 +118,12 @@ def _experts(rows: float, groups: int, h: int, ffn_local: float, x: Shape, pad: 
     )
     first = "expert_gate_up" if x.swiglu else "expert_fc1"
     second = "expert_down" if x.swiglu else "expert_fc2"
+    bias = expert_bias_ops(x.expert_bias, rows * groups, groups, h, width, x.dtype_bytes, x.probs_bytes)
     return [
         *_grouped(first, rows, groups, h, width, x, padded),
         act,
         *_grouped(second, rows, groups, ffn_local, h, x, padded),
+        *bias,
     ]
 
 

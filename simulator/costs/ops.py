@@ -22,6 +22,7 @@ from plancast.simulator.costs.attention import (
 )
 from plancast.simulator.costs.fp8 import Recipe, recipe
 from plancast.simulator.costs.moe_gemm import grouped_gemm_rate, multi_stream_experts, per_expert_quantize
+from plancast.simulator.expert_bias import expert_bias_add, probs_bytes
 from plancast.simulator.model_dropout import dropout_probabilities
 from plancast.simulator.scenario import Model, Scenario
 
@@ -91,6 +92,7 @@ class Shape:
     fused_attention: float | None = None  # the causal fused kernel's rate (costs/attention.py); None: not it
     flash_relative: float = 1.0  # the other flash kernel's rate over FlashAttention-2's (FlexAttention's)
     window_work: float = 1.0  # the fused core's work under sliding windows over causal's (costs/attention.py)
+    sink_rescale: bool = False  # attention sinks applied after a FlexAttention kernel (ops.sink_rescale)
     eager: bool = False  # elementwise ops as eager PyTorch runs them (training.elementwise, costs/eager.py)
     rmsnorm: bool = False
     qk_head_dim: int = 0  # per-head query/key width (model_shapes.py); 0: h / heads
@@ -101,6 +103,8 @@ class Shape:
     grouped_gemm_rate: float = 1.0  # the routed experts' grouped GEMMs over a large GEMM (costs/moe_gemm.py)
     per_expert_quantize: bool = False  # under fp8, one quantize call per local expert (costs/moe_gemm.py)
     multi_stream_experts: bool = False  # one cuBLAS GEMM per expert on a few streams (costs/moe_gemm.py)
+    expert_bias: str | None = None  # how expert biases are added (simulator/expert_bias.py); None: none
+    probs_bytes: int = 2  # bytes of a routing probability at the experts (expert_bias.probs_bytes)
     hidden_dropout: bool = True  # masks after the output projections (model.hidden_dropout > 0)
     attention_dropout: bool = True  # a mask over the attention probabilities (model.attention_dropout > 0)
     # bytes of a residual-stream element: fp32 under autocast over fp32 parameters without FSDP's bf16 cast
@@ -166,6 +170,7 @@ class Shape:
             ),
             flash_relative=flash_kernel_relative(s.cluster.compute, t.attention_backend),
             window_work=window_work(s),
+            sink_rescale=m.attention_sinks and t.flash_attention and t.attention_backend == "flex",
             eager=t.elementwise == "eager",
             rmsnorm=m.norm == "rmsnorm",
             qk_head_dim=m.qk_head_dim,
@@ -176,6 +181,8 @@ class Shape:
             grouped_gemm_rate=grouped_gemm_rate(s),
             per_expert_quantize=per_expert_quantize(s),
             multi_stream_experts=multi_stream_experts(s),
+            expert_bias=expert_bias_add(s),
+            probs_bytes=probs_bytes(s.parallelism.moe_token_dispatcher, DTYPE_BYTES[t.dtype]),
             hidden_dropout=hidden_dropout > 0,
             attention_dropout=attention_dropout > 0,
             residual_bytes=4 if s.amp_master_params and s.parallelism.zero_stage < 2 else 0,
@@ -333,6 +340,8 @@ def attention_core_forward(x: Shape, k_dim: float, v_dim: float) -> list[Op]:
             flops = (score_flops + value_flops) * CAUSAL_FRACTION * x.window_work
             width = head_dim_rate(x.qk_dim, x.v_dim, "te")
             ops.append(Op("attention", "attention", flops, io, rate=x.fused_attention, relative_rate=width))
+        if x.sink_rescale:
+            ops.append(sink_rescale(x.b * heads * x.s, x.v_dim, d))
     else:
         probs = x.b * heads * x.s * kv_s
         ops += [
@@ -344,6 +353,17 @@ def attention_core_forward(x: Shape, k_dim: float, v_dim: float) -> list[Op]:
     if x.eager:
         ops.append(_eager_op("attn_layout", tokens, eager.attention_layout(d, x.q_dim / t, k_dim / t)))
     return ops
+
+
+def sink_rescale(rows: float, v_dim: int, d: int) -> Op:
+    """gpt-oss's attention sinks after a FlexAttention kernel (NeMo AutoModel
+    components/attention/flex_attention.py: `scale = torch.sigmoid(lse - w.view(1, -1, 1))`, `out = out *
+    scale`, `out.to(q.dtype)`): over `rows` (batch x heads x queries) of fp32 log-sum-exp, the subtract
+    and the sigmoid read and write 4 bytes a row; the multiply reads the output (d an element, v_dim a
+    row) and the row's scale and writes fp32 (bf16 x fp32 promotes); the cast reads 4 and writes d. Four
+    calls. cuDNN takes the sinks inside its kernel (softmax_type 'learnable'): nothing to add there."""
+    elements = rows * v_dim
+    return Op("attn_sink_rescale", "memory", 0.0, rows * 20.0 + elements * (d + 4 + 4 + d), calls=4)
 
 
 def mlp_forward(x: Shape) -> list[Op]:

@@ -179,6 +179,9 @@ def hf_model(config: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
             model["head_dim"] = head_dim
     if model_type in ("qwen3", "qwen3_moe"):
         model["qk_layernorm"] = True  # Qwen3Attention's q_norm / k_norm (modeling_qwen3.py), no config key
+    if model_type == "gpt_oss":
+        model["moe_expert_bias"] = True  # GptOssExperts' gate_up_proj_bias / down_proj_bias, no config key
+        model["attention_sinks"] = True  # GptOssAttention's `sinks`, no config key
     notes += _architecture_notes(config, model_type)
     unknown = sorted(k for k in config if k not in _HF_READ | _HF_NO_EFFECT | set(_HF_NOT_MODELLED))
     if unknown:
@@ -219,7 +222,9 @@ def _architecture_notes(config: Mapping[str, Any], model_type: str) -> list[str]
         )
     if model_type == "gpt_oss":
         notes.append(
-            "attention sinks (one logit a head) and the experts' and router's biases are not counted"
+            "the attention sinks' parameters (one logit a head) and the experts' and router's biases are "
+            "not counted; applying the sinks and adding the experts' biases are priced (model."
+            "attention_sinks, model.moe_expert_bias)"
         )
     return notes
 
