@@ -29,7 +29,7 @@ from plancast.simulator.costs.moe import moe_activation_bytes
 from plancast.simulator.costs.ops import Shape
 from plancast.simulator.costs.params import moe_layer_count
 from plancast.simulator.scenario import Scenario
-from plancast.simulator.schedules import Schedule, build_schedule
+from plancast.simulator.schedules import Schedule, build_schedule, owned_stages
 
 KINDS = {"F": "forward", "B": "backward", "W": "backward_weight"}
 
@@ -55,11 +55,12 @@ def memory_timeline(s: Scenario, pp_rank: int, schedule: Schedule | None = None)
     states = mem.parameters + mem.gradients + mem.optimizer + mem.gathered
     x, split, stages = Shape.of(s), s.layer_split, s.pp * s.vpp
     starts = [sum(split[:v]) for v in range(stages)]
-    owned = [c * s.pp + pp_rank for c in range(s.vpp)]
+    # this rank's stages by chunk: loop placement, or the V of ZB-V / DualPipeV (r and 2 pp - 1 - r)
+    owned = list(owned_stages(s.parallelism.pipeline_parallel_schedule, s.pp, pp_rank, s.vpp))
     states += pipelining_buffer_bytes(s, x, owned, schedule[pp_rank])  # allocated once, kept over the step
     moe = any(moe_layer_count(s.model, starts[v], split[v]) for v in owned)
     mlp = moe_activation_bytes(x, s.model) if moe else None
-    layers = {c: split[c * s.pp + pp_rank] for c in range(s.vpp)}
+    layers = {c: split[v] for c, v in enumerate(owned)}
     kept = {c: chunk_activation_bytes(s, x, n, mlp) for c, n in layers.items()}
     # offloaded blocks: at most two on the GPU at once (costs/memory.py offload_split)
     resident, offloaded, cap = offload_split(s, x, mlp, {c: k[0] for c, k in kept.items()}, layers)

@@ -69,3 +69,25 @@ def test_memory_rises_over_the_forwards_and_falls_back_to_the_states() -> None:
     assert points[-1].kind == "optimizer"
     states = mem.parameters + mem.gradients + mem.optimizer + mem.gathered
     assert points[-1].allocated_bytes == pytest.approx(states)
+
+
+@pytest.mark.parametrize("schedule", ["ZBV", "DualPipeV"])
+def test_v_schedules_keep_the_activations_of_the_stages_the_rank_holds(schedule: str) -> None:
+    """Under a V schedule rank r holds stages r and 2 pp - 1 - r, not the loop's r and r + pp: on a split
+    whose stages differ (1, 3, 3, 1 layers) the timeline keeps what those stages keep, so its peak stays
+    within the reported one (the loop's stages put 4 layers on rank 0 where it holds 2)."""
+    s = scenario(schedule, 2, recompute="none")
+    s = parse_scenario(
+        {
+            **s.model_dump(mode="json", exclude_none=True),
+            "parallelism": {
+                **s.parallelism.model_dump(mode="json", exclude_none=True),
+                "pipeline_layer_split": [1, 3, 3, 1],
+            },
+        }
+    ).scenario
+    for pp_rank in range(s.pp):
+        points = memory_timeline(s, pp_rank)
+        assert {p.stage for p in points if p.stage >= 0} == {pp_rank, 2 * s.pp - 1 - pp_rank}
+        peak = max(p.allocated_bytes for p in points)
+        assert peak <= rank_memory(s, pp_rank).total * (1 + 1e-12)
