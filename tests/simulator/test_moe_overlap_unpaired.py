@@ -86,3 +86,33 @@ def test_the_events_of_a_pass_alone_carry_its_whole_all_to_alls_on_the_ep_stream
     assert set(forward_mb0["stream"]) == {"ep"}
     ep = rank[rank["stream"] == "ep"]["dur_us"].sum() / 1e6
     assert ep == pytest.approx(prediction.summary["exposed_comm_s"]["ep"], rel=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("keys", "training", "warning"),
+    [
+        ({"pipeline_parallel_degree": 2}, {}, 'pipeline_parallel_schedule = "Interleaved1F1B"'),
+        ({"moe_token_dispatcher": "allgather"}, {}, "the allgather dispatcher"),
+        ({}, {"recompute": "full"}, "full recompute"),
+    ],
+)
+def test_megatron_lm_overlap_that_megatron_core_refuses_is_warned(
+    keys: dict[str, object], training: dict[str, object], warning: str
+) -> None:
+    """Megatron-Core's TransformerConfig asserts virtual stages under a pipeline, an alltoall or flex
+    dispatcher and no full recompute for overlap_moe_expert_parallel_comm; the plain plan is not warned."""
+    from plancast.simulator.loader import parse_scenario
+    from tests.simulator.test_moe_keys import MOE
+
+    def warnings(par: dict[str, object], train: dict[str, object]) -> list[str]:
+        data = {
+            **MOE,
+            "parallelism": {**MOE["parallelism"], "moe_overlap_ep_comm": True, **par},
+            "training": {**MOE["training"], **train},
+        }
+        if par.get("pipeline_parallel_degree") == 2:  # ep 32 needs dp >= 32: 4 nodes -> 8 nodes
+            data["cluster"] = {**MOE["cluster"], "num_nodes": 8}
+        return parse_scenario(data, "overlap").warnings
+
+    assert not [w for w in warnings({}, {}) if "Megatron-Core refuses" in w]
+    assert any(warning in w and "Megatron-Core refuses" in w for w in warnings(keys, training))
