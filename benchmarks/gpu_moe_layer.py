@@ -13,6 +13,11 @@ and the rest (elementwise, reductions). Beside it: the simulator's forward and b
         --json out.json
 
 `--device cpu` runs the same code in fp32 (the test suite does, at small shapes; no GPU needed).
+`--host-sync` times the block again with the router's tokens per expert copied to the host in every
+forward, as Megatron-Core's dispatchers do before each dispatch (moe/token_dispatcher.py: the all-to-all
+dispatcher's sync point `before_ep_alltoall`; DeepEP's normal dispatch hands back its receive counts as
+a host list): the host waits for the GPU to reach the router, the GPU's queue drains, and what the
+layer pass then costs beyond the plain one is the host's refill of it (docs/moe.md, "side by side").
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import torch
 
 from benchmarks.gpu_ops import Timer, fwd_bwd
 from plancast.runtime.model import Block, ModelConfig
+from plancast.runtime.moe import MoE
 from plancast.runtime.precision import TORCH_DTYPES
 from plancast.simulator.costs.moe import scenario_moe_layer
 from plancast.simulator.costs.ops import Shape
@@ -103,8 +109,26 @@ def predicted(path: str) -> dict[str, Any]:
     return {"fwd_s": fwd, "fwd_bwd_s": fwd + bwd_in + bwd_w, "by_category_s": dict(by_category)}
 
 
-def measure(path: str, device: torch.device, repeat: int) -> dict[str, Any]:
-    """The runtime's first MoE block of the scenario: timed forward and forward + backward, and profiled."""
+def host_sync_hooks(block: torch.nn.Module, record: list[list[int]] | None = None) -> list[Any]:
+    """Forward hooks on the block's MoE routers that copy the tokens each expert gets to the host (top-k
+    of the router's logits, counted per expert, `.tolist()`): a device-to-host copy the host waits for.
+    `record`: each copy is appended to it."""
+
+    def to_host(logits: torch.Tensor, top_k: int) -> None:
+        counts = logits.topk(top_k, dim=-1).indices.flatten().bincount(minlength=logits.shape[-1]).tolist()
+        if record is not None:
+            record.append(counts)
+
+    return [
+        m.router.register_forward_hook(lambda _m, _i, out, k=m.moe.top_k: to_host(out, k))
+        for m in block.modules()
+        if isinstance(m, MoE)
+    ]
+
+
+def measure(path: str, device: torch.device, repeat: int, host_sync: bool = False) -> dict[str, Any]:
+    """The runtime's first MoE block of the scenario: timed forward and forward + backward, and profiled;
+    `host_sync`: timed again with the router's counts copied to the host each forward (host_sync_hooks)."""
     s = load_scenario(path).scenario
     cfg = ModelConfig.from_scenario(s)
     if cfg.moe is None:
@@ -124,7 +148,14 @@ def measure(path: str, device: torch.device, repeat: int) -> dict[str, Any]:
         block(leaf).backward(grad)
 
     kinds, top = profile_kinds(both, device)
-    return {"fwd_s": fwd, "fwd_bwd_s": fwd + bwd, "by_kind_s": kinds, "top_kernels": top}
+    out = {"fwd_s": fwd, "fwd_bwd_s": fwd + bwd, "by_kind_s": kinds, "top_kernels": top}
+    if host_sync:
+        hooks = host_sync_hooks(block)
+        sync_fwd, sync_bwd = fwd_bwd(Timer(device, repeat), block, hidden)
+        for hook in hooks:
+            hook.remove()
+        out["host_sync"] = {"fwd_s": sync_fwd, "fwd_bwd_s": sync_fwd + sync_bwd}
+    return out
 
 
 def report(path: str, meas: dict[str, Any], pred: dict[str, Any]) -> None:
@@ -138,6 +169,13 @@ def report(path: str, meas: dict[str, Any], pred: dict[str, Any]) -> None:
         f"  forward+backward measured {meas['fwd_bwd_s'] * 1e3:8.3f} ms   predicted "
         f"{pred['fwd_bwd_s'] * 1e3:8.3f} ms  ({err:+.1%})"
     )
+    if "host_sync" in meas:
+        sync = meas["host_sync"]
+        print(
+            f"  with the counts to the host each forward: forward {sync['fwd_s'] * 1e3:8.3f} ms, "
+            f"forward+backward {sync['fwd_bwd_s'] * 1e3:8.3f} ms "
+            f"({(sync['fwd_bwd_s'] - meas['fwd_bwd_s']) * 1e3:+.3f} ms a layer pass)"
+        )
     total = sum(meas["by_kind_s"].values()) or 1.0
     print("  measured device time by kernel kind (one forward+backward):")
     for kind, sec in sorted(meas["by_kind_s"].items(), key=lambda kv: -kv[1]):
@@ -156,11 +194,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--repeat", type=int, default=10)
     ap.add_argument("--json", help="write every scenario's figures here")
+    ap.add_argument(
+        "--host-sync", action="store_true", help="also time it with the router's counts copied to the host"
+    )
     args = ap.parse_args(argv)
     device = torch.device(args.device)
     results = []
     for path in args.scenarios:
-        meas, pred = measure(path, device, args.repeat), predicted(path)
+        meas, pred = measure(path, device, args.repeat, args.host_sync), predicted(path)
         report(path, meas, pred)
         results.append({"scenario": path, "measured": meas, "predicted": pred})
     if args.json:

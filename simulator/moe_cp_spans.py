@@ -29,8 +29,10 @@ compute that hides it (traces/breakdown.py counts it exposed only where no compu
 Layout = list[tuple[str, str, int, float, float, float]]  # stream, kind, bytes, offset_s, dur_s, waited_s
 
 
-def _layout(cost: StageCost, phase: str) -> Layout:
-    """Each segment's ep/cp collectives spread evenly over its own time (backward: segments reversed)."""
+def _layout(cost: StageCost, phase: str, alone: bool = False) -> Layout:
+    """Each segment's ep/cp collectives spread evenly over its own time (backward: segments reversed).
+    `alone`: a pass no pass of the other kind overlaps (engine/plan.py `alone`): each all-to-all blocks
+    for all of its seconds."""
     backward = phase in ("backward", "backward_input")
     out: Layout = []
     t = 0.0
@@ -44,9 +46,10 @@ def _layout(cost: StageCost, phase: str) -> Layout:
         share = own / (len(colls) + 1)
         for c in colls:
             t += share
-            out.append((c.stream, c.kind, c.bytes, t, c.blocking_s, c.blocking_s))
-            t += c.blocking_s
-            if c.seconds > c.blocking_s:  # overlapped: the rest runs on beside the compute that follows
+            waited = c.seconds if alone else c.blocking_s
+            out.append((c.stream, c.kind, c.bytes, t, waited, waited))
+            t += waited
+            if c.seconds > waited:  # overlapped: the rest runs on beside the compute that follows
                 out.append((f"{c.stream}{OVERLAP_SUFFIX}", c.kind, 0, t, c.seconds - c.blocking_s, 0.0))
         t += share
     return [_inside(e, t) for e in out]
@@ -64,9 +67,10 @@ def _inside(
     return (stream, kind, nbytes, span_s - dur, dur, waited)
 
 
-def _indexed(cost: StageCost) -> dict[str, tuple[Layout, list[int]]]:
-    """Per span kind: its layout and each entry's index (continuing forward -> recompute -> backward)."""
-    forward = _layout(cost, "forward")
+def _indexed(cost: StageCost, alone: bool = False) -> dict[str, tuple[Layout, list[int]]]:
+    """Per span kind: its layout and each entry's index (continuing forward -> recompute -> backward).
+    An overlapped all-to-all keeps its index alone or not: its remainder event is the one left out."""
+    forward = _layout(cost, "forward", alone)
     per_key: dict[tuple[str, str], int] = {}
     for stream, kind, *_ in forward:
         per_key[(stream, kind)] = per_key.get((stream, kind), 0) + 1
@@ -74,7 +78,7 @@ def _indexed(cost: StageCost) -> dict[str, tuple[Layout, list[int]]]:
     rounds["backward_input"] = rounds["backward"]
     out = {}
     for phase, offset_rounds in rounds.items():
-        layout = forward if phase in ("forward", "recompute") else _layout(cost, phase)
+        layout = forward if phase in ("forward", "recompute") else _layout(cost, phase, alone)
         seen: dict[tuple[str, str], int] = {}
         index = []
         for stream, kind, *_ in layout:
@@ -89,18 +93,33 @@ def _has_any(costs: tuple[StageCost, ...]) -> bool:
     return any(g.ep_cp_forward or g.ep_cp_backward for c in costs for g in c.segments)
 
 
-def ep_cp_events(spans: Sequence[tuple[Any, ...]], costs: tuple[StageCost, ...]) -> pd.DataFrame:
-    """Span rows (engine column order, seconds) of every ep/cp collective inside the compute spans."""
+PASS_KEYS = {"forward": "F", "backward": "B", "backward_input": "B"}
+"""A span kind's action kind in engine/plan.py's `alone` keys (a recompute is never one)."""
+
+Alone = frozenset[tuple[str, int, int]]
+
+
+def _is_alone(sp: tuple[Any, ...], alone: Alone) -> bool:
+    """Whether the compute span `sp` is a pass no pass of the other kind overlaps (engine/plan.py)."""
+    return bool(alone) and (PASS_KEYS.get(sp[2], ""), sp[3], sp[5]) in alone
+
+
+def ep_cp_events(
+    spans: Sequence[tuple[Any, ...]], costs: tuple[StageCost, ...], alone: Alone = frozenset()
+) -> pd.DataFrame:
+    """Span rows (engine column order, seconds) of every ep/cp collective inside the compute spans;
+    `alone`: engine/plan.py's unpaired passes, whose all-to-alls block in full."""
     import pandas as pd  # only when events are built: `simulate --json` stays free of pandas
 
     if not _has_any(costs):
         return pd.DataFrame()
     layouts = [_indexed(c) for c in costs]
+    lone = [_indexed(c, alone=True) for c in costs] if alone else layouts
     rows: list[tuple[Any, ...]] = []
     for sp in spans:
         if sp[1] != "compute" or sp[2] not in PHASES:
             continue
-        layout, index = layouts[sp[3]][sp[2]]
+        layout, index = (lone if _is_alone(sp, alone) else layouts)[sp[3]][sp[2]]
         rank, stage, chunk, mb, start = sp[0], sp[3], sp[4], sp[5], sp[8]
         for (stream, kind, nbytes, offset, dur, _), i in zip(layout, index, strict=True):
             rows.append((rank, stream, kind, stage, chunk, mb, i, -1, start + offset, dur, nbytes, 0.0))
@@ -109,20 +128,20 @@ def ep_cp_events(spans: Sequence[tuple[Any, ...]], costs: tuple[StageCost, ...])
 
 
 def ep_cp_times(
-    spans: Sequence[tuple[Any, ...]], costs: tuple[StageCost, ...]
+    spans: Sequence[tuple[Any, ...]], costs: tuple[StageCost, ...], alone: Alone = frozenset()
 ) -> dict[str, dict[int, float]]:
     """{"ep": {rank: seconds}, "cp": {...}}: each rank's blocking ep / cp time inside its compute spans
-    (of an overlapped all-to-all, the part compute does not hide)."""
+    (of an overlapped all-to-all, the part compute does not hide; all of it in an `alone` pass)."""
     out: dict[str, dict[int, float]] = {"ep": {}, "cp": {}}
     if not _has_any(costs):
         return out
-    per: dict[tuple[int, str], dict[str, float]] = {}
+    per: dict[tuple[int, str, bool], dict[str, float]] = {}
     for sp in spans:
         if sp[1] != "compute" or sp[2] not in PHASES:
             continue
-        key = (sp[3], "forward" if sp[2] == "recompute" else sp[2])
+        key = (sp[3], "forward" if sp[2] == "recompute" else sp[2], _is_alone(sp, alone))
         if key not in per:
-            layout = _layout(costs[key[0]], key[1])
+            layout = _layout(costs[key[0]], key[1], key[2])
             per[key] = {k: float(np.sum([c[5] for c in layout if c[0] == k])) for k in out}
         for stream, seconds in per[key].items():
             if seconds:

@@ -286,7 +286,7 @@ def simulate(
         _hardware_flops(s, plan.costs),
         plan.schedule,
         dp_wait_s=ran.dp_wait_s,
-        stream_comm_s=ep_cp_times(work, plan.costs),
+        stream_comm_s=ep_cp_times(work, plan.costs, plan.alone),
         transfers=ran.transfers,
     )
     summary["schema_version"] = SCHEMA_VERSION
@@ -296,7 +296,7 @@ def simulate(
     import pandas as pd
 
     spans = ran.spans + ran.transfers
-    df = _frame(spans, pd.concat([tp_events, ep_cp_events(spans, plan.costs)], ignore_index=True))
+    df = _frame(spans, pd.concat([tp_events, ep_cp_events(spans, plan.costs, plan.alone)], ignore_index=True))
     if s.world_size <= expand_limit:
         df = _expand(df, s, plan)
     df = df.sort_values(["rank", "start_us", "stream", "kind", "stage", "microbatch", "index"], kind="stable")

@@ -138,6 +138,30 @@ def _ep_comm_warnings(s: Scenario) -> list[str]:
     return out
 
 
+def _megatron_overlap_warnings(s: Scenario) -> list[str]:
+    """EP overlap under framework megatron-lm where Megatron-Core refuses it (TransformerConfig's checks
+    for overlap_moe_expert_parallel_comm, megatron/core/transformer/transformer_config.py): a pipeline
+    without virtual stages, the allgather dispatcher, full recompute. Only under the schedules Megatron-Core
+    runs it with (its combined 1F1B); a DualPipeV or zero-bubble plan is another framework's pairing.
+    plancast still prices the overlap."""
+    par = s.parallelism
+    combined_1f1b = par.pipeline_parallel_schedule in ("1F1B", "Interleaved1F1B")
+    if not (par.moe_overlap_ep_comm and par.framework == "megatron-lm" and s.ep > 1 and combined_1f1b):
+        return []
+    head = "parallelism.moe_overlap_ep_comm under framework megatron-lm: Megatron-Core refuses "
+    out = []
+    if s.pp > 1 and par.pipeline_parallel_schedule != "Interleaved1F1B":
+        out.append(
+            f"{head}it with a pipeline unless it is interleaved (virtual_pipeline_model_parallel_size set); "
+            'set pipeline_parallel_schedule = "Interleaved1F1B"'
+        )
+    if par.moe_token_dispatcher == "allgather":
+        out.append(f'{head}the allgather dispatcher; set moe_token_dispatcher = "alltoall" or "deepep"')
+    if s.training.recompute == "full":
+        out.append(f'{head}full recompute; set training.recompute = "selective" or "none"')
+    return out
+
+
 def moe_cp_warnings(s: Scenario) -> list[str]:
     """Legal but probably unintended MoE / CP settings."""
     m, out = s.model, list[str]()
@@ -149,7 +173,7 @@ def moe_cp_warnings(s: Scenario) -> list[str]:
         out.append(f"model.{set_keys[0]} is ignored: num_local_experts is unset, so the model is dense")
     if m.is_moe and m.first_k_dense_replace >= m.num_hidden_layers:
         out.append("model.first_k_dense_replace covers every layer: the model has no MoE layer")
-    out += _ep_comm_warnings(s)
+    out += _ep_comm_warnings(s) + _megatron_overlap_warnings(s)
     if s.training.moe_expert_gemm is not None and not m.is_moe:
         out.append(
             "training.moe_expert_gemm is ignored: the model has no routed experts (num_local_experts is "

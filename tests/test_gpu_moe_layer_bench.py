@@ -43,3 +43,46 @@ def test_a_dense_model_is_refused(tmp_path: Path) -> None:
         "benchmarks.gpu_moe_layer", "examples/tiny-local-cpu.toml", "--device", "cpu", timeout_s=300
     )
     assert proc.returncode == 2 and "not a mixture-of-experts model" in proc.stderr
+
+
+def test_host_sync_hooks_copy_every_routed_assignment_to_the_host() -> None:
+    """The counts the host waits for are the block's T * k routed assignments, one list per forward."""
+    import torch
+
+    from benchmarks.gpu_moe_layer import host_sync_hooks
+    from plancast.runtime.model import Block, ModelConfig
+    from plancast.simulator.loader import load_scenario
+
+    s = load_scenario(str(ROOT / "examples/tiny-moe-cpu.toml")).scenario
+    cfg = ModelConfig.from_scenario(s)
+    assert cfg.moe is not None
+    block = Block(cfg, layer=cfg.moe.first_dense)
+    record: list[list[int]] = []
+    hooks = host_sync_hooks(block, record)
+    tokens = 2 * 16
+    block(torch.randn(2, 16, cfg.hidden_size))
+    (counts,) = record
+    assert len(counts) == cfg.moe.num_experts and sum(counts) == tokens * cfg.moe.top_k
+    for hook in hooks:
+        hook.remove()
+    block(torch.randn(2, 16, cfg.hidden_size))
+    assert len(record) == 1
+
+
+def test_cli_times_the_block_again_with_the_host_sync(tmp_path: Path) -> None:
+    out = tmp_path / "moe.json"
+    args = ["examples/tiny-moe-cpu.toml", "--device", "cpu", "--repeat", "2", "--host-sync"]
+    args += ["--json", str(out)]
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.gpu_moe_layer", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "with the counts to the host each forward" in proc.stdout
+    (result,) = json.loads(out.read_text())["results"]
+    sync = result["measured"]["host_sync"]
+    assert sync["fwd_bwd_s"] >= sync["fwd_s"] > 0

@@ -85,8 +85,9 @@ KNOWN_MISORDERED: dict[str, str] = {
     ),
     "megatron-bridge-2025:bridge-qwen3-235b-a22b-256xh100-2511:megatron-moe-modelzoo": (
         "the 96-stage pp 32 alltoall plan (24.2 s) and the tp 4 plan (29.0 s) are predicted at the others' "
-        "17-18 s: their pipeline transfers, the alltoall dispatcher's permutations and tp 4's small GEMMs "
-        "cost more than modelled"
+        "18-19 s: measured minus predicted is 3.4-3.6 ms per MoE layer pass on both (0.1 ms on the tp 2 "
+        "DeepEP plan), with their pipeline transfers overlapped and the small expert GEMMs' device rate "
+        "measured (docs/moe.md, 'side by side'): host time per layer pass, not modelled for want of a figure"
     ),
 }
 

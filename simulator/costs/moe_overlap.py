@@ -19,10 +19,14 @@ hold f of the SMs while the window runs).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from plancast.simulator.costs.moe_dispatch import exposed_fraction
 from plancast.simulator.costs.ops import Op
+from plancast.simulator.schedule_action import Schedule
+
+if TYPE_CHECKING:  # costs/stage.py imports this module
+    from plancast.simulator.costs.stage import StageCost
 
 MLP_OP_PREFIXES = ("expert_", "shared_")
 """costs/moe.py's routed and shared expert ops: Megatron-Core's `mlp` sub-module; everything before the
@@ -70,3 +74,38 @@ POST_COMBINE_OPS = frozenset({"unpermute", "dropout_residual2"})
 def exposed_seconds(transfers: Sequence[float], windows: Sequence[float]) -> tuple[float, ...]:
     """Seconds the pass waits for each of its all-to-alls (in issue order), each beside its window."""
     return tuple(t * exposed_fraction(t, w) for t, w in zip(transfers, windows, strict=True))
+
+
+def unpaired_passes(schedule: Schedule) -> frozenset[tuple[str, int, int]]:
+    """(kind, stage, micro-batch) of the passes that run without a pass of the other kind beside them, so
+    their all-to-alls hide behind nothing. Megatron-Core pairs a forward with a backward only inside the
+    1F1B steady state (pipeline_parallel/combined_1f1b.py: with no pipeline "the forward step for the first
+    microbatch is executed alone, no a2a overlapping" and so is the last backward; with interleaving the
+    warm-up forwards and cool-down backwards call combined_forward_backward_step with one side None);
+    DualPipe overlaps only its F&B chunks (DeepSeek-V3 report, arXiv 2412.19437, Figure 5). Read from each
+    rank's action order: a forward is paired when a backward follows it and it is not the rank's first
+    action (where the schedule marks its F&B pairs, DualPipeV's `Action.paired`, only those), a backward
+    when a paired forward precedes it; an unpaired backward's W (split backward)
+    is listed too, for the first stage whose W carries its whole backward (costs/stage.py Durations)."""
+    out: set[tuple[str, int, int]] = set()
+    for actions in schedule:
+        marked = any(a.paired for a in actions)
+        paired_forward = False
+        for i, a in enumerate(actions):
+            if a.kind == "F":
+                follows = i + 1 < len(actions) and actions[i + 1].kind == "B"
+                paired_forward = follows and i > 0 and (a.paired or not marked)
+                if not paired_forward:
+                    out.add(("F", a.stage, a.microbatch))
+            elif a.kind == "B" and not (i > 0 and actions[i - 1].kind == "F" and paired_forward):
+                out.update({("B", a.stage, a.microbatch), ("W", a.stage, a.microbatch)})
+    return frozenset(out)
+
+
+def hidden_seconds(cost: StageCost) -> tuple[float, float]:
+    """(forward, backward) seconds of one stage's ep all-to-alls, one micro-batch, that an overlapped pass
+    hides (Collective.seconds - blocking_s): what an unpaired pass pays on top of its steady-state price."""
+    return (
+        sum(c.seconds - c.blocking_s for g in cost.segments for c in g.ep_cp_forward if c.stream == "ep"),
+        sum(c.seconds - c.blocking_s for g in cost.segments for c in g.ep_cp_backward if c.stream == "ep"),
+    )

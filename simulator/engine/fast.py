@@ -159,7 +159,7 @@ class FastEngine:
         if plan.forward_param_gather:
             queue_param_gathers(self, r)
         for a, last in zip(plan.schedule[r.pp], plan.is_last_backward(r.pp), strict=True):
-            d = plan.durations[a.stage]
+            d = plan.pass_durations(a)
             if a.kind == "F":
                 if a.stage > 0 and r.holders[a.stage - 1] != r.rank:
                     yield from self._recv(r, "F", a, a.stage - 1)
@@ -178,7 +178,7 @@ class FastEngine:
                 if a.stage > 0 and r.holders[a.stage - 1] != r.rank:
                     self._send(r, "B", a, a.stage - 1, block=True)
             else:
-                d = plan.durations[a.stage]
+                d = plan.pass_durations(a)
                 self._compute(r, "backward_weight", a, d.backward_weight_s, d.weight_flops)
         if r.dp is not None:
             drained = r.dp.drain()
@@ -195,7 +195,7 @@ class FastEngine:
     def _backward(self, r: RankRun, a: Action, last: bool) -> None:
         """processes.backward's passes: recompute, backward (its gradient reductions starting)."""
         plan = self.plan
-        d = plan.durations[a.stage]
+        d = plan.pass_durations(a)
         if plan.fsdp:
             if d.recompute_s:
                 fsdp_pass(self, r, "recompute", a, d.recompute_s, d.forward_flops)

@@ -8,7 +8,7 @@ only the event state, so these numbers are unit-tested without running a simulat
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property, lru_cache
 
 from plancast.simulator.costs.collectives import (
@@ -21,6 +21,7 @@ from plancast.simulator.costs.collectives import (
     ring_seconds,
 )
 from plancast.simulator.costs.host import HostCosts, optimizer_host_s
+from plancast.simulator.costs.moe_overlap import hidden_seconds, unpaired_passes
 from plancast.simulator.costs.ops import DTYPE_BYTES
 from plancast.simulator.costs.optimizer import optimizer_memory_s
 from plancast.simulator.costs.stage import Durations, StageCost, stage_costs
@@ -114,6 +115,11 @@ class StepPlan:
     # instance attribute is the cheapest read there is)
     replicate_levels: tuple[Level, ...] = ()
     """HSDP: the tiers of the replica group that all-reduces each unit's sharded gradient (mesh.py)."""
+    alone: frozenset[tuple[str, int, int]] = frozenset()
+    """(kind, stage, micro-batch) of the passes no pass of the other kind overlaps (moe_overlap_ep_comm:
+    costs/moe_overlap.py unpaired_passes); empty without overlapped all-to-alls."""
+    alone_durations: tuple[Durations, ...] = ()
+    """Per virtual stage: `durations` with the all-to-alls an overlapped pass hides paid in full."""
     _tiers: dict[tuple[int, int], int] = field(default_factory=dict, compare=False, repr=False)
     _p2p_seconds: dict[tuple[int, int], float] = field(default_factory=dict, compare=False, repr=False)
     _dp_seconds: dict[tuple[CollectiveKind, float, tuple[Level, ...] | None], float] = field(
@@ -140,13 +146,18 @@ class StepPlan:
         ranks = tuple(range(grid.world_size) if full else (grid.rank(Coord(p, 0, 0)) for p in range(s.pp)))
         zero_stage = s.parallelism.zero_stage if s.dp * s.cp > 1 else 0  # ZeRO shards over dp x cp
         host = HostCosts.of(s)
+        schedule = _schedule(name, s.pp, s.num_microbatches, s.vpp)
+        durations = tuple(Durations.of(c, split) for c in costs)
+        alone, alone_durations = _alone(costs, durations, schedule, split)
         return cls(
             s=s,
             topo=topo,
-            schedule=_schedule(name, s.pp, s.num_microbatches, s.vpp),
+            schedule=schedule,
             split_backward=split,
             costs=costs,
-            durations=tuple(Durations.of(c, split) for c in costs),
+            durations=durations,
+            alone=alone,
+            alone_durations=alone_durations,
             units=tuple(dp_plan(s, c) for c in costs),
             dp_levels=dp_levels,
             tp_levels=tp_levels,
@@ -169,6 +180,12 @@ class StepPlan:
             p2p_thread_s=s.cluster.compute.p2p_thread_us * 1e-6,
             replicate_levels=topo.levels("dp_replicate") if grid.replicate > 1 else (),
         )
+
+    def pass_durations(self, a: Action) -> Durations:
+        """The durations `a` runs at: `alone_durations` where no pass of the other kind overlaps it."""
+        if self.alone and (a.kind, a.stage, a.microbatch) in self.alone:
+            return self.alone_durations[a.stage]
+        return self.durations[a.stage]
 
     # --------------------------------------------------------------------------------- the layout
     @property
@@ -354,3 +371,22 @@ def p2p_bytes(s: Scenario) -> int:
     # scatter/gather optimisation (Narayanan et al. 2021 sec. 4.1) sends 1/t of it per rank.
     sharded = s.parallelism.sequence_parallel or s.parallelism.scatter_gather_p2p
     return act_elements * DTYPE_BYTES[s.training.dtype] // (s.tp if sharded else 1)
+
+
+def _alone(
+    costs: tuple[StageCost, ...], durations: tuple[Durations, ...], schedule: Schedule, split: bool
+) -> tuple[frozenset[tuple[str, int, int]], tuple[Durations, ...]]:
+    """The passes that run without a partner (costs/moe_overlap.py unpaired_passes) and, per stage, the
+    durations they run at: the hidden all-to-all seconds added to the forward, and to the backward's
+    input-gradient pass (the first stage's W under a split backward, which carries its whole backward).
+    Empty where no all-to-all is overlapped."""
+    hidden = [hidden_seconds(c) for c in costs]
+    if not any(f or b for f, b in hidden):
+        return frozenset(), ()
+    out = []
+    for d, (fwd, bwd) in zip(durations, hidden, strict=True):
+        if split and not d.backward_s:
+            out.append(replace(d, forward_s=d.forward_s + fwd, backward_weight_s=d.backward_weight_s + bwd))
+        else:
+            out.append(replace(d, forward_s=d.forward_s + fwd, backward_s=d.backward_s + bwd))
+    return unpaired_passes(schedule), tuple(out)

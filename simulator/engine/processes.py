@@ -34,7 +34,7 @@ def rank_step(sim: Engine, st: RankState) -> Process:
         elif a.kind == "B":
             yield from backward(sim, st, a, last)
         else:
-            d = plan.durations[a.stage]
+            d = plan.pass_durations(a)
             yield from compute(sim, st, "backward_weight", a, d.backward_weight_s, d.weight_flops)
     if st.pending_dp:
         yield st.dp_done
@@ -50,7 +50,7 @@ def forward(sim: Engine, st: RankState, a: Action) -> Process:
     compute runs one after the other: the engine does not overlap two compute spans, so the pair's
     compute is priced sequentially and only its communication is hidden (docs/schedules.md)."""
     plan = sim.plan
-    d = plan.durations[a.stage]
+    d = plan.pass_durations(a)
     if a.stage > 0 and st.holders[a.stage - 1] != st.rank:
         yield from recv(sim, st, "F", a, a.stage - 1)
     if plan.fsdp:
@@ -73,7 +73,7 @@ def backward(sim: Engine, st: RankState, a: Action, last: bool) -> Process:
     """Receive the gradient, recompute if the plan does, run the backward pass (starting the gradient
     reductions of the chunk's `last` backward), send the input gradient to the previous stage."""
     plan = sim.plan
-    d = plan.durations[a.stage]
+    d = plan.pass_durations(a)
     if a.stage < plan.stages - 1 and st.holders[a.stage + 1] != st.rank:
         yield from recv(sim, st, "B", a, a.stage + 1)
     if plan.fsdp:
