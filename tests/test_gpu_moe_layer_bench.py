@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from benchmarks.gpu_moe_layer import kind_of
-from tests.cli_runner import module_subprocess
+from tests.cli_runner import REPO, module_subprocess
 
 
 def test_kernel_kinds_by_name() -> None:
@@ -53,7 +53,7 @@ def test_host_sync_hooks_copy_every_routed_assignment_to_the_host() -> None:
     from plancast.runtime.model import Block, ModelConfig
     from plancast.simulator.loader import load_scenario
 
-    s = load_scenario(str(ROOT / "examples/tiny-moe-cpu.toml")).scenario
+    s = load_scenario(str(REPO / "examples/tiny-moe-cpu.toml")).scenario
     cfg = ModelConfig.from_scenario(s)
     assert cfg.moe is not None
     block = Block(cfg, layer=cfg.moe.first_dense)
@@ -73,14 +73,7 @@ def test_cli_times_the_block_again_with_the_host_sync(tmp_path: Path) -> None:
     out = tmp_path / "moe.json"
     args = ["examples/tiny-moe-cpu.toml", "--device", "cpu", "--repeat", "2", "--host-sync"]
     args += ["--json", str(out)]
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.gpu_moe_layer", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    proc = module_subprocess("benchmarks.gpu_moe_layer", *args, timeout_s=300)
     assert proc.returncode == 0, proc.stderr
     assert "with the counts to the host each forward" in proc.stdout
     (result,) = json.loads(out.read_text())["results"]
