@@ -59,7 +59,7 @@ class Plan:
 
     def holders(self) -> tuple[int, ...]:
         """Per virtual stage, the pipeline rank holding it (schedules.stage_rank)."""
-        return stage_holders(self.schedule, self.pp, self.virtual_stages)  # type: ignore[arg-type]
+        return stage_holders(self.schedule, self.pp, self.virtual_stages)
 
     def layer_split(self, layers: int, trailing: int = 0) -> tuple[int, ...]:
         """Blocks per virtual stage; `trailing`: the MTP depths after them (scenario.even_layer_split)."""

@@ -44,6 +44,7 @@ from plancast.simulator.sweep_chain import (
 from plancast.simulator.sweep_estimate import Estimator, degrees, layer_key
 from plancast.simulator.sweep_fsdp import (
     block_gather_s,
+    chunk_bytes,
     fsdp_units,
     gather_counts,
     gather_waits,
@@ -443,20 +444,3 @@ class _Priced:
         if cached is None:
             cached = self.seconds[key] = _one(self.levels, kind, nbytes, algorithm)
         return cached
-
-
-def chunk_bytes(base: object, plan: Plan, split: tuple[int, ...]) -> list[tuple[float, int]]:
-    """Per chunk of the first pipeline rank: (its dense fp32 gradient bytes, its FSDP units), as
-    simulator/units.py's dp_plan sizes them."""
-    from plancast.simulator.scenario import Scenario
-
-    assert isinstance(base, Scenario)
-    stages, out = len(split), []
-    for v in plan.first_rank_stages():
-        start = sum(split[:v])
-        first, last = v == 0, v == stages - 1
-        tensors = chunk_tensor_bytes(
-            base.model, plan.tp, layers=split[v], has_embedding=first, has_head=last, first_layer=start
-        )
-        out.append((float(sum(tensors)), split[v] + (1 if first or last else 0)))
-    return out
