@@ -36,6 +36,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Literal, get_args
 
 Axis = Literal["pp", "dp", "cp", "tp"]
@@ -181,6 +182,9 @@ class RankGrid:
 
     def group(self, axis: GroupName, rank: int) -> tuple[int, ...]:
         """Sorted members of ``rank``'s process group named ``axis``."""
+        return _group(self, axis, rank)
+
+    def _group(self, axis: GroupName, rank: int) -> tuple[int, ...]:
         name, here = _check_group(axis), self.coord(rank)
         tp, cp = self.tp, self.cp
         # `rank`'s formula with `here`'s pp and tp: every member below is in range by construction (the
@@ -253,6 +257,14 @@ class RankGrid:
                 f"(pp={self.pp}, dp={self.dp}, cp={self.cp}, tp={self.tp}); "
                 f"valid ranks are 0..{self.world_size - 1}"
             )
+
+
+@lru_cache(maxsize=4096)
+def _group(grid: RankGrid, axis: GroupName, rank: int) -> tuple[int, ...]:
+    """`RankGrid.group`, memoised: pure in the grid's fields (frozen, hashed by value), the axis and the
+    rank, and the answer is an immutable tuple. The plan search prices the ep and cp groups of rank 0
+    of a few hundred grids hundreds of thousands of times (a scenario builds its grid anew each time)."""
+    return grid._group(axis, rank)
 
 
 def span_tier(ranks: Sequence[int], tier_sizes: Sequence[int]) -> int:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Literal, NamedTuple, get_args
 
 from plancast.simulator.schedule_action import Action, ActionKind, Schedule, loop_stages, v_holder, v_stages
@@ -154,6 +155,14 @@ def owned_stages(name: ScheduleName, pp: int, pp_rank: int, virtual_stages: int)
 def stage_rank(name: ScheduleName, pp: int, stage: int) -> int:
     """The pipeline rank holding virtual `stage` under schedule `name` (inverse of ``owned_stages``)."""
     return v_holder(pp, stage) if SCHEDULES[name].v_shape else stage % pp
+
+
+@lru_cache(maxsize=1024)
+def stage_holders(name: ScheduleName, pp: int, virtual_stages: int) -> tuple[int, ...]:
+    """Per virtual stage, the pipeline rank holding it (``stage_rank`` of each). Pure in its three
+    arguments (``stage_rank`` reads only them and ``SCHEDULES``, a constant), so memoised: the plan
+    search asks for it once per bound, tens of thousands of times over a few hundred shapes."""
+    return tuple(stage_rank(name, pp, v) for v in range(pp * virtual_stages))
 
 
 def schedule_choices(pp: int, num_microbatches: int, layers: int) -> Iterator[tuple[ScheduleName, int]]:

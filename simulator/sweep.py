@@ -35,7 +35,7 @@ from plancast.simulator.costs.memory import GiB, peak_memory
 from plancast.simulator.predict import simulate
 from plancast.simulator.scenario import Scenario
 from plancast.simulator.sweep_axes import Pins, Plan
-from plancast.simulator.sweep_bound import TOLERANCE, Bound
+from plancast.simulator.sweep_bound import TOLERANCE, Bound, built_schedule
 from plancast.simulator.sweep_estimate import Estimator, Layer, LayerKey, layer_key
 from plancast.simulator.sweep_groups import Group, Grouper
 from plancast.simulator.sweep_space import (
@@ -236,7 +236,11 @@ def _simulated(base: Scenario, limit_bytes: float, candidate: Estimate) -> Ranke
     over every pipeline rank): its simulated step time, peak memory and summary; else None."""
     bound_s, plan_fields, _ = candidate
     s = Plan(*plan_fields).apply(base)
-    if check_plan(s)[0] or peak_memory(s)[1].total > limit_bytes:
+    if check_plan(s)[0]:
+        return None
+    # the schedule peak_memory would build, from the cache its replay filled (pure in these arguments)
+    schedule = built_schedule(s.parallelism.pipeline_parallel_schedule, s.pp, s.num_microbatches, s.vpp)
+    if peak_memory(s, schedule)[1].total > limit_bytes:
         return None
     summary = simulate(s, events=False).summary
     return Ranked(Plan(*plan_fields), bound_s, summary["peak_memory_gib"], summary["step_time_s"], summary)

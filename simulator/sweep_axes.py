@@ -13,7 +13,7 @@ from plancast.simulator.layer_split import even_layer_split
 from plancast.simulator.scenario import Scenario
 from plancast.simulator.scenario_moe import Dispatcher
 from plancast.simulator.schedules import SCHEDULES as SCHEDULE_RULES
-from plancast.simulator.schedules import owned_stages, stage_rank
+from plancast.simulator.schedules import owned_stages, stage_holders
 
 SCHEDULES = ("1F1B", "Interleaved1F1B", "ZeroBubble", "GPipe", "ZBH2", "ZBV", "DualPipeV")
 RECOMPUTE = ("none", "selective", "full")
@@ -59,8 +59,7 @@ class Plan:
 
     def holders(self) -> tuple[int, ...]:
         """Per virtual stage, the pipeline rank holding it (schedules.stage_rank)."""
-        stages = self.pp * self.virtual_stages
-        return tuple(stage_rank(self.schedule, self.pp, v) for v in range(stages))  # type: ignore[arg-type]
+        return stage_holders(self.schedule, self.pp, self.virtual_stages)
 
     def layer_split(self, layers: int, trailing: int = 0) -> tuple[int, ...]:
         """Blocks per virtual stage; `trailing`: the MTP depths after them (scenario.even_layer_split)."""

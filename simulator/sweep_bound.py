@@ -44,15 +44,17 @@ from plancast.simulator.sweep_chain import (
 from plancast.simulator.sweep_estimate import Estimator, degrees, layer_key
 from plancast.simulator.sweep_fsdp import (
     block_gather_s,
+    chunk_bytes,
     fsdp_units,
     gather_counts,
     gather_waits,
     rank_waits,
 )
 
-_built = lru_cache(maxsize=256)(build_schedule)
+built_schedule = lru_cache(maxsize=256)(build_schedule)
 """Pure-function memoisation (as engine/plan.py's `_schedule`): a worker refining plans one task at a
-time (simulator/sweep.py, `_replayed`) builds each schedule once, not once per plan."""
+time (simulator/sweep.py, `_replayed`) builds each schedule once, not once per plan, and the exact
+memory check of a plan it then simulates (sweep.py, `_simulated`) reads the same one."""
 
 TOLERANCE = 1e-9
 """Relative slack for the bound's floating-point sums, which add the same terms as the engine in
@@ -76,6 +78,7 @@ class Bound:
     _bucket_cache: dict[tuple[object, ...], tuple[tuple[tuple[int, ...], tuple[float, ...]], ...]] = field(
         default_factory=dict
     )
+    _chunks: dict[tuple[object, ...], list[tuple[float, int]]] = field(default_factory=dict)
 
     def replayed(self, plan: Plan) -> float:
         """A tighter bound than `seconds` (never below it), for the plans the search may simulate: the
@@ -123,7 +126,7 @@ class Bound:
         key = (plan.schedule, plan.pp, m, plan.virtual_stages)
         cached = self._schedules.get(key)
         if cached is None:
-            cached = self._schedules[key] = _built(plan.schedule, plan.pp, m, plan.virtual_stages)
+            cached = self._schedules[key] = built_schedule(plan.schedule, plan.pp, m, plan.virtual_stages)
         return cached
 
     def _fsdp_stream(self, plan: Plan, m: int, split: tuple[int, ...], zero: int) -> float:
@@ -165,7 +168,7 @@ class Bound:
         layer_bytes = float(sum(chunk_tensor_bytes(base.model, plan.tp, layers=1, has_embedding=False,
                                                    has_head=False, dtype_bytes=1))) * dtype  # fmt: skip
         out, priced = [], _Priced(levels)  # a stage's block units are alike: each size priced once
-        for stage, (nbytes, _) in zip(plan.first_rank_stages(), chunk_bytes(base, plan, split), strict=True):
+        for stage, (nbytes, _) in zip(plan.first_rank_stages(), self._chunk_bytes(plan, split), strict=True):
             units = [layer_bytes] * split[stage]
             root = nbytes / 4 * dtype - split[stage] * layer_bytes
             units += [root] if stage in (0, len(split) - 1) else []
@@ -342,6 +345,16 @@ class Bound:
                 ranks = rank_waits(self._gather_counts(plan, m), split, self._block_gather_s(plan))
         return chain_bound(times, plan.pp, m, plan.schedule, self._hop_s(plan), plan.holders(), ranks)
 
+    def _chunk_bytes(self, plan: Plan, split: tuple[int, ...]) -> list[tuple[float, int]]:
+        """`chunk_bytes` once per (tp, first-rank stages, split): it reads the estimator's model (fixed per
+        bound) and of the plan only `tp`, `first_rank_stages()` and `split`, so the key covers every input
+        (the dp degrees and ZeRO stages of a tp and pp share it). Callers only read the list."""
+        key = (plan.tp, plan.first_rank_stages(), split)
+        cached = self._chunks.get(key)
+        if cached is None:
+            cached = self._chunks[key] = chunk_bytes(self.est.base, plan, split)
+        return cached
+
     def _block_gather_s(self, plan: Plan) -> float:
         """One block unit's all-gather with its host cost, as `_fsdp_units` prices it."""
         key = degrees(plan)
@@ -382,7 +395,7 @@ class Bound:
         s = plan.apply(base)
         host = HostCosts.of(s)
         levels = self.est.dp_levels(plan)
-        chunks = chunk_bytes(base, plan, split)  # per owned chunk: (fp32 gradient bytes, tensors)
+        chunks = self._chunk_bytes(plan, split)  # per owned chunk: (fp32 gradient bytes, tensors)
         grad = [b for b, _ in chunks]
         if zero <= 1:
             ar = host.ddp_all_reduce_s + host.dp_collective_s
@@ -431,20 +444,3 @@ class _Priced:
         if cached is None:
             cached = self.seconds[key] = _one(self.levels, kind, nbytes, algorithm)
         return cached
-
-
-def chunk_bytes(base: object, plan: Plan, split: tuple[int, ...]) -> list[tuple[float, int]]:
-    """Per chunk of the first pipeline rank: (its dense fp32 gradient bytes, its FSDP units), as
-    simulator/units.py's dp_plan sizes them."""
-    from plancast.simulator.scenario import Scenario
-
-    assert isinstance(base, Scenario)
-    stages, out = len(split), []
-    for v in plan.first_rank_stages():
-        start = sum(split[:v])
-        first, last = v == 0, v == stages - 1
-        tensors = chunk_tensor_bytes(
-            base.model, plan.tp, layers=split[v], has_embedding=first, has_head=last, first_layer=start
-        )
-        out.append((float(sum(tensors)), split[v] + (1 if first or last else 0)))
-    return out

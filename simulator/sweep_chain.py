@@ -33,35 +33,47 @@ def stage_times(seg: SegmentTimes, split: tuple[int, ...], units: bool = False) 
 
     `units`: ZeRO-2/3, where the engine runs a pass as its FSDP units' shares of the stage's time, each
     block's share sized by the stage's first block (simulator/units.py, dp_plan): where blocks differ (an
-    MoE model's dense first blocks) the shares may sum below 1, and the times are scaled by that sum."""
+    MoE model's dense first blocks) the shares may sum below 1, and the times are scaled by that sum.
+
+    The sweep calls it hundreds of thousands of times on a large MoE space (its cache holds the recent
+    ones), so the fields are read into locals once and the unit shares (`_share`) are worked out inline,
+    with the same arithmetic in the same order as before (tests/simulator/test_sweep_bound.py checks
+    the bound against the engine)."""
     out, start, last = [], 0, len(split) - 1
+    forward, backward, weight = seg.forward_s, seg.backward_input_s, seg.backward_weight_s
+    embedding, head, recompute = seg.embedding, seg.head, seg.recompute_full
+    own_f, own_b, emb_own, head_own = (
+        seg.compute_forward_s,
+        seg.compute_backward_s,
+        seg.embedding_compute,
+        seg.head_compute,
+    )
     for v, n in enumerate(split):
-        f = seg.forward_s[start + n] - seg.forward_s[start]
-        b = seg.backward_input_s[start + n] - seg.backward_input_s[start]
-        w = seg.backward_weight_s[start + n] - seg.backward_weight_s[start]
-        for part, present in ((seg.embedding, v == 0), (seg.head, v == last)):
-            if present:
-                f, b, w = f + part[0], b + part[1], w + part[2]
-        scale_f = scale_b = 1.0
-        if units:
-            scale_f, scale_b = _share_sums(seg, start, n, v == 0, v == last)
-        b, w = b * scale_b, w * scale_b  # W unscaled where the schedule splits it: still a lower bound
-        f *= scale_f
-        out.append(StageTimes(f, f if seg.recompute_full else 0.0, b, w))
-        start += n
+        end = start + n
+        f = forward[end] - forward[start]
+        b = backward[end] - backward[start]
+        w = weight[end] - weight[start]
+        if v == 0:
+            f, b, w = f + embedding[0], b + embedding[1], w + embedding[2]
+        if v == last:
+            f, b, w = f + head[0], b + head[1], w + head[2]
+        if units:  # x * 1.0 is x, so plans without units skip the scaling
+            root_f = (emb_own[0] if v == 0 else 0.0) + (head_own[0] if v == last else 0.0)
+            root_b = (emb_own[1] if v == 0 else 0.0) + (head_own[1] if v == last else 0.0)
+            scale_b = _share(own_b, root_b, start, n)
+            b, w, f = b * scale_b, w * scale_b, f * _share(own_f, root_f, start, n)
+        out.append(StageTimes(f, f if recompute else 0.0, b, w))
+        start = end
     return tuple(out)
 
 
-def _share_sums(seg: SegmentTimes, start: int, n: int, first: bool, last: bool) -> tuple[float, float]:
-    """(forward, backward) sums of a stage's FSDP unit shares (simulator/units.py), at most 1."""
-    sums = []
-    for prefix, index in ((seg.compute_forward_s, 0), (seg.compute_backward_s, 1)):
-        root = (seg.embedding_compute[index] if first else 0.0) + (seg.head_compute[index] if last else 0.0)
-        blocks = prefix[start + n] - prefix[start]
-        first_block = prefix[start + 1] - prefix[start] if n else 0.0
-        total = root + blocks
-        sums.append(min(1.0, (root + n * first_block) / total) if total else 1.0)
-    return sums[0], sums[1]
+def _share(prefix: tuple[float, ...], root: float, start: int, n: int) -> float:
+    """The sum of one pass's FSDP unit shares of a stage (simulator/units.py), at most 1: the root unit's
+    own time `root` and `n` blocks, each sized by the stage's first block, over the stage's own time."""
+    blocks = prefix[start + n] - prefix[start]
+    first_block = prefix[start + 1] - prefix[start] if n else 0.0
+    total = root + blocks
+    return min(1.0, (root + n * first_block) / total) if total else 1.0
 
 
 def trailing_weight_passes(schedule: str, pp_rank: int, m: int) -> int | None:

@@ -157,3 +157,17 @@ def fsdp_units(
     return FsdpUnits(
         tuple(stages), plan.zero_stage == 3, ahead, backward_ahead, bool(par.overlap_grad_reduce)
     )
+
+
+def chunk_bytes(base: Scenario, plan: Plan, split: tuple[int, ...]) -> list[tuple[float, int]]:
+    """Per chunk of the first pipeline rank: (its dense fp32 gradient bytes, its FSDP units), as
+    simulator/units.py's dp_plan sizes them."""
+    stages, out = len(split), []
+    for v in plan.first_rank_stages():
+        start = sum(split[:v])
+        first, last = v == 0, v == stages - 1
+        tensors = chunk_tensor_bytes(
+            base.model, plan.tp, layers=split[v], has_embedding=first, has_head=last, first_layer=start
+        )
+        out.append((float(sum(tensors)), split[v] + (1 if first or last else 0)))
+    return out

@@ -106,7 +106,7 @@ def member_memories(est: Estimator, template: Plan, below: list[tuple[str, int]]
 
 def unit_scales(seg: SegmentTimes) -> tuple[float, float]:
     """Lower bounds of the (forward, backward) factors by which FSDP units scale any stage's times
-    (sweep_chain._share_sums: (root + n x first block) / (root + blocks), capped at 1): at least the
+    (sweep_chain._share: (root + n x first block) / (root + blocks), capped at 1): at least the
     least block's own compute over the largest's, since (a + x) / (a + y) >= x / y for a >= 0, x <= y."""
     out = []
     for prefix in (seg.compute_forward_s, seg.compute_backward_s):

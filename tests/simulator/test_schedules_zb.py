@@ -21,6 +21,7 @@ from plancast.simulator.schedules import (
     schedule_choices,
     schedule_problems,
     schedule_warnings,
+    stage_holders,
     stage_rank,
 )
 
@@ -85,6 +86,19 @@ def test_v_placement_is_one_rule_both_ways(pp: int) -> None:
         assert held[0] == (0, 2 * pp - 1) and held[-1] == (pp - 1, pp)
         assert all(stage_rank(name, pp, s) == r for r, stages in enumerate(held) for s in stages)
     assert owned_stages("Interleaved1F1B", pp, 0, 2) == (0, pp)  # loop placement unchanged
+
+
+@pytest.mark.parametrize("name", list(SCHEDULES))
+def test_stage_holders_is_owned_stages_inverted(name: ScheduleName) -> None:
+    """The memoised per-stage holders (the plan search's `Plan.holders`) are, stage by stage, the rank
+    whose `owned_stages` list it: loop placement r, r + pp, ...; the V's r and 2 pp - 1 - r."""
+    chunks = (2,) if SCHEDULES[name].v_shape else (1, 2, 3)
+    for pp, v in itertools.product((1, 2, 3, 4, 8), chunks):
+        holders = stage_holders(name, pp, v)
+        assert len(holders) == pp * v
+        for r in range(pp):
+            owned = owned_stages(name, pp, r, v)
+            assert all(holders[stage] == r == stage_rank(name, pp, stage) for stage in owned)
 
 
 # --- agreement with torch.distributed.pipelining 2.13 ---------------------------------------------
