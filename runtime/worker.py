@@ -29,7 +29,7 @@ import statistics
 import sys
 import time
 import traceback
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -43,16 +43,10 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from plancast.runtime.checkpoint import Checkpointer, Progress
 from plancast.runtime.gc_schedule import StepGC
 from plancast.runtime.instrument import CpuCapture, cpu_capture_from
-from plancast.runtime.microbench_probe import (
-    PROBE_EVERY_STEPS,
-    between_probe,
-    probe,
-    probe_pair_summary,
-    probe_readings_summary,
-    workload,
-)
+from plancast.runtime.microbench_probe import probe, workload
 from plancast.runtime.placement import rank_placement
 from plancast.runtime.schedstat import ThreadTimes, core_wait_s, this_thread_times
+from plancast.runtime.step_probe import Reading, StepProbe, between_summary
 from plancast.runtime.telemetry import TelemetrySampler, empty_table, make_sampler, write_telemetry
 from plancast.runtime.trainer import Trainer
 from plancast.simulator.loader import load_scenario
@@ -94,12 +88,7 @@ class RankResult:
     is cpu / (cpu + wait); None where the kernel does not say."""
     speed_probes: tuple[dict[str, Any] | None, dict[str, Any] | None] = (None, None)
     """The machine-speed probe right before the first step and right after the last (microbench_probe)."""
-    speed_readings: list[tuple[int, float, float, float]] = field(default_factory=list)
-    """The probe read between steps (microbench_probe.between_probe): the step it follows, its
-    ``probe_s``, the seconds from that step's end (its device work done) to the reading's start, and from
-    the reading's end to the next step's start: both >= 0, the reading sits outside every step."""
-    speed_readings_wall_s: float = 0.0
-    """The wall time the readings between steps took, barrier included: what they cost the run."""
+    speed_readings: list[Reading] = field(default_factory=list)  # between steps (runtime/step_probe.py)
 
 
 def rank_env(environ: Mapping[str, str]) -> RankEnv:
@@ -198,29 +187,8 @@ def summarize(results: Sequence[RankResult], steps: int) -> dict[str, Any]:
         },
         **_core_waits(results, steps),
         **_core_shares(results, steps),
-        **probe_pair_summary([r.speed_probes for r in sorted(results, key=lambda r: r.rank)]),
-        **_between_readings(sorted(results, key=lambda r: r.rank), steps),
+        **between_summary(results, steps),  # and the pair around them
     }
-
-
-def _between_readings(results: Sequence[RankResult], steps: int) -> dict[str, Any]:
-    """The probe's readings between steps (microbench_probe.probe_readings_summary), each rank's
-    ``[after_step, probe_s, gap_before_s, gap_after_s]`` (the gaps to the steps around it), and
-    ``speed_probe_between_cost``: the readings' wall time over the steps' on the rank that paid most."""
-    keys = probe_readings_summary(
-        [r.speed_probes for r in results],
-        [[(s, p) for s, p, _, _ in r.speed_readings] for r in results],
-        steps,
-    )
-    if not keys:
-        return {}
-    keys["rank_speed_probe_gaps_s"] = {
-        str(r.rank): [[s, before, after] for s, _, before, after in r.speed_readings] for r in results
-    }
-    keys["speed_probe_between_cost"] = max(
-        r.speed_readings_wall_s / sum(r.step_times_s) if sum(r.step_times_s) > 0 else 0.0 for r in results
-    )
-    return keys
 
 
 def _core_waits(results: Sequence[RankResult], steps: int) -> dict[str, Any]:
@@ -301,8 +269,7 @@ def run_steps(
     if checkpointer is not None and resume_step is not None:
         done = checkpointer.restore(writer, resume_step)
     result.losses, result.step_times_s = done.losses, done.step_times_s
-    before = probe(trainer.device)  # ~0.1 s, outside every measured step (microbench_probe.py)
-    read_speed, pending = between_probe(trainer.device), None
+    before, between = probe(trainer.device), StepProbe(trainer.device, steps)  # outside the steps (~0.1 s)
     waited = core_wait_s()  # read once a step (~0.1 ms with a dozen threads), at its end
     computed = this_thread_times()
     with StepGC() as collector:  # no collector pass stalls one rank mid-step (gc_schedule.py)
@@ -310,9 +277,7 @@ def run_steps(
             if step == fault_at:
                 os.kill(os.getpid(), signal.SIGKILL)
             start = time.perf_counter()
-            if pending is not None:  # the reading after the previous step ended before this one began
-                result.speed_readings.append((*pending[:3], start - pending[3]))
-                pending = None
+            between.before_step(start)
             out = trainer.step(step)
             # up to the end of the device work (the recorder synchronizes), not the profiler's read-out
             # after it, which TP/FSDP2 plans need to attribute library collectives (runtime/instrument/)
@@ -326,27 +291,12 @@ def run_steps(
             if checkpointer is not None:
                 checkpointer.maybe_save(step + 1, Progress(step + 1, result.losses, result.step_times_s))
             collector.between_steps(step + 1)
-            if (step + 1) % PROBE_EVERY_STEPS == 0 and step + 1 < steps:
-                pending = read_between(result, read_speed, step, start + result.step_times_s[-1])
+            between.after_step(step, start + result.step_times_s[-1])
     result.memory_bytes = trainer.memory()
     result.memory_timeline = trainer.memory_timeline
     result.speed_probes = (before, probe(trainer.device))  # after the memory is read: it is the run's
+    result.speed_readings = between.readings
     return result
-
-
-def read_between(
-    result: RankResult, read_speed: Callable[[], float], step: int, work_end_s: float
-) -> tuple[int, float, float, float]:
-    """Read the probe after `step` (its events and step time already closed), then wait for every rank
-    at a barrier so no rank's next step waits in a collective for a peer still probing; returns the
-    step, the reading, its gap after the step's work end and the time it ended (for the next gap)."""
-    begin = time.perf_counter()
-    probe_s = read_speed()
-    if dist.is_initialized():
-        dist.barrier()
-    end = time.perf_counter()
-    result.speed_readings_wall_s += end - begin
-    return step, probe_s, begin - work_end_s, end
 
 
 def note_core_wait(result: RankResult, before_s: float | None) -> float | None:
