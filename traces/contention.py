@@ -31,7 +31,10 @@ factor* too, the same way (measured inputs, nothing fitted). A machine profile's
 probe's wall time among the compute microbenchmark's calls, at a share of 1: the load stretched those
 calls and the probe's alike (runtime/local_profile.record_reference). A run whose probe moved more than
 SPEED_CHANGE between before and after is flagged "machine speed changed during the run": no single
-factor describes it.
+factor describes it. A run that also read the probe between its steps (runtime/step_probe.py) is
+adjusted step by step instead: each step at its own interpolated probe (traces/speed_readings.py),
+the median of those the step time at the reference's speed (``step_speed``), and the flag raised when
+the readings lie more than SPEED_CHANGE apart.
 """
 
 from __future__ import annotations
