@@ -32,28 +32,33 @@ wall time it took (the barrier included: what it cost the run)."""
 class StepProbe:
     """One rank's readings between steps."""
 
-    def __init__(self, device: torch.device, steps: int) -> None:
-        self.read, self.steps = between_probe(device), steps
-        self.readings: list[Reading] = []
+    def __init__(self, device: torch.device, steps: int, readings: list[Reading]) -> None:
+        """Readings go to `readings` (the rank result's list) as each next step starts."""
+        self.read, self.steps, self.readings = between_probe(device), steps, readings
         self._pending: tuple[int, float, float, float, float] | None = None
 
-    def before_step(self, start_s: float) -> None:
-        """Close the reading after the previous step with its gap to this step's start."""
+    def before_step(self) -> float:
+        """This step's start (``time.perf_counter()``), closing the reading after the previous step with
+        its gap to it."""
+        start_s = time.perf_counter()
         if self._pending is not None:
             step, probe_s, gap_s, end_s, wall_s = self._pending
             self.readings.append((step, probe_s, gap_s, start_s - end_s, wall_s))
             self._pending = None
+        return start_s
 
-    def after_step(self, step: int, work_end_s: float) -> None:
-        """Read the probe after `step` where the cadence says so, then meet the other ranks."""
+    def after_step(self, step: int, work_end_s: float) -> bool:
+        """Read the probe after `step` where the cadence says so, then meet the other ranks; whether it
+        read (the caller restarts its per-step core-wait and CPU-time counts after it: no step's)."""
         if (step + 1) % PROBE_EVERY_STEPS or step + 1 >= self.steps:
-            return
+            return False
         begin_s = time.perf_counter()
         probe_s = self.read()
         if dist.is_initialized():
             dist.barrier()
         end_s = time.perf_counter()
         self._pending = (step, probe_s, begin_s - work_end_s, end_s, end_s - begin_s)
+        return True
 
 
 class RankReadings(Protocol):

@@ -88,7 +88,7 @@ class RankResult:
     is cpu / (cpu + wait); None where the kernel does not say."""
     speed_probes: tuple[dict[str, Any] | None, dict[str, Any] | None] = (None, None)
     """The machine-speed probe right before the first step and right after the last (microbench_probe)."""
-    speed_readings: list[Reading] = field(default_factory=list)  # between steps (runtime/step_probe.py)
+    speed_readings: list[Reading] = field(default_factory=list)  # between steps (step_probe.py)
 
 
 def rank_env(environ: Mapping[str, str]) -> RankEnv:
@@ -269,15 +269,15 @@ def run_steps(
     if checkpointer is not None and resume_step is not None:
         done = checkpointer.restore(writer, resume_step)
     result.losses, result.step_times_s = done.losses, done.step_times_s
-    before, between = probe(trainer.device), StepProbe(trainer.device, steps)  # outside the steps (~0.1 s)
+    before = probe(trainer.device)  # ~0.1 s, outside every measured step (microbench_probe.py)
+    between = StepProbe(trainer.device, steps, result.speed_readings)  # and between them (step_probe.py)
     waited = core_wait_s()  # read once a step (~0.1 ms with a dozen threads), at its end
     computed = this_thread_times()
     with StepGC() as collector:  # no collector pass stalls one rank mid-step (gc_schedule.py)
         for step in range(done.steps_done, steps):
             if step == fault_at:
                 os.kill(os.getpid(), signal.SIGKILL)
-            start = time.perf_counter()
-            between.before_step(start)
+            start = between.before_step()  # time.perf_counter(), closing the reading before this step
             out = trainer.step(step)
             # up to the end of the device work (the recorder synchronizes), not the profiler's read-out
             # after it, which TP/FSDP2 plans need to attribute library collectives (runtime/instrument/)
@@ -291,11 +291,11 @@ def run_steps(
             if checkpointer is not None:
                 checkpointer.maybe_save(step + 1, Progress(step + 1, result.losses, result.step_times_s))
             collector.between_steps(step + 1)
-            between.after_step(step, start + result.step_times_s[-1])
+            if between.after_step(step, start + result.step_times_s[-1]):  # the reading is no step's
+                waited, computed = core_wait_s(), this_thread_times()
     result.memory_bytes = trainer.memory()
     result.memory_timeline = trainer.memory_timeline
     result.speed_probes = (before, probe(trainer.device))  # after the memory is read: it is the run's
-    result.speed_readings = between.readings
     return result
 
 

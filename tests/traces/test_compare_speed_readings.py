@@ -17,6 +17,7 @@ import pandas as pd
 import pytest
 
 from plancast.runtime.local_profile import cache_dir, machine_key
+from plancast.traces.contention import SPEED_CHANGE, SPEED_CHANGED_LABEL
 from tests.cli_runner import cli_subprocess
 
 RECORDED = Path(__file__).resolve().parents[1] / "data" / "cpu_runs" / "readings-tiny-pp2"
@@ -65,8 +66,12 @@ def test_compare_brings_each_step_to_the_profiles_speed(run: Path) -> None:
     assert summary["step_time_error_adjusted"] == pytest.approx(adjusted, rel=1e-9)
     as_measured = predicted["step_time_s"] / summary["step_time_measured_s"] - 1
     assert summary["step_time_error"] == pytest.approx(as_measured, rel=1e-9)  # the headline, unchanged
+    # the recorded wave: both ranks read ~9 ms after step 2, ~7 at every other reading; the pair missed it
+    spread = max(readings["probe_s"]) / min(readings["probe_s"]) - 1
+    assert summary["speed_readings_spread"] == pytest.approx(spread, rel=1e-12)
+    assert abs(summary["speed_change"]) < SPEED_CHANGE < spread and summary["machine_speed_changed"] is True
     text = plancast("compare", str(run)).stdout
-    assert f"{as_measured:+.1%}" in text and f"{adjusted:+.1%}" in text
+    assert f"{as_measured:+.1%}" in text and f"{adjusted:+.1%}" in text and SPEED_CHANGED_LABEL in text
     assert f"{summary['speed_readings']} readings around and between the steps" in text
 
 
