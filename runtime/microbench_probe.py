@@ -233,9 +233,11 @@ def probe_readings_summary(
     ``speed_probe_readings`` (``after_step``: the step each reading follows, -1 for the one before the
     first step, the last step for the one after it; ``probe_s``: the slowest rank's reading there, as
     the slowest rank sets the step), ``rank_speed_probe_readings_s`` (each rank's ``[after_step,
-    probe_s]``) and ``speed_probe_every_steps``. Nothing where a rank lacks its pair or the ranks read
-    after different steps (a resumed run)."""
+    probe_s]``) and ``speed_probe_every_steps``. Nothing where no rank read between steps (a short or
+    resumed run: the pair's keys stand), a rank lacks its pair or the ranks read after different steps."""
     if not pairs or any(b is None or a is None for b, a in pairs) or len(readings) != len(pairs):
+        return {}
+    if not any(readings):
         return {}
     per_rank = [
         [(-1, float(b["probe_s"])), *readings[r], (steps - 1, float(a["probe_s"]))]  # type: ignore[index]

@@ -32,9 +32,14 @@ wall time it took (the barrier included: what it cost the run)."""
 class StepProbe:
     """One rank's readings between steps."""
 
-    def __init__(self, device: torch.device, steps: int, readings: list[Reading]) -> None:
-        """Readings go to `readings` (the rank result's list) as each next step starts."""
+    def __init__(
+        self, device: torch.device, steps: int, readings: list[Reading], first_step: int = 0
+    ) -> None:
+        """Readings go to `readings` (the rank result's list) as each next step starts. A run resumed
+        from a checkpoint (`first_step` > 0) reads none: its earlier steps' readings are not kept, so it
+        keeps the pair around its steps, as it keeps no core waits (runtime/worker.py)."""
         self.read, self.steps, self.readings = between_probe(device), steps, readings
+        self.resumed = first_step > 0
         self._pending: tuple[int, float, float, float, float] | None = None
 
     def before_step(self) -> float:
@@ -50,7 +55,7 @@ class StepProbe:
     def after_step(self, step: int, work_end_s: float) -> bool:
         """Read the probe after `step` where the cadence says so, then meet the other ranks; whether it
         read (the caller restarts its per-step core-wait and CPU-time counts after it: no step's)."""
-        if (step + 1) % PROBE_EVERY_STEPS or step + 1 >= self.steps:
+        if self.resumed or (step + 1) % PROBE_EVERY_STEPS or step + 1 >= self.steps:
             return False
         begin_s = time.perf_counter()
         probe_s = self.read()

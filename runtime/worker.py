@@ -270,7 +270,7 @@ def run_steps(
         done = checkpointer.restore(writer, resume_step)
     result.losses, result.step_times_s = done.losses, done.step_times_s
     before = probe(trainer.device)  # ~0.1 s, outside every measured step (microbench_probe.py)
-    between = StepProbe(trainer.device, steps, result.speed_readings)  # and between them (step_probe.py)
+    between = StepProbe(trainer.device, steps, result.speed_readings, done.steps_done)  # step_probe.py
     waited = core_wait_s()  # read once a step (~0.1 ms with a dozen threads), at its end
     computed = this_thread_times()
     with StepGC() as collector:  # no collector pass stalls one rank mid-step (gc_schedule.py)

@@ -30,3 +30,13 @@ def test_readings_sit_between_the_steps_they_follow_and_precede() -> None:
         # the reading's wall time and its gaps fill the time between the two steps, inside neither
         idle_s = windows[step + 1][0] - windows[step][1]
         assert gap_before_s + wall_s + gap_after_s <= idle_s + 1e-9
+
+
+def test_a_resumed_run_reads_nothing_between_steps() -> None:
+    """Its earlier steps' readings were not kept: it keeps the pair around its steps, as before."""
+    readings: list[Reading] = []
+    between = StepProbe(torch.device("cpu"), 2 * PROBE_EVERY_STEPS + 1, readings, first_step=2)
+    for step in range(2, 2 * PROBE_EVERY_STEPS + 1):
+        between.before_step()
+        assert between.after_step(step, time.perf_counter()) is False
+    assert readings == []

@@ -127,3 +127,6 @@ def test_summary_keeps_the_readings_between_steps_with_the_slowest_rank_at_each(
     ranks[1].speed_readings = []  # ranks that read after different steps (a resumed rank): nothing said
     alone = summarize(ranks, steps=5)
     assert "speed_probe_readings" not in alone and alone["speed_probe_s"] == pytest.approx(0.0115)
+    ranks[0].speed_readings = []  # no rank read between steps (a short or resumed run): the pair alone
+    short = summarize(ranks, steps=5)
+    assert "speed_probe_readings" not in short and short["speed_probe_before_s"] == pytest.approx(0.011)
