@@ -184,10 +184,11 @@ def speed_verdict(summary: dict[str, Any]) -> str | None:
     head = f"{SPEED_CHANGED_LABEL}: " if summary.get("machine_speed_changed") else ""
     moved = "" if change is None else f", {change:+.0%} from before the steps to after"
     factor, ref_s = summary.get("speed_factor"), summary.get("speed_probe_reference_s")
+    per_step = " (step by step, as one factor)" if summary.get("step_time_at_speed_s") is not None else ""
     against = (
         "no reference probe (the prediction's machine never ran it): not applied"
         if factor is None or ref_s is None
-        else f"the prediction's {ref_s * 1e3:.2f} ms: {factor:.2f}x its time, applied to the prediction"
+        else f"the prediction's {ref_s * 1e3:.2f} ms: {factor:.2f}x its time{per_step}, applied to it"
     )
     adjusted = summary.get("step_time_error_adjusted")
     alone = (
