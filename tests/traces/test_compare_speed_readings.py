@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from benchmarks.cpu_fidelity import at_speed_s
 from plancast.runtime.local_profile import cache_dir, machine_key
 from plancast.traces.contention import SPEED_CHANGE, SPEED_CHANGED_LABEL
 from tests.cli_runner import cli_subprocess
@@ -96,3 +97,19 @@ def test_the_readings_cost_is_recorded() -> None:
     measured = read(RECORDED / "measured" / "summary.json")
     assert measured["speed_probe_every_steps"] == 3
     assert 0 < measured["speed_probe_between_cost"] < 1
+
+
+def test_cpu_fidelitys_at_speed_column_takes_each_steps_probe() -> None:
+    """benchmarks/cpu_fidelity.at_speed_s on the recorded run: the median of each step at its own probe,
+    not the run's median x reference / the pair's mean (which the wave after step 2 does not move)."""
+    measured = read(RECORDED / "measured" / "summary.json")
+    reference = {"probe_s": 0.010, "workload": measured["speed_probe_workload"]}
+    readings = measured["speed_probe_readings"]
+    probes = np.interp(
+        np.arange(len(measured["step_times_s"])) - 0.5, readings["after_step"], readings["probe_s"]
+    )
+    at_speed = [t * 0.010 / p for t, p in zip(measured["step_times_s"], probes, strict=True)]
+    expected = statistics.median(at_speed[measured["warmup_steps"] :])
+    assert at_speed_s(RECORDED, reference) == pytest.approx(expected, rel=1e-9)
+    pair = measured["step_time_s"] * 0.010 / measured["speed_probe_s"]
+    assert at_speed_s(RECORDED, reference) != pytest.approx(pair, rel=1e-3)
