@@ -117,17 +117,8 @@ def rank_breakdown_us(
         row["bubble"] = pipeline_bubble(step_time_us, row["compute"], row["exposed_comm"])[0]
         row["pipeline"] = float(compute.loc[compute["kind"].isin(PIPELINE_KINDS), "dur_us"].sum())
         rows.append(row)
-    return pd.DataFrame(
-        rows,
-        columns=[
-            "rank",
-            "compute",
-            *[f"exposed_comm:{x}" for x in exposed_streams],
-            "exposed_comm",
-            "bubble",
-            "pipeline",
-        ],
-    )
+    return pd.DataFrame(rows, columns=["rank", "compute", *[f"exposed_comm:{x}" for x in exposed_streams],
+                                       "exposed_comm", "bubble", "pipeline"])
 
 
 def _covered_us(spans: pd.DataFrame) -> float:
