@@ -53,7 +53,7 @@ from plancast.simulator.cluster import Cluster
 from plancast.simulator.loader import parse_scenario, to_toml_dict
 from plancast.simulator.predict import simulate
 from plancast.simulator.scenario import Scenario
-from plancast.traces.contention import STEADY_SPREAD, step_spread
+from plancast.traces.contention import STEADY_SPREAD, machine_speed, step_spread
 from plancast.traces.store import RunDir, read_json
 
 BASE: dict[str, Any] = {
@@ -156,12 +156,15 @@ def measured_step_s(run: Path) -> float:
 
 
 def at_speed_s(run: Path, reference: dict[str, Any] | None) -> float:
-    """The run's median step time at the reference probe's speed: x reference / the run's probe (the
-    inverse of compare's speed factor on the prediction); as measured where either is missing."""
+    """The run's median step time at the reference probe's speed: where the run read the probe between
+    steps, the median of each step at its own probe (traces/contention.step_speed); else x reference /
+    the run's probe (the inverse of compare's speed factor on the prediction); as measured where
+    either is missing."""
     probe = run_probe(run)
     if reference is None or probe is None or probe["workload"] != reference["workload"]:
         return measured_step_s(run)
-    return measured_step_s(run) * reference["probe_s"] / probe["probe_s"]
+    per_step = machine_speed(read_json(RunDir(run).measured_summary), reference).get("step_time_at_speed_s")
+    return float(per_step) if per_step else measured_step_s(run) * reference["probe_s"] / probe["probe_s"]
 
 
 def core_wait_ms(run: Path) -> str:

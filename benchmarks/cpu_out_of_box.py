@@ -274,7 +274,8 @@ def report(
             spreads[variant].append(spread(adj))
             errs = " ".join(f"{a / m - 1:+.0%}" for a in adj)
             cells.append(f"{errs:>23} {spreads[variant][-1]:6.0%}")
-        moved = machine_speed(run, None)["speed_change"]
+        speed = machine_speed(run, None)  # the readings' spread where it read between steps, else the pair
+        moved = speed.get("speed_readings_spread", speed["speed_change"])
         print(
             f"{name:16} {m:8.4f} {' '.join(f'{x:.4f}' for x in preds):>20} {' '.join(cells)} "
             f"{_cells(name_runs, 'load_1min'):>4} {_cells(name_runs, 'core_share'):>5} "

@@ -38,7 +38,7 @@ from plancast.simulator.calibration.runs import RunData, Score, evaluate, fit_ru
 from plancast.simulator.cluster import Cluster
 from plancast.simulator.loader import load_scenario, parse_scenario
 from plancast.simulator.scenario import Scenario
-from plancast.traces.contention import probe_or_none
+from plancast.traces.contention import machine_speed, probe_or_none
 from plancast.traces.store import RunDir, TraceReadError, read_json_object, read_measured
 
 SINGLE_RUN = (
@@ -139,12 +139,22 @@ def normalise_speed(runs: list[Path], data: list[RunData]) -> tuple[list[RunData
     for i, path in enumerate(runs):
         probe = run_probe(path)
         if probe is not None and probe["workload"] == reference["workload"]:
-            factors.append(reference["probe_s"] / probe["probe_s"])
+            factors.append(speed_factor_to(path, probe, reference))
             data[i] = at_speed(data[i], factors[-1])
     return data, [
         f"speed probe: {len(factors)} of {len(runs)} runs normalised to {reference['probe_s'] * 1e3:.3f} ms "
         f"(their times x {min(factors):.3f} to {max(factors):.3f}; runtime/microbench_probe.py)"
     ]
+
+
+def speed_factor_to(path: Path, probe: dict[str, Any], reference: dict[str, Any]) -> float:
+    """What brings `path`'s times to `reference`'s speed: where the run read the probe between steps,
+    its median step at each step's own probe over its median step (traces/contention.step_speed: one
+    factor for every time of the run, the one that gives that median); else reference / its probe."""
+    summary = read_json_object(RunDir(path).measured_summary)
+    at_speed_s = machine_speed(summary, reference).get("step_time_at_speed_s")
+    step_s = probe_or_none(summary.get("step_time_s"))
+    return at_speed_s / step_s if at_speed_s and step_s else reference["probe_s"] / probe["probe_s"]
 
 
 def adopt(own: Cluster, measured: Cluster) -> Cluster:

@@ -17,10 +17,13 @@ model's error. The probe measures that speed directly, as an input (never a fit)
 - robust: PROBE_REPEAT samples after a warm-up, the three kernels sampled in turns, each the
   interquartile mean (runtime/timing.py).
 
-Each rank runs it right before its first step and right after its last (runtime/worker.py), so it
-costs the measured steps nothing; the microbenchmarks run it too (runtime/microbench.py), so a machine
-profile records the speed its constants were measured at. traces/contention.py turns the two into
-the speed factor and the "machine speed changed during the run" flag.
+Each rank runs it right before its first step and right after its last (runtime/worker.py), and a
+shorter reading of the same kernels between steps every PROBE_EVERY_STEPS steps (``between_probe``:
+the speed moves in waves of ~10 steps inside one run, docs/accuracy.md), always outside a step's
+events and step time, so it costs the measured steps nothing; the microbenchmarks run it too
+(runtime/microbench.py), so a machine profile records the speed its constants were measured at.
+traces/contention.py turns the readings into the speed factor, per step where the run read between
+steps (traces/speed_readings.py), and the "machine speed changed during the run" flag.
 """
 
 from __future__ import annotations
@@ -39,6 +42,17 @@ PROBE_REPEAT = 15
 """Samples per kernel: 15 rounds of ~7 ms is ~0.1 s a probe; the interquartile mean of 15 keeps the 7
 middle ones. Measured on this project's 2-core VM at load 3: three kernels slower together by 10-20%
 in one probe of eight, seconds apart, as the host's other guests came and went."""
+
+
+PROBE_REPEAT_BETWEEN = 3
+"""Samples per kernel of a reading between steps: the median of 3 rounds of ~7 ms (~21 ms of the
+thread's CPU on this project's 2-core VM), the kernels' inputs made once per run so no warm-up round
+is needed. Noisier than the 15 of the pair around the steps; the same kernels, so the same workload."""
+PROBE_EVERY_STEPS = 3
+"""Read the probe between steps after every third step: at ~21 ms a reading against the 50-90 ms steps
+of the small CPU plans (benchmarks/cpu_fidelity.py) that adds ~10% to the run's wall time, never to a
+measured step, and gives 3-4 readings in each ~10-step wave (docs/accuracy.md). The run records the
+cost it paid (``speed_probe_between_cost``: readings' wall over the steps' time)."""
 
 
 class ProbeSize(NamedTuple):
@@ -137,6 +151,31 @@ def probe(device: torch.device | None = None, repeat: int = PROBE_REPEAT) -> dic
     }
 
 
+def between_probe(device: torch.device) -> Callable[[], float]:
+    """A reader of the probe between steps: the same three kernels (inputs made once, here), each the
+    median of PROBE_REPEAT_BETWEEN samples in this thread's CPU time (on CUDA the synchronized wall),
+    summed; returns ``probe_s`` as ``probe`` does."""
+    cuda = device.type == "cuda"
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    clock = time.perf_counter if cuda else _cpu_clock
+    kernels = probe_kernels(device)
+    for kernel in kernels.values():  # the one warm-up: allocation and first-call costs
+        kernel()
+
+    def read() -> float:
+        samples: dict[str, list[float]] = {name: [] for name in kernels}
+        for _ in range(PROBE_REPEAT_BETWEEN):
+            for name, kernel in kernels.items():
+                sync()
+                start = clock()
+                kernel()
+                sync()
+                samples[name].append(clock() - start)
+        return sum(statistics.median(times) for times in samples.values())
+
+    return read
+
+
 def _load() -> float | None:
     """The 1-minute load average (runnable threads, /proc/loadavg), None where there is none."""
     try:
@@ -182,4 +221,36 @@ def profile_probe(readings: Sequence[dict[str, Any]], during_wall_s: float) -> d
         "probe_wall_readings_s": statistics.fmean(r["probe_wall_s"] for r in readings),
         "workload": readings[0]["workload"],
         "readings": list(readings),
+    }
+
+
+def probe_readings_summary(
+    pairs: Sequence[tuple[dict[str, Any] | None, dict[str, Any] | None]],
+    readings: Sequence[Sequence[tuple[int, float]]],
+    steps: int,
+) -> dict[str, Any]:
+    """The measured/summary.json keys of the readings between steps, with the pair around them:
+    ``speed_probe_readings`` (``after_step``: the step each reading follows, -1 for the one before the
+    first step, the last step for the one after it; ``probe_s``: the slowest rank's reading there, as
+    the slowest rank sets the step), ``rank_speed_probe_readings_s`` (each rank's ``[after_step,
+    probe_s]``) and ``speed_probe_every_steps``. Nothing where no rank read between steps (a short or
+    resumed run: the pair's keys stand), a rank lacks its pair or the ranks read after different steps."""
+    if not pairs or any(b is None or a is None for b, a in pairs) or len(readings) != len(pairs):
+        return {}
+    if not any(readings):
+        return {}
+    per_rank = [
+        [(-1, float(b["probe_s"])), *readings[r], (steps - 1, float(a["probe_s"]))]  # type: ignore[index]
+        for r, (b, a) in enumerate(pairs)
+    ]
+    after_steps = [[s for s, _ in rank] for rank in per_rank]
+    if any(steps_read != after_steps[0] for steps_read in after_steps):
+        return {}
+    return {
+        "speed_probe_readings": {
+            "after_step": after_steps[0],
+            "probe_s": [max(rank[i][1] for rank in per_rank) for i in range(len(after_steps[0]))],
+        },
+        "rank_speed_probe_readings_s": {str(r): [list(x) for x in rank] for r, rank in enumerate(per_rank)},
+        "speed_probe_every_steps": PROBE_EVERY_STEPS,
     }

@@ -43,9 +43,10 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from plancast.runtime.checkpoint import Checkpointer, Progress
 from plancast.runtime.gc_schedule import StepGC
 from plancast.runtime.instrument import CpuCapture, cpu_capture_from
-from plancast.runtime.microbench_probe import probe, probe_pair_summary, workload
+from plancast.runtime.microbench_probe import probe, workload
 from plancast.runtime.placement import rank_placement
 from plancast.runtime.schedstat import ThreadTimes, core_wait_s, this_thread_times
+from plancast.runtime.step_probe import Reading, StepProbe, between_summary
 from plancast.runtime.telemetry import TelemetrySampler, empty_table, make_sampler, write_telemetry
 from plancast.runtime.trainer import Trainer
 from plancast.simulator.loader import load_scenario
@@ -87,6 +88,7 @@ class RankResult:
     is cpu / (cpu + wait); None where the kernel does not say."""
     speed_probes: tuple[dict[str, Any] | None, dict[str, Any] | None] = (None, None)
     """The machine-speed probe right before the first step and right after the last (microbench_probe)."""
+    speed_readings: list[Reading] = field(default_factory=list)  # between steps (step_probe.py)
 
 
 def rank_env(environ: Mapping[str, str]) -> RankEnv:
@@ -185,7 +187,7 @@ def summarize(results: Sequence[RankResult], steps: int) -> dict[str, Any]:
         },
         **_core_waits(results, steps),
         **_core_shares(results, steps),
-        **probe_pair_summary([r.speed_probes for r in sorted(results, key=lambda r: r.rank)]),
+        **between_summary(results, steps),  # and the pair around them
     }
 
 
@@ -268,13 +270,14 @@ def run_steps(
         done = checkpointer.restore(writer, resume_step)
     result.losses, result.step_times_s = done.losses, done.step_times_s
     before = probe(trainer.device)  # ~0.1 s, outside every measured step (microbench_probe.py)
+    between = StepProbe(trainer.device, steps, result.speed_readings, done.steps_done)  # step_probe.py
     waited = core_wait_s()  # read once a step (~0.1 ms with a dozen threads), at its end
     computed = this_thread_times()
     with StepGC() as collector:  # no collector pass stalls one rank mid-step (gc_schedule.py)
         for step in range(done.steps_done, steps):
             if step == fault_at:
                 os.kill(os.getpid(), signal.SIGKILL)
-            start = time.perf_counter()
+            start = between.before_step()  # time.perf_counter(), closing the reading before this step
             out = trainer.step(step)
             # up to the end of the device work (the recorder synchronizes), not the profiler's read-out
             # after it, which TP/FSDP2 plans need to attribute library collectives (runtime/instrument/)
@@ -288,6 +291,8 @@ def run_steps(
             if checkpointer is not None:
                 checkpointer.maybe_save(step + 1, Progress(step + 1, result.losses, result.step_times_s))
             collector.between_steps(step + 1)
+            if between.after_step(step, start + result.step_times_s[-1]):  # the reading is no step's
+                waited, computed = core_wait_s(), this_thread_times()
     result.memory_bytes = trainer.memory()
     result.memory_timeline = trainer.memory_timeline
     result.speed_probes = (before, probe(trainer.device))  # after the memory is read: it is the run's

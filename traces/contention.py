@@ -31,7 +31,10 @@ factor* too, the same way (measured inputs, nothing fitted). A machine profile's
 probe's wall time among the compute microbenchmark's calls, at a share of 1: the load stretched those
 calls and the probe's alike (runtime/local_profile.record_reference). A run whose probe moved more than
 SPEED_CHANGE between before and after is flagged "machine speed changed during the run": no single
-factor describes it.
+factor describes it. A run that also read the probe between its steps (runtime/step_probe.py) is
+adjusted step by step instead: each step at its own interpolated probe (traces/speed_readings.py),
+the median of those the step time at the reference's speed (``step_speed``), and the flag raised when
+the readings lie more than SPEED_CHANGE apart.
 """
 
 from __future__ import annotations
@@ -39,6 +42,8 @@ from __future__ import annotations
 import math
 import statistics
 from typing import Any
+
+from plancast.traces import speed_readings
 
 BUSY_SHARE = 0.8
 """A run whose compute thread ran less than this share of its ready time: 1/0.8 = 1.25, the loop's 25%
@@ -135,13 +140,40 @@ def machine_speed(
     reference_s = probe_or_none(reference.get("probe_s")) if same else None
     before, after = (probe_or_none(summary.get(f"speed_probe_{k}_s")) for k in ("before", "after"))
     change = after / before - 1 if before and after else None
-    return {
+    keys = {
         "speed_probe_s": run_s,
         "speed_probe_reference_s": reference_s,
         "speed_factor": run_s / reference_s if run_s and reference_s else None,
         "speed_change": change,
         "machine_speed_changed": None if change is None else abs(change) > SPEED_CHANGE,
     }
+    return keys | step_speed(summary, reference_s)
+
+
+def step_speed(summary: dict[str, Any], reference_s: float | None) -> dict[str, Any]:
+    """The keys from the probe's readings between steps (runs from before them: the pair's keys stand):
+    ``speed_readings_spread`` ((slowest - fastest) / fastest reading, the pair's included; beyond
+    SPEED_CHANGE it sets ``machine_speed_changed``), ``speed_readings`` (how many) and, with a
+    reference, ``step_time_at_speed_s`` (the median over the scored steps of each step's time at the
+    reference's speed: its time x reference / its probe, steps.probe_at_steps) and ``speed_factor``
+    (the measured median over that: the one factor on the prediction that gives the same error)."""
+    readings = speed_readings.readings(summary)
+    times, warmup = summary.get("step_times_s"), summary.get("warmup_steps", 1)
+    if readings is None or not isinstance(times, list) or not isinstance(warmup, int):
+        return {}
+    values = [probe_s for _, probe_s in readings]
+    spread = (max(values) - min(values)) / min(values)
+    keys: dict[str, Any] = {"speed_readings": len(values), "speed_readings_spread": spread}
+    keys["machine_speed_changed"] = spread > SPEED_CHANGE
+    step_s = [probe_or_none(t) for t in times]
+    measured_s = probe_or_none(summary.get("step_time_s"))
+    if reference_s is None or measured_s is None or any(t is None for t in step_s):
+        return keys
+    probes = speed_readings.probe_at_steps(readings, len(times))
+    at_speed = [t * reference_s / p for t, p in zip(step_s, probes, strict=True) if t]
+    keys["step_time_at_speed_s"] = statistics.median(at_speed[warmup:] or at_speed)
+    keys["speed_factor"] = measured_s / keys["step_time_at_speed_s"]
+    return keys
 
 
 def speed_verdict(summary: dict[str, Any]) -> str | None:
@@ -152,10 +184,11 @@ def speed_verdict(summary: dict[str, Any]) -> str | None:
     head = f"{SPEED_CHANGED_LABEL}: " if summary.get("machine_speed_changed") else ""
     moved = "" if change is None else f", {change:+.0%} from before the steps to after"
     factor, ref_s = summary.get("speed_factor"), summary.get("speed_probe_reference_s")
+    per_step = " (step by step, as one factor)" if summary.get("step_time_at_speed_s") is not None else ""
     against = (
         "no reference probe (the prediction's machine never ran it): not applied"
         if factor is None or ref_s is None
-        else f"the prediction's {ref_s * 1e3:.2f} ms: {factor:.2f}x its time, applied to the prediction"
+        else f"the prediction's {ref_s * 1e3:.2f} ms: {factor:.2f}x its time{per_step}, applied to it"
     )
     adjusted = summary.get("step_time_error_adjusted")
     alone = (
@@ -163,7 +196,22 @@ def speed_verdict(summary: dict[str, Any]) -> str | None:
         if summary.get("core_share") is not None or adjusted is None
         else (f"; at the measured speed the prediction is off by {adjusted:+.1%}")
     )
-    return f"{head}speed probe {run_s * 1e3:.2f} ms (the fixed workload{moved}); {against}{alone}"
+    what = f"the fixed workload{moved}{between_note(summary)}"
+    return f"{head}speed probe {run_s * 1e3:.2f} ms ({what}); {against}{alone}"
+
+
+def between_note(summary: dict[str, Any]) -> str:
+    """Where the run read the probe between steps: how many readings, how far apart, and that the factor
+    is per step."""
+    count, spread = summary.get("speed_readings"), summary.get("speed_readings_spread")
+    if count is None or spread is None:
+        return ""
+    per_step = (
+        ", each step brought to the reference's speed by its own probe and the median taken"
+        if summary.get("step_time_at_speed_s") is not None
+        else ""
+    )
+    return f"; {count} readings around and between the steps, {spread:.0%} apart{per_step}"
 
 
 def few_steps(scored_steps: int) -> str | None:

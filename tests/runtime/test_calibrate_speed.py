@@ -60,3 +60,28 @@ def test_runs_without_a_probe_are_fitted_as_measured(tmp_path: Path) -> None:
     runs = [run_dir(tmp_path, "a", None), run_dir(tmp_path, "b", None)]
     normalised, notes = normalise_speed(runs, [data("a"), data("b")])
     assert [r.step_s for r in normalised] == [4.0, 4.0] and notes == []
+
+
+def test_a_run_that_read_between_steps_is_brought_by_its_steps_own_probes(tmp_path: Path) -> None:
+    """Two runs at the same 10 ms pair; the second read 20 ms between its steps 1-3, which took twice as
+    long: its median step at each step's own probe (traces/speed_readings.py) is the fast steps' 1 s,
+    so its times are halved, where the pair alone would leave them as they are."""
+    flat, wave = run_dir(tmp_path, "flat", 0.010), run_dir(tmp_path, "wave", 0.010)
+    summary = {
+        "status": "ok",
+        "speed_probe_s": 0.010,
+        "speed_probe_workload": WORKLOAD,
+        "step_times_s": [3.0, 2.0, 2.0, 2.0, 1.0],
+        "warmup_steps": 1,
+        "step_time_s": 2.0,
+        "speed_probe_readings": {
+            "after_step": [-1, 0, 1, 2, 3, 4],
+            "probe_s": [0.01, 0.02, 0.02, 0.02, 0.02, 0.01],
+        },
+    }
+    write_json(RunDir(wave).measured_summary, summary)
+    normalised, notes = normalise_speed([flat, wave], [data("flat"), data("wave")])
+    assert normalised[0] == data("flat")  # the pair at the reference: x 1
+    # steps 1-4 at probes 20, 20, 20, 15 ms: 1.0, 1.0, 1.0, 0.667 s at 10 ms; median 1.0 of the 2.0 s
+    assert normalised[1].step_s == pytest.approx(4.0 * 0.5)
+    assert "x 0.500 to 1.000" in notes[0]

@@ -107,3 +107,26 @@ def test_summary_has_the_slowest_ranks_speed_probe_where_every_rank_ran_it() -> 
     assert summary["speed_probe_workload"] == "w"
     ranks[1].speed_probes = (None, None)  # a rank that never probed: nothing said
     assert "speed_probe_s" not in summarize(ranks, steps=2)
+
+
+def probed(rank: int, readings: list[tuple[int, float, float, float, float]]) -> RankResult:
+    ranked = result(rank, [0.2, 0.1, 0.1, 0.1, 0.1], [1.0] * 5, 1.0)
+    pair = {"probe_s": 0.010 + rank * 0.001, "workload": "cpu"}
+    ranked.speed_probes = (pair, {**pair, "probe_s": 0.012})
+    ranked.speed_readings = readings
+    return ranked
+
+
+def test_summary_keeps_the_readings_between_steps_with_the_slowest_rank_at_each() -> None:
+    ranks = [probed(0, [(2, 0.020, 0.001, 0.002, 0.06)]), probed(1, [(2, 0.015, 0.003, 0.0, 0.03)])]
+    summary = summarize(ranks, steps=5)
+    assert summary["speed_probe_readings"] == {"after_step": [-1, 2, 4], "probe_s": [0.011, 0.020, 0.012]}
+    assert summary["rank_speed_probe_readings_s"]["1"] == [[-1, 0.011], [2, 0.015], [4, 0.012]]
+    assert summary["rank_speed_probe_gaps_s"] == {"0": [[2, 0.001, 0.002]], "1": [[2, 0.003, 0.0]]}
+    assert summary["speed_probe_between_cost"] == pytest.approx(0.06 / 0.6)
+    ranks[1].speed_readings = []  # ranks that read after different steps (a resumed rank): nothing said
+    alone = summarize(ranks, steps=5)
+    assert "speed_probe_readings" not in alone and alone["speed_probe_s"] == pytest.approx(0.0115)
+    ranks[0].speed_readings = []  # no rank read between steps (a short or resumed run): the pair alone
+    short = summarize(ranks, steps=5)
+    assert "speed_probe_readings" not in short and short["speed_probe_before_s"] == pytest.approx(0.011)
