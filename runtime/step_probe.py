@@ -37,9 +37,12 @@ class StepProbe:
     ) -> None:
         """Readings go to `readings` (the rank result's list) as each next step starts. A run resumed
         from a checkpoint (`first_step` > 0) reads none: its earlier steps' readings are not kept, so it
-        keeps the pair around its steps, as it keeps no core waits (runtime/worker.py)."""
-        self.read, self.steps, self.readings = between_probe(device), steps, readings
-        self.resumed = first_step > 0
+        keeps the pair around its steps, as it keeps no core waits (runtime/worker.py). A GPU run reads
+        none either, until a run on a device shows what the readings cost there (docs/run-directory.md):
+        the waves they catch are those of shared CPU cores."""
+        self.steps, self.readings = steps, readings
+        self.off = first_step > 0 or device.type != "cpu"
+        self.read = (lambda: 0.0) if self.off else between_probe(device)  # kernels made only when read
         self._pending: tuple[int, float, float, float, float] | None = None
 
     def before_step(self) -> float:
@@ -55,7 +58,7 @@ class StepProbe:
     def after_step(self, step: int, work_end_s: float) -> bool:
         """Read the probe after `step` where the cadence says so, then meet the other ranks; whether it
         read (the caller restarts its per-step core-wait and CPU-time counts after it: no step's)."""
-        if self.resumed or (step + 1) % PROBE_EVERY_STEPS or step + 1 >= self.steps:
+        if self.off or (step + 1) % PROBE_EVERY_STEPS or step + 1 >= self.steps:
             return False
         begin_s = time.perf_counter()
         probe_s = self.read()

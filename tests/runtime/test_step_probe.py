@@ -40,3 +40,14 @@ def test_a_resumed_run_reads_nothing_between_steps() -> None:
         between.before_step()
         assert between.after_step(step, time.perf_counter()) is False
     assert readings == []
+
+
+def test_a_gpu_run_reads_nothing_between_steps() -> None:
+    """Not yet on a device (what a reading costs there is unmeasured): the pair around the steps, as
+    before. The device is only named, never used: no reading runs."""
+    readings: list[Reading] = []
+    between = StepProbe(torch.device("cuda"), 2 * PROBE_EVERY_STEPS + 1, readings)
+    for step in range(2 * PROBE_EVERY_STEPS + 1):
+        between.before_step()
+        assert between.after_step(step, time.perf_counter()) is False
+    assert readings == []
