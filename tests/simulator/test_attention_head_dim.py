@@ -102,7 +102,14 @@ def _backend_scenario(backend: str | None, cluster: str = "dgx-h100-80gb") -> Sc
     if backend is not None:
         training["attention_backend"] = backend
     data: dict[str, Any] = {
-        "model": {"preset": "gpt-oss-120b", "num_hidden_layers": 2, "layer_types": ["full_attention"] * 2},
+        # the kernel alone: without the sinks, whose rescale after FlexAttention is priced apart
+        # (tests/simulator/test_attention_sinks.py)
+        "model": {
+            "preset": "gpt-oss-120b",
+            "num_hidden_layers": 2,
+            "layer_types": ["full_attention"] * 2,
+            "attention_sinks": False,
+        },
         "training": training,
         "parallelism": {"framework": "torchtitan"},
         "cluster": {"preset": cluster},
