@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from plancast.runtime.local_profile import cache_dir, machine_key
 from plancast.traces.contention import SPEED_CHANGE, SPEED_CHANGED_LABEL
 from tests.cli_runner import cli_subprocess
+from tests.traces.recorded_runs import CPU_RUNS, recorded_run
 
-RECORDED = Path(__file__).resolve().parents[1] / "data" / "cpu_runs" / "probed-tiny-pp2"
+RECORDED = CPU_RUNS / "probed-tiny-pp2"
 
 
 def plancast(*args: str) -> subprocess.CompletedProcess[str]:
@@ -27,16 +27,8 @@ def plancast(*args: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture
 def run(tmp_path: Path) -> Iterator[Path]:
-    """The recorded run, and its machine profile as this host's latest microbenchmark record in the
-    tests' own cache (conftest.py points PLANCAST_CACHE_DIR at a folder of their own)."""
-    folder = cache_dir() / machine_key()
-    folder.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(RECORDED / "machine-profile.json", folder / "probed-tiny-pp2.json")
-    copy = Path(
-        shutil.copytree(RECORDED, tmp_path / "run", ignore=shutil.ignore_patterns("*.md", "machine-*"))
-    )
-    yield copy
-    (folder / "probed-tiny-pp2.json").unlink()
+    """The recorded run, its machine profile the cache's latest record (tests/traces/recorded_runs.py)."""
+    yield from recorded_run(RECORDED, tmp_path)
 
 
 def read(path: Path) -> dict[str, Any]:

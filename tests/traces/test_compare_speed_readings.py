@@ -5,7 +5,6 @@ the median of those the "at speed" step time, and each reading outside the steps
 from __future__ import annotations
 
 import json
-import shutil
 import statistics
 import subprocess
 from collections.abc import Iterator
@@ -17,11 +16,11 @@ import pandas as pd
 import pytest
 
 from benchmarks.cpu_fidelity import at_speed_s
-from plancast.runtime.local_profile import cache_dir, machine_key
 from plancast.traces.contention import SPEED_CHANGE, SPEED_CHANGED_LABEL
 from tests.cli_runner import cli_subprocess
+from tests.traces.recorded_runs import CPU_RUNS, recorded_run
 
-RECORDED = Path(__file__).resolve().parents[1] / "data" / "cpu_runs" / "readings-tiny-pp2"
+RECORDED = CPU_RUNS / "readings-tiny-pp2"
 
 
 def plancast(*args: str) -> subprocess.CompletedProcess[str]:
@@ -30,15 +29,8 @@ def plancast(*args: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture
 def run(tmp_path: Path) -> Iterator[Path]:
-    """The recorded run, and its machine profile as this host's latest record in the tests' own cache."""
-    folder = cache_dir() / machine_key()
-    folder.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(RECORDED / "machine-profile.json", folder / "readings-tiny-pp2.json")
-    copy = Path(
-        shutil.copytree(RECORDED, tmp_path / "run", ignore=shutil.ignore_patterns("*.md", "machine-*"))
-    )
-    yield copy
-    (folder / "readings-tiny-pp2.json").unlink()
+    """The recorded run, its machine profile the cache's latest record (tests/traces/recorded_runs.py)."""
+    yield from recorded_run(RECORDED, tmp_path)
 
 
 def read(path: Path) -> dict[str, Any]:
