@@ -90,6 +90,13 @@ def _is_backend(name: str) -> bool:
     return lower.startswith("nccl") and "kernel" in lower and "send" not in lower and "recv" not in lower
 
 
+def _runs(backend: str, op: str) -> bool:
+    """Whether backend event ``backend`` (``gloo:all_to_all``, ``ncclDevKernel_AllGather_RING_LL``) runs
+    a collective of ``c10d::`` op ``op``'s kind."""
+    kind = C10D_KINDS[op].replace("_", "")
+    return kind in backend.lower().replace("_", "")
+
+
 def profiled_events(prof: Any) -> list[ProfiledEvent]:
     """The events ``collective_events`` needs, read straight from the Kineto result (µs from trace start).
 
@@ -135,8 +142,12 @@ def collective_events(fn_events: Any, rank: int, step: int, scopes: Sequence[Sco
     """Collectives from profiler events, attributed to their enclosing ranges, ``index`` in issue order.
 
     ``scopes`` are the keys the ``plancast|i`` ranges stand for. Each issued ``c10d::`` op is timed by
-    the first unused backend event (``gloo:*`` / NCCL kernel) that starts after it: backends run a
-    process group's work in issue order.
+    the first unused backend event of its collective (``gloo:all_reduce`` / an NCCL ``AllReduce``
+    kernel) that starts after it: backends run a process group's work in issue order. Pairing by
+    collective keeps two groups apart whose workers start out of issue order on a loaded CPU (an
+    expert all-to-all's ``gloo:`` event before the data-parallel all-reduce issued ahead of it), and an
+    op with no backend event of its own (gloo's reduce-scatter, NCCL's all-to-all as send/recv kernels)
+    keeps its own range instead of taking the next op's.
     """
     evs = sorted(fn_events, key=lambda e: e.time_range.start)
     marker = next((e for e in evs if e.name == STEP_MARKER), None)
@@ -152,7 +163,7 @@ def collective_events(fn_events: Any, rank: int, step: int, scopes: Sequence[Sco
             continue
         start, end = op.time_range.start, op.time_range.end
         for i, ex in enumerate(backend):
-            if not used[i] and ex.time_range.start >= start - 1.0:
+            if not used[i] and ex.time_range.start >= start - 1.0 and _runs(ex.name, op.name):
                 used[i] = True
                 start, end = ex.time_range.start, ex.time_range.end
                 break

@@ -97,6 +97,28 @@ def test_profiled_collectives_are_attributed_to_their_scopes() -> None:
     assert got == want
 
 
+def test_collectives_pair_with_backend_events_of_their_own_kind() -> None:
+    """Two groups' workers starting out of issue order on a loaded CPU (fresh-clone CI of 02e7ad6: a
+    data-parallel all-reduce took the expert all-to-all's ``gloo:`` event, and the all-to-all an event
+    started after the optimizer), and an op with no backend event of its own (gloo's reduce-scatter,
+    NCCL's all-to-all as send/recv kernels), each keep their own timing."""
+    scopes: list[Scope] = [Owner("dp", 0, 0, -1), Owner("ep", 0, 0, 1)]
+    profiled = [
+        ev(STEP_MARKER, 0.0, 1000.0),
+        ev("plancast|0", 10.0, 100.0),
+        ev("c10d::allreduce_", 20.0, 21.0),
+        ev("c10d::_reduce_scatter_base_", 22.0, 23.0),  # no backend event: its own range
+        ev("plancast|1", 30.0, 90.0),
+        ev("c10d::alltoall_base_", 31.0, 32.0),
+        ev("gloo:all_to_all", 33.0, 40.0, thread=3),  # the expert group's worker starts first
+        ev("gloo:all_reduce", 45.0, 60.0, thread=2),
+        ev("ncclDevKernel_SendRecv", 61.0, 62.0),
+        ev("gloo:all_reduce", 500.0, 510.0, thread=2),  # a later op's, never the reduce-scatter's
+    ]
+    got = [(e.kind, e.start_us, e.dur_us) for e in collective_events(profiled, 0, 0, scopes)]
+    assert got == [("all_reduce", 45.0, 15.0), ("reduce_scatter", 22.0, 1.0), ("all_to_all", 33.0, 7.0)]
+
+
 def test_profiler_capture_records_spans_and_nothing_else_without_collectives() -> None:
     """The real profiler path on one process: spans as rows, no collective events invented."""
     rec = StepRecorder(0, CpuTimer(), "profiler")
