@@ -21,8 +21,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from plancast.simulator.costs.collectives import CollectiveKind, Level, collective_seconds
+from plancast.simulator.costs.collectives import CollectiveKind, Level, PricedCollectives, collective_seconds
 from plancast.simulator.costs.host import HostCosts
+from plancast.simulator.costs.moe_overlap import Unpaired, unpaired_counts, unpaired_passes
 from plancast.simulator.costs.ops import DTYPE_BYTES
 from plancast.simulator.costs.optimizer import optimizer_memory_s
 from plancast.simulator.costs.params import chunk_tensor_bytes, rank_parameters
@@ -79,6 +80,7 @@ class Bound:
         default_factory=dict
     )
     _chunks: dict[tuple[object, ...], list[tuple[float, int]]] = field(default_factory=dict)
+    _alones: dict[tuple[object, ...], Unpaired] = field(default_factory=dict)
 
     def replayed(self, plan: Plan) -> float:
         """A tighter bound than `seconds` (never below it), for the plans the search may simulate: the
@@ -167,7 +169,7 @@ class Bound:
         scale = DTYPE_BYTES[s.fsdp_reduce_dtype] / dtype
         layer_bytes = float(sum(chunk_tensor_bytes(base.model, plan.tp, layers=1, has_embedding=False,
                                                    has_head=False, dtype_bytes=1))) * dtype  # fmt: skip
-        out, priced = [], _Priced(levels)  # a stage's block units are alike: each size priced once
+        out, priced = [], PricedCollectives(levels)  # block units alike: each size priced once
         for stage, (nbytes, _) in zip(plan.first_rank_stages(), self._chunk_bytes(plan, split), strict=True):
             units = [layer_bytes] * split[stage]
             root = nbytes / 4 * dtype - split[stage] * layer_bytes
@@ -203,8 +205,9 @@ class Bound:
             split_backward = splits_backward(plan.schedule)  # type: ignore[arg-type]
             slowed = self._slowed(plan, split, times, split_backward)
             units = self._fsdp_units(plan, split) if _units(plan) else None
+            alone = self._alone(plan, m)[0] if _pays_alone(times) else frozenset()
             cached = self._replays[key] = replay(
-                times, sched, self._hop_s(plan), split_backward, slowed, units, plan.holders()
+                times, sched, self._hop_s(plan), split_backward, slowed, units, plan.holders(), alone
             )
         return cached
 
@@ -237,7 +240,7 @@ class Bound:
         base = self.est.base
         host = HostCosts.of(plan.apply(base))
         levels = self.est.dp_levels(plan)
-        out, priced = [], _Priced(levels)  # buckets of the cap's size are alike: each size priced once
+        out, priced = [], PricedCollectives(levels)  # full buckets alike: each size priced once
         for v, n in enumerate(split):
             tensors = chunk_tensor_bytes(
                 base.model, plan.tp, layers=n, has_embedding=v == 0, has_head=v == len(split) - 1,
@@ -343,7 +346,17 @@ class Bound:
                 times = gather_waits(times, split, self._block_gather_s(plan))
             elif walk:  # ZeRO-2: the first rank's passes that gather, from its schedule
                 ranks = rank_waits(self._gather_counts(plan, m), split, self._block_gather_s(plan))
-        return chain_bound(times, plan.pp, m, plan.schedule, self._hop_s(plan), plan.holders(), ranks)
+        alone = self._alone(plan, m)[1] if _pays_alone(times) else None
+        return chain_bound(times, plan.pp, m, plan.schedule, self._hop_s(plan), plan.holders(), ranks, alone)
+
+    def _alone(self, plan: Plan, m: int) -> Unpaired:
+        """The schedule's unpaired passes (as the engine reads them) and their counts per stage."""
+        key = (plan.schedule, plan.pp, m, plan.virtual_stages)
+        cached = self._alones.get(key)
+        if cached is None:
+            passes = unpaired_passes(self._schedule(plan, m))
+            cached = self._alones[key] = (passes, unpaired_counts(passes, plan.pp * plan.virtual_stages))
+        return cached
 
     def _chunk_bytes(self, plan: Plan, split: tuple[int, ...]) -> list[tuple[float, int]]:
         """`chunk_bytes` once per (tp, first-rank stages, split): it reads the estimator's model (fixed per
@@ -423,6 +436,11 @@ class Bound:
         return sum(g for g, _ in per_chunk), sum(r for _, r in per_chunk)
 
 
+def _pays_alone(times: tuple[StageTimes, ...]) -> bool:
+    """Whether an unpaired pass runs longer than a paired one (overlapped ep all-to-alls: engine/plan.py)."""
+    return any(st.alone_forward_s or st.alone_backward_s for st in times)
+
+
 def _units(plan: Plan) -> bool:
     """Whether the engine runs the plan's passes by FSDP units (engine/plan.py: ZeRO-2/3 over dp x cp)."""
     return plan.zero_stage >= 2 and plan.dp * plan.cp > 1
@@ -430,17 +448,3 @@ def _units(plan: Plan) -> bool:
 
 def _one(levels: tuple[Level, ...], kind: CollectiveKind, nbytes: float, algorithm: str = "auto") -> float:
     return collective_seconds(kind, levels, nbytes, algorithm)  # type: ignore[arg-type]
-
-
-class _Priced:
-    """`_one` over `levels`, once per (kind, bytes, algorithm): FSDP block units, full buckets alike."""
-
-    def __init__(self, levels: tuple[Level, ...]) -> None:
-        self.levels, self.seconds = levels, dict[tuple[str, float, str], float]()
-
-    def __call__(self, kind: CollectiveKind, nbytes: float, algorithm: str = "auto") -> float:
-        key = (kind, nbytes, algorithm)
-        cached = self.seconds.get(key)
-        if cached is None:
-            cached = self.seconds[key] = _one(self.levels, kind, nbytes, algorithm)
-        return cached

@@ -19,6 +19,10 @@ class StageTimes(NamedTuple):
     recompute_s: float
     backward_input_s: float
     backward_weight_s: float
+    alone_forward_s: float = 0.0
+    """What an unpaired forward adds: its overlapped ep all-to-alls' hidden seconds (engine/plan.py)."""
+    alone_backward_s: float = 0.0
+    """What an unpaired backward adds (to its W where the split backward leaves B empty)."""
 
     @property
     def total_s(self) -> float:
@@ -42,27 +46,34 @@ def stage_times(seg: SegmentTimes, split: tuple[int, ...], units: bool = False) 
     out, start, last = [], 0, len(split) - 1
     forward, backward, weight = seg.forward_s, seg.backward_input_s, seg.backward_weight_s
     embedding, head, recompute = seg.embedding, seg.head, seg.recompute_full
+    alone_f, alone_b = seg.alone_forward_s, seg.alone_backward_s
     own_f, own_b, emb_own, head_own = (
         seg.compute_forward_s,
         seg.compute_backward_s,
         seg.embedding_compute,
         seg.head_compute,
     )
+    blocks = len(forward) - 1
     for v, n in enumerate(split):
         end = start + n
-        f = forward[end] - forward[start]
-        b = backward[end] - backward[start]
-        w = weight[end] - weight[start]
+        # the multi-token-prediction blocks after the split's run on the last stage with the head
+        # (costs/mtp.py); under FSDP units they are left out, which only lowers the bound
+        stop = blocks if v == last and not units else end
+        f = forward[stop] - forward[start]
+        b = backward[stop] - backward[start]
+        w = weight[stop] - weight[start]
         if v == 0:
             f, b, w = f + embedding[0], b + embedding[1], w + embedding[2]
         if v == last:
             f, b, w = f + head[0], b + head[1], w + head[2]
+        af = alone_f[stop] - alone_f[start] if alone_f else 0.0
+        ab = alone_b[stop] - alone_b[start] if alone_b else 0.0
         if units:  # x * 1.0 is x, so plans without units skip the scaling
             root_f = (emb_own[0] if v == 0 else 0.0) + (head_own[0] if v == last else 0.0)
             root_b = (emb_own[1] if v == 0 else 0.0) + (head_own[1] if v == last else 0.0)
-            scale_b = _share(own_b, root_b, start, n)
-            b, w, f = b * scale_b, w * scale_b, f * _share(own_f, root_f, start, n)
-        out.append(StageTimes(f, f if recompute else 0.0, b, w))
+            scale_b, scale_f = _share(own_b, root_b, start, n), _share(own_f, root_f, start, n)
+            b, w, f, af, ab = b * scale_b, w * scale_b, f * scale_f, af * scale_f, ab * scale_b
+        out.append(StageTimes(f, f if recompute else 0.0, b, w, af, ab))
         start = end
     return tuple(out)
 
@@ -150,6 +161,7 @@ def chain_bound(
     hop_s: float,
     holders: tuple[int, ...] | None = None,
     waits: tuple[float, ...] | None = None,
+    alone: tuple[tuple[int, int], ...] | None = None,
 ) -> Compute:
     """The compute part of the bound over a plan's per-stage times (see the module docstring). Under a
     split backward the first stage's B is empty and its W is the whole backward (costs/stage.py).
@@ -158,13 +170,22 @@ def chain_bound(
     them hold for both; a V rank's last backward is on its first chunk (its second chunk's backward of
     that micro-batch precedes it), so the cool-down from it runs through stages r-1..0 as in the loop.
     `waits`: per rank from the first (the ranks past its end: none), time its forward and backward passes
-    spend waiting beyond `times` (ZeRO-2's gathers, sweep_fsdp.rank_waits), added to its work."""
+    spend waiting beyond `times` (ZeRO-2's gathers, sweep_fsdp.rank_waits), added to its work.
+    `alone`: per stage, how many of its forwards and backwards run unpaired (`alone_counts`), each
+    longer by the stage's `alone_forward_s` / `alone_backward_s`; that is work of its rank too, but where
+    a split backward puts it on W (the first stage) it is left out of the cool-down term, since those
+    W passes may follow the last backward."""
     split = splits_backward(schedule)  # type: ignore[arg-type]
     owner = holders or tuple(v % pp for v in range(len(times)))
-    work, weights = [0.0] * pp, [0.0] * pp
+    work, weights, late = [0.0] * pp, [0.0] * pp, [0.0] * pp
     for v, st in enumerate(times):
         work[owner[v]] += m * st.total_s
         weights[owner[v]] += m * (st.backward_weight_s + (st.backward_input_s if v == 0 else 0.0))
+    for v, (forwards, backwards) in enumerate(alone or ()):
+        st = times[v]
+        work[owner[v]] += forwards * st.alone_forward_s + backwards * st.alone_backward_s
+        if split and v == 0:  # its B is empty: W carries the unpaired backward's all-to-alls
+            late[owner[v]] += backwards * st.alone_backward_s
     for r, wait in enumerate(waits or ()):
         work[r] += wait
     other = first = work[0]
@@ -179,13 +200,19 @@ def chain_bound(
             cool += prev.recompute_s + prev.backward_input_s + weight + hop_s
         tail = _trailing_s(schedule, times, weights, r, m, split)
         other = max(other, into + work[r])
-        first = max(first, into + work[r] - tail + cool)
+        first = max(first, into + work[r] - late[r] - tail + cool)
     s0 = times[0]
     if split:  # the final B of stage 0 is empty; the W passes after it hold stage 0's whole backward
         b0, tail0 = 0.0, _trailing_s(schedule, times, weights, 0, m, split)
     else:
         b0, tail0 = s0.backward_input_s + s0.backward_weight_s, 0.0
-    return Compute(other, first, max(work[0] - tail0 - b0, 0.0), b0)
+    # rank 0's unpaired passes may include its final backward and trailing W's: none counted here
+    unpaired0 = sum(
+        f * times[v].alone_forward_s + b * times[v].alone_backward_s
+        for v, (f, b) in enumerate(alone or ())
+        if owner[v] == 0
+    )
+    return Compute(other, first, max(work[0] - unpaired0 - tail0 - b0, 0.0), b0)
 
 
 class Replay(NamedTuple):
@@ -292,10 +319,13 @@ def replay(
     slowed_s: tuple[float, ...] | None = None,
     units: FsdpUnits | None = None,
     holders: tuple[int, ...] | None = None,
+    alone: frozenset[tuple[str, int, int]] = frozenset(),
 ) -> Replay:
     """`Replay` of `schedule` (schedules.py) over per-stage `times`; `slowed_s`: per stage, what its last
     backward loses to the all-reduces beside it (engine/data_parallel.py); `units`: ZeRO-2/3 passes unit by
-    unit (`FsdpUnits`), the rank ending no earlier than its dp stream; `holders`: stage -> rank (`_hops`)."""
+    unit (`FsdpUnits`), the rank ending no earlier than its dp stream; `holders`: stage -> rank (`_hops`);
+    `alone`: the passes that run unpaired (costs/moe_overlap.py unpaired_passes), each longer by its
+    stage's `alone_forward_s` / `alone_backward_s` as the engine runs them (engine/plan.py, _alone)."""
     pp, stages = len(schedule), len(times)
     hop_in, hop_back = _hops(holders or tuple(v % pp for v in range(stages)), hop_s)
     extra, backwards_left = slowed_s or (0.0,) * stages, _backwards_per_stage(schedule, stages)
@@ -311,6 +341,13 @@ def replay(
                 a = actions[i]
                 stage = a.stage
                 f_s, b_s, w_s, r_s = durations[stage]
+                if alone and (a.kind, stage, a.microbatch) in alone:
+                    st = times[stage]
+                    f_s += st.alone_forward_s
+                    if b_s or not split:
+                        b_s += st.alone_backward_s
+                    else:  # the first stage's W carries its whole backward
+                        w_s += st.alone_backward_s
                 if a.kind == "F":
                     ready = forward_end[(stage - 1) * m + a.microbatch] if stage else 0.0
                     if ready < 0.0:

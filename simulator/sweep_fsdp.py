@@ -85,11 +85,10 @@ def gather_waits(
             continue
         forward = 0.0 if v in (0, last) else gather_s
         out.append(
-            StageTimes(
-                st.forward_s + forward,
-                st.recompute_s + forward if st.recompute_s else 0.0,
-                st.backward_input_s + gather_s,
-                st.backward_weight_s,
+            st._replace(
+                forward_s=st.forward_s + forward,
+                recompute_s=st.recompute_s + forward if st.recompute_s else 0.0,
+                backward_input_s=st.backward_input_s + gather_s,
             )
         )
     return tuple(out)

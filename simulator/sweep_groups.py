@@ -127,11 +127,15 @@ def _least(rows: list[list[float]]) -> list[float]:
 
 def floor_times(segments: list[tuple[SegmentTimes, bool]]) -> SegmentTimes:
     """Per segment, the least forward, input-gradient and weight-gradient time over `segments` (each
-    scaled by `unit_scales` where its plan runs FSDP units); recompute counted only where every one
-    recomputes in full. Stage sums of it are at most those of each (sweep_chain.stage_times)."""
+    scaled by `unit_scales` where its plan runs FSDP units), and the least an unpaired pass adds (none
+    unless every one overlaps its all-to-alls); recompute counted only where every one recomputes in
+    full. Stage sums of it are at most those of each (sweep_chain.stage_times)."""
     forward, backward_input, backward_weight, embedding, head = [], [], [], [], []
+    alone_f, alone_b = [], []  # what unpaired passes add: none unless every member overlaps
     for seg, units in segments:
         sf, sb = unit_scales(seg) if units else (1.0, 1.0)
+        alone_f.append(_diffs(seg.alone_forward_s, sf))
+        alone_b.append(_diffs(seg.alone_backward_s, sb))
         forward.append(_diffs(seg.forward_s, sf))
         backward_input.append(_diffs(seg.backward_input_s, sb))
         backward_weight.append(_diffs(seg.backward_weight_s, sb))
@@ -145,6 +149,8 @@ def floor_times(segments: list[tuple[SegmentTimes, bool]]) -> SegmentTimes:
         embedding=(emb[0], emb[1], emb[2]),
         head=(out[0], out[1], out[2]),
         recompute_full=all(seg.recompute_full for seg, _ in segments),
+        alone_forward_s=tuple(accumulate(_least(alone_f), initial=0.0)) if all(alone_f) else (),
+        alone_backward_s=tuple(accumulate(_least(alone_b), initial=0.0)) if all(alone_b) else (),
     )
 
 

@@ -157,3 +157,18 @@ def collective_seconds(
     if algorithm != "auto":
         return candidates[algorithm]
     return min(candidates.values())
+
+
+class PricedCollectives:
+    """`collective_seconds` over `levels`, once per (kind, bytes, algorithm): a sweep prices many
+    collectives of one size (FSDP block units, full gradient buckets) on one group."""
+
+    def __init__(self, levels: Sequence[Level]) -> None:
+        self.levels, self.seconds = levels, dict[tuple[str, float, str], float]()
+
+    def __call__(self, kind: CollectiveKind, nbytes: float, algorithm: Algorithm = "auto") -> float:
+        key = (kind, nbytes, algorithm)
+        cached = self.seconds.get(key)
+        if cached is None:
+            cached = self.seconds[key] = collective_seconds(kind, self.levels, nbytes, algorithm)
+        return cached

@@ -102,6 +102,20 @@ def unpaired_passes(schedule: Schedule) -> frozenset[tuple[str, int, int]]:
     return frozenset(out)
 
 
+Unpaired = tuple[frozenset[tuple[str, int, int]], tuple[tuple[int, int], ...]]
+"""`unpaired_passes` of a schedule and its `unpaired_counts`."""
+
+
+def unpaired_counts(passes: frozenset[tuple[str, int, int]], stages: int) -> tuple[tuple[int, int], ...]:
+    """Per stage, how many forwards and backwards of `unpaired_passes` it has (the sweep's bound adds
+    their hidden seconds to their rank's work, simulator/sweep_chain.py chain_bound)."""
+    counts = [[0, 0] for _ in range(stages)]
+    for kind, stage, _ in passes:
+        if kind != "W":
+            counts[stage][kind == "B"] += 1
+    return tuple((f, b) for f, b in counts)
+
+
 def hidden_seconds(cost: StageCost) -> tuple[float, float]:
     """(forward, backward) seconds of one stage's ep all-to-alls, one micro-batch, that an overlapped pass
     hides (Collective.seconds - blocking_s): what an unpaired pass pays on top of its steady-state price."""
