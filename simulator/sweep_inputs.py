@@ -8,7 +8,7 @@ the model's convergence, which a step-time search must not trade away. A scenari
 from __future__ import annotations
 
 from plancast.simulator.scenario import Scenario
-from plancast.simulator.sweep_axes import Pins, cp_choices
+from plancast.simulator.sweep_axes import Pins, Plan, cp_choices
 from plancast.simulator.sweep_space import roots, tensor_parallel_degrees
 
 BATCH_KEYS = ("global_batch_size", "seq_len")
@@ -58,3 +58,16 @@ def why_empty(base: Scenario, gpus: int, enumerated: int, limit_GiB: float, pins
             "training.global_batch_size or search fewer --gpus"
         )
     return f"no plan of {enumerated:,} fits in {limit_GiB:g} GiB per GPU (memory)"
+
+
+def plan_warnings(base: Scenario, gpus: int, plans: list[Plan]) -> list[list[str]]:
+    """Per plan, what `plancast validate` warns about it beyond what it warns about `base` itself: a
+    ranked plan that its framework refuses (Megatron-Core's EP overlap rules, validation_moe.py) or an
+    unwise one is named beside its rank. The search ranks such plans by their predicted time all the
+    same; `--pin` leaves them out (docs/sweep.md)."""
+    from plancast.simulator.sweep import _base_for  # the sweep imports this module
+    from plancast.simulator.validation import check_plan
+
+    resized = _base_for(base, gpus)
+    own = set(check_plan(resized)[1])
+    return [[w for w in check_plan(plan.apply(resized))[1] if w not in own] for plan in plans]

@@ -58,3 +58,25 @@ def test_a_bad_pin_exits_2_naming_it(pin: str, named: str) -> None:
 def test_a_pin_that_leaves_no_plan_is_named() -> None:
     code, _, err = cli_main("sweep", TINY, "--gpus", "2", "--pin", "pp=3")
     assert code == 1 and "no plan with --pin pp=3" in err, err
+
+
+def test_each_ranked_plan_carries_what_validate_warns_about_it(tmp_path: Path) -> None:
+    """Megatron-Core refuses EP overlap on a pipeline that is not interleaved: a sweep pinned there still
+    ranks those plans by time, and each row names the refusal (JSON, and under the table); the same plans
+    without overlap carry none of it."""
+    scenario = tmp_path / "moe.toml"
+    scenario.write_text(
+        '[model]\npreset = "tiny-moe"\n[training]\nseq_len = 64\nglobal_batch_size = 32\n'
+        '[parallelism]\nframework = "megatron-lm"\n[cluster]\npreset = "dgx-a100-80gb"\nnum_nodes = 1\n'
+    )
+    pins = ["--gpus", "8", "--top", "3", "--pin", "pp=2", "--pin", "schedule=1F1B", "--pin", "ep=2"]
+
+    def warned(overlap: str) -> list[str]:
+        found = plans(str(scenario), *pins, "--pin", f"overlap={overlap}")
+        return [" | ".join(p["warnings"]) for p in found]  # type: ignore[arg-type]
+
+    assert all("Megatron-Core refuses it with a pipeline" in w for w in warned("true"))
+    assert not any("moe_overlap_ep_comm" in w for w in warned("false"))
+    code, out, err = cli_main("sweep", str(scenario), *pins, "--pin", "overlap=true", "--workers=1")
+    assert code == 0, err
+    assert "#1: parallelism.moe_overlap_ep_comm under framework megatron-lm" in out

@@ -307,11 +307,14 @@ def _single_sweep(
         except ValueError as e:
             raise UserError(str(e)) from None
     elapsed = time.perf_counter() - started
-    rows = [r.row() for r in result.finalists]
+    from plancast.simulator.sweep_inputs import plan_warnings
+
+    warned = plan_warnings(s, n_gpus, [r.plan for r in result.finalists])
+    rows = [{**r.row(), "warnings": w} for r, w in zip(result.finalists, warned, strict=True)]
     if table is not None:
         import pandas as pd
 
-        pd.DataFrame(rows).to_csv(table, index=False)
+        pd.DataFrame([{**r, "warnings": "; ".join(r["warnings"])} for r in rows]).to_csv(table, index=False)
         err.print(f"wrote {table}", markup=False)
     if json_:
         print_json(
@@ -331,11 +334,12 @@ def _single_sweep(
         err.print(why_empty(s, n_gpus, result.enumerated, limit_gib, pins), markup=False)
         raise typer.Exit(1)
     if not json_:
-        _print_plans(result, top, elapsed)
+        _print_plans(result, top, elapsed, warned)
 
 
-def _print_plans(result: SweepResult, top: int, elapsed_s: float) -> None:
-    """The search's counts, then its ``top`` ranked plans as a table."""
+def _print_plans(result: SweepResult, top: int, elapsed_s: float, warned: list[list[str]]) -> None:
+    """The search's counts, then its ``top`` ranked plans as a table, then what `validate` warns about
+    each of them (a plan the framework refuses is still ranked by its predicted time)."""
     from rich.table import Table
 
     out.print(
@@ -354,3 +358,6 @@ def _print_plans(result: SweepResult, top: int, elapsed_s: float) -> None:
             f"{(r.summary or {}).get('tokens_per_s', 0):,.0f}",
         )
     out.print(view)
+    for i, warnings in enumerate(warned[:top], 1):
+        for warning in warnings:
+            out.print(f"#{i}: {warning}", markup=False)
