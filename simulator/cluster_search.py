@@ -19,7 +19,7 @@ from plancast.simulator.goodput import plan_run, resized
 from plancast.simulator.scenario import Scenario
 from plancast.simulator.sweep import MapFn, Ranked, sweep
 from plancast.simulator.sweep_axes import Pins
-from plancast.simulator.sweep_inputs import why_empty
+from plancast.simulator.sweep_inputs import plan_warnings, why_empty
 from plancast.simulator.sweep_space import NO_PINS
 
 RANK_KEYS: dict[str, str] = {
@@ -43,6 +43,8 @@ class Candidate:
     gpus: int
     ranked: Ranked
     goodput: dict[str, Any] | None
+    warnings: tuple[str, ...] = ()
+    """What `plancast validate` warns about the plan beyond its scenario (sweep_inputs.plan_warnings)."""
 
     def row(self) -> dict[str, Any]:
         g = self.goodput or {}
@@ -54,6 +56,7 @@ class Candidate:
             **{k: g.get(k) for k in ("goodput_fraction", "time_to_train_days", "gpu_hours", "cost_usd")},
             "energy_MWh": g.get("energy_MWh"),
             "checkpoint_interval_s": g.get("checkpoint_interval_s"),
+            "warnings": list(self.warnings),
         }
 
 
@@ -135,10 +138,11 @@ def search(
         if not result.finalists:
             limit = min(scenario.cluster.gpu.memory_GiB, max_memory_gib or scenario.cluster.gpu.memory_GiB)
             skipped.append(f"{label}: {why_empty(scenario, gpus, result.enumerated, limit)}")
-        for ranked in result.finalists:
+        warned = plan_warnings(scenario, gpus, [r.plan for r in result.finalists])
+        for ranked, warnings in zip(result.finalists, warned, strict=True):
             planned = ranked.plan.apply(resized(scenario, gpus))
             run = plan_run(planned, ranked.step_time_s or 0.0)
-            candidates.append(Candidate(name, scenario.cluster.gpu.name, gpus, ranked, run))
+            candidates.append(Candidate(name, scenario.cluster.gpu.name, gpus, ranked, run, tuple(warnings)))
     if progress is not None:
         progress(len(combos), len(combos), "ranking")
     rows = [c.row() for c in candidates]

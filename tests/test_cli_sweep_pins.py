@@ -80,3 +80,7 @@ def test_each_ranked_plan_carries_what_validate_warns_about_it(tmp_path: Path) -
     code, out, err = cli_main("sweep", str(scenario), *pins, "--pin", "overlap=true", "--workers=1")
     assert code == 0, err
     assert "#1: parallelism.moe_overlap_ep_comm under framework megatron-lm" in out
+    sizes = [a if a != "8" else "4,8" for a in pins]  # several sizes: the cluster search's rows too
+    across = plans(str(scenario), *sizes, "--pin", "overlap=true")
+    assert {p["gpus"] for p in across} == {4, 8}
+    assert all(any("Megatron-Core refuses it" in w for w in p["warnings"]) for p in across)  # type: ignore[attr-defined]

@@ -77,7 +77,8 @@ def cluster_sweep(
     if table is not None:
         import pandas as pd
 
-        pd.DataFrame(result.rows).to_csv(table, index=False)
+        joined = [{**r, "warnings": "; ".join(r["warnings"])} for r in result.rows]
+        pd.DataFrame(joined).to_csv(table, index=False)
         err.print(f"wrote {table}", markup=False)
     if json_:
         print_json(_json(result, top, time.perf_counter() - started))
@@ -88,6 +89,9 @@ def cluster_sweep(
         return
     out.print(f"{len(result.rows)} finalists of {result.enumerated:,} plans, ranked by {rank_by}")
     out.print(ranked_table(result.rows[:top]))
+    for i, row in enumerate(result.rows[:top], 1):  # what validate warns about each (docs/sweep.md)
+        for warning in row["warnings"]:
+            out.print(f"#{i}: {warning}", markup=False)
 
 
 def _json(result: Any, top: int, seconds: float) -> dict[str, Any]:
