@@ -321,15 +321,14 @@ def replay(
     holders: tuple[int, ...] | None = None,
     alone: frozenset[tuple[str, int, int]] = frozenset(),
 ) -> Replay:
-    """`Replay` of `schedule` (schedules.py) over per-stage `times`; `slowed_s`: per stage, what its last
-    backward loses to the all-reduces beside it (engine/data_parallel.py); `units`: ZeRO-2/3 passes unit by
-    unit (`FsdpUnits`), the rank ending no earlier than its dp stream; `holders`: stage -> rank (`_hops`);
-    `alone`: the passes that run unpaired (costs/moe_overlap.py unpaired_passes), each longer by its
-    stage's `alone_forward_s` / `alone_backward_s` as the engine runs them (engine/plan.py, _alone)."""
+    """`Replay` of `schedule` over per-stage `times`; `slowed_s`: per stage, what its last backward loses to
+    the all-reduces beside it (engine/data_parallel.py); `units`: ZeRO-2/3 passes unit by unit (`FsdpUnits`),
+    the rank ending no earlier than its dp stream; `holders`: stage -> rank; `alone`: unpaired passes."""
     pp, stages = len(schedule), len(times)
     hop_in, hop_back = _hops(holders or tuple(v % pp for v in range(stages)), hop_s)
     extra, backwards_left = slowed_s or (0.0,) * stages, _backwards_per_stage(schedule, stages)
     durations = [action_seconds(st, v, split) for v, st in enumerate(times)]
+    lonely = [_alone_seconds(d, st, split) for d, st in zip(durations, times, strict=True)]
     m, forward_end, backward_end = _ends(schedule, stages)
     stream, position, free, last_b = [0.0] * pp, [0] * pp, [0.0] * pp, dict[int, tuple[float, float]]()
     left = sum(len(actions) for actions in schedule)
@@ -340,14 +339,8 @@ def replay(
             while i < len(actions):
                 a = actions[i]
                 stage = a.stage
-                f_s, b_s, w_s, r_s = durations[stage]
-                if alone and (a.kind, stage, a.microbatch) in alone:
-                    st = times[stage]
-                    f_s += st.alone_forward_s
-                    if b_s or not split:
-                        b_s += st.alone_backward_s
-                    else:  # the first stage's W carries its whole backward
-                        w_s += st.alone_backward_s
+                unpaired = alone and (a.kind, stage, a.microbatch) in alone
+                f_s, b_s, w_s, r_s = (lonely if unpaired else durations)[stage]
                 if a.kind == "F":
                     ready = forward_end[(stage - 1) * m + a.microbatch] if stage else 0.0
                     if ready < 0.0:
@@ -362,10 +355,7 @@ def replay(
                     if ready < 0.0:
                         break
                     start = max(now, ready if last_stage else ready + hop_back[stage])
-                    if units is None:
-                        start, now = start + r_s, start + r_s + b_s
-                    else:
-                        start, now, stream[rank] = _backward(units, stage, start, r_s, b_s, stream[rank])
+                    start, now, stream[rank] = _backward(units, stage, start, r_s, b_s, stream[rank])
                     backwards_left[stage] -= 1
                     now += 0.0 if backwards_left[stage] else extra[stage]
                     backward_end[stage * m + a.microbatch] = now
@@ -381,6 +371,15 @@ def replay(
             raise ValueError("schedule deadlocks")
     ends = tuple(max(f, d) for f, d in zip(free, stream, strict=True))
     return Replay(ends, tuple(last_b[s] for s in sorted(last_b)))
+
+
+def _alone_seconds(durations: ActionSeconds, st: StageTimes, split: bool) -> ActionSeconds:
+    """`action_seconds` of an unpaired pass (costs/moe_overlap.py unpaired_passes) as the engine runs it
+    (engine/plan.py, _alone): F and B longer by the hidden all-to-alls, W in B's place if B is empty."""
+    f_s, b_s, w_s, r_s = durations
+    if b_s or not split:
+        return f_s + st.alone_forward_s, b_s + st.alone_backward_s, w_s, r_s
+    return f_s + st.alone_forward_s, b_s, w_s + st.alone_backward_s, r_s
 
 
 def _ends(schedule: Schedule, stages: int) -> tuple[int, list[float], list[float]]:
@@ -437,7 +436,11 @@ def overlapped_s(buckets: tuple[int, ...], seconds: tuple[float, ...], backward_
     return overlapped
 
 
-def action_seconds(st: StageTimes, stage: int, split: bool) -> tuple[float, float, float, float]:
+ActionSeconds = tuple[float, float, float, float]
+"""(F, B's own pass, W, B's recompute) of one stage's actions."""
+
+
+def action_seconds(st: StageTimes, stage: int, split: bool) -> ActionSeconds:
     """(F, B's own pass, W, B's recompute) of one stage's actions (costs/stage.py, Durations.of)."""
     if not split:
         return st.forward_s, st.backward_input_s + st.backward_weight_s, 0.0, st.recompute_s

@@ -307,10 +307,7 @@ def _single_sweep(
         except ValueError as e:
             raise UserError(str(e)) from None
     elapsed = time.perf_counter() - started
-    from plancast.simulator.sweep_inputs import plan_warnings
-
-    warned = plan_warnings(s, n_gpus, [r.plan for r in result.finalists])
-    rows = [{**r.row(), "warnings": w} for r, w in zip(result.finalists, warned, strict=True)]
+    rows, warned = _rows(s, n_gpus, result)
     if table is not None:
         import pandas as pd
 
@@ -335,6 +332,14 @@ def _single_sweep(
         raise typer.Exit(1)
     if not json_:
         _print_plans(result, top, elapsed, warned)
+
+
+def _rows(s: Any, n_gpus: int, result: SweepResult) -> tuple[list[dict[str, Any]], list[list[str]]]:
+    """Each finalist's row with what `validate` warns about it (sweep_inputs.plan_warnings), and those."""
+    from plancast.simulator.sweep_inputs import plan_warnings
+
+    warned = plan_warnings(s, n_gpus, [r.plan for r in result.finalists])
+    return [{**r.row(), "warnings": w} for r, w in zip(result.finalists, warned, strict=True)], warned
 
 
 def _print_plans(result: SweepResult, top: int, elapsed_s: float, warned: list[list[str]]) -> None:
