@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from plancast.simulator.costs.moe_overlap import segment_hidden_seconds
 from plancast.simulator.costs.stage import Segment, StageCost
 
 
@@ -49,8 +50,7 @@ def segment_passes(segments: tuple[Segment, ...], tp_overlap: bool) -> list[Pass
                 one.backward_weight_s,
                 g.forward_s,
                 g.backward_input_s + g.backward_weight_s,
-                sum(c.seconds - c.blocking_s for c in g.ep_cp_forward if c.stream == "ep"),
-                sum(c.seconds - c.blocking_s for c in g.ep_cp_backward if c.stream == "ep"),
+                *segment_hidden_seconds(g),
             )
         passes.append(times)
     return passes

@@ -26,7 +26,7 @@ from plancast.simulator.costs.ops import Op
 from plancast.simulator.schedule_action import Schedule
 
 if TYPE_CHECKING:  # costs/stage.py imports this module
-    from plancast.simulator.costs.stage import StageCost
+    from plancast.simulator.costs.stage import Segment, StageCost
 
 MLP_OP_PREFIXES = ("expert_", "shared_")
 """costs/moe.py's routed and shared expert ops: Megatron-Core's `mlp` sub-module; everything before the
@@ -119,7 +119,13 @@ def unpaired_counts(passes: frozenset[tuple[str, int, int]], stages: int) -> tup
 def hidden_seconds(cost: StageCost) -> tuple[float, float]:
     """(forward, backward) seconds of one stage's ep all-to-alls, one micro-batch, that an overlapped pass
     hides (Collective.seconds - blocking_s): what an unpaired pass pays on top of its steady-state price."""
+    per_segment = [segment_hidden_seconds(g) for g in cost.segments]
+    return sum(f for f, _ in per_segment), sum(b for _, b in per_segment)
+
+
+def segment_hidden_seconds(g: Segment) -> tuple[float, float]:
+    """`hidden_seconds` of one segment (the sweep's bound reads them per block, sweep_segments.py)."""
     return (
-        sum(c.seconds - c.blocking_s for g in cost.segments for c in g.ep_cp_forward if c.stream == "ep"),
-        sum(c.seconds - c.blocking_s for g in cost.segments for c in g.ep_cp_backward if c.stream == "ep"),
+        sum(c.seconds - c.blocking_s for c in g.ep_cp_forward if c.stream == "ep"),
+        sum(c.seconds - c.blocking_s for c in g.ep_cp_backward if c.stream == "ep"),
     )
