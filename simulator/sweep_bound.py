@@ -35,12 +35,10 @@ from plancast.simulator.sweep_chain import (
     Compute,
     FsdpUnits,
     Replay,
-    StageTimes,
     action_seconds,
     chain_bound,
     overlapped_s,
     replay,
-    stage_times,
 )
 from plancast.simulator.sweep_estimate import Estimator, degrees, layer_key
 from plancast.simulator.sweep_fsdp import (
@@ -51,6 +49,7 @@ from plancast.simulator.sweep_fsdp import (
     gather_waits,
     rank_waits,
 )
+from plancast.simulator.sweep_segments import StageTimes
 
 built_schedule = lru_cache(maxsize=256)(build_schedule)
 """Pure-function memoisation (as engine/plan.py's `_schedule`): a worker refining plans one task at a
@@ -200,7 +199,7 @@ class Bound:
         )  # fmt: skip  (DDP and ZeRO-1 replay alike: the same buckets, no FSDP units)
         cached = self._replays.get(key)
         if cached is None:
-            times = stage_times(self.est.layer(plan).segments, split, units=_units(plan))
+            times = self.est.stages(plan, split, _units(plan))
             sched = self._schedule(plan, m)
             split_backward = splits_backward(plan.schedule)  # type: ignore[arg-type]
             slowed = self._slowed(plan, split, times, split_backward)
@@ -329,7 +328,7 @@ class Bound:
                (plan.dp, plan.zero_stage) if waits else 0)  # fmt: skip
         cached = self._compute.get(key)
         if cached is None:
-            times = stage_times(self.est.layer(plan).segments, split, units=_units(plan))
+            times = self.est.stages(plan, split, _units(plan))
             cached = self._compute[key] = self.chain(plan, m, split, times)
         return cached
 

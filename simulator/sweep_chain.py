@@ -1,90 +1,14 @@
-"""The pipeline part of the sweep's lower bound (simulator/sweep_bound.py; docs/sweep.md proves it): a
-plan's per-stage pass times from the sweep's per-segment costs, the closed-form forward and cool-down
-chains, and the schedule replayed action by action."""
+"""The pipeline part of the sweep's lower bound (simulator/sweep_bound.py; docs/sweep.md proves it): over
+a plan's per-stage pass times (sweep_segments.stage_times), the closed-form forward and cool-down chains,
+and the schedule replayed action by action."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import NamedTuple
 
 from plancast.simulator.schedules import Schedule, splits_backward
-from plancast.simulator.sweep_segments import SegmentTimes
-
-
-class StageTimes(NamedTuple):
-    """One virtual stage's pass times for one micro-batch (costs/stage.py `Durations`, unsplit)."""
-
-    forward_s: float
-    recompute_s: float
-    backward_input_s: float
-    backward_weight_s: float
-    alone_forward_s: float = 0.0
-    """What an unpaired forward adds: its overlapped ep all-to-alls' hidden seconds (engine/plan.py)."""
-    alone_backward_s: float = 0.0
-    """What an unpaired backward adds (to its W where the split backward leaves B empty)."""
-
-    @property
-    def total_s(self) -> float:
-        return self.forward_s + self.recompute_s + self.backward_input_s + self.backward_weight_s
-
-
-# Pure-function memoisation (as engine/plan.py's `_schedule`): the sweep asks for the same (per-layer
-# costs, split) under every schedule, micro-batch count and ZeRO stage of a subtree.
-@lru_cache(maxsize=4096)
-def stage_times(seg: SegmentTimes, split: tuple[int, ...], units: bool = False) -> tuple[StageTimes, ...]:
-    """Per virtual stage of `split`, the sums of its segments (embedding on the first, head on the last).
-
-    `units`: ZeRO-2/3, where the engine runs a pass as its FSDP units' shares of the stage's time, each
-    block's share sized by the stage's first block (simulator/units.py, dp_plan): where blocks differ (an
-    MoE model's dense first blocks) the shares may sum below 1, and the times are scaled by that sum.
-
-    The sweep calls it hundreds of thousands of times on a large MoE space (its cache holds the recent
-    ones), so the fields are read into locals once and the unit shares (`_share`) are worked out inline,
-    with the same arithmetic in the same order as before (tests/simulator/test_sweep_bound.py checks
-    the bound against the engine)."""
-    out, start, last = [], 0, len(split) - 1
-    forward, backward, weight = seg.forward_s, seg.backward_input_s, seg.backward_weight_s
-    embedding, head, recompute = seg.embedding, seg.head, seg.recompute_full
-    alone_f, alone_b = seg.alone_forward_s, seg.alone_backward_s
-    own_f, own_b, emb_own, head_own = (
-        seg.compute_forward_s,
-        seg.compute_backward_s,
-        seg.embedding_compute,
-        seg.head_compute,
-    )
-    blocks = len(forward) - 1
-    for v, n in enumerate(split):
-        end = start + n
-        # the multi-token-prediction blocks after the split's run on the last stage with the head
-        # (costs/mtp.py); under FSDP units they are left out, which only lowers the bound
-        stop = blocks if v == last and not units else end
-        f = forward[stop] - forward[start]
-        b = backward[stop] - backward[start]
-        w = weight[stop] - weight[start]
-        if v == 0:
-            f, b, w = f + embedding[0], b + embedding[1], w + embedding[2]
-        if v == last:
-            f, b, w = f + head[0], b + head[1], w + head[2]
-        af = alone_f[stop] - alone_f[start] if alone_f else 0.0
-        ab = alone_b[stop] - alone_b[start] if alone_b else 0.0
-        if units:  # x * 1.0 is x, so plans without units skip the scaling
-            root_f = (emb_own[0] if v == 0 else 0.0) + (head_own[0] if v == last else 0.0)
-            root_b = (emb_own[1] if v == 0 else 0.0) + (head_own[1] if v == last else 0.0)
-            scale_b, scale_f = _share(own_b, root_b, start, n), _share(own_f, root_f, start, n)
-            b, w, f, af, ab = b * scale_b, w * scale_b, f * scale_f, af * scale_f, ab * scale_b
-        out.append(StageTimes(f, f if recompute else 0.0, b, w, af, ab))
-        start = end
-    return tuple(out)
-
-
-def _share(prefix: tuple[float, ...], root: float, start: int, n: int) -> float:
-    """The sum of one pass's FSDP unit shares of a stage (simulator/units.py), at most 1: the root unit's
-    own time `root` and `n` blocks, each sized by the stage's first block, over the stage's own time."""
-    blocks = prefix[start + n] - prefix[start]
-    first_block = prefix[start + 1] - prefix[start] if n else 0.0
-    total = root + blocks
-    return min(1.0, (root + n * first_block) / total) if total else 1.0
+from plancast.simulator.sweep_segments import StageTimes
 
 
 def trailing_weight_passes(schedule: str, pp_rank: int, m: int) -> int | None:

@@ -28,7 +28,13 @@ from plancast.simulator.scenario import Scenario
 from plancast.simulator.schedules import SCHEDULES, Action
 from plancast.simulator.sweep_axes import Plan
 from plancast.simulator.sweep_inflight import CLOSED_FORM, INFLIGHT_STEADY, inflight_layers
-from plancast.simulator.sweep_segments import SegmentTimes, segment_passes, segment_times
+from plancast.simulator.sweep_segments import (
+    SegmentTimes,
+    StageTimes,
+    segment_passes,
+    segment_times,
+    stage_times,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +102,7 @@ class Estimator:
     _acts: dict[tuple[object, ...], tuple[float, float]] = field(default_factory=dict)
     _raw: dict[LayerKey, tuple[Segment, ...]] = field(default_factory=dict)
     _first_actions: dict[tuple[str, int, int, int], tuple[Action, ...]] = field(default_factory=dict)
+    _stages: dict[tuple[object, ...], tuple[StageTimes, ...]] = field(default_factory=dict)
 
     def split(self, plan: Plan) -> tuple[int, ...]:
         """The plan's blocks per virtual stage (Plan.layer_split)."""
@@ -105,6 +112,15 @@ class Estimator:
             m = self.base.model
             split = self._splits[key] = plan.layer_split(m.num_hidden_layers, m.num_nextn_predict_layers)
         return split
+
+    def stages(self, plan: Plan, split: tuple[int, ...], units: bool) -> tuple[StageTimes, ...]:
+        """sweep_segments.stage_times of the plan's per-layer costs, once per (layer key, split, units): a
+        small key, where stage_times' own cache hashes every segment time on each call."""
+        key = (layer_key(plan), split, units)
+        cached = self._stages.get(key)
+        if cached is None:
+            cached = self._stages[key] = stage_times(self.layer(plan).segments, split, units)
+        return cached
 
     def layer(self, plan: Plan) -> Layer:
         key = layer_key(plan)

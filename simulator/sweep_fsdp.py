@@ -21,8 +21,8 @@ from plancast.simulator.costs.params import chunk_tensor_bytes
 from plancast.simulator.scenario import Scenario
 from plancast.simulator.schedules import Action
 from plancast.simulator.sweep_axes import Plan
-from plancast.simulator.sweep_chain import FsdpUnits, StageTimes, StageUnits
-from plancast.simulator.sweep_segments import SegmentTimes
+from plancast.simulator.sweep_chain import FsdpUnits, StageUnits
+from plancast.simulator.sweep_segments import SegmentTimes, StageTimes
 
 
 def gather_passes(actions: tuple[Action, ...], zero3: bool, recompute_full: bool) -> dict[int, int]:

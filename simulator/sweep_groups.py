@@ -5,16 +5,16 @@ class (full or not) and ZeRO class (0-1, 2 or 3): they differ only in recompute 
 0 against 1, and (ep > 1) the MoE dispatcher and overlap. The search checks each member's memory (which
 fixes how many plans fit, exactly) but bounds the group with one number: the compute part of the bound
 (sweep_bound.Bound.chain: sweep_chain.chain_bound with the ZeRO-2/3 gather waits) over the least
-per-segment times of its members, and under ZeRO-2/3 the first rank's data-parallel stream. The chain's
-terms are sums of those times and waits with non-negative weights, so it is at most any member's chain;
-every member's bound (sweep_bound.Bound.seconds) is at least its chain's, and at least its stream, each
-plus its optimizer (`_after`). A group whose bound cannot beat the k-th best is never opened: none of its
-plans is bounded one by one (simulator/sweep.py, best_first).
+per-stage times of its members (`Grouper._floor`), and under ZeRO-2/3 the first rank's data-parallel
+stream. The chain's terms are sums of those times and waits with non-negative weights, so it is at
+most any member's chain; every member's bound (sweep_bound.Bound.seconds) is at least its chain's, and
+at least its stream, each plus its optimizer (`_after`). A group whose bound cannot beat the k-th best
+is never opened: none of its plans is bounded one by one (simulator/sweep.py, best_first).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from itertools import accumulate, pairwise
 from typing import NamedTuple
@@ -23,9 +23,8 @@ from plancast.simulator.costs.memory import GiB, loss_bytes_per_logit, rebuilds_
 from plancast.simulator.scenario import Scenario
 from plancast.simulator.sweep_axes import RECOMPUTE, ZERO_STAGES, Pins, Plan
 from plancast.simulator.sweep_bound import Bound, _units
-from plancast.simulator.sweep_chain import stage_times
 from plancast.simulator.sweep_estimate import Estimator, LayerKey, degrees, layer_key
-from plancast.simulator.sweep_segments import SegmentTimes
+from plancast.simulator.sweep_segments import SegmentTimes, StageTimes, stage_times, unit_shares
 from plancast.simulator.sweep_space import (
     Branch,
     LayerBalancer,
@@ -41,6 +40,9 @@ differences): it is lowered by this relative amount so that rounding never lifts
 
 Shape = tuple[int, int, int, int, str, int, bool, int, int, int, int, int]
 """(tp, pp, dp, micro-batch size, schedule, virtual stages, SP, ep, cp, first, last blocks, etp)."""
+
+MemberKey = tuple[LayerKey, bool]
+"""A member's per-layer costs and whether it runs FSDP units (sweep_bound._units)."""
 
 Member = tuple[str, int, float]
 """(recompute, ZeRO stage, first-rank memory in GiB) of a group's plan that fits."""
@@ -104,53 +106,48 @@ def member_memories(est: Estimator, template: Plan, below: list[tuple[str, int]]
     return out
 
 
-def unit_scales(seg: SegmentTimes) -> tuple[float, float]:
-    """Lower bounds of the (forward, backward) factors by which FSDP units scale any stage's times
-    (sweep_chain._share: (root + n x first block) / (root + blocks), capped at 1): at least the
-    least block's own compute over the largest's, since (a + x) / (a + y) >= x / y for a >= 0, x <= y."""
-    out = []
-    for prefix in (seg.compute_forward_s, seg.compute_backward_s):
-        blocks = _diffs(prefix, 1.0)
-        largest = max(blocks, default=0.0)
-        out.append(min(1.0, min(blocks) / largest) if largest > 0 else 1.0)
-    return out[0], out[1]
+def floor_segments(segments: list[SegmentTimes]) -> SegmentTimes:
+    """Per segment, the least forward, input-gradient and weight-gradient time over `segments` (plans
+    that run no FSDP units), and the least an unpaired pass adds (none unless every one overlaps its
+    all-to-alls); recompute only where every one recomputes in full. Stage sums of it
+    (sweep_segments.stage_times) are at most each one's, and cost one sum where each plan's would cost one."""
+    columns = [
+        [_diffs(prefix) for prefix in (seg.forward_s, seg.backward_input_s, seg.backward_weight_s)]
+        for seg in segments
+    ]
+    least = [_prefix(map(min, zip(*parts, strict=True))) for parts in zip(*columns, strict=True)]
+    alone_f = [_diffs(seg.alone_forward_s) for seg in segments]
+    alone_b = [_diffs(seg.alone_backward_s) for seg in segments]
+    every = all(alone_f)  # every one overlaps: else an unpaired pass may add nothing
+    return segments[0]._replace(
+        forward_s=least[0],
+        backward_input_s=least[1],
+        backward_weight_s=least[2],
+        embedding=tuple(map(min, zip(*(seg.embedding for seg in segments), strict=True))),
+        head=tuple(map(min, zip(*(seg.head for seg in segments), strict=True))),
+        recompute_full=all(seg.recompute_full for seg in segments),
+        alone_forward_s=_prefix(map(min, zip(*alone_f, strict=True))) if every else (),
+        alone_backward_s=_prefix(map(min, zip(*alone_b, strict=True))) if every else (),
+    )
 
 
-def _diffs(prefix: tuple[float, ...], scale: float) -> list[float]:
-    """The terms of a prefix sum, each times `scale`."""
-    return [(b - a) * scale for a, b in pairwise(prefix)]
+def _diffs(prefix: tuple[float, ...]) -> list[float]:
+    """The terms of a prefix sum."""
+    return [b - a for a, b in pairwise(prefix)]
 
 
-def _least(rows: list[list[float]]) -> list[float]:
-    return [min(column) for column in zip(*rows, strict=True)]
+def _prefix(terms: Iterable[float]) -> tuple[float, ...]:
+    return tuple(accumulate(terms, initial=0.0))
 
 
-def floor_times(segments: list[tuple[SegmentTimes, bool]]) -> SegmentTimes:
-    """Per segment, the least forward, input-gradient and weight-gradient time over `segments` (each
-    scaled by `unit_scales` where its plan runs FSDP units), and the least an unpaired pass adds (none
-    unless every one overlaps its all-to-alls); recompute counted only where every one recomputes in
-    full. Stage sums of it are at most those of each (sweep_chain.stage_times)."""
-    forward, backward_input, backward_weight, embedding, head = [], [], [], [], []
-    alone_f, alone_b = [], []  # what unpaired passes add: none unless every member overlaps
-    for seg, units in segments:
-        sf, sb = unit_scales(seg) if units else (1.0, 1.0)
-        alone_f.append(_diffs(seg.alone_forward_s, sf))
-        alone_b.append(_diffs(seg.alone_backward_s, sb))
-        forward.append(_diffs(seg.forward_s, sf))
-        backward_input.append(_diffs(seg.backward_input_s, sb))
-        backward_weight.append(_diffs(seg.backward_weight_s, sb))
-        embedding.append([seg.embedding[0] * sf, seg.embedding[1] * sb, seg.embedding[2] * sb])
-        head.append([seg.head[0] * sf, seg.head[1] * sb, seg.head[2] * sb])
-    emb, out = _least(embedding), _least(head)
-    return segments[0][0]._replace(
-        forward_s=tuple(accumulate(_least(forward), initial=0.0)),
-        backward_input_s=tuple(accumulate(_least(backward_input), initial=0.0)),
-        backward_weight_s=tuple(accumulate(_least(backward_weight), initial=0.0)),
-        embedding=(emb[0], emb[1], emb[2]),
-        head=(out[0], out[1], out[2]),
-        recompute_full=all(seg.recompute_full for seg, _ in segments),
-        alone_forward_s=tuple(accumulate(_least(alone_f), initial=0.0)) if all(alone_f) else (),
-        alone_backward_s=tuple(accumulate(_least(alone_b), initial=0.0)) if all(alone_b) else (),
+def floor_stages(members: list[tuple[StageTimes, ...]]) -> tuple[StageTimes, ...]:
+    """Per virtual stage, the least of each pass time over `members` (each member's own per-stage times,
+    sweep_segments.stage_times, its FSDP unit shares included): recompute is none unless every member
+    recomputes in full, and an unpaired pass adds nothing unless every member overlaps its all-to-alls.
+    The chain (sweep_chain.chain_bound) is a sum of these times with non-negative weights and maxima of
+    such sums, so over the floor it is at most each member's."""
+    return tuple(
+        StageTimes(*map(min, zip(*per_stage, strict=True))) for per_stage in zip(*members, strict=True)
     )
 
 
@@ -180,7 +177,8 @@ class Grouper:
         ]  # fmt: skip
         self.groups: list[Group] = []
         self.enumerated = self.fits = self.pruned = 0
-        self._floors: dict[tuple[tuple[LayerKey, bool], ...], SegmentTimes] = {}
+        self._floors: dict[tuple[object, ...], tuple[StageTimes, ...]] = {}  # per (members' keys, split)
+        self._segment_floors: dict[tuple[MemberKey, ...], SegmentTimes] = {}
         self._smallest: dict[tuple[int, ...], bool] = {}
         self._afters: dict[tuple[int, ...], float] = {}
         self._streams: dict[tuple[object, ...], float] = {}
@@ -262,7 +260,7 @@ class Grouper:
         rc, zero, _ = ("none", 0, 0.0) if group.mixed else group.members[0]
         plan, split = replace(template, recompute=rc, zero_stage=zero), self.est.split(template)
         # without ZeRO-2's schedule walks: one per schedule shape cost more than the groups they spared
-        c = self.bound.chain(plan, mbs, split, stage_times(self._floor(group), split), walk=False)
+        c = self.bound.chain(plan, mbs, split, self._floor(group, split), walk=False)
         after = min(self._after(template, zero) for zero in {m[1] for m in group.members})
         first = c.first_rank_s
         if zero >= 2 and template.dp * template.cp > 1:  # every member runs FSDP units
@@ -291,22 +289,57 @@ class Grouper:
             cached = self._afters[key] = self.bound.after_passes_s(replace(template, zero_stage=zero))
         return cached
 
-    def _floor(self, group: Group) -> SegmentTimes:
-        """`floor_times` over the members' per-layer costs, once per set of (layer key, FSDP units)."""
+    def _segment_floor(self, keys: tuple[MemberKey, ...], plans: dict[MemberKey, Plan]) -> SegmentTimes:
+        """`floor_segments` of the members of `keys`, once per set of keys."""
+        cached = self._segment_floors.get(keys)
+        if cached is None:
+            found = [self.est.layer(plans[key]).segments for key in keys]
+            cached = self._segment_floors[keys] = floor_segments(found)
+        return cached
+
+    def _least_shares(
+        self, keys: tuple[MemberKey, ...], plans: dict[MemberKey, Plan], split: tuple[int, ...]
+    ) -> tuple[tuple[float, float], ...] | None:
+        """Under FSDP units, per stage the least (forward, backward) unit shares (sweep_segments.unit_shares)
+        over the members of `keys`: each member's stage time is its share times its own sum, at least the
+        least share times the floor's sum. Worked out once per distinct own compute (the dispatcher
+        and recompute set it; EP overlap does not). None without units."""
+        if not keys[0][1]:
+            return None
+        seen: dict[tuple[object, ...], tuple[tuple[float, float], ...]] = {}
+        for key in keys:
+            seg = self.est.layer(plans[key]).segments
+            own = (seg.compute_forward_s, seg.compute_backward_s, seg.embedding_compute, seg.head_compute)
+            if own not in seen:
+                seen[own] = unit_shares(seg, split)
+        return tuple(
+            (min(f for f, _ in stage), min(b for _, b in stage)) for stage in zip(*seen.values(), strict=True)
+        )
+
+    def _floor(self, group: Group, split: tuple[int, ...]) -> tuple[StageTimes, ...]:
+        """The least per-stage times of the group's members (`floor_stages`), once per set of members'
+        keys and layer split: those without FSDP units through one floor of their segments
+        (`floor_segments`) summed per stage, those with through another scaled by their least unit
+        shares (`_least_shares`). Each is at most every such member's stage times."""
         tp, pp, dp, b, schedule, v, sp, ep, cp, first, last, etp = group.shape
-        members: dict[tuple[LayerKey, bool], tuple[str, int, str, bool]] = {}
+        members: dict[MemberKey, tuple[str, int, str, bool]] = {}
         for rc, zero, _ in group.members:  # layer_key and _units of each member, without building it
             for dispatcher, overlap in group.variants:
                 key = (tp, b, sp, rc, ep, cp, dp > 1 and zero >= 2, dispatcher, overlap, etp)
                 members.setdefault((key, zero >= 2 and dp * cp > 1), (rc, zero, dispatcher, overlap))
         keys = tuple(sorted(members))
-        floor = self._floors.get(keys)
+        floor = self._floors.get((keys, split))
         if floor is None:
             plans = {
                 key: Plan(tp, pp, dp, b, schedule, v, rc, sp, zero, ep, cp, first, last, d, o, etp)
                 for key, (rc, zero, d, o) in members.items()
             }
             assert all((layer_key(plan), _units(plan)) == key for key, plan in plans.items())
-            segments = [(self.est.layer(plans[key]).segments, key[1]) for key in keys]
-            floor = self._floors[keys] = floor_times(segments)
+            times = []
+            for units in (False, True):
+                part = tuple(key for key in keys if key[1] == units)
+                if part:  # one floor of their segments' times, summed per stage
+                    segments = self._segment_floor(part, plans)
+                    times.append(stage_times(segments, split, units, self._least_shares(part, plans, split)))
+            floor = self._floors[keys, split] = floor_stages(times) if len(times) > 1 else times[0]
         return floor

@@ -14,9 +14,9 @@ from plancast.simulator.schedules import build_schedule
 from plancast.simulator.sweep import _base_for
 from plancast.simulator.sweep_axes import Plan
 from plancast.simulator.sweep_bound import TOLERANCE, Bound
-from plancast.simulator.sweep_chain import stage_times
 from plancast.simulator.sweep_estimate import Estimator
 from plancast.simulator.sweep_fsdp import gather_counts, gather_passes, gather_waits
+from plancast.simulator.sweep_segments import stage_times
 from tests.cli_runner import REPO
 
 GPT3 = REPO / "examples" / "gpt3-175b-dgx-a100.toml"
