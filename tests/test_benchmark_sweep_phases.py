@@ -1,0 +1,24 @@
+"""benchmarks/sweep_phases.py: each phase of a real sweep timed and counted, the search left as it was."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks import sweep_phases
+from plancast.simulator import sweep as search
+from tests.cli_runner import REPO
+
+
+def test_each_phase_of_a_small_sweep_is_timed_and_counted_and_the_search_restored(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    opening = search._Frontier._open
+    sweep_phases.main([str(REPO / "examples" / "tiny-moe-cpu.toml"), "--gpus", "8", "--workers", "1"])
+    out = capsys.readouterr().out
+    rows = {
+        line.split()[1]: line.split()[2:] for line in out.splitlines() if line.startswith(("map:", "main:"))
+    }
+    assert set(rows) == {"_group_tp_degree", "open", "_replayed", "_simulated"}
+    assert int(rows["_simulated"][2].replace(",", "")) >= 10  # the top 10 and more were simulated
+    assert "16,704 enumerated" in out and "simulated" in out
+    assert search._Frontier._open is opening
