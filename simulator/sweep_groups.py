@@ -109,8 +109,8 @@ def member_memories(est: Estimator, template: Plan, below: list[tuple[str, int]]
 def floor_segments(segments: list[SegmentTimes]) -> SegmentTimes:
     """Per segment, the least forward, input-gradient and weight-gradient time over `segments` (plans
     that run no FSDP units), and the least an unpaired pass adds (none unless every one overlaps its
-    all-to-alls); recompute only where every one recomputes in full. Stage sums of it
-    (sweep_segments.stage_times) are at most each one's, and cost one sum where each plan's would cost one."""
+    all-to-alls); recompute only where every one recomputes in full. Its stage sums
+    (sweep_segments.stage_times) are at most each one's, one sum for all of them."""
     columns = [
         [_diffs(prefix) for prefix in (seg.forward_s, seg.backward_input_s, seg.backward_weight_s)]
         for seg in segments
@@ -302,8 +302,9 @@ class Grouper:
     ) -> tuple[tuple[float, float], ...] | None:
         """Under FSDP units, per stage the least (forward, backward) unit shares (sweep_segments.unit_shares)
         over the members of `keys`: each member's stage time is its share times its own sum, at least the
-        least share times the floor's sum. Worked out once per distinct own compute (the dispatcher
-        and recompute set it; EP overlap does not). None without units."""
+        least share times the floor's sum. Worked out once per distinct own compute (members that
+        differ only in EP overlap share it: 4 of DeepSeek-V3's 18 variants of a shape). None without
+        units."""
         if not keys[0][1]:
             return None
         seen: dict[tuple[object, ...], tuple[tuple[float, float], ...]] = {}

@@ -121,18 +121,12 @@ def stage_times(
     (`unit_shares`), or by `shares` where given (a sweep group's floor: the least of its members').
 
     The sweep calls it hundreds of thousands of times on a large MoE space, so the fields are read into
-    locals once and the unit shares are worked out inline, with the same arithmetic in the same order
-    as `unit_shares` (tests/simulator/test_sweep_bound.py checks the bound against the engine)."""
+    locals once (tests/simulator/test_sweep_bound.py checks the bound against the engine)."""
     out, start, last = [], 0, len(split) - 1
     forward, backward, weight = seg.forward_s, seg.backward_input_s, seg.backward_weight_s
     embedding, head, recompute = seg.embedding, seg.head, seg.recompute_full
     alone_f, alone_b = seg.alone_forward_s, seg.alone_backward_s
-    own_f, own_b, emb_own, head_own = (
-        seg.compute_forward_s,
-        seg.compute_backward_s,
-        seg.embedding_compute,
-        seg.head_compute,
-    )
+    scales = (shares or unit_shares(seg, split)) if units else None
     blocks = len(forward) - 1
     for v, n in enumerate(split):
         end = start + n
@@ -148,13 +142,8 @@ def stage_times(
             f, b, w = f + head[0], b + head[1], w + head[2]
         af = alone_f[stop] - alone_f[start] if alone_f else 0.0
         ab = alone_b[stop] - alone_b[start] if alone_b else 0.0
-        if units:  # x * 1.0 is x, so plans without units skip the scaling
-            if shares is None:
-                root_f = (emb_own[0] if v == 0 else 0.0) + (head_own[0] if v == last else 0.0)
-                root_b = (emb_own[1] if v == 0 else 0.0) + (head_own[1] if v == last else 0.0)
-                scale_b, scale_f = _share(own_b, root_b, start, n), _share(own_f, root_f, start, n)
-            else:
-                scale_f, scale_b = shares[v]
+        if scales is not None:  # x * 1.0 is x, so plans without units skip the scaling
+            scale_f, scale_b = scales[v]
             b, w, f, af, ab = b * scale_b, w * scale_b, f * scale_f, af * scale_f, ab * scale_b
         out.append(StageTimes(f, f if recompute else 0.0, b, w, af, ab))
         start = end
