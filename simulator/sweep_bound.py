@@ -199,7 +199,7 @@ class Bound:
         )  # fmt: skip  (DDP and ZeRO-1 replay alike: the same buckets, no FSDP units)
         cached = self._replays.get(key)
         if cached is None:
-            times = self.est.stages(plan, split, _units(plan))
+            times = self.est.stages(plan, split)
             sched = self._schedule(plan, m)
             split_backward = splits_backward(plan.schedule)  # type: ignore[arg-type]
             slowed = self._slowed(plan, split, times, split_backward)
@@ -328,7 +328,7 @@ class Bound:
                (plan.dp, plan.zero_stage) if waits else 0)  # fmt: skip
         cached = self._compute.get(key)
         if cached is None:
-            times = self.est.stages(plan, split, _units(plan))
+            times = self.est.stages(plan, split)
             cached = self._compute[key] = self.chain(plan, m, split, times)
         return cached
 

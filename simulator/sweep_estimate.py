@@ -113,13 +113,13 @@ class Estimator:
             split = self._splits[key] = plan.layer_split(m.num_hidden_layers, m.num_nextn_predict_layers)
         return split
 
-    def stages(self, plan: Plan, split: tuple[int, ...], units: bool) -> tuple[StageTimes, ...]:
-        """sweep_segments.stage_times of the plan's per-layer costs, once per (layer key, split, units): a
-        small key, where stage_times' own cache hashes every segment time on each call."""
-        key = (layer_key(plan), split, units)
+    def stages(self, plan: Plan, split: tuple[int, ...]) -> tuple[StageTimes, ...]:
+        """sweep_segments.stage_times of the plan's per-layer costs, once per (layer key, split): a small
+        key, where a cache on stage_times itself would hash every segment time on each call."""
+        key = (layer_key(plan), split)
         cached = self._stages.get(key)
         if cached is None:
-            cached = self._stages[key] = stage_times(self.layer(plan).segments, split, units)
+            cached = self._stages[key] = stage_times(self.layer(plan).segments, split)
         return cached
 
     def layer(self, plan: Plan) -> Layer:

@@ -13,6 +13,7 @@ which `gather_waits` leaves out).
 from __future__ import annotations
 
 from functools import partial
+from itertools import pairwise
 
 from plancast.simulator.costs.collectives import Level, collective_seconds
 from plancast.simulator.costs.host import HostCosts
@@ -125,22 +126,25 @@ def fsdp_units(
     )
     layer_bytes = float(sum(ones)) * dtype
     gather, scatter = partial(collective_seconds, "all_gather"), partial(collective_seconds, "reduce_scatter")
-    stages, start = [], 0
+    stages, start, blocks = [], 0, len(seg.compute_forward_s) - 1
     for v, n in enumerate(split):
         first, last = v == 0, v == len(split) - 1
+        # the last stage's multi-token-prediction blocks are blocks of its own (costs/stage.py)
+        held = blocks - start if last else n
         tensors = chunk_tensor_bytes(
-            base.model, plan.tp, layers=n, has_embedding=first, has_head=last, first_layer=start
+            base.model, plan.tp, layers=held, has_embedding=first, has_head=last, first_layer=start
         )
         root = first or last
-        sizes = ([float(sum(tensors)) / 4 * dtype - n * layer_bytes] if root else []) + [layer_bytes] * n
+        root_bytes = float(sum(tensors)) / 4 * dtype - held * layer_bytes
+        sizes = ([root_bytes] if root else []) + [layer_bytes] * held
         weights = []
         for prefix, index in ((seg.compute_forward_s, 0), (seg.compute_backward_s, 1)):
             own = (seg.embedding_compute[index] if first else 0.0) + (
                 seg.head_compute[index] if last else 0.0
             )
-            block = prefix[start + 1] - prefix[start] if n else 0.0
-            total = (own if root else 0.0) + n * block or 1.0
-            weights.append(tuple(([own / total] if root else []) + [block / total] * n))
+            each = [b - a for a, b in pairwise(prefix[start : start + held + 1])]  # each block its own
+            total = (own if root else 0.0) + sum(each) or 1.0
+            weights.append(tuple(([own / total] if root else []) + [t / total for t in each]))
         stages.append(
             StageUnits(
                 tuple(gather(levels, b, algorithm) + host if b > 0 else 0.0 for b in sizes),

@@ -22,9 +22,9 @@ from typing import NamedTuple
 from plancast.simulator.costs.memory import GiB, loss_bytes_per_logit, rebuilds_a_block
 from plancast.simulator.scenario import Scenario
 from plancast.simulator.sweep_axes import RECOMPUTE, ZERO_STAGES, Pins, Plan
-from plancast.simulator.sweep_bound import Bound, _units
+from plancast.simulator.sweep_bound import Bound
 from plancast.simulator.sweep_estimate import Estimator, LayerKey, degrees, layer_key
-from plancast.simulator.sweep_segments import SegmentTimes, StageTimes, stage_times, unit_shares
+from plancast.simulator.sweep_segments import SegmentTimes, StageTimes, stage_times
 from plancast.simulator.sweep_space import (
     Branch,
     LayerBalancer,
@@ -40,9 +40,6 @@ differences): it is lowered by this relative amount so that rounding never lifts
 
 Shape = tuple[int, int, int, int, str, int, bool, int, int, int, int, int]
 """(tp, pp, dp, micro-batch size, schedule, virtual stages, SP, ep, cp, first, last blocks, etp)."""
-
-MemberKey = tuple[LayerKey, bool]
-"""A member's per-layer costs and whether it runs FSDP units (sweep_bound._units)."""
 
 Member = tuple[str, int, float]
 """(recompute, ZeRO stage, first-rank memory in GiB) of a group's plan that fits."""
@@ -140,17 +137,6 @@ def _prefix(terms: Iterable[float]) -> tuple[float, ...]:
     return tuple(accumulate(terms, initial=0.0))
 
 
-def floor_stages(members: list[tuple[StageTimes, ...]]) -> tuple[StageTimes, ...]:
-    """Per virtual stage, the least of each pass time over `members` (each member's own per-stage times,
-    sweep_segments.stage_times, its FSDP unit shares included): recompute is none unless every member
-    recomputes in full, and an unpaired pass adds nothing unless every member overlaps its all-to-alls.
-    The chain (sweep_chain.chain_bound) is a sum of these times with non-negative weights and maxima of
-    such sums, so over the floor it is at most each member's."""
-    return tuple(
-        StageTimes(*map(min, zip(*per_stage, strict=True))) for per_stage in zip(*members, strict=True)
-    )
-
-
 class Grouper:
     """One subtree's groups with plans that fit (one task of a sweep, from the tp degree's per-layer
     costs), and its counts: plans enumerated, fitting, pruned by the smallest-footprint check."""
@@ -178,7 +164,7 @@ class Grouper:
         self.groups: list[Group] = []
         self.enumerated = self.fits = self.pruned = 0
         self._floors: dict[tuple[object, ...], tuple[StageTimes, ...]] = {}  # per (members' keys, split)
-        self._segment_floors: dict[tuple[MemberKey, ...], SegmentTimes] = {}
+        self._segment_floors: dict[tuple[LayerKey, ...], SegmentTimes] = {}
         self._smallest: dict[tuple[int, ...], bool] = {}
         self._afters: dict[tuple[int, ...], float] = {}
         self._streams: dict[tuple[object, ...], float] = {}
@@ -289,7 +275,7 @@ class Grouper:
             cached = self._afters[key] = self.bound.after_passes_s(replace(template, zero_stage=zero))
         return cached
 
-    def _segment_floor(self, keys: tuple[MemberKey, ...], plans: dict[MemberKey, Plan]) -> SegmentTimes:
+    def _segment_floor(self, keys: tuple[LayerKey, ...], plans: dict[LayerKey, Plan]) -> SegmentTimes:
         """`floor_segments` of the members of `keys`, once per set of keys."""
         cached = self._segment_floors.get(keys)
         if cached is None:
@@ -297,37 +283,16 @@ class Grouper:
             cached = self._segment_floors[keys] = floor_segments(found)
         return cached
 
-    def _least_shares(
-        self, keys: tuple[MemberKey, ...], plans: dict[MemberKey, Plan], split: tuple[int, ...]
-    ) -> tuple[tuple[float, float], ...] | None:
-        """Under FSDP units, per stage the least (forward, backward) unit shares (sweep_segments.unit_shares)
-        over the members of `keys`: each member's stage time is its share times its own sum, at least the
-        least share times the floor's sum. Worked out once per distinct own compute (members that
-        differ only in EP overlap share it: 4 of DeepSeek-V3's 18 variants of a shape). None without
-        units."""
-        if not keys[0][1]:
-            return None
-        seen: dict[tuple[object, ...], tuple[tuple[float, float], ...]] = {}
-        for key in keys:
-            seg = self.est.layer(plans[key]).segments
-            own = (seg.compute_forward_s, seg.compute_backward_s, seg.embedding_compute, seg.head_compute)
-            if own not in seen:
-                seen[own] = unit_shares(seg, split)
-        return tuple(
-            (min(f for f, _ in stage), min(b for _, b in stage)) for stage in zip(*seen.values(), strict=True)
-        )
-
     def _floor(self, group: Group, split: tuple[int, ...]) -> tuple[StageTimes, ...]:
-        """The least per-stage times of the group's members (`floor_stages`), once per set of members'
-        keys and layer split: those without FSDP units through one floor of their segments
-        (`floor_segments`) summed per stage, those with through another scaled by their least unit
-        shares (`_least_shares`). Each is at most every such member's stage times."""
+        """The least per-stage times of the group's members: one floor of their segments
+        (`floor_segments`) summed per stage (sweep_segments.stage_times, the same sum with or without
+        FSDP units), once per set of members' layer keys and split; at most every member's stage times."""
         tp, pp, dp, b, schedule, v, sp, ep, cp, first, last, etp = group.shape
-        members: dict[MemberKey, tuple[str, int, str, bool]] = {}
-        for rc, zero, _ in group.members:  # layer_key and _units of each member, without building it
+        members: dict[LayerKey, tuple[str, int, str, bool]] = {}
+        for rc, zero, _ in group.members:  # the layer_key of each member, without building it
             for dispatcher, overlap in group.variants:
                 key = (tp, b, sp, rc, ep, cp, dp > 1 and zero >= 2, dispatcher, overlap, etp)
-                members.setdefault((key, zero >= 2 and dp * cp > 1), (rc, zero, dispatcher, overlap))
+                members.setdefault(key, (rc, zero, dispatcher, overlap))
         keys = tuple(sorted(members))
         floor = self._floors.get((keys, split))
         if floor is None:
@@ -335,12 +300,6 @@ class Grouper:
                 key: Plan(tp, pp, dp, b, schedule, v, rc, sp, zero, ep, cp, first, last, d, o, etp)
                 for key, (rc, zero, d, o) in members.items()
             }
-            assert all((layer_key(plan), _units(plan)) == key for key, plan in plans.items())
-            times = []
-            for units in (False, True):
-                part = tuple(key for key in keys if key[1] == units)
-                if part:  # one floor of their segments' times, summed per stage
-                    segments = self._segment_floor(part, plans)
-                    times.append(stage_times(segments, split, units, self._least_shares(part, plans, split)))
-            floor = self._floors[keys, split] = floor_stages(times) if len(times) > 1 else times[0]
+            assert all(layer_key(plan) == key for key, plan in plans.items())
+            floor = self._floors[keys, split] = stage_times(self._segment_floor(keys, plans), split)
         return floor

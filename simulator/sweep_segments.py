@@ -1,7 +1,7 @@
 """Per-segment pass times of a whole model on one rank, as the sweep's lower bound reads them
 (simulator/sweep_bound.py, sweep_chain.py): each segment's terms as a StageCost sums them, and their
 prefix sums, so that a stage's time is one difference; and a plan's per-stage times from them
-(`stage_times`), with the FSDP units' shares (`unit_shares`)."""
+(`stage_times`)."""
 
 from __future__ import annotations
 
@@ -107,18 +107,12 @@ class StageTimes(NamedTuple):
         return self.forward_s + self.recompute_s + self.backward_input_s + self.backward_weight_s
 
 
-def stage_times(
-    seg: SegmentTimes,
-    split: tuple[int, ...],
-    units: bool = False,
-    shares: tuple[tuple[float, float], ...] | None = None,
-) -> tuple[StageTimes, ...]:
-    """Per virtual stage of `split`, the sums of its segments (embedding on the first, head on the last).
+def stage_times(seg: SegmentTimes, split: tuple[int, ...]) -> tuple[StageTimes, ...]:
+    """Per virtual stage of `split`, the sums of its segments (embedding on the first, head and the
+    multi-token-prediction blocks on the last, costs/mtp.py).
 
-    `units`: ZeRO-2/3, where the engine runs a pass as its FSDP units' shares of the stage's time, each
-    block's share sized by the stage's first block (simulator/units.py, dp_plan): where blocks differ (an
-    MoE model's dense first blocks) the shares may sum below 1, and the times are scaled by that sum
-    (`unit_shares`), or by `shares` where given (a sweep group's floor: the least of its members').
+    Under ZeRO-2/3 the engine runs a pass as its FSDP units, each its own block's share of the stage's
+    time (simulator/units.py dp_plan: the shares sum to 1), so the stage's time is the same sum.
 
     The sweep calls it hundreds of thousands of times on a large MoE space, so the fields are read into
     locals once (tests/simulator/test_sweep_bound.py checks the bound against the engine)."""
@@ -126,13 +120,10 @@ def stage_times(
     forward, backward, weight = seg.forward_s, seg.backward_input_s, seg.backward_weight_s
     embedding, head, recompute = seg.embedding, seg.head, seg.recompute_full
     alone_f, alone_b = seg.alone_forward_s, seg.alone_backward_s
-    scales = (shares or unit_shares(seg, split)) if units else None
     blocks = len(forward) - 1
     for v, n in enumerate(split):
         end = start + n
-        # the multi-token-prediction blocks after the split's run on the last stage with the head
-        # (costs/mtp.py); under FSDP units they are left out, which only lowers the bound
-        stop = blocks if v == last and not units else end
+        stop = blocks if v == last else end
         f = forward[stop] - forward[start]
         b = backward[stop] - backward[start]
         w = weight[stop] - weight[start]
@@ -142,37 +133,6 @@ def stage_times(
             f, b, w = f + head[0], b + head[1], w + head[2]
         af = alone_f[stop] - alone_f[start] if alone_f else 0.0
         ab = alone_b[stop] - alone_b[start] if alone_b else 0.0
-        if scales is not None:  # x * 1.0 is x, so plans without units skip the scaling
-            scale_f, scale_b = scales[v]
-            b, w, f, af, ab = b * scale_b, w * scale_b, f * scale_f, af * scale_f, ab * scale_b
         out.append(StageTimes(f, f if recompute else 0.0, b, w, af, ab))
         start = end
     return tuple(out)
-
-
-def unit_shares(seg: SegmentTimes, split: tuple[int, ...]) -> tuple[tuple[float, float], ...]:
-    """Per virtual stage of `split`, the (forward, backward) factors by which FSDP units scale its times
-    (`stage_times` with `units`): the root unit (embedding, head) and the blocks, each block's share
-    sized by the stage's first block. They read only the segments' own compute."""
-    out, start, last = [], 0, len(split) - 1
-    own_f, own_b, emb_own, head_own = (
-        seg.compute_forward_s,
-        seg.compute_backward_s,
-        seg.embedding_compute,
-        seg.head_compute,
-    )
-    for v, n in enumerate(split):
-        root_f = (emb_own[0] if v == 0 else 0.0) + (head_own[0] if v == last else 0.0)
-        root_b = (emb_own[1] if v == 0 else 0.0) + (head_own[1] if v == last else 0.0)
-        out.append((_share(own_f, root_f, start, n), _share(own_b, root_b, start, n)))
-        start += n
-    return tuple(out)
-
-
-def _share(prefix: tuple[float, ...], root: float, start: int, n: int) -> float:
-    """The sum of one pass's FSDP unit shares of a stage (simulator/units.py), at most 1: the root unit's
-    own time `root` and `n` blocks, each sized by the stage's first block, over the stage's own time."""
-    blocks = prefix[start + n] - prefix[start]
-    first_block = prefix[start + 1] - prefix[start] if n else 0.0
-    total = root + blocks
-    return min(1.0, (root + n * first_block) / total) if total else 1.0

@@ -42,7 +42,7 @@ def test_a_gathering_pass_lasts_its_first_gather_and_its_compute(plan: Plan) -> 
     wherever the stage's first unit is a block."""
     bound, _ = gpt3()
     split = bound.est.split(plan)
-    times = stage_times(bound.est.layer(plan).segments, split, units=True)
+    times = stage_times(bound.est.layer(plan).segments, split)
     waited = gather_waits(times, split, bound._block_gather_s(plan))
     units = bound._fsdp_units(plan, split)
     assert units is not None
@@ -96,3 +96,55 @@ def test_the_tighter_first_bound_stays_below_the_engine(plan: Plan) -> None:
     step = simulate(plan.apply(base), events=False).summary["step_time_s"]
     assert cheap <= replayed * (1 + TOLERANCE)
     assert replayed <= step * (1 + TOLERANCE)
+
+
+@pytest.mark.parametrize("pp", [1, 2])
+def test_the_replayed_units_are_the_engines_units(pp: int) -> None:
+    """sweep_fsdp.fsdp_units mirrors simulator/units.py's dp_plan stage by stage on a model whose blocks
+    differ (DeepSeek-V3's dense first blocks and multi-token-prediction block, shrunk): as many units,
+    each with the engine's forward and backward share of the pass (each block its own), summing to 1."""
+    from plancast.simulator.costs.stage import stage_costs
+    from plancast.simulator.engine import Topology
+    from plancast.simulator.units import dp_plan
+
+    loaded = load_scenario(REPO / "examples" / "deepseek-v3-h800.toml").scenario
+    model = {**loaded.model.model_dump(), "num_hidden_layers": 6, "first_k_dense_replace": 2}
+    base = _base_for(loaded.model_copy(update={"model": type(loaded.model).model_validate(model)}), 64)
+    plan = Plan(1, pp, 64 // pp, 1, "1F1B", 1, "none", False, 3, 8)
+    bound = Bound(Estimator(base, 64))
+    split = bound.est.split(plan)
+    units = bound._fsdp_units(plan, split)
+    assert units is not None and base.model.num_nextn_predict_layers
+    s = plan.apply(base)
+    costs = stage_costs(s, Topology.of(s).levels("tp"))
+    assert len(costs) == len(units.stages) == pp
+    for cost, mine in zip(costs, units.stages, strict=True):
+        engine = dp_plan(s, cost).units
+        assert len(engine) == len(mine.gather_s)
+        assert [u.forward_share for u in engine] == pytest.approx(mine.forward_weight, rel=1e-12)
+        assert [u.backward_share for u in engine] == pytest.approx(mine.backward_weight, rel=1e-12)
+        assert sum(mine.forward_weight) == pytest.approx(1.0) and len(set(mine.forward_weight[1:])) > 1
+
+
+@pytest.mark.parametrize(
+    "plan",
+    [
+        Plan(8, 2, 128, 8, "GPipe", 1, "selective", True, 3, 1, 1, 31, 30),
+        Plan(4, 4, 128, 20, "ZeroBubble", 1, "selective", True, 2, 128, dispatcher="deepep"),
+        Plan(2, 2, 512, 30, "GPipe", 1, "full", True, 3, 4, overlap_ep=True),
+        Plan(1, 8, 256, 1, "DualPipeV", 2, "selective", False, 2, 256, dispatcher="allgather"),
+    ],
+    ids=lambda p: p.label(),
+)
+def test_the_bounds_of_a_sharded_moe_plan_stay_below_the_engine(plan: Plan) -> None:
+    """DeepSeek-V3 on 2,048 H800s under ZeRO-2/3: dense first blocks, MoE blocks and a multi-token-
+    prediction block, each FSDP unit its own block's share of a pass. Its stage times are the whole
+    sums and its replayed units the engine's, and both bounds stay at most the engine's step time (these
+    plans' replays come within 0.1% of it)."""
+    base = _base_for(load_scenario(REPO / "examples" / "deepseek-v3-h800.toml").scenario, 2048)
+    bound = Bound(Estimator(base, 2048))
+    cheap, replayed = bound.seconds(plan), bound.replayed(plan)
+    step = simulate(plan.apply(base), events=False).summary["step_time_s"]
+    assert cheap <= replayed * (1 + TOLERANCE)
+    assert replayed <= step * (1 + TOLERANCE)
+    assert replayed >= 0.95 * step
