@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import replace
-from itertools import accumulate, pairwise
+from itertools import accumulate
+from operator import sub
 from typing import NamedTuple
 
 from plancast.simulator.costs.memory import GiB, loss_bytes_per_logit, rebuilds_a_block
@@ -104,8 +105,8 @@ def member_memories(est: Estimator, template: Plan, below: list[tuple[str, int]]
 
 
 def floor_segments(segments: list[SegmentTimes]) -> SegmentTimes:
-    """Per segment, the least forward, input-gradient and weight-gradient time over `segments` (plans
-    that run no FSDP units), and the least an unpaired pass adds (none unless every one overlaps its
+    """Per segment, the least forward, input-gradient and weight-gradient time over `segments` (with or
+    without FSDP units), and the least an unpaired pass adds (none unless every one overlaps its
     all-to-alls); recompute only where every one recomputes in full. Its stage sums
     (sweep_segments.stage_times) are at most each one's, one sum for all of them."""
     columns = [
@@ -130,7 +131,7 @@ def floor_segments(segments: list[SegmentTimes]) -> SegmentTimes:
 
 def _diffs(prefix: tuple[float, ...]) -> list[float]:
     """The terms of a prefix sum."""
-    return [b - a for a, b in pairwise(prefix)]
+    return list(map(sub, prefix[1:], prefix[:-1]))
 
 
 def _prefix(terms: Iterable[float]) -> tuple[float, ...]:

@@ -5,6 +5,7 @@ prefix sums, so that a stage's time is one difference; and a plan's per-stage ti
 
 from __future__ import annotations
 
+from itertools import accumulate
 from typing import NamedTuple
 
 from plancast.simulator.costs.moe_overlap import segment_hidden_seconds
@@ -64,12 +65,9 @@ def segment_times(
     segments' own compute apart, which sizes FSDP units' shares (simulator/units.py). The embedding and
     the output layer hold no expert all-to-all (costs/stage.py): only the blocks carry hidden seconds."""
     passes = passes or segment_passes(segments, tp_overlap)
-    prefix: list[list[float]] = [[0.0] for _ in range(7)]
-    for times in passes[1:-1]:
-        for acc, t in zip(prefix, times, strict=True):
-            acc.append(acc[-1] + t)
+    columns = list(zip(*passes[1:-1], strict=True)) or [()] * 7  # per term, the blocks' values
     forward, backward_input, backward_weight, own_forward, own_backward, hid_f, hid_b = (
-        tuple(p) for p in prefix
+        tuple(accumulate(column, initial=0.0)) for column in columns
     )
     emb, head = passes[0], passes[-1]
     assert not (emb[5] or emb[6] or head[5] or head[6]), "an all-to-all outside the blocks"

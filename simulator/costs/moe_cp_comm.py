@@ -43,8 +43,8 @@ def group_levels_of(s: Scenario, name: GroupName, *, raw: bool = False) -> tuple
 
 def _ep_members_per_node(s: Scenario) -> int:
     """Members of rank 0's expert-parallel group on its node (the innermost tier's unit)."""
-    ranks = s.grid.group("ep", 0)
-    return len(ranks) // len({r // s.cluster.tier_sizes[0] for r in ranks})
+    ranks, node = s.grid.group("ep", 0), s.cluster.tier_sizes[0]
+    return len(ranks) // len({r // node for r in ranks})
 
 
 def layer_collectives(
