@@ -24,7 +24,7 @@ from benchmarks.published_megatron import bloom, korthikanti, llama3_row, megasc
 from benchmarks.published_mlperf import mlperf_runs
 from benchmarks.published_moe import moe_and_long_context
 from benchmarks.published_moe2 import automodel_runs, bridge_runs
-from benchmarks.published_moe3 import modelzoo_runs
+from benchmarks.published_moe3 import long_context_runs, modelzoo_runs
 from benchmarks.published_record import (
     FlopFormula,
     Framework,
@@ -80,6 +80,7 @@ MOE_RUNS: tuple[PublishedRun, ...] = (
     *bridge_runs(),
     *automodel_runs(),
     *modelzoo_runs(),
+    *long_context_runs(),
 )
 """Every published mixture-of-experts run (issue 31): scored leave-one-source-out by published_runs."""
 

@@ -5,10 +5,18 @@ gathers them into MOE_RUNS.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from benchmarks.published_moe2 import TE_EXPERTS
-from benchmarks.published_record import PublishedRun, Reported, cluster_table, plan_table, training_table
+from benchmarks.published_record import (
+    PublishedRun,
+    Reported,
+    cluster_table,
+    derive_step_time_s,
+    plan_table,
+    training_table,
+)
 
 MODELZOO = (
     "yanring/Megatron-MoE-ModelZoo examples/qwen3/readme.md (= best_practice/qwen3/readme.md, 'H100'): "
@@ -32,33 +40,90 @@ NORM_ACT = (
 
 
 def _zoo(
-    name: str, plan: dict[str, Any], mbs: int, recompute: str, step_s: float, *notes: str
+    name: str,
+    plan: dict[str, Any],
+    mbs: int,
+    recompute: str,
+    step_s: float,
+    *notes: str,
+    shape: tuple[int, int] = (4096, 2048),
+    reported: Reported | None = None,
+    **training: Any,
 ) -> PublishedRun:
     """One row of the table: `plan` as plan_table's keywords plus the dispatcher and overlap; recompute
-    "norm, act": the NORM_ACT modules."""
+    "norm, act": the NORM_ACT modules; `shape`: (sequence length, global batch); `reported`: the figure
+    where it is not the step time (then `step_s` is derived from it)."""
     modules = {"recompute_modules": ["layernorm", "moe_act"]} if recompute == "norm, act" else {}
-    return PublishedRun(
+    seq, gbs = shape
+    row = PublishedRun(
         name,
         "megatron-moe-modelzoo",
         MODELZOO,
         {"preset": "qwen3-235b-a22b"},
         training_table(
-            4096,
+            seq,
             mbs,
-            2048,
+            gbs,
             "bf16",
             "selective" if modules else recompute,
             flash_attention=True,
             moe_expert_gemm="multi_stream",
             **modules,
+            **training,
         ),
         {"expert_tensor_parallel_degree": 1, "zero_stage": 1, "distributed_optimizer": True, **plan},
         cluster_table("dgx-h100-80gb", 256),
         "megatron-lm",
         step_s,
-        Reported(step_s, "s"),
+        reported or Reported(step_s, "s"),
         (*_NOTES, TE_EXPERTS, *notes),
     )
+    return replace(row, measured_step_time_s=round(derive_step_time_s(row), 3)) if reported else row
+
+
+LONG_CONTEXT = (
+    "the readme's '#### Long Context' table (H100, 32 nodes, Qwen3-235B-A22B, DeepEP, bf16): TFLOPS per "
+    "GPU as Megatron-Core counts them (benchmarks/published_record.py megatron_core_flops_per_token: "
+    "it gives the five 4,096-token rows' TF from their step times within 0.5%); its command: PP=8 VPP=4 "
+    "TP=$TP EP=8 CP=$CP GBS=$GBS, A2A_OVERLAP=0, --recompute-granularity selective --recompute-modules "
+    "layernorm moe (recompute_modules ['layernorm', 'moe']), micro-batch 1 (the script's default)"
+)
+
+
+def long_context_runs() -> tuple[PublishedRun, ...]:
+    """The Long Context table: each sequence length with forced balance and dropless (the readme: 'Add
+    --moe-router-force-load-balancing to test forced load balancing')."""
+    rows = []
+    for seq, cp, forced, dropless in ((16384, 1, 295, 237), (32768, 2, 335, 277), (65536, 4, 368, 320),
+                                      (131072, 8, 389, 357)):  # fmt: skip
+        plan = {
+            **plan_table(4, 8, 4, expert_parallel_degree=8, sequence_parallel=True),
+            "moe_token_dispatcher": "deepep",
+            **({"context_parallel_degree": cp} if cp > 1 else {}),
+        }
+        variants = (("forced", forced, {"moe_routing_imbalance": 1.0}), ("dropless", dropless, {}))
+        for label, tflops, balance in variants:
+            note = (
+                "forced balance: training.moe_routing_imbalance = 1.0"
+                if balance
+                else "dropless, the learned router: training.moe_routing_imbalance left at its default"
+            )
+            rows.append(
+                _zoo(
+                    f"modelzoo-qwen3-235b-{seq // 1024}k-cp{cp}-{label}",
+                    plan,
+                    1,
+                    "selective",
+                    0.0,
+                    LONG_CONTEXT,
+                    note,
+                    shape=(seq, 256),
+                    reported=Reported(tflops, "TFLOP/s/GPU", flop_formula="megatron-core-2025"),
+                    recompute_modules=["layernorm", "moe"],
+                    **balance,
+                )
+            )
+    return tuple(rows)
 
 
 def modelzoo_runs() -> tuple[PublishedRun, ...]:

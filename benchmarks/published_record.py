@@ -11,7 +11,7 @@ from plancast.simulator import catalog
 
 Framework = Literal["megatron-lm", "torchtitan", "deepspeed", "fsdp", "other"]
 Unit = Literal["s", "TFLOP/s/GPU", "tokens/s/GPU", "tokens/s", "GPU-h/1T tokens"]
-FlopFormula = Literal["narayanan2021-eq3", "palm-appendix-b"]
+FlopFormula = Literal["narayanan2021-eq3", "palm-appendix-b", "megatron-core-2025"]
 
 
 @dataclass(frozen=True)
@@ -80,7 +80,35 @@ def step_flops(run: PublishedRun) -> float:
         # Chowdhery et al. 2022 (PaLM), appendix B: 6N + 12 L H Q T per token.
         heads = m["num_attention_heads"]
         return run.tokens_per_step * (6 * r.num_parameters + 12 * layers * heads * (h // heads) * s)
+    if r.flop_formula == "megatron-core-2025":
+        return run.tokens_per_step * megatron_core_flops_per_token(m, s)
     raise ValueError(f"{run.name}: no FLOP formula for {r.unit}")
+
+
+def megatron_core_flops_per_token(m: dict[str, Any], s: int) -> float:
+    """FLOPs per token as Megatron-Core's TFLOP/s/GPU counts them (megatron/training/training.py,
+    num_floating_point_operations -> transformer_flops, 2025: the causal attention's scores and values
+    counted at half): 12 L h (the MLPs: dense, routed top-k, shared; x 3/2 gated) + 12 L h^2 (1 + g/n
+    + s/2h) x (n d / h) (attention) + 6 h V (logits), shared experts as n_shared_experts x the expert width
+    (DeepSeek's keys). Models with grouped-query or multi-head attention; MLA and MTP blocks have terms of
+    their own there, not written here."""
+    if m.get("kv_lora_rank") or m.get("num_nextn_predict_layers"):
+        raise ValueError("megatron_core_flops_per_token: MLA and MTP terms are not written here")
+    h, layers, vocab = m["hidden_size"], m["num_hidden_layers"], m["vocab_size"]
+    heads = m["num_attention_heads"]
+    groups = m.get("num_key_value_heads") or heads
+    query_ratio = (m.get("head_dim") or h // heads) * heads / h
+    experts = m.get("num_local_experts") or 0
+    dense = min(m.get("first_k_dense_replace") or 0, layers) if experts else layers
+    gated = 1.5 if (m.get("hidden_act") or "silu") in ("silu", "swiglu") else 1.0  # SwiGLU: 3 GEMMs
+    moe_ffn = m.get("moe_intermediate_size") or m["intermediate_size"]
+    mlp = gated * (
+        m["intermediate_size"] * dense
+        + moe_ffn * (m.get("num_experts_per_tok") or 0) * (layers - dense)
+        + moe_ffn * (m.get("n_shared_experts") or 0) * (layers - dense)
+    )
+    attention = 12 * layers * h * h * (1 + groups / heads + s / (2 * h)) * query_ratio
+    return 12 * h * mlp + attention + 6 * h * vocab
 
 
 def derive_step_time_s(run: PublishedRun) -> float:
