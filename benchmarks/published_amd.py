@@ -6,7 +6,10 @@ benchmarks/published_mlperf.py.
 Each row is the table's line: model, precision, batch, sequence length, FSDP, TP, PP, CP, tokens/s/GPU. The
 page draws its tables as images; the rows are as AMD's Primus repository quotes them beside its projection
 tool (see CITATION). Left out: that table's 70B FP8 one-node figure (1,135, printed equal to the BF16
-one-node figure, so taken as a copy slip) and its Mixtral row (mixture of experts: benchmarks/published_moe*).
+one-node figure, so taken as a copy slip), and the MoE row beside it (Mixtral 8x22B, BF16, on 64 MI355X: TP 1,
+PP 4, VPP 2, EP 8, micro-batch 2, 3,534 tokens/s/GPU), whose global batch is stated nowhere (its recipe,
+examples/megatron/configs/MI355X/mixtral_8x22B_v0.1-BF16-pretrain.yaml, sets 128 for one node; the
+projection's own 8-node output, 10,052 ms at 3,260 tokens/s/GPU, implies 256).
 """
 
 from __future__ import annotations
