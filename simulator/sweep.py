@@ -36,7 +36,7 @@ from plancast.simulator.predict import simulate
 from plancast.simulator.scenario import Scenario
 from plancast.simulator.sweep_axes import Pins, Plan
 from plancast.simulator.sweep_bound import TOLERANCE, Bound, built_schedule
-from plancast.simulator.sweep_estimate import Estimator, Layer, LayerKey, layer_key
+from plancast.simulator.sweep_estimate import Estimator, Layer, LayerKey
 from plancast.simulator.sweep_groups import Group, Grouper
 from plancast.simulator.sweep_space import (
     NO_PINS,
@@ -250,8 +250,9 @@ def _replayed(base: Scenario, gpus: int, task: tuple[tuple[Any, ...], Layer]) ->
     """`Bound.replayed` of a plan in a worker, from its per-layer costs alone (the bound's other caches
     are its own; a fresh bound gives what a shared one does, tests/simulator/test_sweep.py)."""
     fields, layer = task
-    plan = Plan(*fields)
-    return Bound(Estimator(base, gpus, {layer_key(plan): layer})).replayed(plan)
+    plan, est = Plan(*fields), Estimator(base, gpus)
+    est.layers[est.key(plan)] = layer
+    return Bound(est).replayed(plan)
 
 
 def _passes(batch_size: int, candidate: Estimate) -> int:
@@ -426,7 +427,7 @@ def sweep(
         return [(bound.seconds(plan), _plan_fields(plan), memory) for plan, memory in group.plans()]
 
     def refine_many(batch: list[Estimate]) -> list[float]:  # each task carries its plan's layer costs
-        tasks = [(c[1], layers[layer_key(Plan(*c[1]))]) for c in batch]
+        tasks = [(c[1], layers[bound.est.key(Plan(*c[1]))]) for c in batch]
         return list(map_fn(partial(_replayed, base, gpus), tasks))
 
     best, simulated = best_first(

@@ -40,7 +40,7 @@ from plancast.simulator.sweep_chain import (
     overlapped_s,
     replay,
 )
-from plancast.simulator.sweep_estimate import Estimator, degrees, layer_key
+from plancast.simulator.sweep_estimate import Estimator, degrees
 from plancast.simulator.sweep_fsdp import (
     block_gather_s,
     chunk_bytes,
@@ -187,7 +187,7 @@ class Bound:
 
     def _replay(self, plan: Plan, m: int, split: tuple[int, ...]) -> Replay:
         key = (
-            *layer_key(plan),
+            *self.est.key(plan),
             _units(plan),
             plan.pp,
             plan.dp,
@@ -324,7 +324,7 @@ class Bound:
     def _compute_part(self, plan: Plan, m: int, split: tuple[int, ...]) -> Compute:
         # DeepSpeed's first unit of a block is one GEMM's weights: no block-sized wait (sweep_fsdp.py)
         waits = _units(plan) and self.est.base.parallelism.framework != "deepspeed"
-        key = (*layer_key(plan), _units(plan), plan.pp, plan.virtual_stages, plan.schedule, m, split,
+        key = (*self.est.key(plan), _units(plan), plan.pp, plan.virtual_stages, plan.schedule, m, split,
                (plan.dp, plan.zero_stage) if waits else 0)  # fmt: skip
         cached = self._compute.get(key)
         if cached is None:

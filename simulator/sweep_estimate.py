@@ -61,23 +61,40 @@ class DpCosts(NamedTuple):
     optimizer_s: float
 
 
-LayerKey = tuple[int, int, bool, str, int, int, bool, str, bool, int]
-"""(tp, micro_batch_size, sequence_parallel, recompute, ep, cp, FSDP, dispatcher, ep overlap, etp): what a
-`Layer` depends on. FSDP (ZeRO-2/3 over dp > 1) changes a block's own passes: no autocast weight casts, a
-gradient cast (costs/mixed_precision.py); the dispatcher, overlap and folded etp the MoE blocks' all-to-alls
-and expert GEMMs (costs/stage.py)."""
+LayerKey = tuple[int, int, bool, str, int, int, int, str, bool, int]
+"""(tp, micro_batch_size, sequence_parallel, recompute, ep, cp, FSDP stage, dispatcher, ep overlap, etp):
+what a `Layer` depends on. FSDP (ZeRO-2/3 over dp > 1) changes a block's own passes: no autocast weight
+casts, a gradient cast (costs/mixed_precision.py), and its host time per unit (`fsdp_stage`); the
+dispatcher, overlap and folded etp the MoE blocks' all-to-alls and expert GEMMs (costs/stage.py)."""
 
 
-def layer_key(plan: Plan) -> LayerKey:
+def layer_key(plan: Plan, fsdp_stages: bool = False) -> LayerKey:
+    """The plan's `LayerKey`; `fsdp_stages` as `Estimator.fsdp_stages` (`Estimator.key` passes it)."""
     return (
         plan.tp, plan.micro_batch_size, plan.sequence_parallel, plan.recompute, plan.ep, plan.cp,
-        sharded(plan), plan.dispatcher, plan.overlap_ep, plan.etp,
+        fsdp_stage(plan.dp, plan.zero_stage, fsdp_stages), plan.dispatcher, plan.overlap_ep, plan.etp,
     )  # fmt: skip
 
 
 def sharded(plan: Plan) -> bool:
     """Whether FSDP shards the plan's parameters (Scenario.fsdp: ZeRO-2/3 over more than one dp rank)."""
     return plan.dp > 1 and plan.zero_stage >= 2
+
+
+def fsdp_stage(dp: int, zero_stage: int, stages: bool) -> int:
+    """The ZeRO stage a plan's blocks are priced at: 0 unless FSDP shards it (`sharded`); then 3, or its
+    own stage where `stages` (the cluster's FSDP host overheads tell ZeRO-2's one unshard per unit from
+    ZeRO-3's two, costs/host.py: a ZeRO-2 plan priced as ZeRO-3 there would be bounded above the engine)."""
+    if dp <= 1 or zero_stage < 2:
+        return 0
+    return zero_stage if stages else 3
+
+
+def has_fsdp_stages(base: Scenario) -> bool:
+    """Whether ZeRO-2 and ZeRO-3 blocks cost differently on `base`'s cluster: only through FSDP2's host
+    time per unit (costs/host.py HostCosts.of), which `plancast calibrate` fits on CPU; 0 on GPU presets."""
+    compute = base.cluster.compute
+    return compute.fsdp_unit_overhead_us > 0.0 or compute.fsdp_gather_overhead_us > 0.0
 
 
 @dataclass
@@ -103,6 +120,15 @@ class Estimator:
     _raw: dict[LayerKey, tuple[Segment, ...]] = field(default_factory=dict)
     _first_actions: dict[tuple[str, int, int, int], tuple[Action, ...]] = field(default_factory=dict)
     _stages: dict[tuple[object, ...], tuple[StageTimes, ...]] = field(default_factory=dict)
+    fsdp_stages: bool = field(init=False)
+    """ZeRO-2 and ZeRO-3 blocks priced apart (`has_fsdp_stages`); else both as ZeRO-3."""
+
+    def __post_init__(self) -> None:
+        self.fsdp_stages = has_fsdp_stages(self.base)
+
+    def key(self, plan: Plan) -> LayerKey:
+        """The plan's `LayerKey` on this estimator's cluster."""
+        return layer_key(plan, self.fsdp_stages)
 
     def split(self, plan: Plan) -> tuple[int, ...]:
         """The plan's blocks per virtual stage (Plan.layer_split)."""
@@ -116,14 +142,14 @@ class Estimator:
     def stages(self, plan: Plan, split: tuple[int, ...]) -> tuple[StageTimes, ...]:
         """sweep_segments.stage_times of the plan's per-layer costs, once per (layer key, split): a small
         key, where a cache on stage_times itself would hash every segment time on each call."""
-        key = (layer_key(plan), split)
+        key = (self.key(plan), split)
         cached = self._stages.get(key)
         if cached is None:
             cached = self._stages[key] = stage_times(self.layer(plan).segments, split)
         return cached
 
     def layer(self, plan: Plan) -> Layer:
-        key = layer_key(plan)
+        key = self.key(plan)
         cached = self.layers.get(key)
         if cached is None:  # one stage of every layer, on the most data-parallel grid of tp and cp
             flat = self._flat(plan)
@@ -155,10 +181,12 @@ class Estimator:
 
     def _flat(self, plan: Plan) -> Plan:
         """The one-stage plan whose costs stand for `plan`'s blocks: the most data-parallel grid of its tp
-        and cp, ZeRO-3 where the plan shards its parameters (FSDP changes a block's own passes)."""
+        and cp, ZeRO-3 where the plan shards its parameters, or its own stage where the cluster tells
+        them apart (`fsdp_stage`: FSDP changes a block's own passes)."""
         return Plan(
             plan.tp, 1, self.gpus // (plan.tp * plan.cp), plan.micro_batch_size, "1F1B", 1, plan.recompute,
-            plan.sequence_parallel, 3 if sharded(plan) else 0, plan.ep, plan.cp, dispatcher=plan.dispatcher,
+            plan.sequence_parallel, fsdp_stage(plan.dp, plan.zero_stage, self.fsdp_stages), plan.ep, plan.cp,
+            dispatcher=plan.dispatcher,
             overlap_ep=plan.overlap_ep, etp=plan.etp,
         )  # fmt: skip
 

@@ -24,7 +24,7 @@ from plancast.simulator.costs.memory import GiB, loss_bytes_per_logit, rebuilds_
 from plancast.simulator.scenario import Scenario
 from plancast.simulator.sweep_axes import RECOMPUTE, ZERO_STAGES, Pins, Plan
 from plancast.simulator.sweep_bound import Bound
-from plancast.simulator.sweep_estimate import Estimator, LayerKey, degrees, layer_key
+from plancast.simulator.sweep_estimate import Estimator, LayerKey, degrees, fsdp_stage
 from plancast.simulator.sweep_segments import SegmentTimes, StageTimes, stage_times
 from plancast.simulator.sweep_space import (
     Branch,
@@ -292,7 +292,8 @@ class Grouper:
         members: dict[LayerKey, tuple[str, int, str, bool]] = {}
         for rc, zero, _ in group.members:  # the layer_key of each member, without building it
             for dispatcher, overlap in group.variants:
-                key = (tp, b, sp, rc, ep, cp, dp > 1 and zero >= 2, dispatcher, overlap, etp)
+                fsdp = fsdp_stage(dp, zero, self.est.fsdp_stages)
+                key = (tp, b, sp, rc, ep, cp, fsdp, dispatcher, overlap, etp)
                 members.setdefault(key, (rc, zero, dispatcher, overlap))
         keys = tuple(sorted(members))
         floor = self._floors.get((keys, split))
@@ -301,6 +302,6 @@ class Grouper:
                 key: Plan(tp, pp, dp, b, schedule, v, rc, sp, zero, ep, cp, first, last, d, o, etp)
                 for key, (rc, zero, d, o) in members.items()
             }
-            assert all(layer_key(plan) == key for key, plan in plans.items())
+            assert all(self.est.key(plan) == key for key, plan in plans.items())
             floor = self._floors[keys, split] = stage_times(self._segment_floor(keys, plans), split)
         return floor
