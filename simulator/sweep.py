@@ -36,8 +36,9 @@ from plancast.simulator.predict import simulate
 from plancast.simulator.scenario import Scenario
 from plancast.simulator.sweep_axes import Pins, Plan
 from plancast.simulator.sweep_bound import TOLERANCE, Bound, built_schedule
-from plancast.simulator.sweep_estimate import Estimator, Layer, LayerKey
+from plancast.simulator.sweep_estimate import Estimator, Layer
 from plancast.simulator.sweep_groups import Group, Grouper
+from plancast.simulator.sweep_keys import LayerKey
 from plancast.simulator.sweep_space import (
     NO_PINS,
     LayerBalancer,

@@ -28,6 +28,7 @@ from plancast.simulator.scenario import Scenario
 from plancast.simulator.schedules import SCHEDULES, Action
 from plancast.simulator.sweep_axes import Plan
 from plancast.simulator.sweep_inflight import CLOSED_FORM, INFLIGHT_STEADY, inflight_layers
+from plancast.simulator.sweep_keys import LayerKey, fsdp_stage, has_fsdp_stages, layer_key, sharded
 from plancast.simulator.sweep_segments import (
     SegmentTimes,
     StageTimes,
@@ -59,42 +60,6 @@ class DpCosts(NamedTuple):
     all_gather_s: float  # ZeRO-2/3: one unit's gather
     reduce_scatter_s: float  # ZeRO-2/3: one unit's gradient reduce-scatter
     optimizer_s: float
-
-
-LayerKey = tuple[int, int, bool, str, int, int, int, str, bool, int]
-"""(tp, micro_batch_size, sequence_parallel, recompute, ep, cp, FSDP stage, dispatcher, ep overlap, etp):
-what a `Layer` depends on. FSDP (ZeRO-2/3 over dp > 1) changes a block's own passes: no autocast weight
-casts, a gradient cast (costs/mixed_precision.py), and its host time per unit (`fsdp_stage`); the
-dispatcher, overlap and folded etp the MoE blocks' all-to-alls and expert GEMMs (costs/stage.py)."""
-
-
-def layer_key(plan: Plan, fsdp_stages: bool = False) -> LayerKey:
-    """The plan's `LayerKey`; `fsdp_stages` as `Estimator.fsdp_stages` (`Estimator.key` passes it)."""
-    return (
-        plan.tp, plan.micro_batch_size, plan.sequence_parallel, plan.recompute, plan.ep, plan.cp,
-        fsdp_stage(plan.dp, plan.zero_stage, fsdp_stages), plan.dispatcher, plan.overlap_ep, plan.etp,
-    )  # fmt: skip
-
-
-def sharded(plan: Plan) -> bool:
-    """Whether FSDP shards the plan's parameters (Scenario.fsdp: ZeRO-2/3 over more than one dp rank)."""
-    return plan.dp > 1 and plan.zero_stage >= 2
-
-
-def fsdp_stage(dp: int, zero_stage: int, stages: bool) -> int:
-    """The ZeRO stage a plan's blocks are priced at: 0 unless FSDP shards it (`sharded`); then 3, or its
-    own stage where `stages` (the cluster's FSDP host overheads tell ZeRO-2's one unshard per unit from
-    ZeRO-3's two, costs/host.py: a ZeRO-2 plan priced as ZeRO-3 there would be bounded above the engine)."""
-    if dp <= 1 or zero_stage < 2:
-        return 0
-    return zero_stage if stages else 3
-
-
-def has_fsdp_stages(base: Scenario) -> bool:
-    """Whether ZeRO-2 and ZeRO-3 blocks cost differently on `base`'s cluster: only through FSDP2's host
-    time per unit (costs/host.py HostCosts.of), which `plancast calibrate` fits on CPU; 0 on GPU presets."""
-    compute = base.cluster.compute
-    return compute.fsdp_unit_overhead_us > 0.0 or compute.fsdp_gather_overhead_us > 0.0
 
 
 @dataclass

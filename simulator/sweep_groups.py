@@ -24,7 +24,8 @@ from plancast.simulator.costs.memory import GiB, loss_bytes_per_logit, rebuilds_
 from plancast.simulator.scenario import Scenario
 from plancast.simulator.sweep_axes import RECOMPUTE, ZERO_STAGES, Pins, Plan
 from plancast.simulator.sweep_bound import Bound
-from plancast.simulator.sweep_estimate import Estimator, LayerKey, degrees, fsdp_stage
+from plancast.simulator.sweep_estimate import Estimator, degrees
+from plancast.simulator.sweep_keys import LayerKey, fsdp_stage
 from plancast.simulator.sweep_segments import SegmentTimes, StageTimes, stage_times
 from plancast.simulator.sweep_space import (
     Branch,

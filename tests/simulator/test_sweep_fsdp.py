@@ -160,7 +160,7 @@ def test_calibrated_fsdp_host_time_prices_zero_2_apart_from_zero_3() -> None:
     (as on GPU presets, where both are 0), a ZeRO-2 plan's bound came out up to 3% above the engine's
     step time; with the stage in the layer key, both bounds of every ZeRO-2/3 plan of the space stay below
     it, and the GPU presets keep one key for both."""
-    from plancast.simulator.sweep_estimate import has_fsdp_stages
+    from plancast.simulator.sweep_keys import has_fsdp_stages
 
     data: dict[str, Any] = {
         "model": {"preset": "tiny-gpt", "num_hidden_layers": 4},

@@ -23,8 +23,9 @@ from plancast.simulator.sweep import (
 )
 from plancast.simulator.sweep_axes import Plan
 from plancast.simulator.sweep_bound import Bound
-from plancast.simulator.sweep_estimate import Estimator, Layer, LayerKey
+from plancast.simulator.sweep_estimate import Estimator, Layer
 from plancast.simulator.sweep_groups import member_memories
+from plancast.simulator.sweep_keys import LayerKey
 from plancast.simulator.sweep_space import NO_PINS, enumerate_plans
 from tests.simulator.test_sweep_space import CASES, scenario
 
