@@ -49,6 +49,7 @@ from plancast.simulator.sweep_fsdp import (
     gather_waits,
     rank_waits,
 )
+from plancast.simulator.sweep_keys import recompute_pass
 from plancast.simulator.sweep_segments import StageTimes
 
 built_schedule = lru_cache(maxsize=256)(build_schedule)
@@ -144,7 +145,7 @@ class Bound:
     def _gather_counts(self, plan: Plan, m: int, zero3: bool = False) -> tuple[dict[int, tuple[int, int]]]:
         """The first rank's `gather_counts` (ZeRO-2 unless `zero3`), once per schedule shape: its actions
         alone are built (a pp-th of the schedule) unless the whole schedule is at hand."""
-        key = (plan.schedule, plan.pp, m, plan.virtual_stages, zero3, plan.recompute == "full")
+        key = (plan.schedule, plan.pp, m, plan.virtual_stages, zero3, recompute_pass(plan, self.est.base))
         cached = self._gathers.get(key)
         if cached is None:
             built = self._schedules.get((plan.schedule, plan.pp, m, plan.virtual_stages))
@@ -314,7 +315,7 @@ class Bound:
         on the first rank's schedule walked: a lower bound of the walked count."""
         gather_s, scatter_s = self._dp_part(plan, split, plan.zero_stage)
         if plan.zero_stage == 3:  # every forward, recompute and backward gathers (sweep_fsdp.gather_passes)
-            return (2 + (plan.recompute == "full")) * m * gather_s + m * scatter_s
+            return (2 + recompute_pass(plan, self.est.base)) * m * gather_s + m * scatter_s
         if not walk:
             return gather_s + m * scatter_s
         # ZeRO-2 gathers again after each backward: counted on the first rank's schedule

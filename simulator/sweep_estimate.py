@@ -28,7 +28,14 @@ from plancast.simulator.scenario import Scenario
 from plancast.simulator.schedules import SCHEDULES, Action
 from plancast.simulator.sweep_axes import Plan
 from plancast.simulator.sweep_inflight import CLOSED_FORM, INFLIGHT_STEADY, inflight_layers
-from plancast.simulator.sweep_keys import LayerKey, fsdp_stage, has_fsdp_stages, layer_key, sharded
+from plancast.simulator.sweep_keys import (
+    LayerKey,
+    fsdp_stage,
+    has_fsdp_stages,
+    layer_key,
+    recompute_pass,
+    sharded,
+)
 from plancast.simulator.sweep_segments import (
     SegmentTimes,
     StageTimes,
@@ -126,7 +133,7 @@ class Estimator:
             segments = self._segments(key, flat, s, tp_levels)
             # the multi-token-prediction blocks run on the last stage with the head (costs/mtp.py)
             tail = 1 + s.model.num_nextn_predict_layers
-            overlap, full = s.parallelism.tp_comm_overlap, plan.recompute == "full"
+            overlap, full = s.parallelism.tp_comm_overlap, recompute_pass(plan, s)
             passes = segment_passes(segments, overlap)
             blocks = passes[1:-tail]  # StageCost(0, blocks, 0.0, overlap, full)'s sums, from its terms
             forward_s = sum(p[0] for p in blocks)

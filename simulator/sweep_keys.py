@@ -40,3 +40,11 @@ def has_fsdp_stages(base: Scenario) -> bool:
     time per unit (costs/host.py HostCosts.of), which `plancast calibrate` fits on CPU; 0 on GPU presets."""
     compute = base.cluster.compute
     return compute.fsdp_unit_overhead_us > 0.0 or compute.fsdp_gather_overhead_us > 0.0
+
+
+def recompute_pass(plan: Plan, base: Scenario) -> bool:
+    """Whether the plan's backward runs a recompute pass of its own (costs/stage.py StageCost.recompute_full):
+    full recompute of every block. With `training.recompute_num_layers` (Megatron's block or uniform
+    method) the recomputed blocks re-run their forward inside their backward instead (costs/stage.py
+    `_recomputing`, in the per-layer costs already), and no pass of its own gathers FSDP units."""
+    return plan.recompute == "full" and base.training.recompute_num_layers is None
