@@ -192,12 +192,19 @@ class Estimator:
         return tuple(priced.get(id(g), g) for g in raw)
 
     def dp_levels(self, plan: Plan) -> tuple[Any, ...]:
+        """The tiers of rank 0's data-parallel group as the engine prices its collectives over them: dp x
+        cp, or under HSDP (`data_parallel_replicate_degree`, kept from the base) its shard group
+        (engine/plan.py `dp_shard_cp`); a plan whose dp the replicas do not divide is refused
+        (validation.py) and priced over dp x cp."""
         key = (plan.tp, plan.pp, plan.cp)
         levels = self._dp_levels.get(key)
         if levels is None:
-            grid = RankGrid(plan.pp, plan.dp, plan.tp, cp=plan.cp)
+            replicas = self.base.parallelism.data_parallel_replicate_degree
+            grid = RankGrid(
+                plan.pp, plan.dp, plan.tp, cp=plan.cp, replicate=replicas if plan.dp % replicas == 0 else 1
+            )
             levels = self._dp_levels[key] = group_levels(
-                grid.group("dp_cp", 0), self.base.cluster.tier_sizes, Topology.of(self.base).links
+                grid.group("dp_shard_cp", 0), self.base.cluster.tier_sizes, Topology.of(self.base).links
             )
         return levels
 
