@@ -20,15 +20,22 @@ from plancast.simulator.validation import check_plan
 
 
 def small(
-    gpus: int, memory_gib: float, batch: int = 8, layers: int | None = 4, preset: str = "tiny-gpt"
+    gpus: int,
+    memory_gib: float,
+    batch: int = 8,
+    layers: int | None = 4,
+    preset: str = "tiny-gpt",
+    **tables: dict[str, Any],
 ) -> Scenario:
-    """`preset` (with `layers` layers; None: the preset's) on a toy GPU and a two-tier toy network."""
+    """`preset` (with `layers` layers; None: the preset's) on a toy GPU and a two-tier toy network;
+    `tables` add keys to [training], [parallelism] and [cluster.compute]."""
     model: dict[str, Any] = {"preset": preset}
     if layers is not None:
         model["num_hidden_layers"] = layers
     data: dict[str, Any] = {
         "model": model,
-        "training": {"seq_len": 64, "global_batch_size": batch, "dtype": "fp32"},
+        "training": {"seq_len": 64, "global_batch_size": batch, "dtype": "fp32"} | tables.get("training", {}),
+        "parallelism": tables.get("parallelism", {}),
         "cluster": {
             "gpu": {"name": "toy", "peak_tflops": 0.1, "hbm_GBps": 10.0, "memory_GiB": memory_gib},
             "num_nodes": 1,
@@ -37,6 +44,7 @@ def small(
                 {"name": "fast", "size": 2, "bandwidth_GBps": 1.0, "latency_us": 20.0},
                 {"name": "slow", "bandwidth_GBps": 0.2, "latency_us": 100.0},
             ],
+            "compute": tables.get("compute", {}),
         },
     }
     return parse_scenario(data).scenario

@@ -311,23 +311,8 @@ def test_partial_recompute_is_bounded_as_the_engine_runs_it(preset: str) -> None
     chosen blocks' forward inside their backward, with no recompute pass of its own (costs/stage.py).
     The bound once added a whole recompute pass on top (33% above the engine on this space, which could
     drop a plan from an exact top k); every plan's bounds now stay at most the engine's step time."""
-    data: dict[str, Any] = {
-        "model": {"preset": preset, "num_hidden_layers": 4},
-        "training": {
-            "seq_len": 64, "global_batch_size": 16, "dtype": "fp32", "recompute": "full",
-            "recompute_num_layers": 1,
-        },
-        "cluster": {
-            "gpu": {"name": "toy", "peak_tflops": 0.1, "hbm_GBps": 10.0, "memory_GiB": 1.0},
-            "num_nodes": 1,
-            "gpus_per_node": 8,
-            "tiers": [
-                {"name": "fast", "size": 2, "bandwidth_GBps": 1.0, "latency_us": 20.0},
-                {"name": "slow", "bandwidth_GBps": 0.2, "latency_us": 100.0},
-            ],
-        },
-    }  # fmt: skip
-    base = _base_for(parse_scenario(data).scenario, 8)
+    partial = {"recompute": "full", "recompute_num_layers": 1}
+    base = _base_for(small(8, 1.0, 16, preset=preset, training=partial), 8)
     bound = Bound(Estimator(base, 8))
     checked = 0
     for plan in [p for p in enumerate_plans(base, 8) if p.recompute == "full"][::3]:  # the others are refused

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from plancast.simulator.loader import load_scenario, parse_scenario
+from plancast.simulator.loader import load_scenario
 from plancast.simulator.predict import simulate
 from plancast.simulator.scenario import Scenario
 from plancast.simulator.schedules import build_schedule
@@ -22,6 +22,7 @@ from plancast.simulator.sweep_segments import stage_times
 from plancast.simulator.sweep_space import enumerate_plans
 from plancast.simulator.validation import check_plan
 from tests.cli_runner import REPO
+from tests.simulator.test_sweep import small
 
 GPT3 = REPO / "examples" / "gpt3-175b-dgx-a100.toml"
 
@@ -155,24 +156,8 @@ def test_the_bounds_of_a_sharded_moe_plan_stay_below_the_engine(plan: Plan) -> N
 
 
 def toy(**tables: dict[str, Any]) -> Scenario:
-    """A tiny-gpt on 8 toy GPUs over a two-tier toy network, `tables` added to its own ([parallelism],
-    [cluster.compute])."""
-    data: dict[str, Any] = {
-        "model": {"preset": "tiny-gpt", "num_hidden_layers": 4},
-        "training": {"seq_len": 64, "global_batch_size": 16, "dtype": "fp32"},
-        "parallelism": tables.get("parallelism", {}),
-        "cluster": {
-            "gpu": {"name": "toy", "peak_tflops": 0.1, "hbm_GBps": 10.0, "memory_GiB": 1.0},
-            "num_nodes": 1,
-            "gpus_per_node": 8,
-            "tiers": [
-                {"name": "fast", "size": 2, "bandwidth_GBps": 1.0, "latency_us": 20.0},
-                {"name": "slow", "bandwidth_GBps": 0.2, "latency_us": 100.0},
-            ],
-            "compute": tables.get("compute", {}),
-        },
-    }
-    return _base_for(parse_scenario(data).scenario, 8)
+    """A tiny-gpt on 8 toy GPUs (tests/simulator/test_sweep.py `small`) with `tables` added."""
+    return _base_for(small(8, 1.0, 16, **tables), 8)
 
 
 def sharded_plans_stay_below_the_engine(base: Scenario) -> int:
