@@ -122,7 +122,10 @@ def scenario_tp_collectives(
     """``tp_collectives`` of one micro-batch of scenario ``s`` (the simulator and the runtime's expected
     events read the plan through this one call). ``moe``: an MoE block; on a folded expert grid with
     etp < tp under sequence parallelism its experts work on the rank's sequence shard (Megatron-Core MoE
-    parallel folding; runtime/parallel/tp.py), so only the attention's gather and scatter remain."""
+    parallel folding; runtime/parallel/tp.py), so only the attention's gather and scatter remain. Under
+    context parallelism a rank holds seq_len / cp of each sequence, and that is what its tensor-parallel
+    group gathers and scatters (Megatron-Core splits the batch over cp first, get_batch_on_this_cp_rank;
+    runtime/trainer.py the same)."""
     m, t = s.model, s.training
     if moe and part == "layer" and moe_on_sequence_shards(s):
         return scenario_tp_collectives(s, part, phase, dtype_bytes)[:2]
@@ -131,7 +134,7 @@ def scenario_tp_collectives(
         phase,
         sequence_parallel=s.parallelism.sequence_parallel,
         micro_batch_size=t.micro_batch_size,
-        seq_len=t.seq_len,
+        seq_len=t.seq_len // s.cp,
         hidden_size=m.hidden_size,
         vocab_size=m.vocab_size,
         tp=s.tp,
