@@ -26,6 +26,7 @@ from typing import Any
 from benchmarks.peer_speed import EXAMPLE
 from plancast.pool import available_cores, process_map
 from plancast.simulator import sweep as search
+from plancast.simulator import sweep_frontier
 from plancast.simulator.loader import load_scenario
 
 
@@ -65,7 +66,7 @@ def main(argv: list[str] | None = None) -> None:
     base = load_scenario(args.scenario).scenario
     workers = args.workers or available_cores()
     phases = Phases()
-    frontier_open = search._Frontier._open
+    frontier_open = sweep_frontier.Frontier._open
 
     def opened(frontier: Any, group: Any) -> None:  # the main process's share of the search
         start = time.perf_counter()
@@ -73,19 +74,21 @@ def main(argv: list[str] | None = None) -> None:
         phases.add("main: open groups", time.perf_counter() - start, 1)
 
     print(f"{args.scenario} on {args.gpus:,} GPUs, {workers} workers; load {os.getloadavg()[0]:.1f}")
-    search._Frontier._open = opened  # type: ignore[method-assign]
+    sweep_frontier.Frontier._open = opened  # type: ignore[method-assign]
     try:
         with process_map(workers) as pool:
             start = time.perf_counter()
             result = search.sweep(base, args.gpus, map_fn=timed_map(pool, phases))
             total = time.perf_counter() - start
     finally:
-        search._Frontier._open = frontier_open  # type: ignore[method-assign]
+        sweep_frontier.Frontier._open = frontier_open  # type: ignore[method-assign]
     print(f"{'phase':32s} {'seconds':>8s} {'calls':>7s} {'items':>9s}")
     for name, seconds in phases.seconds.items():
         print(f"{name:32s} {seconds:8.2f} {phases.calls[name]:7,d} {phases.items[name]:9,d}")
     print(f"{'total':32s} {total:8.2f}   ({result.enumerated:,} enumerated, {result.fits:,} fit, "
           f"{result.simulated} simulated; load {os.getloadavg()[0]:.1f})")  # fmt: skip
+    for degree in result.ungrouped:
+        print(f"tp {degree.tp} never grouped: its floor {degree.floor_s:.2f} s is above the 10th best")
 
 
 if __name__ == "__main__":

@@ -2,7 +2,9 @@
 
 The space is tp x pp x dp (x ep for MoE models, x cp on long sequences) x micro-batch x schedule (with
 virtual stages) x recompute x sequence parallel x ZeRO stage: hundreds of thousands of plans for GPT-3
-on 1,536 GPUs, millions for DeepSeek-V3. Three steps keep it fast and exact (docs/sweep.md):
+on 1,536 GPUs, millions for DeepSeek-V3. Three steps keep it fast and exact (docs/sweep.md), each tp
+degree taken only once the search reaches its floor (simulator/sweep_floor.py: a degree whose floor is
+above the k-th best is never enumerated past its count):
 
 1. enumerate with pruning: a (tp, pp) pair whose smallest possible footprint (ZeRO-3, full recompute,
    micro-batch 1) does not fit is skipped whole; memory is a closed form per plan (a lower bound of
@@ -14,18 +16,17 @@ on 1,536 GPUs, millions for DeepSeek-V3. Three steps keep it fast and exact (doc
    cannot beat the k-th best simulated step time. Every plan left unsimulated is then slower than the
    k-th best, so the top k is exactly the engine's top k over the whole space.
 
-Steps 1 and 2 run one (tp, pp) subtree per task over `map_fn` (every core at the CLI), the largest
-first; the per-layer costs, the one expensive cache, are worked out once per tp degree (for the plans
-that fit) in a round before (simulator/sweep_space.py cuts the space). Step 3 refines bounds in rounds
-of `REFINE_ROUND` and simulates rounds of `ROUND` plans over `map_fn`.
+Steps 1 and 2 run one tp degree per task over `map_fn` (every core at the CLI), in rounds of the degrees
+the search reaches (simulator/sweep_frontier.py), the largest first; the per-layer costs, the one
+expensive cache, are worked out there for the plans that fit. Step 3 refines bounds in rounds of
+`REFINE_ROUND` and simulates rounds of `ROUND` plans over `map_fn`.
 """
 
 from __future__ import annotations
 
-import heapq
 import math
 import operator
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from functools import partial
 from typing import Any
@@ -35,8 +36,10 @@ from plancast.simulator.costs.memory import GiB, peak_memory
 from plancast.simulator.predict import simulate
 from plancast.simulator.scenario import Scenario
 from plancast.simulator.sweep_axes import Pins, Plan
-from plancast.simulator.sweep_bound import TOLERANCE, Bound, built_schedule
+from plancast.simulator.sweep_bound import Bound, built_schedule
 from plancast.simulator.sweep_estimate import Estimator, Layer
+from plancast.simulator.sweep_floor import compute_floor_s, degree_floor_s
+from plancast.simulator.sweep_frontier import Degree, Estimate, MapFn, best_first
 from plancast.simulator.sweep_groups import Group, Grouper
 from plancast.simulator.sweep_keys import LayerKey
 from plancast.simulator.sweep_space import (
@@ -87,6 +90,9 @@ class SweepResult:
     pruned_subtrees: int
     simulated: int = 0
     """Plans run through the engine: every plan whose bound could beat the k-th best."""
+    ungrouped: tuple[Degree, ...] = ()
+    """The tp degrees whose floor (simulator/sweep_floor.py) is above the k-th best: never grouped, so
+    their plans are counted in `enumerated` but not checked for memory (`fits`, `pruned_subtrees`)."""
 
 
 def _base_for(base: Scenario, gpus: int) -> Scenario:
@@ -106,13 +112,6 @@ def _base_for(base: Scenario, gpus: int) -> Scenario:
     return base.model_copy(update={"cluster": cluster})
 
 
-MapFn = Callable[[Callable[[Any], Any], Sequence[Any]], Iterable[Any]]
-"""`map`'s contract: fn over the items, results in the items' order (a process pool's map at the CLI)."""
-
-
-Estimate = tuple[float, tuple[Any, ...], float]
-"""(bound_s, the plan's fields, memory_GiB): plain tuples cost a tenth of dataclasses to send back from
-a worker process, and sort as (bound_s, Plan) does."""
 _plan_fields = operator.attrgetter(*(f.name for f in fields(Plan)))
 
 
@@ -187,7 +186,17 @@ def _group_tp_degree(
     return grouper.est.layers, grouper.groups, grouper.enumerated, grouper.fits, grouper.pruned
 
 
-def _per_tp(base: Scenario, gpus: int, pins: Pins) -> list[list[Root]]:
+def _degrees(base: Scenario, gpus: int, pins: Pins) -> list[Degree]:
+    """Each tp degree of the space with its floor (simulator/sweep_floor.py) and its subtrees."""
+    sizes, compute_s = subtree_sizes(base, gpus, pins), compute_floor_s(base, gpus)
+    return [
+        Degree(degree_floor_s(base, gpus, subtrees[0][0], compute_s), subtrees[0][0], subtrees,
+               sum(sizes[root] for root in subtrees))
+        for subtrees in _per_tp(base, gpus, pins, sizes)
+    ]  # fmt: skip
+
+
+def _per_tp(base: Scenario, gpus: int, pins: Pins, sizes: dict[Root, int] | None = None) -> list[list[Root]]:
     """The (tp, pp) subtrees of each tp degree, the degree with the most plans first (a task costs about
     its plan count), subtrees in `roots` order."""
     sizes = subtree_sizes(base, gpus, pins)
@@ -208,7 +217,7 @@ def _tasks(
     """The (tp, pp) subtrees, largest first (a subtree costs about its plan count), each with its tp
     degree's per-layer costs, worked out in a round over `map_fn` before (and added to `layer_costs`)."""
     sizes = subtree_sizes(base, gpus, pins)
-    per_tp = _per_tp(base, gpus, pins)
+    per_tp = _per_tp(base, gpus, pins, sizes)
     costs = partial(_layer_costs, base, gpus, limit_bytes, pins=pins)
     layers = dict(zip((subtrees[0][0] for subtrees in per_tp), map_fn(costs, per_tp), strict=True))
     for table in layers.values():
@@ -263,139 +272,6 @@ def _passes(batch_size: int, candidate: Estimate) -> int:
     return plan.pp * plan.virtual_stages * (batch_size // (plan.dp * plan.micro_batch_size))
 
 
-class _Frontier:
-    """Candidates in the order of their tighter bound, worked out lazily: one heap of groups (opened into
-    their plans' first bounds once no other entry is smaller), first bounds (refined once no other
-    entry is smaller) and tighter bounds (returned once no other entry is smaller). Each entry's key is
-    at most every bound below it (a group's is at most its members', a first bound at most its tighter
-    one), so the candidate returned has the smallest tighter bound of all."""
-
-    def __init__(
-        self,
-        candidates: list[Estimate],
-        refine: Callable[[Estimate], float] | None,
-        groups: Sequence[Group] = (),
-        expand: Callable[[Group], list[Estimate]] | None = None,
-        refine_many: Callable[[list[Estimate]], list[float]] | None = None,
-        classes: Callable[[Group], list[Group]] | None = None,
-    ) -> None:
-        self.expand, self.classes = expand, classes
-        self.refine_many = refine_many or (lambda batch: [refine(c) if refine else c[0] for c in batch])
-        self.batch = REFINE_ROUND if refine_many is not None else 1
-        self.heap: list[tuple[float, int, Any]] = [(c[0], _FIRST, c) for c in candidates]
-        self.heap += [(g.bound_s, _GROUP, g) for g in groups]
-        heapq.heapify(self.heap)
-
-    def pop(self) -> Estimate | None:
-        """The candidate with the smallest tighter bound (its bound in place of the first), or None."""
-        while self.heap:
-            _, kind, item = heapq.heappop(self.heap)
-            if kind == _TIGHT:
-                return item
-            if kind == _GROUP:
-                self._open(item)
-                continue
-            batch = [item, *self._firsts()]
-            for candidate, refined in zip(batch, self.refine_many(batch), strict=True):
-                tighter = max(candidate[0], refined)
-                heapq.heappush(self.heap, (tighter, _TIGHT, (tighter, *candidate[1:])))
-        return None
-
-    def _firsts(self) -> list[Estimate]:
-        """The first bounds next in line after one just taken, to refine with it (up to `batch` in all):
-        taken while the smallest entry is a first bound or a group (opened on the way), so that each
-        would be refined next anyway unless the search stops first."""
-        out: list[Estimate] = []
-        while self.heap and len(out) + 1 < self.batch and self.heap[0][1] != _TIGHT:
-            _, kind, item = heapq.heappop(self.heap)
-            if kind == _GROUP:
-                self._open(item)
-            else:
-                out.append(item)
-        return out
-
-    def _open(self, group: Group) -> None:
-        """A mixed group into its classes (each bound at least the group's), any other into its plans."""
-        if group.mixed and self.classes is not None:
-            for part in self.classes(group):
-                heapq.heappush(self.heap, (part.bound_s, _GROUP, part))
-            return
-        assert self.expand is not None
-        for candidate in self.expand(group):
-            heapq.heappush(self.heap, (candidate[0], _FIRST, candidate))
-
-    def below(self, threshold_s: float) -> int:
-        """About how many candidates left could still beat `threshold_s` (for progress)."""
-        return sum(
-            len(item.members) * len(item.variants) if kind == _GROUP else 1
-            for key, kind, item in self.heap
-            if key <= threshold_s
-        )
-
-
-REFINE_ROUND = 32
-"""First bounds refined together over a worker pool (`refine_many`): enough to keep its workers busy;
-a few may be refined that the search would have stopped before (never a different top k)."""
-
-_TIGHT, _FIRST, _GROUP = 0, 1, 2
-"""Kinds of frontier entries; on equal keys the tighter bound comes out first, as before a refinement."""
-
-
-ROUND = 16
-"""Plans simulated per round of the best-first search: enough to keep a pool's workers busy. The top k
-does not depend on it (only how many plans beyond the stopping point get simulated too)."""
-
-
-def best_first(
-    candidates: list[Estimate],
-    run: Callable[[Estimate], Ranked | None],
-    k: int,
-    map_fn: MapFn = map,
-    progress: Callable[[int, int], None] | None = None,
-    cost: Callable[[Estimate], int] | None = None,
-    refine: Callable[[Estimate], float] | None = None,
-    groups: Sequence[Group] = (),
-    expand: Callable[[Group], list[Estimate]] | None = None,
-    refine_many: Callable[[list[Estimate]], list[float]] | None = None,
-    classes: Callable[[Group], list[Group]] | None = None,
-) -> tuple[list[Ranked], int]:
-    """The k fastest of `candidates` by `run`'s step time, sorted (ties by plan), and how many were run.
-
-    `candidates` are sorted by a lower bound of that time; `refine` gives a tighter one (never below
-    it), worked out lazily (`_Frontier`). Rounds of the next `ROUND` candidates by tighter bound run over
-    `map_fn`; the search stops at the first whose bound, less the bound's rounding slack, exceeds the
-    k-th best: it and every one after it are slower, so the result is what running every candidate
-    would give. `cost` orders each round, the costliest first, so that a pool ends on short runs.
-    `groups` join the candidates, each opened into its members' candidates by `expand` only once its
-    bound is the smallest left (simulator/sweep_groups.py). `refine_many` refines several at once
-    (`REFINE_ROUND`, over a pool) in place of `refine`; `classes` splits a mixed group before it is
-    opened (sweep_groups.Grouper.classes)."""
-    best: list[Ranked] = []
-    frontier = _Frontier(candidates, refine, groups, expand, refine_many, classes)
-    simulated = 0
-    stopped = False
-    while not stopped:
-        threshold = (best[k - 1].step_time_s or math.inf) if len(best) >= k else math.inf
-        batch: list[Estimate] = []
-        while len(batch) < ROUND:
-            candidate = frontier.pop()
-            stopped = candidate is None or candidate[0] * (1 - TOLERANCE) > threshold
-            if stopped or candidate is None:
-                break
-            batch.append(candidate)
-        if cost is not None:
-            batch.sort(key=cost, reverse=True)
-        for done in map_fn(run, batch):
-            simulated += 1
-            if done is not None:
-                best.append(done)
-        best.sort(key=lambda r: (r.step_time_s or math.inf, r.plan))
-        del best[k:]
-        if progress is not None:
-            progress(simulated, simulated + frontier.below(threshold))
-    return best, simulated
-
-
 def sweep(
     base: Scenario,
     gpus: int,
@@ -418,9 +294,19 @@ def sweep(
     # headroom for context, NCCL, fragmentation; --max-memory-gib caps it further
     limit = min(base.cluster.gpu.usable_memory_GiB, max_memory_gib or math.inf) * GiB
     layers: dict[LayerKey, Layer] = {}
-    grouped = list(map_fn(partial(_group_tp_degree, base, gpus, limit, pins=pins), _per_tp(base, gpus, pins)))
-    for part in grouped:
-        layers.update(part[0])
+    grouped: list[tuple[dict[LayerKey, Layer], list[Group], int, int, int]] = []
+    done: list[Degree] = []
+
+    def group(batch: list[Degree]) -> list[Group]:  # the degrees' per-layer costs join the shared bound's
+        batch = sorted(batch, key=lambda d: (-d.plans, d.tp))  # a pool ends on the shortest tasks
+        task = partial(_group_tp_degree, base, gpus, limit, pins=pins)
+        parts = list(map_fn(task, [d.subtrees for d in batch]))
+        for part in parts:
+            layers.update(part[0])
+        grouped.extend(parts)
+        done.extend(batch)
+        return [g for part in parts for g in part[1]]
+
     run, cost = partial(_simulated, base, limit), partial(_passes, base.training.global_batch_size)
     bound = Bound(Estimator(base, gpus, layers))
 
@@ -431,16 +317,18 @@ def sweep(
         tasks = [(c[1], layers[bound.est.key(Plan(*c[1]))]) for c in batch]
         return list(map_fn(partial(_replayed, base, gpus), tasks))
 
+    degrees = _degrees(base, gpus, pins)
     best, simulated = best_first(
-        [], run, finalists, map_fn, progress, cost, lambda c: bound.replayed(Plan(*c[1])),
-        [g for part in grouped for g in part[1]], expand,
+        [], run, finalists, map_fn, progress, cost, lambda c: bound.replayed(Plan(*c[1])), (), expand,
         None if map_fn is map else refine_many,  # one process: the shared bound's caches serve it better
-        Grouper(base, gpus, limit, bound.est, pins, bound=bound).classes,
+        Grouper(base, gpus, limit, bound.est, pins, bound=bound).classes, degrees, group,
     )  # fmt: skip
+    left = [d for d in degrees if d not in done]
     return SweepResult(
         best,
-        sum(part[2] for part in grouped),
+        sum(part[2] for part in grouped) + sum(d.plans for d in left),
         sum(part[3] for part in grouped),
         sum(part[4] for part in grouped),
         simulated,
+        tuple(left),
     )

@@ -5,14 +5,14 @@ from __future__ import annotations
 import pytest
 
 from benchmarks import sweep_phases
-from plancast.simulator import sweep as search
+from plancast.simulator import sweep_frontier
 from tests.cli_runner import REPO
 
 
 def test_each_phase_of_a_small_sweep_is_timed_and_counted_and_the_search_restored(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    opening = search._Frontier._open
+    opening = sweep_frontier.Frontier._open
     sweep_phases.main([str(REPO / "examples" / "tiny-moe-cpu.toml"), "--gpus", "8", "--workers", "1"])
     out = capsys.readouterr().out
     rows = {
@@ -21,4 +21,4 @@ def test_each_phase_of_a_small_sweep_is_timed_and_counted_and_the_search_restore
     assert set(rows) == {"_group_tp_degree", "open", "_replayed", "_simulated"}
     assert int(rows["_simulated"][2].replace(",", "")) >= 10  # the top 10 and more were simulated
     assert "16,704 enumerated" in out and "simulated" in out
-    assert search._Frontier._open is opening
+    assert sweep_frontier.Frontier._open is opening

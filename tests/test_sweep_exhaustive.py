@@ -5,6 +5,7 @@ scripts/sweep_exhaustive.py; its docstring says which plans it simulates and why
 from __future__ import annotations
 
 import json
+import operator
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,10 @@ def test_sweep_top_10_is_the_exhaustive_top_10(path: Path, tmp_path: Path) -> No
     )
     assert code == 0, err
     found = json.loads(out)
-    assert found["exact_top"] == 10 and found["plans_fitting"] == expected["plans_fitting"]
+    assert found["exact_top"] == 10
+    # a tp degree whose floor is above the 10th best is never checked for memory (simulator/sweep_floor.py)
+    fitting = operator.eq if not found["tp_degrees_not_grouped"] else operator.le
+    assert fitting(found["plans_fitting"], expected["plans_fitting"])
     assert [p["plan"] for p in found["plans"]] == [p["plan"] for p in expected["top"]]
     assert [p["step_time_s"] for p in found["plans"]] == pytest.approx(
         [p["step_time_s"] for p in expected["top"]], rel=1e-12

@@ -314,16 +314,7 @@ def _single_sweep(
         pd.DataFrame([{**r, "warnings": "; ".join(r["warnings"])} for r in rows]).to_csv(table, index=False)
         err.print(f"wrote {table}", markup=False)
     if json_:
-        print_json(
-            {
-                "plans_enumerated": result.enumerated,
-                "plans_fitting": result.fits,
-                "plans_simulated": result.simulated,
-                "exact_top": len(result.finalists),
-                "seconds": elapsed,
-                "plans": rows[:top],
-            }
-        )
+        print_json(_sweep_json(result, elapsed, rows[:top]))
     if not result.finalists:  # after the JSON too: a script sees the empty list and exit code 1
         from plancast.simulator.sweep_inputs import why_empty
 
@@ -332,6 +323,19 @@ def _single_sweep(
         raise typer.Exit(1)
     if not json_:
         _print_plans(result, top, elapsed, warned)
+
+
+def _sweep_json(result: SweepResult, elapsed_s: float, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """`sweep --json`: the search's counts (fitting: in the tp degrees grouped) and its ranked plans."""
+    return {
+        "plans_enumerated": result.enumerated,
+        "plans_fitting": result.fits,
+        "tp_degrees_not_grouped": [{"tp": d.tp, "floor_s": d.floor_s} for d in result.ungrouped],
+        "plans_simulated": result.simulated,
+        "exact_top": len(result.finalists),
+        "seconds": elapsed_s,
+        "plans": rows,
+    }
 
 
 def _rows(s: Any, n_gpus: int, result: SweepResult) -> tuple[list[dict[str, Any]], list[list[str]]]:
@@ -347,10 +351,17 @@ def _print_plans(result: SweepResult, top: int, elapsed_s: float, warned: list[l
     each of them (a plan the framework refuses is still ranked by its predicted time)."""
     from rich.table import Table
 
+    skipped = ""
+    if result.ungrouped:  # their floors beat no finalist: their plans were never checked for memory
+        tps = ", ".join(str(d.tp) for d in sorted(result.ungrouped, key=lambda d: d.tp))
+        skipped = (
+            f" (tp {tps} not checked: no plan of theirs can be faster than "
+            f"{min(d.floor_s for d in result.ungrouped):.2f} s)"
+        )
     out.print(
-        f"{result.enumerated:,} plans enumerated, {result.fits:,} fit in memory, {result.simulated:,} "
-        f"simulated in full ({elapsed_s:.1f} s): the top {len(result.finalists)} are exact (every other "
-        "plan's lower bound is slower, docs/sweep.md)"
+        f"{result.enumerated:,} plans enumerated, {result.fits:,} fit in memory{skipped}, "
+        f"{result.simulated:,} simulated in full ({elapsed_s:.1f} s): the top {len(result.finalists)} are "
+        "exact (every other plan's lower bound is slower, docs/sweep.md)"
     )
     view = Table("#", "plan", "step s", "MFU", "memory GiB", "tokens/s")
     for i, r in enumerate(result.finalists[:top], 1):

@@ -13,11 +13,26 @@ import pytest
 
 from plancast.simulator.costs.memory import GiB
 from plancast.simulator.scenario import Scenario
-from plancast.simulator.sweep import _base_for, _layer_costs, _plan_fields, _rank, _smallest_fits, sweep
+from plancast.simulator.sweep import (
+    _base_for,
+    _degrees,
+    _layer_costs,
+    _plan_fields,
+    _rank,
+    _smallest_fits,
+    sweep,
+)
 from plancast.simulator.sweep_axes import Plan
 from plancast.simulator.sweep_bound import Bound
 from plancast.simulator.sweep_estimate import Estimator
-from plancast.simulator.sweep_space import LayerBalancer, by_size, enumerate_plans, roots, subtree_sizes
+from plancast.simulator.sweep_space import (
+    NO_PINS,
+    LayerBalancer,
+    by_size,
+    enumerate_plans,
+    roots,
+    subtree_sizes,
+)
 from tests.simulator.test_sweep import small
 
 
@@ -102,9 +117,10 @@ def test_each_tp_degrees_layer_costs_are_those_ranking_plan_by_plan_works_out(
 
 
 def test_the_largest_parts_go_to_the_pool_first() -> None:
-    """sweep() hands the pool one task per tp degree (its subtrees together, so that their per-layer
-    costs are worked out once), the degree with the most plans first; `_rank`, the plan-by-plan
-    ranking, one task per subtree, the largest first."""
+    """sweep() hands the pool tp degrees (each its subtrees together, so that their per-layer costs are
+    worked out once) in rounds as the search reaches their floors, the least floor's alone first, each
+    degree at most once, a round's degree with the most plans first; `_rank`, the plan-by-plan ranking,
+    one task per subtree, the largest first."""
     base = scenario("tiny-gpt", 8, 1.0, 16)
     sizes = subtree_sizes(base, 8)
     calls: list[list[Any]] = []
@@ -114,11 +130,14 @@ def test_the_largest_parts_go_to_the_pool_first() -> None:
         return map(fn, items)
 
     sweep(base, 8, finalists=2, map_fn=recording_map)
-    tp_order = calls[0]
-    every = sorted(root for root, n in sizes.items() if n)
-    assert sorted(root for subtrees in tp_order for root in subtrees) == every
-    tp_sizes = [sum(n for (tp, _), n in sizes.items() if tp == subtrees[0][0]) for subtrees in tp_order]
-    assert len(tp_order) > 1 and tp_sizes == sorted(tp_sizes, reverse=True)
+    rounds = [items for items in calls if items and isinstance(items[0], list)]  # lists of (tp, pp) roots
+    grouped = [subtrees[0][0] for items in rounds for subtrees in items]
+    degrees = _degrees(base, 8, NO_PINS)
+    assert len(grouped) == len(set(grouped)) and rounds[0] == [min(degrees).subtrees]
+    for items in rounds:
+        assert all(root[0] == subtrees[0][0] for subtrees in items for root in subtrees)
+        tp_sizes = [sum(sizes[root] for root in subtrees) for subtrees in items]
+        assert tp_sizes == sorted(tp_sizes, reverse=True)
     calls.clear()
     _rank(base, 8, base.cluster.gpu.usable_memory_GiB * GiB, recording_map)
     order = [root for root, _ in calls[1]]
@@ -135,8 +154,8 @@ def test_each_round_simulates_the_longest_first_and_the_ranking_does_not_change(
         return map(fn, items)
 
     result = sweep(base, 8, finalists=16, map_fn=recording_map)
-    # after the tp degrees' groups; not the refinements' rounds (plan fields and layer costs)
-    simulated = [r for r in rounds[1:] if r and len(r[0]) == 3]
+    # not the tp degrees' rounds (lists of subtrees) nor the refinements' (plan fields and layer costs)
+    simulated = [r for r in rounds if r and isinstance(r[0], tuple) and len(r[0]) == 3]
     for batch in simulated:
         plans = [Plan(*fields) for _, fields, _ in batch]
         passes = [p.pp * p.virtual_stages * 16 // (p.dp * p.micro_batch_size) for p in plans]

@@ -1,0 +1,205 @@
+"""The best-first search of the sweep (simulator/sweep.py): a heap of lower bounds at four levels, each
+opened only once no entry left is smaller, and rounds of simulations over `map_fn` until the next bound
+cannot beat the k-th best.
+
+The levels, coarsest first: a tp degree (simulator/sweep_floor.py: a floor under every plan of the
+degree, priced without a layer key), opened into its groups (simulator/sweep_groups.py: the degree's
+per-layer costs worked out then, the expensive part of a large sweep); a group, opened into its classes
+or its plans' first bounds (simulator/sweep_bound.py); a first bound, refined into the replayed one; a
+replayed bound, whose plan is simulated. Each entry's key is at most every bound under it, so the plan
+returned has the smallest tighter bound of all, and a level never opened holds only slower plans.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from plancast.simulator.sweep_bound import TOLERANCE
+from plancast.simulator.sweep_groups import Group
+from plancast.simulator.sweep_space import Root
+
+if TYPE_CHECKING:
+    from plancast.simulator.sweep import Ranked
+
+MapFn = Callable[[Callable[[Any], Any], Sequence[Any]], Iterable[Any]]
+"""`map`'s contract: fn over the items, results in the items' order (a process pool's map at the CLI)."""
+
+
+Estimate = tuple[float, tuple[Any, ...], float]
+"""(bound_s, the plan's fields, memory_GiB): plain tuples cost a tenth of dataclasses to send back from
+a worker process, and sort as (bound_s, Plan) does."""
+
+
+@dataclass(frozen=True, order=True)
+class Degree:
+    """One tp degree of the space, not yet grouped: its floor (sweep_floor.degree_floor_s) and subtrees."""
+
+    floor_s: float
+    tp: int
+    subtrees: list[Root] = field(compare=False)
+    plans: int = field(compare=False)
+    """Plans the degree enumerates (sweep_space.subtree_sizes)."""
+
+
+class Frontier:
+    """Candidates in the order of their tighter bound, worked out lazily: one heap of tp degrees (grouped
+    once no other entry is smaller), groups (opened into their plans' first bounds once no other entry is
+    smaller), first bounds (refined once no other entry is smaller) and tighter bounds (returned once no
+    other entry is smaller). Each entry's key is at most every bound below it (a degree's floor at most
+    its groups', a group's at most its members', a first bound at most its tighter one), so the candidate
+    returned has the smallest tighter bound of all."""
+
+    def __init__(
+        self,
+        candidates: list[Estimate],
+        refine: Callable[[Estimate], float] | None,
+        groups: Sequence[Group] = (),
+        expand: Callable[[Group], list[Estimate]] | None = None,
+        refine_many: Callable[[list[Estimate]], list[float]] | None = None,
+        classes: Callable[[Group], list[Group]] | None = None,
+        degrees: Sequence[Degree] = (),
+        group: Callable[[list[Degree]], list[Group]] | None = None,
+    ) -> None:
+        self.expand, self.classes, self.group = expand, classes, group
+        self.refine_many = refine_many or (lambda batch: [refine(c) if refine else c[0] for c in batch])
+        self.batch = REFINE_ROUND if refine_many is not None else 1
+        self.heap: list[tuple[float, int, Any]] = [(c[0], _FIRST, c) for c in candidates]
+        self.heap += [(g.bound_s, _GROUP, g) for g in groups]
+        self.heap += [(d.floor_s, _DEGREE, d) for d in degrees]
+        heapq.heapify(self.heap)
+
+    def pop(self) -> Estimate | None:
+        """The candidate with the smallest tighter bound (its bound in place of the first), or None."""
+        while self.heap:
+            _, kind, item = heapq.heappop(self.heap)
+            if kind == _TIGHT:
+                return item
+            if kind == _GROUP:
+                self._open(item)
+                continue
+            if kind == _DEGREE:
+                self._group(item)
+                continue
+            batch = [item, *self._firsts()]
+            for candidate, refined in zip(batch, self.refine_many(batch), strict=True):
+                tighter = max(candidate[0], refined)
+                heapq.heappush(self.heap, (tighter, _TIGHT, (tighter, *candidate[1:])))
+        return None
+
+    def _firsts(self) -> list[Estimate]:
+        """The first bounds next in line after one just taken, to refine with it (up to `batch` in all):
+        taken while the smallest entry is a first bound or a group (opened on the way), so that each
+        would be refined next anyway unless the search stops first."""
+        out: list[Estimate] = []
+        while self.heap and len(out) + 1 < self.batch and self.heap[0][1] != _TIGHT:
+            _, kind, item = heapq.heappop(self.heap)
+            if kind == _GROUP:
+                self._open(item)
+            elif kind == _DEGREE:
+                self._group(item)
+            else:
+                out.append(item)
+        return out
+
+    def _group(self, degree: Degree) -> None:
+        """`degree` into its groups, with every other degree whose floor is at most each entry that is not
+        a degree (each would be grouped before any of them anyway): one round over a worker pool. With no
+        such entry yet (the first degree) alone."""
+        others = [key for key, kind, _ in self.heap if kind != _DEGREE]
+        batch = [degree]
+        if others:
+            below = min(others)
+            batch += [item for key, kind, item in self.heap if kind == _DEGREE and key <= below]
+            self.heap = [entry for entry in self.heap if entry[1] != _DEGREE or entry[2] not in batch]
+            heapq.heapify(self.heap)
+        assert self.group is not None
+        for group in self.group(batch):
+            heapq.heappush(self.heap, (group.bound_s, _GROUP, group))
+
+    def _open(self, group: Group) -> None:
+        """A mixed group into its classes (each bound at least the group's), any other into its plans."""
+        if group.mixed and self.classes is not None:
+            for part in self.classes(group):
+                heapq.heappush(self.heap, (part.bound_s, _GROUP, part))
+            return
+        assert self.expand is not None
+        for candidate in self.expand(group):
+            heapq.heappush(self.heap, (candidate[0], _FIRST, candidate))
+
+    def below(self, threshold_s: float) -> int:
+        """About how many candidates left could still beat `threshold_s` (for progress)."""
+        return sum(
+            len(item.members) * len(item.variants) if kind == _GROUP else item.plans if kind == _DEGREE else 1
+            for key, kind, item in self.heap
+            if key <= threshold_s
+        )
+
+
+REFINE_ROUND = 32
+"""First bounds refined together over a worker pool (`refine_many`): enough to keep its workers busy;
+a few may be refined that the search would have stopped before (never a different top k)."""
+
+_TIGHT, _FIRST, _GROUP, _DEGREE = 0, 1, 2, 3
+"""Kinds of frontier entries; on equal keys the tighter bound comes out first, as before a refinement."""
+
+
+ROUND = 16
+"""Plans simulated per round of the best-first search: enough to keep a pool's workers busy. The top k
+does not depend on it (only how many plans beyond the stopping point get simulated too)."""
+
+
+def best_first(
+    candidates: list[Estimate],
+    run: Callable[[Estimate], Ranked | None],
+    k: int,
+    map_fn: MapFn = map,
+    progress: Callable[[int, int], None] | None = None,
+    cost: Callable[[Estimate], int] | None = None,
+    refine: Callable[[Estimate], float] | None = None,
+    groups: Sequence[Group] = (),
+    expand: Callable[[Group], list[Estimate]] | None = None,
+    refine_many: Callable[[list[Estimate]], list[float]] | None = None,
+    classes: Callable[[Group], list[Group]] | None = None,
+    degrees: Sequence[Degree] = (),
+    group: Callable[[list[Degree]], list[Group]] | None = None,
+) -> tuple[list[Ranked], int]:
+    """The k fastest of `candidates` by `run`'s step time, sorted (ties by plan), and how many were run.
+
+    `candidates` are sorted by a lower bound of that time; `refine` gives a tighter one (never below
+    it), worked out lazily (`Frontier`). Rounds of the next `ROUND` candidates by tighter bound run over
+    `map_fn`; the search stops at the first whose bound, less the bound's rounding slack, exceeds the
+    k-th best: it and every one after it are slower, so the result is what running every candidate
+    would give. `cost` orders each round, the costliest first, so that a pool ends on short runs.
+    `groups` join the candidates, each opened into its members' candidates by `expand` only once its
+    bound is the smallest left (simulator/sweep_groups.py). `refine_many` refines several at once
+    (`REFINE_ROUND`, over a pool) in place of `refine`; `classes` splits a mixed group before it is
+    opened (sweep_groups.Grouper.classes). `degrees` join them too, each grouped by `group` only once
+    its floor is the smallest left (`Frontier._group`)."""
+    best: list[Ranked] = []
+    frontier = Frontier(candidates, refine, groups, expand, refine_many, classes, degrees, group)
+    simulated = 0
+    stopped = False
+    while not stopped:
+        threshold = (best[k - 1].step_time_s or math.inf) if len(best) >= k else math.inf
+        batch: list[Estimate] = []
+        while len(batch) < ROUND:
+            candidate = frontier.pop()
+            stopped = candidate is None or candidate[0] * (1 - TOLERANCE) > threshold
+            if stopped or candidate is None:
+                break
+            batch.append(candidate)
+        if cost is not None:
+            batch.sort(key=cost, reverse=True)
+        for done in map_fn(run, batch):
+            simulated += 1
+            if done is not None:
+                best.append(done)
+        best.sort(key=lambda r: (r.step_time_s or math.inf, r.plan))
+        del best[k:]
+        if progress is not None:
+            progress(simulated, simulated + frontier.below(threshold))
+    return best, simulated
