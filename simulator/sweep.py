@@ -39,7 +39,7 @@ from plancast.simulator.sweep_axes import Pins, Plan
 from plancast.simulator.sweep_bound import Bound, built_schedule
 from plancast.simulator.sweep_estimate import Estimator, Layer
 from plancast.simulator.sweep_floor import compute_floor_s, degree_floor_s
-from plancast.simulator.sweep_frontier import Degree, Estimate, MapFn, best_first
+from plancast.simulator.sweep_frontier import Degree, Estimate, Levels, MapFn, best_first
 from plancast.simulator.sweep_groups import Group, Grouper
 from plancast.simulator.sweep_keys import LayerKey
 from plancast.simulator.sweep_space import (
@@ -294,18 +294,15 @@ def sweep(
     # headroom for context, NCCL, fragmentation; --max-memory-gib caps it further
     limit = min(base.cluster.gpu.usable_memory_GiB, max_memory_gib or math.inf) * GiB
     layers: dict[LayerKey, Layer] = {}
-    grouped: list[tuple[dict[LayerKey, Layer], list[Group], int, int, int]] = []
-    done: list[Degree] = []
+    grouped: dict[Degree, tuple[dict[LayerKey, Layer], list[Group], int, int, int]] = {}
 
     def group(batch: list[Degree]) -> list[Group]:  # the degrees' per-layer costs join the shared bound's
         batch = sorted(batch, key=lambda d: (-d.plans, d.tp))  # a pool ends on the shortest tasks
         task = partial(_group_tp_degree, base, gpus, limit, pins=pins)
-        parts = list(map_fn(task, [d.subtrees for d in batch]))
-        for part in parts:
-            layers.update(part[0])
-        grouped.extend(parts)
-        done.extend(batch)
-        return [g for part in parts for g in part[1]]
+        grouped.update(zip(batch, map_fn(task, [d.subtrees for d in batch]), strict=True))
+        for degree in batch:
+            layers.update(grouped[degree][0])
+        return [g for degree in batch for g in grouped[degree][1]]
 
     run, cost = partial(_simulated, base, limit), partial(_passes, base.training.global_batch_size)
     bound = Bound(Estimator(base, gpus, layers))
@@ -318,17 +315,18 @@ def sweep(
         return list(map_fn(partial(_replayed, base, gpus), tasks))
 
     degrees = _degrees(base, gpus, pins)
+    classes = Grouper(base, gpus, limit, bound.est, pins, bound=bound).classes
     best, simulated = best_first(
-        [], run, finalists, map_fn, progress, cost, lambda c: bound.replayed(Plan(*c[1])), (), expand,
+        [], run, finalists, map_fn, progress, cost, lambda c: bound.replayed(Plan(*c[1])),
         None if map_fn is map else refine_many,  # one process: the shared bound's caches serve it better
-        Grouper(base, gpus, limit, bound.est, pins, bound=bound).classes, degrees, group,
+        Levels(expand=expand, classes=classes, degrees=degrees, group=group),
     )  # fmt: skip
-    left = [d for d in degrees if d not in done]
+    left, parts = [d for d in degrees if d not in grouped], grouped.values()
     return SweepResult(
         best,
-        sum(part[2] for part in grouped) + sum(d.plans for d in left),
-        sum(part[3] for part in grouped),
-        sum(part[4] for part in grouped),
+        sum(part[2] for part in parts) + sum(d.plans for d in left),
+        sum(part[3] for part in parts),
+        sum(part[4] for part in parts),
         simulated,
         tuple(left),
     )

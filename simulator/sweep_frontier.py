@@ -45,6 +45,19 @@ class Degree:
     """Plans the degree enumerates (sweep_space.subtree_sizes)."""
 
 
+@dataclass(frozen=True)
+class Levels:
+    """The coarser entries of the search and how each is opened: `groups`, each into its members' first
+    bounds by `expand` (simulator/sweep_groups.py), a mixed one first into its classes by `classes`
+    (sweep_groups.Grouper.classes); `degrees`, each into its groups by `group` (simulator/sweep.py)."""
+
+    groups: Sequence[Group] = ()
+    expand: Callable[[Group], list[Estimate]] | None = None
+    classes: Callable[[Group], list[Group]] | None = None
+    degrees: Sequence[Degree] = ()
+    group: Callable[[list[Degree]], list[Group]] | None = None
+
+
 class Frontier:
     """Candidates in the order of their tighter bound, worked out lazily: one heap of tp degrees (grouped
     once no other entry is smaller), groups (opened into their plans' first bounds once no other entry is
@@ -57,19 +70,15 @@ class Frontier:
         self,
         candidates: list[Estimate],
         refine: Callable[[Estimate], float] | None,
-        groups: Sequence[Group] = (),
-        expand: Callable[[Group], list[Estimate]] | None = None,
         refine_many: Callable[[list[Estimate]], list[float]] | None = None,
-        classes: Callable[[Group], list[Group]] | None = None,
-        degrees: Sequence[Degree] = (),
-        group: Callable[[list[Degree]], list[Group]] | None = None,
+        levels: Levels | None = None,
     ) -> None:
-        self.expand, self.classes, self.group = expand, classes, group
+        self.levels = levels = levels or Levels()
         self.refine_many = refine_many or (lambda batch: [refine(c) if refine else c[0] for c in batch])
         self.batch = REFINE_ROUND if refine_many is not None else 1
         self.heap: list[tuple[float, int, Any]] = [(c[0], _FIRST, c) for c in candidates]
-        self.heap += [(g.bound_s, _GROUP, g) for g in groups]
-        self.heap += [(d.floor_s, _DEGREE, d) for d in degrees]
+        self.heap += [(g.bound_s, _GROUP, g) for g in levels.groups]
+        self.heap += [(d.floor_s, _DEGREE, d) for d in levels.degrees]
         heapq.heapify(self.heap)
 
     def pop(self) -> Estimate | None:
@@ -116,18 +125,18 @@ class Frontier:
             batch += [item for key, kind, item in self.heap if kind == _DEGREE and key <= below]
             self.heap = [entry for entry in self.heap if entry[1] != _DEGREE or entry[2] not in batch]
             heapq.heapify(self.heap)
-        assert self.group is not None
-        for group in self.group(batch):
+        assert self.levels.group is not None
+        for group in self.levels.group(batch):
             heapq.heappush(self.heap, (group.bound_s, _GROUP, group))
 
     def _open(self, group: Group) -> None:
         """A mixed group into its classes (each bound at least the group's), any other into its plans."""
-        if group.mixed and self.classes is not None:
-            for part in self.classes(group):
+        if group.mixed and self.levels.classes is not None:
+            for part in self.levels.classes(group):
                 heapq.heappush(self.heap, (part.bound_s, _GROUP, part))
             return
-        assert self.expand is not None
-        for candidate in self.expand(group):
+        assert self.levels.expand is not None
+        for candidate in self.levels.expand(group):
             heapq.heappush(self.heap, (candidate[0], _FIRST, candidate))
 
     def below(self, threshold_s: float) -> int:
@@ -160,12 +169,8 @@ def best_first(
     progress: Callable[[int, int], None] | None = None,
     cost: Callable[[Estimate], int] | None = None,
     refine: Callable[[Estimate], float] | None = None,
-    groups: Sequence[Group] = (),
-    expand: Callable[[Group], list[Estimate]] | None = None,
     refine_many: Callable[[list[Estimate]], list[float]] | None = None,
-    classes: Callable[[Group], list[Group]] | None = None,
-    degrees: Sequence[Degree] = (),
-    group: Callable[[list[Degree]], list[Group]] | None = None,
+    levels: Levels | None = None,
 ) -> tuple[list[Ranked], int]:
     """The k fastest of `candidates` by `run`'s step time, sorted (ties by plan), and how many were run.
 
@@ -174,13 +179,11 @@ def best_first(
     `map_fn`; the search stops at the first whose bound, less the bound's rounding slack, exceeds the
     k-th best: it and every one after it are slower, so the result is what running every candidate
     would give. `cost` orders each round, the costliest first, so that a pool ends on short runs.
-    `groups` join the candidates, each opened into its members' candidates by `expand` only once its
-    bound is the smallest left (simulator/sweep_groups.py). `refine_many` refines several at once
-    (`REFINE_ROUND`, over a pool) in place of `refine`; `classes` splits a mixed group before it is
-    opened (sweep_groups.Grouper.classes). `degrees` join them too, each grouped by `group` only once
-    its floor is the smallest left (`Frontier._group`)."""
+    `refine_many` refines several at once (`REFINE_ROUND`, over a pool) in place of `refine`. `levels`:
+    groups and tp degrees that join the candidates, each opened only once its key is the smallest left
+    (`Levels`)."""
     best: list[Ranked] = []
-    frontier = Frontier(candidates, refine, groups, expand, refine_many, classes, degrees, group)
+    frontier = Frontier(candidates, refine, refine_many, levels)
     simulated = 0
     stopped = False
     while not stopped:
