@@ -16,10 +16,10 @@ above the k-th best is never enumerated past its count):
    cannot beat the k-th best simulated step time. Every plan left unsimulated is then slower than the
    k-th best, so the top k is exactly the engine's top k over the whole space.
 
-Steps 1 and 2 run one tp degree per task over `map_fn` (every core at the CLI), in rounds of the degrees
-the search reaches (simulator/sweep_frontier.py), the largest first; the per-layer costs, the one
-expensive cache, are worked out there for the plans that fit. Step 3 refines bounds in rounds of
-`REFINE_ROUND` and simulates rounds of `ROUND` plans over `map_fn`.
+Steps 1 and 2 run one (cp, ep) part of a tp degree per task over `map_fn` (every core at the CLI), in
+rounds of the degrees the search reaches (simulator/sweep_frontier.py), the largest part first; the
+per-layer costs, the one expensive cache, are worked out there for the plans that fit. Step 3 refines
+bounds in rounds of `REFINE_ROUND` and simulates rounds of `ROUND` plans over `map_fn`.
 """
 
 from __future__ import annotations
@@ -174,16 +174,37 @@ def _rank_subtree(
     return candidates, enumerated, pruned
 
 
+Part = tuple[int, int]
+"""(cp, ep): the branches of a tp degree that one grouping task takes. Every layer key names both, so
+two parts share no per-layer costs: a degree split into them does no work twice, and a pool ends its
+round on even tasks (DeepSeek-V3's tp 2, 4 and 8 are 7,464 to 8,944 layer keys each, over 9 ep)."""
+
+
 def _group_tp_degree(
-    base: Scenario, gpus: int, limit_bytes: float, subtrees: list[Root], pins: Pins = NO_PINS
+    base: Scenario,
+    gpus: int,
+    limit_bytes: float,
+    task: tuple[list[Root], Part | None],
+    pins: Pins = NO_PINS,
 ) -> tuple[dict[LayerKey, Layer], list[Group], int, int, int]:
-    """One tp degree's subtrees in one task: the per-layer costs of its plans that fit (worked out as
-    its groups' bounds need them, once for all its subtrees), its groups with plans that fit
-    (simulator/sweep_groups.py), and its plans enumerated, fitting and pruned."""
+    """One tp degree's subtrees (with a `Part`: only its branches) in one task: the per-layer costs of
+    its plans that fit (worked out as its groups' bounds need them, once for all its subtrees), its
+    groups with plans that fit (simulator/sweep_groups.py), and its plans enumerated, fitting and
+    pruned."""
+    subtrees, part = task
     grouper = Grouper(base, gpus, limit_bytes, Estimator(base, gpus), pins)
     for branch in branches(base, gpus, subtrees, pins):
-        grouper.add(branch)
+        if part is None or (branch[2], branch[4]) == part:
+            grouper.add(branch)
     return grouper.est.layers, grouper.groups, grouper.enumerated, grouper.fits, grouper.pruned
+
+
+def _parts(base: Scenario, gpus: int, degree: Degree, pins: Pins) -> list[tuple[Part, int]]:
+    """The degree's `Part`s, each with its count of branches (what its task costs, about)."""
+    sizes: dict[Part, int] = {}
+    for branch in branches(base, gpus, degree.subtrees, pins):
+        sizes[branch[2], branch[4]] = sizes.get((branch[2], branch[4]), 0) + 1
+    return list(sizes.items())
 
 
 def _degrees(base: Scenario, gpus: int, pins: Pins) -> list[Degree]:
@@ -294,15 +315,20 @@ def sweep(
     # headroom for context, NCCL, fragmentation; --max-memory-gib caps it further
     limit = min(base.cluster.gpu.usable_memory_GiB, max_memory_gib or math.inf) * GiB
     layers: dict[LayerKey, Layer] = {}
-    grouped: dict[Degree, tuple[dict[LayerKey, Layer], list[Group], int, int, int]] = {}
+    grouped: dict[Degree, tuple[list[Group], list[int]]] = {}  # groups; enumerated, fits, pruned
 
     def group(batch: list[Degree]) -> list[Group]:  # the degrees' per-layer costs join the shared bound's
-        batch = sorted(batch, key=lambda d: (-d.plans, d.tp))  # a pool ends on the shortest tasks
+        parts = [(d, part, n) for d in batch for part, n in _parts(base, gpus, d, pins)]
+        parts.sort(key=lambda t: (-t[2], t[0].tp, t[1]))  # a pool ends on the shortest tasks
         task = partial(_group_tp_degree, base, gpus, limit, pins=pins)
-        grouped.update(zip(batch, map_fn(task, [d.subtrees for d in batch]), strict=True))
-        for degree in batch:
-            layers.update(grouped[degree][0])
-        return [g for degree in batch for g in grouped[degree][1]]
+        done_parts = map_fn(task, [(d.subtrees, p) for d, p, _ in parts])
+        for (degree, _, _), done in zip(parts, done_parts, strict=True):
+            table, groups, *counts = done
+            layers.update(table)
+            found = grouped.setdefault(degree, ([], [0, 0, 0]))
+            found[0].extend(groups)
+            found[1][:] = [a + b for a, b in zip(found[1], counts, strict=True)]
+        return [g for degree in batch for g in grouped[degree][0]]
 
     run, cost = partial(_simulated, base, limit), partial(_passes, base.training.global_batch_size)
     bound = Bound(Estimator(base, gpus, layers))
@@ -324,9 +350,9 @@ def sweep(
     left, parts = [d for d in degrees if d not in grouped], grouped.values()
     return SweepResult(
         best,
-        sum(part[2] for part in parts) + sum(d.plans for d in left),
-        sum(part[3] for part in parts),
-        sum(part[4] for part in parts),
+        sum(part[1][0] for part in parts) + sum(d.plans for d in left),
+        sum(part[1][1] for part in parts),
+        sum(part[1][2] for part in parts),
         simulated,
         tuple(left),
     )

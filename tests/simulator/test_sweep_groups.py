@@ -32,7 +32,9 @@ from tests.simulator.test_sweep_space import CASES, scenario
 
 def grouped(base: Scenario, gpus: int, limit: float) -> tuple[list[Any], dict[LayerKey, Layer], list[Any]]:
     """Every subtree's groups and counts, as sweep() makes them, with the layer costs."""
-    parts = [_group_tp_degree(base, gpus, limit, subtrees) for subtrees in _per_tp(base, gpus, NO_PINS)]
+    parts = [
+        _group_tp_degree(base, gpus, limit, (subtrees, None)) for subtrees in _per_tp(base, gpus, NO_PINS)
+    ]
     layers: dict[LayerKey, Layer] = {}
     for part in parts:
         layers.update(part[0])

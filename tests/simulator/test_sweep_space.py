@@ -17,6 +17,7 @@ from plancast.simulator.sweep import (
     _base_for,
     _degrees,
     _layer_costs,
+    _parts,
     _plan_fields,
     _rank,
     _smallest_fits,
@@ -117,11 +118,11 @@ def test_each_tp_degrees_layer_costs_are_those_ranking_plan_by_plan_works_out(
 
 
 def test_the_largest_parts_go_to_the_pool_first() -> None:
-    """sweep() hands the pool tp degrees (each its subtrees together, so that their per-layer costs are
-    worked out once) in rounds as the search reaches their floors, the least floor's alone first, each
-    degree at most once, a round's degree with the most plans first; `_rank`, the plan-by-plan ranking,
-    one task per subtree, the largest first."""
-    base = scenario("tiny-gpt", 8, 1.0, 16)
+    """sweep() hands the pool tp degrees in rounds as the search reaches their floors, the least floor's
+    alone first, each degree at most once, split into its (cp, ep) parts (each part's subtrees together,
+    so that their per-layer costs are worked out once), a round's part with the most branches first;
+    `_rank`, the plan-by-plan ranking, one task per subtree, the largest first."""
+    base = scenario("tiny-moe", 8, 1.0, 16)
     sizes = subtree_sizes(base, 8)
     calls: list[list[Any]] = []
 
@@ -130,14 +131,18 @@ def test_the_largest_parts_go_to_the_pool_first() -> None:
         return map(fn, items)
 
     sweep(base, 8, finalists=2, map_fn=recording_map)
-    rounds = [items for items in calls if items and isinstance(items[0], list)]  # lists of (tp, pp) roots
-    grouped = [subtrees[0][0] for items in rounds for subtrees in items]
+    rounds = [items for items in calls if items and isinstance(items[0][0], list)]  # (subtrees, part)
+    tasks = [(subtrees[0][0], part) for items in rounds for subtrees, part in items]
     degrees = _degrees(base, 8, NO_PINS)
-    assert len(grouped) == len(set(grouped)) and rounds[0] == [min(degrees).subtrees]
+    assert len(tasks) == len(set(tasks)) and {tp for tp, _ in tasks[: len(rounds[0])]} == {min(degrees).tp}
+    assert len({part for _, part in tasks}) > 1  # the MoE model's degrees split by ep
+    branch_counts = {
+        (d.tp, part): n for d in degrees for part, n in _parts(base, 8, d, NO_PINS)
+    }  # fmt: skip
     for items in rounds:
-        assert all(root[0] == subtrees[0][0] for subtrees in items for root in subtrees)
-        tp_sizes = [sum(sizes[root] for root in subtrees) for subtrees in items]
-        assert tp_sizes == sorted(tp_sizes, reverse=True)
+        assert all(root[0] == subtrees[0][0] for subtrees, _ in items for root in subtrees)
+        counts = [branch_counts[subtrees[0][0], part] for subtrees, part in items]
+        assert counts == sorted(counts, reverse=True)
     calls.clear()
     _rank(base, 8, base.cluster.gpu.usable_memory_GiB * GiB, recording_map)
     order = [root for root, _ in calls[1]]
