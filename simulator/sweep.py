@@ -207,6 +207,35 @@ def _parts(base: Scenario, gpus: int, degree: Degree, pins: Pins) -> list[tuple[
     return list(sizes.items())
 
 
+Grouped = dict[Degree, tuple[list[Group], list[int]]]
+"""Each tp degree grouped so far: its groups, and its plans enumerated, fitting and pruned."""
+
+
+def _group_round(
+    base: Scenario,
+    gpus: int,
+    limit_bytes: float,
+    pins: Pins,
+    map_fn: MapFn,
+    grouped: Grouped,
+    layers: dict[LayerKey, Layer],
+    batch: list[Degree],
+) -> list[Group]:
+    """The groups of `batch`'s degrees, their parts over `map_fn` (the most branches first: a pool ends
+    on the shortest tasks), recorded in `grouped`; their per-layer costs join `layers` (a search's
+    shared bound's)."""
+    parts = [(d, part, n) for d in batch for part, n in _parts(base, gpus, d, pins)]
+    parts.sort(key=lambda t: (-t[2], t[0].tp, t[1]))
+    task = partial(_group_tp_degree, base, gpus, limit_bytes, pins=pins)
+    for (degree, _, _), done in zip(parts, map_fn(task, [(d.subtrees, p) for d, p, _ in parts]), strict=True):
+        table, groups, *counts = done
+        layers.update(table)
+        found = grouped.setdefault(degree, ([], [0, 0, 0]))
+        found[0].extend(groups)
+        found[1][:] = [a + b for a, b in zip(found[1], counts, strict=True)]
+    return [g for degree in batch for g in grouped[degree][0]]
+
+
 def _degrees(base: Scenario, gpus: int, pins: Pins) -> list[Degree]:
     """Each tp degree of the space with its floor (simulator/sweep_floor.py) and its subtrees."""
     sizes, compute_s = subtree_sizes(base, gpus, pins), compute_floor_s(base, gpus)
@@ -315,21 +344,9 @@ def sweep(
     # headroom for context, NCCL, fragmentation; --max-memory-gib caps it further
     limit = min(base.cluster.gpu.usable_memory_GiB, max_memory_gib or math.inf) * GiB
     layers: dict[LayerKey, Layer] = {}
-    grouped: dict[Degree, tuple[list[Group], list[int]]] = {}  # groups; enumerated, fits, pruned
+    grouped: Grouped = {}
 
-    def group(batch: list[Degree]) -> list[Group]:  # the degrees' per-layer costs join the shared bound's
-        parts = [(d, part, n) for d in batch for part, n in _parts(base, gpus, d, pins)]
-        parts.sort(key=lambda t: (-t[2], t[0].tp, t[1]))  # a pool ends on the shortest tasks
-        task = partial(_group_tp_degree, base, gpus, limit, pins=pins)
-        done_parts = map_fn(task, [(d.subtrees, p) for d, p, _ in parts])
-        for (degree, _, _), done in zip(parts, done_parts, strict=True):
-            table, groups, *counts = done
-            layers.update(table)
-            found = grouped.setdefault(degree, ([], [0, 0, 0]))
-            found[0].extend(groups)
-            found[1][:] = [a + b for a, b in zip(found[1], counts, strict=True)]
-        return [g for degree in batch for g in grouped[degree][0]]
-
+    group = partial(_group_round, base, gpus, limit, pins, map_fn, grouped, layers)
     run, cost = partial(_simulated, base, limit), partial(_passes, base.training.global_batch_size)
     bound = Bound(Estimator(base, gpus, layers))
 

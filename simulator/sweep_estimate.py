@@ -30,11 +30,13 @@ from plancast.simulator.sweep_axes import Plan
 from plancast.simulator.sweep_inflight import CLOSED_FORM, INFLIGHT_STEADY, inflight_layers
 from plancast.simulator.sweep_keys import (
     LayerKey,
+    alike,
     fsdp_stage,
     has_fsdp_stages,
     layer_key,
     recompute_pass,
     sharded,
+    shared_key,
 )
 from plancast.simulator.sweep_segments import (
     SegmentTimes,
@@ -73,10 +75,8 @@ class DpCosts(NamedTuple):
 class Estimator:
     """Closed-form memory (exactly the first pipeline rank's, a lower bound of the peak) and step time.
 
-    Everything is arithmetic over a few cached quantities, so millions of plans cost seconds; the
-    caches live in the estimator, one per task of a sweep. `layers` may start filled: the per-layer
-    costs are the expensive ones (a stage's costs over every layer), and a sweep works them out once
-    per tp degree for all its tasks."""
+    Arithmetic over a few cached quantities, one estimator per task of a sweep. `layers` may start
+    filled: the per-layer costs (a stage's costs over every layer) are the expensive ones."""
 
     base: Scenario
     gpus: int
@@ -165,24 +165,19 @@ class Estimator:
     def _segments(
         self, key: LayerKey, flat: Plan, s: Scenario, tp_levels: tuple[Any, ...]
     ) -> tuple[Segment, ...]:
-        """The model's segments on one rank (costs/stage.py, stage_costs of a one-stage plan). A dispatcher
-        or ep overlap other than the default changes only the MoE blocks' ep all-to-alls, so those are the
-        default's segments with the all-to-alls priced again by the calls stage_costs makes
-        (costs/moe_cp_comm.py layer_collectives, costs/stage.py ep_overlapped): the same numbers at a
-        fraction of the cost. Partial recompute folds the all-to-alls into a backward: priced in full. The
-        all-to-all dispatcher's compute has its sorts by local expert (costs/moe.py sorts_by_expert), so
-        the other dispatchers derive from deepep's."""
+        """The model's segments on one rank (costs/stage.py, stage_costs of a one-stage plan). Another
+        dispatcher or ep overlap changes only the MoE blocks' all-to-alls: the default's segments with
+        those priced again by the calls stage_costs makes (costs/moe_cp_comm.py layer_collectives,
+        costs/stage.py ep_overlapped). Partial recompute folds them into a backward: priced in full. The
+        alltoall dispatcher sorts by local expert (costs/moe.py), so the others derive from deepep's."""
         twin = "alltoall" if sorts_by_expert(key[7]) else "deepep"
         plain: LayerKey = (*key[:7], twin, False, *key[9:])
         if key == plain or s.training.recompute_num_layers is not None:
-            segments = stage_costs(s, tp_levels)[0].segments
-            if s.model.is_moe:
-                self._raw[key] = segments
-            return segments
+            return self._stage_segments(key, flat, s, tp_levels)
         raw = self._raw.get(plain)
         if raw is None:
-            default = replace(flat, dispatcher=twin, overlap_ep=False).apply(self.base)
-            raw = self._raw[plain] = stage_costs(default, tp_levels)[0].segments
+            default = replace(flat, dispatcher=twin, overlap_ep=False)
+            raw = self._stage_segments(plain, default, default.apply(self.base), tp_levels)
         ep_cp, overlap = layer_collectives(s, moe=True), s.parallelism.moe_overlap_ep_comm
         priced: dict[int, Segment] = {}
         for g in raw:
@@ -190,6 +185,19 @@ class Estimator:
                 fwd, bwd = ep_overlapped(ep_cp, g.windows if overlap else None)
                 priced[id(g)] = replace(g, ep_cp_forward=fwd, ep_cp_backward=bwd)
         return tuple(priced.get(id(g), g) for g in raw)
+
+    def _stage_segments(self, key: LayerKey, flat: Plan, s: Scenario, levels: Any) -> tuple[Segment, ...]:
+        """stage_costs(s)'s segments once per key: `shared_key`'s where alike (sweep_keys.alike)."""
+        cached = self._raw.get(key)
+        if cached is None:
+            other = shared_key(key)
+            twin = replace(flat, zero_stage=0, recompute=other[3])
+            if other != key and alike(s, shared := twin.apply(self.base)):
+                cached = self._stage_segments(other, twin, shared, levels)
+            else:
+                cached = stage_costs(s, levels)[0].segments
+            self._raw[key] = cached
+        return cached
 
     def dp_levels(self, plan: Plan) -> tuple[Any, ...]:
         """The tiers of rank 0's data-parallel group as the engine prices its collectives over them: dp x

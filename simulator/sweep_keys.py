@@ -1,8 +1,12 @@
 """What the sweep's per-layer costs depend on (simulator/sweep_estimate.py caches a `Layer` per key): the
-layer key of a plan, and the ZeRO stage its blocks are priced at."""
+layer key of a plan, the ZeRO stage its blocks are priced at, and which keys' one-stage segments are the
+same (`shared_key`, `alike`)."""
 
 from __future__ import annotations
 
+from plancast.simulator.costs.host import HostCosts
+from plancast.simulator.costs.mixed_precision import param_pass_ops
+from plancast.simulator.costs.ops import Shape
 from plancast.simulator.scenario import Scenario
 from plancast.simulator.sweep_axes import Plan
 
@@ -48,3 +52,34 @@ def recompute_pass(plan: Plan, base: Scenario) -> bool:
     method) the recomputed blocks re-run their forward inside their backward instead (costs/stage.py
     `_recomputing`, in the per-layer costs already), and no pass of its own gathers FSDP units."""
     return plan.recompute == "full" and base.training.recompute_num_layers is None
+
+
+def shared_key(key: LayerKey) -> LayerKey:
+    """The key whose one-stage segments `key`'s may be (`alike`): ZeRO 0, and recompute none for full."""
+    recompute = "none" if key[3] == "full" else key[3]
+    return (*key[:3], recompute, key[4], key[5], 0, *key[7:])
+
+
+def alike(a: Scenario, b: Scenario) -> bool:
+    """Whether costs/stage.py's stage_costs gives one-stage scenarios `a` and `b` (the same plan but for its
+    ZeRO stage, and recompute none against full) the same segments. It reads the ZeRO stage only through
+    Shape.of (autocast's residual bytes), HostCosts.of (FSDP2's host time per unit) and the parameter
+    passes (costs/mixed_precision.py: FSDP's gradient cast, autocast's weight casts, torch's gradient
+    accumulation), and recompute through Shape.of, the selective check, the bytes activation offload
+    moves and partial recompute; so where those agree the segments do (tests/simulator/test_sweep_keys.py
+    compares the segments themselves). On DeepSeek-V3's 2,048 H800s half the layer keys' segments are
+    another key's: Megatron-LM prices ZeRO 0 and 3 blocks alike."""
+    ta, tb = a.training, b.training
+    if ta.recompute != tb.recompute and (
+        {ta.recompute, tb.recompute} != {"none", "full"}
+        or ta.activation_offload
+        or tb.activation_offload
+        or ta.recompute_num_layers is not None
+        or tb.recompute_num_layers is not None
+    ):
+        return False
+    return (
+        Shape.of(a) == Shape.of(b)
+        and HostCosts.of(a) == HostCosts.of(b)
+        and param_pass_ops(a, 1.0, 1.0) == param_pass_ops(b, 1.0, 1.0)
+    )
