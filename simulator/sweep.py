@@ -248,8 +248,8 @@ def _degrees(base: Scenario, gpus: int, pins: Pins) -> list[Degree]:
 
 def _per_tp(base: Scenario, gpus: int, pins: Pins, sizes: dict[Root, int] | None = None) -> list[list[Root]]:
     """The (tp, pp) subtrees of each tp degree, the degree with the most plans first (a task costs about
-    its plan count), subtrees in `roots` order."""
-    sizes = subtree_sizes(base, gpus, pins)
+    its plan count), subtrees in `roots` order. `sizes`: subtree_sizes, if the caller has them."""
+    sizes = subtree_sizes(base, gpus, pins) if sizes is None else sizes
     tp_sizes: dict[int, int] = {}
     for (tp, _), n in sizes.items():
         tp_sizes[tp] = tp_sizes.get(tp, 0) + n
