@@ -1,11 +1,14 @@
 """Where an exact sweep's wall time goes, phase by phase, with the CLI's worker pool.
 
-`plancast sweep` (simulator/sweep.py) groups the plans that fit, one tp degree per task over the pool;
-then, in the main process, opens the groups the search reaches (mixed groups into their classes, the
-others into their plans' first bounds), refines first bounds into replayed ones over the pool, and
-simulates the plans whose bound beats the k-th best. This times each `map_fn` call over the pool and
-each opening in the main process, counts the items of each, and prints the load beside it (a figure
-taken at load 3 on 2 cores is not a quiet machine's). docs/sweep.md quotes its output.
+`plancast sweep` (simulator/sweep.py) groups the plans that fit, one (cp, ep) part of a tp degree per
+task over the pool; then, in the main process, opens the groups the search reaches (mixed groups into
+their classes, the others into their plans' first bounds), refines first bounds into replayed ones over
+the pool, and simulates the plans whose bound beats the k-th best. This times each `map_fn` call over
+the pool and each opening in the main process, counts the items of each, and prints the load beside it
+(a figure taken at load 3 on 2 cores is not a quiet machine's). docs/sweep.md quotes its output. Each
+call is read in full before the search goes on, so the phases add up: at the CLI the main process opens
+groups while a batch of refinements is out (simulator/sweep_frontier.py, `Frontier.pop`), and its wall
+time is a little less than this total.
 
 Run: `python -m benchmarks.sweep_phases [SCENARIO] [--gpus N] [--workers N]` (default: the GPT-3 175B
 example on 1,536 GPUs; `examples/deepseek-v3-h800.toml --gpus 2048` takes a minute or more). With one

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, fields
 from functools import partial
 from typing import Any
@@ -353,9 +353,9 @@ def sweep(
     def expand(group: Group) -> list[Estimate]:
         return [(bound.seconds(plan), _plan_fields(plan), memory) for plan, memory in group.plans()]
 
-    def refine_many(batch: list[Estimate]) -> list[float]:  # each task carries its plan's layer costs
+    def refine_many(batch: list[Estimate]) -> Iterable[float]:  # each task carries its plan's layer costs
         tasks = [(c[1], layers[bound.est.key(Plan(*c[1]))]) for c in batch]
-        return list(map_fn(partial(_replayed, base, gpus), tasks))
+        return map_fn(partial(_replayed, base, gpus), tasks)  # a pool's map: worked out meanwhile
 
     degrees = _degrees(base, gpus, pins)
     classes = Grouper(base, gpus, limit, bound.est, pins, bound=bound).classes

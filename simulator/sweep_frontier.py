@@ -70,20 +70,35 @@ class Frontier:
         self,
         candidates: list[Estimate],
         refine: Callable[[Estimate], float] | None,
-        refine_many: Callable[[list[Estimate]], list[float]] | None = None,
+        refine_many: Callable[[list[Estimate]], Iterable[float]] | None = None,
         levels: Levels | None = None,
     ) -> None:
         self.levels = levels = levels or Levels()
         self.refine_many = refine_many or (lambda batch: [refine(c) if refine else c[0] for c in batch])
         self.batch = REFINE_ROUND if refine_many is not None else 1
+        self.pending: list[tuple[list[Estimate], Iterable[float]]] = []
+        """Batches handed to `refine_many` whose tighter bounds are not yet in the heap: a pool's map
+        works them out while this process opens the groups next in line (`pop`)."""
         self.heap: list[tuple[float, int, Any]] = [(c[0], _FIRST, c) for c in candidates]
         self.heap += [(g.bound_s, _GROUP, g) for g in levels.groups]
         self.heap += [(d.floor_s, _DEGREE, d) for d in levels.degrees]
         heapq.heapify(self.heap)
 
     def pop(self) -> Estimate | None:
-        """The candidate with the smallest tighter bound (its bound in place of the first), or None."""
-        while self.heap:
+        """The candidate with the smallest tighter bound (its bound in place of the first), or None.
+
+        A batch of first bounds goes to `refine_many` and stays pending while the entries next in line
+        are groups (opened meanwhile: each would be opened before any candidate is returned unless the
+        search stops first), up to `PENDING` batches while they are first bounds; every pending batch is
+        in the heap before a tighter bound or a tp degree comes out, so the candidate returned is the
+        smallest, as without them."""
+        while self.heap or self.pending:
+            top = self.heap[0][1] if self.heap else None
+            if self.pending and (
+                top in (None, _TIGHT, _DEGREE) or (top == _FIRST and len(self.pending) >= PENDING)
+            ):
+                self._settle()
+                continue
             _, kind, item = heapq.heappop(self.heap)
             if kind == _TIGHT:
                 return item
@@ -94,10 +109,15 @@ class Frontier:
                 self._group(item)
                 continue
             batch = [item, *self._firsts()]
-            for candidate, refined in zip(batch, self.refine_many(batch), strict=True):
-                tighter = max(candidate[0], refined)
-                heapq.heappush(self.heap, (tighter, _TIGHT, (tighter, *candidate[1:])))
+            self.pending.append((batch, self.refine_many(batch)))
         return None
+
+    def _settle(self) -> None:
+        """The oldest pending batch's tighter bounds into the heap (waiting for them if need be)."""
+        batch, refined = self.pending.pop(0)
+        for candidate, bound_s in zip(batch, refined, strict=True):
+            tighter = max(candidate[0], bound_s)
+            heapq.heappush(self.heap, (tighter, _TIGHT, (tighter, *candidate[1:])))
 
     def _firsts(self) -> list[Estimate]:
         """The first bounds next in line after one just taken, to refine with it (up to `batch` in all):
@@ -148,6 +168,10 @@ class Frontier:
         )
 
 
+PENDING = 2
+"""Batches of first bounds out for refinement at once (`Frontier.pop`): one being worked out while the
+next is handed over keeps a pool's workers busy between this process's turns."""
+
 REFINE_ROUND = 32
 """First bounds refined together over a worker pool (`refine_many`): enough to keep its workers busy;
 a few may be refined that the search would have stopped before (never a different top k)."""
@@ -169,7 +193,7 @@ def best_first(
     progress: Callable[[int, int], None] | None = None,
     cost: Callable[[Estimate], int] | None = None,
     refine: Callable[[Estimate], float] | None = None,
-    refine_many: Callable[[list[Estimate]], list[float]] | None = None,
+    refine_many: Callable[[list[Estimate]], Iterable[float]] | None = None,
     levels: Levels | None = None,
 ) -> tuple[list[Ranked], int]:
     """The k fastest of `candidates` by `run`'s step time, sorted (ties by plan), and how many were run.
