@@ -85,13 +85,8 @@ def gather_waits(
             out.append(st)
             continue
         forward = 0.0 if v in (0, last) else gather_s
-        out.append(
-            st._replace(
-                forward_s=st.forward_s + forward,
-                recompute_s=st.recompute_s + forward if st.recompute_s else 0.0,
-                backward_input_s=st.backward_input_s + gather_s,
-            )
-        )
+        f, r, b, w, alone_f, alone_b = st  # StageTimes(...), not st._replace: 3x cheaper, called 10^4 times
+        out.append(StageTimes(f + forward, r + forward if r else 0.0, b + gather_s, w, alone_f, alone_b))
     return tuple(out)
 
 
