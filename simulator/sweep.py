@@ -362,7 +362,8 @@ def sweep(
     best, simulated = best_first(
         [], run, finalists, map_fn, progress, cost, lambda c: bound.replayed(Plan(*c[1])),
         None if map_fn is map else refine_many,  # one process: the shared bound's caches serve it better
-        Levels(expand=expand, classes=classes, degrees=degrees, group=group),
+        Levels(expand=expand, classes=classes, degrees=degrees, group=group,
+               walk=lambda c: bound.walked(Plan(*c[1]))),
     )  # fmt: skip
     left, parts = [d for d in degrees if d not in grouped], grouped.values()
     return SweepResult(

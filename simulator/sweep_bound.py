@@ -9,11 +9,9 @@ k-th best simulated time, so its top k is exact. Each term is a time the engine 
 - cool-down: a rank's last backward feeds the backward of the same micro-batch on every earlier stage,
   one after another, down to the first rank, whose optimizer follows;
 - data parallel: the first rank's dp stream runs its collectives one after another and the optimizer
-  waits for them; each collective costs at least what one collective of their summed bytes costs
-  (collective times are subadditive in bytes, tests/simulator/test_sweep_bound.py checks it).
+  waits for them; each collective costs at least one collective of their summed bytes (subadditive).
 
-Every pass time is summed from the same per-segment costs the engine's stages are built from
-(costs/stage.py), taken without the per-plan host costs that only add time (FSDP2 unit hooks).
+Pass times are the engine's per-segment costs (costs/stage.py) without the host costs that only add.
 """
 
 from __future__ import annotations
@@ -37,6 +35,7 @@ from plancast.simulator.sweep_chain import (
     Replay,
     action_seconds,
     chain_bound,
+    first_rank_walk,
     overlapped_s,
     replay,
 )
@@ -49,8 +48,8 @@ from plancast.simulator.sweep_fsdp import (
     gather_waits,
     rank_waits,
 )
-from plancast.simulator.sweep_keys import recompute_pass
-from plancast.simulator.sweep_segments import StageTimes
+from plancast.simulator.sweep_keys import recompute_pass, runs_units
+from plancast.simulator.sweep_segments import StageTimes, pays_alone
 
 built_schedule = lru_cache(maxsize=256)(build_schedule)
 """Pure-function memoisation (as engine/plan.py's `_schedule`): a worker refining plans one task at a
@@ -126,10 +125,21 @@ class Bound:
     def _schedule(self, plan: Plan, m: int) -> Schedule:
         """The plan's schedule (simulator/schedules.py), built once per (name, pp, m, v)."""
         key = (plan.schedule, plan.pp, m, plan.virtual_stages)
-        cached = self._schedules.get(key)
-        if cached is None:
+        if (cached := self._schedules.get(key)) is None:
             cached = self._schedules[key] = built_schedule(plan.schedule, plan.pp, m, plan.virtual_stages)
         return cached
+
+    def walked(self, plan: Plan) -> float | None:
+        """Between `seconds` and `replayed` for a ZeRO-2/3 plan (None for others, DeepSpeed's too): its first
+        rank as `replayed` counts it, walked alone (sweep_chain.first_rank_walk)."""
+        est = self.est
+        m, split = est.base.training.global_batch_size // (plan.micro_batch_size * plan.dp), est.split(plan)
+        if (units := self._fsdp_units(plan, split) if runs_units(plan) else None) is None:
+            return None
+        times, actions = est.stages(plan, split), est.first_rank_actions(plan, m)
+        end = first_rank_walk(times, actions, splits_backward(plan.schedule), units)  # type: ignore[arg-type]
+        stream = self._fsdp_stream(plan, m, split, plan.zero_stage)
+        return max(self.seconds(plan), max(end, stream) + self._optimizer_s(plan, plan.zero_stage))
 
     def _fsdp_stream(self, plan: Plan, m: int, split: tuple[int, ...], zero: int) -> float:
         """ZeRO-2/3: the first rank's gathers and reduce-scatters one after another, each unit apart
@@ -189,10 +199,10 @@ class Bound:
     def _replay(self, plan: Plan, m: int, split: tuple[int, ...]) -> Replay:
         key = (
             *self.est.key(plan),
-            _units(plan),
+            runs_units(plan),
             plan.pp,
             plan.dp,
-            plan.zero_stage if _units(plan) else -1,
+            plan.zero_stage if runs_units(plan) else -1,
             plan.virtual_stages,
             plan.schedule,
             m,
@@ -204,8 +214,8 @@ class Bound:
             sched = self._schedule(plan, m)
             split_backward = splits_backward(plan.schedule)  # type: ignore[arg-type]
             slowed = self._slowed(plan, split, times, split_backward)
-            units = self._fsdp_units(plan, split) if _units(plan) else None
-            alone = self._alone(plan, m)[0] if _pays_alone(times) else frozenset()
+            units = self._fsdp_units(plan, split) if runs_units(plan) else None
+            alone = self._alone(plan, m)[0] if pays_alone(times) else frozenset()
             cached = self._replays[key] = replay(
                 times, sched, self._hop_s(plan), split_backward, slowed, units, plan.holders(), alone
             )
@@ -324,8 +334,8 @@ class Bound:
     # ------------------------------------------------------------------------------------- compute
     def _compute_part(self, plan: Plan, m: int, split: tuple[int, ...]) -> Compute:
         # DeepSpeed's first unit of a block is one GEMM's weights: no block-sized wait (sweep_fsdp.py)
-        waits = _units(plan) and self.est.base.parallelism.framework != "deepspeed"
-        key = (*self.est.key(plan), _units(plan), plan.pp, plan.virtual_stages, plan.schedule, m, split,
+        waits = runs_units(plan) and self.est.base.parallelism.framework != "deepspeed"
+        key = (*self.est.key(plan), runs_units(plan), plan.pp, plan.virtual_stages, plan.schedule, m, split,
                (plan.dp, plan.zero_stage) if waits else 0)  # fmt: skip
         cached = self._compute.get(key)
         if cached is None:
@@ -341,12 +351,12 @@ class Bound:
         lower `times` give a lower bound (a group's floor, sweep_groups.py). Without `walk`, ZeRO-2's
         waits, which need the first rank's schedule walked, are left out (they only add)."""
         ranks = None
-        if _units(plan) and self.est.base.parallelism.framework != "deepspeed":
+        if runs_units(plan) and self.est.base.parallelism.framework != "deepspeed":
             if plan.zero_stage == 3:  # every pass gathers
                 times = gather_waits(times, split, self._block_gather_s(plan))
             elif walk:  # ZeRO-2: the first rank's passes that gather, from its schedule
                 ranks = rank_waits(self._gather_counts(plan, m), split, self._block_gather_s(plan))
-        alone = self._alone(plan, m)[1] if _pays_alone(times) else None
+        alone = self._alone(plan, m)[1] if pays_alone(times) else None
         return chain_bound(times, plan.pp, m, plan.schedule, self._hop_s(plan), plan.holders(), ranks, alone)
 
     def _alone(self, plan: Plan, m: int) -> Unpaired:
@@ -434,16 +444,6 @@ class Bound:
         # priced apart, as `_fsdp_stream` prices it: its own latency counts, not only its bytes.
         per_chunk = self._unit_collectives(plan, split)
         return sum(g for g, _ in per_chunk), sum(r for _, r in per_chunk)
-
-
-def _pays_alone(times: tuple[StageTimes, ...]) -> bool:
-    """Whether an unpaired pass runs longer than a paired one (overlapped ep all-to-alls: engine/plan.py)."""
-    return any(st.alone_forward_s or st.alone_backward_s for st in times)
-
-
-def _units(plan: Plan) -> bool:
-    """Whether the engine runs the plan's passes by FSDP units (engine/plan.py: ZeRO-2/3 over dp x cp)."""
-    return plan.zero_stage >= 2 and plan.dp * plan.cp > 1
 
 
 def _one(levels: tuple[Level, ...], kind: CollectiveKind, nbytes: float, algorithm: str = "auto") -> float:

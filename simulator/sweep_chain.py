@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from plancast.simulator.schedules import Schedule, splits_backward
+from plancast.simulator.schedules import Action, Schedule, splits_backward
 from plancast.simulator.sweep_segments import StageTimes
 
 
@@ -295,6 +295,28 @@ def replay(
             raise ValueError("schedule deadlocks")
     ends = tuple(max(f, d) for f, d in zip(free, stream, strict=True))
     return Replay(ends, tuple(last_b[s] for s in sorted(last_b)))
+
+
+def first_rank_walk(
+    times: tuple[StageTimes, ...], actions: tuple[Action, ...], split: bool, units: FsdpUnits
+) -> float:
+    """When the first rank's actions and its dp stream end at the earliest with every input taken as
+    ready: its ZeRO-2/3 passes run unit by unit (`units`, fresh), each action as soon as the one before
+    it. In `replay` each of its actions starts no earlier (it also waits for its input and the transfer),
+    the rank's stream is no freer, and `FsdpUnits.run` ends no earlier from a later start or a busier
+    stream; unpaired passes are taken at their paired time, which only shortens them. So this is at
+    most the replay's first-rank end, at a pp-th of its work (docs/sweep.md, "The first rank walked")."""
+    durations = [action_seconds(st, v, split) for v, st in enumerate(times)]
+    now = stream = 0.0
+    for a in actions:
+        f_s, b_s, w_s, r_s = durations[a.stage]
+        if a.kind == "F":
+            now, stream = units.run(a.stage, False, now, f_s, stream)
+        elif a.kind == "B":
+            _, now, stream = _backward(units, a.stage, now, r_s, b_s, stream)
+        else:
+            now += w_s
+    return max(now, stream)
 
 
 def _alone_seconds(durations: ActionSeconds, st: StageTimes, split: bool) -> ActionSeconds:

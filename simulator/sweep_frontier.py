@@ -56,15 +56,19 @@ class Levels:
     classes: Callable[[Group], list[Group]] | None = None
     degrees: Sequence[Degree] = ()
     group: Callable[[list[Degree]], list[Group]] | None = None
+    walk: Callable[[Estimate], float | None] | None = None
+    """A bound between a first bound and its refinement, worked out here before a refinement is handed
+    over (sweep_bound.Bound.walked: ZeRO-2/3 plans; None where it has none)."""
 
 
 class Frontier:
     """Candidates in the order of their tighter bound, worked out lazily: one heap of tp degrees (grouped
     once no other entry is smaller), groups (opened into their plans' first bounds once no other entry is
-    smaller), first bounds (refined once no other entry is smaller) and tighter bounds (returned once no
-    other entry is smaller). Each entry's key is at most every bound below it (a degree's floor at most
-    its groups', a group's at most its members', a first bound at most its tighter one), so the candidate
-    returned has the smallest tighter bound of all."""
+    smaller), first bounds (walked where `Levels.walk` applies, then refined, each once no other entry is
+    smaller) and tighter bounds (returned once no other entry is smaller). Each entry's key is at most
+    every bound below it (a degree's floor at most its groups', a group's at most its members', a first
+    bound at most its walked and tighter ones), so the candidate returned has the smallest tighter bound
+    of all."""
 
     def __init__(
         self,
@@ -95,7 +99,7 @@ class Frontier:
         while self.heap or self.pending:
             top = self.heap[0][1] if self.heap else None
             if self.pending and (
-                top in (None, _TIGHT, _DEGREE) or (top == _FIRST and len(self.pending) >= PENDING)
+                top in (None, _TIGHT, _DEGREE) or (top in (_WALKED, _FIRST) and len(self.pending) >= PENDING)
             ):
                 self._settle()
                 continue
@@ -108,9 +112,20 @@ class Frontier:
             if kind == _DEGREE:
                 self._group(item)
                 continue
+            if kind == _FIRST and self._walked(item):
+                continue
             batch = [item, *self._firsts()]
             self.pending.append((batch, self.refine_many(batch)))
         return None
+
+    def _walked(self, candidate: Estimate) -> bool:
+        """Whether `candidate` went back into the heap under its walked bound (`Levels.walk`)."""
+        found = self.levels.walk(candidate) if self.levels.walk is not None else None
+        if found is None:
+            return False
+        walked = max(candidate[0], found)
+        heapq.heappush(self.heap, (walked, _WALKED, (walked, *candidate[1:])))
+        return True
 
     def _settle(self) -> None:
         """The oldest pending batch's tighter bounds into the heap (waiting for them if need be)."""
@@ -130,7 +145,7 @@ class Frontier:
                 self._open(item)
             elif kind == _DEGREE:
                 self._group(item)
-            else:
+            elif kind == _WALKED or not self._walked(item):
                 out.append(item)
         return out
 
@@ -176,7 +191,7 @@ REFINE_ROUND = 32
 """First bounds refined together over a worker pool (`refine_many`): enough to keep its workers busy;
 a few may be refined that the search would have stopped before (never a different top k)."""
 
-_TIGHT, _FIRST, _GROUP, _DEGREE = 0, 1, 2, 3
+_TIGHT, _WALKED, _FIRST, _GROUP, _DEGREE = 0, 1, 2, 3, 4
 """Kinds of frontier entries; on equal keys the tighter bound comes out first, as before a refinement."""
 
 

@@ -30,6 +30,11 @@ def sharded(plan: Plan) -> bool:
     return plan.dp > 1 and plan.zero_stage >= 2
 
 
+def runs_units(plan: Plan) -> bool:
+    """Whether the engine runs the plan's passes by FSDP units (engine/plan.py: ZeRO-2/3 over dp x cp)."""
+    return plan.zero_stage >= 2 and plan.dp * plan.cp > 1
+
+
 def fsdp_stage(dp: int, zero_stage: int, stages: bool) -> int:
     """The ZeRO stage a plan's blocks are priced at: 0 unless FSDP shards it (`sharded`); then 3, or its
     own stage where `stages` (the cluster's FSDP host overheads tell ZeRO-2's one unshard per unit from

@@ -105,6 +105,11 @@ class StageTimes(NamedTuple):
         return self.forward_s + self.recompute_s + self.backward_input_s + self.backward_weight_s
 
 
+def pays_alone(times: tuple[StageTimes, ...]) -> bool:
+    """Whether an unpaired pass runs longer than a paired one (overlapped ep all-to-alls: engine/plan.py)."""
+    return any(st.alone_forward_s or st.alone_backward_s for st in times)
+
+
 def stage_times(seg: SegmentTimes, split: tuple[int, ...]) -> tuple[StageTimes, ...]:
     """Per virtual stage of `split`, the sums of its segments (embedding on the first, head and the
     multi-token-prediction blocks on the last, costs/mtp.py).

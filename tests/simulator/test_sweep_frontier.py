@@ -47,11 +47,21 @@ class Pool:
         self.log.append("read")
 
 
+@pytest.mark.parametrize("walk", [False, True], ids=["first", "walked"])
 @pytest.mark.parametrize("seed", range(5))
-def test_candidates_come_out_in_tighter_order_with_batches_refined_while_groups_open(seed: int) -> None:
+def test_candidates_come_out_in_tighter_order_with_batches_refined_while_groups_open(
+    seed: int, walk: bool
+) -> None:
+    """With `Levels.walk` (a bound between the first and the tighter one, here halfway for the even
+    candidates, none for the odd) the order is the same."""
     loose, groups, members, tighter = _space(seed)
     pool = Pool(members, tighter)
-    frontier = Frontier(sorted(loose), None, pool.refine_many, Levels(groups=groups, expand=pool.expand))
+
+    def walked(c: Estimate) -> float | None:
+        return (c[0] + tighter[c[1][0]]) / 2 if c[1][0] % 2 == 0 else None
+
+    levels = Levels(groups=groups, expand=pool.expand, walk=walked if walk else None)
+    frontier = Frontier(sorted(loose), None, pool.refine_many, levels)
     out = []
     while (candidate := frontier.pop()) is not None:
         out.append(candidate)
