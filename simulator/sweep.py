@@ -199,12 +199,26 @@ def _group_tp_degree(
     return grouper.est.layers, grouper.groups, grouper.enumerated, grouper.fits, grouper.pruned
 
 
-def _parts(base: Scenario, gpus: int, degree: Degree, pins: Pins) -> list[tuple[Part, int]]:
-    """The degree's `Part`s, each with its count of branches (what its task costs, about)."""
+def _parts(
+    base: Scenario, gpus: int, degree: Degree, pins: Pins, alone: bool = False
+) -> list[tuple[list[Root], Part, int]]:
+    """The degree's grouping tasks, each (subtrees, `Part`, its branch count: about what it costs): one
+    per part over every subtree; a degree of one part (a dense model below 8k tokens) grouped `alone` in
+    its round as two halves of its subtrees instead, so that two workers share it (the halves share only
+    the per-layer costs, a tenth of GPT-3's grouping work; in a round of several degrees the pool is
+    busy without them)."""
     sizes: dict[Part, int] = {}
+    roots: dict[Root, int] = {}
     for branch in branches(base, gpus, degree.subtrees, pins):
         sizes[branch[2], branch[4]] = sizes.get((branch[2], branch[4]), 0) + 1
-    return list(sizes.items())
+        roots[branch[0], branch[1]] = roots.get((branch[0], branch[1]), 0) + 1
+    if not alone or len(sizes) != 1 or len(roots) < 2:
+        return [(degree.subtrees, part, n) for part, n in sizes.items()]
+    halves: tuple[list[Root], list[Root]] = ([], [])
+    for root in sorted(roots, key=lambda r: -roots[r]):  # each to the lighter half, the largest first
+        min(halves, key=lambda half: sum(roots[r] for r in half)).append(root)
+    (part,) = sizes
+    return [(sorted(half), part, sum(roots[r] for r in half)) for half in halves]
 
 
 Grouped = dict[Degree, tuple[list[Group], list[int]]]
@@ -224,10 +238,11 @@ def _group_round(
     """The groups of `batch`'s degrees, their parts over `map_fn` (the most branches first: a pool ends
     on the shortest tasks), recorded in `grouped`; their per-layer costs join `layers` (a search's
     shared bound's)."""
-    parts = [(d, part, n) for d in batch for part, n in _parts(base, gpus, d, pins)]
-    parts.sort(key=lambda t: (-t[2], t[0].tp, t[1]))
+    alone = len(batch) == 1
+    parts = [(d, roots, part, n) for d in batch for roots, part, n in _parts(base, gpus, d, pins, alone)]
+    parts.sort(key=lambda t: (-t[3], t[0].tp, t[2], t[1]))
     task = partial(_group_tp_degree, base, gpus, limit_bytes, pins=pins)
-    for (degree, _, _), done in zip(parts, map_fn(task, [(d.subtrees, p) for d, p, _ in parts]), strict=True):
+    for (degree, *_), done in zip(parts, map_fn(task, [(roots, p) for _, roots, p, _ in parts]), strict=True):
         table, groups, *counts = done
         layers.update(table)
         found = grouped.setdefault(degree, ([], [0, 0, 0]))

@@ -117,12 +117,14 @@ def test_each_tp_degrees_layer_costs_are_those_ranking_plan_by_plan_works_out(
     assert all(key[7:9] != ("alltoall", False) for key in tables.keys() - lazy.keys())
 
 
-def test_the_largest_parts_go_to_the_pool_first() -> None:
+@pytest.mark.parametrize("preset", ["tiny-moe", "tiny-gpt"])
+def test_the_largest_parts_go_to_the_pool_first(preset: str) -> None:
     """sweep() hands the pool tp degrees in rounds as the search reaches their floors, the least floor's
     alone first, each degree at most once, split into its (cp, ep) parts (each part's subtrees together,
-    so that their per-layer costs are worked out once), a round's part with the most branches first;
-    `_rank`, the plan-by-plan ranking, one task per subtree, the largest first."""
-    base = scenario("tiny-moe", 8, 1.0, 16)
+    so that their per-layer costs are worked out once), or a degree of one part alone in its round into
+    two halves of its subtrees; a round's task with the most branches first. `_rank`, the plan-by-plan
+    ranking: one task per subtree, the largest first."""
+    base = scenario(preset, 8, 1.0, 16)
     sizes = subtree_sizes(base, 8)
     calls: list[list[Any]] = []
 
@@ -132,17 +134,25 @@ def test_the_largest_parts_go_to_the_pool_first() -> None:
 
     sweep(base, 8, finalists=2, map_fn=recording_map)
     rounds = [items for items in calls if items and isinstance(items[0][0], list)]  # (subtrees, part)
-    tasks = [(subtrees[0][0], part) for items in rounds for subtrees, part in items]
-    degrees = _degrees(base, 8, NO_PINS)
-    assert len(tasks) == len(set(tasks)) and {tp for tp, _ in tasks[: len(rounds[0])]} == {min(degrees).tp}
-    assert len({part for _, part in tasks}) > 1  # the MoE model's degrees split by ep
-    branch_counts = {
-        (d.tp, part): n for d in degrees for part, n in _parts(base, 8, d, NO_PINS)
-    }  # fmt: skip
+    tasks = [(tuple(subtrees), part) for items in rounds for subtrees, part in items]
+    degrees = {d.tp: d for d in _degrees(base, 8, NO_PINS)}
+    assert len(tasks) == len(set(tasks)) and {s[0][0] for s, _ in tasks[: len(rounds[0])]} == {min(degrees)}
     for items in rounds:
+        tps = {subtrees[0][0] for subtrees, _ in items}
         assert all(root[0] == subtrees[0][0] for subtrees, _ in items for root in subtrees)
-        counts = [branch_counts[subtrees[0][0], part] for subtrees, part in items]
-        assert counts == sorted(counts, reverse=True)
+        expected = [
+            (roots, part, n)
+            for tp in tps
+            for roots, part, n in _parts(base, 8, degrees[tp], NO_PINS, len(tps) == 1)
+        ]
+        assert sorted((tuple(r), p) for r, p, _ in expected) == sorted((tuple(r), p) for r, p in items)
+        counts = {(tuple(r), p): n for r, p, n in expected}
+        found = [counts[tuple(r), p] for r, p in items]
+        assert found == sorted(found, reverse=True)
+    if preset == "tiny-moe":
+        assert len({part for _, part in tasks}) > 1  # the MoE model's degrees split by ep
+    else:
+        assert any(len(items) == 2 and len({s[0][0] for s, _ in items}) == 1 for items in rounds)  # halves
     calls.clear()
     _rank(base, 8, base.cluster.gpu.usable_memory_GiB * GiB, recording_map)
     order = [root for root, _ in calls[1]]
