@@ -17,7 +17,7 @@ Pass times are the engine's per-segment costs (costs/stage.py) without the host 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache, lru_cache
 
 from plancast.simulator.costs.collectives import CollectiveKind, Level, PricedCollectives, collective_seconds
 from plancast.simulator.costs.host import HostCosts
@@ -41,6 +41,7 @@ from plancast.simulator.sweep_chain import (
 )
 from plancast.simulator.sweep_estimate import Estimator, degrees
 from plancast.simulator.sweep_fsdp import (
+    UnitPrice,
     block_gather_s,
     chunk_bytes,
     fsdp_units,
@@ -50,6 +51,7 @@ from plancast.simulator.sweep_fsdp import (
 )
 from plancast.simulator.sweep_keys import recompute_pass, runs_units
 from plancast.simulator.sweep_segments import StageTimes, pays_alone
+from plancast.simulator.units import unit_bytes
 
 built_schedule = lru_cache(maxsize=256)(build_schedule)
 """Pure-function memoisation (as engine/plan.py's `_schedule`): a worker refining plans one task at a
@@ -170,25 +172,15 @@ class Bound:
         cached = self._units_cache.get(key)
         if cached is not None:
             return cached
-        base = self.est.base
-        s = plan.apply(base)
-        per_unit_host = HostCosts.of(s).dp_collective_s
-        levels = self.est.dp_levels(plan)
-        algorithm = base.parallelism.zero_collective_algorithm or "hierarchical"
-        dtype = DTYPE_BYTES[base.training.dtype]
-        scale = DTYPE_BYTES[s.fsdp_reduce_dtype] / dtype
-        layer_bytes = float(sum(chunk_tensor_bytes(base.model, plan.tp, layers=1, has_embedding=False,
-                                                   has_head=False, dtype_bytes=1))) * dtype  # fmt: skip
-        out, priced = [], PricedCollectives(levels)  # block units alike: each size priced once
-        for stage, (nbytes, _) in zip(plan.first_rank_stages(), self._chunk_bytes(plan, split), strict=True):
-            units = [layer_bytes] * split[stage]
-            root = nbytes / 4 * dtype - split[stage] * layer_bytes
-            units += [root] if stage in (0, len(split) - 1) else []
-            gather = sum(priced("all_gather", b, algorithm) + per_unit_host for b in units if b > 0)
-            scatter = sum(
-                priced("reduce_scatter", b * scale, algorithm) + per_unit_host for b in units if b > 0
-            )
-            out.append((gather, scatter))
+        s = plan.apply(self.est.base)
+        price, dtype = UnitPrice.of(s, self.est.dp_levels(plan)), DTYPE_BYTES[s.training.dtype]
+        priced = cache(price)  # block units alike: each size priced once
+        out = []
+        for stage in plan.first_rank_stages():
+            first, last = stage == 0, stage == len(split) - 1
+            units = unit_bytes(s, sum(split[:stage]), split[stage], first, last, dtype)
+            gathers = sum(priced("all_gather", *b) for b in units)
+            out.append((gathers, sum(priced("reduce_scatter", *b) for b in units)))
         cached = self._units_cache[key] = tuple(out)
         return cached
 

@@ -12,18 +12,20 @@ which `gather_waits` leaves out).
 
 from __future__ import annotations
 
-from functools import partial
+from dataclasses import dataclass
 from itertools import pairwise
 
-from plancast.simulator.costs.collectives import Level, collective_seconds
+from plancast.simulator.costs.collectives import Algorithm, CollectiveKind, Level, collective_seconds
 from plancast.simulator.costs.host import HostCosts
 from plancast.simulator.costs.ops import DTYPE_BYTES
 from plancast.simulator.costs.params import chunk_tensor_bytes
+from plancast.simulator.engine import Topology
 from plancast.simulator.scenario import Scenario
 from plancast.simulator.schedules import Action
 from plancast.simulator.sweep_axes import Plan
 from plancast.simulator.sweep_chain import FsdpUnits, StageUnits
 from plancast.simulator.sweep_segments import SegmentTimes, StageTimes
+from plancast.simulator.units import block_bytes, unit_bytes
 
 
 def gather_passes(actions: tuple[Action, ...], zero3: bool, recompute_full: bool) -> dict[int, int]:
@@ -76,7 +78,7 @@ def gather_waits(
     every forward, recompute and backward pass of ZeRO-3 gathers (`gather_passes`). The first unit in
     forward order is the root on the first and the last stage (embedding, head): those forwards get no
     wait; elsewhere, and in backward order (the last block first), it is a block, whose gather takes
-    `gather_s` (every block unit holds the same bytes, units.py dp_plan). A stage without blocks
+    at least `gather_s` (the least block unit's gather, `block_gather_s`). A stage without blocks
     gets none. A split backward's B action gathers as well (its W does not): the wait joins B."""
     last = len(times) - 1
     out = []
@@ -91,47 +93,64 @@ def gather_waits(
 
 
 def block_gather_s(base: Scenario, plan: Plan, levels: tuple[Level, ...]) -> float:
-    """One block unit's all-gather over the dp group `levels`, with its host cost: what the replay's
-    units wait for (sweep_bound.Bound._fsdp_units prices each unit so; units.py dp_plan sizes it)."""
-    algorithm = base.parallelism.zero_collective_algorithm or "hierarchical"
-    ones = chunk_tensor_bytes(
-        base.model, plan.tp, layers=1, has_embedding=False, has_head=False, dtype_bytes=1
-    )
-    layer_bytes = float(sum(ones)) * DTYPE_BYTES[base.training.dtype]
-    host = HostCosts.of(plan.apply(base)).dp_collective_s
-    return collective_seconds("all_gather", levels, layer_bytes, algorithm) + host
+    """The least block unit's all-gather over the dp group `levels` (its routed experts' over edp after
+    it), with their host costs: the least any replayed unit waits for (sweep_bound.Bound._fsdp_units prices
+    each unit so; units.py dp_plan sizes it). Blocks differ only as dense or MoE blocks (params.py)."""
+    s = plan.apply(base)
+    m = s.model
+    kinds = {0, min(m.first_k_dense_replace, m.num_hidden_layers - 1)} if m.is_moe else {0}
+    price, dtype = UnitPrice.of(s, levels), DTYPE_BYTES[base.training.dtype]
+    return min(price("all_gather", *block_bytes(s, layer, dtype)) for layer in kinds)
+
+
+@dataclass(frozen=True)
+class UnitPrice:
+    """An FSDP unit's collective as the engine queues it (engine/plan.py, unit_collective_s): its own
+    bytes over the dp group, then its routed experts' over edp, each with the dp host cost."""
+
+    levels: tuple[Level, ...]
+    edp: tuple[Level, ...]
+    host: float
+    algorithm: Algorithm
+    scale: float  # reduce-scatter bytes per gathered byte (parallelism.fsdp_reduce_dtype)
+
+    @classmethod
+    def of(cls, s: Scenario, levels: tuple[Level, ...]) -> UnitPrice:
+        edp = Topology.of(s).levels("edp") if s.edp > 1 else ()
+        algorithm = s.parallelism.zero_collective_algorithm or "hierarchical"
+        scale = DTYPE_BYTES[s.fsdp_reduce_dtype] / DTYPE_BYTES[s.training.dtype]
+        return cls(levels, edp, HostCosts.of(s).dp_collective_s, algorithm, scale)
+
+    def __call__(self, kind: CollectiveKind, own: float, experts: float) -> float:
+        """Seconds of one unit's gather or reduce-scatter; none for a unit without parameters."""
+        if own <= 0.0:
+            return 0.0
+        scale = self.scale if kind == "reduce_scatter" else 1.0
+        seconds = collective_seconds(kind, self.levels, own * scale, self.algorithm) + self.host
+        if experts:
+            seconds += collective_seconds(kind, self.edp, experts * scale, self.algorithm) + self.host
+        return seconds
 
 
 def fsdp_units(
     base: Scenario, plan: Plan, split: tuple[int, ...], levels: tuple[Level, ...], seg: SegmentTimes
 ) -> FsdpUnits | None:
     """The plan's FSDP units per stage (simulator/units.py, dp_plan; its pass shares from the stage's
-    own segment times `seg`), each unit's collectives over the dp group `levels`, or None for
-    DeepSpeed, whose blocks split into more units."""
+    own segment times `seg`), each unit's collectives over the dp group `levels` (`UnitPrice`), or None
+    for DeepSpeed, whose blocks split into more units."""
     par = base.parallelism
     if par.framework == "deepspeed":
         return None
     s = plan.apply(base)
-    host = HostCosts.of(s).dp_collective_s
-    algorithm = par.zero_collective_algorithm or "hierarchical"
+    price = UnitPrice.of(s, levels)
     dtype = DTYPE_BYTES[base.training.dtype]
-    scale = DTYPE_BYTES[s.fsdp_reduce_dtype] / dtype
-    ones = chunk_tensor_bytes(
-        base.model, plan.tp, layers=1, has_embedding=False, has_head=False, dtype_bytes=1
-    )
-    layer_bytes = float(sum(ones)) * dtype
-    gather, scatter = partial(collective_seconds, "all_gather"), partial(collective_seconds, "reduce_scatter")
     stages, start, blocks = [], 0, len(seg.compute_forward_s) - 1
     for v, n in enumerate(split):
         first, last = v == 0, v == len(split) - 1
         # the last stage's multi-token-prediction blocks are blocks of its own (costs/stage.py)
         held = blocks - start if last else n
-        tensors = chunk_tensor_bytes(
-            base.model, plan.tp, layers=held, has_embedding=first, has_head=last, first_layer=start
-        )
         root = first or last
-        root_bytes = float(sum(tensors)) / 4 * dtype - held * layer_bytes
-        sizes = ([root_bytes] if root else []) + [layer_bytes] * held
+        sizes = unit_bytes(s, start, held, first, last, dtype)
         weights = []
         for prefix, index in ((seg.compute_forward_s, 0), (seg.compute_backward_s, 1)):
             own = (seg.embedding_compute[index] if first else 0.0) + (
@@ -142,8 +161,8 @@ def fsdp_units(
             weights.append(tuple(([own / total] if root else []) + [t / total for t in each]))
         stages.append(
             StageUnits(
-                tuple(gather(levels, b, algorithm) + host if b > 0 else 0.0 for b in sizes),
-                tuple(scatter(levels, b * scale, algorithm) + host for b in sizes),
+                tuple(price("all_gather", *b) for b in sizes),
+                tuple(price("reduce_scatter", *b) for b in sizes),
                 weights[0],
                 weights[1],
                 root,

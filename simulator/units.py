@@ -13,6 +13,13 @@ partitioned_param_coordinator.py). The state of each unit follows
 FSDP2 (and runtime/expected.py, which the runtime's tests check against real runs): a pass gathers
 the units that are not gathered; ZeRO-3 reshards every unit after its forward (the root included),
 ZeRO-2 keeps them until the backward; every backward reshards all units and reduce-scatters each.
+Each block unit holds its own block's bytes (a dense block of DeepSeek-V3 outweighs its MoE blocks'
+attention, router and shared expert 2.5x). An MoE block's routed experts are a second FSDP unit over
+the expert-data-parallel group edp (torchtitan's apply_fsdp: `fully_shard(transformer_block.moe.experts,
+mesh=dp_mod_ep_mesh)` before the block's own `fully_shard`, prefetched with it; NeMo AutoModel and
+Megatron-FSDP shard them over their expert-data-parallel group alike): gathered and reduce-scattered
+with their block, right after the block's own collectives on the rank's dp stream (`Unit.expert_bytes`).
+Under DDP / ZeRO-1 the experts' gradients are all-reduced over edp after the dense buckets instead.
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ class Unit:
     param_bytes: float
     forward_share: float  # fraction of the stage's forward time spent in this unit
     backward_share: float
+    expert_bytes: float = 0.0  # its routed experts' bytes on this rank, gathered over edp (ZeRO-2/3)
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,15 +91,14 @@ def dp_plan(s: Scenario, cost: StageCost) -> UnitPlan:
     buckets = tuple(ddp_bucket_bytes(tensors, s.parallelism.bucket_cap_MiB))
     experts = chunk_expert_bytes(s.model, s.etp, s.ep, first_layer=start, layers=layers)
     # the expert reducer runs over the expert-data-parallel group (simulator/mesh.py "edp"); none when
-    # every expert has one replica
-    expert_buckets = tuple(ddp_bucket_bytes([experts], s.parallelism.bucket_cap_MiB)) if s.edp > 1 else ()
-
-    dtype_bytes = DTYPE_BYTES[s.training.dtype]
-    layer_tensors = chunk_tensor_bytes(
-        s.model, s.tp, layers=1, has_embedding=False, has_head=False, dtype_bytes=1
+    # every expert has one replica, nor under ZeRO-2/3, whose units carry the experts
+    sharded = _fsdp(s)
+    expert_buckets = (
+        tuple(ddp_bucket_bytes([experts], s.parallelism.bucket_cap_MiB)) if s.edp > 1 and not sharded else ()
     )
-    layer_bytes = float(sum(layer_tensors)) * dtype_bytes
-    root_bytes = float(sum(tensors)) / 4 * dtype_bytes - layers * layer_bytes
+
+    sizes = unit_bytes(s, start, layers, first, last, DTYPE_BYTES[s.training.dtype])
+    root_bytes, blocks = (sizes[0][0], sizes[1:]) if first or last else (0.0, sizes)
     fwd_total = sum(g.forward_s for g in cost.segments) or 1.0
     bwd_total = sum(g.backward_input_s + g.backward_weight_s for g in cost.segments) or 1.0
     units = []
@@ -110,11 +117,45 @@ def dp_plan(s: Scenario, cost: StageCost) -> UnitPlan:
     for i, layer in enumerate(g for g in cost.segments if g.part == "layer"):
         fwd_share = layer.forward_s / fwd_total
         bwd_share = (layer.backward_input_s + layer.backward_weight_s) / bwd_total
-        block = [Unit("", layer_bytes, fwd_share, bwd_share)]
+        own, routed = blocks[i]
+        block = [Unit("", own, fwd_share, bwd_share, routed)]
         if s.parallelism.framework == "deepspeed" and not s.model.is_moe:
-            block = _submodules(s, layer_bytes, fwd_share, bwd_share)
+            block = _submodules(s, own, fwd_share, bwd_share)
         units += [replace(u, name=f"layer{i}{u.name}") for u in block]
     return UnitPlan(buckets, tuple(units), expert_buckets)
+
+
+def unit_bytes(
+    s: Scenario, start: int, layers: int, first: bool, last: bool, dtype_bytes: int
+) -> list[tuple[float, float]]:
+    """(own, routed-expert) bytes of one virtual stage's FSDP units on one rank before sharding, in forward
+    order: the root (embedding, head, final norm: the stage's tensors less its blocks') first where the
+    stage is the first or the last, then each block from global layer `start` (`block_bytes`)."""
+    blocks = [block_bytes(s, start + i, dtype_bytes) for i in range(layers)]
+    if not (first or last):
+        return blocks
+    tensors = chunk_tensor_bytes(
+        s.model, s.tp, layers=layers, has_embedding=first, has_head=last, dtype_bytes=1, first_layer=start
+    )
+    return [(float(sum(tensors)) * dtype_bytes - sum(own for own, _ in blocks), 0.0), *blocks]
+
+
+def _fsdp(s: Scenario) -> bool:
+    """Whether the engine runs the plan's passes as FSDP units (engine/plan.py: ZeRO-2/3 over dp x cp > 1)."""
+    return s.parallelism.zero_stage >= 2 and s.dp * s.cp > 1
+
+
+def block_bytes(s: Scenario, layer: int, dtype_bytes: int) -> tuple[float, float]:
+    """(its own, its routed experts') bytes of global block `layer` on one rank, as its FSDP units hold
+    them before sharding: the experts only where ZeRO-2/3 shards them over an edp group of more than
+    one rank (the module docstring), else 0."""
+    own = chunk_tensor_bytes(
+        s.model, s.tp, layers=1, has_embedding=False, has_head=False, dtype_bytes=1, first_layer=layer
+    )
+    routed = 0.0
+    if _fsdp(s) and s.edp > 1:
+        routed = float(chunk_expert_bytes(s.model, s.etp, s.ep, first_layer=layer, layers=1, dtype_bytes=1))
+    return float(sum(own)) * dtype_bytes, routed * dtype_bytes
 
 
 def _submodules(s: Scenario, layer_bytes: float, fwd_share: float, bwd_share: float) -> list[Unit]:

@@ -14,7 +14,9 @@ from plancast.simulator.engine.spans import Process, Span, new_span
 from plancast.simulator.schedules import Action
 
 if TYPE_CHECKING:
+    from plancast.simulator.costs.collectives import CollectiveKind
     from plancast.simulator.engine.core import Engine, RankState
+    from plancast.simulator.units import Unit
 
 LINK_SLICE_BYTES = 8 * 4 * 2**20  # NCCL_BUFFSIZE (4 MiB) x 8 channels: one slice of a collective
 MAX_LINK_SLICES = 256  # bounds the SimPy events per collective
@@ -206,9 +208,8 @@ def fsdp_pass(sim: Engine, st: RankState, kind: str, a: Action, seconds: float, 
         n = position.get(i)
         for j in holding[n : n + 1 + ahead] if n is not None else ():
             if steps[j][1] and gathers[j] is None:
-                nbytes = steps[j][0].param_bytes
-                gathers[j] = sim.dp_collective(st, "all_gather", nbytes, where, notify=True)
-                pending += sim.plan.dp_collective_s("all_gather", nbytes) if slowdown else 0.0
+                gathers[j] = _unit_collectives(sim, st, "all_gather", steps[j][0], 1.0, where, notify=True)
+                pending += sim.plan.unit_collective_s("all_gather", steps[j][0], 1.0) if slowdown else 0.0
         gathered = gathers[i]
         if gathered is not None and not gathered.processed:
             waited_from = env.now
@@ -223,15 +224,34 @@ def fsdp_pass(sim: Engine, st: RankState, kind: str, a: Action, seconds: float, 
             pending = max(0.0, pending - compute)
             yield sim.busy(st.rank, compute)
         if is_backward and par.overlap_grad_reduce and unit.param_bytes > 0.0:
-            nbytes = unit.param_bytes * reduce_scale
-            sim.dp_collective(st, "reduce_scatter", nbytes, where)
-            pending += sim.plan.dp_collective_s("reduce_scatter", nbytes) if slowdown else 0.0
-            _replicate_all_reduce(sim, st, nbytes, where)
+            _unit_collectives(sim, st, "reduce_scatter", unit, reduce_scale, where)
+            pending += sim.plan.unit_collective_s("reduce_scatter", unit, reduce_scale) if slowdown else 0.0
+            _replicate_all_reduce(sim, st, unit.param_bytes * reduce_scale, where)
     sim.record_pass(st.rank, kind, a, start, env.now - start, flops)
     if is_backward and not par.overlap_grad_reduce:
         for unit in (unit for unit, _ in steps if unit.param_bytes > 0.0):
-            sim.dp_collective(st, "reduce_scatter", unit.param_bytes * reduce_scale, where)
+            _unit_collectives(sim, st, "reduce_scatter", unit, reduce_scale, where)
             _replicate_all_reduce(sim, st, unit.param_bytes * reduce_scale, where)
+
+
+def _unit_collectives(
+    sim: Engine,
+    st: RankState,
+    kind: CollectiveKind,
+    unit: Unit,
+    scale: float,
+    where: tuple[int, int, int],
+    notify: bool = False,
+) -> simpy.Event | None:
+    """A unit's all-gather or reduce-scatter (bytes x `scale`) over the dense group, then its routed
+    experts' over edp (simulator/units.py): one after the other on the dp stream, so the unit is ready
+    when the last lands (the event returned with `notify`)."""
+    nbytes = unit.param_bytes * scale
+    done = sim.dp_collective(st, kind, nbytes, where, notify=notify and not unit.expert_bytes)
+    if unit.expert_bytes:
+        levels = sim.plan.edp_levels
+        done = sim.dp_collective(st, kind, unit.expert_bytes * scale, where, levels=levels, notify=notify)
+    return done
 
 
 def _replicate_all_reduce(sim: Engine, st: RankState, nbytes: float, where: tuple[int, int, int]) -> None:

@@ -13,8 +13,10 @@ from plancast.simulator.engine.fast_dp import Done
 from plancast.simulator.engine.spans import Span
 
 if TYPE_CHECKING:
+    from plancast.simulator.costs.collectives import CollectiveKind
     from plancast.simulator.engine.fast import FastEngine, RankRun
     from plancast.simulator.schedules import Action
+    from plancast.simulator.units import Unit
 
 
 def reduce_gradients(sim: FastEngine, r: RankRun, a: Action, backward_s: float) -> float:
@@ -83,9 +85,8 @@ def fsdp_pass(sim: FastEngine, r: RankRun, kind: str, a: Action, seconds: float,
         n = position.get(i)
         for j in holding[n : n + 1 + ahead] if n is not None else ():
             if steps[j][1] and gathers[j] is None:
-                nbytes = steps[j][0].param_bytes
-                gathers[j] = dp.push(r.now, r.made_s, r.turn, "all_gather", nbytes, where, notify=True)
-                pending += plan.dp_collective_s("all_gather", nbytes) if slowdown else 0.0
+                gathers[j] = _unit_collectives(sim, r, "all_gather", steps[j][0], 1.0, where, notify=True)
+                pending += plan.unit_collective_s("all_gather", steps[j][0], 1.0) if slowdown else 0.0
         gathered = gathers[i]
         if gathered is not None:
             done_s = dp.finish(gathered)
@@ -101,15 +102,35 @@ def fsdp_pass(sim: FastEngine, r: RankRun, kind: str, a: Action, seconds: float,
             pending = max(0.0, pending - compute)
             r.busy(compute)
         if is_backward and par.overlap_grad_reduce and unit.param_bytes > 0.0:
-            nbytes = unit.param_bytes * reduce_scale
-            dp.push(r.now, r.made_s, r.turn, "reduce_scatter", nbytes, where)
-            pending += plan.dp_collective_s("reduce_scatter", nbytes) if slowdown else 0.0
-            _replicate_all_reduce(sim, r, nbytes, where)
+            _unit_collectives(sim, r, "reduce_scatter", unit, reduce_scale, where)
+            pending += plan.unit_collective_s("reduce_scatter", unit, reduce_scale) if slowdown else 0.0
+            _replicate_all_reduce(sim, r, unit.param_bytes * reduce_scale, where)
     sim.record_pass(r.rank, kind, a, start, r.now - start, flops)
     if is_backward and not par.overlap_grad_reduce:
         for unit in (unit for unit, _ in steps if unit.param_bytes > 0.0):
-            dp.push(r.now, r.made_s, r.turn, "reduce_scatter", unit.param_bytes * reduce_scale, where)
+            _unit_collectives(sim, r, "reduce_scatter", unit, reduce_scale, where)
             _replicate_all_reduce(sim, r, unit.param_bytes * reduce_scale, where)
+
+
+def _unit_collectives(
+    sim: FastEngine,
+    r: RankRun,
+    kind: CollectiveKind,
+    unit: Unit,
+    scale: float,
+    where: tuple[int, int, int],
+    notify: bool = False,
+) -> Done | None:
+    """data_parallel._unit_collectives: the unit's collective, then its routed experts' over edp."""
+    assert r.dp is not None
+    nbytes = unit.param_bytes * scale
+    done = r.dp.push(r.now, r.made_s, r.turn, kind, nbytes, where, notify=notify and not unit.expert_bytes)
+    if unit.expert_bytes:
+        levels = sim.plan.edp_levels
+        done = r.dp.push(
+            r.now, r.made_s, r.turn, kind, unit.expert_bytes * scale, where, levels=levels, notify=notify
+        )
+    return done
 
 
 def _replicate_all_reduce(sim: FastEngine, r: RankRun, nbytes: float, where: tuple[int, int, int]) -> None:

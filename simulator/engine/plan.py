@@ -36,7 +36,7 @@ from plancast.simulator.schedules import (
     splits_backward,
     stage_rank,
 )
-from plancast.simulator.units import UnitPlan, dp_plan
+from plancast.simulator.units import Unit, UnitPlan, dp_plan
 
 MAIN_GRAD_BYTES = 4
 """Bytes per element of the tied embedding's gradient as its two holders sum it: Megatron-LM all-reduces
@@ -292,6 +292,19 @@ class StepPlan:
                 seconds += self.host.ddp_all_reduce_s
             self._dp_seconds[key] = seconds
         return seconds
+
+    def unit_collective_s(self, kind: CollectiveKind, unit: Unit, scale: float) -> float:
+        """An FSDP unit's all-gather or reduce-scatter (bytes x `scale`) and its routed experts' over edp
+        (simulator/units.py), one after the other on the dp stream."""
+        seconds = self.dp_collective_s(kind, unit.param_bytes * scale)
+        if unit.expert_bytes:
+            seconds += self.dp_collective_s(kind, unit.expert_bytes * scale, self.edp_levels)
+        return seconds
+
+    @cached_property
+    def edp_levels(self) -> tuple[Level, ...]:
+        """The tiers of rank 0's expert-data-parallel group (simulator/mesh.py)."""
+        return self.topo.levels("edp")
 
     @cached_property
     def fsdp_reduce_scale(self) -> float:

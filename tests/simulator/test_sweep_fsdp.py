@@ -125,9 +125,12 @@ def test_the_first_rank_walked_takes_in_its_dp_stream() -> None:
 def test_the_replayed_units_are_the_engines_units(pp: int) -> None:
     """sweep_fsdp.fsdp_units mirrors simulator/units.py's dp_plan stage by stage on a model whose blocks
     differ (DeepSeek-V3's dense first blocks and multi-token-prediction block, shrunk): as many units,
-    each with the engine's forward and backward share of the pass (each block its own), summing to 1."""
+    each with the engine's forward and backward share of the pass (each block its own), summing to 1,
+    and each unit's gather and reduce-scatter priced as the engine queues them (its routed experts'
+    over edp after its own: ep 8 of dp 64 / pp leaves an edp group to shard them over)."""
     from plancast.simulator.costs.stage import stage_costs
     from plancast.simulator.engine import Topology
+    from plancast.simulator.engine.plan import StepPlan
     from plancast.simulator.units import dp_plan
 
     loaded = load_scenario(REPO / "examples" / "deepseek-v3-h800.toml").scenario
@@ -141,9 +144,15 @@ def test_the_replayed_units_are_the_engines_units(pp: int) -> None:
     s = plan.apply(base)
     costs = stage_costs(s, Topology.of(s).levels("tp"))
     assert len(costs) == len(units.stages) == pp
+    step = StepPlan.of(s)
     for cost, mine in zip(costs, units.stages, strict=True):
         engine = dp_plan(s, cost).units
         assert len(engine) == len(mine.gather_s)
+        assert any(u.expert_bytes for u in engine) and s.edp > 1
+        for u, gather_s, scatter_s in zip(engine, mine.gather_s, mine.scatter_s, strict=True):
+            assert gather_s == pytest.approx(step.unit_collective_s("all_gather", u, 1.0), rel=1e-12)
+            scale = step.fsdp_reduce_scale
+            assert scatter_s == pytest.approx(step.unit_collective_s("reduce_scatter", u, scale), rel=1e-12)
         assert [u.forward_share for u in engine] == pytest.approx(mine.forward_weight, rel=1e-12)
         assert [u.backward_share for u in engine] == pytest.approx(mine.backward_weight, rel=1e-12)
         assert sum(mine.forward_weight) == pytest.approx(1.0) and len(set(mine.forward_weight[1:])) > 1
