@@ -15,7 +15,6 @@ from plancast.simulator.costs.params import chunk_expert_bytes, chunk_tensor_byt
 from plancast.simulator.engine import Engine, StepPlan
 from plancast.simulator.loader import parse_scenario
 from plancast.simulator.scenario import Scenario
-from plancast.simulator.units import dp_plan
 
 
 def scenario(zero: int, ep: int = 2, dp: int = 4, **model: Any) -> Scenario:
