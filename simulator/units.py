@@ -131,13 +131,17 @@ def unit_bytes(
     """(own, routed-expert) bytes of one virtual stage's FSDP units on one rank before sharding, in forward
     order: the root (embedding, head, final norm: the stage's tensors less its blocks') first where the
     stage is the first or the last, then each block from global layer `start` (`block_bytes`)."""
-    blocks = [block_bytes(s, start + i, dtype_bytes) for i in range(layers)]
+    kinds: dict[bool, tuple[float, float]] = {}  # blocks differ only as dense or MoE ones (params.py)
+    blocks = []
+    for layer in range(start, start + layers):
+        moe = s.model.is_moe_layer(layer)
+        if moe not in kinds:
+            kinds[moe] = block_bytes(s, layer, dtype_bytes)
+        blocks.append(kinds[moe])
     if not (first or last):
         return blocks
-    tensors = chunk_tensor_bytes(
-        s.model, s.tp, layers=layers, has_embedding=first, has_head=last, dtype_bytes=1, first_layer=start
-    )
-    return [(float(sum(tensors)) * dtype_bytes - sum(own for own, _ in blocks), 0.0), *blocks]
+    root = chunk_tensor_bytes(s.model, s.tp, layers=0, has_embedding=first, has_head=last, dtype_bytes=1)
+    return [(float(sum(root)) * dtype_bytes, 0.0), *blocks]
 
 
 def _fsdp(s: Scenario) -> bool:
