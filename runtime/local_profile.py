@@ -196,16 +196,19 @@ def cached_core_share(s: Scenario) -> float:
 MAX_RECORD_BYTES = 4 << 20  # a record is tens of KiB; a larger file in the cache is not one
 
 
-def latest_host_record() -> dict[str, Any] | None:
-    """This host's latest microbenchmark record (any scenario shape: its core share and speed probe are
-    the machine's, not the shape's), None without one. Torch-free (machine_key imports torch, seconds on
-    a busy machine), for `plancast compare` (traces/contention.py's references)."""
+def _host_records(name: str = "*.json") -> list[Path]:
+    """This host's cached records named `name` (any torch version, CPU model and core count folder),
+    oldest first. Torch-free (machine_key imports torch, seconds on a busy machine)."""
     root = cache_dir()
     if not root.is_dir():
-        return None
+        return []
     folders = [d for d in root.glob(f"{_slug(socket.gethostname())}_*") if d.is_dir()]
-    records = sorted((p for d in folders for p in d.glob("*.json")), key=lambda p: p.stat().st_mtime)
-    for candidate in reversed(records):
+    return sorted((p for d in folders for p in d.glob(name) if p.is_file()), key=lambda p: p.stat().st_mtime)
+
+
+def _newest_record(paths: list[Path]) -> dict[str, Any] | None:
+    """The newest readable record of `paths` (oldest first), None if none is one."""
+    for candidate in reversed(paths):
         if candidate.stat().st_size > MAX_RECORD_BYTES:
             continue
         try:
@@ -215,6 +218,22 @@ def latest_host_record() -> dict[str, Any] | None:
         if isinstance(record, dict):
             return record
     return None
+
+
+def latest_host_record() -> dict[str, Any] | None:
+    """This host's latest microbenchmark record (any scenario shape: its core share and speed probe are
+    the machine's, not the shape's), None without one. Torch-free, for `plancast compare`
+    (traces/contention.py's references)."""
+    return _newest_record(_host_records())
+
+
+def host_record_for(s: Scenario) -> dict[str, Any] | None:
+    """The record a prediction of `s` on this machine is read from (`record_path`: its shapes' record,
+    the newest if several torch versions measured them), else this host's latest: the core share and
+    speed probe that prediction's constants were measured at. The latest record may be another
+    shape's, measured at another moment under another load and speed (a demo's tiny model measured
+    after the user's own scenario). Torch-free."""
+    return _newest_record(_host_records(f"{shape_key(s)}.json")) or latest_host_record()
 
 
 def record_reference(record: dict[str, Any]) -> tuple[float, dict[str, Any] | None]:

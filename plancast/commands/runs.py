@@ -32,6 +32,7 @@ def reconcile_run(run_path: Path, reference_share: float | None = None) -> dict[
     # one writer: compare writes compare/ (and predicted/ when missing) into a run no one else may write
     with claim(run_path, "plancast compare"):
         try:
+            ensure_predicted(run_path)  # first: a local-cpu prediction may measure the machine (its record)
             share = profile_share(run_path) if reference_share is None else reference_share
             summary = compare_run_dir(run_path, ensure_predicted, share, profile_probe(run_path))
         except CompareError as e:
@@ -87,55 +88,57 @@ def calibration_share(runs: list[Path]) -> float:
 
 def profile_probe(run_path: Path) -> dict[str, Any] | None:
     """The speed probe the prediction's constants were measured at (``probe_s``, ``workload``;
-    traces/contention.py): a demo's scored run its calibration runs'; another CPU run this machine's
-    latest microbenchmarks'; None for a GPU run or a machine never probed."""
+    traces/contention.py): a demo's scored run its calibration runs'; another CPU run the probe of the
+    microbenchmark record its prediction is read from (runtime/local_profile.host_record_for); None for
+    a GPU run or a machine never probed."""
     calibrations = sorted(run_path.parent.glob("calibration-mb*/measured")) if run_path.name == "run" else []
     if calibrations:  # the speed a profile fitted on them is normalised to (runtime/calibrate.py)
         from plancast.runtime.calibrate import runs_probe
 
         return runs_probe([c.parent for c in calibrations])
-    if not _local_cpu(run_path):
+    record = _cpu_record(run_path)
+    if record is None:
         return None
-    from plancast.runtime.local_profile import latest_host_probe
+    from plancast.runtime.local_profile import record_reference
 
-    return latest_host_probe()
+    return record_reference(record)[1]
 
 
-def _local_cpu(run_path: Path) -> bool:
-    """Whether RUN's scenario runs on this machine's CPU (a scenario that cannot be read: no)."""
+def _cpu_record(run_path: Path) -> dict[str, Any] | None:
+    """The microbenchmark record RUN's prediction is read from where its scenario runs on this machine's
+    CPU (runtime/local_profile.host_record_for); None for another cluster, an unreadable scenario or a
+    machine never measured."""
     from plancast.simulator.loader import ScenarioError, load_scenario
     from plancast.traces.store import RunDir
 
     toml = RunDir(run_path).scenario_toml
     try:
-        return toml.is_file() and load_scenario(toml).scenario.cluster.gpu.name.startswith("cpu")
+        scenario = load_scenario(toml).scenario if toml.is_file() else None
     except (ScenarioError, OSError):
-        return False
+        return None  # compare reports a scenario it cannot read where it needs it
+    if scenario is None or not scenario.cluster.gpu.name.startswith("cpu"):
+        return None
+    from plancast.runtime.local_profile import host_record_for
+
+    return host_record_for(scenario)
 
 
 def profile_share(run_path: Path) -> float:
     """The core share the prediction's constants were measured at: a demo's scored run (RUN/../run
-    beside calibration-mb*/) its calibration runs'; another CPU run this machine's latest
-    microbenchmarks' (runtime/local_profile.latest_host_core_share); 1.0 (a core of its own) for a GPU
-    run or a machine never measured."""
-    from plancast.simulator.loader import ScenarioError, load_scenario
-    from plancast.traces.store import RunDir
-
+    beside calibration-mb*/) its calibration runs'; another CPU run its microbenchmark record's
+    (`_cpu_record`); 1.0 (a core of its own) for a GPU run or a machine never measured."""
     calibrations = sorted(run_path.parent.glob("calibration-mb*/measured")) if run_path.name == "run" else []
     if calibrations:
         return calibration_share([c.parent for c in calibrations])
-    toml = RunDir(run_path).scenario_toml
-    if not toml.is_file():
+    record = _cpu_record(run_path)
+    if record is None:
         return 1.0
-    try:
-        scenario = load_scenario(toml).scenario
-    except (ScenarioError, OSError):
-        return 1.0  # compare reports a scenario it cannot read where it needs it
-    if not scenario.cluster.gpu.name.startswith("cpu"):
-        return 1.0
-    from plancast.runtime.local_profile import latest_host_core_share
+    from plancast.runtime.local_profile import record_reference
 
-    return latest_host_core_share()
+    try:
+        return record_reference(record)[0]
+    except (TypeError, ValueError, AttributeError):
+        return 1.0
 
 
 def print_conditions(summary: dict[str, Any]) -> None:

@@ -15,7 +15,9 @@ from plancast.runtime.local_profile import (
     latest_host_core_share,
     load_changed,
     machine_load,
+    shape_key,
 )
+from tests.cli_runner import REPO
 
 
 @pytest.mark.parametrize(
@@ -62,3 +64,35 @@ def test_compare_reads_this_hosts_latest_core_share_without_torch(
         folder.mkdir()
         (folder / "h64-record.json").write_text(json.dumps({"cpu_share": share}))
     assert latest_host_core_share() == pytest.approx(0.6)
+
+
+def test_compare_reads_the_record_its_prediction_came_from(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A CPU run's speed reference is the probe of its own shapes' record (the one its prediction is read
+    from), not this host's latest record of other shapes, measured at another moment."""
+    import os
+
+    from plancast.commands.runs import profile_probe, profile_share
+    from plancast.simulator.loader import load_scenario
+
+    monkeypatch.setenv("PLANCAST_CACHE_DIR", str(tmp_path / "cache"))
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "scenario.toml").write_text((REPO / "examples" / "tiny-local-cpu.toml").read_text())
+    scenario = load_scenario(run / "scenario.toml").scenario
+    folder = tmp_path / "cache" / f"{socket.gethostname()}_some-cpu_2cores_torch2"
+    folder.mkdir(parents=True)
+
+    def record(name: str, probe_s: float, share: float, mtime: int) -> None:
+        path = folder / name
+        probe = {"probe_wall_s": probe_s, "workload": "w"}
+        path.write_text(json.dumps({"cpu_share": share, "speed_probe": probe}))
+        os.utime(path, (mtime, mtime))
+
+    record(f"{shape_key(scenario)}.json", 0.008, 0.9, 1_000)
+    record("h999-other-shape.json", 0.020, 0.4, 2_000)  # newer, of other shapes
+    assert profile_probe(run) == {"probe_s": 0.008, "workload": "w"}
+    assert profile_share(run) == 1.0  # with a probe the reference is its wall time at a share of 1
+    (folder / f"{shape_key(scenario)}.json").unlink()
+    assert profile_probe(run) == {"probe_s": 0.020, "workload": "w"}  # none of its shapes: the latest
