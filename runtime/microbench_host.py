@@ -191,10 +191,14 @@ def measure_host(s: Scenario, world: int) -> dict[str, Any]:
     """Each host cost in isolation (see the module docstring), rank 0's interquartile means in seconds
     (runtime/timing.py)."""
     mesh = init_device_mesh("cpu", (world,))
-    blocks: dict[str, dict[str, float]] = {}
-    for variant in ("plain", "tp", "sp", "fsdp"):
-        steps = {str(n): _block_step(s, mesh, variant, n) for n in BLOCK_COUNTS}
-        blocks[variant] = interleaved_seconds(steps, sync=dist.barrier)
+    # every variant and depth in one set of turns: the host costs are differences between variants
+    # (calibration/microbench.py host_costs), and a machine's speed drifts over the seconds of a
+    # measurement. Timed a variant at a time, the FSDP2 slope less the plain one read 7.6-16.8 ms over
+    # seven repeats on this project's 2-core VM; in one set of turns 9.5-11.5 ms (docs/accuracy.md).
+    variants = ("plain", "tp", "sp", "fsdp")
+    steps = {f"{v}/{n}": _block_step(s, mesh, v, n) for v in variants for n in BLOCK_COUNTS}
+    timed = interleaved_seconds(steps, sync=dist.barrier)
+    blocks = {v: {str(n): timed[f"{v}/{n}"] for n in BLOCK_COUNTS} for v in variants}
     optimizer: dict[str, dict[str, float]] = {}
     for kind in ("plain", "dtensor"):
         steps = {str(n): _optimizer_step(s, mesh, n, kind == "dtensor") for n in OPTIMIZER_TENSORS}
