@@ -255,20 +255,3 @@ def record_reference(record: dict[str, Any]) -> tuple[float, dict[str, Any] | No
     if isinstance(probe, dict) and wall_s is not None:
         return 1.0, {"probe_s": wall_s, "workload": probe.get("workload")}
     return core_share(record), None
-
-
-def latest_host_core_share() -> float:
-    """The core share this host's latest microbenchmarks' profile is read at (record_reference), 1.0
-    without any."""
-    record = latest_host_record()
-    try:
-        return record_reference(record)[0] if record is not None else 1.0
-    except (TypeError, ValueError, AttributeError):
-        return 1.0
-
-
-def latest_host_probe() -> dict[str, Any] | None:
-    """The speed probe this host's latest microbenchmarks' profile is read at (record_reference), None
-    without one (records from before the probe)."""
-    record = latest_host_record()
-    return record_reference(record)[1] if record is not None else None

@@ -12,7 +12,7 @@ import pytest
 from plancast.runtime.local_profile import (
     LOAD_SHARE_CHANGE,
     expected_share,
-    latest_host_core_share,
+    latest_host_record,
     load_changed,
     machine_load,
     shape_key,
@@ -57,13 +57,14 @@ def test_compare_reads_this_hosts_latest_core_share_without_torch(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("PLANCAST_CACHE_DIR", str(tmp_path))
-    assert latest_host_core_share() == 1.0  # never measured: a core of its own
+    assert latest_host_record() is None  # never measured
     mine = tmp_path / f"{socket.gethostname()}_some-cpu_2cores_torch2"
     theirs = tmp_path / "another-host_some-cpu_2cores_torch2"
     for folder, share in ((mine, 0.6), (theirs, 0.3)):
         folder.mkdir()
         (folder / "h64-record.json").write_text(json.dumps({"cpu_share": share}))
-    assert latest_host_core_share() == pytest.approx(0.6)
+    record = latest_host_record()
+    assert record is not None and record["cpu_share"] == pytest.approx(0.6)  # this host's, not theirs
 
 
 def test_compare_reads_the_record_its_prediction_came_from(
