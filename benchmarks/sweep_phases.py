@@ -1,7 +1,8 @@
 """Where an exact sweep's wall time goes, phase by phase, with the CLI's worker pool.
 
-`plancast sweep` (simulator/sweep.py) groups the plans that fit, one (cp, ep) part of a tp degree per
-task over the pool; then, in the main process, opens the groups the search reaches (mixed groups into
+`plancast sweep` (simulator/sweep.py) groups the plans that fit into families, one (cp, ep) part of a
+tp degree per task over the pool; then, in the main process, bounds the groups of the families the
+search reaches, opens the groups it reaches (mixed groups into
 their classes, the others into their plans' first bounds), refines first bounds into replayed ones over
 the pool, and simulates the plans whose bound beats the k-th best. This times each `map_fn` call over
 the pool and each opening in the main process, counts the items of each, and prints the load beside it
@@ -69,15 +70,21 @@ def main(argv: list[str] | None = None) -> None:
     base = load_scenario(args.scenario).scenario
     workers = args.workers or available_cores()
     phases = Phases()
-    frontier_open = sweep_frontier.Frontier._open
+    frontier_open, family_open = sweep_frontier.Frontier._open, sweep_frontier.Frontier._open_family
 
     def opened(frontier: Any, group: Any) -> None:  # the main process's share of the search
         start = time.perf_counter()
         frontier_open(frontier, group)
         phases.add("main: open groups", time.perf_counter() - start, 1)
 
+    def bounded(frontier: Any, family: Any) -> None:  # a family's groups bounded (sweep_groups.Family)
+        start = time.perf_counter()
+        family_open(frontier, family)
+        phases.add("main: open families", time.perf_counter() - start, len(family.groups))
+
     print(f"{args.scenario} on {args.gpus:,} GPUs, {workers} workers; load {os.getloadavg()[0]:.1f}")
     sweep_frontier.Frontier._open = opened  # type: ignore[method-assign]
+    sweep_frontier.Frontier._open_family = bounded  # type: ignore[method-assign]
     try:
         with process_map(workers) as pool:
             start = time.perf_counter()
@@ -85,6 +92,7 @@ def main(argv: list[str] | None = None) -> None:
             total = time.perf_counter() - start
     finally:
         sweep_frontier.Frontier._open = frontier_open  # type: ignore[method-assign]
+        sweep_frontier.Frontier._open_family = family_open  # type: ignore[method-assign]
     print(f"{'phase':32s} {'seconds':>8s} {'calls':>7s} {'items':>9s}")
     for name, seconds in phases.seconds.items():
         print(f"{name:32s} {seconds:8.2f} {phases.calls[name]:7,d} {phases.items[name]:9,d}")

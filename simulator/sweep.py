@@ -40,7 +40,7 @@ from plancast.simulator.sweep_bound import Bound, built_schedule
 from plancast.simulator.sweep_estimate import Estimator, Layer
 from plancast.simulator.sweep_floor import compute_floor_s, degree_floor_s
 from plancast.simulator.sweep_frontier import Degree, Estimate, Levels, MapFn, best_first
-from plancast.simulator.sweep_groups import Group, Grouper
+from plancast.simulator.sweep_groups import Family, Group, Grouper
 from plancast.simulator.sweep_keys import LayerKey
 from plancast.simulator.sweep_space import (
     NO_PINS,
@@ -186,17 +186,17 @@ def _group_tp_degree(
     limit_bytes: float,
     task: tuple[list[Root], Part | None],
     pins: Pins = NO_PINS,
-) -> tuple[dict[LayerKey, Layer], list[Group], int, int, int]:
+) -> tuple[dict[LayerKey, Layer], list[Family], int, int, int]:
     """One tp degree's subtrees (with a `Part`: only its branches) in one task: the per-layer costs of
-    its plans that fit (worked out as its groups' bounds need them, once for all its subtrees), its
-    groups with plans that fit (simulator/sweep_groups.py), and its plans enumerated, fitting and
-    pruned."""
+    its plans that fit (worked out for its families' floors, once for all its subtrees), its groups with
+    plans that fit in their families, unbounded (simulator/sweep_groups.py), and its plans enumerated,
+    fitting and pruned."""
     subtrees, part = task
-    grouper = Grouper(base, gpus, limit_bytes, Estimator(base, gpus), pins)
+    grouper = Grouper(base, gpus, limit_bytes, Estimator(base, gpus), pins, defer=True)
     for branch in branches(base, gpus, subtrees, pins):
         if part is None or (branch[2], branch[4]) == part:
             grouper.add(branch)
-    return grouper.est.layers, grouper.groups, grouper.enumerated, grouper.fits, grouper.pruned
+    return grouper.est.layers, grouper.families(), grouper.enumerated, grouper.fits, grouper.pruned
 
 
 def _parts(
@@ -221,8 +221,8 @@ def _parts(
     return [(sorted(half), part, sum(roots[r] for r in half)) for half in halves]
 
 
-Grouped = dict[Degree, tuple[list[Group], list[int]]]
-"""Each tp degree grouped so far: its groups, and its plans enumerated, fitting and pruned."""
+Grouped = dict[Degree, tuple[list[Family], list[int]]]
+"""Each tp degree grouped so far: its families, and its plans enumerated, fitting and pruned."""
 
 
 def _group_round(
@@ -234,8 +234,8 @@ def _group_round(
     grouped: Grouped,
     layers: dict[LayerKey, Layer],
     batch: list[Degree],
-) -> list[Group]:
-    """The groups of `batch`'s degrees, their parts over `map_fn` (the most branches first: a pool ends
+) -> list[Family]:
+    """The families of `batch`'s degrees, their parts over `map_fn` (the most branches first: a pool ends
     on the shortest tasks), recorded in `grouped`; their per-layer costs join `layers` (a search's
     shared bound's)."""
     alone = len(batch) == 1
@@ -243,10 +243,10 @@ def _group_round(
     parts.sort(key=lambda t: (-t[3], t[0].tp, t[2], t[1]))
     task = partial(_group_tp_degree, base, gpus, limit_bytes, pins=pins)
     for (degree, *_), done in zip(parts, map_fn(task, [(roots, p) for _, roots, p, _ in parts]), strict=True):
-        table, groups, *counts = done
+        table, families, *counts = done
         layers.update(table)
         found = grouped.setdefault(degree, ([], [0, 0, 0]))
-        found[0].extend(groups)
+        found[0].extend(families)
         found[1][:] = [a + b for a, b in zip(found[1], counts, strict=True)]
     return [g for degree in batch for g in grouped[degree][0]]
 
@@ -373,11 +373,11 @@ def sweep(
         return map_fn(partial(_replayed, base, gpus), tasks)  # a pool's map: worked out meanwhile
 
     degrees = _degrees(base, gpus, pins)
-    classes = Grouper(base, gpus, limit, bound.est, pins, bound=bound).classes
+    opener = Grouper(base, gpus, limit, bound.est, pins, bound=bound)
     best, simulated = best_first(
         [], run, finalists, map_fn, progress, cost, lambda c: bound.replayed(Plan(*c[1])),
         None if map_fn is map else refine_many,  # one process: the shared bound's caches serve it better
-        Levels(expand=expand, classes=classes, degrees=degrees, group=group,
+        Levels(expand=expand, classes=opener.classes, degrees=degrees, group=group, open=opener.open,
                walk=lambda c: bound.walked(Plan(*c[1]))),
     )  # fmt: skip
     left, parts = [d for d in degrees if d not in grouped], grouped.values()

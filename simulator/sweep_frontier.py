@@ -3,8 +3,9 @@ opened only once no entry left is smaller, and rounds of simulations over `map_f
 cannot beat the k-th best.
 
 The levels, coarsest first: a tp degree (simulator/sweep_floor.py: a floor under every plan of the
-degree, priced without a layer key), opened into its groups (simulator/sweep_groups.py: the degree's
-per-layer costs worked out then, the expensive part of a large sweep); a group, opened into its classes
+degree, priced without a layer key), opened into its families of groups (simulator/sweep_groups.py: the
+degree's per-layer costs worked out then, the expensive part of a large sweep); a family, opened into
+its groups, each bounded; a group, opened into its classes
 or its plans' first bounds (simulator/sweep_bound.py); a first bound, refined into the replayed one; a
 replayed bound, whose plan is simulated. Each entry's key is at most every bound under it, so the plan
 returned has the smallest tighter bound of all, and a level never opened holds only slower plans.
@@ -19,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from plancast.simulator.sweep_bound import TOLERANCE
-from plancast.simulator.sweep_groups import Group
+from plancast.simulator.sweep_groups import Family, Group
 from plancast.simulator.sweep_space import Root
 
 if TYPE_CHECKING:
@@ -49,13 +50,16 @@ class Degree:
 class Levels:
     """The coarser entries of the search and how each is opened: `groups`, each into its members' first
     bounds by `expand` (simulator/sweep_groups.py), a mixed one first into its classes by `classes`
-    (sweep_groups.Grouper.classes); `degrees`, each into its groups by `group` (simulator/sweep.py)."""
+    (sweep_groups.Grouper.classes); `degrees`, each into its families by `group` (simulator/sweep.py),
+    each family into its groups by `open`."""
 
     groups: Sequence[Group] = ()
     expand: Callable[[Group], list[Estimate]] | None = None
     classes: Callable[[Group], list[Group]] | None = None
     degrees: Sequence[Degree] = ()
-    group: Callable[[list[Degree]], list[Group]] | None = None
+    group: Callable[[list[Degree]], list[Family]] | None = None
+    open: Callable[[Family], list[Group]] | None = None
+    """A family (sweep_groups.Family) into its groups, each bounded (sweep_groups.Grouper.open)."""
     walk: Callable[[Estimate], float | None] | None = None
     """A bound between a first bound and its refinement, worked out here before a refinement is handed
     over (sweep_bound.Bound.walked: ZeRO-2/3 plans; None where it has none)."""
@@ -109,6 +113,9 @@ class Frontier:
             if kind == _GROUP:
                 self._open(item)
                 continue
+            if kind == _FAMILY:
+                self._open_family(item)
+                continue
             if kind == _DEGREE:
                 self._group(item)
                 continue
@@ -143,6 +150,8 @@ class Frontier:
             _, kind, item = heapq.heappop(self.heap)
             if kind == _GROUP:
                 self._open(item)
+            elif kind == _FAMILY:
+                self._open_family(item)
             elif kind == _DEGREE:
                 self._group(item)
             elif kind == _WALKED or not self._walked(item):
@@ -161,7 +170,13 @@ class Frontier:
             self.heap = [entry for entry in self.heap if entry[1] != _DEGREE or entry[2] not in batch]
             heapq.heapify(self.heap)
         assert self.levels.group is not None
-        for group in self.levels.group(batch):
+        for family in self.levels.group(batch):
+            heapq.heappush(self.heap, (family.floor_s, _FAMILY, family))
+
+    def _open_family(self, family: Family) -> None:
+        """A family into its groups, each bounded (each bound at least the family's floor)."""
+        assert self.levels.open is not None
+        for group in self.levels.open(family):
             heapq.heappush(self.heap, (group.bound_s, _GROUP, group))
 
     def _open(self, group: Group) -> None:
@@ -176,11 +191,7 @@ class Frontier:
 
     def below(self, threshold_s: float) -> int:
         """About how many candidates left could still beat `threshold_s` (for progress)."""
-        return sum(
-            len(item.members) * len(item.variants) if kind == _GROUP else item.plans if kind == _DEGREE else 1
-            for key, kind, item in self.heap
-            if key <= threshold_s
-        )
+        return sum(_plans(kind, item) for key, kind, item in self.heap if key <= threshold_s)
 
 
 PENDING = 2
@@ -191,8 +202,17 @@ REFINE_ROUND = 32
 """First bounds refined together over a worker pool (`refine_many`): enough to keep its workers busy;
 a few may be refined that the search would have stopped before (never a different top k)."""
 
-_TIGHT, _WALKED, _FIRST, _GROUP, _DEGREE = 0, 1, 2, 3, 4
+_TIGHT, _WALKED, _FIRST, _GROUP, _FAMILY, _DEGREE = 0, 1, 2, 3, 4, 5
 """Kinds of frontier entries; on equal keys the tighter bound comes out first, as before a refinement."""
+
+
+def _plans(kind: int, item: Any) -> int:
+    """How many plans a frontier entry holds."""
+    if kind == _GROUP:
+        return len(item.members) * len(item.variants)
+    if kind == _FAMILY:
+        return sum(len(group.members) * len(group.variants) for group in item.groups)
+    return item.plans if kind == _DEGREE else 1
 
 
 ROUND = 16

@@ -10,6 +10,12 @@ stream. The chain's terms are sums of those times and waits with non-negative we
 most any member's chain; every member's bound (sweep_bound.Bound.seconds) is at least its chain's, and
 at least its stream, each plus its optimizer (`_after`). A group whose bound cannot beat the k-th best
 is never opened: none of its plans is bounded one by one (simulator/sweep.py, best_first).
+
+Groups come out of a grouping task in families (`Family`), unbounded: those of one micro-batch size, SP
+choice and folded etp of a (tp, cp, ep) part, under one floor from their per-layer costs alone (a
+pipeline's ranks share its work, so the busiest holds at least a pp-th of it). Most of a large MoE
+sweep's families are above the k-th best (DeepSeek-V3 on 2,048 H800: 65,773 of 72,146 groups), and a
+family's groups are bounded only once the search reaches it (`Grouper.open`).
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from plancast.simulator.sweep_axes import RECOMPUTE, ZERO_STAGES, Pins, Plan
 from plancast.simulator.sweep_bound import Bound
 from plancast.simulator.sweep_estimate import Estimator, degrees
 from plancast.simulator.sweep_keys import LayerKey, fsdp_stage
-from plancast.simulator.sweep_segments import SegmentTimes, StageTimes, stage_times
+from plancast.simulator.sweep_segments import SegmentTimes, StageTimes, model_total_s, stage_times
 from plancast.simulator.sweep_space import (
     Branch,
     LayerBalancer,
@@ -42,6 +48,11 @@ differences): it is lowered by this relative amount so that rounding never lifts
 
 Shape = tuple[int, int, int, int, str, int, bool, int, int, int, int, int]
 """(tp, pp, dp, micro-batch size, schedule, virtual stages, SP, ep, cp, first, last blocks, etp)."""
+
+FAMILY_SLACK = 1e-9
+"""A family's floor sums the least segment times over the whole model, its groups' chains stage by stage
+with waits and maxima: it is lowered by this relative amount so that rounding never lifts it above a
+group's bound."""
 
 Member = tuple[str, int, float]
 """(recompute, ZeRO stage, first-rank memory in GiB) of a group's plan that fits."""
@@ -69,6 +80,20 @@ class Group(NamedTuple):
                     tp, pp, dp, b, schedule, v, rc, sp, zero, ep, cp, first, last, dispatcher, overlap, etp
                 )  # fmt: skip
                 yield plan, memory_gib
+
+
+class Family(NamedTuple):
+    """Groups of one (tp, cp, ep) part with one micro-batch size, SP choice and folded etp, not yet
+    bounded (their bound_s is 0): their layer keys differ only in recompute, FSDP stage, dispatcher and
+    overlap. `floor_s` is at most every group's bound: a group's bound is at least its chain's
+    `other_ranks_s` (sweep_chain.chain_bound), the most any pipeline rank runs, so at least the mean over
+    its pp ranks of m micro-batches of every stage: m / pp times the model's total over the group's
+    floor segments (sweep_segments.model_total_s, whatever the split, schedule and virtual stages), and
+    the family's floor segments are the least over a superset of its keys. m / pp = global batch x tp x
+    cp / (micro-batch x GPUs) is the same for every group of the family."""
+
+    floor_s: float
+    groups: tuple[Group, ...]
 
 
 def _classes(members: list[Member] | tuple[Member, ...]) -> list[tuple[Member, ...]]:
@@ -152,12 +177,15 @@ class Grouper:
         pins: Pins,
         bounds: bool = True,
         bound: Bound | None = None,
+        defer: bool = False,
     ) -> None:
         self.base, self.gpus, self.limit_bytes, self.est, self.pins = base, gpus, limit_bytes, est, pins
         self.bounds = bounds
         """False: groups without their bounds (0), only their members' per-layer costs worked out."""
         self.bound = bound or Bound(est)
         """`est`'s bound (a search's own, whose caches its plans' first bounds share)."""
+        self.defer = defer
+        """True: groups left unbounded (`families` gives their floors, `open` their bounds)."""
         self.splits = LayerBalancer(base, gpus)
         self.below = [
             (rc, zero) for rc in RECOMPUTE for zero in ZERO_STAGES
@@ -219,7 +247,36 @@ class Grouper:
         if not fitting:
             return []
         group = Group(0.0, shape, tuple(fitting), moe, mixed=len(_classes(fitting)) > 1)
-        return [self._bounded(group, template, mbs)]
+        return [group if self.defer else self._bounded(group, template, mbs)]
+
+    def families(self) -> list[Family]:
+        """The groups found so far (unbounded: `defer`) in their families, each with its floor."""
+        found: dict[tuple[int, ...], list[Group]] = {}
+        for group in self.groups:
+            tp, _, _, b, _, _, sp, ep, cp, _, _, etp = group.shape
+            found.setdefault((tp, b, sp, ep, cp, etp), []).append(group)
+        out = []
+        for groups in found.values():
+            plans: dict[LayerKey, Plan] = {}
+            for group in groups:
+                members = self._member_keys(group)
+                plans.update(_member_plans(group, {k: v for k, v in members.items() if k not in plans}))
+            floor = floor_segments([self.est.layer(plan).segments for plan in plans.values()])
+            share = min(self._micro_batches(group) / group.shape[1] for group in groups)  # m / pp
+            out.append(Family(share * model_total_s(floor) * (1 - FAMILY_SLACK), tuple(groups)))
+        return out
+
+    def open(self, family: Family) -> list[Group]:
+        """`family`'s groups, each with its bound (at least the family's floor, as every one is)."""
+        out = []
+        for group in family.groups:
+            bounded = self._bounded(group, _template(group), self._micro_batches(group))
+            out.append(bounded._replace(bound_s=max(bounded.bound_s, family.floor_s)))
+        return out
+
+    def _micro_batches(self, group: Group) -> int:
+        """Micro-batches per step of the group's plans."""
+        return self.base.training.global_batch_size // (group.shape[3] * group.shape[2])
 
     def classes(self, group: Group) -> list[Group]:
         """A mixed group's classes, each its own group with its bound: the members under full recompute
@@ -228,12 +285,7 @@ class Grouper:
         1,536 A100s, opening the mixed groups took 11,173 first bounds, 10,793 of them above the 10th
         best; opening their classes 1,368). Each bound is also at least the mixed group's (both are
         lower bounds of every member's), so no class comes out of the search before its group."""
-        tp, pp, dp, b, schedule, v, sp, ep, cp, first, last, etp = group.shape
-        dispatcher, overlap = group.variants[0]
-        template = Plan(
-            tp, pp, dp, b, schedule, v, "none", sp, 0, ep, cp, first, last, dispatcher, overlap, etp
-        )  # fmt: skip
-        mbs = self.base.training.global_batch_size // (b * dp)
+        template, mbs = _template(group), self._micro_batches(group)
         parts = [Group(0.0, group.shape, part, group.variants) for part in _classes(group.members)]
         bounded = [self._bounded(part, template, mbs) for part in parts]
         return [part._replace(bound_s=max(part.bound_s, group.bound_s)) for part in bounded]
@@ -289,20 +341,39 @@ class Grouper:
         """The least per-stage times of the group's members: one floor of their segments
         (`floor_segments`) summed per stage (sweep_segments.stage_times, the same sum with or without
         FSDP units), once per set of members' layer keys and split; at most every member's stage times."""
-        tp, pp, dp, b, schedule, v, sp, ep, cp, first, last, etp = group.shape
+        members = self._member_keys(group)
+        keys = tuple(sorted(members))
+        floor = self._floors.get((keys, split))
+        if floor is None:
+            plans = _member_plans(group, members)
+            assert all(self.est.key(plan) == key for key, plan in plans.items())
+            floor = self._floors[keys, split] = stage_times(self._segment_floor(keys, plans), split)
+        return floor
+
+    def _member_keys(self, group: Group) -> dict[LayerKey, tuple[str, int, str, bool]]:
+        """The layer keys of the group's members, each with the (recompute, ZeRO stage, dispatcher,
+        overlap) of one member holding it: worked out without building a plan."""
+        tp, _, dp, b, _, _, sp, ep, cp, _, _, etp = group.shape
         members: dict[LayerKey, tuple[str, int, str, bool]] = {}
-        for rc, zero, _ in group.members:  # the layer_key of each member, without building it
+        for rc, zero, _ in group.members:
             for dispatcher, overlap in group.variants:
                 fsdp = fsdp_stage(dp, zero, self.est.fsdp_stages)
                 key = (tp, b, sp, rc, ep, cp, fsdp, dispatcher, overlap, etp)
                 members.setdefault(key, (rc, zero, dispatcher, overlap))
-        keys = tuple(sorted(members))
-        floor = self._floors.get((keys, split))
-        if floor is None:
-            plans = {
-                key: Plan(tp, pp, dp, b, schedule, v, rc, sp, zero, ep, cp, first, last, d, o, etp)
-                for key, (rc, zero, d, o) in members.items()
-            }
-            assert all(self.est.key(plan) == key for key, plan in plans.items())
-            floor = self._floors[keys, split] = stage_times(self._segment_floor(keys, plans), split)
-        return floor
+        return members
+
+
+def _member_plans(group: Group, members: dict[LayerKey, tuple[str, int, str, bool]]) -> dict[LayerKey, Plan]:
+    """One plan of the group per layer key of `members` (`Grouper._member_keys`)."""
+    tp, pp, dp, b, schedule, v, sp, ep, cp, first, last, etp = group.shape
+    return {
+        key: Plan(tp, pp, dp, b, schedule, v, rc, sp, zero, ep, cp, first, last, d, o, etp)
+        for key, (rc, zero, d, o) in members.items()
+    }
+
+
+def _template(group: Group) -> Plan:
+    """The group's plan under recompute none and ZeRO 0 with its first dispatcher and overlap."""
+    tp, pp, dp, b, schedule, v, sp, ep, cp, first, last, etp = group.shape
+    dispatcher, overlap = group.variants[0]
+    return Plan(tp, pp, dp, b, schedule, v, "none", sp, 0, ep, cp, first, last, dispatcher, overlap, etp)

@@ -139,3 +139,14 @@ def stage_times(seg: SegmentTimes, split: tuple[int, ...]) -> tuple[StageTimes, 
         out.append(StageTimes(f, f if recompute else 0.0, b, w, af, ab))
         start = end
     return tuple(out)
+
+
+def model_total_s(seg: SegmentTimes) -> float:
+    """The sum of `total_s` over the stages of any split of `seg` (`stage_times`): every segment's
+    forward, backward and weight time once, and the forward again under full recompute. A pipeline's
+    ranks together run that many seconds per micro-batch, so its busiest rank at least a pp-th of it
+    (sweep_groups.Family)."""
+    forward = seg.forward_s[-1] + seg.embedding[0] + seg.head[0]
+    total = forward + seg.backward_input_s[-1] + seg.backward_weight_s[-1]
+    total += seg.embedding[1] + seg.embedding[2] + seg.head[1] + seg.head[2]
+    return total + (forward if seg.recompute_full else 0.0)

@@ -24,21 +24,29 @@ from plancast.simulator.sweep import (
 from plancast.simulator.sweep_axes import Plan
 from plancast.simulator.sweep_bound import Bound
 from plancast.simulator.sweep_estimate import Estimator, Layer
-from plancast.simulator.sweep_groups import member_memories
+from plancast.simulator.sweep_groups import Grouper, member_memories
 from plancast.simulator.sweep_keys import LayerKey
-from plancast.simulator.sweep_space import NO_PINS, enumerate_plans
+from plancast.simulator.sweep_space import NO_PINS, branches, enumerate_plans
 from tests.simulator.test_sweep_space import CASES, scenario
 
 
 def grouped(base: Scenario, gpus: int, limit: float) -> tuple[list[Any], dict[LayerKey, Layer], list[Any]]:
-    """Every subtree's groups and counts, as sweep() makes them, with the layer costs."""
+    """Every subtree's groups, bounded as the search bounds them once it reaches their family, and counts,
+    as sweep() makes them, with the layer costs. Each group's bound is at least its family's floor."""
     parts = [
         _group_tp_degree(base, gpus, limit, (subtrees, None)) for subtrees in _per_tp(base, gpus, NO_PINS)
     ]
     layers: dict[LayerKey, Layer] = {}
     for part in parts:
         layers.update(part[0])
-    return [g for part in parts for g in part[1]], layers, [part[1:] for part in parts]
+    opener = Grouper(base, gpus, limit, Estimator(base, gpus, layers), NO_PINS)
+    groups = []
+    for family in (f for part in parts for f in part[1]):
+        assert family.groups and all(g.bound_s == 0.0 for g in family.groups)
+        for group in opener.open(family):
+            assert group.bound_s >= family.floor_s > 0.0
+            groups.append(group)
+    return groups, layers, [part[1:] for part in parts]
 
 
 @pytest.mark.parametrize(("preset", "gpus", "memory_gib", "batch"), CASES)
@@ -128,7 +136,6 @@ def test_each_group_bound_is_below_its_members_on_a_zero_heavy_real_space() -> N
 
     from plancast.simulator.loader import parse_scenario
     from plancast.simulator.sweep import _base_for
-    from plancast.simulator.sweep_groups import Grouper
     from tests.cli_runner import REPO
 
     data = json.loads((REPO / "tests/data/sweep/llama2-13b-32-a100-40gb-fsdp.json").read_text())
@@ -173,3 +180,43 @@ def test_a_zero_2_3_class_is_bounded_near_its_fastest_member_when_blocks_differ(
                 ratios.append(part.bound_s / min(bound.seconds(plan) for plan, _ in part.plans()))
     assert len(ratios) > 500
     assert min(ratios) >= 0.95 and max(ratios) <= 1.0
+
+
+@pytest.mark.parametrize(("preset", "gpus", "memory_gib", "batch"), CASES)
+def test_a_familys_floor_is_below_each_of_its_groups_unbounded_and_tight_on_some(
+    preset: str, gpus: int, memory_gib: float, batch: int
+) -> None:
+    """A family's floor (sweep_groups.Family: m / pp times the model's total over its least segments) is at
+    most the bound `Grouper` gives each of its groups computed the way it was before families (in the
+    grouping task, `defer` off), and within a few percent of the least of them somewhere (a pipeline
+    without bubbles: pp 1)."""
+    base = scenario(preset, gpus, memory_gib, batch)
+    limit = base.cluster.gpu.usable_memory_GiB * GiB
+    closest, found = 0.0, 0
+    for subtrees in _per_tp(base, gpus, NO_PINS):
+        _, families, *_ = _group_tp_degree(base, gpus, limit, (subtrees, None))
+        direct = Grouper(base, gpus, limit, Estimator(base, gpus), NO_PINS)
+        for root in subtrees:
+            for branch in branches(base, gpus, [root], NO_PINS):
+                direct.add(branch)
+        bounds = {(g.shape, g.members): g.bound_s for g in direct.groups}
+        found += len(families)
+        for family in families:
+            least = min(bounds[g.shape, g.members] for g in family.groups)
+            assert family.floor_s <= least, (family.groups[0].shape, family.floor_s, least)
+            closest = max(closest, family.floor_s / least)
+    assert found and (closest > 0.9 or memory_gib < 1.0)  # 1 MiB: a few plans fit
+
+
+def test_the_model_total_is_the_sum_of_every_stage_total_under_any_split() -> None:
+    from plancast.simulator.sweep_segments import model_total_s, stage_times
+
+    base = scenario("tiny-moe", 8, 1.0, 16)
+    est = Estimator(base, 8)
+    plans = [p for p in enumerate_plans(base, 8) if p.pp > 1][:200]
+    assert {p.recompute for p in plans} >= {"none", "full"}
+    for plan in plans:
+        seg = est.layer(plan).segments
+        for split in (est.split(plan), (1, base.model.num_hidden_layers - 1)):
+            total = sum(st.total_s for st in stage_times(seg, split))
+            assert model_total_s(seg) == pytest.approx(total, rel=1e-12)
