@@ -10,7 +10,9 @@ above the k-th best is never enumerated past its count):
    micro-batch 1) does not fit is skipped whole; memory is a closed form per plan (a lower bound of
    the exact peak, so no plan that fits is dropped);
 2. bound groups of plans that fit (one batch shape, schedule, SP choice and layer split; recompute, ZeRO
-   and the MoE dispatcher and overlap inside) with one lower bound each (simulator/sweep_groups.py);
+   and the MoE dispatcher and overlap inside) with one lower bound each (simulator/sweep_groups.py),
+   once the search reaches their family (one floor for a part's groups of one micro-batch size, SP
+   choice and etp, from their per-layer costs alone);
 3. best first: open the group, bound the plan (simulator/sweep_bound.py: a closed form, then the
    replayed schedule) or check and simulate the plan with the smallest bound left, and stop once it
    cannot beat the k-th best simulated step time. Every plan left unsimulated is then slower than the

@@ -67,12 +67,13 @@ class Levels:
 
 class Frontier:
     """Candidates in the order of their tighter bound, worked out lazily: one heap of tp degrees (grouped
-    once no other entry is smaller), groups (opened into their plans' first bounds once no other entry is
-    smaller), first bounds (walked where `Levels.walk` applies, then refined, each once no other entry is
-    smaller) and tighter bounds (returned once no other entry is smaller). Each entry's key is at most
-    every bound below it (a degree's floor at most its groups', a group's at most its members', a first
-    bound at most its walked and tighter ones), so the candidate returned has the smallest tighter bound
-    of all."""
+    into families once no other entry is smaller), families (their groups bounded once no other entry
+    is smaller), groups (opened into their plans' first bounds once no other entry is smaller), first
+    bounds (walked where `Levels.walk` applies, then refined, each once no other entry is smaller) and
+    tighter bounds (returned once no other entry is smaller). Each entry's key is at most every bound
+    below it (a degree's floor at most its families', a family's at most its groups', a group's at most
+    its members', a first bound at most its walked and tighter ones), so the candidate returned has the
+    smallest tighter bound of all."""
 
     def __init__(
         self,
