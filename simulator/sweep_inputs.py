@@ -71,3 +71,25 @@ def plan_warnings(base: Scenario, gpus: int, plans: list[Plan]) -> list[list[str
     resized = _base_for(base, gpus)
     own = set(check_plan(resized)[1])
     return [[w for w in check_plan(plan.apply(resized))[1] if w not in own] for plan in plans]
+
+
+def warning_lines(warned: list[list[str]]) -> list[str]:
+    """`plan_warnings` of ranked plans as printed lines, each warning once with the ranks it applies to
+    (`#1-#3, #7: ...`), in the order the ranks first name them: a framework that ships none of the top
+    plans' schedule would otherwise print the same line under every rank."""
+    ranks: dict[str, list[int]] = {}
+    for i, warnings in enumerate(warned, 1):
+        for warning in warnings:
+            ranks.setdefault(warning, []).append(i)
+    return [f"{_ranges(found)}: {warning}" for warning, found in ranks.items()]
+
+
+def _ranges(ranks: list[int]) -> str:
+    """`#1-#3, #7` for [1, 2, 3, 7] (ascending)."""
+    runs: list[list[int]] = []
+    for rank in ranks:
+        if runs and rank == runs[-1][-1] + 1:
+            runs[-1].append(rank)
+        else:
+            runs.append([rank])
+    return ", ".join(f"#{run[0]}" if len(run) == 1 else f"#{run[0]}-#{run[-1]}" for run in runs)

@@ -16,6 +16,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from plancast.simulator.catalog.frameworks import schedule_warnings as framework_schedule_warnings
 from plancast.simulator.costs.fp8 import recipe_problems
 from plancast.simulator.expert_bias import expert_bias_warnings
 from plancast.simulator.model_shapes import MODEL_SHAPE_BOUNDS, model_shape_problems
@@ -328,6 +329,8 @@ def _unwise(s: Scenario, warnings: list[str]) -> None:
             f"{s.cluster.tiers[1].name} links"
         )
     warnings.extend(schedule_warnings(s.parallelism.pipeline_parallel_schedule, s.pp))
+    par = s.parallelism
+    warnings.extend(framework_schedule_warnings(par.framework, par.pipeline_parallel_schedule, s.pp))
     if s.pp > 1 and s.num_microbatches < s.pp:
         warnings.append(
             f"{s.num_microbatches} micro-batches on {s.pp} stages: the pipeline bubble exceeds half "

@@ -79,7 +79,7 @@ def test_each_ranked_plan_carries_what_validate_warns_about_it(tmp_path: Path) -
     assert not any("moe_overlap_ep_comm" in w for w in warned("false"))
     code, out, err = cli_main("sweep", str(scenario), *pins, "--pin", "overlap=true", "--workers=1")
     assert code == 0, err
-    assert "#1: parallelism.moe_overlap_ep_comm under framework megatron-lm" in out
+    assert "#1-#3: parallelism.moe_overlap_ep_comm under framework megatron-lm" in out  # one line, 3 ranks
     sizes = [a if a != "8" else "4,8" for a in pins]  # several sizes: the cluster search's rows too
     across = plans(str(scenario), *sizes, "--pin", "overlap=true")
     assert {p["gpus"] for p in across} == {4, 8}

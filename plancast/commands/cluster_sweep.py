@@ -54,6 +54,7 @@ def cluster_sweep(
 
     from plancast.pool import worker_pool
     from plancast.simulator.cluster_search import search
+    from plancast.simulator.sweep_inputs import warning_lines
     from plancast.simulator.sweep_space import NO_PINS
 
     started = time.perf_counter()
@@ -89,9 +90,8 @@ def cluster_sweep(
         return
     out.print(f"{len(result.rows)} finalists of {result.enumerated:,} plans, ranked by {rank_by}")
     out.print(ranked_table(result.rows[:top]))
-    for i, row in enumerate(result.rows[:top], 1):  # what validate warns about each (docs/sweep.md)
-        for warning in row["warnings"]:
-            out.print(f"#{i}: {warning}", markup=False)
+    for line in warning_lines([row["warnings"] for row in result.rows[:top]]):  # docs/sweep.md
+        out.print(line, markup=False)
 
 
 def _json(result: Any, top: int, seconds: float) -> dict[str, Any]:

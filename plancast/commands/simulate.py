@@ -351,6 +351,8 @@ def _print_plans(result: SweepResult, top: int, elapsed_s: float, warned: list[l
     each of them (a plan the framework refuses is still ranked by its predicted time)."""
     from rich.table import Table
 
+    from plancast.simulator.sweep_inputs import warning_lines
+
     skipped = ""
     if result.ungrouped:  # their floors beat no finalist: their plans were never checked for memory
         tps = ", ".join(str(d.tp) for d in sorted(result.ungrouped, key=lambda d: d.tp))
@@ -374,6 +376,5 @@ def _print_plans(result: SweepResult, top: int, elapsed_s: float, warned: list[l
             f"{(r.summary or {}).get('tokens_per_s', 0):,.0f}",
         )
     out.print(view)
-    for i, warnings in enumerate(warned[:top], 1):
-        for warning in warnings:
-            out.print(f"#{i}: {warning}", markup=False)
+    for line in warning_lines(warned[:top]):
+        out.print(line, markup=False)

@@ -114,3 +114,33 @@ def framework_defaults(
         "ddp_bucket_params": None,
         "elementwise": "eager",
     }
+
+
+PIPELINE_SCHEDULES: dict[Framework, tuple[str, ...]] = {
+    # Megatron-Core's get_forward_backward_func (megatron/core/pipeline_parallel/schedules.py, NVIDIA/
+    # Megatron-LM d98e8a6, 2026-08): no pipelining, 1F1B, and with virtual stages the interleaved 1F1B
+    # (its combined 1F1B for EP overlap runs inside that one). Zero-bubble and V schedules live in forks:
+    # sail-sg/zero-bubble-pipeline-parallelism, AMD Primus's zbpp patches (AMD-AGI/Primus PR #447).
+    "megatron-lm": ("1F1B", "Interleaved1F1B"),
+    # torch.distributed.pipelining get_schedule_class (torch 2.13), which torchtitan builds from
+    # parallelism.pipeline_parallel_schedule: GPipe, 1F1B, Interleaved1F1B, InterleavedZeroBubble (the
+    # paper's ZB1P, ZB-H1), ZBVZeroBubble, DualPipeV; no ZB-H2.
+    "torchtitan": ("GPipe", "1F1B", "Interleaved1F1B", "ZeroBubble", "ZBV", "DualPipeV"),
+    # DeepSpeed's PipelineEngine runs its TrainSchedule, a 1F1B (deepspeed/runtime/pipe/schedule.py);
+    # Megatron-DeepSpeed adds ZB-H1 (`--enable-zbh1-pipeline`, deepspeedai/Megatron-DeepSpeed PR #396).
+    "deepspeed": ("1F1B", "ZeroBubble"),
+}
+"""The pipeline schedules (simulator/schedules.py names) each framework ships. plancast prices every
+schedule under any framework; a plan whose framework does not ship its schedule is warned about."""
+
+
+def schedule_warnings(framework: Framework, schedule: str, pp: int) -> list[str]:
+    """A pipeline schedule the framework does not ship (`PIPELINE_SCHEDULES`; none without a pipeline)."""
+    ships = PIPELINE_SCHEDULES[framework]
+    if pp <= 1 or schedule in ships:
+        return []
+    return [
+        f"parallelism.pipeline_parallel_schedule = {schedule!r}: framework {framework} does not ship it "
+        f"(it runs {', '.join(ships)}); plancast prices it as the schedule runs, so the plan needs a fork "
+        "or another framework that has it (docs/schedules.md)"
+    ]
