@@ -102,9 +102,9 @@ def chain_bound(
     split = splits_backward(schedule)  # type: ignore[arg-type]
     owner = holders or tuple(v % pp for v in range(len(times)))
     work, weights, late = [0.0] * pp, [0.0] * pp, [0.0] * pp
-    for v, st in enumerate(times):
-        work[owner[v]] += m * st.total_s
-        weights[owner[v]] += m * (st.backward_weight_s + (st.backward_input_s if v == 0 else 0.0))
+    for v, (f, rc, b, w, _, _) in enumerate(times):  # StageTimes by position: a bound per group and plan
+        work[owner[v]] += m * (f + rc + b + w)  # StageTimes.total_s, in its order
+        weights[owner[v]] += m * (w + (b if v == 0 else 0.0))
     for v, (forwards, backwards) in enumerate(alone or ()):
         st = times[v]
         work[owner[v]] += forwards * st.alone_forward_s + backwards * st.alone_backward_s
@@ -122,7 +122,8 @@ def chain_bound(
         else:
             weight = 0.0 if split else prev.backward_weight_s
             cool += prev.recompute_s + prev.backward_input_s + weight + hop_s
-        tail = _trailing_s(schedule, times, weights, r, m, split)
+        # without a split backward no weight pass trails the last backward (trailing_weight_passes: 0)
+        tail = _trailing_s(schedule, times, weights, r, m, split) if split else 0.0
         other = max(other, into + work[r])
         first = max(first, into + work[r] - late[r] - tail + cool)
     s0 = times[0]
