@@ -176,9 +176,10 @@ class Bound:
         price, dtype = UnitPrice.of(s, self.est.dp_levels(plan)), DTYPE_BYTES[s.training.dtype]
         priced = cache(price)  # block units alike: each size priced once
         out = []
+        kinds: dict[bool, tuple[float, float]] = {}  # one scenario: each kind of block sized once
         for stage in plan.first_rank_stages():
             first, last = stage == 0, stage == len(split) - 1
-            units = unit_bytes(s, sum(split[:stage]), split[stage], first, last, dtype)
+            units = unit_bytes(s, sum(split[:stage]), split[stage], first, last, dtype, kinds)
             gathers = sum(priced("all_gather", *b) for b in units)
             out.append((gathers, sum(priced("reduce_scatter", *b) for b in units)))
         cached = self._units_cache[key] = tuple(out)

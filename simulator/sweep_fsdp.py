@@ -145,12 +145,13 @@ def fsdp_units(
     price = UnitPrice.of(s, levels)
     dtype = DTYPE_BYTES[base.training.dtype]
     stages, start, blocks = [], 0, len(seg.compute_forward_s) - 1
+    kinds: dict[bool, tuple[float, float]] = {}  # one scenario: each kind of block sized once
     for v, n in enumerate(split):
         first, last = v == 0, v == len(split) - 1
         # the last stage's multi-token-prediction blocks are blocks of its own (costs/stage.py)
         held = blocks - start if last else n
         root = first or last
-        sizes = unit_bytes(s, start, held, first, last, dtype)
+        sizes = unit_bytes(s, start, held, first, last, dtype, kinds)
         weights = []
         for prefix, index in ((seg.compute_forward_s, 0), (seg.compute_backward_s, 1)):
             own = (seg.embedding_compute[index] if first else 0.0) + (

@@ -126,12 +126,20 @@ def dp_plan(s: Scenario, cost: StageCost) -> UnitPlan:
 
 
 def unit_bytes(
-    s: Scenario, start: int, layers: int, first: bool, last: bool, dtype_bytes: int
+    s: Scenario,
+    start: int,
+    layers: int,
+    first: bool,
+    last: bool,
+    dtype_bytes: int,
+    kinds: dict[bool, tuple[float, float]] | None = None,
 ) -> list[tuple[float, float]]:
     """(own, routed-expert) bytes of one virtual stage's FSDP units on one rank before sharding, in forward
     order: the root (embedding, head, final norm: the stage's tensors less its blocks') first where the
-    stage is the first or the last, then each block from global layer `start` (`block_bytes`)."""
-    kinds: dict[bool, tuple[float, float]] = {}  # blocks differ only as dense or MoE ones (params.py)
+    stage is the first or the last, then each block from global layer `start` (`block_bytes`). `kinds`:
+    the block bytes of `s` by kind (dense or MoE) found so far, shared by a caller that sizes several
+    stages of one scenario."""
+    kinds = {} if kinds is None else kinds  # blocks differ only as dense or MoE ones (params.py)
     blocks = []
     for layer in range(start, start + layers):
         moe = s.model.is_moe_layer(layer)
