@@ -61,16 +61,19 @@ def why_empty(base: Scenario, gpus: int, enumerated: int, limit_GiB: float, pins
 
 
 def plan_warnings(base: Scenario, gpus: int, plans: list[Plan]) -> list[list[str]]:
-    """Per plan, what `plancast validate` warns about it beyond what it warns about `base` itself: a
-    ranked plan that its framework refuses (Megatron-Core's EP overlap rules, validation_moe.py) or an
-    unwise one is named beside its rank. The search ranks such plans by their predicted time all the
-    same; `--pin` leaves them out (docs/sweep.md)."""
+    """Per plan, what `plancast validate` warns about it, less what it warns about `base` itself and
+    every one of `plans` too (printed once, for the scenario): a ranked plan that its framework refuses
+    (Megatron-Core's EP overlap rules, validation_moe.py), runs no schedule of (catalog/frameworks.py)
+    or finds unwise is named beside its rank, also where `base` shares it and other plans do not (a
+    DualPipeV scenario's DualPipeV plans among ZBV ones). The search ranks such plans by their predicted
+    time all the same; `--pin` leaves them out (docs/sweep.md)."""
     from plancast.simulator.sweep import _base_for  # the sweep imports this module
     from plancast.simulator.validation import check_plan
 
     resized = _base_for(base, gpus)
-    own = set(check_plan(resized)[1])
-    return [[w for w in check_plan(plan.apply(resized))[1] if w not in own] for plan in plans]
+    found = [check_plan(plan.apply(resized))[1] for plan in plans]
+    everywhere = set(check_plan(resized)[1]).intersection(*map(set, found))
+    return [[w for w in warnings if w not in everywhere] for warnings in found]
 
 
 def warning_lines(warned: list[list[str]]) -> list[str]:

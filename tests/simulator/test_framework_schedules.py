@@ -64,3 +64,20 @@ def test_validate_and_sweep_name_the_schedule_megatron_lm_does_not_ship(tmp_path
     assert code == 0 and out.count("does not ship") == 1 and "#1-#4: " in out, out
     code, out, err = cli_main("sweep", scenario, *pins, "--pin", "schedule=1F1B,Interleaved1F1B")
     assert code == 0 and "does not ship" not in out, out
+
+
+def test_a_ranked_plan_keeps_a_warning_the_scenario_shares_unless_every_plan_has_it(tmp_path: Path) -> None:
+    """A DualPipeV scenario under megatron-lm: the sweep's DualPipeV plans among ZBV and 1F1B ones carry
+    the schedule warning (it used to be dropped as the scenario's own); where every ranked plan has it,
+    the scenario's own line says it once."""
+    from plancast.simulator.loader import load_scenario
+    from plancast.simulator.sweep_axes import Plan
+    from plancast.simulator.sweep_inputs import plan_warnings
+
+    base = load_scenario(Path(_scenario(tmp_path, "megatron-lm", "DualPipeV"))).scenario
+    dual = Plan(1, 2, 4, 1, "DualPipeV", 2, "none", False, 1)
+    plain = Plan(1, 2, 4, 1, "1F1B", 1, "none", False, 1)
+    mixed = plan_warnings(base, 8, [dual, plain])
+    assert any("'DualPipeV'" in w for w in mixed[0]) and not mixed[1]
+    alike = plan_warnings(base, 8, [dual, dual])
+    assert alike == [[], []]
