@@ -122,8 +122,7 @@ def chain_bound(
         else:
             weight = 0.0 if split else prev.backward_weight_s
             cool += prev.recompute_s + prev.backward_input_s + weight + hop_s
-        # without a split backward no weight pass trails the last backward (trailing_weight_passes: 0)
-        tail = _trailing_s(schedule, times, weights, r, m, split) if split else 0.0
+        tail = _trailing_s(schedule, times, weights, r, m, split) if split else 0.0  # 0 if unsplit
         other = max(other, into + work[r])
         first = max(first, into + work[r] - late[r] - tail + cool)
     s0 = times[0]
