@@ -233,11 +233,7 @@ class Grouper:
         """The group of `shape` with its members that fit and its bound (none if none fits); mixed if
         they are of several classes (`classes` splits it once the search reaches it: splitting every
         group here cost more than it spared)."""
-        tp, pp, dp, b, schedule, v, sp, ep, cp, first, last, etp = shape
-        dispatcher, overlap = moe[0]
-        template = Plan(
-            tp, pp, dp, b, schedule, v, "none", sp, 0, ep, cp, first, last, dispatcher, overlap, etp
-        )  # fmt: skip
+        template = _template(shape, moe)
         memories = member_memories(self.est, template, self.below)
         fitting = [
             (rc, zero, memory / GiB)
@@ -270,7 +266,7 @@ class Grouper:
         """`family`'s groups, each with its bound (at least the family's floor, as every one is)."""
         out = []
         for group in family.groups:
-            bounded = self._bounded(group, _template(group), self._micro_batches(group))
+            bounded = self._bounded(group, _template(group.shape, group.variants), self._micro_batches(group))
             out.append(bounded._replace(bound_s=max(bounded.bound_s, family.floor_s)))
         return out
 
@@ -285,7 +281,7 @@ class Grouper:
         1,536 A100s, opening the mixed groups took 11,173 first bounds, 10,793 of them above the 10th
         best; opening their classes 1,368). Each bound is also at least the mixed group's (both are
         lower bounds of every member's), so no class comes out of the search before its group."""
-        template, mbs = _template(group), self._micro_batches(group)
+        template, mbs = _template(group.shape, group.variants), self._micro_batches(group)
         parts = [Group(0.0, group.shape, part, group.variants) for part in _classes(group.members)]
         bounded = [self._bounded(part, template, mbs) for part in parts]
         return [part._replace(bound_s=max(part.bound_s, group.bound_s)) for part in bounded]
@@ -372,8 +368,8 @@ def _member_plans(group: Group, members: dict[LayerKey, tuple[str, int, str, boo
     }
 
 
-def _template(group: Group) -> Plan:
-    """The group's plan under recompute none and ZeRO 0 with its first dispatcher and overlap."""
-    tp, pp, dp, b, schedule, v, sp, ep, cp, first, last, etp = group.shape
-    dispatcher, overlap = group.variants[0]
+def _template(shape: Shape, variants: tuple[tuple[str, bool], ...]) -> Plan:
+    """A group's plan under recompute none and ZeRO 0 with its first dispatcher and overlap."""
+    tp, pp, dp, b, schedule, v, sp, ep, cp, first, last, etp = shape
+    dispatcher, overlap = variants[0]
     return Plan(tp, pp, dp, b, schedule, v, "none", sp, 0, ep, cp, first, last, dispatcher, overlap, etp)
