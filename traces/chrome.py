@@ -20,6 +20,7 @@ span on a host thread (tid 0), as the profiler writes it.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -117,26 +118,28 @@ def launch_event(kernel: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def step_events(rank_frame: pd.DataFrame, rank: int, origins_us: Mapping[int, float]) -> list[dict[str, Any]]:
-    """``ProfilerStep#s`` spans of one rank, from the step origin to the rank's last event end."""
-    events = []
-    for step, group in rank_frame.groupby("step", sort=True):
-        origin_us = origins_us[int(step)]
-        first_us = min(float(group["start_us"].min()), 0.0)
-        last_us = float((group["start_us"] + group["dur_us"]).max())
-        events.append(
-            {
-                "ph": "X",
-                "cat": "user_annotation",
-                "name": f"ProfilerStep#{int(step)}",
-                "pid": rank,
-                "tid": HOST_TID,
-                "ts": origin_us + first_us,
-                "dur": last_us - first_us,
-                "args": {},
-            }
-        )
-    return events
+def step_events(
+    rows: list[dict[str, Any]], rank: int, origins_us: Mapping[int, float]
+) -> list[dict[str, Any]]:
+    """``ProfilerStep#s`` spans of one rank (its table rows), from the step origin to its last event end."""
+    spans: dict[int, tuple[float, float]] = {}
+    for row in rows:
+        step, start_us = int(row["step"]), float(row["start_us"])
+        first_us, last_us = spans.get(step, (0.0, -math.inf))
+        spans[step] = (min(first_us, start_us), max(last_us, start_us + float(row["dur_us"])))
+    return [
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": f"ProfilerStep#{step}",
+            "pid": rank,
+            "tid": HOST_TID,
+            "ts": origins_us[step] + first_us,
+            "dur": last_us - first_us,
+            "args": {},
+        }
+        for step, (first_us, last_us) in sorted(spans.items())
+    ]
 
 
 def metadata_events(rank: int, source: str, ids: Mapping[str, int]) -> list[dict[str, Any]]:
@@ -176,7 +179,7 @@ def metadata_events(rank: int, source: str, ids: Mapping[str, int]) -> list[dict
 def chrome_trace(frame: pd.DataFrame, rank: int, world_size: int, backend: str = "nccl") -> dict[str, Any]:
     """The Kineto-shaped trace object of one rank of a single-source table (pure; writes nothing)."""
     frame = schema.validate(frame)
-    return _rank_trace(frame, rank, world_size, backend)
+    return _Export(frame, world_size, backend).trace(rank)
 
 
 def export_chrome(frame: pd.DataFrame, out_dir: Path, world_size: int, backend: str = "nccl") -> list[Path]:
@@ -190,35 +193,49 @@ def export_chrome(frame: pd.DataFrame, out_dir: Path, world_size: int, backend: 
     if outside:
         raise ValueError(f"rank(s) {outside} are outside world size {world_size}: pass the run's world size")
     out_dir = Path(out_dir)
+    export = _Export(frame, world_size, backend)
     paths = []
     for rank in range(world_size):
         path = out_dir / f"rank-{rank}.json"
         with atomic_open(path, "w") as handle:
-            json.dump(_rank_trace(frame, rank, world_size, backend), handle)
+            handle.write(json.dumps(export.trace(rank)))  # json.dump encodes in Python, dumps in C: same text
         paths.append(path)
     return paths
 
 
-def _rank_trace(frame: pd.DataFrame, rank: int, world_size: int, backend: str) -> dict[str, Any]:
-    source = _single_source(frame)
-    ids = stream_ids(frame["stream"].tolist())
-    origins_us = step_origins_us(frame)
-    rank_frame = frame[frame["rank"] == rank].sort_values(["step", "start_us"], kind="stable")
-    kernels = [
-        kernel_event(row, origins_us[int(row["step"])], ids[str(row["stream"])], correlation)
-        for correlation, row in enumerate(rank_frame.to_dict("records"), start=1)
-    ]
-    launches = [launch_event(kernel) for kernel in kernels]
-    steps = step_events(rank_frame, rank, origins_us)
-    events = metadata_events(rank, source, ids) + steps + launches + kernels
-    return {
-        "schemaVersion": KINETO_SCHEMA_VERSION,
-        "distributedInfo": {"rank": rank, "world_size": world_size, "backend": backend},
-        "deviceProperties": [],
-        "traceName": f"{EXPORT_TRACE_NAME}{source} rank {rank}",
-        "displayTimeUnit": "ms",
-        "traceEvents": events,
-    }
+class _Export:
+    """What every rank's trace of one table shares, worked out once: its rows per rank in (step, start)
+    order, stream ids, step origins (a 1,536-rank prediction's export took 30 s when each rank's file
+    read the whole table again)."""
+
+    def __init__(self, frame: pd.DataFrame, world_size: int, backend: str) -> None:
+        self.world_size, self.backend = world_size, backend
+        self.source = _single_source(frame)
+        self.ids = stream_ids(frame["stream"].tolist())
+        self.origins_us = step_origins_us(frame)
+        self.rows: dict[int, list[dict[str, Any]]] = {}
+        # a stable sort of the whole table keeps each rank's rows in the order sorting them alone gives
+        for row in frame.sort_values(["step", "start_us"], kind="stable").to_dict("records"):
+            self.rows.setdefault(int(row["rank"]), []).append(row)
+
+    def trace(self, rank: int) -> dict[str, Any]:
+        """The Kineto-shaped trace of `rank`."""
+        rows, origins_us, ids = self.rows.get(rank, []), self.origins_us, self.ids
+        kernels = [
+            kernel_event(row, origins_us[int(row["step"])], ids[str(row["stream"])], correlation)
+            for correlation, row in enumerate(rows, start=1)
+        ]
+        launches = [launch_event(kernel) for kernel in kernels]
+        steps = step_events(rows, rank, origins_us)
+        events = metadata_events(rank, self.source, ids) + steps + launches + kernels
+        return {
+            "schemaVersion": KINETO_SCHEMA_VERSION,
+            "distributedInfo": {"rank": rank, "world_size": self.world_size, "backend": self.backend},
+            "deviceProperties": [],
+            "traceName": f"{EXPORT_TRACE_NAME}{self.source} rank {rank}",
+            "displayTimeUnit": "ms",
+            "traceEvents": events,
+        }
 
 
 EXPORT_TRACE_NAME = "plancast "
