@@ -20,7 +20,7 @@ import tomli_w
 from plancast.runtime.failures import RankError, RankFailure, first_failure
 from plancast.runtime.machine import Machine, RANK_BASE_GiB, check_machine
 from plancast.traces.lock import RunLock, RunLockedError
-from plancast.traces.store import RunDir, read_measured
+from plancast.traces.store import RunDir, TraceReadError, read_events, read_measured
 from tests.cli_runner import REPO, cli_main, cli_subprocess
 
 EXAMPLES = REPO / "examples"
@@ -95,6 +95,20 @@ def wait_for(condition, timeout_s: float = 180) -> None:  # type: ignore[no-unty
     while not condition():
         assert time.monotonic() < deadline, "timed out waiting"
         time.sleep(0.2)
+
+
+def streamed_steps(run: RunDir, rank: int) -> int:
+    """Steps the rank has finished so far: the whole batches of its stream (traces/rank_stream.py; its
+    parquet file is written only once it closes, after the last step)."""
+    try:
+        return len(set(read_events(run.rank_stream(rank))["step"]))
+    except (OSError, TraceReadError):  # not started yet, or its first batch half written
+        return 0
+
+
+def mid_run(run: RunDir, *ranks: int) -> bool:
+    """Every rank of `ranks` has finished two steps and its run is not over (no parquet file yet)."""
+    return all(streamed_steps(run, r) >= 2 for r in ranks) and not run.rank_events(ranks[0]).exists()
 
 
 def assert_nothing_left(out: Path) -> None:
@@ -206,7 +220,7 @@ def test_killing_one_rank_mid_run_names_it_and_compare_shows_failed(tmp_path: Pa
     path, out = scenario(tmp_path, steps=400), tmp_path / "run"
     job = start_run(path, out)
     run = RunDir(out)
-    wait_for(lambda: run.rank_events(1).exists() and run.rank_events(0).exists())
+    wait_for(lambda: mid_run(run, 0, 1))
     (victim,) = [pid for pid, rank in workers_of(out).items() if rank == 1]
     os.kill(victim, signal.SIGKILL)
     _, err = job.communicate(timeout=120)
@@ -231,12 +245,13 @@ def test_killing_one_rank_mid_run_names_it_and_compare_shows_failed(tmp_path: Pa
 def test_ctrl_c_stops_every_process_and_records_interrupted(tmp_path: Path) -> None:
     path, out = scenario(tmp_path, steps=400), tmp_path / "run"
     job = start_run(path, out)
-    wait_for(lambda: RunDir(out).rank_events(0).exists())
+    wait_for(lambda: mid_run(RunDir(out), 0))
     job.send_signal(signal.SIGINT)
     _, err = job.communicate(timeout=120)
     assert job.returncode == 130, err
     assert "Traceback" not in err and "run interrupted" in err
-    assert json.loads(RunDir(out).measured_summary.read_text())["status"] == "interrupted"
+    summary = json.loads(RunDir(out).measured_summary.read_text())
+    assert summary["status"] == "interrupted" and 2 <= len(summary["step_times_s"]) < 400  # stopped mid-run
     assert_nothing_left(out)
 
 
@@ -244,7 +259,7 @@ def test_ctrl_c_stops_every_process_and_records_interrupted(tmp_path: Path) -> N
 def test_a_killed_launcher_takes_its_job_with_it(tmp_path: Path) -> None:
     path, out = scenario(tmp_path, steps=400), tmp_path / "run"
     job = start_run(path, out)
-    wait_for(lambda: RunDir(out).rank_events(0).exists())
+    wait_for(lambda: mid_run(RunDir(out), 0))
     job.kill()  # SIGKILL: no handler runs; the kernel tells torchrun (PR_SET_PDEATHSIG)
     job.communicate(timeout=30)
     assert_nothing_left(out)

@@ -133,5 +133,3 @@ def test_a_shared_estimator_gives_each_plan_what_a_fresh_one_does(preset: str) -
     assert [priced(backwards, plan) for plan in reversed(plans)][::-1] == walked
     for plan, shared in list(zip(plans, walked, strict=True))[::16]:
         assert priced(Bound(_Estimator(base, 8)), plan) == shared, plan
-
-
