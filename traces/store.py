@@ -157,10 +157,14 @@ UMASK = _umask()
 
 
 @contextmanager
-def atomic_open(path: Path, mode: str) -> Iterator[IO[Any]]:
+def atomic_open(path: Path, mode: str, durable: bool = True) -> Iterator[IO[Any]]:
     """Open a temporary file next to ``path``; on success rename it over ``path``, on error delete it.
 
     Readers therefore see either the previous complete file or the new one, never a partial one.
+    ``durable``: the data reaches the disk before the rename (fsync), so that a power loss leaves the
+    old file or the new one; False for files derived from others and written by the thousand (one
+    Chrome trace per rank: 2,048 fsyncs took 1.9 s of a 7 s `simulate --out`), where it may leave an
+    empty one, which `plancast export` writes again.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -170,7 +174,8 @@ def atomic_open(path: Path, mode: str) -> Iterator[IO[Any]]:
         with os.fdopen(fd, mode) as handle:
             yield handle
             handle.flush()
-            os.fsync(handle.fileno())
+            if durable:
+                os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
