@@ -361,7 +361,7 @@ def _print_plans(result: SweepResult, top: int, elapsed_s: float, warned: list[l
             f"{min(d.floor_s for d in result.ungrouped):.2f} s)"
         )
     out.print(
-        f"{result.enumerated:,} plans enumerated, {result.fits:,} fit in memory{skipped}, "
+        f"{result.enumerated:,} plans enumerated, {result.fits:,} fit on the first pipeline rank{skipped}, "
         f"{result.simulated:,} simulated in full ({elapsed_s:.1f} s): the top {len(result.finalists)} are "
         "exact (every other plan's lower bound is slower, docs/sweep.md)"
     )
