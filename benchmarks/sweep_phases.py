@@ -97,7 +97,8 @@ def main(argv: list[str] | None = None) -> None:
     for name, seconds in phases.seconds.items():
         print(f"{name:32s} {seconds:8.2f} {phases.calls[name]:7,d} {phases.items[name]:9,d}")
     print(f"{'total':32s} {total:8.2f}   ({result.enumerated:,} enumerated, {result.fits:,} fit, "
-          f"{result.simulated} simulated; load {os.getloadavg()[0]:.1f})")  # fmt: skip
+          f"{result.simulated} simulated, {result.refused} refused by the exact checks; "
+          f"load {os.getloadavg()[0]:.1f})")  # fmt: skip
     for degree in result.ungrouped:
         print(f"tp {degree.tp} never grouped: its floor {degree.floor_s:.2f} s is above the 10th best")
 

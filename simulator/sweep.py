@@ -91,7 +91,11 @@ class SweepResult:
     fits: int
     pruned_subtrees: int
     simulated: int = 0
-    """Plans run through the engine: every plan whose bound could beat the k-th best."""
+    """Plans run through the engine: every plan whose bound could beat the k-th best and that passed the
+    exact checks."""
+    refused: int = 0
+    """Plans whose bound could beat the k-th best that the exact checks refused before simulating them (the
+    plan's rules, every pipeline rank's peak memory: the search's own memory check is the first rank's)."""
     ungrouped: tuple[Degree, ...] = ()
     """The tp degrees whose floor (simulator/sweep_floor.py) is above the k-th best: never grouped, so
     their plans are counted in `enumerated` but not checked for memory (`fits`, `pruned_subtrees`)."""
@@ -376,7 +380,7 @@ def sweep(
 
     degrees = _degrees(base, gpus, pins)
     opener = Grouper(base, gpus, limit, bound.est, pins, bound=bound)
-    best, simulated = best_first(
+    best, simulated, refused = best_first(
         [], run, finalists, map_fn, progress, cost, lambda c: bound.replayed(Plan(*c[1])),
         None if map_fn is map else refine_many,  # one process: the shared bound's caches serve it better
         Levels(expand=expand, classes=opener.classes, degrees=degrees, group=group, open=opener.open,
@@ -389,5 +393,6 @@ def sweep(
         sum(part[1][1] for part in parts),
         sum(part[1][2] for part in parts),
         simulated,
+        refused,
         tuple(left),
     )

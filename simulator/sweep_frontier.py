@@ -231,8 +231,9 @@ def best_first(
     refine: Callable[[Estimate], float] | None = None,
     refine_many: Callable[[list[Estimate]], Iterable[float]] | None = None,
     levels: Levels | None = None,
-) -> tuple[list[Ranked], int]:
-    """The k fastest of `candidates` by `run`'s step time, sorted (ties by plan), and how many were run.
+) -> tuple[list[Ranked], int, int]:
+    """The k fastest of `candidates` by `run`'s step time, sorted (ties by plan), how many `run` simulated,
+    and how many it refused (None: a plan the exact checks turn down before simulating it).
 
     `candidates` are sorted by a lower bound of that time; `refine` gives a tighter one (never below
     it), worked out lazily (`Frontier`). Rounds of the next `ROUND` candidates by tighter bound run over
@@ -244,7 +245,7 @@ def best_first(
     (`Levels`)."""
     best: list[Ranked] = []
     frontier = Frontier(candidates, refine, refine_many, levels)
-    simulated = 0
+    checked = refused = 0
     stopped = False
     while not stopped:
         threshold = (best[k - 1].step_time_s or math.inf) if len(best) >= k else math.inf
@@ -258,11 +259,13 @@ def best_first(
         if cost is not None:
             batch.sort(key=cost, reverse=True)
         for done in map_fn(run, batch):
-            simulated += 1
-            if done is not None:
+            checked += 1
+            if done is None:
+                refused += 1
+            else:
                 best.append(done)
         best.sort(key=lambda r: (r.step_time_s or math.inf, r.plan))
         del best[k:]
         if progress is not None:
-            progress(simulated, simulated + frontier.below(threshold))
-    return best, simulated
+            progress(checked, checked + frontier.below(threshold))
+    return best, checked - refused, refused

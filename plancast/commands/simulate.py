@@ -332,6 +332,7 @@ def _sweep_json(result: SweepResult, elapsed_s: float, rows: list[dict[str, Any]
         "plans_fitting": result.fits,
         "tp_degrees_not_grouped": [{"tp": d.tp, "floor_s": d.floor_s} for d in result.ungrouped],
         "plans_simulated": result.simulated,
+        "plans_refused_exact": result.refused,
         "exact_top": len(result.finalists),
         "seconds": elapsed_s,
         "plans": rows,
@@ -360,9 +361,12 @@ def _print_plans(result: SweepResult, top: int, elapsed_s: float, warned: list[l
             f" (tp {tps} not checked: no plan of theirs can be faster than "
             f"{min(d.floor_s for d in result.ungrouped):.2f} s)"
         )
+    # the exact checks before a simulation: the plan's rules, every pipeline rank's peak memory
+    refused = f", {result.refused:,} more refused by the exact checks" if result.refused else ""
     out.print(
         f"{result.enumerated:,} plans enumerated, {result.fits:,} fit on the first pipeline rank{skipped}, "
-        f"{result.simulated:,} simulated in full ({elapsed_s:.1f} s): the top {len(result.finalists)} are "
+        f"{result.simulated:,} simulated in full{refused} ({elapsed_s:.1f} s): "
+        f"the top {len(result.finalists)} are "
         "exact (every other plan's lower bound is slower, docs/sweep.md)"
     )
     view = Table("#", "plan", "step s", "MFU", "memory GiB", "tokens/s")

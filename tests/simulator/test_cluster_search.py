@@ -153,8 +153,8 @@ def test_cli_sweep_one_size_keeps_the_step_ranking(tmp_path: Path) -> None:
     assert code == 0, stderr
     result = json.loads(stdout)
     assert set(result) == {
-        "plans_enumerated", "plans_fitting", "tp_degrees_not_grouped", "plans_simulated", "exact_top",
-        "seconds", "plans",
+        "plans_enumerated", "plans_fitting", "tp_degrees_not_grouped", "plans_simulated",
+        "plans_refused_exact", "exact_top", "seconds", "plans",
     }  # fmt: skip
     steps = [p["step_time_s"] for p in result["plans"]]
     assert len(steps) == 3 and steps == sorted(steps)

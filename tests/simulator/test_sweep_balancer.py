@@ -104,7 +104,7 @@ def test_the_balancer_beats_the_best_even_split_of_llama3_8b_on_pp4() -> None:
     bound = Bound(Estimator(base, 8))
 
     def best(pool: list[tuple[float, tuple[object, ...], float]]) -> tuple[float, Plan]:
-        found, _ = best_first(pool, run, 1, refine=lambda c: bound.replayed(Plan(*c[1])))  # type: ignore[arg-type]
+        found, *_ = best_first(pool, run, 1, refine=lambda c: bound.replayed(Plan(*c[1])))  # type: ignore[arg-type]
         return found[0].step_time_s or 0.0, found[0].plan
 
     balanced_s, balanced = best(candidates)

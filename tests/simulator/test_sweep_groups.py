@@ -119,7 +119,7 @@ def test_the_search_over_groups_finds_the_search_over_every_bound(
     ranked = _rank(base, gpus, limit, map)
     candidates = sorted(c for part, _, _ in ranked for c in part)
     bound = Bound(Estimator(base, gpus))
-    every, _ = best_first(
+    every, *_ = best_first(
         candidates, lambda c: _simulated(base, limit, c), 8, refine=lambda c: bound.replayed(Plan(*c[1]))
     )
     found = sweep(base, gpus, finalists=8)
@@ -220,3 +220,23 @@ def test_the_model_total_is_the_sum_of_every_stage_total_under_any_split() -> No
         for split in (est.split(plan), (1, base.model.num_hidden_layers - 1)):
             total = sum(st.total_s for st in stage_times(seg, split))
             assert model_total_s(seg) == pytest.approx(total, rel=1e-12)
+
+
+def test_plans_the_exact_checks_refuse_are_counted_apart_from_those_simulated() -> None:
+    """`best_first` counts a candidate `run` turns down (None: the exact rules or every rank's memory)
+    as refused, not simulated; the best are those `run` ranked."""
+    from plancast.simulator.sweep import Ranked, _plan_fields
+    from plancast.simulator.sweep_frontier import best_first
+
+    plans = [Plan(1, 1, 8, b, "1F1B", 1, "none", False, 0) for b in range(1, 9)]
+    candidates = [(float(i), _plan_fields(p), 1.0) for i, p in enumerate(plans)]
+    calls: list[bool] = []
+
+    def run(candidate: Any) -> Ranked | None:
+        bound_s, fields, _ = candidate
+        calls.append(int(bound_s) % 2 == 1)  # odd bounds: refused before simulating
+        return None if calls[-1] else Ranked(Plan(*fields), bound_s, 1.0, bound_s + 0.5)
+
+    best, simulated, refused = best_first(list(candidates), run, 2)
+    assert [r.step_time_s for r in best] == [0.5, 2.5]
+    assert refused == sum(calls) >= 1 and simulated == len(calls) - refused >= 2
