@@ -4,7 +4,7 @@ context, gpt-oss-120b on Megatron-Bridge. Data only; benchmarks/published_data.p
 from __future__ import annotations
 
 from benchmarks.published_megatron import llama3_row
-from benchmarks.published_moe2 import TE_EXPERTS
+from benchmarks.published_moe2 import DDP_OVERLAP, TE_EXPERTS
 from benchmarks.published_record import (
     PublishedRun,
     Reported,
@@ -65,7 +65,9 @@ def moe_and_long_context() -> tuple[PublishedRun, ...]:
         "distributed optimizer (the recipe's ddp.use_distributed_optimizer = True, megatron/bridge/recipes/"
         "gpt_oss, v0.2.0 and v0.3.0): zero_stage 1 with distributed_optimizer; bf16 gradients "
         "(scripts/performance/configs/gpt_oss set_gpt_oss_common_configs: ddp.grad_reduce_in_fp32 = False): "
-        "grad_accumulation_fp32 false",
+        "grad_accumulation_fp32 false; gradients reduced and parameters gathered beside the passes (the "
+        "recipe's ddp.overlap_grad_reduce and overlap_param_gather = True): parallelism.overlap_grad_reduce "
+        "and overlap_param_gather",
         TE_EXPERTS,
         "expert biases as Megatron-Core 0.15 / 0.16 add them (NeMo 25.11 ships dev 0.15.0, 26.02 main "
         "0.16.0): fc1's inside TE's GroupedLinear, fc2's times the routing probability one local expert "
@@ -148,7 +150,10 @@ def moe_and_long_context() -> tuple[PublishedRun, ...]:
             GPT_OSS,
             gpt_oss,
             training_table(4096, 1, 1280, "bf16", "selective", flash_attention=True, **balanced),
-            {**plan_table(1, 4, zero_stage=1, distributed_optimizer=True), "expert_parallel_degree": 8},
+            {
+                **plan_table(1, 4, zero_stage=1, distributed_optimizer=True, **DDP_OVERLAP),
+                "expert_parallel_degree": 8,
+            },
             cluster_table("dgx-h100-80gb", 64),
             "megatron-lm",
             13.69,
@@ -161,7 +166,10 @@ def moe_and_long_context() -> tuple[PublishedRun, ...]:
             GPT_OSS_2511,
             gpt_oss,
             training_table(4096, 1, 512, "bf16", "selective", flash_attention=True, **balanced),
-            {**plan_table(1, 4, zero_stage=1, distributed_optimizer=True), "expert_parallel_degree": 8},
+            {
+                **plan_table(1, 4, zero_stage=1, distributed_optimizer=True, **DDP_OVERLAP),
+                "expert_parallel_degree": 8,
+            },
             cluster_table("dgx-h100-80gb", 64),
             "megatron-lm",
             5.820,

@@ -65,6 +65,14 @@ GPT_OSS_NOTE = (
 KIMI_K2 = {"preset": "kimi-k2"}
 
 
+DDP_OVERLAP = {"overlap_grad_reduce": True, "overlap_param_gather": True}
+"""Every Megatron-Bridge MoE recipe's `DistributedDataParallelConfig(overlap_grad_reduce=True,
+overlap_param_gather=True, use_distributed_optimizer=True)` (src/megatron/bridge/recipes/qwen/qwen3_moe.py,
+gpt_oss/gpt_oss.py, deepseek/deepseek_v3.py at v0.2.0 and v0.3.0; qwen3_235b_a22b.py at v0.1.0rc3), which
+CommOverlapConfig.setup also sets for data-parallel size > 1 (training/comm_overlap.py,
+_get_optimizer_overlap_cfgs) unless a script overrides it."""
+
+
 def _bridge(
     name: str,
     source: str,
@@ -80,8 +88,11 @@ def _bridge(
     recipes run: the distributed optimizer (zero_stage 1 with distributed_optimizer: every MoE recipe's
     `DistributedDataParallelConfig(use_distributed_optimizer=True)`, src/megatron/bridge/recipes/{qwen,
     deepseek} at v0.1.0rc3, v0.2.0 and v0.3.0, scripts/performance leaving it on), gradients reduced in bf16
-    (`grad_reduce_in_fp32 = False`), FP8-CS as the FP8 rows read it (benchmarks/published_fp8.py)."""
+    (`grad_reduce_in_fp32 = False`), FP8-CS as the FP8 rows read it (benchmarks/published_fp8.py), and
+    gradients reduced and parameters gathered beside the passes (`DDP_OVERLAP`) unless `recipe` says
+    otherwise."""
     gpus, gbs, mbs, tp, pp, vp, ep, fp8 = run
+    recipe = {**DDP_OVERLAP, **recipe}
     recompute = recipe.pop("recompute", "none")
     modules = {k: recipe.pop(k) for k in ("recompute_modules", "optimizer_moment_dtype") if k in recipe}
     precision = {"fp8": True, "fp8_recipe": "tensorwise_current", "fp8_param": True} if fp8 else {}
@@ -265,6 +276,11 @@ def bridge_runs() -> tuple[PublishedRun, ...]:
             expert_tensor_parallel_degree=1,
             moe_token_dispatcher="deepep",
             pipeline_layer_split=[1, *[2] * 30, 0],
+            # run_script.py for H100: comm_overlap.overlap_grad_reduce = False; CommOverlapConfig still sets
+            # overlap_param_gather, which plancast's validation refuses without the grad overlap (as
+            # Megatron-LM's arguments.py asserts): both off
+            overlap_grad_reduce=False,
+            overlap_param_gather=False,
             **overlap,
         ),
     )

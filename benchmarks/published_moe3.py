@@ -32,7 +32,10 @@ _NOTES = (
     "--expert-tensor-parallel-size 1: the folded expert grid; "
     "--account-for-embedding/loss-in-pipeline-split: the embedding and the loss count as a layer each in the "
     "pipeline split",
+    "--overlap-grad-reduce, --overlap-param-gather: parallelism.overlap_grad_reduce and overlap_param_gather",
 )
+DDP_OVERLAP = {"overlap_grad_reduce": True, "overlap_param_gather": True}
+"""The yaml's `--overlap-grad-reduce: true` and `--overlap-param-gather: true` (MODEL_ARGS)."""
 NORM_ACT = (
     "recompute 'norm, act' (output-discarding recompute of the norms and the expert activation): recompute "
     "'selective' with recompute_modules ['layernorm', 'moe_act'] (Megatron-Core --recompute-modules)"
@@ -71,7 +74,8 @@ def _zoo(
             **modules,
             **training,
         ),
-        {"expert_tensor_parallel_degree": 1, "zero_stage": 1, "distributed_optimizer": True, **plan},
+        {"expert_tensor_parallel_degree": 1, "zero_stage": 1, "distributed_optimizer": True, **DDP_OVERLAP,
+         **plan},
         cluster_table("dgx-h100-80gb", 256),
         "megatron-lm",
         step_s,
