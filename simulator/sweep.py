@@ -34,7 +34,7 @@ from functools import partial
 from typing import Any
 
 from plancast.simulator.cluster import Tier, fit_tiers
-from plancast.simulator.costs.memory import GiB, peak_memory
+from plancast.simulator.costs.memory import GiB, fits_in_memory
 from plancast.simulator.predict import simulate
 from plancast.simulator.scenario import Scenario
 from plancast.simulator.sweep_axes import Pins, Plan
@@ -94,7 +94,8 @@ class SweepResult:
     """Plans run through the engine: every plan whose bound could beat the k-th best and that passed the
     exact checks."""
     refused: int = 0
-    """Plans whose bound could beat the k-th best that the exact checks refused before simulating them (the
+    """Plans whose first bound could beat the k-th best (a few past the stopping point: refinements go to a
+    pool in batches) that the exact checks refused before their replayed bound and any simulation (the
     plan's rules, every pipeline rank's peak memory: the search's own memory check is the first rank's)."""
     ungrouped: tuple[Degree, ...] = ()
     """The tp degrees whose floor (simulator/sweep_floor.py) is above the k-th best: never grouped, so
@@ -312,26 +313,40 @@ def _rank(
     return list(map_fn(partial(_rank_subtree, base, gpus, limit_bytes, pins=pins), tasks))
 
 
-def _simulated(base: Scenario, limit_bytes: float, candidate: Estimate) -> Ranked | None:
-    """A candidate run through the engine, if it passes the exact checks (the plan's rules, peak memory
-    over every pipeline rank): its simulated step time, peak memory and summary; else None."""
-    bound_s, plan_fields, _ = candidate
-    s = Plan(*plan_fields).apply(base)
+def _passes_exact_checks(base: Scenario, limit_bytes: float, plan: Plan) -> bool:
+    """Whether `plan` passes the exact checks: the plan's rules (validation.check_plan) and its peak memory
+    over every pipeline rank (costs/memory.py fits_in_memory), where the search's own memory check is the
+    first rank's alone (a lower bound of the peak)."""
+    s = plan.apply(base)
     if check_plan(s)[0]:
-        return None
-    # the schedule peak_memory would build, from the cache its replay filled (pure in these arguments)
+        return False
+    # the schedule peak_memory would build, shared with the bound's replays (pure in these arguments)
     schedule = built_schedule(s.parallelism.pipeline_parallel_schedule, s.pp, s.num_microbatches, s.vpp)
-    if peak_memory(s, schedule)[1].total > limit_bytes:
+    return fits_in_memory(s, limit_bytes, schedule)
+
+
+def _simulated(base: Scenario, limit_bytes: float, candidate: Estimate) -> Ranked | None:
+    """A candidate run through the engine, if it passes the exact checks: its simulated step time, peak
+    memory and summary; else None. (Its refinement checked them already: `_replayed`.)"""
+    bound_s, plan_fields, _ = candidate
+    plan = Plan(*plan_fields)
+    if not _passes_exact_checks(base, limit_bytes, plan):
         return None
-    summary = simulate(s, events=False).summary
-    return Ranked(Plan(*plan_fields), bound_s, summary["peak_memory_gib"], summary["step_time_s"], summary)
+    summary = simulate(plan.apply(base), events=False).summary
+    return Ranked(plan, bound_s, summary["peak_memory_gib"], summary["step_time_s"], summary)
 
 
-def _replayed(base: Scenario, gpus: int, task: tuple[tuple[Any, ...], Layer]) -> float:
+def _replayed(
+    base: Scenario, gpus: int, limit_bytes: float, task: tuple[tuple[Any, ...], Layer]
+) -> float | None:
     """`Bound.replayed` of a plan in a worker, from its per-layer costs alone (the bound's other caches
-    are its own; a fresh bound gives what a shared one does, tests/simulator/test_sweep.py)."""
+    are its own; a fresh bound gives what a shared one does, tests/simulator/test_sweep.py); None if the
+    plan fails the exact checks, made first: on DeepSeek-V3 on 2,048 H800, 140 of the 154 plans the search
+    refined did not fit, and a check costs a fraction of a replay."""
     fields, layer = task
     plan, est = Plan(*fields), Estimator(base, gpus)
+    if not _passes_exact_checks(base, limit_bytes, plan):
+        return None
     est.layers[est.key(plan)] = layer
     return Bound(est).replayed(plan)
 
@@ -374,14 +389,18 @@ def sweep(
     def expand(group: Group) -> list[Estimate]:
         return [(bound.seconds(plan), _plan_fields(plan), memory) for plan, memory in group.plans()]
 
-    def refine_many(batch: list[Estimate]) -> Iterable[float]:  # each task carries its plan's layer costs
+    def refine(candidate: Estimate) -> float | None:  # `_replayed` in this process, on the shared bound
+        plan = Plan(*candidate[1])
+        return bound.replayed(plan) if _passes_exact_checks(base, limit, plan) else None
+
+    def refine_many(batch: list[Estimate]) -> Iterable[float | None]:  # each task carries its layer costs
         tasks = [(c[1], layers[bound.est.key(Plan(*c[1]))]) for c in batch]
-        return map_fn(partial(_replayed, base, gpus), tasks)  # a pool's map: worked out meanwhile
+        return map_fn(partial(_replayed, base, gpus, limit), tasks)  # a pool's map: worked out meanwhile
 
     degrees = _degrees(base, gpus, pins)
     opener = Grouper(base, gpus, limit, bound.est, pins, bound=bound)
     best, simulated, refused = best_first(
-        [], run, finalists, map_fn, progress, cost, lambda c: bound.replayed(Plan(*c[1])),
+        [], run, finalists, map_fn, progress, cost, refine,
         None if map_fn is map else refine_many,  # one process: the shared bound's caches serve it better
         Levels(expand=expand, classes=opener.classes, degrees=degrees, group=group, open=opener.open,
                walk=lambda c: bound.walked(Plan(*c[1]))),

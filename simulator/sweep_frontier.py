@@ -78,16 +78,19 @@ class Frontier:
     def __init__(
         self,
         candidates: list[Estimate],
-        refine: Callable[[Estimate], float] | None,
-        refine_many: Callable[[list[Estimate]], Iterable[float]] | None = None,
+        refine: Callable[[Estimate], float | None] | None,
+        refine_many: Callable[[list[Estimate]], Iterable[float | None]] | None = None,
         levels: Levels | None = None,
     ) -> None:
         self.levels = levels = levels or Levels()
         self.refine_many = refine_many or (lambda batch: [refine(c) if refine else c[0] for c in batch])
         self.batch = REFINE_ROUND if refine_many is not None else 1
-        self.pending: list[tuple[list[Estimate], Iterable[float]]] = []
+        self.pending: list[tuple[list[Estimate], Iterable[float | None]]] = []
         """Batches handed to `refine_many` whose tighter bounds are not yet in the heap: a pool's map
         works them out while this process opens the groups next in line (`pop`)."""
+        self.refused = 0
+        """Candidates whose refinement was None: plans the exact checks turn down (simulator/sweep.py
+        checks them before replaying them), never returned."""
         self.heap: list[tuple[float, int, Any]] = [(c[0], _FIRST, c) for c in candidates]
         self.heap += [(g.bound_s, _GROUP, g) for g in levels.groups]
         self.heap += [(d.floor_s, _DEGREE, d) for d in levels.degrees]
@@ -139,6 +142,9 @@ class Frontier:
         """The oldest pending batch's tighter bounds into the heap (waiting for them if need be)."""
         batch, refined = self.pending.pop(0)
         for candidate, bound_s in zip(batch, refined, strict=True):
+            if bound_s is None:  # the exact checks turned it down: no bound, never returned
+                self.refused += 1
+                continue
             tighter = max(candidate[0], bound_s)
             heapq.heappush(self.heap, (tighter, _TIGHT, (tighter, *candidate[1:])))
 
@@ -217,8 +223,12 @@ def _plans(kind: int, item: Any) -> int:
 
 
 ROUND = 16
-"""Plans simulated per round of the best-first search: enough to keep a pool's workers busy. The top k
-does not depend on it (only how many plans beyond the stopping point get simulated too)."""
+"""Plans examined per round of the best-first search: simulated, or refused by the exact checks while the
+round was gathered (at refinement: `Frontier.refused`); enough to keep a pool's workers busy. Counting the
+refused keeps a round as short as when the checks came after the refinement: where most plans that fit
+the first rank's memory do not fit the others' (DeepSeek-V3), sixteen that fit would take the search
+twice as deep before the first k-th best, its stopping threshold. The top k does not depend on it (only
+how many plans beyond the stopping point get simulated too)."""
 
 
 def best_first(
@@ -228,12 +238,13 @@ def best_first(
     map_fn: MapFn = map,
     progress: Callable[[int, int], None] | None = None,
     cost: Callable[[Estimate], int] | None = None,
-    refine: Callable[[Estimate], float] | None = None,
-    refine_many: Callable[[list[Estimate]], Iterable[float]] | None = None,
+    refine: Callable[[Estimate], float | None] | None = None,
+    refine_many: Callable[[list[Estimate]], Iterable[float | None]] | None = None,
     levels: Levels | None = None,
 ) -> tuple[list[Ranked], int, int]:
     """The k fastest of `candidates` by `run`'s step time, sorted (ties by plan), how many `run` simulated,
-    and how many it refused (None: a plan the exact checks turn down before simulating it).
+    and how many were refused: by `run` (None: a plan the exact checks turn down before simulating it) or
+    by a refinement (None in place of a tighter bound: the same checks, made before it).
 
     `candidates` are sorted by a lower bound of that time; `refine` gives a tighter one (never below
     it), worked out lazily (`Frontier`). Rounds of the next `ROUND` candidates by tighter bound run over
@@ -250,7 +261,8 @@ def best_first(
     while not stopped:
         threshold = (best[k - 1].step_time_s or math.inf) if len(best) >= k else math.inf
         batch: list[Estimate] = []
-        while len(batch) < ROUND:
+        refused_before = frontier.refused
+        while not batch or len(batch) + frontier.refused - refused_before < ROUND:
             candidate = frontier.pop()
             stopped = candidate is None or candidate[0] * (1 - TOLERANCE) > threshold
             if stopped or candidate is None:
@@ -258,7 +270,7 @@ def best_first(
             batch.append(candidate)
         if cost is not None:
             batch.sort(key=cost, reverse=True)
-        for done in map_fn(run, batch):
+        for done in map_fn(run, batch) if batch else ():
             checked += 1
             if done is None:
                 refused += 1
@@ -268,4 +280,4 @@ def best_first(
         del best[k:]
         if progress is not None:
             progress(checked, checked + frontier.below(threshold))
-    return best, checked - refused, refused
+    return best, checked - refused, refused + frontier.refused

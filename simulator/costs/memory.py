@@ -347,12 +347,14 @@ def peak_inflight_bytes(
     """Most activation bytes a rank holds at once under its schedule: forward of (chunk, mb) adds what
     the chunk keeps, its backward (B) releases it; `kept`: bytes a forward adds that stay to the step's end
     (kept_output_bytes)."""
+    added = {c: b + (kept[c] if kept else 0.0) for c, b in chunk_bytes.items()}  # per chunk, once
     live = peak = 0.0
-    for a in actions:
-        if a.kind == "F":
-            live += chunk_bytes[a.chunk] + (kept[a.chunk] if kept else 0.0)
+    for a in actions:  # the sweep's exact memory check walks every rank's actions: kept lean
+        kind = a.kind
+        if kind == "F":
+            live += added[a.chunk]
             peak = max(peak, live)
-        elif a.kind == "B":
+        elif kind == "B":
             live -= chunk_bytes[a.chunk]
     return peak
 
@@ -368,7 +370,7 @@ def inflight_peak_bytes(
     chunks keep on the GPU and the outputs kept for the step; under training.activation_offload the
     offloaded blocks leave at most `staging` on the GPU, copied or computed (offload_split)."""
     acts = peak_inflight_bytes(actions, resident, outputs)
-    off = peak_inflight_bytes(actions, offloaded)
+    off = peak_inflight_bytes(actions, offloaded) if any(offloaded.values()) else 0.0
     if not off:
         return acts, 0.0
     step_outputs = sum(outputs[a.chunk] for a in actions if a.kind == "F")
@@ -427,3 +429,14 @@ def peak_memory(s: Scenario, schedule: Schedule | None = None) -> tuple[int, Mem
         schedule = build_schedule(s.parallelism.pipeline_parallel_schedule, s.pp, s.num_microbatches, s.vpp)
     per_rank = [(r, rank_memory(s, r, schedule)) for r in range(s.pp)]
     return max(per_rank, key=lambda item: item[1].total)
+
+
+def fits_in_memory(s: Scenario, limit_bytes: float, schedule: Schedule | None = None) -> bool:
+    """Whether `peak_memory`'s peak is at most `limit_bytes`: every rank's, stopping at the first above it.
+    The second and the last pipeline ranks first: a model whose first stage holds its dense blocks (the
+    sweep's closed form checks that one, simulator/sweep_groups.py) mostly peaks there, on the second
+    rank's early in-flight micro-batches or the last one's head, loss and multi-token-prediction blocks."""
+    if schedule is None:
+        schedule = build_schedule(s.parallelism.pipeline_parallel_schedule, s.pp, s.num_microbatches, s.vpp)
+    ranks = dict.fromkeys([r for r in (1, s.pp - 1) if r < s.pp] + list(range(s.pp)))
+    return all(rank_memory(s, r, schedule).total <= limit_bytes for r in ranks)

@@ -240,3 +240,38 @@ def test_plans_the_exact_checks_refuse_are_counted_apart_from_those_simulated() 
     best, simulated, refused = best_first(list(candidates), run, 2)
     assert [r.step_time_s for r in best] == [0.5, 2.5]
     assert refused == sum(calls) >= 1 and simulated == len(calls) - refused >= 2
+
+
+def test_a_refinement_the_exact_checks_refuse_is_counted_and_never_simulated() -> None:
+    """A refinement of None (simulator/sweep.py `_replayed`: the plan fails the exact checks, made before
+    its replay) is counted as refused and never reaches `run`; a round counts those refused while it
+    was gathered among its ROUND plans, so the first k-th best comes as soon as before."""
+    from plancast.simulator.sweep import Ranked, _plan_fields
+    from plancast.simulator.sweep_frontier import ROUND, best_first
+
+    plans = [Plan(1, 1, 8, 1, "1F1B", 1, "none", False, 0, first_layers=i) for i in range(40)]
+    candidates = [(float(i), _plan_fields(p), 1.0) for i, p in enumerate(plans)]
+    rounds: list[int] = []
+    turned_down: list[float] = []
+
+    def refine(candidate: Any) -> float | None:  # three in four do not fit
+        if int(candidate[0]) % 4:
+            turned_down.append(candidate[0])
+            return None
+        return candidate[0] + 0.25
+
+    def run(candidate: Any) -> Ranked:
+        bound_s, fields, _ = candidate
+        assert int(bound_s) % 4 == 0, "a refused plan reached the engine"
+        return Ranked(Plan(*fields), bound_s, 1.0, bound_s + 0.5)
+
+    def map_fn(fn: Any, batch: list[Any]) -> list[Any]:
+        rounds.append(len(batch))
+        return [fn(c) for c in batch]
+
+    best, simulated, refused = best_first(list(candidates), run, 2, map_fn, refine=refine)
+    assert [r.step_time_s for r in best] == [0.75, 4.75]
+    # the first round ends once its plans and the refused reach ROUND: 0, 4, 8, 12 and 16 (the refinements
+    # of 13-15 come before 16 is returned), 12 refused; counting only plans that fit, it would be 16 deep
+    assert rounds == [5] and 4 * rounds[0] - 4 == ROUND
+    assert (simulated, refused) == (5, len(turned_down)) and refused >= 12
