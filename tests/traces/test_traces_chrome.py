@@ -56,6 +56,17 @@ def test_one_complete_event_per_row(tmp_path: Path) -> None:
         assert [e["args"]["bytes"] for e in comm] == [4096, 4096, 4096]
 
 
+def test_one_ranks_trace_is_what_the_export_writes_for_it(tmp_path: Path) -> None:
+    """`chrome_trace` prepares the rank's rows alone, with the whole table's stream ids and step origins:
+    the same object as the export's file of that rank (a later rank's streams and steps included)."""
+    frame = data_parallel_steps(ranks=3)
+    late = schema.to_frame([schema.Event("predicted", 2, 3, "tp", "all_gather", 50.0, 4.0, stage=0, bytes=8)])
+    frame = pd.concat([frame, late], ignore_index=True)
+    paths = chrome.export_chrome(frame, tmp_path, world_size=3)
+    for rank, path in enumerate(paths):
+        assert chrome.chrome_trace(frame, rank, world_size=3) == json.loads(path.read_text())
+
+
 def test_steps_are_laid_end_to_end(tmp_path: Path) -> None:
     trace = chrome.chrome_trace(data_parallel_steps(), rank=0, world_size=2)
     steps = [
