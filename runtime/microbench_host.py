@@ -92,9 +92,10 @@ def instrumented(fn: Callable[[], Any]) -> Callable[[], None]:
 def _block_step(s: Scenario, mesh: DeviceMesh, variant: str, layers: int) -> Callable[[], None]:
     """fwd + bwd of `layers` blocks: plain, tp / sp (tensor-parallel over the job), or fsdp."""
     world = mesh.size()
-    # dense blocks: the runtime shards no MoE block over tp or FSDP (runtime/plan.py refuses both), and
-    # tp / sp / fsdp less plain is the per-block host cost either way
-    config = dataclasses.replace(_config(s, layers), moe=None)
+    # dense grouped-query blocks of the model's width: the runtime shards no MoE block over tp or FSDP
+    # (runtime/plan.py refuses both) nor multi-head latent attention over tp (runtime/model_support.py),
+    # and tp / sp / fsdp less plain, every variant on the same block, is the per-block host cost either way
+    config = dataclasses.replace(_config(s, layers), moe=None, mla=None)
     model = Decoder(config, 0, layers, has_embedding=False, has_head=False)
     seq = s.training.seq_len // world if variant == "sp" else s.training.seq_len
     x = torch.randn(s.training.micro_batch_size, seq, s.model.hidden_size, requires_grad=True)
