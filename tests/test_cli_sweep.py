@@ -82,3 +82,11 @@ def test_sweep_searches_context_parallel_on_long_sequences(tmp_path: Path) -> No
     assert code == 0, err
     plans = json.loads(out)["plans"]
     assert plans and all(p["cp"] > 1 for p in plans)
+
+
+def test_sweep_without_gpus_plans_for_the_scenarios_cluster_and_says_so() -> None:
+    code, out, err = cli_main("sweep", EXAMPLE, "--top", "2", "--finalists", "2", "--json")
+    given = cli_main("sweep", EXAMPLE, "--gpus", "2", "--top", "2", "--finalists", "2", "--json")
+    assert code == 0 and given[0] == 0, err
+    assert "--gpus not given: the scenario's cluster, 2 GPUs (1 node x 2)" in err
+    assert json.loads(out)["plans"] == json.loads(given[1])["plans"]

@@ -214,13 +214,13 @@ def _pins(pin: list[str] | None) -> Any:
 def sweep(
     scenario: ScenarioArg,
     gpus: Annotated[
-        str,
+        str | None,
         typer.Option(
             "--gpus",
             help="GPUs to plan for (a multiple of cluster.gpus_per_node); a comma list (512,1024,2048) "
-            "searches each size.",
+            "searches each size. Default: the scenario's cluster (num_nodes x gpus_per_node).",
         ),
-    ],
+    ] = None,
     top: Annotated[int, typer.Option(min=1, help="Plans to print.")] = 10,
     finalists: FinalistsOpt = None,
     cluster: ClusterOpt = None,
@@ -256,7 +256,15 @@ def sweep(
     with user_errors():
         check_output_file(table, "--table")
         pins = _pins(pin)
-        s, sizes = load(scenario), parse_gpus(gpus)
+        s = load(scenario)
+        if gpus is None:  # the cluster the scenario describes, said so: a sweep is for a size
+            gpus, nodes = str(s.cluster.world_size), s.cluster.num_nodes
+            err.print(
+                f"--gpus not given: the scenario's cluster, {s.cluster.world_size:,} GPUs ({nodes:,} "
+                f"node{'s' * (nodes != 1)} x {s.cluster.gpus_per_node}); --gpus N plans for another size",
+                markup=False,
+            )
+        sizes = parse_gpus(gpus)
         problem = missing_batch(s) or unswept_copies(s)
         if problem is not None:
             raise UserError(f"{scenario}: {problem}")
