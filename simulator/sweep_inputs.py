@@ -57,7 +57,10 @@ def why_empty(base: Scenario, gpus: int, enumerated: int, limit_GiB: float, pins
             f"data-parallel degree on {gpus} GPUs (the smallest is {smallest_dp}); raise "
             "training.global_batch_size or search fewer --gpus"
         )
-    return f"no plan of {enumerated:,} fits in {limit_GiB:g} GiB per GPU (memory)"
+    return (
+        f"no plan of {enumerated:,} fits in {limit_GiB:g} GiB per GPU (memory): shard over more GPUs "
+        f"(--gpus {2 * gpus:,} or more) or plan for a GPU with more memory (--cluster)"
+    )
 
 
 def plan_warnings(base: Scenario, gpus: int, plans: list[Plan]) -> list[list[str]]:

@@ -52,4 +52,4 @@ def test_an_empty_space_from_memory_still_names_memory(tmp_path: Path) -> None:
     path.write_text(path.read_text() + "\n[training]\nglobal_batch_size = 64\nseq_len = 2048\n")
     code, _, err = cli_main("sweep", str(path), "--gpus", "8", "--max-memory-gib", "1")
     assert code == 1, err
-    assert "fits in 1 GiB per GPU (memory)" in err, err
+    assert "fits in 1 GiB per GPU (memory): shard over more GPUs (--gpus 16 or more)" in err, err

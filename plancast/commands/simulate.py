@@ -258,9 +258,10 @@ def sweep(
         pins = _pins(pin)
         s = load(scenario)
         if gpus is None:  # the cluster the scenario describes, said so: a sweep is for a size
-            gpus, nodes = str(s.cluster.world_size), s.cluster.num_nodes
+            world, nodes = s.cluster.world_size, s.cluster.num_nodes
+            gpus = str(world)
             err.print(
-                f"--gpus not given: the scenario's cluster, {s.cluster.world_size:,} GPUs ({nodes:,} "
+                f"--gpus not given: the scenario's cluster, {world:,} GPU{'s' * (world != 1)} ({nodes:,} "
                 f"node{'s' * (nodes != 1)} x {s.cluster.gpus_per_node}); --gpus N plans for another size",
                 markup=False,
             )
