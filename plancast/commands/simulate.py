@@ -257,15 +257,7 @@ def sweep(
         check_output_file(table, "--table")
         pins = _pins(pin)
         s = load(scenario)
-        if gpus is None:  # the cluster the scenario describes, said so: a sweep is for a size
-            world, nodes = s.cluster.world_size, s.cluster.num_nodes
-            gpus = str(world)
-            err.print(
-                f"--gpus not given: the scenario's cluster, {world:,} GPU{'s' * (world != 1)} ({nodes:,} "
-                f"node{'s' * (nodes != 1)} x {s.cluster.gpus_per_node}); --gpus N plans for another size",
-                markup=False,
-            )
-        sizes = parse_gpus(gpus)
+        sizes = parse_gpus(_scenario_gpus(s) if gpus is None else gpus)
         problem = missing_batch(s) or unswept_copies(s)
         if problem is not None:
             raise UserError(f"{scenario}: {problem}")
@@ -279,6 +271,17 @@ def sweep(
         s, sizes[0], max(finalists or top, top), top=top, json_=json_, table=table,
         max_memory_gib=max_memory_gib, workers=workers, pins=pins,
     )
+
+
+def _scenario_gpus(s: Any) -> str:
+    """`sweep`'s --gpus when none is given: the cluster the scenario describes, said so on stderr."""
+    world, nodes = s.cluster.world_size, s.cluster.num_nodes
+    err.print(
+        f"--gpus not given: the scenario's cluster, {world:,} GPU{'s' * (world != 1)} ({nodes:,} "
+        f"node{'s' * (nodes != 1)} x {s.cluster.gpus_per_node}); --gpus N plans for another size",
+        markup=False,
+    )
+    return str(world)
 
 
 def _single_sweep(
