@@ -4,7 +4,8 @@
 tp degree per task over the pool; then, in the main process, bounds the groups of the families the
 search reaches, opens the groups it reaches (mixed groups into
 their classes, the others into their plans' first bounds), refines first bounds into replayed ones over
-the pool, and simulates the plans whose bound beats the k-th best. This times each `map_fn` call over
+the pool (each plan's exact checks first: `_replayed` is both), and simulates the plans whose bound beats
+the k-th best. This times each `map_fn` call over
 the pool and each opening in the main process, counts the items of each, and prints the load beside it
 (a figure taken at load 3 on 2 cores is not a quiet machine's). docs/sweep.md quotes its output. Each
 call is read in full before the search goes on, so the phases add up: at the CLI the main process opens
