@@ -7,6 +7,7 @@ import multiprocessing.util
 import os
 import socket
 import tempfile
+import traceback
 from collections.abc import Callable
 from typing import Any
 
@@ -34,6 +35,7 @@ def _entry(
     world_size: int,
     port: int,
     env: dict[str, str],
+    errors: str,
     fn: Callable[..., Any],
     args: tuple[Any, ...],
 ) -> None:
@@ -46,6 +48,10 @@ def _entry(
     try:
         fn(rank, world_size, *args)
         dist.barrier()
+    except BaseException:  # every rank's own, beside the one torch reports (`run_ranks`)
+        with open(os.path.join(errors, f"rank-{rank}.txt"), "w", encoding="utf-8") as out:
+            out.write(traceback.format_exc())
+        raise
     finally:
         dist.destroy_process_group()
 
@@ -54,7 +60,9 @@ def run_ranks(world_size: int, fn: Callable[..., Any], *args: Any) -> None:
     """Call ``fn(rank, world_size, *args)`` on each of ``world_size`` gloo ranks.
 
     Raises ``torch.multiprocessing.ProcessRaisedException`` (with the rank's traceback) if a rank
-    raises, or ``ProcessExitedException`` if one dies; the other ranks are terminated.
+    raises, or ``ProcessExitedException`` if one dies; the other ranks are terminated. torch reports the
+    first rank it sees fail, often one whose peer failed first ("Connection closed by peer" in a
+    collective): every rank that raised is named in a note on the exception, with its traceback.
     """
     # torch's start_processes gives each rank a pytorch-errorfile-*.pickle in the temporary directory,
     # which a rank that raises writes and nothing removes (torch/multiprocessing/spawn.py): a folder of
@@ -68,10 +76,17 @@ def run_ranks(world_size: int, fn: Callable[..., Any], *args: Any) -> None:
         try:
             mp.start_processes(
                 _entry,
-                args=(world_size, free_port(), dict(os.environ), fn, args),
+                args=(world_size, free_port(), dict(os.environ), scratch, fn, args),
                 nprocs=world_size,
                 join=True,
                 start_method="forkserver",
             )
+        except (mp.ProcessRaisedException, mp.ProcessExitedException) as e:
+            for rank in range(world_size):
+                path = os.path.join(scratch, f"rank-{rank}.txt")
+                if os.path.exists(path):
+                    with open(path, encoding="utf-8") as f:
+                        e.add_note(f"rank {rank} raised:\n{f.read()}")
+            raise
         finally:
             tempfile.tempdir = before

@@ -38,7 +38,10 @@ def test_ranks_see_the_callers_environment_and_a_failure_fails_the_caller(
     run_ranks(2, _sums_ranks_and_reads_env, "second")
     # the first rank to die is reported: rank 1's error, or rank 0's gloo error on losing its peer
     stray = set(Path(tempfile.gettempdir()).glob("pytorch-errorfile-*"))
-    with pytest.raises(mp.ProcessRaisedException, match="terminated with the following error"):
+    with pytest.raises(mp.ProcessRaisedException, match="terminated with the following error") as caught:
         run_ranks(2, _rank_one_fails)
+    # whichever torch reports, the rank that failed first is named with its own traceback
+    notes = "\n".join(getattr(caught.value, "__notes__", []))
+    assert "rank 1 raised:" in notes and "ValueError: rank 1 was told to fail" in notes, notes
     # the failed rank's error file went with the call's own folder, not left in the temporary directory
     assert set(Path(tempfile.gettempdir()).glob("pytorch-errorfile-*")) == stray
