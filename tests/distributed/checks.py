@@ -160,12 +160,14 @@ def events_match_expected(
         end = before["start_us"] + (0.0 if trainer.recorder.capture == "profiler" else before["dur_us"])
         late = before[end > optimizer_start + 500.0]
         assert late.empty, f"rank {rank}: collectives ending after the optimizer started:\n{late}"
-        inside_compute_spans(frame)
+        inside_compute_spans(frame, late_end=trainer.recorder.capture == "profiler")
 
 
-def inside_compute_spans(frame: Any) -> None:
+def inside_compute_spans(frame: Any, late_end: bool = False) -> None:
     """Expert all-to-alls and K/V exchanges are blocking: each lies inside a compute span of its key
-    (forward, recompute or backward of the same stage, chunk and micro-batch) and carries its bytes."""
+    (forward, recompute or backward of the same stage, chunk and micro-batch) and carries its bytes.
+    `late_end`: the profiler's path, whose gloo end stamps come late on a loaded CPU (above; "cp/all_gather
+    3 of micro-batch 0 lies outside its compute span" under two CPU burners): there each begins inside."""
     compute = frame[frame["stream"] == "compute"]
     for row in frame[frame["stream"].isin(["ep", "cp"])].itertuples():
         spans = compute[
@@ -173,7 +175,7 @@ def inside_compute_spans(frame: Any) -> None:
             & (compute["chunk"] == row.chunk)
             & (compute["microbatch"] == row.microbatch)
         ]
-        end = row.start_us + row.dur_us
+        end = row.start_us + (0.0 if late_end else row.dur_us)
         holds = (spans["start_us"] <= row.start_us) & (spans["start_us"] + spans["dur_us"] >= end)
         what = f"{row.stream}/{row.kind} {row.index} of micro-batch {row.microbatch}"
         assert holds.any(), f"{what} lies outside its compute span"
