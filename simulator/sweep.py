@@ -44,6 +44,7 @@ from plancast.simulator.sweep_floor import compute_floor_s, degree_floor_s
 from plancast.simulator.sweep_frontier import Degree, Estimate, Levels, MapFn, best_first
 from plancast.simulator.sweep_groups import Family, Group, Grouper
 from plancast.simulator.sweep_keys import LayerKey
+from plancast.simulator.sweep_layer import pack
 from plancast.simulator.sweep_space import (
     NO_PINS,
     LayerBalancer,
@@ -193,9 +194,10 @@ def _group_tp_degree(
     limit_bytes: float,
     task: tuple[list[Root], Part | None],
     pins: Pins = NO_PINS,
-) -> tuple[dict[LayerKey, Layer], list[Family], int, int, int]:
+) -> tuple[dict[LayerKey, bytes], list[Family], int, int, int]:
     """One tp degree's subtrees (with a `Part`: only its branches) in one task: the per-layer costs of
-    its plans that fit (worked out for its families' floors, once for all its subtrees), its groups with
+    its plans that fit (worked out for its families' floors, once for all its subtrees; packed,
+    simulator/sweep_layer.py: the search reads a few of them), its groups with
     plans that fit in their families, unbounded (simulator/sweep_groups.py), and its plans enumerated,
     fitting and pruned."""
     subtrees, part = task
@@ -203,7 +205,9 @@ def _group_tp_degree(
     for branch in branches(base, gpus, subtrees, pins):
         if part is None or (branch[2], branch[4]) == part:
             grouper.add(branch)
-    return grouper.est.layers, grouper.families(), grouper.enumerated, grouper.fits, grouper.pruned
+    families = grouper.families()
+    packed = {key: pack(layer) for key, layer in grouper.est.layers.items()}
+    return packed, families, grouper.enumerated, grouper.fits, grouper.pruned
 
 
 def _parts(
@@ -239,19 +243,19 @@ def _group_round(
     pins: Pins,
     map_fn: MapFn,
     grouped: Grouped,
-    layers: dict[LayerKey, Layer],
+    packed: dict[LayerKey, bytes],
     batch: list[Degree],
 ) -> list[Family]:
     """The families of `batch`'s degrees, their parts over `map_fn` (the most branches first: a pool ends
-    on the shortest tasks), recorded in `grouped`; their per-layer costs join `layers` (a search's
-    shared bound's)."""
+    on the shortest tasks), recorded in `grouped`; their per-layer costs join `packed` (a search's
+    shared bound's, simulator/sweep_layer.py)."""
     alone = len(batch) == 1
     parts = [(d, roots, part, n) for d in batch for roots, part, n in _parts(base, gpus, d, pins, alone)]
     parts.sort(key=lambda t: (-t[3], t[0].tp, t[2], t[1]))
     task = partial(_group_tp_degree, base, gpus, limit_bytes, pins=pins)
     for (degree, *_), done in zip(parts, map_fn(task, [(roots, p) for _, roots, p, _ in parts]), strict=True):
         table, families, *counts = done
-        layers.update(table)
+        packed.update(table)
         found = grouped.setdefault(degree, ([], [0, 0, 0]))
         found[0].extend(families)
         found[1][:] = [a + b for a, b in zip(found[1], counts, strict=True)]
@@ -379,12 +383,12 @@ def sweep(
     base = _base_for(base, gpus)
     # headroom for context, NCCL, fragmentation; --max-memory-gib caps it further
     limit = min(base.cluster.gpu.usable_memory_GiB, max_memory_gib or math.inf) * GiB
-    layers: dict[LayerKey, Layer] = {}
+    packed: dict[LayerKey, bytes] = {}
     grouped: Grouped = {}
 
-    group = partial(_group_round, base, gpus, limit, pins, map_fn, grouped, layers)
+    group = partial(_group_round, base, gpus, limit, pins, map_fn, grouped, packed)
     run, cost = partial(_simulated, base, limit), partial(_passes, base.training.global_batch_size)
-    bound = Bound(Estimator(base, gpus, layers))
+    bound = Bound(Estimator(base, gpus, packed=packed))
 
     def expand(group: Group) -> list[Estimate]:
         return [(bound.seconds(plan), _plan_fields(plan), memory) for plan, memory in group.plans()]
@@ -394,7 +398,7 @@ def sweep(
         return bound.replayed(plan) if _passes_exact_checks(base, limit, plan) else None
 
     def refine_many(batch: list[Estimate]) -> Iterable[float | None]:  # each task carries its layer costs
-        tasks = [(c[1], layers[bound.est.key(Plan(*c[1]))]) for c in batch]
+        tasks = [(c[1], bound.est.layer(Plan(*c[1]))) for c in batch]
         return map_fn(partial(_replayed, base, gpus, limit), tasks)  # a pool's map: worked out meanwhile
 
     degrees = _degrees(base, gpus, pins)

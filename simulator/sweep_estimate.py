@@ -4,6 +4,7 @@ model the engine uses); simulator/sweep.py ranks every plan with it before simul
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
@@ -38,26 +39,13 @@ from plancast.simulator.sweep_keys import (
     sharded,
     shared_key,
 )
+from plancast.simulator.sweep_layer import Layer, unpack
 from plancast.simulator.sweep_segments import (
-    SegmentTimes,
     StageTimes,
     segment_passes,
     segment_times,
     stage_times,
 )
-
-
-@dataclass(frozen=True, slots=True)
-class Layer:
-    """Per-micro-batch times of the three segment kinds for one (tp, micro-batch, SP, recompute)."""
-
-    layer_s: float  # forward + backward (+ recompute) of one block, tp traffic included
-    layer_w_s: float  # its weight-gradient part (zero bubble defers it)
-    embedding_s: float
-    head_s: float
-    act_bytes: float  # activation bytes one block keeps per micro-batch
-    full_act_bytes: float  # ... without recompute (the block rebuilt in a full or per-op recompute backward)
-    segments: SegmentTimes  # every segment's times, for the lower bound
 
 
 class DpCosts(NamedTuple):
@@ -81,6 +69,8 @@ class Estimator:
     base: Scenario
     gpus: int
     layers: dict[LayerKey, Layer] = field(default_factory=dict)
+    packed: dict[LayerKey, bytes] = field(default_factory=dict)
+    """Layers as a grouping task sent them (simulator/sweep_layer.py), unpacked into `layers` when read."""
     _dp_levels: dict[tuple[int, int, int], tuple[Any, ...]] = field(default_factory=dict)
     _params: dict[tuple[int, ...], tuple[float, float]] = field(default_factory=dict)
     _splits: dict[tuple[int, int, int], tuple[int, ...]] = field(default_factory=dict)
@@ -123,6 +113,8 @@ class Estimator:
     def layer(self, plan: Plan) -> Layer:
         key = self.key(plan)
         cached = self.layers.get(key)
+        if cached is None and key in self.packed:
+            cached = self.layers[key] = unpack(self.packed.pop(key))
         if cached is None:  # one stage of every layer, on the most data-parallel grid of tp and cp
             flat = self._flat(plan)
             s = flat.apply(self.base)
@@ -292,13 +284,15 @@ class Estimator:
             acts += loss_bytes_per_logit(self.base, plan.tp) * logits
         return self._model_states(plan) + acts
 
-    def states_at(self, template: Plan, zero: int) -> float:
-        """`_model_states` of `template` under ZeRO stage `zero`: the cache read by its key, without
-        building the plan unless it is missing (a sweep asks for every stage of each group)."""
+    def states_at(self, template: Plan, zeros: Iterable[int]) -> dict[int, float]:
+        """`_model_states` of `template` under each ZeRO stage of `zeros`: the cache read by its key,
+        without building the plan unless it is missing (a sweep asks for every stage of each group)."""
         d = degrees(template)
-        key = (*d[:6], zero, *d[7:])
-        cached = self._states.get(key)
-        return self._model_states(replace(template, zero_stage=zero)) if cached is None else cached
+        head, tail, out = d[:6], d[7:], {}
+        for zero in zeros:
+            cached = self._states.get((*head, zero, *tail))
+            out[zero] = self._model_states(replace(template, zero_stage=zero)) if cached is None else cached
+        return out
 
     def activations_at(self, template: Plan, recompute: str, zero: int) -> tuple[float, float]:
         """`_activations` of `template` under `recompute` and ZeRO stage `zero`, read as `states_at`."""

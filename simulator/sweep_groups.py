@@ -104,10 +104,19 @@ def _classes(members: list[Member] | tuple[Member, ...]) -> list[tuple[Member, .
     return [tuple(part) for part in parts.values()]
 
 
-def member_memories(est: Estimator, template: Plan, below: list[tuple[str, int]]) -> list[float]:
+Acts = dict[tuple[int, int, bool, int, int, int, bool], list[tuple[float, float, bool]]]
+"""`member_memories`' cache: per (tp, micro-batch size, SP, ep, cp, etp, dp > 1), each (recompute, ZeRO
+stage) of one `below`'s (act_bytes, full_act_bytes, whether backward rebuilds a block): what
+Estimator.activations_at reads, the same for every pipeline layout of the branch."""
+
+
+def member_memories(
+    est: Estimator, template: Plan, below: list[tuple[str, int]], acts: Acts | None = None
+) -> list[float]:
     """First-rank memory of `template` under each (recompute, ZeRO stage) of `below`: exactly
     `Estimator.memory_bytes` of each (the same terms in the same order), with the parts that do not
-    depend on recompute and ZeRO (the split, the in-flight count, the loss buffers) worked out once."""
+    depend on recompute and ZeRO (the split, the in-flight count, the loss buffers) worked out once, and
+    the activations once per `acts` key (a cache for one `below`: a Grouper's)."""
     base, t = est.base, est.base.training
     split = est.split(template)
     m = t.global_batch_size // (template.micro_batch_size * template.dp)
@@ -116,17 +125,25 @@ def member_memories(est: Estimator, template: Plan, below: list[tuple[str, int]]
     if template.pp * template.virtual_stages == 1 or template.v_shape:
         logits = template.micro_batch_size * t.seq_len / template.cp * base.model.vocab_size / template.tp
         loss = loss_bytes_per_logit(base, template.tp) * logits
-    states: dict[int, float] = {}  # per ZeRO stage
+    tp, b, sp, ep, cp, etp = (template.tp, template.micro_batch_size, template.sequence_parallel, template.ep,
+                              template.cp, template.etp)  # fmt: skip
+    key = (tp, b, sp, ep, cp, etp, template.dp > 1)
+    per = None if acts is None else acts.get(key)
+    if per is None:
+        moe = base.model.is_moe
+        per = [
+            (*est.activations_at(template, rc, zero), rebuilds_a_block(rc, t.selective_recompute, moe=moe))
+            for rc, zero in below
+        ]
+        if acts is not None:
+            acts[key] = per
+    states = est.states_at(template, {zero for _, zero in below})
     out = []
-    for rc, zero in below:
-        if zero not in states:
-            states[zero] = est.states_at(template, zero)
-        act_bytes, full_act_bytes = est.activations_at(template, rc, zero)
-        rebuilt = rebuilds_a_block(rc, t.selective_recompute, moe=base.model.is_moe)
-        acts = inflight * act_bytes + (full_act_bytes if rebuilt else 0.0)
+    for (_, zero), (act_bytes, full_act_bytes, rebuilt) in zip(below, per, strict=True):
+        held = inflight * act_bytes + (full_act_bytes if rebuilt else 0.0)
         if loss is not None:
-            acts += loss
-        out.append(states[zero] + acts)
+            held += loss
+        out.append(states[zero] + held)
     return out
 
 
@@ -196,6 +213,7 @@ class Grouper:
         self._floors: dict[tuple[object, ...], tuple[StageTimes, ...]] = {}  # per (members' keys, split)
         self._segment_floors: dict[tuple[LayerKey, ...], SegmentTimes] = {}
         self._smallest: dict[tuple[int, ...], bool] = {}
+        self._acts: Acts = {}
         self._afters: dict[tuple[int, ...], float] = {}
         self._streams: dict[tuple[object, ...], float] = {}
 
@@ -234,7 +252,7 @@ class Grouper:
         they are of several classes (`classes` splits it once the search reaches it: splitting every
         group here cost more than it spared)."""
         template = _template(shape, moe)
-        memories = member_memories(self.est, template, self.below)
+        memories = member_memories(self.est, template, self.below, self._acts)
         fitting = [
             (rc, zero, memory / GiB)
             for (rc, zero), memory in zip(self.below, memories, strict=True)
