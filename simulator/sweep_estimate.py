@@ -130,15 +130,12 @@ class Estimator:
             blocks = passes[1:-tail]  # StageCost(0, blocks, 0.0, overlap, full)'s sums, from its terms
             forward_s = sum(p[0] for p in blocks)
             backward_s = sum(p[1] for p in blocks) + sum(p[2] for p in blocks)
-            x, n = Shape.of(s), len(blocks)  # an MoE model's layers differ: the mean block
-            mlp = moe_activation_bytes(x, s.model) if s.model.is_moe else None
+            n = len(blocks)  # an MoE model's layers differ: the mean block
             cached = self.layers[key] = Layer(
                 (forward_s + backward_s + (forward_s if full else 0.0)) / n,
                 sum(p[2] for p in blocks) / n,
                 passes[0][0] * 3,
                 sum(p[0] for p in passes[-tail:]) * 3,
-                layer_activation_bytes(x, plan.recompute, mlp, s.training.selective_recompute),
-                layer_activation_bytes(x, "none", mlp),
                 segment_times(segments, overlap, full, passes),
             )
         return cached
@@ -313,8 +310,9 @@ class Estimator:
         return cached
 
     def _activations(self, plan: Plan) -> tuple[float, float]:
-        """(`Layer.act_bytes`, `Layer.full_act_bytes`): the same for every dispatcher and overlap, and
-        worked out without the layer's segment costs, so that the memory check prices no layer."""
+        """(activation bytes one block keeps per micro-batch, the same without recompute: what backward
+        rebuilds under full recompute): the same for every dispatcher and overlap, and worked out without
+        the layer's segment costs, so that the memory check prices no layer."""
         key = (plan.tp, plan.micro_batch_size, plan.sequence_parallel, plan.recompute, plan.ep, plan.cp,
                sharded(plan), plan.etp)  # fmt: skip
         cached = self._acts.get(key)

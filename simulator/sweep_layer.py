@@ -26,13 +26,11 @@ class Layer:
     layer_w_s: float  # its weight-gradient part (zero bubble defers it)
     embedding_s: float
     head_s: float
-    act_bytes: float  # activation bytes one block keeps per micro-batch
-    full_act_bytes: float  # ... without recompute (the block rebuilt in a full or per-op recompute backward)
     segments: SegmentTimes  # every segment's times, for the lower bound
 
 
-_HEAD = 19
-"""Floats before the columns: the six scalars of `Layer`, recompute_full, the column length, whether the
+_HEAD = 17
+"""Floats before the columns: the four scalars of `Layer`, recompute_full, the column length, whether the
 hidden all-to-all columns are there, embedding (3), head (3), embedding_compute (2), head_compute (2)."""
 
 
@@ -40,8 +38,8 @@ def pack(layer: Layer) -> bytes:
     """`layer` as the bytes of its floats (`unpack` turns them back into an equal `Layer`)."""
     seg = layer.segments
     n, alone = len(seg.forward_s), bool(seg.alone_forward_s)
-    values = array("d", (layer.layer_s, layer.layer_w_s, layer.embedding_s, layer.head_s, layer.act_bytes))
-    values.extend((layer.full_act_bytes, float(seg.recompute_full), float(n), float(alone)))
+    values = array("d", (layer.layer_s, layer.layer_w_s, layer.embedding_s, layer.head_s))
+    values.extend((float(seg.recompute_full), float(n), float(alone)))
     for part in (seg.embedding, seg.head, seg.embedding_compute, seg.head_compute):
         values.extend(part)
     columns = [seg.forward_s, seg.backward_input_s, seg.backward_weight_s, seg.compute_forward_s]
@@ -57,20 +55,20 @@ def unpack(data: bytes) -> Layer:
     """The `Layer` that `pack` gave `data` for."""
     values = array("d")
     values.frombytes(data)
-    n, alone = int(values[7]), bool(values[8])
+    n, alone = int(values[5]), bool(values[6])
     cols = [tuple(values[_HEAD + i * n : _HEAD + (i + 1) * n]) for i in range(7 if alone else 5)]
     segments = SegmentTimes(
         cols[0],
         cols[1],
         cols[2],
-        (values[9], values[10], values[11]),
-        (values[12], values[13], values[14]),
-        bool(values[6]),
+        (values[7], values[8], values[9]),
+        (values[10], values[11], values[12]),
+        bool(values[4]),
         cols[3],
         cols[4],
+        (values[13], values[14]),
         (values[15], values[16]),
-        (values[17], values[18]),
         cols[5] if alone else (),
         cols[6] if alone else (),
     )
-    return Layer(values[0], values[1], values[2], values[3], values[4], values[5], segments)
+    return Layer(values[0], values[1], values[2], values[3], segments)

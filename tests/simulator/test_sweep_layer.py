@@ -27,6 +27,8 @@ def test_packed_layers_are_the_task_layers_exactly(preset: str) -> None:
             for plan, _ in group.plans():
                 grouper.est.layer(plan)
     assert packed.keys() == grouper.est.layers.keys()
+    hidden = [layer for layer in grouper.est.layers.values() if layer.segments.alone_forward_s]
+    assert bool(hidden) == (preset == "tiny-moe")  # ep overlap's hidden all-to-all columns packed too
     for key, layer in grouper.est.layers.items():
         assert unpack(packed[key]) == layer  # every float, bit for bit
         assert pack(unpack(packed[key])) == packed[key]
