@@ -186,3 +186,36 @@ def test_export_then_import_kineto_gives_back_the_same_events(tmp_path: Path) ->
     compared = json.loads(plancast("compare", str(back), "--json").stdout)  # the same prediction beside it
     assert (compared["events_missing"], compared["events_extra"]) == (0, 0)
     assert compared["step_time_error"] == pytest.approx(0.0, abs=1e-9)
+
+
+def test_export_writes_every_rank_of_a_prediction_that_holds_one_rank_per_class(tmp_path: Path) -> None:
+    """Above simulator/predict.py's EXPAND_LIMIT (256 ranks) a prediction holds one rank per symmetric
+    class (dp 132, pp 2: ranks 0 and 132 of 264); `export` wrote ranks 0-132, the highest rank + 1, where
+    `simulate --out` wrote all 264. It reads the plan's world size from the run's scenario.toml, and
+    names a scenario.toml it cannot read (exit 2, the events still exported)."""
+    toml = tmp_path / "plan.toml"
+    toml.write_text(
+        '[model]\npreset = "gpt3-1.3b"\n[training]\nseq_len = 2048\nmicro_batch_size = 1\n'
+        "global_batch_size = 264\n[parallelism]\npipeline_parallel_degree = 2\n"
+        '[cluster]\npreset = "dgx-h100-80gb"\nnum_nodes = 33\n'
+    )
+    run = tmp_path / "run"
+    assert plancast("simulate", str(toml), "--out", str(run)).returncode == 0, toml.read_text()
+    assert sorted(set(read_predicted_ranks(run))) == [0, 132]
+    written = sorted((run / "chrome" / "predicted").glob("rank-*.json"))
+    assert len(written) == 264
+    for path in written:
+        path.unlink()
+    result = plancast("export", str(run), "--source", "predicted")
+    assert result.returncode == 0, result.stderr
+    assert "264 file(s)" in result.stdout and len(list((run / "chrome" / "predicted").glob("*.json"))) == 264
+    (run / "scenario.toml").write_text("[model\n")
+    damaged = plancast("export", str(run), "--source", "predicted")
+    assert damaged.returncode == 2 and "scenario.toml could not be read" in damaged.stderr, damaged.stderr
+    assert "133 file(s)" in damaged.stdout
+
+
+def read_predicted_ranks(run: Path) -> list[int]:
+    from plancast.traces.store import read_predicted
+
+    return [int(r) for r in read_predicted(RunDir(run))["rank"]]

@@ -286,6 +286,23 @@ in the browser tab's memory, "2gb is typical", at 2-4x the file's size (perfetto
 large-traces); json.dump also builds each rank's list in memory here (~1 KiB an event)."""
 
 
+def _export_world(rd: Any, source: str, frame: Any, problems: list[str]) -> int:
+    """The ranks RUN's `source` traces are exported over. Predicted: the plan's world size (scenario.toml),
+    as `simulate --out` writes them: a prediction holds one rank per symmetric class, so its highest
+    rank + 1 fell short (1,345 of GPT-3's 1,536). Measured: the highest rank + 1 (a rank whose file is
+    missing is named by read_measured, not exported as one without events)."""
+    from plancast.simulator.loader import ScenarioError, load_scenario
+
+    size = 0
+    if source == "predicted" and rd.scenario_toml.is_file():
+        try:
+            size = load_scenario(rd.scenario_toml).scenario.world_size
+        except (ScenarioError, OSError, ValueError) as e:
+            where = rd.relative(rd.scenario_toml)
+            problems.append(f"{where} could not be read ({e}): the predicted ranks counted from its events")
+    return max(size, int(frame["rank"].max()) + 1)
+
+
 @app.command("export")
 def export(
     run: RunArg,
@@ -335,9 +352,9 @@ def export(
                 "measured alone, or run fewer steps"
             )
         lock = claim(rd.path, "plancast export")  # chrome/ is derived: no --force needed, but one writer
+        worlds = {name: _export_world(rd, name, frame, problems) for name, frame in frames.items()}
     with lock:
         for name, frame in frames.items():
-            world = int(frame["rank"].max()) + 1
-            files = export_chrome(frame, rd.path / "chrome" / name, world)
+            files = export_chrome(frame, rd.path / "chrome" / name, worlds[name])
             out.print(f"{name}: {len(files)} file(s) in {rd.path / 'chrome' / name}")
     _exit_on_problems(problems)
