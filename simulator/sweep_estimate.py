@@ -39,11 +39,9 @@ from plancast.simulator.sweep_keys import (
     sharded,
     shared_key,
 )
-from plancast.simulator.sweep_layer import Layer, unpack
+from plancast.simulator.sweep_layer import Layer, Shared, unpack
 from plancast.simulator.sweep_segments import (
     StageTimes,
-    segment_passes,
-    segment_times,
     stage_times,
 )
 
@@ -80,6 +78,7 @@ class Estimator:
     _inflight: dict[tuple[object, ...], int] = field(default_factory=dict)
     _acts: dict[tuple[object, ...], tuple[float, float]] = field(default_factory=dict)
     _raw: dict[LayerKey, tuple[Segment, ...]] = field(default_factory=dict)
+    _shared: Shared = field(default_factory=Shared)
     _first_actions: dict[tuple[str, int, int, int], tuple[Action, ...]] = field(default_factory=dict)
     _stages: dict[tuple[object, ...], tuple[StageTimes, ...]] = field(default_factory=dict)
     fsdp_stages: bool = field(init=False)
@@ -126,7 +125,7 @@ class Estimator:
             # the multi-token-prediction blocks run on the last stage with the head (costs/mtp.py)
             tail = 1 + s.model.num_nextn_predict_layers
             overlap, full = s.parallelism.tp_comm_overlap, recompute_pass(plan, s)
-            passes = segment_passes(segments, overlap)
+            passes, times = self._shared.segment_sums(segments, overlap, full)
             blocks = passes[1:-tail]  # StageCost(0, blocks, 0.0, overlap, full)'s sums, from its terms
             forward_s = sum(p[0] for p in blocks)
             backward_s = sum(p[1] for p in blocks) + sum(p[2] for p in blocks)
@@ -136,7 +135,7 @@ class Estimator:
                 sum(p[2] for p in blocks) / n,
                 passes[0][0] * 3,
                 sum(p[0] for p in passes[-tail:]) * 3,
-                segment_times(segments, overlap, full, passes),
+                times,
             )
         return cached
 
@@ -168,12 +167,22 @@ class Estimator:
             default = replace(flat, dispatcher=twin, overlap_ep=False)
             raw = self._stage_segments(plain, default, default.apply(self.base), tp_levels)
         ep_cp, overlap = layer_collectives(s, moe=True), s.parallelism.moe_overlap_ep_comm
+        shared = (
+            id(raw),
+            ep_cp,
+            overlap,
+        )  # the repricing's inputs: alike keys share them (sweep_layer.Shared)
+        hit = self._shared.repriced.get(shared)
+        if hit is not None and hit[0] is raw:
+            return hit[1]
         priced: dict[int, Segment] = {}
         for g in raw:
             if id(g) not in priced and any(c.stream == "ep" for c in g.ep_cp_forward):
                 fwd, bwd = ep_overlapped(ep_cp, g.windows if overlap else None)
                 priced[id(g)] = replace(g, ep_cp_forward=fwd, ep_cp_backward=bwd)
-        return tuple(priced.get(id(g), g) for g in raw)
+        segments = tuple(priced.get(id(g), g) for g in raw)
+        self._shared.repriced[shared] = (raw, segments)
+        return segments
 
     def _stage_segments(self, key: LayerKey, flat: Plan, s: Scenario, levels: Any) -> tuple[Segment, ...]:
         """stage_costs(s)'s segments once per key: `shared_key`'s where alike (sweep_keys.alike)."""

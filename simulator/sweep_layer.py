@@ -13,9 +13,11 @@ trip is tested, tests/simulator/test_sweep_layer.py).
 from __future__ import annotations
 
 from array import array
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
-from plancast.simulator.sweep_segments import SegmentTimes
+from plancast.simulator.costs.stage import Segment
+from plancast.simulator.sweep_segments import Passes, SegmentTimes, segment_passes, segment_times
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,3 +74,35 @@ def unpack(data: bytes) -> Layer:
         cols[6] if alone else (),
     )
     return Layer(values[0], values[1], values[2], values[3], segments)
+
+
+@dataclass
+class Shared:
+    """Per-key work that layer keys pricing their segments alike share (sweep_estimate.Estimator.layer):
+    keys differing only in recompute none / full or ZeRO 0 / 3 often get the very same one-stage segments
+    (sweep_keys.alike), and those with the same dispatcher and overlap the same all-to-alls. Each entry
+    keeps the objects its key names by id alive (and checks them), so an id is never another object's."""
+
+    repriced: dict[tuple[int, Any, bool], tuple[tuple[Segment, ...], tuple[Segment, ...]]] = field(
+        default_factory=dict
+    )
+    """(id of the raw segments, their ep/cp collectives, ep overlap) -> (raw, repriced segments)."""
+    sums: dict[tuple[int, bool, bool], tuple[tuple[Segment, ...], list[Passes], SegmentTimes]] = field(
+        default_factory=dict
+    )
+    """(id of the segments, tp overlap, full recompute) -> (segments, passes, SegmentTimes)."""
+
+    def segment_sums(
+        self, segments: tuple[Segment, ...], tp_overlap: bool, recompute_full: bool
+    ) -> tuple[list[Passes], SegmentTimes]:
+        """sweep_segments.segment_passes and segment_times of `segments`, once per segments object."""
+        key = (id(segments), tp_overlap, recompute_full)
+        hit = self.sums.get(key)
+        if hit is None or hit[0] is not segments:
+            passes = segment_passes(segments, tp_overlap)
+            hit = self.sums[key] = (
+                segments,
+                passes,
+                segment_times(segments, tp_overlap, recompute_full, passes),
+            )
+        return hit[1], hit[2]
