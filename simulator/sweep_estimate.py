@@ -167,11 +167,8 @@ class Estimator:
             default = replace(flat, dispatcher=twin, overlap_ep=False)
             raw = self._stage_segments(plain, default, default.apply(self.base), tp_levels)
         ep_cp, overlap = layer_collectives(s, moe=True), s.parallelism.moe_overlap_ep_comm
-        shared = (
-            id(raw),
-            ep_cp,
-            overlap,
-        )  # the repricing's inputs: alike keys share them (sweep_layer.Shared)
+        # the repricing's inputs: keys that price alike share them (sweep_layer.Shared)
+        shared = (id(raw), ep_cp, overlap)
         hit = self._shared.repriced.get(shared)
         if hit is not None and hit[0] is raw:
             return hit[1]
