@@ -17,12 +17,10 @@ from plancast.simulator.costs.memory import (
     rebuilds_a_block,
 )
 from plancast.simulator.costs.memory_fsdp import reduce_scatter_bytes, root_unit_bytes
-from plancast.simulator.costs.moe import moe_activation_bytes, sorts_by_expert
-from plancast.simulator.costs.moe_cp_comm import layer_collectives
+from plancast.simulator.costs.moe import moe_activation_bytes
 from plancast.simulator.costs.ops import DTYPE_BYTES, Shape
 from plancast.simulator.costs.optimizer import optimizer_bytes_per_param
 from plancast.simulator.costs.params import layer_params, rank_parameters
-from plancast.simulator.costs.stage import Segment, ep_overlapped, stage_costs
 from plancast.simulator.engine import Topology
 from plancast.simulator.mesh import RankGrid, span_tier
 from plancast.simulator.scenario import Scenario
@@ -31,15 +29,13 @@ from plancast.simulator.sweep_axes import Plan
 from plancast.simulator.sweep_inflight import CLOSED_FORM, INFLIGHT_STEADY, inflight_layers
 from plancast.simulator.sweep_keys import (
     LayerKey,
-    alike,
     fsdp_stage,
     has_fsdp_stages,
     layer_key,
     recompute_pass,
     sharded,
-    shared_key,
 )
-from plancast.simulator.sweep_layer import Layer, Shared, unpack
+from plancast.simulator.sweep_layer import Layer, Pricing, unpack
 from plancast.simulator.sweep_segments import (
     StageTimes,
     stage_times,
@@ -77,8 +73,7 @@ class Estimator:
     _dp: dict[tuple[int, ...], DpCosts] = field(default_factory=dict)
     _inflight: dict[tuple[object, ...], int] = field(default_factory=dict)
     _acts: dict[tuple[object, ...], tuple[float, float]] = field(default_factory=dict)
-    _raw: dict[LayerKey, tuple[Segment, ...]] = field(default_factory=dict)
-    _shared: Shared = field(default_factory=Shared)
+    _pricing: Pricing = field(init=False)
     _first_actions: dict[tuple[str, int, int, int], tuple[Action, ...]] = field(default_factory=dict)
     _stages: dict[tuple[object, ...], tuple[StageTimes, ...]] = field(default_factory=dict)
     fsdp_stages: bool = field(init=False)
@@ -86,6 +81,7 @@ class Estimator:
 
     def __post_init__(self) -> None:
         self.fsdp_stages = has_fsdp_stages(self.base)
+        self._pricing = Pricing(self.base)
 
     def key(self, plan: Plan) -> LayerKey:
         """The plan's `LayerKey` on this estimator's cluster."""
@@ -116,16 +112,16 @@ class Estimator:
             cached = self.layers[key] = unpack(self.packed.pop(key))
         if cached is None:  # one stage of every layer, on the most data-parallel grid of tp and cp
             flat = self._flat(plan)
-            s = flat.apply(self.base)
             tp_key = (plan.tp, plan.cp, plan.ep)  # the flat plan's grid: dp follows from tp and cp
             tp_levels = self._tp_levels.get(tp_key)
             if tp_levels is None:
-                tp_levels = self._tp_levels[tp_key] = Topology.of(s).levels("tp")
-            segments = self._segments(key, flat, s, tp_levels)
-            # the multi-token-prediction blocks run on the last stage with the head (costs/mtp.py)
-            tail = 1 + s.model.num_nextn_predict_layers
-            overlap, full = s.parallelism.tp_comm_overlap, recompute_pass(plan, s)
-            passes, times = self._shared.segment_sums(segments, overlap, full)
+                tp_levels = self._tp_levels[tp_key] = Topology.of(flat.apply(self.base)).levels("tp")
+            segments = self._pricing.segments(key, flat, tp_levels)
+            # the multi-token-prediction blocks run on the last stage with the head (costs/mtp.py); the
+            # plan sets neither that nor tp overlap (Plan.apply)
+            tail = 1 + self.base.model.num_nextn_predict_layers
+            overlap, full = self.base.parallelism.tp_comm_overlap, recompute_pass(plan, self.base)
+            passes, times = self._pricing.shared.segment_sums(segments, overlap, full)
             blocks = passes[1:-tail]  # StageCost(0, blocks, 0.0, overlap, full)'s sums, from its terms
             forward_s = sum(p[0] for p in blocks)
             backward_s = sum(p[1] for p in blocks) + sum(p[2] for p in blocks)
@@ -149,50 +145,6 @@ class Estimator:
             dispatcher=plan.dispatcher,
             overlap_ep=plan.overlap_ep, etp=plan.etp,
         )  # fmt: skip
-
-    def _segments(
-        self, key: LayerKey, flat: Plan, s: Scenario, tp_levels: tuple[Any, ...]
-    ) -> tuple[Segment, ...]:
-        """The model's segments on one rank (costs/stage.py, stage_costs of a one-stage plan). Another
-        dispatcher or ep overlap changes only the MoE blocks' all-to-alls: the default's segments with
-        those priced again by the calls stage_costs makes (costs/moe_cp_comm.py layer_collectives,
-        costs/stage.py ep_overlapped). Partial recompute folds them into a backward: priced in full. The
-        alltoall dispatcher sorts by local expert (costs/moe.py), so the others derive from deepep's."""
-        twin = "alltoall" if sorts_by_expert(key[7]) else "deepep"
-        plain: LayerKey = (*key[:7], twin, False, *key[9:])
-        if key == plain or s.training.recompute_num_layers is not None:
-            return self._stage_segments(key, flat, s, tp_levels)
-        raw = self._raw.get(plain)
-        if raw is None:
-            default = replace(flat, dispatcher=twin, overlap_ep=False)
-            raw = self._stage_segments(plain, default, default.apply(self.base), tp_levels)
-        ep_cp, overlap = layer_collectives(s, moe=True), s.parallelism.moe_overlap_ep_comm
-        # the repricing's inputs: keys that price alike share them (sweep_layer.Shared)
-        shared = (id(raw), ep_cp, overlap)
-        hit = self._shared.repriced.get(shared)
-        if hit is not None and hit[0] is raw:
-            return hit[1]
-        priced: dict[int, Segment] = {}
-        for g in raw:
-            if id(g) not in priced and any(c.stream == "ep" for c in g.ep_cp_forward):
-                fwd, bwd = ep_overlapped(ep_cp, g.windows if overlap else None)
-                priced[id(g)] = replace(g, ep_cp_forward=fwd, ep_cp_backward=bwd)
-        segments = tuple(priced.get(id(g), g) for g in raw)
-        self._shared.repriced[shared] = (raw, segments)
-        return segments
-
-    def _stage_segments(self, key: LayerKey, flat: Plan, s: Scenario, levels: Any) -> tuple[Segment, ...]:
-        """stage_costs(s)'s segments once per key: `shared_key`'s where alike (sweep_keys.alike)."""
-        cached = self._raw.get(key)
-        if cached is None:
-            other = shared_key(key)
-            twin = replace(flat, zero_stage=0, recompute=other[3])
-            if other != key and alike(s, shared := twin.apply(self.base)):
-                cached = self._stage_segments(other, twin, shared, levels)
-            else:
-                cached = stage_costs(s, levels)[0].segments
-            self._raw[key] = cached
-        return cached
 
     def dp_levels(self, plan: Plan) -> tuple[Any, ...]:
         """The tiers of rank 0's data-parallel group as the engine prices its collectives over them: dp x

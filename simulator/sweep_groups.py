@@ -152,6 +152,7 @@ def floor_segments(segments: list[SegmentTimes]) -> SegmentTimes:
     without FSDP units), and the least an unpaired pass adds (none unless every one overlaps its
     all-to-alls); recompute only where every one recomputes in full. Its stage sums
     (sweep_segments.stage_times) are at most each one's, one sum for all of them."""
+    segments = list({id(seg): seg for seg in segments}.values())  # alike keys share one (sweep_layer.Shared)
     columns = [
         [_diffs(prefix) for prefix in (seg.forward_s, seg.backward_input_s, seg.backward_weight_s)]
         for seg in segments

@@ -13,10 +13,15 @@ trip is tested, tests/simulator/test_sweep_layer.py).
 from __future__ import annotations
 
 from array import array
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from plancast.simulator.costs.stage import Segment
+from plancast.simulator.costs.moe import sorts_by_expert
+from plancast.simulator.costs.moe_cp_comm import InnerCollective, layer_collectives
+from plancast.simulator.costs.stage import DenseSegments, Segment, ep_overlapped, stage_costs
+from plancast.simulator.scenario import Scenario
+from plancast.simulator.sweep_axes import Plan
+from plancast.simulator.sweep_keys import LayerKey, alike, shared_key
 from plancast.simulator.sweep_segments import Passes, SegmentTimes, segment_passes, segment_times
 
 
@@ -106,3 +111,74 @@ class Shared:
                 segment_times(segments, tp_overlap, recompute_full, passes),
             )
         return hit[1], hit[2]
+
+
+EpCp = tuple[tuple[InnerCollective, ...], tuple[InnerCollective, ...]]
+
+
+class Pricing:
+    """The model's segments on one rank for each layer key (costs/stage.py, stage_costs of the key's
+    one-stage plan: sweep_estimate.Estimator._flat), with what keys pricing alike share (`shared`), and
+    each key's scenario built only where something is worked out for it.
+
+    - Another dispatcher or ep overlap changes only the MoE blocks' all-to-alls: the default's segments
+      with those priced again by the calls stage_costs makes (costs/moe_cp_comm.py layer_collectives,
+      costs/stage.py ep_overlapped). Partial recompute folds them into a backward: priced in full. The
+      alltoall dispatcher sorts by local expert (costs/moe.py), so the others derive from deepep's.
+    - Keys differing only in recompute none / full or ZeRO 0 / 3 often price alike (sweep_keys.alike).
+    - The ep/cp collectives depend on the grid, the batch shape and the dispatcher, not on recompute,
+      ZeRO or overlap; the dense block, embedding and head (costs/stage.py DenseSegments) on no
+      expert-parallel choice: each worked out once for the keys that share them.
+    tests/simulator/test_sweep_layer.py compares every key's segments with stage_costs' own."""
+
+    def __init__(self, base: Scenario) -> None:
+        self.base = base
+        self.shared = Shared()
+        self._raw: dict[LayerKey, tuple[Segment, ...]] = {}
+        self._dense: dict[tuple[object, ...], DenseSegments] = {}
+        self._collectives: dict[tuple[object, ...], EpCp] = {}
+
+    def segments(self, key: LayerKey, flat: Plan, tp_levels: tuple[Any, ...]) -> tuple[Segment, ...]:
+        """`flat`'s segments; `key` is its layer key, `tp_levels` its tensor-parallel group's tiers."""
+        twin = "alltoall" if sorts_by_expert(key[7]) else "deepep"
+        plain: LayerKey = (*key[:7], twin, False, *key[9:])
+        if key == plain or self.base.training.recompute_num_layers is not None:
+            return self._stage_segments(key, flat, tp_levels)
+        raw = self._raw.get(plain)
+        if raw is None:
+            raw = self._stage_segments(plain, replace(flat, dispatcher=twin, overlap_ep=False), tp_levels)
+        where = (*key[:3], key[4], key[5], key[7], key[9])  # tp, mbs, SP, ep, cp, dispatcher, etp
+        ep_cp = self._collectives.get(where)
+        if ep_cp is None:
+            ep_cp = self._collectives[where] = layer_collectives(flat.apply(self.base), moe=True)
+        # the repricing's inputs: keys that price alike share them
+        shared = (id(raw), ep_cp, flat.overlap_ep)
+        hit = self.shared.repriced.get(shared)
+        if hit is not None and hit[0] is raw:
+            return hit[1]
+        priced: dict[int, Segment] = {}
+        for g in {id(g): g for g in raw}.values():  # a few distinct blocks, each many times in `raw`
+            if any(c.stream == "ep" for c in g.ep_cp_forward):
+                fwd, bwd = ep_overlapped(ep_cp, g.windows if flat.overlap_ep else None)
+                priced[id(g)] = replace(g, ep_cp_forward=fwd, ep_cp_backward=bwd)
+        segments = tuple(priced.get(id(g), g) for g in raw)
+        self.shared.repriced[shared] = (raw, segments)
+        return segments
+
+    def _stage_segments(self, key: LayerKey, flat: Plan, levels: tuple[Any, ...]) -> tuple[Segment, ...]:
+        """stage_costs' segments once per key: `shared_key`'s where alike (sweep_keys.alike)."""
+        cached = self._raw.get(key)
+        if cached is None:
+            s = flat.apply(self.base)
+            other = shared_key(key)
+            twin = replace(flat, zero_stage=0, recompute=other[3])
+            if other != key and alike(s, twin.apply(self.base)):
+                cached = self._stage_segments(other, twin, levels)
+            else:
+                where = (*key[:4], *key[5:7])  # tp, mbs, SP, recompute, cp, FSDP stage
+                dense = self._dense.get(where)
+                if dense is None:
+                    dense = self._dense[where] = DenseSegments.of(s, levels)
+                cached = stage_costs(s, levels, dense)[0].segments
+            self._raw[key] = cached
+        return cached

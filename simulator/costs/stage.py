@@ -10,7 +10,7 @@ memory-bound ops read the gradient and the saved input and write one gradient (1
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Literal, cast
+from typing import Literal, NamedTuple, cast
 
 from plancast.simulator.costs.collectives import CollectiveKind, Level, collective_seconds
 from plancast.simulator.costs.efficiency import op_seconds, ops_seconds
@@ -345,19 +345,40 @@ def _moe_kept(s: Scenario, x: Shape) -> float:
     return moe_activation_bytes(x, s.model, t.moe_routing_imbalance, _folded_etp(s))
 
 
-def stage_costs(s: Scenario, tp_levels: tuple[Level, ...]) -> tuple[StageCost, ...]:
+class DenseSegments(NamedTuple):
+    """The segments of `stage_costs` that no expert-parallel choice changes (ep, etp, the MoE dispatcher
+    and its overlap): the dense block, the embedding and the head. A sweep works them out once for the
+    plans that differ only in those (simulator/sweep_layer.py; tests/simulator/test_sweep_layer.py
+    compares them over a sweep's plans)."""
+
+    layer: Segment
+    embedding: Segment
+    head: Segment
+
+    @classmethod
+    def of(cls, s: Scenario, tp_levels: tuple[Level, ...]) -> DenseSegments:
+        x, host = Shape.of(s), HostCosts.of(s)
+        params, weights = segment_params(s, "embedding")
+        embedding = _segment(
+            "embedding", embedding_forward(x), s, tp_levels, cast_params=params, weights=weights
+        )
+        params, weights = segment_params(s, "head")
+        head = _segment("head", head_forward(x), s, tp_levels, cast_params=params, weights=weights)
+        return cls(_layer_segment(s, x, tp_levels, host), embedding, head)
+
+
+def stage_costs(
+    s: Scenario, tp_levels: tuple[Level, ...], dense: DenseSegments | None = None
+) -> tuple[StageCost, ...]:
     """One StageCost per virtual stage (pp * v of them), in stage order. An MoE model's layers from
-    first_k_dense_replace on carry the MoE block and its all-to-alls (costs/moe.py)."""
+    first_k_dense_replace on carry the MoE block and its all-to-alls (costs/moe.py). `dense`: `s`'s
+    DenseSegments when already worked out."""
     x = Shape.of(s)
     m = s.model
     host = HostCosts.of(s)
-    layer = _layer_segment(s, x, tp_levels, host)
+    layer, embedding, head = dense or DenseSegments.of(s, tp_levels)
     moe_layer = _moe_segment(s, x, tp_levels, host) if m.is_moe else layer
     mtp = _mtp_segments(s, tp_levels, host)
-    params, weights = segment_params(s, "embedding")
-    embedding = _segment("embedding", embedding_forward(x), s, tp_levels, cast_params=params, weights=weights)
-    params, weights = segment_params(s, "head")
-    head = _segment("head", head_forward(x), s, tp_levels, cast_params=params, weights=weights)
     split = s.layer_split
     last = len(split) - 1
     out = []
@@ -410,41 +431,3 @@ def _mtp_segments(s: Scenario, tp_levels: tuple[Level, ...], host: HostCosts) ->
         moe=moe,
     )
     return (segment,) * depth
-
-
-@dataclass(frozen=True, slots=True)
-class Durations:
-    """A stage's per-micro-batch durations, computed once (the engine reads them per action)."""
-
-    forward_s: float
-    recompute_s: float
-    backward_s: float  # full backward, or the input-gradient part when the schedule splits it
-    backward_weight_s: float
-    forward_flops: float
-    backward_flops: float
-    weight_flops: float
-    backward_kind: str
-
-    @classmethod
-    def of(cls, cost: StageCost, split: bool) -> Durations:
-        """With a split backward the first stage has no input gradient to produce: its B is empty and
-        W runs its whole backward (as torch's stage_backward_input/weight do)."""
-        # each sum over the segments once (a StageCost property recomputes it per read)
-        forward_s, flops = cost.forward_s, cost.forward_flops
-        input_s, weight_s = cost.backward_input_s, cost.backward_weight_s
-        if split and cost.stage == 0:
-            b_s, w_s, b_flops, w_flops = 0.0, input_s + weight_s, 0.0, 2 * flops
-        elif split:
-            b_s, w_s, b_flops, w_flops = input_s, weight_s, flops, flops
-        else:
-            b_s, w_s, b_flops, w_flops = input_s + weight_s, 0.0, 2 * flops, 0.0
-        return cls(
-            forward_s=forward_s,
-            recompute_s=cost.recompute_s,
-            backward_s=b_s,
-            backward_weight_s=w_s,
-            forward_flops=flops,
-            backward_flops=b_flops,
-            weight_flops=w_flops,
-            backward_kind="backward_input" if split else "backward",
-        )

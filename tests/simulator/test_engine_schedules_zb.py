@@ -18,7 +18,7 @@ from tests.simulator.test_engine_identities import B, F, ideal, uniform_costs
 def _replayed_makespan(name: ScheduleName, pp: int, m: int) -> float:
     """The replay with the engine's per-pass durations: a chunk's forward F / v, its input-gradient and
     weight-gradient passes B / 2v each, except on stage 0, which has no input gradient to produce, so its
-    B is empty and its W the whole backward (costs/stage.py Durations.of, as torch's stage_backward_*)."""
+    B is empty and its W the whole backward (costs/durations.py Durations.of, as torch's stage_backward_*)."""
     v = 2 if SCHEDULES[name].v_shape else 1
 
     def cost(a: Action) -> float:

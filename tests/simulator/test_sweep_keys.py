@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from plancast.simulator import sweep_estimate
+from plancast.simulator import sweep_layer
 from plancast.simulator.costs.stage import stage_costs
 from plancast.simulator.engine import Topology
 from plancast.simulator.loader import load_scenario
@@ -77,12 +77,12 @@ def test_the_estimator_shares_the_segments_it_would_have_worked_out(monkeypatch:
         for d, o in (("alltoall", False), ("deepep", True))
     ]
     calls: list[str] = []
-    priced = sweep_estimate.stage_costs
-    monkeypatch.setattr(sweep_estimate, "stage_costs", lambda *a: calls.append("shared") or priced(*a))
+    priced = sweep_layer.stage_costs
+    monkeypatch.setattr(sweep_layer, "stage_costs", lambda *a: calls.append("shared") or priced(*a))
     shared = Estimator(base, 2048)
     layers = [shared.layer(plan) for plan in plans]
-    monkeypatch.setattr(sweep_estimate, "alike", lambda a, b: False)
-    monkeypatch.setattr(sweep_estimate, "stage_costs", lambda *a: calls.append("apart") or priced(*a))
+    monkeypatch.setattr(sweep_layer, "alike", lambda a, b: False)
+    monkeypatch.setattr(sweep_layer, "stage_costs", lambda *a: calls.append("apart") or priced(*a))
     apart = Estimator(base, 2048)
     assert [apart.layer(plan) for plan in plans] == layers
     assert calls.count("shared") == 4 and calls.count("apart") == 12  # (none, selective) x dispatchers
