@@ -224,13 +224,20 @@ def subtree_sizes(base: Scenario, gpus: int, pins: Pins = NO_PINS) -> dict[Root,
         1 for rc, zero in itertools.product(RECOMPUTE, ZERO_STAGES)
         if pins.allows("recompute", rc) and pins.allows("zero", zero)
     )  # fmt: skip
+    shapes: dict[tuple[int, int, int, int, bool], int] = {}  # branches of one batch shape count alike
+    moe: dict[int, int] = {}
     for tp, pp, cp, _, ep, _, _, mbs, sp_ok in branches(base, gpus, sizes, pins):
-        moe = len(moe_choices(base, ep, pins))
-        for _, v in schedules(pp, mbs, layers, pins):
-            splits = sum(
-                len(balancer.splits(pp, v, tp, cp, sp)) for sp in sequence_parallel_choices(sp_ok, pins)
+        shape = (tp, pp, cp, mbs, sp_ok)
+        splits = shapes.get(shape)
+        if splits is None:
+            splits = shapes[shape] = sum(
+                len(balancer.splits(pp, v, tp, cp, sp))
+                for _, v in schedules(pp, mbs, layers, pins)
+                for sp in sequence_parallel_choices(sp_ok, pins)
             )
-            sizes[tp, pp] += splits * below * moe
+        if ep not in moe:
+            moe[ep] = len(moe_choices(base, ep, pins))
+        sizes[tp, pp] += splits * below * moe[ep]
     return sizes
 
 
