@@ -21,7 +21,7 @@ family's groups are bounded only once the search reaches it (`Grouper.open`).
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from itertools import accumulate
 from operator import sub
 from typing import NamedTuple
@@ -105,39 +105,61 @@ def _classes(members: list[Member] | tuple[Member, ...]) -> list[tuple[Member, .
 
 
 Acts = dict[tuple[int, int, bool, int, int, int, bool], list[tuple[float, float, bool]]]
-"""`member_memories`' cache: per (tp, micro-batch size, SP, ep, cp, etp, dp > 1), each (recompute, ZeRO
-stage) of one `below`'s (act_bytes, full_act_bytes, whether backward rebuilds a block): what
-Estimator.activations_at reads, the same for every pipeline layout of the branch."""
+"""Per (tp, micro-batch size, SP, ep, cp, etp, dp > 1), each (recompute, ZeRO stage) of one `below`'s
+(act_bytes, full_act_bytes, whether backward rebuilds a block): what Estimator.activations_at reads, the
+same for every pipeline layout of the branch."""
+
+
+@dataclass
+class MemberMemo:
+    """`member_memories`' caches for one `below` (a Grouper's): the activations (`Acts`), the in-flight
+    layers and whether the first rank holds the loss per pipeline layout (schedule, pp, v, first and last
+    blocks, micro-batches), and the model states of each ZeRO stage of `below` per `degrees`."""
+
+    acts: Acts = field(default_factory=dict)
+    inflight: dict[tuple[object, ...], tuple[int, bool]] = field(default_factory=dict)
+    states: dict[tuple[int, ...], dict[int, float]] = field(default_factory=dict)
 
 
 def member_memories(
-    est: Estimator, template: Plan, below: list[tuple[str, int]], acts: Acts | None = None
+    est: Estimator, template: Plan, below: list[tuple[str, int]], memo: MemberMemo | None = None
 ) -> list[float]:
     """First-rank memory of `template` under each (recompute, ZeRO stage) of `below`: exactly
     `Estimator.memory_bytes` of each (the same terms in the same order), with the parts that do not
-    depend on recompute and ZeRO (the split, the in-flight count, the loss buffers) worked out once, and
-    the activations once per `acts` key (a cache for one `below`: a Grouper's)."""
+    depend on recompute and ZeRO (the split, the in-flight count, the loss buffers) worked out once per
+    call, or once per `memo` key (a cache for one `below`: a Grouper's)."""
+    memo = memo or MemberMemo()
     base, t = est.base, est.base.training
-    split = est.split(template)
     m = t.global_batch_size // (template.micro_batch_size * template.dp)
-    inflight = est._inflight_layers(template, m, tuple(split[v] for v in template.first_rank_stages()))
+    layout = (template.schedule, template.pp, template.virtual_stages, template.first_layers,
+              template.last_layers, m)  # fmt: skip
+    known = memo.inflight.get(layout)
+    if known is None:
+        split = est.split(template)
+        chunk_layers = tuple(split[v] for v in template.first_rank_stages())
+        known = memo.inflight[layout] = (
+            est._inflight_layers(template, m, chunk_layers),
+            template.pp * template.virtual_stages == 1 or template.v_shape,
+        )
+    inflight, holds_loss = known
     loss = None
-    if template.pp * template.virtual_stages == 1 or template.v_shape:
+    if holds_loss:
         logits = template.micro_batch_size * t.seq_len / template.cp * base.model.vocab_size / template.tp
         loss = loss_bytes_per_logit(base, template.tp) * logits
     tp, b, sp, ep, cp, etp = (template.tp, template.micro_batch_size, template.sequence_parallel, template.ep,
                               template.cp, template.etp)  # fmt: skip
     key = (tp, b, sp, ep, cp, etp, template.dp > 1)
-    per = None if acts is None else acts.get(key)
+    per = memo.acts.get(key)
     if per is None:
         moe = base.model.is_moe
-        per = [
+        per = memo.acts[key] = [
             (*est.activations_at(template, rc, zero), rebuilds_a_block(rc, t.selective_recompute, moe=moe))
             for rc, zero in below
         ]
-        if acts is not None:
-            acts[key] = per
-    states = est.states_at(template, {zero for _, zero in below})
+    d = degrees(template)
+    states = memo.states.get(d)
+    if states is None:
+        states = memo.states[d] = est.states_at(template, {zero for _, zero in below})
     out = []
     for (_, zero), (act_bytes, full_act_bytes, rebuilt) in zip(below, per, strict=True):
         held = inflight * act_bytes + (full_act_bytes if rebuilt else 0.0)
@@ -214,7 +236,7 @@ class Grouper:
         self._floors: dict[tuple[object, ...], tuple[StageTimes, ...]] = {}  # per (members' keys, split)
         self._segment_floors: dict[tuple[LayerKey, ...], SegmentTimes] = {}
         self._smallest: dict[tuple[int, ...], bool] = {}
-        self._acts: Acts = {}
+        self._memo = MemberMemo()
         self._afters: dict[tuple[int, ...], float] = {}
         self._streams: dict[tuple[object, ...], float] = {}
 
@@ -253,7 +275,7 @@ class Grouper:
         they are of several classes (`classes` splits it once the search reaches it: splitting every
         group here cost more than it spared)."""
         template = _template(shape, moe)
-        memories = member_memories(self.est, template, self.below, self._acts)
+        memories = member_memories(self.est, template, self.below, self._memo)
         fitting = [
             (rc, zero, memory / GiB)
             for (rc, zero), memory in zip(self.below, memories, strict=True)

@@ -99,7 +99,8 @@ def selective_recompute(ops: tuple[Op, ...], x: Shape, policy: str) -> tuple[Op,
     re-runs the forward of x.recompute_modules (training.recompute_modules; an op's module: `_module_of`)."""
     if policy == "op":
         return op_sac_recompute(ops, x)
-    return tuple(op for op in ops if _module_of(op.name, x, _is_moe_block(ops)) & x.recompute_modules)
+    moe = _is_moe_block(ops)
+    return tuple(op for op in ops if _module_of(op.name, x, moe) & x.recompute_modules)
 
 
 DENSE_MLP = frozenset({"norm2", "gate_up", "swiglu", "fc1", "gelu", "relu2", "fc2"})

@@ -24,7 +24,7 @@ from plancast.simulator.sweep import (
 from plancast.simulator.sweep_axes import Plan
 from plancast.simulator.sweep_bound import Bound
 from plancast.simulator.sweep_estimate import Estimator, Layer
-from plancast.simulator.sweep_groups import Grouper, member_memories
+from plancast.simulator.sweep_groups import Grouper, MemberMemo, member_memories
 from plancast.simulator.sweep_keys import LayerKey
 from plancast.simulator.sweep_layer import unpack
 from plancast.simulator.sweep_space import NO_PINS, branches, enumerate_plans
@@ -75,17 +75,18 @@ def test_member_memories_are_the_estimators_memory(preset: str) -> None:
     base = scenario(preset, 8, 1.0, 16)
     est = Estimator(base, 8)
     below = [(rc, zero) for rc in ("none", "selective", "full") for zero in (0, 1, 2, 3)]
-    checked, acts = 0, {}  # the Grouper's cache, shared over every pipeline layout
+    checked, memo = 0, MemberMemo()  # the Grouper's caches, shared over every pipeline layout
     for plan in enumerate_plans(base, 8):
         if plan.recompute != "none" or plan.zero_stage:
             continue
-        found = member_memories(est, plan, below, acts)
+        found = member_memories(est, plan, below, memo)
         assert found == member_memories(Estimator(base, 8), plan, below)
         for (rc, zero), memory in zip(below, found, strict=True):
             member = replace(plan, recompute=rc, zero_stage=zero)
             assert memory == est.memory_bytes(member), member.label()
             checked += 1
-    assert checked > 500 and 1 < len(acts) < checked / len(below)
+    assert checked > 500 and 1 < len(memo.acts) < checked / len(below)
+    assert 1 < len(memo.inflight) < checked / len(below) and 1 < len(memo.states) < checked / len(below)
 
 
 def test_the_floor_is_at_most_every_members_stage_times_under_fsdp_units_too() -> None:
