@@ -57,6 +57,7 @@ from plancast.simulator.sweep_space import (
     subtree_sizes,
 )
 from plancast.simulator.validation import MAX_WORLD_SIZE, check_plan
+from plancast.simulator.validation_moe import framework_refusals
 
 
 @dataclass(frozen=True, slots=True)
@@ -317,31 +318,34 @@ def _rank(
     return list(map_fn(partial(_rank_subtree, base, gpus, limit_bytes, pins=pins), tasks))
 
 
-def _passes_exact_checks(base: Scenario, limit_bytes: float, plan: Plan) -> bool:
-    """Whether `plan` passes the exact checks: the plan's rules (validation.check_plan) and its peak memory
-    over every pipeline rank (costs/memory.py fits_in_memory), where the search's own memory check is the
-    first rank's alone (a lower bound of the peak)."""
+def _passes_exact_checks(base: Scenario, limit_bytes: float, plan: Plan, runnable: bool = False) -> bool:
+    """Whether `plan` passes the exact checks: the plan's rules (validation.check_plan), under `runnable`
+    what its framework runs (validation_moe.framework_refusals), and its peak memory over every pipeline
+    rank (costs/memory.py fits_in_memory), where the search's own memory check is the first rank's alone
+    (a lower bound of the peak)."""
     s = plan.apply(base)
-    if check_plan(s)[0]:
+    if check_plan(s)[0] or (runnable and framework_refusals(s)):
         return False
     # the schedule peak_memory would build, shared with the bound's replays (pure in these arguments)
     schedule = built_schedule(s.parallelism.pipeline_parallel_schedule, s.pp, s.num_microbatches, s.vpp)
     return fits_in_memory(s, limit_bytes, schedule)
 
 
-def _simulated(base: Scenario, limit_bytes: float, candidate: Estimate) -> Ranked | None:
+def _simulated(
+    base: Scenario, limit_bytes: float, candidate: Estimate, runnable: bool = False
+) -> Ranked | None:
     """A candidate run through the engine, if it passes the exact checks: its simulated step time, peak
     memory and summary; else None. (Its refinement checked them already: `_replayed`.)"""
     bound_s, plan_fields, _ = candidate
     plan = Plan(*plan_fields)
-    if not _passes_exact_checks(base, limit_bytes, plan):
+    if not _passes_exact_checks(base, limit_bytes, plan, runnable):
         return None
     summary = simulate(plan.apply(base), events=False).summary
     return Ranked(plan, bound_s, summary["peak_memory_gib"], summary["step_time_s"], summary)
 
 
 def _replayed(
-    base: Scenario, gpus: int, limit_bytes: float, task: tuple[tuple[Any, ...], Layer]
+    base: Scenario, gpus: int, limit_bytes: float, task: tuple[tuple[Any, ...], Layer], runnable: bool = False
 ) -> float | None:
     """`Bound.replayed` of a plan in a worker, from its per-layer costs alone (the bound's other caches
     are its own; a fresh bound gives what a shared one does, tests/simulator/test_sweep.py); None if the
@@ -349,7 +353,7 @@ def _replayed(
     refined did not fit, and a check costs a fraction of a replay."""
     fields, layer = task
     plan, est = Plan(*fields), Estimator(base, gpus)
-    if not _passes_exact_checks(base, limit_bytes, plan):
+    if not _passes_exact_checks(base, limit_bytes, plan, runnable):
         return None
     est.layers[est.key(plan)] = layer
     return Bound(est).replayed(plan)
@@ -375,19 +379,22 @@ def sweep(
     """The exact `finalists` fastest plans of `base`'s model and training on `gpus` GPUs, simulated.
 
     `max_memory_gib` caps the memory a plan may use per GPU below the GPU's own (headroom for the
-    framework, or a smaller card of the same kind). `pins` fix axes to given values (sweep --pin).
+    framework, or a smaller card of the same kind). `pins` fix axes to given values (sweep --pin), and
+    under `pins.runnable` keep to the plans the scenario's framework runs (sweep --runnable).
     `map_fn` runs the subtrees of the space, then the
     simulations (a process pool's map spreads them over cores); the result does not depend on it."""
     if not 0 < gpus <= MAX_WORLD_SIZE:  # ValueError: the CLI and the dashboard show it as bad input
         raise ValueError(f"--gpus must be between 1 and {MAX_WORLD_SIZE:,}, got {gpus:,}")
     base = _base_for(base, gpus)
+    pins, runnable = pins.for_framework(base.parallelism.framework), pins.runnable
     # headroom for context, NCCL, fragmentation; --max-memory-gib caps it further
     limit = min(base.cluster.gpu.usable_memory_GiB, max_memory_gib or math.inf) * GiB
     packed: dict[LayerKey, bytes] = {}
     grouped: Grouped = {}
 
     group = partial(_group_round, base, gpus, limit, pins, map_fn, grouped, packed)
-    run, cost = partial(_simulated, base, limit), partial(_passes, base.training.global_batch_size)
+    run = partial(_simulated, base, limit, runnable=runnable)
+    cost = partial(_passes, base.training.global_batch_size)
     bound = Bound(Estimator(base, gpus, packed=packed))
 
     def expand(group: Group) -> list[Estimate]:
@@ -395,11 +402,12 @@ def sweep(
 
     def refine(candidate: Estimate) -> float | None:  # `_replayed` in this process, on the shared bound
         plan = Plan(*candidate[1])
-        return bound.replayed(plan) if _passes_exact_checks(base, limit, plan) else None
+        return bound.replayed(plan) if _passes_exact_checks(base, limit, plan, runnable) else None
 
     def refine_many(batch: list[Estimate]) -> Iterable[float | None]:  # each task carries its layer costs
         tasks = [(c[1], bound.est.layer(Plan(*c[1]))) for c in batch]
-        return map_fn(partial(_replayed, base, gpus, limit), tasks)  # a pool's map: worked out meanwhile
+        # a pool's map: worked out meanwhile
+        return map_fn(partial(_replayed, base, gpus, limit, runnable=runnable), tasks)
 
     degrees = _degrees(base, gpus, pins)
     opener = Grouper(base, gpus, limit, bound.est, pins, bound=bound)

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TypeVar, get_args
 
+from plancast.simulator.catalog.frameworks import PIPELINE_SCHEDULES
 from plancast.simulator.layer_split import even_layer_split
 from plancast.simulator.scenario import Scenario
 from plancast.simulator.scenario_moe import Dispatcher
@@ -257,6 +258,10 @@ class Pins:
     searched whatever `dispatcher_choices` finds on the cluster."""
 
     values: tuple[tuple[str, tuple[object, ...]], ...] = ()
+    runnable: bool = False
+    """Only plans the scenario's framework runs as given (`sweep --runnable`): `for_framework` keeps the
+    schedule axis to what it ships, and the sweep's exact checks refuse what it refuses
+    (validation_moe.framework_refusals)."""
 
     @classmethod
     def parse(cls, texts: list[str] | tuple[str, ...]) -> Pins:
@@ -288,7 +293,24 @@ class Pins:
         return all(getattr(plan, PIN_AXES[axis][0]) in values for axis, values in self.values)
 
     def label(self) -> str:
-        return " ".join(f"{a}={','.join(str(v) for v in vs)}" for a, vs in self.values)
+        pinned = " ".join(f"{a}={','.join(str(v) for v in vs)}" for a, vs in self.values)
+        return f"{pinned} (--runnable)" if self.runnable else pinned
+
+    def for_framework(self, framework: str) -> Pins:
+        """Under `runnable`, these pins with the schedules kept to those `framework` ships (catalog/
+        frameworks.py PIPELINE_SCHEDULES; every one ships 1F1B, the schedule of a plan without a
+        pipeline); ValueError when the pinned schedules leave none."""
+        if not self.runnable:
+            return self
+        ships = PIPELINE_SCHEDULES[framework]  # type: ignore[index]
+        pinned = self.get("schedule")
+        kept = ships if pinned is None else tuple(s for s in ships if s in pinned)
+        if not kept:
+            raise ValueError(
+                f"--pin schedule={','.join(map(str, pinned or ()))} with --runnable: framework {framework} "
+                f"runs none of them (it runs {', '.join(ships)}); pin one of those, or drop --runnable"
+            )
+        return replace(self, values=tuple(sorted({**dict(self.values), "schedule": kept}.items())))
 
 
 def _pin_value(axis: str, raw: str) -> object:

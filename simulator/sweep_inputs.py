@@ -57,9 +57,15 @@ def why_empty(base: Scenario, gpus: int, enumerated: int, limit_GiB: float, pins
             f"data-parallel degree on {gpus} GPUs (the smallest is {smallest_dp}); raise "
             "training.global_batch_size or search fewer --gpus"
         )
+    runnable = (
+        f"; with --runnable, only the plans framework {base.parallelism.framework} runs as given count "
+        "(drop it to rank the others too)"
+        if pins is not None and pins.runnable
+        else ""
+    )
     return (
         f"no plan of {enumerated:,} fits in {limit_GiB:g} GiB per GPU (memory): shard over more GPUs "
-        f"(--gpus {2 * gpus:,} or more) or plan for a GPU with more memory (--cluster)"
+        f"(--gpus {2 * gpus:,} or more) or plan for a GPU with more memory (--cluster){runnable}"
     )
 
 

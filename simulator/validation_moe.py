@@ -6,6 +6,7 @@ returned as ``PlanProblem`` (path, message) and validation.check_plan reports th
 
 from __future__ import annotations
 
+from plancast.simulator.catalog.frameworks import schedule_warnings
 from plancast.simulator.scenario import Scenario
 from plancast.simulator.scenario_moe import DROPLESS_IMBALANCE
 from plancast.simulator.schedules import PlanProblem
@@ -160,6 +161,16 @@ def _megatron_overlap_warnings(s: Scenario) -> list[str]:
     if s.training.recompute == "full":
         out.append(f'{head}full recompute; set training.recompute = "selective" or "none"')
     return out
+
+
+def framework_refusals(s: Scenario) -> list[str]:
+    """What `s`'s framework does not run as given, among `plancast validate`'s warnings: a pipeline
+    schedule it does not ship (catalog/frameworks.py), EP overlap where Megatron-Core refuses it
+    (`_megatron_overlap_warnings`). plancast prices such a plan as it would run; `sweep --runnable` leaves
+    it out."""
+    par = s.parallelism
+    schedule = schedule_warnings(par.framework, par.pipeline_parallel_schedule, s.pp)
+    return schedule + _megatron_overlap_warnings(s)
 
 
 def moe_cp_warnings(s: Scenario) -> list[str]:

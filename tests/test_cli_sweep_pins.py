@@ -84,3 +84,29 @@ def test_each_ranked_plan_carries_what_validate_warns_about_it(tmp_path: Path) -
     across = plans(str(scenario), *sizes, "--pin", "overlap=true")
     assert {p["gpus"] for p in across} == {4, 8}
     assert all(any("Megatron-Core refuses it" in w for w in p["warnings"]) for p in across)  # type: ignore[attr-defined]
+
+
+def test_runnable_keeps_to_what_the_framework_runs(tmp_path: Path) -> None:
+    """`--runnable`: the same pinned pipeline as above ranks no plan Megatron-Core refuses (overlap goes
+    off), and no plan carries a framework warning; a pinned schedule the framework does not ship is bad
+    input, exit 2, naming the ones it runs."""
+    scenario = tmp_path / "moe.toml"
+    scenario.write_text(
+        '[model]\npreset = "tiny-moe"\n[training]\nseq_len = 64\nglobal_batch_size = 32\n'
+        '[parallelism]\nframework = "megatron-lm"\n[cluster]\npreset = "dgx-a100-80gb"\nnum_nodes = 1\n'
+    )
+    pins = ["--gpus", "8", "--top", "5", "--pin", "pp=2", "--pin", "ep=2"]
+    every = plans(str(scenario), *pins)
+
+    def refused(found: list[dict[str, object]]) -> list[str]:
+        said = [w for p in found for w in p["warnings"]]  # type: ignore[attr-defined]
+        return [w for w in said if "does not ship" in w or "Megatron-Core refuses" in w]
+
+    assert refused(every)  # without it, plans the framework refuses rank among the best
+    kept = plans(str(scenario), *pins, "--runnable")
+    assert not refused(kept), refused(kept)
+    assert all(p["schedule"] in ("1F1B", "Interleaved1F1B") for p in kept)
+    assert all(not p["overlap_ep"] or p["schedule"] == "Interleaved1F1B" for p in kept)
+    code, out, err = cli_main("sweep", str(scenario), *pins, "--pin", "schedule=ZBV", "--runnable")
+    assert code == 2 and "runs none of them (it runs 1F1B, Interleaved1F1B)" in err, err
+    assert "Traceback" not in out + err

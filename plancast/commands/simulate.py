@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -242,6 +243,14 @@ def sweep(
     ] = None,
     workers: WorkersOpt = None,
     pin: PinOpt = None,
+    runnable: Annotated[
+        bool,
+        typer.Option(
+            "--runnable",
+            help="Only plans the scenario's framework runs as given: the pipeline schedules it ships, none "
+            "of the settings it refuses (Megatron-Core's EP-overlap rules); the top K is exact over them.",
+        ),
+    ] = False,
 ) -> None:
     """Find the exact --top fastest of every valid plan (tp, pp, dp, ep, cp, micro-batch, schedule,
     virtual stages, recompute, SP, ZeRO, layer split; for MoE models the expert grid with its folded
@@ -255,8 +264,12 @@ def sweep(
 
     with user_errors():
         check_output_file(table, "--table")
-        pins = _pins(pin)
+        pins = replace(_pins(pin), runnable=runnable)
         s = load(scenario)
+        try:  # --runnable with pinned schedules its framework does not ship: bad input
+            pins.for_framework(s.parallelism.framework)
+        except ValueError as e:
+            raise UserError(str(e)) from None
         sizes = parse_gpus(_scenario_gpus(s) if gpus is None else gpus)
         problem = missing_batch(s) or unswept_copies(s)
         if problem is not None:

@@ -20,11 +20,11 @@ from plancast.simulator.costs.collectives import (
     group_levels,
     ring_seconds,
 )
+from plancast.simulator.costs.durations import Durations
 from plancast.simulator.costs.host import HostCosts, optimizer_host_s
 from plancast.simulator.costs.moe_overlap import hidden_seconds, unpaired_passes
 from plancast.simulator.costs.ops import DTYPE_BYTES
 from plancast.simulator.costs.optimizer import optimizer_memory_s
-from plancast.simulator.costs.durations import Durations
 from plancast.simulator.costs.stage import StageCost, stage_costs
 from plancast.simulator.costs.tp_comm import folded_router_grad_bytes, sp_grad_all_reduce_bytes
 from plancast.simulator.mesh import Coord, GroupName, RankGrid, span_tier
