@@ -405,8 +405,7 @@ def sweep(
         return bound.replayed(plan) if _passes_exact_checks(base, limit, plan, runnable) else None
 
     def refine_many(batch: list[Estimate]) -> Iterable[float | None]:  # each task carries its layer costs
-        tasks = [(c[1], bound.est.layer(Plan(*c[1]))) for c in batch]
-        # a pool's map: worked out meanwhile
+        tasks = [(c[1], bound.est.layer(Plan(*c[1]))) for c in batch]  # a pool's map: worked out meanwhile
         return map_fn(partial(_replayed, base, gpus, limit, runnable=runnable), tasks)
 
     degrees = _degrees(base, gpus, pins)

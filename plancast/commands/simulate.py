@@ -201,14 +201,27 @@ PinOpt = Annotated[
 ]
 
 
-def _pins(pin: list[str] | None) -> Any:
-    """`--pin` values parsed (simulator/sweep_axes.py Pins); a bad one is bad input, exit code 2."""
+RunnableOpt = Annotated[
+    bool,
+    typer.Option(
+        "--runnable",
+        help="Only plans the scenario's framework runs as given: the pipeline schedules it ships, none of "
+        "the settings it refuses (Megatron-Core's EP-overlap rules); the top K is exact over them.",
+    ),
+]
+
+
+def _pins(pin: list[str] | None, runnable: bool, framework: str) -> Any:
+    """`--pin` values parsed (simulator/sweep_axes.py Pins) with `--runnable`; a bad one, or pinned
+    schedules none of which `framework` runs under `--runnable`, is bad input, exit code 2."""
     from plancast.simulator.sweep_axes import Pins
 
     try:
-        return Pins.parse(pin or [])
+        pins = replace(Pins.parse(pin or []), runnable=runnable)
+        pins.for_framework(framework)
     except ValueError as e:
         raise UserError(str(e)) from None
+    return pins
 
 
 @app.command("sweep")
@@ -243,18 +256,10 @@ def sweep(
     ] = None,
     workers: WorkersOpt = None,
     pin: PinOpt = None,
-    runnable: Annotated[
-        bool,
-        typer.Option(
-            "--runnable",
-            help="Only plans the scenario's framework runs as given: the pipeline schedules it ships, none "
-            "of the settings it refuses (Megatron-Core's EP-overlap rules); the top K is exact over them.",
-        ),
-    ] = False,
+    runnable: RunnableOpt = False,
 ) -> None:
-    """Find the exact --top fastest of every valid plan (tp, pp, dp, ep, cp, micro-batch, schedule,
-    virtual stages, recompute, SP, ZeRO, layer split; for MoE models the expert grid with its folded
-    etp, the token dispatcher the cluster runs and ep overlap) for the scenario's batch (docs/sweep.md).
+    """Find the exact --top fastest of every valid plan (tp, pp, dp, ep, cp, micro-batch, schedule, virtual
+    stages, recompute, SP, ZeRO, layer split, folded etp, dispatcher, EP overlap) for the batch (sweep.md).
 
     With several --gpus sizes, --cluster presets or a run-level --rank-by, every (cluster, size) is
     searched and all finalists are ranked together, with the time-to-train vs cost Pareto front."""
@@ -264,12 +269,8 @@ def sweep(
 
     with user_errors():
         check_output_file(table, "--table")
-        pins = replace(_pins(pin), runnable=runnable)
         s = load(scenario)
-        try:  # --runnable with pinned schedules its framework does not ship: bad input
-            pins.for_framework(s.parallelism.framework)
-        except ValueError as e:
-            raise UserError(str(e)) from None
+        pins = _pins(pin, runnable, s.parallelism.framework)
         sizes = parse_gpus(_scenario_gpus(s) if gpus is None else gpus)
         problem = missing_batch(s) or unswept_copies(s)
         if problem is not None:

@@ -154,11 +154,14 @@ def events_match_expected(
         # all but ZeRO-1's broadcasts (issued by the optimizer) complete before the optimizer starts;
         # the profiler stamps a gloo collective's end on its completion thread, late by scheduler delay
         # on a loaded CPU (5 ms seen in CI), so on that path the check is that its backend event began
-        # before (the wait cannot return before the worker starts the work)
+        # before (the wait cannot return before the worker starts the work), to within the same 5 ms: a
+        # tp all-reduce's begin stamp came 0.5+ ms after the optimizer's start once in a loaded CI run
+        # (2026-11-29, tensor_parallel_degree 2, rank 1, step 0), passing alone
         optimizer_start = float(frame.loc[frame["kind"] == "optimizer", "start_us"].min())
         before = comm[comm["kind"] != "broadcast"]
-        end = before["start_us"] + (0.0 if trainer.recorder.capture == "profiler" else before["dur_us"])
-        late = before[end > optimizer_start + 500.0]
+        profiler = trainer.recorder.capture == "profiler"
+        end = before["start_us"] + (0.0 if profiler else before["dur_us"])
+        late = before[end > optimizer_start + (5000.0 if profiler else 500.0)]
         assert late.empty, f"rank {rank}: collectives ending after the optimizer started:\n{late}"
         inside_compute_spans(frame, late_end=trainer.recorder.capture == "profiler")
 
