@@ -293,8 +293,8 @@ class Pins:
         return all(getattr(plan, PIN_AXES[axis][0]) in values for axis, values in self.values)
 
     def label(self) -> str:
-        pinned = " ".join(f"{a}={','.join(str(v) for v in vs)}" for a, vs in self.values)
-        return f"{pinned} (--runnable)" if self.runnable else pinned
+        parts = [f"{a}={','.join(str(v) for v in vs)}" for a, vs in self.values]
+        return " ".join(parts + (["(--runnable)"] if self.runnable else []))
 
     def for_framework(self, framework: str) -> Pins:
         """Under `runnable`, these pins with the schedules kept to those `framework` ships (catalog/
