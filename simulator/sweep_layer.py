@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from plancast.simulator.costs.moe import sorts_by_expert
-from plancast.simulator.costs.moe_cp_comm import InnerCollective, layer_collectives
+from plancast.simulator.costs.moe_cp_comm import EpCp, layer_collectives
 from plancast.simulator.costs.stage import DenseSegments, Segment, ep_overlapped, stage_costs
 from plancast.simulator.scenario import Scenario
 from plancast.simulator.sweep_axes import Plan
@@ -111,9 +111,6 @@ class Shared:
                 segment_times(segments, tp_overlap, recompute_full, passes),
             )
         return hit[1], hit[2]
-
-
-EpCp = tuple[tuple[InnerCollective, ...], tuple[InnerCollective, ...]]
 
 
 class Pricing:

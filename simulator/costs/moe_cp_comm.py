@@ -34,6 +34,10 @@ class InnerCollective(NamedTuple):
     seconds: float
 
 
+EpCp = tuple[tuple[InnerCollective, ...], tuple[InnerCollective, ...]]
+"""A block's (forward, backward) ep/cp collectives, in issue order (`layer_collectives`)."""
+
+
 def group_levels_of(s: Scenario, name: GroupName, *, raw: bool = False) -> tuple[Level, ...]:
     """How the group `name` of rank 0 spreads over the cluster's tiers (`raw`: links at efficiency 1)."""
     tiers = s.cluster.tiers
@@ -47,9 +51,7 @@ def _ep_members_per_node(s: Scenario) -> int:
     return len(ranks) // len({r // node for r in ranks})
 
 
-def layer_collectives(
-    s: Scenario, *, moe: bool
-) -> tuple[tuple[InnerCollective, ...], tuple[InnerCollective, ...]]:
+def layer_collectives(s: Scenario, *, moe: bool) -> EpCp:
     """(forward, backward) ep/cp collectives of one block (an MoE block when `moe`)."""
     host_s = s.cluster.compute.tp_collective_overhead_us * 1e-6  # one collective's launch on the host
     fwd: list[InnerCollective] = []

@@ -36,18 +36,20 @@ def mtp_forward(
     etp: int | None = None,
     imbalance: float | None = None,
     dispatcher: Dispatcher = "alltoall",
+    block: tuple[Op, ...] | None = None,
 ) -> tuple[Op, ...]:
     """One MTP depth, forward, one micro-batch, one tp rank: the shared embedding's lookup, two norms, the
     column-parallel projection [2h -> h], the block (`factor`, `etp`, `imbalance`, `dispatcher` as
-    costs/moe.py's), the shared head and loss."""
+    costs/moe.py's; `block`: its ops where the caller built them with those), the shared head and loss."""
     tokens = x.b * x.s
     local_tokens = tokens / x.tp if x.sp else tokens
     load = DROPLESS_IMBALANCE if imbalance is None else imbalance
-    block = (
-        moe_layer_forward(x, m, ep, factor, etp=etp, imbalance=load, dispatcher=dispatcher)
-        if mtp_is_moe(m)
-        else layer_forward(x)
-    )
+    if block is None:
+        block = (
+            moe_layer_forward(x, m, ep, factor, etp=etp, imbalance=load, dispatcher=dispatcher)
+            if mtp_is_moe(m)
+            else layer_forward(x)
+        )
     return (
         *embedding_forward(x),
         norm("mtp_enorm", local_tokens * x.h, x),

@@ -18,7 +18,7 @@ from plancast.simulator.costs.host import HostCosts
 from plancast.simulator.costs.memory import layer_activation_bytes
 from plancast.simulator.costs.mixed_precision import param_pass_ops
 from plancast.simulator.costs.moe import moe_activation_bytes, scenario_moe_layer
-from plancast.simulator.costs.moe_cp_comm import InnerCollective, layer_collectives
+from plancast.simulator.costs.moe_cp_comm import EpCp, InnerCollective, layer_collectives
 from plancast.simulator.costs.moe_overlap import Windows, exposed_seconds
 from plancast.simulator.costs.mtp import mtp_forward, mtp_is_moe
 from plancast.simulator.costs.offload import activation_offload_s
@@ -212,7 +212,7 @@ def _segment(
     ops: tuple[Op, ...],
     s: Scenario,
     tp_levels: tuple[Level, ...],
-    ep_cp: tuple[tuple[InnerCollective, ...], tuple[InnerCollective, ...]] = ((), ()),
+    ep_cp: EpCp = ((), ()),
     cast_params: float = 0.0,
     weights: float = 0.0,
     host_s: tuple[float, float] = (0.0, 0.0),
@@ -255,7 +255,7 @@ def _segment(
 
 
 def ep_overlapped(
-    ep_cp: tuple[tuple[InnerCollective, ...], tuple[InnerCollective, ...]], windows: Windows | None
+    ep_cp: EpCp, windows: Windows | None
 ) -> tuple[tuple[Collective, ...], tuple[Collective, ...]]:
     """The block's (forward, backward) ep/cp collectives. With `windows` (moe_overlap_ep_comm) each
     ep all-to-all waits only for what its window of the other pass does not hide (costs/moe_overlap.py)."""
@@ -324,14 +324,17 @@ def _folded_etp(s: Scenario) -> int | None:
     return s.etp if s.parallelism.expert_tensor_parallel_degree is not None else None
 
 
-def _moe_segment(s: Scenario, x: Shape, tp_levels: tuple[Level, ...], host: HostCosts) -> Segment:
-    """A block whose MLP is an MoE block (costs/moe.py), with its all-to-alls (costs/moe_cp_comm.py)."""
+def _moe_segment(
+    s: Scenario, x: Shape, tp_levels: tuple[Level, ...], host: HostCosts, ops: tuple[Op, ...], ep_cp: EpCp
+) -> Segment:
+    """A block whose MLP is an MoE block (costs/moe.py scenario_moe_layer's `ops`), with its all-to-alls
+    (costs/moe_cp_comm.py layer_collectives' `ep_cp`)."""
     return _segment(
         "layer",
-        scenario_moe_layer(x, s, _folded_etp(s)),
+        ops,
         s,
         tp_levels,
-        layer_collectives(s, moe=True),
+        ep_cp,
         *segment_params(s, "layer", moe=True),
         host_s=(host.layer_forward_s, host.layer_backward_s),
         moe=True,
@@ -377,8 +380,11 @@ def stage_costs(
     m = s.model
     host = HostCosts.of(s)
     layer, embedding, head = dense or DenseSegments.of(s, tp_levels)
-    moe_layer = _moe_segment(s, x, tp_levels, host) if m.is_moe else layer
-    mtp = _mtp_segments(s, tp_levels, host)
+    # the MoE block's ops and all-to-alls, which an MoE multi-token-prediction block runs too
+    moe_ops = scenario_moe_layer(x, s, _folded_etp(s)) if m.is_moe else ()
+    ep_cp = layer_collectives(s, moe=True) if m.is_moe else None
+    moe_layer = _moe_segment(s, x, tp_levels, host, moe_ops, ep_cp) if ep_cp is not None else layer
+    mtp = _mtp_segments(s, x, tp_levels, host, moe_ops, ep_cp)
     split = s.layer_split
     last = len(split) - 1
     out = []
@@ -413,19 +419,28 @@ def stage_costs(
     return tuple(out)
 
 
-def _mtp_segments(s: Scenario, tp_levels: tuple[Level, ...], host: HostCosts) -> tuple[Segment, ...]:
-    """The multi-token-prediction depths, each a block's segment on the last stage (costs/mtp.py)."""
+def _mtp_segments(
+    s: Scenario,
+    x: Shape,
+    tp_levels: tuple[Level, ...],
+    host: HostCosts,
+    moe_ops: tuple[Op, ...],
+    ep_cp: EpCp | None,
+) -> tuple[Segment, ...]:
+    """The multi-token-prediction depths, each a block's segment on the last stage (costs/mtp.py); an MoE
+    one runs the MoE block stage_costs built (`moe_ops`, `ep_cp`: the same calls, made once)."""
     depth = s.model.num_nextn_predict_layers
     if not depth:
         return ()
     moe = mtp_is_moe(s.model)
     load, dispatcher = s.training.moe_routing_imbalance, s.parallelism.moe_token_dispatcher
+    block = moe_ops if moe else None
     segment = _segment(
         "layer",
-        mtp_forward(Shape.of(s), s.model, s.ep, etp=_folded_etp(s), imbalance=load, dispatcher=dispatcher),
+        mtp_forward(x, s.model, s.ep, etp=_folded_etp(s), imbalance=load, dispatcher=dispatcher, block=block),
         s,
         tp_levels,
-        layer_collectives(s, moe=moe),
+        ep_cp if moe and ep_cp is not None else layer_collectives(s, moe=moe),
         *segment_params(s, "layer", moe=moe),
         host_s=(host.layer_forward_s, host.layer_backward_s),
         moe=moe,
