@@ -237,16 +237,19 @@ class Grouper:
         self._segment_floors: dict[tuple[LayerKey, ...], SegmentTimes] = {}
         self._smallest: dict[tuple[int, ...], bool] = {}
         self._memo = MemberMemo()
+        self._moe: dict[tuple[int, int, str], tuple[tuple[str, bool], ...]] = {}
         self._afters: dict[tuple[int, ...], float] = {}
         self._streams: dict[tuple[object, ...], float] = {}
 
     def add(self, branch: Branch) -> None:
         """Add `branch`'s groups and counts (the plans sweep_space.enumerate_plans yields for it)."""
         tp, pp, cp, dp, ep, etp, b, mbs, sp_ok = branch
-        moe = tuple(moe_choices(self.base, ep, self.pins))
-        per_group = len(self.below) * len(moe)
         fits = self._fits_smallest(tp, pp, dp, ep, cp, etp)
         for schedule, v in schedules(pp, mbs, self.base.model.num_hidden_layers, self.pins):
+            moe = self._moe_choices(ep, pp, schedule)
+            per_group = len(self.below) * len(moe)
+            if not moe:  # --runnable: every variant refused on this pipeline
+                continue
             for sp in sequence_parallel_choices(sp_ok, self.pins):
                 for first, last in self.splits.splits(pp, v, tp, cp, sp):
                     self.enumerated += per_group
@@ -257,6 +260,14 @@ class Grouper:
                     for group in self._group(shape, moe, mbs):
                         self.groups.append(group)
                         self.fits += len(group.members) * len(moe)
+
+    def _moe_choices(self, ep: int, pp: int, schedule: str) -> tuple[tuple[str, bool], ...]:
+        """sweep_space.moe_choices, once per (ep, pp, schedule)."""
+        key = (ep, pp, schedule)
+        cached = self._moe.get(key)
+        if cached is None:
+            cached = self._moe[key] = tuple(moe_choices(self.base, ep, self.pins, pp, schedule))
+        return cached
 
     def _fits_smallest(self, tp: int, pp: int, dp: int, ep: int, cp: int, etp: int) -> bool:
         """Whether the subtree's smallest footprint fits (simulator/sweep.py, _smallest_fits)."""

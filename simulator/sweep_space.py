@@ -28,6 +28,7 @@ from plancast.simulator.sweep_axes import (
     ep_choices,
     folded_choices,
 )
+from plancast.simulator.validation_moe import megatron_overlap_refusals
 
 Root = tuple[int, int]
 """(tp, pp): the root of a subtree of plans (everything else varies below it)."""
@@ -85,15 +86,24 @@ def sequence_parallel_choices(sp_ok: bool, pins: Pins = NO_PINS) -> tuple[bool, 
     return tuple(pins.keep("sp", (False, True) if sp_ok else (False,)))
 
 
-def moe_choices(base: Scenario, ep: int, pins: Pins = NO_PINS) -> list[tuple[str, bool]]:
+def moe_choices(
+    base: Scenario, ep: int, pins: Pins = NO_PINS, pp: int = 1, schedule: str = "1F1B"
+) -> list[tuple[str, bool]]:
     """(dispatcher, overlap) searched for an expert-parallel degree: with ep > 1 the dispatchers the
     cluster runs (sweep_axes.dispatcher_choices, or the pinned ones) with and without overlap; with
-    ep 1 no token leaves its rank, so the defaults alone."""
+    ep 1 no token leaves its rank, so the defaults alone. Under `pins.runnable`, without those the
+    framework refuses on `pp` stages of `schedule` whatever the member (validation_moe.
+    megatron_overlap_refusals at recompute none; full recompute's refusal stays an exact check)."""
     if ep == 1:
         return [("alltoall", False)]
     pinned = pins.get("dispatcher")
     dispatchers = [str(d) for d in pinned] if pinned is not None else dispatcher_choices(base)
-    return [(d, o) for d in dispatchers for o in pins.keep("overlap", (False, True))]
+    out = [(d, o) for d in dispatchers for o in pins.keep("overlap", (False, True))]
+    if pins.runnable:
+        framework = base.parallelism.framework
+        refused = [megatron_overlap_refusals(framework, pp, schedule, ep, o, d, "none") for d, o in out]
+        out = [choice for choice, no in zip(out, refused, strict=True) if not no]
+    return out
 
 
 def enumerate_plans(
@@ -115,8 +125,9 @@ def enumerate_plans(
         if pins.allows("recompute", rc) and pins.allows("zero", zero)
     ]  # fmt: skip
     for tp, pp, cp, dp, ep, etp, b, mbs, sp_ok in branches(base, gpus, chosen, pins):
-        moe = moe_choices(base, ep, pins) if variants else moe_choices(base, ep, pins)[:1]
         for schedule, v in schedules(pp, mbs, layers, pins):
+            moe = moe_choices(base, ep, pins, pp, schedule)
+            moe = moe if variants else moe[:1]
             for sp in sequence_parallel_choices(sp_ok, pins):
                 for first, last in balancer.splits(pp, v, tp, cp, sp):
                     for (dispatcher, overlap), (rc, zero) in itertools.product(moe, below):
@@ -131,15 +142,17 @@ class MoeVariants:
 
     def __init__(self, base: Scenario, pins: Pins = NO_PINS) -> None:
         self.base, self.pins = base, pins
-        self._choices: dict[int, list[tuple[str, bool]]] = {}
+        self._choices: dict[tuple[int, int, str], list[tuple[str, bool]]] = {}
 
     def of(self, plan: Plan) -> list[Plan]:
-        """`plan` under each dispatcher and overlap searched for its ep (itself alone where ep is 1)."""
+        """`plan` under each dispatcher and overlap searched for its ep, pp and schedule (itself alone
+        where ep is 1)."""
         if plan.ep == 1:
             return [plan]
-        choices = self._choices.get(plan.ep)
+        key = (plan.ep, plan.pp, plan.schedule)
+        choices = self._choices.get(key)
         if choices is None:
-            choices = self._choices[plan.ep] = moe_choices(self.base, plan.ep, self.pins)
+            choices = self._choices[key] = moe_choices(self.base, plan.ep, self.pins, plan.pp, plan.schedule)
         return [replace(plan, dispatcher=d, overlap_ep=o) for d, o in choices]
 
 
@@ -224,20 +237,32 @@ def subtree_sizes(base: Scenario, gpus: int, pins: Pins = NO_PINS) -> dict[Root,
         1 for rc, zero in itertools.product(RECOMPUTE, ZERO_STAGES)
         if pins.allows("recompute", rc) and pins.allows("zero", zero)
     )  # fmt: skip
-    shapes: dict[tuple[int, int, int, int, bool], int] = {}  # branches of one batch shape count alike
-    moe: dict[int, int] = {}
+    counts: dict[tuple[int, int, str], int] = {}  # MoE variants per (ep, pp, schedule)
+
+    def variants(ep: int, pp: int, schedule: str) -> int:
+        if not pins.runnable:  # then the same for every pipeline
+            pp, schedule = 1, "1F1B"
+        if (ep, pp, schedule) not in counts:
+            counts[ep, pp, schedule] = len(moe_choices(base, ep, pins, pp, schedule))
+        return counts[ep, pp, schedule]
+
+    # per batch shape, (schedule, splits) and the splits of every schedule: branches of one shape count alike
+    shapes: dict[tuple[int, int, int, int, bool], tuple[tuple[tuple[str, int], ...], int]] = {}
     for tp, pp, cp, _, ep, _, _, mbs, sp_ok in branches(base, gpus, sizes, pins):
         shape = (tp, pp, cp, mbs, sp_ok)
-        splits = shapes.get(shape)
-        if splits is None:
-            splits = shapes[shape] = sum(
-                len(balancer.splits(pp, v, tp, cp, sp))
-                for _, v in schedules(pp, mbs, layers, pins)
-                for sp in sequence_parallel_choices(sp_ok, pins)
+        known = shapes.get(shape)
+        if known is None:
+            sp_choices = sequence_parallel_choices(sp_ok, pins)
+            per = tuple(
+                (name, sum(len(balancer.splits(pp, v, tp, cp, sp)) for sp in sp_choices))
+                for name, v in schedules(pp, mbs, layers, pins)
             )
-        if ep not in moe:
-            moe[ep] = len(moe_choices(base, ep, pins))
-        sizes[tp, pp] += splits * below * moe[ep]
+            known = shapes[shape] = (per, sum(n for _, n in per))
+        per, splits = known
+        if pins.runnable:
+            sizes[tp, pp] += below * sum(n * variants(ep, pp, name) for name, n in per)
+        else:
+            sizes[tp, pp] += below * splits * variants(ep, pp, "")
     return sizes
 
 

@@ -140,25 +140,35 @@ def _ep_comm_warnings(s: Scenario) -> list[str]:
 
 
 def _megatron_overlap_warnings(s: Scenario) -> list[str]:
+    """EP overlap under framework megatron-lm where Megatron-Core refuses it (`megatron_overlap_refusals`)."""
+    par = s.parallelism
+    return megatron_overlap_refusals(
+        par.framework, s.pp, par.pipeline_parallel_schedule, s.ep, par.moe_overlap_ep_comm,
+        par.moe_token_dispatcher, s.training.recompute,
+    )  # fmt: skip
+
+
+def megatron_overlap_refusals(
+    framework: str, pp: int, schedule: str, ep: int, overlap: bool, dispatcher: str, recompute: str
+) -> list[str]:
     """EP overlap under framework megatron-lm where Megatron-Core refuses it (TransformerConfig's checks
     for overlap_moe_expert_parallel_comm, megatron/core/transformer/transformer_config.py): a pipeline
     without virtual stages, the allgather dispatcher, full recompute. Only under the schedules Megatron-Core
     runs it with (its combined 1F1B); a DualPipeV or zero-bubble plan is another framework's pairing.
-    plancast still prices the overlap."""
-    par = s.parallelism
-    combined_1f1b = par.pipeline_parallel_schedule in ("1F1B", "Interleaved1F1B")
-    if not (par.moe_overlap_ep_comm and par.framework == "megatron-lm" and s.ep > 1 and combined_1f1b):
+    plancast still prices the overlap. The sweep reads it with a plan's fields (sweep_space.moe_choices)."""
+    combined_1f1b = schedule in ("1F1B", "Interleaved1F1B")
+    if not (overlap and framework == "megatron-lm" and ep > 1 and combined_1f1b):
         return []
     head = "parallelism.moe_overlap_ep_comm under framework megatron-lm: Megatron-Core refuses "
     out = []
-    if s.pp > 1 and par.pipeline_parallel_schedule != "Interleaved1F1B":
+    if pp > 1 and schedule != "Interleaved1F1B":
         out.append(
             f"{head}it with a pipeline unless it is interleaved (virtual_pipeline_model_parallel_size set); "
             'set pipeline_parallel_schedule = "Interleaved1F1B"'
         )
-    if par.moe_token_dispatcher == "allgather":
+    if dispatcher == "allgather":
         out.append(f'{head}the allgather dispatcher; set moe_token_dispatcher = "alltoall" or "deepep"')
-    if s.training.recompute == "full":
+    if recompute == "full":
         out.append(f'{head}full recompute; set training.recompute = "selective" or "none"')
     return out
 

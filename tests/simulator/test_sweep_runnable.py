@@ -9,7 +9,7 @@ from plancast.simulator.costs.memory import peak_memory
 from plancast.simulator.predict import simulate
 from plancast.simulator.sweep import _base_for, _passes_exact_checks, sweep
 from plancast.simulator.sweep_axes import Pins, Plan
-from plancast.simulator.sweep_space import enumerate_plans
+from plancast.simulator.sweep_space import enumerate_plans, subtree_sizes
 from plancast.simulator.validation import check_plan
 from plancast.simulator.validation_moe import framework_refusals
 from tests.simulator.test_sweep import small
@@ -58,3 +58,22 @@ def test_a_pinned_schedule_the_framework_does_not_ship_is_refused() -> None:
     assert kept.get("schedule") == ("1F1B",) and kept.runnable and pins.for_framework("megatron-lm") == pins
     with pytest.raises(ValueError, match="runs none of them"):
         Pins(Pins.parse(["schedule=ZBV"]).values, runnable=True).for_framework("megatron-lm")
+
+
+def test_runnable_space_leaves_out_the_variants_refused_on_every_member() -> None:
+    """Under megatron-lm, `--runnable` drops EP overlap on a non-interleaved pipeline and with the allgather
+    dispatcher where the space is formed (sweep_space.moe_choices): no plan left has either refusal, the
+    counts (`subtree_sizes`) are the plans `enumerate_plans` yields, and full recompute with overlap (a
+    member's own refusal) stays for the exact checks."""
+    gpus = 8
+    megatron = small(gpus, 1.0, batch=32, preset="tiny-moe", parallelism={"framework": "megatron-lm"})
+    base, runnable = _base_for(megatron, gpus), Pins(runnable=True)
+    kept = list(enumerate_plans(base, gpus, pins=runnable.for_framework("megatron-lm")))
+    every = list(enumerate_plans(base, gpus))
+    assert len(kept) < len(every)
+    said = [" ".join(framework_refusals(p.apply(base))) for p in kept]
+    assert not any("unless it is interleaved" in w or "allgather dispatcher" in w for w in said)
+    assert any("full recompute" in w for w in said)
+    assert any(p.overlap_ep and p.pp > 1 and p.schedule == "Interleaved1F1B" for p in kept)
+    sizes = subtree_sizes(base, gpus, runnable.for_framework("megatron-lm"))
+    assert sum(sizes.values()) == len(kept)
