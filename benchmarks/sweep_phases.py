@@ -12,10 +12,11 @@ call is read in full before the search goes on, so the phases add up: at the CLI
 groups while a batch of refinements is out (simulator/sweep_frontier.py, `Frontier.pop`), and its wall
 time is a little less than this total.
 
-Run: `python -m benchmarks.sweep_phases [SCENARIO] [--gpus N] [--workers N]` (default: the GPT-3 175B
-example on 1,536 GPUs; `examples/deepseek-v3-h800.toml --gpus 2048` takes a minute or more). With one
-worker the map is this process's own, and the refinements go through it one task each as they would over
-a pool (the CLI refines in its shared bound then, a little faster).
+Run: `python -m benchmarks.sweep_phases [SCENARIO] [--gpus N] [--workers N] [--collector on]` (default:
+the GPT-3 175B example on 1,536 GPUs; `examples/deepseek-v3-h800.toml --gpus 2048` takes about ten
+seconds). With one worker the map is this process's own, and the refinements go through it one task
+each as they would over a pool (the CLI refines in its shared bound then, a little faster). The
+collector is paused as at the CLI (plancast/pool.py); `--collector on` runs it, to see what it costs.
 """
 
 from __future__ import annotations
@@ -25,11 +26,12 @@ import os
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
 from benchmarks.peer_speed import EXAMPLE
-from plancast.pool import available_cores, process_map
+from plancast.pool import available_cores, collector_paused, process_map
 from plancast.simulator import sweep as search
 from plancast.simulator import sweep_frontier
 from plancast.simulator.loader import load_scenario
@@ -67,6 +69,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("scenario", nargs="?", type=Path, default=EXAMPLE)
     p.add_argument("--gpus", type=int, default=1536)
     p.add_argument("--workers", type=int, default=None, help="worker processes (default: every core)")
+    p.add_argument(
+        "--collector", choices=("paused", "on"), default="paused",
+        help="Python's cyclic garbage collector: paused in every process, as the CLI runs (plancast/pool.py "
+        "collector_paused), or on, to see what it costs",
+    )  # fmt: skip
     args = p.parse_args(argv)
     base = load_scenario(args.scenario).scenario
     workers = args.workers or available_cores()
@@ -83,11 +90,13 @@ def main(argv: list[str] | None = None) -> None:
         family_open(frontier, family)
         phases.add("main: open families", time.perf_counter() - start, len(family.groups))
 
-    print(f"{args.scenario} on {args.gpus:,} GPUs, {workers} workers; load {os.getloadavg()[0]:.1f}")
+    print(f"{args.scenario} on {args.gpus:,} GPUs, {workers} workers, collector {args.collector}; "
+          f"load {os.getloadavg()[0]:.1f}")  # fmt: skip
+    paused = args.collector == "paused"
     sweep_frontier.Frontier._open = opened  # type: ignore[method-assign]
     sweep_frontier.Frontier._open_family = bounded  # type: ignore[method-assign]
     try:
-        with process_map(workers) as pool:
+        with collector_paused() if paused else nullcontext(), process_map(workers, None, paused) as pool:
             start = time.perf_counter()
             result = search.sweep(base, args.gpus, map_fn=timed_map(pool, phases))
             total = time.perf_counter() - start
