@@ -6,14 +6,12 @@ without a cycle; schedules.py re-exports everything here, the one place callers 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 ActionKind = Literal["F", "B", "W"]
 
 
-@dataclass(frozen=True, slots=True, order=True)
-class Action:
+class Action(NamedTuple):
     """One compute op of one microbatch on one (virtual) pipeline stage."""
 
     kind: ActionKind

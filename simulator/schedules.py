@@ -242,15 +242,13 @@ def _interleaved(rank: int, pp: int, m: int, v: int) -> tuple[Action, ...]:
     runs all forwards first when ``m == pp``; torch does not, and we follow torch, which the runtime uses.)
     """
     warmup = min((v - 1) * pp + 2 * (pp - rank - 1), v * m)
-
-    def action(kind: ActionKind, k: int) -> Action:
+    out = []
+    for kind, k in _steady_state(v * m, warmup):
         chunk = (k // pp) % v
         if kind == "B":
             chunk = v - 1 - chunk
-        microbatch = (k // (pp * v)) * pp + k % pp
-        return Action(kind, microbatch, chunk * pp + rank, chunk)
-
-    return tuple(action(kind, k) for kind, k in _steady_state(v * m, warmup))
+        out.append(Action(kind, (k // (pp * v)) * pp + k % pp, chunk * pp + rank, chunk))
+    return tuple(out)
 
 
 def _zero_bubble_h1(rank: int, pp: int, m: int) -> tuple[Action, ...]:

@@ -25,8 +25,9 @@ class _Emitter:
     def emit(self, kind: ActionKind, chunk: int, *, paired: bool = False) -> None:
         """The next micro-batch's `kind` on `chunk`; micro-batches past the real count (padding that
         fills the V's warm-up when there are few, as torch pads ZB-V) are numbered but not emitted."""
-        mb = self.count(kind, chunk)
-        self.next[(kind, chunk)] = mb + 1
+        key = (kind, chunk)
+        mb = self.next.get(key, 0)  # `count`, inline: the V schedules emit hundreds of thousands
+        self.next[key] = mb + 1
         if mb < self.m:
             self.actions.append(Action(kind, mb, self.stages[chunk], chunk, paired))
 
