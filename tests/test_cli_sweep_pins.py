@@ -110,3 +110,25 @@ def test_runnable_keeps_to_what_the_framework_runs(tmp_path: Path) -> None:
     code, out, err = cli_main("sweep", str(scenario), *pins, "--pin", "schedule=ZBV", "--runnable")
     assert code == 2 and "runs none of them (it runs 1F1B, Interleaved1F1B)" in err, err
     assert "Traceback" not in out + err
+
+
+def test_the_output_says_what_was_pinned_and_whether_runnable() -> None:
+    """`--json` carries the size, framework, pins as searched (under --runnable the schedules the
+    framework ships) and the memory cap; the table's first line names them; neither when none is set."""
+    args = [TINY, "--gpus", "4", "--top", "2", "--workers=1", "--pin", "tp=1,2", "--runnable"]
+    code, out, err = cli_main("sweep", *args, "--json", "--max-memory-gib", "70")
+    assert code == 0, err
+    given = json.loads(out)
+    assert given["gpus"] == 4 and given["framework"] == "torchtitan" and given["runnable"] is True
+    assert given["pins"]["tp"] == [1, 2] and "DualPipeV" in given["pins"]["schedule"]
+    assert "ZBH2" not in given["pins"]["schedule"]  # torchtitan does not ship it
+    assert given["max_memory_gib"] == 70
+    code, out, err = cli_main("sweep", *args)
+    assert code == 0, err
+    assert "searched with schedule=GPipe,1F1B" in out and "tp=1,2 (--runnable: only plans torchtitan" in out
+    code, out, err = cli_main("sweep", TINY, "--gpus", "4,8", "--top", "1", "--workers=1", "--json")
+    assert code == 0, err
+    across = json.loads(out)
+    assert across["gpus"] == [4, 8] and across["pins"] == {} and across["runnable"] is False
+    code, out, err = cli_main("sweep", TINY, "--gpus", "4", "--top", "1", "--workers=1")
+    assert code == 0 and "searched with" not in out, err

@@ -54,7 +54,6 @@ def cluster_sweep(
 
     from plancast.pool import worker_pool
     from plancast.simulator.cluster_search import search
-    from plancast.simulator.sweep_inputs import warning_lines
     from plancast.simulator.sweep_space import NO_PINS
 
     started = time.perf_counter()
@@ -82,16 +81,51 @@ def cluster_sweep(
         pd.DataFrame(joined).to_csv(table, index=False)
         err.print(f"wrote {table}", markup=False)
     if json_:
-        print_json(_json(result, top, time.perf_counter() - started))
+        given = {"gpus": sizes, "clusters": names, **searched(s, pins, max_memory_gib)}
+        print_json({**given, **_json(result, top, time.perf_counter() - started)})
     if not result.rows:  # after the JSON too: a script sees the empty list and exit code 1
         err.print("no plan fits on any of the clusters and sizes searched", markup=False)
         raise typer.Exit(1)
-    if json_:
-        return
+    if not json_:
+        _print_ranked(result, top, rank_by, searched_line(s, pins))
+
+
+def _print_ranked(result: Any, top: int, rank_by: str, searched_with: str | None) -> None:
+    """The finalists of every search ranked together, with what `validate` warns about each."""
+    from plancast.simulator.sweep_inputs import warning_lines
+
+    if searched_with is not None:
+        out.print(searched_with, markup=False)
     out.print(f"{len(result.rows)} finalists of {result.enumerated:,} plans, ranked by {rank_by}")
     out.print(ranked_table(result.rows[:top]))
     for line in warning_lines([row["warnings"] for row in result.rows[:top]]):  # docs/sweep.md
         out.print(line, markup=False)
+
+
+def searched(s: Any, pins: Any, max_memory_gib: float | None) -> dict[str, Any]:
+    """What `sweep --json` says the search was given beside its sizes: the scenario's framework, the
+    axes pinned as searched (under `--runnable` the schedule axis kept to what the framework ships,
+    sweep_axes.Pins.for_framework), whether only plans it runs were kept, and the memory cap."""
+    from plancast.simulator.sweep_space import NO_PINS
+
+    framework = s.parallelism.framework
+    searched_pins = (pins or NO_PINS).for_framework(framework)
+    return {
+        "framework": framework,
+        "runnable": searched_pins.runnable,
+        "pins": {axis: list(values) for axis, values in searched_pins.values},
+        "max_memory_gib": max_memory_gib,
+    }
+
+
+def searched_line(s: Any, pins: Any) -> str | None:
+    """The line above a sweep's table naming its pinned axes and --runnable (None when neither)."""
+    given = searched(s, pins, None)
+    if not given["pins"] and not given["runnable"]:
+        return None
+    axes = " ".join(f"{axis}={','.join(map(str, values))}" for axis, values in given["pins"].items())
+    runnable = f" (--runnable: only plans {given['framework']} runs as given)" if given["runnable"] else ""
+    return f"searched with {axes or 'no axis pinned'}{runnable}"
 
 
 def _json(result: Any, top: int, seconds: float) -> dict[str, Any]:

@@ -315,6 +315,7 @@ def _single_sweep(
 
     from rich.progress import Progress
 
+    from plancast.commands.cluster_sweep import searched, searched_line
     from plancast.pool import worker_pool
     from plancast.simulator.sweep import sweep as run_sweep
 
@@ -340,7 +341,8 @@ def _single_sweep(
         pd.DataFrame([{**r, "warnings": "; ".join(r["warnings"])} for r in rows]).to_csv(table, index=False)
         err.print(f"wrote {table}", markup=False)
     if json_:
-        print_json(_sweep_json(result, elapsed, rows[:top]))
+        given = {"gpus": n_gpus, **searched(s, pins, max_memory_gib)}
+        print_json({**given, **_sweep_json(result, elapsed, rows[:top])})
     if not result.finalists:  # after the JSON too: a script sees the empty list and exit code 1
         from plancast.simulator.sweep_inputs import why_empty
 
@@ -348,6 +350,8 @@ def _single_sweep(
         err.print(why_empty(s, n_gpus, result.enumerated, limit_gib, pins), markup=False)
         raise typer.Exit(1)
     if not json_:
+        if (line := searched_line(s, pins)) is not None:
+            out.print(line, markup=False)
         _print_plans(result, top, elapsed, warned)
 
 

@@ -153,6 +153,7 @@ def test_cli_sweep_one_size_keeps_the_step_ranking(tmp_path: Path) -> None:
     assert code == 0, stderr
     result = json.loads(stdout)
     assert set(result) == {
+        "gpus", "framework", "runnable", "pins", "max_memory_gib",
         "plans_enumerated", "plans_fitting", "tp_degrees_not_grouped", "plans_simulated",
         "plans_refused_exact", "exact_top", "seconds", "plans",
     }  # fmt: skip
