@@ -10,7 +10,7 @@ processes are spawned rather than forked (macOS, Windows): `start_method="spawn"
 
 The search runs with Python's cyclic garbage collector paused (`collector_paused`), in this process and
 in each worker's items: it builds large long-lived tables (per-layer costs, groups, a heap of bounds)
-that every collection re-scans, and makes no reference cycles for the collector to find.
+that every collection re-scans, and makes almost no reference cycles for the collector to find.
 """
 
 from __future__ import annotations
@@ -35,11 +35,11 @@ items (one finalist can take 40x another's time), large enough that pickling sta
 @contextmanager
 def collector_paused() -> Iterator[None]:
     """The cyclic garbage collector off for the block, then as it was. Memory is still freed as the last
-    reference goes; only objects in reference cycles would wait, and the search makes none: a
+    reference goes; only objects in reference cycles wait, and the search makes almost none: a
     DeepSeek-V3 sweep on 2,048 H800 run with the collector off left `gc.collect()` 0 unreachable objects
-    (GPT-3 175B on 1,536 A100 too), while the collections it skipped, each re-scanning the search's
-    tables, were 9-11% of its time in one process (benchmarks/sweep_phases.py shows it with and
-    without: `--collector`)."""
+    (GPT-3 175B on 1,536 A100 too; a prediction on the SimPy engine, which the sweep uses where ranks
+    differ, leaves 8), while the collections it skipped, each re-scanning the search's tables, were 9-11%
+    of its time in one process (benchmarks/sweep_phases.py shows it with and without: `--collector`)."""
     enabled = gc.isenabled()
     gc.disable()
     try:
