@@ -140,3 +140,48 @@ def to_toml_dict(scenario: Scenario) -> dict[str, Any]:
             own = {k: v for k, v in table.items() if k not in keys}
             tables[name] = {**own, **{k: table[k] for k in keys if k in table}}
     return tables
+
+
+PLAN_TABLES = ("parallelism", "training", "cluster")
+"""The tables a sweep's plan and size change (sweep_axes.Plan.apply, sweep._base_for)."""
+
+
+def plan_tables(
+    data: Mapping[str, Any], planned: Scenario, source: str = "scenario"
+) -> tuple[dict[str, Any], bool]:
+    """The tables of a scenario file (`data`, as read) with a plan written over them, and whether they were
+    kept: each key of `PLAN_TABLES` whose value in `planned` (the file's scenario with a sweep's plan
+    applied, resized to its GPUs) differs from the file's own resolved value is set, or removed where
+    `planned` leaves it unset (the loader fills it again); then each key the tables still load otherwise
+    (a default the loader derives from the plan, a resized cluster's tiers) is set as `planned` has it.
+    Every other key stays as written (presets stay presets). Where they still do not load as `planned`,
+    the whole resolved scenario instead, and False. ScenarioError as `parse_scenario` raises it for
+    `data`."""
+    renamed, _ = _renamed(data, source)
+    own = parse_scenario(renamed, source).scenario.model_dump(mode="json")
+    want = planned.model_dump(mode="json")
+    tables = {name: dict(part) if isinstance(part, Mapping) else part for name, part in renamed.items()}
+    for name in PLAN_TABLES:
+        table = tables.setdefault(name, {})
+        for key, value in want[name].items():
+            if value == own[name].get(key) or key == "tiers":
+                continue
+            if value is None:
+                table.pop(key, None)
+            else:
+                table[key] = value
+    target = resolve(planned)
+    resolved = target.model_dump(mode="json")
+    for _ in range(2):  # what the loader derives differently, set as planned (it may derive more from it)
+        try:
+            got = parse_scenario(tables, source).scenario
+        except ScenarioError:
+            break
+        if got == target:
+            return tables, True
+        loaded = got.model_dump(mode="json")
+        for name in PLAN_TABLES:
+            for key, value in resolved[name].items():
+                if value != loaded[name].get(key):
+                    tables[name][key] = value
+    return to_toml_dict(target), False

@@ -121,6 +121,11 @@ def _base_for(base: Scenario, gpus: int) -> Scenario:
     return base.model_copy(update={"cluster": cluster})
 
 
+def planned_scenario(base: Scenario, gpus: int, plan: Plan) -> Scenario:
+    """The scenario a sweep of `base` on `gpus` GPUs simulates for `plan` (sweep --save-best writes it)."""
+    return plan.apply(_base_for(base, gpus))
+
+
 _plan_fields = operator.attrgetter(*(f.name for f in fields(Plan)))
 
 

@@ -25,6 +25,7 @@ from plancast.app import (
     write_predicted,
 )
 from plancast.commands.calibrate import NoCacheOpt, measured_local
+from plancast.commands.sweep_save import SaveBestOpt, check_save_best
 
 if TYPE_CHECKING:
     from plancast.simulator.sweep import SweepResult
@@ -201,6 +202,14 @@ PinOpt = Annotated[
 ]
 
 
+RankByOpt = Annotated[
+    str,
+    typer.Option(
+        "--rank-by", help="step | time-to-train | cost | energy (the last three need training.total_tokens)."
+    ),
+]
+
+
 RunnableOpt = Annotated[
     bool,
     typer.Option(
@@ -238,13 +247,7 @@ def sweep(
     top: Annotated[int, typer.Option(min=1, help="Plans to print.")] = 10,
     finalists: FinalistsOpt = None,
     cluster: ClusterOpt = None,
-    rank_by: Annotated[
-        str,
-        typer.Option(
-            "--rank-by",
-            help="step | time-to-train | cost | energy (the last three need training.total_tokens).",
-        ),
-    ] = "step",
+    rank_by: RankByOpt = "step",
     json_: Annotated[bool, typer.Option("--json", help="Print the ranked plans as JSON.")] = False,
     table: Annotated[
         Path | None,
@@ -257,6 +260,7 @@ def sweep(
     workers: WorkersOpt = None,
     pin: PinOpt = None,
     runnable: RunnableOpt = False,
+    save_best: SaveBestOpt = None,
 ) -> None:
     """Find the exact --top fastest of every valid plan (tp, pp, dp, ep, cp, micro-batch, schedule, virtual
     stages, recompute, SP, ZeRO, layer split, folded etp, dispatcher, EP overlap) for the batch (sweep.md).
@@ -272,6 +276,7 @@ def sweep(
         s = load(scenario)
         pins = _pins(pin, runnable, s.parallelism.framework)
         sizes = parse_gpus(_scenario_gpus(s) if gpus is None else gpus)
+        check_save_best(save_best, len(sizes) > 1 or cluster is not None or rank_by != "step")
         problem = missing_batch(s) or unswept_copies(s)
         if problem is not None:
             raise UserError(f"{scenario}: {problem}")
@@ -284,6 +289,7 @@ def sweep(
     _single_sweep(
         s, sizes[0], max(finalists or top, top), top=top, json_=json_, table=table,
         max_memory_gib=max_memory_gib, workers=workers, pins=pins,
+        save=(save_best, scenario) if save_best is not None else None,
     )
 
 
@@ -309,13 +315,14 @@ def _single_sweep(
     max_memory_gib: float | None,
     workers: int | None,
     pins: Any,
+    save: tuple[Path, Path] | None = None,
 ) -> None:
-    """One cluster, one size: enumerate, rank, simulate the finalists, print (or write) them."""
+    """One cluster, one size: enumerate, rank, simulate the finalists, print (or write) them; `save`:
+    (--save-best's path, the scenario's file) to write the best plan to."""
     import time
 
     from rich.progress import Progress
 
-    from plancast.commands.cluster_sweep import searched, searched_line
     from plancast.pool import worker_pool
     from plancast.simulator.sweep import sweep as run_sweep
 
@@ -334,6 +341,28 @@ def _single_sweep(
         except ValueError as e:
             raise UserError(str(e)) from None
     elapsed = time.perf_counter() - started
+    _report(s, n_gpus, result, elapsed, top=top, json_=json_, table=table, max_memory_gib=max_memory_gib,
+            pins=pins, save=save)  # fmt: skip
+
+
+def _report(
+    s: Any,
+    n_gpus: int,
+    result: SweepResult,
+    elapsed: float,
+    *,
+    top: int,
+    json_: bool,
+    table: Path | None,
+    max_memory_gib: float | None,
+    pins: Any,
+    save: tuple[Path, Path] | None,
+) -> None:
+    """A single-size sweep's output: its CSV table, JSON or printed table, the best plan saved."""
+    from plancast.commands.cluster_sweep import searched, searched_line
+    from plancast.commands.sweep_save import save_best
+    from plancast.simulator.sweep import planned_scenario
+
     rows, warned = _rows(s, n_gpus, result)
     if table is not None:
         import pandas as pd
@@ -349,6 +378,10 @@ def _single_sweep(
         limit_gib = min(s.cluster.gpu.memory_GiB, max_memory_gib or s.cluster.gpu.memory_GiB)
         err.print(why_empty(s, n_gpus, result.enumerated, limit_gib, pins), markup=False)
         raise typer.Exit(1)
+    if save is not None:
+        best = result.finalists[0]
+        planned = planned_scenario(s, n_gpus, best.plan)
+        save_best(save[0], save[1], planned, best.plan.label(), best.step_time_s or 0.0)
     if not json_:
         if (line := searched_line(s, pins)) is not None:
             out.print(line, markup=False)

@@ -1,0 +1,82 @@
+"""`plancast sweep --save-best PATH`: the best plan found, written as a scenario file to simulate, run or
+submit as it is (docs/running-on-a-cluster.md: sweep, then `simulate best.toml`, then `submit best.toml`).
+
+The file is the user's own scenario with what the plan changes written over it (simulator/loader.py
+`plan_tables`): the same model, training and cluster keys, presets kept, so that `plancast simulate
+PATH` predicts the very step time the sweep ranked it by (tests/test_cli_sweep_save.py).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from plancast.app import UserError, err
+
+SaveBestOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--save-best",
+        help="Write the best plan as a scenario file (this scenario with the plan's keys written over it) "
+        "to simulate, run or submit as it is; never replaces an existing file. One --gpus size, no "
+        "--cluster.",
+    ),
+]
+
+
+def check_save_best(path: Path | None, several: bool) -> None:
+    """Bad input before any search: a sweep over several sizes or clusters, a path that exists (it may
+    be the user's scenario), a folder, or one in a missing folder."""
+    from plancast.app import check_output_file
+
+    if path is None:
+        return
+    if several:
+        raise UserError(
+            "--save-best writes the best plan of one search: give one --gpus size and no --cluster or "
+            "run-level --rank-by (then rerun for the size and cluster you chose)"
+        )
+    if path.exists() and not path.is_dir():
+        raise UserError(f"--save-best {path} exists; sweep never replaces a file: choose another path")
+    check_output_file(path, "--save-best")
+
+
+def save_best(path: Path, scenario_path: Path, planned: Any, label: str, step_time_s: float) -> None:
+    """`planned` (the scenario the sweep simulated for its best plan) as a scenario file at `path`, the
+    tables of `scenario_path` kept where the plan leaves them (loader.plan_tables), said on stderr."""
+    import tomllib
+
+    import tomli_w
+
+    from plancast.simulator.loader import ScenarioError, plan_tables
+    from plancast.traces import bounded
+
+    source = str(scenario_path)
+    try:
+        text = bounded.read_text(scenario_path, bounded.MAX_SCENARIO_BYTES, "a scenario")
+        tables, kept = plan_tables(bounded.load_toml(text, source), planned, source)
+    except (OSError, bounded.BoundedReadError, tomllib.TOMLDecodeError, ScenarioError) as e:
+        problem = f"--save-best: {scenario_path} could not be read again ({e}); nothing written"
+        raise UserError(problem) from None
+    header = (
+        f"# written by plancast sweep --save-best from {scenario_path.name}: the best plan found,\n"
+        f"# {label}, predicted at {step_time_s:.3f} s a step\n"
+    )
+    try:
+        with path.open("x", encoding="utf-8") as f:  # "x": a file that appeared since the check is kept
+            f.write(header + tomli_w.dumps(tables))
+    except FileExistsError:
+        raise UserError(
+            f"--save-best {path} appeared during the search; it was kept, nothing written"
+        ) from None
+    how = (
+        f"over {scenario_path.name}'s keys"
+        if kept
+        else "resolved in full (its own tables did not load as it)"
+    )
+    err.print(
+        f"wrote {path}: the best plan {how}; `plancast simulate {path}` predicts {step_time_s:.3f} s",
+        markup=False,
+    )

@@ -1,0 +1,91 @@
+"""`plancast sweep --save-best PATH`: the best plan as a scenario file that `simulate` predicts at the
+very step time the sweep ranked it by, the user's own keys and presets kept; never over a file."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+
+from plancast.simulator.loader import load_scenario, plan_tables
+from plancast.simulator.predict import simulate
+from plancast.simulator.sweep import planned_scenario
+from plancast.simulator.sweep_axes import Plan
+from tests.cli_runner import cli_main
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+TINY = EXAMPLES / "tiny-local-cpu.toml"
+GPT3 = EXAMPLES / "gpt3-175b-dgx-a100.toml"
+
+
+def _saved(tmp_path: Path, scenario: Path, *args: str) -> tuple[dict[str, object], Path]:
+    path = tmp_path / "best.toml"
+    code, out, err = cli_main(
+        "sweep", str(scenario), *args, "--json", "--workers=1", "--save-best", str(path)
+    )
+    assert code == 0, err
+    assert f"wrote {path}" in err
+    best: dict[str, object] = json.loads(out)["plans"][0]
+    return best, path
+
+
+def _step_s(path: Path) -> float:
+    code, out, err = cli_main("simulate", str(path), "--json")
+    assert code == 0, err
+    return float(json.loads(out)["step_time_s"])
+
+
+def test_the_saved_best_plan_simulates_at_its_ranked_time_with_the_users_keys(tmp_path: Path) -> None:
+    best, path = _saved(tmp_path, TINY, "--gpus", "4", "--top", "2")
+    text = path.read_text()
+    assert text.startswith("# written by plancast sweep --save-best from tiny-local-cpu.toml")
+    assert str(best["plan"]) in text.splitlines()[1]
+    tables = tomllib.loads(text)
+    assert tables["model"] == {"preset": "tiny-gpt"}  # untouched, a preset still
+    assert tables["cluster"]["preset"] == "local-cpu" and tables["training"]["steps"] == 20
+    assert tables["parallelism"]["pipeline_parallel_degree"] == best["pp"]
+    assert abs(_step_s(path) - float(best["step_time_s"])) <= 1e-9 * float(best["step_time_s"])
+
+
+def test_a_moe_plan_saved_with_its_expert_axes(tmp_path: Path) -> None:
+    scenario = tmp_path / "moe.toml"
+    scenario.write_text(
+        '[model]\npreset = "tiny-moe"\n[training]\nseq_len = 64\nglobal_batch_size = 32\n'
+        '[parallelism]\nframework = "megatron-lm"\n[cluster]\npreset = "dgx-a100-80gb"\nnum_nodes = 1\n'
+    )
+    best, path = _saved(tmp_path, scenario, "--gpus", "8", "--top", "1", "--pin", "ep=2", "--pin", "pp=2")
+    tables = tomllib.loads(path.read_text())
+    assert tables["parallelism"]["expert_parallel_degree"] == 2 and tables["model"] == {"preset": "tiny-moe"}
+    assert tables["parallelism"].get("moe_token_dispatcher", "alltoall") == best["dispatcher"]
+    assert abs(_step_s(path) - float(best["step_time_s"])) <= 1e-9 * float(best["step_time_s"])
+
+
+def test_a_default_the_loader_derives_from_the_plan_is_written_as_the_sweep_priced_it() -> None:
+    """Megatron-LM's DDP bucket is max(40M, 1M x dp) parameters; the sweep prices every plan with the
+    scenario's own (dp 24 on GPT-3), so a dp 48 plan saved must say so or it would load with another."""
+    s = load_scenario(GPT3).scenario
+    plan = Plan(2, 16, 48, 1, "Interleaved1F1B", 2, "selective", True, 1)
+    planned = planned_scenario(s, 1536, plan)
+    tables, kept = plan_tables(tomllib.loads(GPT3.read_text()), planned, str(GPT3))
+    assert kept and tables["parallelism"]["data_parallel_degree"] == 48
+    assert tables["parallelism"]["ddp_bucket_cap_MiB"] == s.parallelism.ddp_bucket_cap_MiB
+    assert tables["model"]["preset"] == "gpt3-175b" and "tiers" in tables["cluster"]  # the file's own
+    from plancast.simulator.loader import parse_scenario
+
+    loaded = parse_scenario(tables).scenario
+    assert simulate(loaded, events=False).summary == simulate(planned, events=False).summary
+
+
+def test_bad_save_paths_exit_2_and_keep_what_is_there(tmp_path: Path) -> None:
+    mine = tmp_path / "mine.toml"
+    mine.write_text(TINY.read_text())
+    for args, said in (
+        ([str(mine), "--gpus", "4", "--save-best", str(mine)], "sweep never replaces a file"),
+        ([str(TINY), "--gpus", "4,8", "--save-best", str(tmp_path / "b.toml")], "one --gpus size"),
+        ([str(TINY), "--gpus", "4", "--save-best", str(tmp_path / "no" / "b.toml")], "does not exist"),
+    ):
+        code, out, err = cli_main("sweep", *args, "--workers=1")
+        assert code == 2 and said in err, (args, err)
+        assert "Traceback" not in out + err
+    assert mine.read_text() == TINY.read_text()
+    assert not (tmp_path / "b.toml").exists()
