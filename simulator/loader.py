@@ -164,12 +164,8 @@ def plan_tables(
     for name in PLAN_TABLES:
         table = tables.setdefault(name, {})
         for key, value in want[name].items():
-            if value == own[name].get(key) or key == "tiers":
-                continue
-            if value is None:
-                table.pop(key, None)
-            else:
-                table[key] = value
+            if value != own[name].get(key) and key != "tiers":
+                _set(table, key, value)
     target = resolve(planned)
     resolved = target.model_dump(mode="json")
     for _ in range(2):  # what the loader derives differently, set as planned (it may derive more from it)
@@ -183,5 +179,13 @@ def plan_tables(
         for name in PLAN_TABLES:
             for key, value in resolved[name].items():
                 if value != loaded[name].get(key):
-                    tables[name][key] = value
+                    _set(tables[name], key, value)
     return to_toml_dict(target), False
+
+
+def _set(table: dict[str, Any], key: str, value: Any) -> None:
+    """`key` set to `value` in a TOML table, or dropped where None (TOML has no null; the loader fills it)."""
+    if value is None:
+        table.pop(key, None)
+    else:
+        table[key] = value
