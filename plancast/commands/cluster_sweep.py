@@ -12,6 +12,7 @@ from typing import Any
 import typer
 
 from plancast.app import UserError, err, out, print_json, user_errors
+from plancast.commands.sweep_output import searched, searched_line
 
 
 def parse_gpus(text: str) -> list[int]:
@@ -100,32 +101,6 @@ def _print_ranked(result: Any, top: int, rank_by: str, searched_with: str | None
     out.print(ranked_table(result.rows[:top]))
     for line in warning_lines([row["warnings"] for row in result.rows[:top]]):  # docs/sweep.md
         out.print(line, markup=False)
-
-
-def searched(s: Any, pins: Any, max_memory_gib: float | None) -> dict[str, Any]:
-    """What `sweep --json` says the search was given beside its sizes: the scenario's framework, the
-    axes pinned as searched (under `--runnable` the schedule axis kept to what the framework ships,
-    sweep_axes.Pins.for_framework), whether only plans it runs were kept, and the memory cap."""
-    from plancast.simulator.sweep_space import NO_PINS
-
-    framework = s.parallelism.framework
-    searched_pins = (pins or NO_PINS).for_framework(framework)
-    return {
-        "framework": framework,
-        "runnable": searched_pins.runnable,
-        "pins": {axis: list(values) for axis, values in searched_pins.values},
-        "max_memory_gib": max_memory_gib,
-    }
-
-
-def searched_line(s: Any, pins: Any) -> str | None:
-    """The line above a sweep's table naming its pinned axes and --runnable (None when neither)."""
-    given = searched(s, pins, None)
-    if not given["pins"] and not given["runnable"]:
-        return None
-    axes = " ".join(f"{axis}={','.join(map(str, values))}" for axis, values in given["pins"].items())
-    runnable = f" (--runnable: only plans {given['framework']} runs as given)" if given["runnable"] else ""
-    return f"searched with {axes or 'no axis pinned'}{runnable}"
 
 
 def _json(result: Any, top: int, seconds: float) -> dict[str, Any]:

@@ -25,7 +25,7 @@ from plancast.app import (
     write_predicted,
 )
 from plancast.commands.calibrate import NoCacheOpt, measured_local
-from plancast.commands.sweep_save import SaveBestOpt, check_save_best
+from plancast.commands.sweep_output import SaveBestOpt, check_save_best
 
 if TYPE_CHECKING:
     from plancast.simulator.sweep import SweepResult
@@ -359,8 +359,7 @@ def _report(
     save: tuple[Path, Path] | None,
 ) -> None:
     """A single-size sweep's output: its CSV table, JSON or printed table, the best plan saved."""
-    from plancast.commands.cluster_sweep import searched, searched_line
-    from plancast.commands.sweep_save import save_best
+    from plancast.commands.sweep_output import save_best, searched, searched_line
     from plancast.simulator.sweep import planned_scenario
 
     rows, warned = _rows(s, n_gpus, result)

@@ -1,7 +1,8 @@
-"""`plancast sweep --save-best PATH`: the best plan found, written as a scenario file to simulate, run or
-submit as it is (docs/running-on-a-cluster.md: sweep, then `simulate best.toml`, then `submit best.toml`).
+"""What `plancast sweep` writes beside its ranked plans: what was searched (`searched`, in --json and above
+the table), and with `--save-best PATH` the best plan found as a scenario file to simulate, run or submit
+as it is (docs/running-on-a-cluster.md: sweep, then `simulate best.toml`, then `submit best.toml`).
 
-The file is the user's own scenario with what the plan changes written over it (simulator/loader.py
+The saved file is the user's own scenario with what the plan changes written over it (simulator/loader.py
 `plan_tables`): the same model, training and cluster keys, presets kept, so that `plancast simulate
 PATH` predicts the very step time the sweep ranked it by (tests/test_cli_sweep_save.py).
 """
@@ -80,3 +81,29 @@ def save_best(path: Path, scenario_path: Path, planned: Any, label: str, step_ti
         f"wrote {path}: the best plan {how}; `plancast simulate {path}` predicts {step_time_s:.3f} s",
         markup=False,
     )
+
+
+def searched(s: Any, pins: Any, max_memory_gib: float | None) -> dict[str, Any]:
+    """What `sweep --json` says the search was given beside its sizes: the scenario's framework, the
+    axes pinned as searched (under `--runnable` the schedule axis kept to what the framework ships,
+    sweep_axes.Pins.for_framework), whether only plans it runs were kept, and the memory cap."""
+    from plancast.simulator.sweep_space import NO_PINS
+
+    framework = s.parallelism.framework
+    searched_pins = (pins or NO_PINS).for_framework(framework)
+    return {
+        "framework": framework,
+        "runnable": searched_pins.runnable,
+        "pins": {axis: list(values) for axis, values in searched_pins.values},
+        "max_memory_gib": max_memory_gib,
+    }
+
+
+def searched_line(s: Any, pins: Any) -> str | None:
+    """The line above a sweep's table naming its pinned axes and --runnable (None when neither)."""
+    given = searched(s, pins, None)
+    if not given["pins"] and not given["runnable"]:
+        return None
+    axes = " ".join(f"{axis}={','.join(map(str, values))}" for axis, values in given["pins"].items())
+    runnable = f" (--runnable: only plans {given['framework']} runs as given)" if given["runnable"] else ""
+    return f"searched with {axes or 'no axis pinned'}{runnable}"
