@@ -306,7 +306,14 @@ class Grouper:
         out = []
         for groups in found.values():
             plans: dict[LayerKey, Plan] = {}
+            seen: set[tuple[object, ...]] = set()
             for group in groups:
+                # the keys depend on dp, the members' (recompute, ZeRO) and the variants alone: a family's
+                # pipeline layouts repeat them, and a repeat adds no key the first did not
+                alike = (group.shape[2], tuple(m[:2] for m in group.members), group.variants)
+                if alike in seen:
+                    continue
+                seen.add(alike)
                 members = self._member_keys(group)
                 plans.update(_member_plans(group, {k: v for k, v in members.items() if k not in plans}))
             floor = floor_segments([self.est.layer(plan).segments for plan in plans.values()])
