@@ -142,7 +142,15 @@ def fsdp_units(
     if par.framework == "deepspeed":
         return None
     s = plan.apply(base)
-    price = UnitPrice.of(s, levels)
+    unit_price = UnitPrice.of(s, levels)
+    priced: dict[tuple[CollectiveKind, float, float], float] = {}
+
+    def price(kind: CollectiveKind, own: float, experts: float) -> float:  # a model has few unit sizes
+        key = (kind, own, experts)
+        if (seconds := priced.get(key)) is None:
+            seconds = priced[key] = unit_price(kind, own, experts)
+        return seconds
+
     dtype = DTYPE_BYTES[base.training.dtype]
     stages, start, blocks = [], 0, len(seg.compute_forward_s) - 1
     kinds: dict[bool, tuple[float, float]] = {}  # one scenario: each kind of block sized once
