@@ -27,6 +27,7 @@ import pandas as pd
 import streamlit as st
 
 from plancast.dashboard.serve import ROOT_ENV, RUNS_ENV, measured_run_inside
+from plancast.pool import collector_paused
 from plancast.simulator.loader import ScenarioError, load_scenario
 from plancast.simulator.predict import simulate
 from plancast.simulator.scenario import Scenario
@@ -315,8 +316,11 @@ def _materialize(files: Sequence[tuple[str, bytes]], target: Path) -> Path:
 
 # ---------------------------------------------------------------------------------------- sweeps
 def sweep_table(base: Scenario, gpus: int, finalists: int) -> pd.DataFrame:
-    """One row per simulated plan: the columns of ``plancast sweep --table`` plus a ``plan`` label."""
-    return pd.DataFrame([r.row() for r in sweep(base, gpus, finalists=finalists).finalists])
+    """One row per simulated plan: the columns of ``plancast sweep --table`` plus a ``plan`` label; the
+    garbage collector paused for the search, as the CLI runs it (plancast/pool.py collector_paused)."""
+    with collector_paused():
+        found = sweep(base, gpus, finalists=finalists)
+    return pd.DataFrame([r.row() for r in found.finalists])
 
 
 PLAN_FIELDS = tuple(Plan.__dataclass_fields__)

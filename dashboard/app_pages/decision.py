@@ -8,6 +8,7 @@ import streamlit as st
 
 from plancast.dashboard import decision_charts, frames
 from plancast.dashboard.app_pages.common import current_run
+from plancast.pool import collector_paused
 from plancast.simulator.catalog import CLUSTERS
 from plancast.simulator.cluster_search import RANK_KEYS, search
 from plancast.simulator.goodput import goodput_curve, plan_run
@@ -23,7 +24,9 @@ def cached_search(
     scenario_json: str, gpus: tuple[int, ...], clusters: tuple[str, ...], rank_by: str
 ) -> pd.DataFrame:
     s = Scenario.model_validate_json(scenario_json)
-    return pd.DataFrame(search(s, list(gpus), list(clusters), rank_by=rank_by, finalists=2).rows)
+    with collector_paused():  # as the CLI's searches run (plancast/pool.py)
+        found = search(s, list(gpus), list(clusters), rank_by=rank_by, finalists=2)
+    return pd.DataFrame(found.rows)
 
 
 def this_plan(s: Scenario, step_time_s: float | None, power_W: float | None) -> None:
