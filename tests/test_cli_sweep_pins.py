@@ -132,3 +132,25 @@ def test_the_output_says_what_was_pinned_and_whether_runnable() -> None:
     assert across["gpus"] == [4, 8] and across["pins"] == {} and across["runnable"] is False
     code, out, err = cli_main("sweep", TINY, "--gpus", "4", "--top", "1", "--workers=1")
     assert code == 0 and "searched with" not in out, err
+
+
+def test_a_stage_dependent_framework_default_the_sweep_holds_fixed_is_named(tmp_path: Path) -> None:
+    """Megatron-LM defaults overlap_param_gather on for ZeRO 2-3 only; a scenario at ZeRO 1 that leaves
+    it unset has every plan priced with it off: said on stderr, unless set or the stages are pinned."""
+    base = (
+        '[model]\npreset = "tiny-gpt"\n[training]\nseq_len = 64\nglobal_batch_size = 32\n'
+        '[cluster]\npreset = "dgx-a100-80gb"\nnum_nodes = 1\n[parallelism]\nframework = "megatron-lm"\n'
+        "zero_stage = 1\n"
+    )
+    said = "the sweep prices every plan with parallelism.overlap_param_gather = false"
+    for extra, pins, warned in (
+        ("", [], True),
+        ("overlap_param_gather = true\noverlap_grad_reduce = true\n", [], False),
+        ("", ["--pin", "zero=0,1"], False),
+    ):
+        scenario = tmp_path / "s.toml"
+        scenario.write_text(base + extra)
+        code, _, err = cli_main("sweep", str(scenario), "--gpus", "8", "--top", "1", "--workers=1", *pins)
+        assert code == 0, err
+        assert (said in err) is warned, (extra, pins, err)
+        assert ("it defaults otherwise for ZeRO stage 2, 3" in err) is warned

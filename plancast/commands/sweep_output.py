@@ -107,3 +107,16 @@ def searched_line(s: Any, pins: Any) -> str | None:
     axes = " ".join(f"{axis}={','.join(map(str, values))}" for axis, values in given["pins"].items())
     runnable = f" (--runnable: only plans {given['framework']} runs as given)" if given["runnable"] else ""
     return f"searched with {axes or 'no axis pinned'}{runnable}"
+
+
+def warn_inherited_defaults(scenario_path: Path, s: Any, pins: Any) -> None:
+    """On stderr, each framework default the sweep prices every plan with at the scenario's own ZeRO stage
+    where the framework sets it otherwise for a stage searched (sweep_inputs.inherited_defaults)."""
+    from plancast.simulator.sweep_inputs import inherited_defaults
+    from plancast.traces import bounded
+
+    text = bounded.read_text(scenario_path, bounded.MAX_SCENARIO_BYTES, "a scenario")
+    table = bounded.load_toml(text, str(scenario_path)).get("parallelism")
+    given = set(table) if isinstance(table, dict) else set()
+    for line in inherited_defaults(s, given, pins):
+        err.print(f"warning: {line}", markup=False)
