@@ -47,20 +47,14 @@ def check_save_best(path: Path | None, several: bool) -> None:
 def save_best(path: Path, scenario_path: Path, planned: Any, label: str, step_time_s: float) -> None:
     """`planned` (the scenario the sweep simulated for its best plan) as a scenario file at `path`, the
     tables of `scenario_path` kept where the plan leaves them (loader.plan_tables), said on stderr."""
-    import tomllib
-
     import tomli_w
 
     from plancast.simulator.loader import ScenarioError, plan_tables
-    from plancast.traces import bounded
 
-    source = str(scenario_path)
     try:
-        text = bounded.read_text(scenario_path, bounded.MAX_SCENARIO_BYTES, "a scenario")
-        tables, kept = plan_tables(bounded.load_toml(text, source), planned, source)
-    except (OSError, bounded.BoundedReadError, tomllib.TOMLDecodeError, ScenarioError) as e:
-        problem = f"--save-best: {scenario_path} could not be read again ({e}); nothing written"
-        raise UserError(problem) from None
+        tables, kept = plan_tables(_tables(scenario_path, "--save-best"), planned, str(scenario_path))
+    except ScenarioError as e:
+        raise UserError(f"--save-best: {e}; nothing written") from None
     header = (
         f"# written by plancast sweep --save-best from {scenario_path.name}: the best plan found,\n"
         f"# {label}, predicted at {step_time_s:.3f} s a step\n"
@@ -113,10 +107,21 @@ def warn_inherited_defaults(scenario_path: Path, s: Any, pins: Any) -> None:
     """On stderr, each framework default the sweep prices every plan with at the scenario's own ZeRO stage
     where the framework sets it otherwise for a stage searched (sweep_inputs.inherited_defaults)."""
     from plancast.simulator.sweep_inputs import inherited_defaults
-    from plancast.traces import bounded
 
-    text = bounded.read_text(scenario_path, bounded.MAX_SCENARIO_BYTES, "a scenario")
-    table = bounded.load_toml(text, str(scenario_path)).get("parallelism")
+    table = _tables(scenario_path, "sweep").get("parallelism")
     given = set(table) if isinstance(table, dict) else set()
     for line in inherited_defaults(s, given, pins):
         err.print(f"warning: {line}", markup=False)
+
+
+def _tables(scenario_path: Path, what: str) -> dict[str, Any]:
+    """The scenario file's tables as written (read bounded, as the loader reads it), for `what`."""
+    import tomllib
+
+    from plancast.traces import bounded
+
+    try:
+        text = bounded.read_text(scenario_path, bounded.MAX_SCENARIO_BYTES, "a scenario")
+        return bounded.load_toml(text, str(scenario_path))
+    except (OSError, bounded.BoundedReadError, tomllib.TOMLDecodeError) as e:
+        raise UserError(f"{what}: {scenario_path} could not be read again ({e}); nothing written") from None
