@@ -7,6 +7,7 @@ import json
 import tomllib
 from pathlib import Path
 
+from plancast.commands.calibrate import wants_measuring
 from plancast.simulator.loader import load_scenario, plan_tables
 from plancast.simulator.predict import simulate
 from plancast.simulator.sweep import planned_scenario
@@ -18,7 +19,7 @@ TINY = EXAMPLES / "tiny-local-cpu.toml"
 GPT3 = EXAMPLES / "gpt3-175b-dgx-a100.toml"
 
 
-def _saved(tmp_path: Path, scenario: Path, *args: str) -> tuple[dict[str, object], Path]:
+def _saved(tmp_path: Path, scenario: Path, *args: str) -> tuple[dict[str, object], Path, str]:
     path = tmp_path / "best.toml"
     code, out, err = cli_main(
         "sweep", str(scenario), *args, "--json", "--workers=1", "--save-best", str(path)
@@ -26,7 +27,7 @@ def _saved(tmp_path: Path, scenario: Path, *args: str) -> tuple[dict[str, object
     assert code == 0, err
     assert f"wrote {path}" in err
     best: dict[str, object] = json.loads(out)["plans"][0]
-    return best, path
+    return best, path, err
 
 
 def _step_s(path: Path) -> float:
@@ -36,13 +37,17 @@ def _step_s(path: Path) -> float:
 
 
 def test_the_saved_best_plan_simulates_at_its_ranked_time_with_the_users_keys(tmp_path: Path) -> None:
-    best, path = _saved(tmp_path, TINY, "--gpus", "4", "--top", "2")
+    best, path, err = _saved(tmp_path, TINY, "--gpus", "4", "--top", "2")
     text = path.read_text()
     assert text.startswith("# written by plancast sweep --save-best from tiny-local-cpu.toml")
     assert str(best["plan"]) in text.splitlines()[1]
     tables = tomllib.loads(text)
     assert tables["model"] == {"preset": "tiny-gpt"}  # untouched, a preset still
-    assert tables["cluster"]["preset"] == "local-cpu" and tables["training"]["steps"] == 20
+    assert tables["training"]["steps"] == 20
+    # the sweep priced with the local-cpu values it had: spelled out, so that `simulate` does not measure
+    # this machine again for the plan's own shape (tests run with PLANCAST_LOCAL_CPU=shipped)
+    assert "compute" in tables["cluster"] and not wants_measuring(path)
+    assert "local-cpu cluster spelled out" in err
     assert tables["parallelism"]["pipeline_parallel_degree"] == best["pp"]
     assert abs(_step_s(path) - float(best["step_time_s"])) <= 1e-9 * float(best["step_time_s"])
 
@@ -53,7 +58,7 @@ def test_a_moe_plan_saved_with_its_expert_axes(tmp_path: Path) -> None:
         '[model]\npreset = "tiny-moe"\n[training]\nseq_len = 64\nglobal_batch_size = 32\n'
         '[parallelism]\nframework = "megatron-lm"\n[cluster]\npreset = "dgx-a100-80gb"\nnum_nodes = 1\n'
     )
-    best, path = _saved(tmp_path, scenario, "--gpus", "8", "--top", "1", "--pin", "ep=2", "--pin", "pp=2")
+    best, path, _ = _saved(tmp_path, scenario, "--gpus", "8", "--top", "1", "--pin", "ep=2", "--pin", "pp=2")
     tables = tomllib.loads(path.read_text())
     assert tables["parallelism"]["expert_parallel_degree"] == 2 and tables["model"] == {"preset": "tiny-moe"}
     assert tables["parallelism"].get("moe_token_dispatcher", "alltoall") == best["dispatcher"]

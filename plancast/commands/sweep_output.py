@@ -49,12 +49,18 @@ def save_best(path: Path, scenario_path: Path, planned: Any, label: str, step_ti
     tables of `scenario_path` kept where the plan leaves them (loader.plan_tables), said on stderr."""
     import tomli_w
 
-    from plancast.simulator.loader import ScenarioError, plan_tables
+    from plancast.commands.calibrate import wants_measuring
+    from plancast.simulator.loader import ScenarioError, plan_tables, resolve, to_toml_dict
 
     try:
         tables, kept = plan_tables(_tables(scenario_path, "--save-best"), planned, str(scenario_path))
     except ScenarioError as e:
         raise UserError(f"--save-best: {e}; nothing written") from None
+    measured = kept and wants_measuring(scenario_path)
+    if (
+        measured
+    ):  # `simulate` would measure this machine for the plan's own shape: the sweep priced with these
+        tables["cluster"] = to_toml_dict(resolve(planned))["cluster"]
     header = (
         f"# written by plancast sweep --save-best from {scenario_path.name}: the best plan found,\n"
         f"# {label}, predicted at {step_time_s:.3f} s a step\n"
@@ -71,6 +77,8 @@ def save_best(path: Path, scenario_path: Path, planned: Any, label: str, step_ti
         if kept
         else "resolved in full (its own tables did not load as it)"
     )
+    if measured:
+        how += ", its local-cpu cluster spelled out as the sweep priced it (simulate measures it otherwise)"
     err.print(
         f"wrote {path}: the best plan {how}; `plancast simulate {path}` predicts {step_time_s:.3f} s",
         markup=False,
