@@ -152,8 +152,8 @@ def plan_tables(
     """The tables of a scenario file (`data`, as read) with a plan written over them, and whether they were
     kept: each key of `PLAN_TABLES` whose value in `planned` (the file's scenario with a sweep's plan
     applied, resized to its GPUs) differs from the file's own resolved value is set, or removed where
-    `planned` leaves it unset (the loader fills it again); then each key the tables still load otherwise
-    (a default the loader derives from the plan, a resized cluster's tiers) is set as `planned` has it.
+    `planned` leaves it unset or to its framework (the loader fills it again); then each key the tables
+    still load otherwise (a resized cluster's tiers) is set as `planned` has it.
     Every other key stays as written (presets stay presets). Where they still do not load as `planned`,
     the whole resolved scenario instead, and False. ScenarioError as `parse_scenario` raises it for
     `data`."""
@@ -161,10 +161,11 @@ def plan_tables(
     own = parse_scenario(renamed, source).scenario.model_dump(mode="json")
     want = planned.model_dump(mode="json")
     tables = {name: dict(part) if isinstance(part, Mapping) else part for name, part in renamed.items()}
+    derived = {"parallelism": planned.derived_keys}  # the loader derives them for the plan again
     for name in PLAN_TABLES:
         table = tables.setdefault(name, {})
         for key, value in want[name].items():
-            if value != own[name].get(key) and key != "tiers":
+            if value != own[name].get(key) and key != "tiers" and key not in derived.get(name, ()):
                 _set(table, key, value)
     target = resolve(planned)
     resolved = target.model_dump(mode="json")

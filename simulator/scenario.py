@@ -15,7 +15,13 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from plancast.simulator import catalog
-from plancast.simulator.catalog.frameworks import DEFAULT_FRAMEWORK, Framework, framework_defaults
+from plancast.simulator.catalog.frameworks import (
+    DEFAULT_FRAMEWORK,
+    PARALLELISM_DEFAULTS,
+    Framework,
+    framework_defaults,
+    parallelism_defaults,
+)
 from plancast.simulator.cluster import Cluster
 from plancast.simulator.costs.fp8 import FP8Recipe
 from plancast.simulator.fields import Dtype, Recompute, Strict
@@ -302,6 +308,13 @@ class Parallelism(MemoryParallelismKeys, MoeParallelismKeys):
         return value
 
 
+def with_defaults(par: Parallelism, defaults: dict[str, object]) -> Parallelism:
+    """`par` with framework defaults filled in, those keys still unset (`Scenario.derived_keys`)."""
+    filled = par.model_copy(update=defaults)
+    object.__setattr__(filled, "__pydantic_fields_set__", set(par.model_fields_set))
+    return filled
+
+
 # ------------------------------------------------------------------------------------------ scenario
 class Scenario(Strict):
     """Model + training + parallelism + cluster: one training step to predict or run."""
@@ -314,33 +327,15 @@ class Scenario(Strict):
     @model_validator(mode="after")
     def _framework_defaults(self) -> Scenario:
         """Fill the framework-dependent keys the scenario left unset (explicit keys win)."""
-        par, t = self.parallelism, self.training
-        defaults = framework_defaults(
-            par.framework, dtype=t.dtype, dp=max(self.dp, 1), zero_stage=par.zero_stage
-        )
-        grad_fp32 = (
-            defaults["grad_accumulation_fp32"]
-            if t.grad_accumulation_fp32 is None
-            else t.grad_accumulation_fp32
-        )
-        updates = {
-            k: defaults[k]
-            for k in (
-                "vocab_parallel",
-                "overlap_p2p_comm",
-                "scatter_gather_p2p",
-                "zero_collective_algorithm",
-                "overlap_grad_reduce",
-                "overlap_param_gather",
-            )
-            if getattr(par, k) is None
-        }
-        bucket_params = defaults["ddp_bucket_params"]
-        if par.ddp_bucket_cap_MiB is None and isinstance(bucket_params, int):
-            grad_bytes = 4 if grad_fp32 or t.dtype == "fp32" else 2
-            updates["ddp_bucket_cap_MiB"] = bucket_params * grad_bytes / 2**20
-        if updates:
-            object.__setattr__(self, "parallelism", par.model_copy(update=updates))
+        par, t, dp = self.parallelism, self.training, max(self.dp, 1)
+        defaults = framework_defaults(par.framework, dtype=t.dtype, dp=dp, zero_stage=par.zero_stage)
+        given = t.grad_accumulation_fp32
+        grad_fp32 = defaults["grad_accumulation_fp32"] if given is None else given
+        if unset := [k for k in PARALLELISM_DEFAULTS if getattr(par, k) is None]:
+            fill = parallelism_defaults(
+                par.framework, dtype=t.dtype, grad_fp32=bool(grad_fp32), dp=dp, zero_stage=par.zero_stage
+            )  # fmt: skip
+            object.__setattr__(self, "parallelism", with_defaults(par, {k: fill[k] for k in unset}))
         fills = {
             k: v
             for k, v in (("grad_accumulation_fp32", grad_fp32), ("elementwise", defaults["elementwise"]))
@@ -349,6 +344,11 @@ class Scenario(Strict):
         if fills:
             object.__setattr__(self, "training", t.model_copy(update=fills))
         return self
+
+    @property
+    def derived_keys(self) -> frozenset[str]:
+        """The [parallelism] keys the scenario left unset, filled from its framework's defaults."""
+        return frozenset(PARALLELISM_DEFAULTS) - self.parallelism.model_fields_set
 
     @property
     def world_size(self) -> int:

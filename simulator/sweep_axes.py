@@ -9,9 +9,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import TypeVar, get_args
 
-from plancast.simulator.catalog.frameworks import PIPELINE_SCHEDULES
+from plancast.simulator.catalog.frameworks import PIPELINE_SCHEDULES, PLAN_DEPENDENT, parallelism_defaults
 from plancast.simulator.layer_split import even_layer_split
-from plancast.simulator.scenario import Scenario
+from plancast.simulator.scenario import Scenario, with_defaults
 from plancast.simulator.scenario_moe import Dispatcher
 from plancast.simulator.schedules import SCHEDULES as SCHEDULE_RULES
 from plancast.simulator.schedules import owned_stages, stage_holders
@@ -72,7 +72,11 @@ class Plan:
         return (self.first_layers, *middle, self.last_layers)
 
     def apply(self, base: Scenario) -> Scenario:
-        """The base scenario with this plan's parallelism, batch shape and layer split."""
+        """The base scenario with this plan's parallelism, batch shape and layer split: priced as the plan
+        written as a scenario of its own, so a key whose framework default depends on the plan
+        (frameworks.PLAN_DEPENDENT) and that the base left unset takes the plan's default (a ZeRO-2 plan
+        under Megatron-LM overlaps its parameter gathers; a dp 64 plan's DDP buckets hold 64M
+        parameters); a key the scenario sets is kept for every plan."""
         split = list(self.layer_split(base.model.num_hidden_layers)) if self.first_layers else None
         par = base.parallelism.model_copy(
             update={
@@ -94,7 +98,17 @@ class Plan:
         training = base.training.model_copy(
             update={"micro_batch_size": self.micro_batch_size, "recompute": self.recompute}
         )
-        return base.model_copy(update={"parallelism": par, "training": training})
+        s = base.model_copy(update={"parallelism": par, "training": training})
+        again = [k for k in PLAN_DEPENDENT if k in base.derived_keys]
+        if again:  # the framework's defaults for this plan, as if written as a scenario of its own
+            fill = parallelism_defaults(
+                par.framework, dtype=training.dtype, grad_fp32=bool(training.grad_accumulation_fp32),
+                dp=self.dp, zero_stage=self.zero_stage,
+            )  # fmt: skip
+            updates = {k: fill[k] for k in again if fill[k] != getattr(par, k)}
+            if updates:
+                object.__setattr__(s, "parallelism", with_defaults(par, updates))
+        return s
 
     def label(self) -> str:
         sched = self.schedule + (f"x{self.virtual_stages}" if self.virtual_stages > 1 else "")

@@ -103,7 +103,7 @@ class Bound:
         buckets = self._buckets(plan, split)
         owned = [buckets[v] for v in plan.first_rank_stages()]
         drained = 0.0
-        if est.base.parallelism.overlap_grad_reduce:  # each bucket ready at its share of its chunk's last B
+        if est.dp_keys(plan).overlap_grad_reduce:  # each bucket ready at its share of its chunk's last B
             for (start, own), (sizes, seconds) in sorted(zip(rep.last_backward_s, owned, strict=True)):
                 total, done = sum(sizes) or 1, 0
                 for nbytes, collective_s in zip(sizes, seconds, strict=True):
@@ -223,7 +223,8 @@ class Bound:
         base = self.est.base
         slowdown = base.cluster.compute.overlap_slowdown
         dense_dp = plan.dp * plan.cp
-        if not (slowdown and base.parallelism.overlap_grad_reduce and dense_dp > 1 and plan.zero_stage <= 1):
+        overlap = self.est.dp_keys(plan).overlap_grad_reduce
+        if not (slowdown and overlap and dense_dp > 1 and plan.zero_stage <= 1):
             return None
         return tuple(
             slowdown * overlapped_s(sizes, seconds, action_seconds(st, v, split_backward)[1])
@@ -249,7 +250,7 @@ class Bound:
                 base.model, plan.tp, layers=n, has_embedding=v == 0, has_head=v == len(split) - 1,
                 first_layer=sum(split[:v]),
             )  # fmt: skip
-            sizes = tuple(ddp_bucket_bytes(tensors, base.parallelism.bucket_cap_MiB))
+            sizes = tuple(ddp_bucket_bytes(tensors, self.est.dp_keys(plan).bucket_cap_MiB))
             # Megatron-LM's distributed optimizer reduce-scatters each bucket (engine/plan.py)
             kind: CollectiveKind = "reduce_scatter" if distopt else "all_reduce"
             per = host.dp_collective_s + (0.0 if distopt else host.ddp_all_reduce_s)
@@ -272,7 +273,7 @@ class Bound:
                 base.model, split, [stage], tp=plan.tp, vocab_tp=vocab_tp, ep=plan.ep, etp=plan.etp or None
             )[0]
             shard = params * DTYPE_BYTES[base.training.dtype] / dense_dp
-            if base.parallelism.distributed_optimizer and base.parallelism.overlap_param_gather:
+            if base.parallelism.distributed_optimizer and self.est.dp_keys(plan).overlap_param_gather:
                 continue  # gathered beside the next forward (engine/param_gather.py): none need show
             if base.parallelism.distributed_optimizer:  # Megatron-LM's one all-gather
                 total += _one(levels, "all_gather", shard * dense_dp) + host.dp_collective_s
@@ -304,7 +305,7 @@ class Bound:
         dp = self._dp_part(plan, split, zero)
         if zero <= 1:
             chunk0_s, all_s, broadcast_s = dp
-            if est.base.parallelism.overlap_grad_reduce:
+            if est.dp_keys(plan).overlap_grad_reduce:
                 drained = c.final_backward_start_s + chunk0_s
             else:
                 drained = c.final_backward_start_s + c.final_backward_s + all_s
@@ -425,7 +426,7 @@ class Bound:
             broadcast = 0.0
             if zero == 1:  # every owner's shard of the rank's parameters (engine/plan.py)
                 shard = self.est.rank0_params(plan) * DTYPE_BYTES[base.training.dtype] / (plan.dp * plan.cp)
-                if distopt and base.parallelism.overlap_param_gather:
+                if distopt and self.est.dp_keys(plan).overlap_param_gather:
                     broadcast = 0.0  # beside the next forward (engine/param_gather.py): none need show
                 elif distopt:
                     broadcast = _one(levels, "all_gather", shard * plan.dp * plan.cp)

@@ -53,6 +53,14 @@ class DpCosts(NamedTuple):
     optimizer_s: float
 
 
+class DpKeys(NamedTuple):
+    """The [parallelism] keys whose framework default depends on the plan (frameworks.PLAN_DEPENDENT)."""
+
+    overlap_grad_reduce: bool
+    overlap_param_gather: bool
+    bucket_cap_MiB: float | None
+
+
 @dataclass
 class Estimator:
     """Closed-form memory (exactly the first pipeline rank's, a lower bound of the peak) and step time.
@@ -76,6 +84,7 @@ class Estimator:
     _pricing: Pricing = field(init=False)
     _first_actions: dict[tuple[str, int, int, int], tuple[Action, ...]] = field(default_factory=dict)
     _stages: dict[tuple[object, ...], tuple[StageTimes, ...]] = field(default_factory=dict)
+    _dp_keys: dict[tuple[int, int], DpKeys] = field(default_factory=dict)
     fsdp_stages: bool = field(init=False)
     """ZeRO-2 and ZeRO-3 blocks priced apart (`has_fsdp_stages`); else both as ZeRO-3."""
 
@@ -86,6 +95,18 @@ class Estimator:
     def key(self, plan: Plan) -> LayerKey:
         """The plan's `LayerKey` on this estimator's cluster."""
         return layer_key(plan, self.fsdp_stages)
+
+    def dp_keys(self, plan: Plan) -> DpKeys:
+        """The plan's data-parallel keys as `Plan.apply` resolves them (each the framework's default for the
+        plan where the scenario left it unset): they depend on its dp and ZeRO stage only."""
+        key = (plan.dp, plan.zero_stage)
+        cached = self._dp_keys.get(key)
+        if cached is None:
+            par = plan.apply(self.base).parallelism
+            cached = self._dp_keys[key] = DpKeys(
+                bool(par.overlap_grad_reduce), bool(par.overlap_param_gather), par.bucket_cap_MiB
+            )
+        return cached
 
     def split(self, plan: Plan) -> tuple[int, ...]:
         """The plan's blocks per virtual stage (Plan.layer_split)."""
@@ -316,7 +337,7 @@ class Estimator:
         cached = self._dp.get(key)
         if cached is not None:
             return cached
-        t, par = self.base.training, self.base.parallelism
+        t, par, keys = self.base.training, self.base.parallelism, self.dp_keys(plan)
         params = self.rank0_params(plan)
         dtype_bytes = DTYPE_BYTES[t.dtype]
         grad_bytes = params * (4 if t.grad_accumulation_fp32 else dtype_bytes)
@@ -325,13 +346,13 @@ class Estimator:
         if plan.dp == 1:
             pass
         elif plan.zero_stage <= 1:  # DDP buckets (ZeRO-1: + one broadcast per owner after the step)
-            cap_MiB = par.bucket_cap_MiB  # None: one bucket per chunk (torch DDP)
+            cap_MiB = keys.bucket_cap_MiB  # None: one bucket per chunk (torch DDP)
             buckets = 1 if cap_MiB is None else max(math.ceil(grad_bytes / (cap_MiB * 2**20)), 1)
             # Megatron-LM's distributed optimizer: reduce-scatter, then one all-gather (engine/plan.py)
             distopt = plan.zero_stage == 1 and par.distributed_optimizer
             kind: CollectiveKind = "reduce_scatter" if distopt else "all_reduce"
             comm = buckets * collective_seconds(kind, levels, grad_bytes / buckets)
-            if distopt and par.overlap_param_gather:
+            if distopt and keys.overlap_param_gather:
                 pass  # gathered beside the next forward's compute (engine/param_gather.py)
             elif distopt:
                 broadcast = collective_seconds("all_gather", levels, params * dtype_bytes, "hierarchical")
@@ -369,7 +390,7 @@ class Estimator:
         if plan.dp == 1:
             pass
         elif plan.zero_stage <= 1:
-            tail = per_mb / v if self.base.parallelism.overlap_grad_reduce else 0.0
+            tail = per_mb / v if self.dp_keys(plan).overlap_grad_reduce else 0.0
             exposed += max(dp.all_reduce_s - tail, 0.0)
             if plan.zero_stage == 1:
                 exposed += dp.broadcast_s

@@ -138,10 +138,10 @@ def fsdp_units(
     """The plan's FSDP units per stage (simulator/units.py, dp_plan; its pass shares from the stage's
     own segment times `seg`), each unit's collectives over the dp group `levels` (`UnitPrice`), or None
     for DeepSpeed, whose blocks split into more units."""
-    par = base.parallelism
-    if par.framework == "deepspeed":
+    if base.parallelism.framework == "deepspeed":
         return None
     s = plan.apply(base)
+    par = s.parallelism  # the plan's own defaults (Plan.apply)
     unit_price = UnitPrice.of(s, levels)
     priced: dict[tuple[CollectiveKind, float, float], float] = {}
 

@@ -7,11 +7,8 @@ the model's convergence, which a step-time search must not trade away. A scenari
 
 from __future__ import annotations
 
-from collections.abc import Collection
-
-from plancast.simulator.catalog.frameworks import framework_defaults
 from plancast.simulator.scenario import Scenario
-from plancast.simulator.sweep_axes import ZERO_STAGES, Pins, Plan, cp_choices
+from plancast.simulator.sweep_axes import Pins, Plan, cp_choices
 from plancast.simulator.sweep_space import roots, tensor_parallel_degrees
 
 BATCH_KEYS = ("global_batch_size", "seq_len")
@@ -108,38 +105,3 @@ def _ranges(ranks: list[int]) -> str:
         else:
             runs.append([rank])
     return ", ".join(f"#{run[0]}" if len(run) == 1 else f"#{run[0]}-#{run[-1]}" for run in runs)
-
-
-STAGE_DEFAULTS = ("overlap_param_gather", "overlap_grad_reduce")
-"""Framework defaults that depend on the ZeRO stage (catalog/frameworks.py framework_defaults)."""
-
-
-def inherited_defaults(base: Scenario, given: Collection[str], pins: Pins) -> list[str]:
-    """Warnings where the sweep prices every plan with a framework default of the scenario's own ZeRO
-    stage that the framework sets otherwise for a stage the sweep searches: each plan keeps the
-    scenario's resolved keys (sweep_axes.Plan.apply), so those plans are priced as with the key set,
-    not as the framework runs them by default (a GPT-3 175B ZeRO-2 plan under Megatron-LM: 8.9% slower
-    than when written as its own scenario, docs/sweep.md). `given`: the [parallelism] keys the scenario
-    file sets; a key set there is the user's choice for every plan."""
-    par, t = base.parallelism, base.training
-    own = framework_defaults(par.framework, dtype=t.dtype, dp=max(base.dp, 1), zero_stage=par.zero_stage)
-    out = []
-    for key in STAGE_DEFAULTS:
-        if key in given or getattr(par, key) != own[key]:
-            continue
-        other = [
-            zero
-            for zero in ZERO_STAGES
-            if pins.allows("zero", zero)
-            and framework_defaults(par.framework, dtype=t.dtype, dp=max(base.dp, 1), zero_stage=zero)[key]
-            != own[key]
-        ]
-        if other:
-            value, stages = str(own[key]).lower(), ", ".join(map(str, other))
-            out.append(
-                f"the sweep prices every plan with parallelism.{key} = {value}, {par.framework}'s default "
-                f"for the scenario's ZeRO stage {par.zero_stage}; it defaults otherwise for ZeRO stage "
-                f"{stages}, which the sweep searches too: set parallelism.{key} in the scenario to price "
-                "every plan as you will run it (--save-best writes the value a plan was priced with)"
-            )
-    return out

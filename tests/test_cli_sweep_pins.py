@@ -4,10 +4,13 @@ is not an axis, not a value of it, or leaves no plan is named in the message."""
 from __future__ import annotations
 
 import json
+import tomllib
 from pathlib import Path
 
 import pytest
 
+from plancast.simulator.loader import load_scenario
+from plancast.simulator.predict import simulate
 from tests.cli_runner import cli_main
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -134,23 +137,30 @@ def test_the_output_says_what_was_pinned_and_whether_runnable() -> None:
     assert code == 0 and "searched with" not in out, err
 
 
-def test_a_stage_dependent_framework_default_the_sweep_holds_fixed_is_named(tmp_path: Path) -> None:
-    """Megatron-LM defaults overlap_param_gather on for ZeRO 2-3 only; a scenario at ZeRO 1 that leaves
-    it unset has every plan priced with it off: said on stderr, unless set or the stages are pinned."""
+def test_a_plan_takes_its_own_stage_dependent_framework_default(tmp_path: Path) -> None:
+    """Megatron-LM overlaps the parameter all-gather at ZeRO 2-3 only (catalog/frameworks.py): a ZeRO-2
+    plan searched from a ZeRO-1 scenario that leaves the key unset is priced with it on, as the plan
+    written as a scenario of its own (the saved file leaves the key to the loader and simulates at the
+    sweep's time); set in the scenario, the key holds for every plan, and the plan is priced slower."""
     base = (
         '[model]\npreset = "tiny-gpt"\n[training]\nseq_len = 64\nglobal_batch_size = 32\n'
         '[cluster]\npreset = "dgx-a100-80gb"\nnum_nodes = 1\n[parallelism]\nframework = "megatron-lm"\n'
         "zero_stage = 1\n"
     )
-    said = "the sweep prices every plan with parallelism.overlap_param_gather = false"
-    for extra, pins, warned in (
-        ("", [], True),
-        ("overlap_param_gather = true\noverlap_grad_reduce = true\n", [], False),
-        ("", ["--pin", "zero=0,1"], False),
-    ):
-        scenario = tmp_path / "s.toml"
+    times = {}
+    for extra, overlapped in (("", True), ("overlap_param_gather = false\n", False)):
+        scenario, saved = tmp_path / f"s{overlapped}.toml", tmp_path / f"best{overlapped}.toml"
         scenario.write_text(base + extra)
-        code, _, err = cli_main("sweep", str(scenario), "--gpus", "8", "--top", "1", "--workers=1", *pins)
+        code, out, err = cli_main(
+            "sweep", str(scenario), "--gpus", "8", "--top", "1", "--pin", "zero=2", "--pin", "pp=4",
+            "--json", "--workers=1", "--save-best", str(saved),
+        )  # fmt: skip
         assert code == 0, err
-        assert (said in err) is warned, (extra, pins, err)
-        assert ("it defaults otherwise for ZeRO stage 2, 3" in err) is warned
+        assert "prices every plan with" not in err
+        times[overlapped] = float(json.loads(out)["plans"][0]["step_time_s"])
+        assert ("overlap_param_gather" in tomllib.loads(saved.read_text())["parallelism"]) is not overlapped
+        loaded = load_scenario(saved).scenario
+        assert loaded.parallelism.zero_stage == 2 and loaded.parallelism.overlap_param_gather is overlapped
+        own = simulate(loaded, events=False).summary["step_time_s"]
+        assert abs(own - times[overlapped]) <= 1e-9 * own
+    assert times[True] < times[False]

@@ -25,7 +25,7 @@ from plancast.app import (
     write_predicted,
 )
 from plancast.commands.calibrate import NoCacheOpt, measured_local
-from plancast.commands.sweep_output import SaveBestOpt, check_save_best, warn_inherited_defaults
+from plancast.commands.sweep_output import SaveBestOpt, check_save_best
 
 if TYPE_CHECKING:
     from plancast.simulator.sweep import SweepResult
@@ -277,7 +277,6 @@ def sweep(
         pins = _pins(pin, runnable, s.parallelism.framework)
         sizes = parse_gpus(_scenario_gpus(s) if gpus is None else gpus)
         check_save_best(save_best, len(sizes) > 1 or cluster is not None or rank_by != "step")
-        warn_inherited_defaults(scenario, s, pins)
         problem = missing_batch(s) or unswept_copies(s)
         if problem is not None:
             raise UserError(f"{scenario}: {problem}")

@@ -111,17 +111,6 @@ def searched_line(s: Any, pins: Any) -> str | None:
     return f"searched with {axes or 'no axis pinned'}{runnable}"
 
 
-def warn_inherited_defaults(scenario_path: Path, s: Any, pins: Any) -> None:
-    """On stderr, each framework default the sweep prices every plan with at the scenario's own ZeRO stage
-    where the framework sets it otherwise for a stage searched (sweep_inputs.inherited_defaults)."""
-    from plancast.simulator.sweep_inputs import inherited_defaults
-
-    table = _tables(scenario_path, "sweep").get("parallelism")
-    given = set(table) if isinstance(table, dict) else set()
-    for line in inherited_defaults(s, given, pins):
-        err.print(f"warning: {line}", markup=False)
-
-
 def _tables(scenario_path: Path, what: str) -> dict[str, Any]:
     """The scenario file's tables as written (read bounded, as the loader reads it), for `what`."""
     import tomllib

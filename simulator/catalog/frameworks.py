@@ -116,6 +116,35 @@ def framework_defaults(
     }
 
 
+PARALLELISM_DEFAULTS = (
+    "vocab_parallel",
+    "overlap_p2p_comm",
+    "scatter_gather_p2p",
+    "zero_collective_algorithm",
+    "overlap_grad_reduce",
+    "overlap_param_gather",
+    "ddp_bucket_cap_MiB",
+)
+"""The [parallelism] keys a scenario that leaves them unset gets from its framework."""
+
+PLAN_DEPENDENT = ("overlap_grad_reduce", "overlap_param_gather", "ddp_bucket_cap_MiB")
+"""Of those, the ones whose default depends on the plan (ZeRO stage, data-parallel degree): a plan the
+sweep derives from a scenario gets them again for its own shape (Scenario.with_plan)."""
+
+
+def parallelism_defaults(
+    framework: Framework, *, dtype: str, grad_fp32: bool, dp: int, zero_stage: int
+) -> dict[str, object]:
+    """`framework_defaults`' [parallelism] keys (`PARALLELISM_DEFAULTS`), the gradient bucket in MiB of
+    the gradient dtype (fp32 with fp32 gradient accumulation or training; None: one bucket per chunk)."""
+    defaults = framework_defaults(framework, dtype=dtype, dp=dp, zero_stage=zero_stage)
+    out = {k: defaults[k] for k in PARALLELISM_DEFAULTS[:-1]}
+    bucket_params = defaults["ddp_bucket_params"]
+    grad_bytes = 4 if grad_fp32 or dtype == "fp32" else 2
+    out["ddp_bucket_cap_MiB"] = bucket_params * grad_bytes / 2**20 if isinstance(bucket_params, int) else None
+    return out
+
+
 PIPELINE_SCHEDULES: dict[Framework, tuple[str, ...]] = {
     # Megatron-Core's get_forward_backward_func (megatron/core/pipeline_parallel/schedules.py, NVIDIA/
     # Megatron-LM d98e8a6, 2026-08): no pipelining, 1F1B, and with virtual stages the interleaved 1F1B

@@ -106,18 +106,18 @@ def test_the_tighter_first_bound_stays_below_the_engine(plan: Plan) -> None:
 
 def test_the_first_rank_walked_takes_in_its_dp_stream() -> None:
     """On GPT-3 175B's ZeRO-2/3 V plans the first bound leaves out that a rank's gathers and reduce-
-    scatters share one stream with its passes (11.0-11.1 s against replays of 22.1-25.8 s); the first
-    rank walked alone takes it in (docs/sweep.md, "The first rank walked") and comes within 25% of the
-    replay. Plans without FSDP units have no walk."""
+    scatters share one stream with its passes (11.0-11.1 s against replays of 17.3-17.9 s, the gathers
+    overlapped as Megatron-LM does by default at ZeRO 2-3); the first rank walked alone takes it in
+    (docs/sweep.md, "The first rank walked") and comes within 25% of the replay. Plans without FSDP units
+    have no walk."""
     bound, _ = gpt3()
     for plan in [
         Plan(2, 6, 128, 1, "ZBV", 2, "selective", True, 2),
         Plan(1, 2, 768, 1, "ZBV", 2, "selective", False, 3),
     ]:
         walked, replayed = bound.walked(plan), bound.replayed(plan)
-        assert (
-            walked is not None and bound.seconds(plan) < 0.6 * replayed < 0.75 * replayed < walked <= replayed
-        )
+        assert walked is not None
+        assert bound.seconds(plan) < 0.65 * replayed < 0.75 * replayed < walked <= replayed
     assert bound.walked(Plan(8, 8, 24, 1, "1F1B", 1, "selective", True, 1)) is None
 
 
