@@ -85,12 +85,43 @@ def test_a_default_the_loader_derives_from_the_plan_is_left_to_it() -> None:
     assert simulate(loaded, events=False).summary == simulate(planned, events=False).summary
 
 
+def test_over_several_sizes_the_first_plan_of_the_ranking_is_saved_at_its_size(tmp_path: Path) -> None:
+    scenario = tmp_path / "tiny.toml"
+    scenario.write_text(
+        '[model]\npreset = "tiny-gpt"\n[training]\nseq_len = 64\nglobal_batch_size = 32\n'
+        '[cluster]\npreset = "dgx-a100-80gb"\nnum_nodes = 1\n'
+    )
+    best, path, _ = _saved(tmp_path, scenario, "--gpus", "4,16", "--top", "1")
+    tables = tomllib.loads(path.read_text())
+    assert f"on {best['gpus']} GPUs" in path.read_text().splitlines()[1]
+    assert tables["cluster"]["preset"] == "dgx-a100-80gb"
+    assert load_scenario(path).scenario.world_size == best["gpus"]
+    assert abs(_step_s(path) - float(best["step_time_s"])) <= 1e-9 * float(best["step_time_s"])
+
+
+def test_over_several_clusters_the_first_plan_is_saved_on_its_preset(tmp_path: Path) -> None:
+    """--cluster searches each preset with the scenario's site keys (cluster_search.RUN_SETTINGS): the
+    saved file names the row's preset, keeps those keys, and simulates at the ranked time."""
+    scenario = tmp_path / "tiny.toml"
+    scenario.write_text(
+        '[model]\npreset = "tiny-gpt"\n[training]\nseq_len = 64\nglobal_batch_size = 32\n'
+        '[cluster]\npreset = "dgx-a100-80gb"\nnum_nodes = 1\npue = 1.3\n'
+    )
+    best, path, err = _saved(
+        tmp_path, scenario, "--gpus", "8", "--cluster", "dgx-a100-80gb,dgx-h100-80gb", "--top", "1"
+    )
+    assert best["cluster"] == "dgx-h100-80gb"  # the faster GPU
+    assert "on cluster dgx-h100-80gb" in err
+    cluster = tomllib.loads(path.read_text())["cluster"]
+    assert cluster["preset"] == "dgx-h100-80gb" and cluster["pue"] == 1.3
+    assert abs(_step_s(path) - float(best["step_time_s"])) <= 1e-9 * float(best["step_time_s"])
+
+
 def test_bad_save_paths_exit_2_and_keep_what_is_there(tmp_path: Path) -> None:
     mine = tmp_path / "mine.toml"
     mine.write_text(TINY.read_text())
     for args, said in (
         ([str(mine), "--gpus", "4", "--save-best", str(mine)], "sweep never replaces a file"),
-        ([str(TINY), "--gpus", "4,8", "--save-best", str(tmp_path / "b.toml")], "one --gpus size"),
         ([str(TINY), "--gpus", "4", "--save-best", str(tmp_path / "no" / "b.toml")], "does not exist"),
     ):
         code, out, err = cli_main("sweep", *args, "--workers=1")

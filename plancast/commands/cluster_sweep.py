@@ -46,9 +46,11 @@ def cluster_sweep(
     max_memory_gib: float | None = None,
     workers: int | None = None,
     pins: Any = None,
+    save: tuple[Path, Path] | None = None,
 ) -> None:
     """Search every (cluster, size), rank all finalists together, print them and the Pareto front;
-    `pins` (sweep_axes.Pins, sweep --pin) fix axes in every search."""
+    `pins` (sweep_axes.Pins, sweep --pin) fix axes in every search; `save`: (--save-best's path, the
+    scenario's file) to write the first plan of the ranking to."""
     import time
 
     from rich.progress import Progress
@@ -70,7 +72,7 @@ def cluster_sweep(
                 result = search(
                     s, sizes, names, rank_by=rank_by, finalists=finalists, progress=progress,
                     max_memory_gib=max_memory_gib, map_fn=map_fn, pins=pins or NO_PINS,
-                )
+                )  # fmt: skip
             except ValueError as e:
                 raise UserError(str(e)) from None
     for why in result.skipped:
@@ -87,8 +89,28 @@ def cluster_sweep(
     if not result.rows:  # after the JSON too: a script sees the empty list and exit code 1
         err.print("no plan fits on any of the clusters and sizes searched", markup=False)
         raise typer.Exit(1)
+    if save is not None:
+        _save_first(save, s, result.rows[0], names)
     if not json_:
         _print_ranked(result, top, rank_by, searched_line(s, pins))
+
+
+def _save_first(save: tuple[Path, Path], s: Any, row: dict[str, Any], names: list[str | None]) -> None:
+    """The ranking's first plan as --save-best writes a plan, on its own cluster and size: a --cluster
+    preset's row was searched on that preset (cluster_search.with_cluster), the others on the scenario's."""
+    from dataclasses import fields
+
+    from plancast.commands.sweep_output import save_best
+    from plancast.simulator.cluster_search import with_cluster
+    from plancast.simulator.sweep import planned_scenario
+    from plancast.simulator.sweep_axes import Plan
+
+    preset = None if names == [None] else row["cluster"]
+    base = s if preset is None else with_cluster(s, preset)
+    plan = Plan(**{f.name: row[f.name] for f in fields(Plan)})
+    planned = planned_scenario(base, row["gpus"], plan)
+    label = f"{plan.label()} on {row['gpus']:,} GPUs"
+    save_best(save[0], save[1], planned, label, row["step_time_s"], preset)
 
 
 def _print_ranked(result: Any, top: int, rank_by: str, searched_with: str | None) -> None:

@@ -276,7 +276,7 @@ def sweep(
         s = load(scenario)
         pins = _pins(pin, runnable, s.parallelism.framework)
         sizes = parse_gpus(_scenario_gpus(s) if gpus is None else gpus)
-        check_save_best(save_best, len(sizes) > 1 or cluster is not None or rank_by != "step")
+        check_save_best(save_best)
         problem = missing_batch(s) or unswept_copies(s)
         if problem is not None:
             raise UserError(f"{scenario}: {problem}")
@@ -284,6 +284,7 @@ def sweep(
         cluster_sweep(
             s, sizes, cluster, rank_by, finalists=finalists or 4, top=top, json_=json_, table=table,
             max_memory_gib=max_memory_gib, workers=workers, pins=pins,
+            save=(save_best, scenario) if save_best is not None else None,
         )
         return
     _single_sweep(

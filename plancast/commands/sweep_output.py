@@ -21,42 +21,47 @@ SaveBestOpt = Annotated[
     typer.Option(
         "--save-best",
         help="Write the best plan as a scenario file (this scenario with the plan's keys written over it) "
-        "to simulate, run or submit as it is; never replaces an existing file. One --gpus size, no "
-        "--cluster.",
+        "to simulate, run or submit as it is; never replaces an existing file. Over several sizes or "
+        "clusters: the first plan of the ranking, on its cluster and size.",
     ),
 ]
 
 
-def check_save_best(path: Path | None, several: bool) -> None:
-    """Bad input before any search: a sweep over several sizes or clusters, a path that exists (it may
-    be the user's scenario), a folder, or one in a missing folder."""
+def check_save_best(path: Path | None) -> None:
+    """Bad input before any search: a path that exists (it may be the user's scenario), a folder, or one
+    in a missing folder."""
     from plancast.app import check_output_file
 
     if path is None:
         return
-    if several:
-        raise UserError(
-            "--save-best writes the best plan of one search: give one --gpus size and no --cluster or "
-            "run-level --rank-by (then rerun for the size and cluster you chose)"
-        )
     if path.exists() and not path.is_dir():
         raise UserError(f"--save-best {path} exists; sweep never replaces a file: choose another path")
     check_output_file(path, "--save-best")
 
 
-def save_best(path: Path, scenario_path: Path, planned: Any, label: str, step_time_s: float) -> None:
+def save_best(
+    path: Path, scenario_path: Path, planned: Any, label: str, step_time_s: float, preset: str | None = None
+) -> None:
     """`planned` (the scenario the sweep simulated for its best plan) as a scenario file at `path`, the
-    tables of `scenario_path` kept where the plan leaves them (loader.plan_tables), said on stderr."""
+    tables of `scenario_path` kept where the plan leaves them (loader.plan_tables), said on stderr.
+    `preset`: the plan was searched on that catalog cluster (sweep --cluster), whose table replaces the
+    file's, the site keys the search carried over kept (cluster_search.RUN_SETTINGS)."""
     import tomli_w
 
     from plancast.commands.calibrate import wants_measuring
+    from plancast.simulator.cluster_search import RUN_SETTINGS
     from plancast.simulator.loader import ScenarioError, plan_tables, resolve, to_toml_dict
 
+    data = _tables(scenario_path, "--save-best")
+    if preset is not None:
+        own = data.get("cluster")
+        site = {k: own[k] for k in RUN_SETTINGS if k in own} if isinstance(own, dict) else {}
+        data["cluster"] = {"preset": preset, **site}
     try:
-        tables, kept = plan_tables(_tables(scenario_path, "--save-best"), planned, str(scenario_path))
+        tables, kept = plan_tables(data, planned, str(scenario_path))
     except ScenarioError as e:
         raise UserError(f"--save-best: {e}; nothing written") from None
-    measured = kept and wants_measuring(scenario_path)
+    measured = kept and preset is None and wants_measuring(scenario_path)
     if (
         measured
     ):  # `simulate` would measure this machine for the plan's own shape: the sweep priced with these
@@ -73,7 +78,7 @@ def save_best(path: Path, scenario_path: Path, planned: Any, label: str, step_ti
             f"--save-best {path} appeared during the search; it was kept, nothing written"
         ) from None
     how = (
-        f"over {scenario_path.name}'s keys"
+        f"over {scenario_path.name}'s keys" + (f", on cluster {preset}" if preset is not None else "")
         if kept
         else "resolved in full (its own tables did not load as it)"
     )
