@@ -62,6 +62,20 @@ def measured_local(path: Path, s: Any, *, no_cache: bool = False) -> Any:
         return s
 
 
+def measured_for_sweep(scenario: Path, s: Any) -> Any:
+    """A local-cpu scenario's machine measured as `simulate` measures it (calibrate.measured_local), at the
+    scenario's own shapes: every plan of the sweep is priced on it, said on stderr."""
+    measured = measured_local(scenario, s)
+    if measured is not s:
+        err.print(
+            f"local-cpu: every plan is priced on this machine as measured at the scenario's own shapes "
+            f"(micro-batch {s.training.micro_batch_size}, {s.world_size} ranks); `plancast simulate` of a "
+            "plan measures it at the plan's",
+            markup=False,
+        )
+    return measured
+
+
 @app.command("calibrate")
 def calibrate(
     runs: Annotated[

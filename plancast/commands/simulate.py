@@ -24,7 +24,7 @@ from plancast.app import (
     user_errors,
     write_predicted,
 )
-from plancast.commands.calibrate import NoCacheOpt, measured_local
+from plancast.commands.calibrate import NoCacheOpt, measured_for_sweep, measured_local
 from plancast.commands.sweep_output import SaveBestOpt, check_save_best
 
 if TYPE_CHECKING:
@@ -280,6 +280,7 @@ def sweep(
         problem = missing_batch(s) or unswept_copies(s)
         if problem is not None:
             raise UserError(f"{scenario}: {problem}")
+        s = measured_for_sweep(scenario, s)
     if len(sizes) > 1 or cluster is not None or rank_by != "step":
         cluster_sweep(
             s, sizes, cluster, rank_by, finalists=finalists or 4, top=top, json_=json_, table=table,

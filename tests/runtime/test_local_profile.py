@@ -87,6 +87,27 @@ def test_a_simulate_reads_the_measurement_until_the_load_moves_or_no_cache(measu
 
 
 @pytest.mark.distributed
+def test_a_sweep_prices_its_plans_on_the_measured_machine(measured_cache: Path) -> None:
+    """`sweep` reads (or takes) the measurement `simulate` uses at the scenario's shapes: the scenario's own
+    plan, pinned, is ranked at simulate's step time, and said so; with the shipped numbers it is not."""
+    pins = ("--pin", "pp=2", "--pin", "mb=2", "--pin", "schedule=1F1B", "--pin", "zero=0", "--pin",
+            "recompute=none")  # fmt: skip
+    code, out, stderr = cli_main("sweep", str(SCENARIO), "--top", "1", "--json", "--workers=1", *pins)
+    assert code == 0 and _measured_lines(stderr) == [], stderr
+    assert "every plan is priced on this machine as measured at the scenario's own shapes" in stderr
+    ranked = json.loads(out)["plans"][0]
+    assert ranked["plan"] == "tp1 pp2 dp1 mb2 1F1B rc=none zero0"
+    code, simulated, _ = cli_main("simulate", str(SCENARIO), "--json")
+    step = json.loads(simulated)["step_time_s"]
+    assert code == 0 and abs(ranked["step_time_s"] - step) <= 1e-9 * step
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PLANCAST_LOCAL_CPU", "shipped")
+        code, shipped, stderr = cli_main("sweep", str(SCENARIO), "--top", "1", "--json", "--workers=1", *pins)
+    assert code == 0 and "priced on this machine" not in stderr
+    assert json.loads(shipped)["plans"][0]["step_time_s"] != ranked["step_time_s"]
+
+
+@pytest.mark.distributed
 def test_the_shipped_moe_example_measures_this_machine_without_a_failure(fresh_cache: Path) -> None:
     """The host microbenchmarks shard a probe block over tp, sp and FSDP; for an MoE model they probe its
     dense counterpart (the runtime shards no MoE block that way), so they measure, not crash."""
