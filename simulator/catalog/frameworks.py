@@ -129,7 +129,7 @@ PARALLELISM_DEFAULTS = (
 
 PLAN_DEPENDENT = ("overlap_grad_reduce", "overlap_param_gather", "ddp_bucket_cap_MiB")
 """Of those, the ones whose default depends on the plan (ZeRO stage, data-parallel degree): a plan the
-sweep derives from a scenario gets them again for its own shape (Scenario.with_plan)."""
+sweep derives from a scenario gets them again for its own shape (sweep_axes.Plan.apply)."""
 
 
 def parallelism_defaults(
