@@ -117,6 +117,8 @@ class ComputeModel(Strict):
     Table 4 (ten per-layer times of the 22B model) and Table 5 (eight iteration times, 22B to 1T) on
     A100, together with the NVLink tier's in-training efficiency. Leave-one-model-out
     cross-validation of that fit is reported by the same script. `plancast calibrate` refits them.
+    Over a cluster preset the table may set only some keys and keeps the preset's others (Hopper,
+    Blackwell and AMD presets set their attention rates).
     """
 
     matmul_efficiency: float = Field(default=A100_FIT_MATMUL_EFFICIENCY, gt=0, le=1)
@@ -323,6 +325,7 @@ class Cluster(Strict):
     @classmethod
     def _preset(cls, data: Any) -> Any:
         explicit_gpu = data.get("gpu") if isinstance(data, Mapping) else None
+        explicit_compute = data.get("compute") if isinstance(data, Mapping) else None
         explicit = set(data) if isinstance(data, Mapping) else set()
         node_only = isinstance(data, Mapping) and "gpus_per_node" in data and "tiers" not in data
         preset_node = None
@@ -340,6 +343,12 @@ class Cluster(Strict):
             data = {**data, "gpu": {**_gpu_table(preset_gpu), **explicit_gpu}}
         elif isinstance(data.get("gpu"), str):
             data = {**data, "gpu": _gpu_table(data["gpu"])}
+        if isinstance(explicit_compute, Mapping) and data.get("preset") is not None:
+            # so does a partial [cluster.compute] table of the preset's compute model: `matmul_efficiency
+            # = 0.5` on a dgx-h100-80gb keeps its Hopper attention rates, not the A100 defaults
+            preset = merge_preset({"preset": data["preset"]}, catalog.CLUSTERS, "cluster")
+            if isinstance(preset.get("compute"), Mapping):
+                data = {**data, "compute": {**preset["compute"], **explicit_compute}}
         return data
 
     @property
