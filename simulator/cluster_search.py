@@ -77,6 +77,26 @@ def with_cluster(base: Scenario, preset: str) -> Scenario:
     return base.model_copy(update={"cluster": Cluster.model_validate({"preset": preset, **site})})
 
 
+def own_cluster_keys(base: Scenario, preset: str) -> list[str]:
+    """The [cluster] keys (dotted) where `base`'s cluster, written over the catalog cluster `preset`,
+    differs from that preset's at the same node count, site settings (RUN_SETTINGS) aside: what the
+    other presets a search tries do not take (a calibrated compute model, a price, a tier)."""
+    own = base.cluster
+    catalog = Cluster.model_validate({"preset": preset, "num_nodes": own.num_nodes}).model_dump()
+    mine = own.model_dump()
+    for dump in (catalog, mine):  # resolved scenarios drop the preset name and size every tier
+        dump["preset"] = None
+        dump["tiers"] = [{**tier, "size": None} for tier in dump["tiers"]]
+    return [k for k in _differing(mine, catalog, "cluster") if k.split(".")[1] not in RUN_SETTINGS]
+
+
+def _differing(a: Any, b: Any, at: str) -> list[str]:
+    """Dotted paths under `at` where the nested dumps `a` and `b` differ (lists compared whole)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return [k for key in a.keys() | b.keys() for k in _differing(a.get(key), b.get(key), f"{at}.{key}")]
+    return [] if a == b else [at]
+
+
 def pareto_front(rows: Sequence[Mapping[str, Any]], x: str, y: str) -> list[int]:
     """Indices of the rows no other row beats on both `x` and `y` (lower is better; identical points
     kept once; rows missing either value, None or NaN, are left out)."""
@@ -104,9 +124,12 @@ def search(
     max_memory_gib: float | None = None,
     map_fn: MapFn = map,
     pins: Pins = NO_PINS,
+    own: str | None = None,
 ) -> ClusterSearch:
     """Search `gpu_counts` x `clusters` (None: the base scenario's own cluster) and rank every finalist;
     `max_memory_gib` caps each plan's memory per GPU and `map_fn` spreads each search as in `sweep`.
+    `own`: the catalog preset the scenario's cluster is written over; a search on it keeps the keys the
+    scenario sets there (own_cluster_keys), as a search on the scenario's own cluster.
 
     Raises ValueError for an unknown rank key, or a run-level key without training.total_tokens."""
     if rank_by not in RANK_KEYS:
@@ -121,11 +144,11 @@ def search(
     skipped: list[str] = []
     enumerated = fits = 0
     for done, (preset, gpus) in enumerate(combos):
-        name = preset or base.cluster.preset or "scenario cluster"
+        name = preset or own or base.cluster.preset or "scenario cluster"
         label = f"{name} x {gpus}"
         if progress is not None:
             progress(done, len(combos), label)
-        scenario = base if preset is None else with_cluster(base, preset)
+        scenario = base if preset is None or preset == own else with_cluster(base, preset)
         try:
             result = sweep(
                 scenario, gpus, finalists=finalists, max_memory_gib=max_memory_gib, map_fn=map_fn, pins=pins

@@ -47,10 +47,12 @@ def cluster_sweep(
     workers: int | None = None,
     pins: Any = None,
     save: tuple[Path, Path] | None = None,
+    source: Path | None = None,
 ) -> None:
     """Search every (cluster, size), rank all finalists together, print them and the Pareto front;
     `pins` (sweep_axes.Pins, sweep --pin) fix axes in every search; `save`: (--save-best's path, the
-    scenario's file) to write the first plan of the ranking to."""
+    scenario's file) to write the first plan of the ranking to; `source`: the scenario's file, whose
+    [cluster] preset keeps the keys the file sets over it when --cluster names it."""
     import time
 
     from rich.progress import Progress
@@ -62,6 +64,8 @@ def cluster_sweep(
     started = time.perf_counter()
     with user_errors():
         names = parse_clusters(clusters)
+        own = file_preset(source)
+        _say_own_keys(s, names, own)
         with worker_pool(workers) as map_fn, Progress(console=err.console, transient=True) as bar:
             task = bar.add_task("searching", total=len(names) * len(sizes))
 
@@ -71,7 +75,7 @@ def cluster_sweep(
             try:
                 result = search(
                     s, sizes, names, rank_by=rank_by, finalists=finalists, progress=progress,
-                    max_memory_gib=max_memory_gib, map_fn=map_fn, pins=pins or NO_PINS,
+                    max_memory_gib=max_memory_gib, map_fn=map_fn, pins=pins or NO_PINS, own=own,
                 )  # fmt: skip
             except ValueError as e:
                 raise UserError(str(e)) from None
@@ -90,14 +94,48 @@ def cluster_sweep(
         err.print("no plan fits on any of the clusters and sizes searched", markup=False)
         raise typer.Exit(1)
     if save is not None:
-        _save_first(save, s, result.rows[0], names)
+        _save_first(save, s, result.rows[0], names, own)
     if not json_:
         _print_ranked(result, top, rank_by, searched_line(s, pins))
 
 
-def _save_first(save: tuple[Path, Path], s: Any, row: dict[str, Any], names: list[str | None]) -> None:
+def file_preset(source: Path | None) -> str | None:
+    """The catalog cluster preset the scenario file's [cluster] table is written over (None: none, or
+    no file); the loader resolves it away (loader.resolve)."""
+    from plancast.commands.sweep_output import scenario_tables
+    from plancast.simulator.catalog import CLUSTERS
+
+    if source is None:
+        return None
+    cluster = scenario_tables(source, "sweep --cluster").get("cluster")
+    preset = cluster.get("preset") if isinstance(cluster, dict) else None
+    return preset if isinstance(preset, str) and preset in CLUSTERS else None
+
+
+def _say_own_keys(s: Any, names: list[str | None], own: str | None) -> None:
+    """One stderr line when the scenario sets [cluster] keys over its preset and the search tries other
+    presets, which take their catalog values (cluster_search.with_cluster): no plan is priced without
+    the user seeing which of their keys it left out."""
+    from plancast.simulator.cluster_search import own_cluster_keys
+
+    others = [n for n in names if n is not None and n != own]
+    keys = own_cluster_keys(s, own) if others and own is not None else []
+    if keys:
+        shown = ", ".join(sorted(keys)[:6]) + (f" and {len(keys) - 6} more" if len(keys) > 6 else "")
+        err.print(
+            f"the scenario sets {shown} over its cluster preset {own}: they describe that cluster and "
+            f"hold there; {', '.join(others)} {'use their' if len(others) > 1 else 'uses its'} catalog "
+            "values",
+            markup=False,
+        )
+
+
+def _save_first(
+    save: tuple[Path, Path], s: Any, row: dict[str, Any], names: list[str | None], own: str | None
+) -> None:
     """The ranking's first plan as --save-best writes a plan, on its own cluster and size: a --cluster
-    preset's row was searched on that preset (cluster_search.with_cluster), the others on the scenario's."""
+    preset's row was searched on that preset (cluster_search.with_cluster), the others (and the rows of
+    the scenario's own preset, `own`) on the scenario's cluster, whose table the file keeps."""
     from dataclasses import fields
 
     from plancast.commands.sweep_output import save_best
@@ -105,7 +143,7 @@ def _save_first(save: tuple[Path, Path], s: Any, row: dict[str, Any], names: lis
     from plancast.simulator.sweep import planned_scenario
     from plancast.simulator.sweep_axes import Plan
 
-    preset = None if names == [None] else row["cluster"]
+    preset = None if names == [None] or row["cluster"] == own else row["cluster"]
     base = s if preset is None else with_cluster(s, preset)
     plan = Plan(**{f.name: row[f.name] for f in fields(Plan)})
     planned = planned_scenario(base, row["gpus"], plan)

@@ -284,7 +284,7 @@ def sweep(
     if len(sizes) > 1 or cluster is not None or rank_by != "step":
         cluster_sweep(
             s, sizes, cluster, rank_by, finalists=finalists or 4, top=top, json_=json_, table=table,
-            max_memory_gib=max_memory_gib, workers=workers, pins=pins,
+            max_memory_gib=max_memory_gib, workers=workers, pins=pins, source=scenario,
             save=(save_best, scenario) if save_best is not None else None,
         )
         return

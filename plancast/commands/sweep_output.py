@@ -52,7 +52,7 @@ def save_best(
     from plancast.simulator.cluster_search import RUN_SETTINGS
     from plancast.simulator.loader import ScenarioError, plan_tables, resolve, to_toml_dict
 
-    data = _tables(scenario_path, "--save-best")
+    data = scenario_tables(scenario_path, "--save-best")
     if preset is not None:
         own = data.get("cluster")
         site = {k: own[k] for k in RUN_SETTINGS if k in own} if isinstance(own, dict) else {}
@@ -116,7 +116,7 @@ def searched_line(s: Any, pins: Any) -> str | None:
     return f"searched with {axes or 'no axis pinned'}{runnable}"
 
 
-def _tables(scenario_path: Path, what: str) -> dict[str, Any]:
+def scenario_tables(scenario_path: Path, what: str) -> dict[str, Any]:
     """The scenario file's tables as written (read bounded, as the loader reads it), for `what`."""
     import tomllib
 
