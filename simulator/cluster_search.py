@@ -113,6 +113,17 @@ def _known(value: Any) -> bool:
     return value is not None and not (isinstance(value, float) and math.isnan(value))
 
 
+def _check_rank_by(base: Scenario, rank_by: str) -> None:
+    """ValueError for an unknown rank key, or a run-level key without training.total_tokens."""
+    if rank_by not in RANK_KEYS:
+        raise ValueError(f"--rank-by {rank_by}: choose one of {', '.join(RANK_KEYS)}")
+    if rank_by != "step" and base.training.total_tokens is None:
+        raise ValueError(
+            f"--rank-by {rank_by} needs the size of the run: set training.total_tokens "
+            "(e.g. total_tokens = 300e9) in the scenario"
+        )
+
+
 def search(
     base: Scenario,
     gpu_counts: Sequence[int],
@@ -132,13 +143,7 @@ def search(
     scenario sets there (own_cluster_keys), as a search on the scenario's own cluster.
 
     Raises ValueError for an unknown rank key, or a run-level key without training.total_tokens."""
-    if rank_by not in RANK_KEYS:
-        raise ValueError(f"--rank-by {rank_by}: choose one of {', '.join(RANK_KEYS)}")
-    if rank_by != "step" and base.training.total_tokens is None:
-        raise ValueError(
-            f"--rank-by {rank_by} needs the size of the run: set training.total_tokens "
-            "(e.g. total_tokens = 300e9) in the scenario"
-        )
+    _check_rank_by(base, rank_by)
     combos = [(c, n) for c in clusters for n in gpu_counts]
     candidates: list[Candidate] = []
     skipped: list[str] = []

@@ -82,11 +82,7 @@ def cluster_sweep(
     for why in result.skipped:
         err.print(f"skipped {why}", markup=False)
     if table is not None:
-        import pandas as pd
-
-        joined = [{**r, "warnings": "; ".join(r["warnings"])} for r in result.rows]
-        pd.DataFrame(joined).to_csv(table, index=False)
-        err.print(f"wrote {table}", markup=False)
+        _write_table(result.rows, table)
     if json_:
         given = {"gpus": sizes, "clusters": names, **searched(s, pins, max_memory_gib)}
         print_json({**given, **_json(result, top, time.perf_counter() - started)})
@@ -97,6 +93,15 @@ def cluster_sweep(
         _save_first(save, s, result.rows[0], names, own)
     if not json_:
         _print_ranked(result, top, rank_by, searched_line(s, pins))
+
+
+def _write_table(rows: list[dict[str, Any]], table: Path) -> None:
+    """--table: every ranked row as CSV, its warnings joined."""
+    import pandas as pd
+
+    joined = [{**r, "warnings": "; ".join(r["warnings"])} for r in rows]
+    pd.DataFrame(joined).to_csv(table, index=False)
+    err.print(f"wrote {table}", markup=False)
 
 
 def file_preset(source: Path | None) -> str | None:
