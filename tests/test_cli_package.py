@@ -142,6 +142,7 @@ def test_simulate_prints_no_zero_tflops_for_a_tiny_model() -> None:
     assert "0.0 TFLOP/s/GPU" not in stdout and "TFLOP/s/GPU" in stdout
 
 
+@pytest.mark.distributed  # its ranks: one launch at a time (tests/conftest.py)
 def test_a_cpu_run_prints_no_framework_noise(tmp_path: Path) -> None:
     """No torchrun OMP banner, no NVML notice on CPU ranks: only plancast's own progress lines."""
     result = cli_subprocess(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import tempfile
+from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -41,9 +42,12 @@ def _inputs(
     return run.scenario_toml, resume, steps
 
 
-def _checked(scenario: Path, timeout: float, no_cache: bool, tmp: Path) -> Path:
+def _checked(scenario: Path, timeout: float, no_cache: bool, scratch: ExitStack) -> Path:
     """The scenario file to launch, after every check that needs no process: the scenario itself (key
-    paths), the runtime extra, the timeout; local-cpu measured on this machine (written into `tmp`)."""
+    paths), the runtime extra, the timeout; local-cpu measured on this machine (written into a temporary
+    folder `scratch` removes when the command ends; made only then: a launcher killed with SIGKILL, as
+    tests/runtime/test_run_control.py kills one, cannot remove it, and every such kill left an empty
+    folder in the system's temporary directory)."""
     loaded = load(scenario)  # bad scenarios fail here with key paths, before any process starts
     require_extra("runtime", "plancast run")
     if timeout <= 0 or not math.isfinite(timeout):
@@ -51,6 +55,7 @@ def _checked(scenario: Path, timeout: float, no_cache: bool, tmp: Path) -> Path:
     _runnable(loaded)
     measured = measured_local(scenario, loaded, no_cache=no_cache)
     if measured is not loaded:  # the run (and RUN/scenario.toml) on this machine's measured cluster
+        tmp = Path(scratch.enter_context(tempfile.TemporaryDirectory(prefix="plancast-run-")))
         return write_scenario_file(tmp / scenario.name, measured)
     return scenario
 
@@ -139,9 +144,9 @@ def run(
     --node-rank, --rdzv-endpoint on every node (docs/running-on-a-cluster.md)."""
     from plancast.runtime.launch import LaunchError, launch
 
-    with user_errors(), tempfile.TemporaryDirectory() as tmp:
+    with user_errors(), ExitStack() as scratch:
         scenario, out_dir, steps = _inputs(scenario, out_dir, steps, resume)
-        scenario = _checked(scenario, timeout, no_cache, Path(tmp))
+        scenario = _checked(scenario, timeout, no_cache, scratch)
         if nnodes == 1 and rdzv_endpoint is None:  # inside a SLURM job: its nodes, unless told otherwise
             nnodes, node_rank, rdzv_endpoint, rdzv_id = _slurm_launch(nnodes, node_rank, None, rdzv_id)
         try:

@@ -258,11 +258,18 @@ def test_ctrl_c_stops_every_process_and_records_interrupted(tmp_path: Path) -> N
 @pytest.mark.distributed
 def test_a_killed_launcher_takes_its_job_with_it(tmp_path: Path) -> None:
     path, out = scenario(tmp_path, steps=400), tmp_path / "run"
-    job = start_run(path, out)
+    system_tmp = tmp_path / "system-tmp"  # the launcher's temporary directory (TMPDIR), to check after
+    system_tmp.mkdir()
+    job = start_run(path, out, env={"TMPDIR": str(system_tmp)})
     wait_for(lambda: mid_run(RunDir(out), 0))
     job.kill()  # SIGKILL: no handler runs; the kernel tells torchrun (PR_SET_PDEATHSIG)
     job.communicate(timeout=30)
     assert_nothing_left(out)
+    # nothing the killed launcher made in the temporary directory stays behind (it used to leave an empty
+    # folder a kill; the ranks' own files go to RUN, torchrun's to RUN/logs). torch's compile cache is
+    # torch's: importing torch.distributed.pipelining makes TMPDIR/torchinductor_USER, shared and kept
+    # by design (torch/_inductor/runtime/cache_dir_utils.py)
+    assert [p.name for p in system_tmp.iterdir() if not p.name.startswith("torchinductor_")] == []
 
 
 @pytest.mark.parametrize(
