@@ -124,13 +124,24 @@ def _say_own_keys(s: Any, names: list[str | None], own: str | None) -> None:
     from plancast.simulator.cluster_search import own_cluster_keys
 
     others = [n for n in names if n is not None and n != own]
-    keys = own_cluster_keys(s, own) if others and own is not None else []
+    if not others or own is None:
+        return
+    uses = f"{', '.join(others)} {'use their' if len(others) > 1 else 'uses its'} catalog values"
+    if s.cluster.gpu.name.endswith("(measured)"):  # local-cpu as measured here (calibration/microbench.py)
+        # every value that differs from the preset's came from the microbenchmarks: a [cluster] key
+        # written by hand turns the measurement off (plancast/commands/calibrate.py measured_local)
+        err.print(
+            f"the scenario's cluster is {own} as measured on this machine: the measured values hold there; "
+            f"{uses}",
+            markup=False,
+        )
+        return
+    keys = own_cluster_keys(s, own)
     if keys:
         shown = ", ".join(sorted(keys)[:6]) + (f" and {len(keys) - 6} more" if len(keys) > 6 else "")
         err.print(
             f"the scenario sets {shown} over its cluster preset {own}: they describe that cluster and "
-            f"hold there; {', '.join(others)} {'use their' if len(others) > 1 else 'uses its'} catalog "
-            "values",
+            f"hold there; {uses}",
             markup=False,
         )
 

@@ -81,3 +81,35 @@ def test_sweep_on_other_presets_names_the_keys_they_leave_out(tmp_path: Path) ->
     code, plain, _ = _sweep(path)
     own_rows = [r for r in both["plans"] if r["cluster"] == "dgx-h100-80gb"]
     assert own_rows and own_rows[0]["step_time_s"] == plain["plans"][0]["step_time_s"]
+
+
+def test_a_measured_local_cpu_scenario_is_named_as_measured_not_as_keys_set_by_hand(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """`sweep --cluster` over a local-cpu scenario this machine measured: the values that differ from the
+    preset came from the microbenchmarks, not from the file, and the line says so (it listed 23 of them
+    as keys "the scenario sets over its cluster preset"). The measurement is read from the cache, as a
+    second command reads it; nothing is measured here."""
+    from plancast.runtime.local_profile import record_path
+    from tests.simulator.test_microbench_profile import record, scenario
+
+    data = {
+        "model": {"preset": "tiny-gpt"},
+        "training": {"seq_len": 128, "micro_batch_size": 2, "global_batch_size": 16, "dtype": "fp32"},
+        "cluster": {"preset": "local-cpu", "gpus_per_node": 2},
+    }
+    assert parse_scenario(data).scenario == scenario()  # the shape the record is cached for
+    monkeypatch.setenv("PLANCAST_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("PLANCAST_LOCAL_CPU", raising=False)  # measured, as outside the tests
+    cached = record_path(scenario())
+    cached.parent.mkdir(parents=True)
+    cached.write_text(json.dumps(record()))
+    path = tmp_path / "s.toml"
+    path.write_text(tomli_w.dumps(data))
+
+    code, _, stderr = cli_main("sweep", str(path), "--cluster", "local-cpu,dgx-h100-80gb", "--top", "1")
+
+    assert code == 0, stderr
+    assert "measured this machine" not in stderr  # read from the cache
+    assert "the scenario's cluster is local-cpu as measured on this machine" in stderr
+    assert "dgx-h100-80gb uses its catalog values" in stderr and "the scenario sets" not in stderr
