@@ -162,11 +162,6 @@ class Trainer:
             full_recompute=t.recompute == "full" and t.recompute_num_layers is None,  # else per block
             autocast=autocast_for(scenario, device),
         )
-        if any(isinstance(p, DTensor) for c in self.chunks for p in c.runner.parameters):
-            # DTensor and FSDP2 import torch._dynamo on first use (~0.8 s on this project's 2-core VM);
-            # imported here, it stays out of the first step's spans, as it did while every plan imported
-            # it (parallel/pp.py split_backward); a plan without DTensors never loads it
-            import torch._dynamo  # noqa: F401
 
     # ------------------------------------------------------------------------------------ building
     def _moe_cp_groups(self) -> dict[str, dist.ProcessGroup]:

@@ -161,18 +161,6 @@ def test_a_cpu_run_prints_no_framework_noise(tmp_path: Path) -> None:
     assert (tmp_path / "run" / "measured" / "telemetry.parquet").exists()  # still written, empty
 
 
-def test_a_rank_starts_without_importing_torch_dynamo() -> None:
-    """A rank imports plancast.runtime.worker before its first step; torch.distributed.pipelining (for the
-    split backward only) pulls in torch._dynamo, ~0.8 s of each rank's start on a 2-core machine, so it is
-    imported by the plans that use it (runtime/parallel/pp.py split_backward; DTensor plans: trainer)."""
-    program = "import sys, plancast.runtime.worker; print('torch._dynamo' in sys.modules)"
-    result = subprocess.run(
-        [sys.executable, "-c", program], capture_output=True, text=True, cwd=REPO, timeout=120, check=False
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "False"
-
-
 def test_starting_the_dashboard_does_not_import_streamlit_in_the_cli() -> None:
     """streamlit's caches log "No runtime found" when its pages' module is imported outside a server."""
     program = "import sys, plancast.dashboard.serve; print('streamlit' in sys.modules)"

@@ -34,6 +34,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.pipelining._backward import stage_backward_input, stage_backward_weight
 
 from plancast.runtime.instrument import SpanKey, StepRecorder
 from plancast.runtime.plan import RankPlan
@@ -63,16 +64,6 @@ class _Saved:
     grad_out: torch.Tensor | None = None
 
 
-def split_backward() -> tuple[Callable[..., Any], Callable[..., Any]]:
-    """torch.distributed.pipelining's ``stage_backward_input`` and ``stage_backward_weight``, imported
-    when a split-backward plan builds its executor: the package imports torch._dynamo, ~0.8 s of every
-    rank's start on this project's 2-core VM (`python -X importtime -c "import plancast.runtime.worker"`:
-    plancast.runtime.parallel.pp 0.81 of 5.1 s), which no other plan uses."""
-    from torch.distributed.pipelining._backward import stage_backward_input, stage_backward_weight
-
-    return stage_backward_input, stage_backward_weight
-
-
 @dataclass
 class PipelineExecutor:
     """Runs one rank's schedule for one step; returns the (1/m-scaled) loss sum of the last stage."""
@@ -94,10 +85,6 @@ class PipelineExecutor:
     """Receives posted ahead (gloo), by (F or B, stage, micro-batch): their work and buffer."""
     _to_post: list[Receive] = field(default_factory=list)
     """Receives of the step not posted yet, in schedule order: (F or B, stage, micro-batch, peer)."""
-
-    def __post_init__(self) -> None:
-        if self.plan.split_backward:
-            split_backward()  # imported now, before any timed span (split_backward)
 
     @property
     def posts_ahead(self) -> bool:
@@ -165,7 +152,6 @@ class PipelineExecutor:
             input_grad = None
             with self.recorder.span(self._key("backward_input", a)):
                 if saved.inp.requires_grad:
-                    stage_backward_input, _ = split_backward()
                     grads, saved.param_groups = stage_backward_input(
                         [saved.out],
                         [grad] if grad is not None else None,
@@ -194,7 +180,6 @@ class PipelineExecutor:
         runner, saved = self.stages[a.stage], self._saved.pop((a.stage, a.microbatch))
         with self.recorder.span(self._key("backward_weight", a)):
             if saved.param_groups is not None:
-                _, stage_backward_weight = split_backward()
                 stage_backward_weight(iter(runner.parameters), saved.param_groups)
             else:
                 assert saved.out is not None

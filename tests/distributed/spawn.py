@@ -15,20 +15,10 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-PRELOAD = (
-    "torch",
-    "torch.distributed",
-    "torch._dynamo",
-    "torch.distributed.pipelining",
-    "plancast.runtime.trainer",
-    "tests.distributed.checks",
-)
+PRELOAD = ("torch", "torch.distributed", "plancast.runtime.trainer", "tests.distributed.checks")
 """Imported once, by the forkserver, for every rank it forks. Under the "spawn" start method each rank
 imported these afresh: about 4 s of CPU a rank on an idle 2-core machine, 11 s a 2-rank start at load 8,
-against 0.3 s forked (measured with a no-op body), over some 60 starts in the suite. torch._dynamo and
-torch.distributed.pipelining: a `plancast run` rank imports them only for the plans that use them
-(runtime/parallel/pp.py split_backward; DTensor plans: runtime/trainer.py), ~0.8 s each time; here they
-are imported once for every forked rank."""
+against 0.3 s forked (measured with a no-op body), over some 60 starts in the suite."""
 
 _CONTEXT = mp.get_context("forkserver")
 _CONTEXT.set_forkserver_preload(list(PRELOAD))  # read when the server first starts (the first run_ranks)
