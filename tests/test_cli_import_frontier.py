@@ -42,3 +42,28 @@ def test_frontier_config_imports_whole_and_counts_its_parameters(
     if "head_dim" in config:
         assert model["head_dim"] == config["head_dim"]
         assert model["qk_layernorm"] is True  # Qwen3's per-head q/k RMSNorm
+
+
+def test_glm_4_5_imports_as_deepseek_style_experts_over_grouped_query_attention(tmp_path: Path) -> None:
+    """GLM-4.5 (Glm4MoeForCausalLM, also GLM-4.6 and 4.7: the same config keys) was refused as an
+    unsupported model_type. Its experts take DeepSeek-V3's keys (160 routed, 1 shared, 3 dense layers
+    first, 1 MTP depth) over grouped-query attention with 96 heads of 128 (head_dim x heads > hidden) and
+    per-head q/k norms (use_qk_norm). The parameter count against the GLM-4.5 report (arXiv 2508.06471:
+    355B total); the two warnings are the two keys plancast does not price: the q/k/v biases ((96 + 2 x 8) x
+    128 a layer, 1.3M of 355B) and partial rotary (no parameters, elementwise work only)."""
+    scenario = tmp_path / "imported.toml"
+    code, _, stderr = cli_main("import", "hf", str(DATA / "glm-4.5.config.json"), "-o", str(scenario))
+    assert code == 0, stderr
+    warnings = [line for line in stderr.splitlines() if line.startswith("warning:")]
+    assert warnings == [
+        "warning: attention_bias = True is not modelled",
+        "warning: partial_rotary_factor = 0.5: partial rotary is modelled as full (neither has parameters)",
+    ], stderr
+    model = tomllib.loads(scenario.read_text())["model"]
+    experts = (model["num_local_experts"], model["n_shared_experts"], model["first_k_dense_replace"])
+    assert experts == (160, 1, 3)
+    assert (model["num_key_value_heads"], model["head_dim"], model["num_nextn_predict_layers"]) == (8, 128, 1)
+    assert model["qk_layernorm"] is True and "kv_lora_rank" not in model  # grouped-query, not MLA
+    code, stdout, stderr = cli_main("simulate", str(scenario), "--json")
+    assert code == 0, stderr
+    assert json.loads(stdout)["num_parameters"] == pytest.approx(355e9, rel=0.01)

@@ -1,6 +1,6 @@
 """A Hugging Face `config.json` -> the scenario's `[model]` table (Llama, Mistral, Qwen2/3, GPT-2, GPT-NeoX,
-Nemotron; mixture-of-experts Mixtral, Qwen2/3-MoE, gpt-oss, DeepSeek-V2/V3, Kimi-K2 through
-importers/hf_moe.py)."""
+Nemotron; mixture-of-experts Mixtral, Qwen2/3-MoE, gpt-oss, DeepSeek-V2/V3, Kimi-K2, GLM-4.5/4.6/4.7
+through importers/hf_moe.py)."""
 
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ _HF_ARCHS: dict[str, tuple[bool, bool]] = {
     "qwen2_moe": (True, False),
     "deepseek_v2": (True, False),
     "deepseek_v3": (True, False),
+    "glm4_moe": (True, False),  # transformers' configuration_glm4_moe.py: hidden_act "silu", no tying
 }
 _HF_ARCH_NAMES = {
     "LlamaForCausalLM": "llama",
@@ -43,6 +44,7 @@ _HF_ARCH_NAMES = {
     "Qwen2MoeForCausalLM": "qwen2_moe",
     "DeepseekV2ForCausalLM": "deepseek_v2",
     "DeepseekV3ForCausalLM": "deepseek_v3",
+    "Glm4MoeForCausalLM": "glm4_moe",
 }
 # GPT-2 keeps its own key names (transformers GPT2Config.attribute_map).
 _GPT2_KEYS = {
@@ -71,7 +73,8 @@ _HF_READ = frozenset(
         "shared_expert_intermediate_size", "decoder_sparse_step", "mlp_only_layers", "n_shared_experts",
         "first_k_dense_replace", "moe_layer_freq", "kv_lora_rank", "q_lora_rank", "qk_nope_head_dim",
         "qk_rope_head_dim", "v_head_dim", "num_nextn_predict_layers", "head_dim", "n_group", "topk_group",
-        "experts_per_token", "layer_types", "partial_rotary_factor", "sliding_window", *_DROPOUT_KEYS,
+        "experts_per_token", "layer_types", "partial_rotary_factor", "sliding_window", "use_qk_norm",
+        *_DROPOUT_KEYS,
     }
 )
 _HF_NO_EFFECT = frozenset(
@@ -179,6 +182,8 @@ def hf_model(config: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
             model["head_dim"] = head_dim
     if model_type in ("qwen3", "qwen3_moe"):
         model["qk_layernorm"] = True  # Qwen3Attention's q_norm / k_norm (modeling_qwen3.py), no config key
+    if model_type == "glm4_moe" and config.get("use_qk_norm") is True:
+        model["qk_layernorm"] = True  # Glm4MoeAttention's q_norm / k_norm (modeling_glm4_moe.py)
     if model_type == "gpt_oss":
         model["moe_expert_bias"] = True  # GptOssExperts' gate_up_proj_bias / down_proj_bias, no config key
         model["attention_sinks"] = True  # GptOssAttention's `sinks`, no config key

@@ -1,8 +1,11 @@
 """Mixture-of-experts keys of a Hugging Face `config.json` (Mixtral, Qwen2-MoE, Qwen3-MoE, gpt-oss,
-DeepSeek-V2/V3, Kimi-K2) -> the scenario's MoE keys (docs/moe.md) and DeepSeek's attention and MTP
-keys (docs/models.md). Key names per transformers' configuration_mixtral.py, configuration_qwen2_moe.py,
-configuration_qwen3_moe.py, configuration_gpt_oss.py and DeepSeek's configuration_deepseek.py (which
-Kimi-K2's config.json names in auto_map)."""
+DeepSeek-V2/V3, Kimi-K2, GLM-4.5) -> the scenario's MoE keys (docs/moe.md) and DeepSeek's attention and
+MTP keys (docs/models.md). Key names per transformers' configuration_mixtral.py, configuration_qwen2_moe.py,
+configuration_qwen3_moe.py, configuration_gpt_oss.py, configuration_glm4_moe.py and DeepSeek's
+configuration_deepseek.py (which Kimi-K2's config.json names in auto_map). GLM-4.5 (Glm4MoeForCausalLM,
+also GLM-4.6 and 4.7) takes DeepSeek-V3's MoE layout and key names (n_routed_experts, n_shared_experts,
+first_k_dense_replace, num_nextn_predict_layers, n_group / topk_group) over grouped-query attention, so it
+goes through the same keys without MLA's."""
 
 from __future__ import annotations
 
@@ -13,7 +16,7 @@ from plancast.simulator.importers._common import ConfigImportError
 from plancast.simulator.importers._common import positive_int as _positive_int
 
 MOE_TYPES = frozenset(
-    {"mixtral", "qwen2_moe", "qwen3_moe", "gpt_oss", "deepseek_v2", "deepseek_v3", "kimi_k2"}
+    {"mixtral", "qwen2_moe", "qwen3_moe", "gpt_oss", "deepseek_v2", "deepseek_v3", "kimi_k2", "glm4_moe"}
 )
 """model_type values with routed experts."""
 
