@@ -180,13 +180,7 @@ def hf_model(config: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
         head_dim = _positive_int(head_dim, "head_dim")
         if head_dim * model["num_attention_heads"] != model["hidden_size"]:
             model["head_dim"] = head_dim
-    if model_type in ("qwen3", "qwen3_moe"):
-        model["qk_layernorm"] = True  # Qwen3Attention's q_norm / k_norm (modeling_qwen3.py), no config key
-    if model_type == "glm4_moe" and config.get("use_qk_norm") is True:
-        model["qk_layernorm"] = True  # Glm4MoeAttention's q_norm / k_norm (modeling_glm4_moe.py)
-    if model_type == "gpt_oss":
-        model["moe_expert_bias"] = True  # GptOssExperts' gate_up_proj_bias / down_proj_bias, no config key
-        model["attention_sinks"] = True  # GptOssAttention's `sinks`, no config key
+    model.update(_architecture_keys(config, model_type))
     notes += _architecture_notes(config, model_type)
     unknown = sorted(k for k in config if k not in _HF_READ | _HF_NO_EFFECT | set(_HF_NOT_MODELLED))
     if unknown:
@@ -215,6 +209,19 @@ def _hf_dropout(config: Mapping[str, Any], model_type: str) -> dict[str, float]:
             raise ConfigImportError(f"{name}: {p!r} is not a dropout probability; give a number in [0, 1)")
         out[key] = float(p)
     return out
+
+
+def _architecture_keys(config: Mapping[str, Any], model_type: str) -> dict[str, bool]:
+    """Modules an architecture's code builds that its config.json names by no shape key."""
+    keys = {}
+    if model_type in ("qwen3", "qwen3_moe"):
+        keys["qk_layernorm"] = True  # Qwen3Attention's q_norm / k_norm (modeling_qwen3.py), no config key
+    if model_type == "glm4_moe" and config.get("use_qk_norm") is True:
+        keys["qk_layernorm"] = True  # Glm4MoeAttention's q_norm / k_norm (modeling_glm4_moe.py)
+    if model_type == "gpt_oss":
+        keys["moe_expert_bias"] = True  # GptOssExperts' gate_up_proj_bias / down_proj_bias, no config key
+        keys["attention_sinks"] = True  # GptOssAttention's `sinks`, no config key
+    return keys
 
 
 def _architecture_notes(config: Mapping[str, Any], model_type: str) -> list[str]:
