@@ -121,13 +121,14 @@ def _say_own_keys(s: Any, names: list[str | None], own: str | None) -> None:
     """One stderr line when the scenario sets [cluster] keys over its preset and the search tries other
     presets, which take their catalog values (cluster_search.with_cluster): no plan is priced without
     the user seeing which of their keys it left out."""
+    from plancast.simulator.calibration.microbench import is_measured
     from plancast.simulator.cluster_search import own_cluster_keys
 
     others = [n for n in names if n is not None and n != own]
     if not others or own is None:
         return
     uses = f"{', '.join(others)} {'use their' if len(others) > 1 else 'uses its'} catalog values"
-    if s.cluster.gpu.name.endswith("(measured)"):  # local-cpu as measured here (calibration/microbench.py)
+    if is_measured(s.cluster):  # local-cpu as measured on this machine
         # every value that differs from the preset's came from the microbenchmarks: a [cluster] key
         # written by hand turns the measurement off (plancast/commands/calibrate.py measured_local)
         err.print(

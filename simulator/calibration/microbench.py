@@ -117,11 +117,20 @@ def _variant(s: Scenario, layers: int, tp: int = 1) -> Scenario:
     return s.model_copy(update={"model": model, "parallelism": parallelism})
 
 
+MEASURED = " (measured)"
+"""Appended to the device's name by a profile measured on this machine (`is_measured`)."""
+
+
+def is_measured(cluster: Cluster) -> bool:
+    """Whether `cluster` is a profile the microbenchmarks measured (profile_cluster), not a preset's."""
+    return cluster.gpu.name.endswith(MEASURED)
+
+
 def _gpu(cluster: Cluster, device: dict[str, Any]) -> tuple[GPU, float]:
     """The measured device and the GEMM size (GFLOP) at which a GEMM reaches half the peak."""
     peak = float(device["peak_flops"])
     gpu = GPU(
-        name=f"{cluster.gpu.name} (measured)",
+        name=f"{cluster.gpu.name}{MEASURED}",
         peak_tflops=dict.fromkeys(cluster.gpu.peak_tflops, peak / 1e12),
         hbm_GBps=float(device["memory_Bps"]) / 1e9,
         memory_GiB=cluster.gpu.memory_GiB,
