@@ -37,8 +37,9 @@ from benchmarks.gpu_ops_report import report
 from plancast.runtime.model import Block, ModelConfig, rotary
 from plancast.runtime.precision import TORCH_DTYPES
 from plancast.simulator.costs.efficiency import op_seconds
+from plancast.simulator.costs.op import pass_multiple
 from plancast.simulator.costs.ops import Op, Shape, head_forward, layer_forward
-from plancast.simulator.costs.stage import MEMORY_BACKWARD_FACTOR, _phase_seconds
+from plancast.simulator.costs.stage import _phase_seconds
 from plancast.simulator.loader import parse_scenario
 from plancast.simulator.scenario import Scenario
 
@@ -219,10 +220,9 @@ def launch_gap_us(device: torch.device, ops: int = 2000) -> float:
 
 
 def predicted(op: Op, s: Scenario) -> tuple[float, float]:
-    """The simulator's forward and backward seconds of `op` (costs/stage.py's factors)."""
+    """The simulator's forward and backward seconds of `op` (costs/op.py's backward rule)."""
     t = op_seconds(op, s.cluster.gpu, s.cluster.compute, s.training.dtype)
-    factor = {"matmul": 2.0, "attention": 2.0}.get(op.category, MEMORY_BACKWARD_FACTOR)
-    return t, factor * t
+    return t, (pass_multiple(op) - 1.0) * t
 
 
 def measure(s: Scenario, device: torch.device, repeat: int, sweep: tuple[int, ...]) -> dict[str, Any]:

@@ -18,7 +18,7 @@ class ShapeSupportError(ValueError):
 
 def check_model_shape_support(scenario: Scenario) -> None:
     """Raise ShapeSupportError for MLA under tensor or context parallel, per-head q/k norms under tensor
-    parallel, sliding-window attention, the MTP module and dropout."""
+    parallel, sliding-window and DeepSeek sparse attention, the MTP module and dropout."""
     m = scenario.model
     _check_dropout(scenario)
     if m.is_mla and scenario.tp > 1:
@@ -44,6 +44,12 @@ def check_model_shape_support(scenario: Scenario) -> None:
             f"model.sliding_window = {m.sliding_window}: the runtime's attention is full causal on every "
             "layer; remove model.sliding_window, or mark every layer 'full_attention' in model.layer_types, "
             "to run this plan (the simulator prices the window)"
+        )
+    if m.is_sparse_attention:
+        raise ShapeSupportError(
+            f"model.index_topk = {m.index_topk} (DeepSeek Sparse Attention): the runtime's MLA attends to "
+            "the whole causal prefix and has no indexer; remove index_topk, index_n_heads and "
+            "index_head_dim to run this plan (the simulator prices the sparse attention)"
         )
     if m.num_nextn_predict_layers:
         raise ShapeSupportError(

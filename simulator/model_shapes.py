@@ -15,6 +15,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from plancast.simulator.expert_bias import ModelExpertBias
+from plancast.simulator.model_sparse import ModelSparseAttention
 from plancast.simulator.model_window import ModelWindow
 from plancast.simulator.schedules import PlanProblem
 
@@ -36,9 +37,10 @@ MODEL_SHAPE_BOUNDS: dict[str, tuple[float, float, str]] = {
 """validation.BOUNDS entries of these keys (key path -> (min, max, why))."""
 
 
-class ModelShapes(ModelWindow, ModelExpertBias):
+class ModelShapes(ModelWindow, ModelSparseAttention, ModelExpertBias):
     """Attention and auxiliary-module shapes beyond a GPT/Llama block (all optional), sliding-window
-    attention's keys (model_window.py) and expert biases (expert_bias.py) among them."""
+    attention's keys (model_window.py), DeepSeek Sparse Attention's (model_sparse.py) and expert biases
+    (expert_bias.py) among them."""
 
     head_dim: int | None = Field(default=None, gt=0)
     """Width of one query/key/value head; default hidden_size / num_attention_heads. Qwen3, Gemma and

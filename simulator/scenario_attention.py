@@ -11,6 +11,9 @@ from plancast.simulator.fields import Strict
 if TYPE_CHECKING:
     from plancast.simulator.scenario import Training
 
+IndexerLoss = Literal["sparse", "dense", "off"]
+"""How DeepSeek Sparse Attention's indexer is trained (training.dsa_indexer_loss, costs/dsa.py)."""
+
 AttentionBackend = Literal["te", "sdpa", "flex"]
 """te: Transformer Engine's DotProductAttention (its fused cuDNN kernel on Hopper and Blackwell);
 sdpa: PyTorch's scaled_dot_product_attention or FlashAttention-2; flex: PyTorch FlexAttention
@@ -41,6 +44,12 @@ class AttentionTrainingKeys(Strict):
     AutoModel's gpt-oss builds one for its sliding layers), false otherwise: torch SDPA takes a window
     only as a dense mask, and no published figure says whether cuDNN's fused kernel (Transformer
     Engine's, which takes gpt-oss's window from cuDNN 9.2) skips the tiles outside its band."""
+    dsa_indexer_loss: IndexerLoss | None = None
+    """How a DeepSeek Sparse Attention model (model.index_topk) trains its indexer (costs/dsa.py). sparse:
+    the KL loss over the selected top-k keys only (Megatron-Core's `dsa_indexer_use_sparse_loss`, which
+    Megatron-Bridge's GLM-5 recipes set, and DeepSeek-V3.2's sparse training stage, arXiv 2512.02556 sec.
+    2.1.1); dense: over every causal key (the dense warm-up stage's loss); off: the indexer is not
+    trained, its top-k computed without gradients (`dsa_indexer_loss_coeff = 0`). Unset: sparse."""
 
 
 def attention_backend_problems(training: Training) -> list[tuple[str, str]]:

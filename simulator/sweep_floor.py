@@ -10,7 +10,8 @@ step takes at least the mean over pipeline ranks of that work. Of it:
 
 - compute: every GEMM runs at most at peak x clock_fraction x its format's e_max (costs/efficiency.py:
   e(F) = e_max F / (F + F_half) times relative rates that are all <= 1, costs/moe_gemm.py), its backward
-  twice its forward (costs/stage.py `_phase_seconds`); all ranks' GEMMs together do at least the model's
+  its forward's time times costs/op.py `backward_multiples` (costs/stage.py `_phase_seconds`); all
+  ranks' GEMMs together do at least the model's
   GEMM FLOPs with every expert at the mean load (tp splits GEMMs exactly; a replicated router or head,
   tile padding, imbalance and recompute only add), a capacity factor under 1 scaling the experts down;
 - tensor parallel: each block issues, per micro-batch and pass, at least its attention's all-reduce or
@@ -32,6 +33,7 @@ from plancast.simulator.costs.efficiency import op_seconds
 from plancast.simulator.costs.fp8 import fp8_matmul_efficiency
 from plancast.simulator.costs.moe import load_factor, moe_layer_forward
 from plancast.simulator.costs.mtp import mtp_forward
+from plancast.simulator.costs.op import pass_multiple
 from plancast.simulator.costs.ops import DTYPE_BYTES, Op, Shape, head_forward, layer_forward
 from plancast.simulator.scenario import Scenario
 
@@ -46,7 +48,7 @@ def compute_floor_s(base: Scenario, gpus: int) -> float:
     if per_token is None:
         return 0.0
     tokens = base.training.global_batch_size * base.training.seq_len
-    return 3.0 * per_token * tokens / gpus  # backward: twice the forward (costs/stage.py _phase_seconds)
+    return per_token * tokens / gpus
 
 
 def tp_floor_s(base: Scenario, gpus: int, tp: int) -> float:
@@ -88,30 +90,33 @@ def _fastest_gemm_flops(base: Scenario) -> float:
 
 
 def _seconds_per_token(base: Scenario) -> float | None:
-    """`_forward_seconds` of one token of a full sequence; None unless they are linear in the micro-batch
+    """`_pass_seconds` of one token of a full sequence; None unless they are linear in the micro-batch
     (a cost per step, as of weights, would not be split over the micro-batches): no floor is claimed."""
     seq = base.training.seq_len
-    one = _forward_seconds(base, 1, seq)
-    if one <= 0.0 or not _close(_forward_seconds(base, 2, seq), 2 * one):
+    one = _pass_seconds(base, 1, seq)
+    if one <= 0.0 or not _close(_pass_seconds(base, 2, seq), 2 * one):
         return None
     return one / seq
 
 
-def _forward_seconds(base: Scenario, batch: int, seq: int) -> float:
-    """The forward of `batch` sequences of `seq` tokens at tp 1 and cp 1: its GEMM FLOPs at the fastest
-    GEMM rate plus its attention cores' time less their per-call overhead (costs/efficiency.py: their
-    FLOPs at their own rate, or their bytes; the same under any tp and cp, whose ranks each do 1/(tp cp)
-    of them: costs/ops.py attention_core_forward)."""
+def _pass_seconds(base: Scenario, batch: int, seq: int) -> float:
+    """The forward and backward of `batch` sequences of `seq` tokens at tp 1 and cp 1: its GEMM FLOPs at
+    the fastest GEMM rate plus its attention cores' time less their per-call overhead (costs/efficiency.py:
+    their FLOPs at their own rate, or their bytes; the same under any tp and cp, whose ranks each do 1/(tp
+    cp) of them: costs/ops.py attention_core_forward), each op times its forward-plus-backward multiple
+    (costs/op.py `pass_multiple`, as costs/stage.py `_phase_seconds` prices its backward)."""
     m, gpu, compute, dtype = base.model, base.cluster.gpu, base.cluster.compute, base.training.dtype
     x = replace(Shape.of(base), b=batch, s=seq, kv_s=seq, tp=1, vocab_tp=1, sp=False)
     factor = min(1.0, load_factor(m, base.training.moe_routing_imbalance))
     fastest = _fastest_gemm_flops(base)
 
     def floor(ops: tuple[Op, ...]) -> float:
-        gemms = sum(op.flops for op in ops if op.category == "matmul") / fastest
+        gemms = sum(op.flops * pass_multiple(op) for op in ops if op.category == "matmul") / fastest
         overhead = compute.op_overhead_us * 1e-6
         cores = [op for op in ops if op.category == "attention"]
-        return gemms + sum(op_seconds(op, gpu, compute, dtype) - overhead * op.calls for op in cores)
+        return gemms + sum(
+            (op_seconds(op, gpu, compute, dtype) - overhead * op.calls) * pass_multiple(op) for op in cores
+        )
 
     dense = floor(layer_forward(x))
     moe = floor(moe_layer_forward(x, m, 1, factor=factor)) if m.is_moe else dense

@@ -27,9 +27,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from plancast.simulator.costs.efficiency import op_seconds
+from plancast.simulator.costs.op import pass_multiple
 from plancast.simulator.costs.ops import DTYPE_BYTES, Shape, gemm_weight_elements, layer_forward
 from plancast.simulator.costs.params import chunk_expert_bytes, chunk_tensor_bytes
-from plancast.simulator.costs.stage import MEMORY_BACKWARD_FACTOR, StageCost
+from plancast.simulator.costs.stage import StageCost
 from plancast.simulator.costs.tp_comm import ddp_bucket_bytes
 from plancast.simulator.scenario import Scenario
 
@@ -174,13 +175,13 @@ def _submodules(s: Scenario, layer_bytes: float, fwd_share: float, bwd_share: fl
     """One block as DeepSpeed ZeRO-3 fetches it: a unit per GEMM weight and a unit without parameters
     for the ops between two GEMMs, in forward order. The block's bytes split in proportion to the
     weights (the small norm and bias tensors ride along); its time in proportion to each op's roofline
-    time (backward: GEMMs and attention twice their forward, memory ops MEMORY_BACKWARD_FACTOR)."""
+    time (backward: costs/op.py `backward_multiples`)."""
     x = Shape.of(s)
     gpu, compute, dtype = s.cluster.gpu, s.cluster.compute, s.training.dtype
     groups: list[tuple[str, float, float, float]] = []  # name, weight elements, forward s, backward s
     for op in layer_forward(x):
         t = op_seconds(op, gpu, compute, dtype)
-        back = t * (2.0 if op.category != "memory" else MEMORY_BACKWARD_FACTOR)
+        back = t * (pass_multiple(op) - 1.0)
         if op.category == "matmul":
             groups.append((op.name, gemm_weight_elements(op, x), t, back))
         elif groups and groups[-1][1] == 0.0:

@@ -20,6 +20,7 @@ from plancast.simulator.catalog.frameworks import schedule_warnings as framework
 from plancast.simulator.costs.fp8 import recipe_problems
 from plancast.simulator.expert_bias import expert_bias_warnings
 from plancast.simulator.model_shapes import MODEL_SHAPE_BOUNDS, model_shape_problems
+from plancast.simulator.model_sparse import DSA_BOUNDS, sparse_attention_problems, sparse_training_problems
 from plancast.simulator.model_window import window_problems
 from plancast.simulator.scenario import Scenario
 from plancast.simulator.scenario_attention import attention_backend_problems
@@ -47,6 +48,7 @@ BOUNDS: dict[str, Bound] = {
     "model.router_aux_loss_coef": (0, 1e3, "a loss weight (Switch Transformer: 0.01)"),
     "model.moe_capacity_factor": (1e-3, 1e3, "slots per expert over the mean load (Switch: 1.0-2.0)"),
     **MODEL_SHAPE_BOUNDS,
+    **DSA_BOUNDS,
     "training.seq_len": (1, 100_000_000, "10x the longest published contexts (10M tokens)"),
     "training.micro_batch_size": (1, 1_000_000, "samples held by one rank at once"),
     "training.global_batch_size": (1, 100_000_000, "100x the largest published batches (~16M tokens)"),
@@ -410,6 +412,10 @@ def check_plan(s: Scenario) -> tuple[list[Problem], list[str]]:
     errors.extend(Problem(p.path, p.message) for p in model_moe_problems(s))
     errors.extend(Problem(p.path, p.message) for p in model_shape_problems(s.model, s.model.num_experts))
     errors.extend(Problem(p.path, p.message) for p in window_problems(s.model, s.model.num_hidden_layers))
+    t = s.training
+    sparse = sparse_attention_problems(s.model, s.model.is_mla)
+    sparse += sparse_training_problems(s.model, t.dsa_indexer_loss)
+    errors.extend(Problem(p.path, p.message) for p in sparse)
     errors.extend(Problem(p.path, p.message) for p in data_parallel_problems(s))
     errors.extend(Problem(path, message) for path, message in attention_backend_problems(s.training))
     if _check_degrees(s, errors):

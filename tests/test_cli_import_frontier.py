@@ -67,3 +67,33 @@ def test_glm_4_5_imports_as_deepseek_style_experts_over_grouped_query_attention(
     code, stdout, stderr = cli_main("simulate", str(scenario), "--json")
     assert code == 0, stderr
     assert json.loads(stdout)["num_parameters"] == pytest.approx(355e9, rel=0.01)
+
+
+def _imported_parameters(tmp_path: Path, name: str) -> tuple[dict[str, object], float, str]:
+    """`import hf` of `name`, then `simulate --json`: the [model] table, its parameter count, stderr."""
+    scenario = tmp_path / f"{name}.toml"
+    code, _, stderr = cli_main("import", "hf", str(DATA / name), "-o", str(scenario))
+    assert code == 0, stderr
+    code, stdout, simulated = cli_main("simulate", str(scenario), "--json")
+    assert code == 0, simulated
+    return tomllib.loads(scenario.read_text())["model"], json.loads(stdout)["num_parameters"], stderr
+
+
+def test_deepseek_v3_2_imports_its_sparse_attention_indexer(tmp_path: Path) -> None:
+    """DeepSeek-V3.2 (DeepseekV32ForCausalLM) is DeepSeek-V3 with DeepSeek Sparse Attention: its three
+    index_* keys are read (nothing warned of), and it counts V3's parameters plus one indexer a layer:
+    wq_b [q_lora_rank -> 64 x 128], wk [hidden -> 128], the key's LayerNorm and weights_proj [hidden ->
+    64] (costs/dsa.py), 61 x 13.96M = 0.85B, which the published "671B" (DeepSeek-V3.2 report, arXiv
+    2512.02556: the same total as V3) does not resolve."""
+    v3, v3_count, _ = _imported_parameters(tmp_path, "deepseek-v3.config.json")
+    v32, v32_count, stderr = _imported_parameters(tmp_path, "deepseek-v3.2.config.json")
+    assert "warning" not in stderr, stderr
+    assert {k: v32[k] for k in ("index_topk", "index_n_heads", "index_head_dim")} == {
+        "index_topk": 2048,
+        "index_n_heads": 64,
+        "index_head_dim": 128,
+    }
+    assert {k: v for k, v in v32.items() if not k.startswith("index_")} == v3
+    indexer = 1536 * 64 * 128 + 7168 * 128 + 2 * 128 + 7168 * 64
+    assert v32_count - v3_count == 61 * indexer
+    assert v32_count == pytest.approx(671e9, rel=0.01)

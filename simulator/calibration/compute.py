@@ -22,6 +22,7 @@ import numpy as np
 from plancast.simulator.cluster import Cluster, ComputeModel, Tier
 from plancast.simulator.costs.host import optimizer_tensors, rank_stages
 from plancast.simulator.costs.mixed_precision import param_pass_ops
+from plancast.simulator.costs.op import backward_multiples
 from plancast.simulator.costs.ops import (
     Op,
     Shape,
@@ -30,7 +31,7 @@ from plancast.simulator.costs.ops import (
     layer_forward,
 )
 from plancast.simulator.costs.recompute import selective_recompute
-from plancast.simulator.costs.stage import MEMORY_BACKWARD_FACTOR, Part, segment_params, stage_costs
+from plancast.simulator.costs.stage import Part, segment_params, stage_costs
 from plancast.simulator.engine import Topology, optimizer_memory_s
 from plancast.simulator.scenario import Scenario
 
@@ -66,11 +67,10 @@ def _pass_row(ops: Iterable[Op], s: Scenario, kind: str) -> np.ndarray:
     for op in ops:
         if kind in ("forward", "recompute"):
             row += _op_coefficients(op, s, 1.0, 1.0)
-        elif op.category == "matmul":
-            passes = 1.0 if kind in ("backward_input", "backward_weight") else 2.0
-            row += _op_coefficients(op, s, passes, passes)
-        elif kind != "backward_weight":
-            scale = 2.0 if op.category == "attention" else MEMORY_BACKWARD_FACTOR
+            continue
+        grad_in, grad_w = backward_multiples(op)  # costs/op.py: the engine's backward of the op
+        scale = {"backward_input": grad_in, "backward_weight": grad_w}.get(kind, grad_in + grad_w)
+        if scale:
             row += _op_coefficients(op, s, scale, scale)
     return row
 

@@ -15,7 +15,7 @@ Per element of the projection's output (rows x width), d the activation dtype's 
 - gathered (torchtitan): per projection, `repeat_interleave` writes d an element and the add reads 2d
   and writes d; two calls.
 
-Backward is priced as every memory op's (costs/stage.py MEMORY_BACKWARD_FACTOR): the gradients of
+Backward is priced as every memory op's (costs/op.py MEMORY_BACKWARD_FACTOR): the gradients of
 `b * p` (a multiply and a row reduction for the bias, the same for the probability) read and write
 about what the forward did.
 

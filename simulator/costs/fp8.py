@@ -11,7 +11,7 @@ optimizer) in the training dtype. What changes, per recipe (RECIPES):
   tensor cores take both operands K-major, so the weight-gradient GEMM needs the transpose; block
   scales run along K, so Blackwell's MX/NV formats need a row- and a column-scaled copy), plus the
   scales (simulator/costs/ops.py `linear`); the backward's cast of the output gradient is priced as
-  the cast's backward (costs/stage.py, MEMORY_BACKWARD_FACTOR);
+  the cast's backward (costs/op.py, MEMORY_BACKWARD_FACTOR);
 - a narrow copy of each GEMM weight (both orientations) stays for the step where the recipe's framework
   caches it over the micro-batches, unless ZeRO-3 gathers the weights per use.
 Which layers stay in `dtype`: under every recipe attention (the core), norms, the embedding and the output

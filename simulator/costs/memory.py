@@ -152,7 +152,8 @@ def layer_activation_bytes(
         mlp = mlp_bytes
     modules = x.recompute_modules if recompute == "selective" else frozenset()
     scores = 0.0
-    if not x.flash and (recompute == "none" or (recompute == "selective" and "core_attn" not in modules)):
+    unfused = not x.flash and x.dsa is None  # DSA's kernels are fused whatever flash_attention says
+    if unfused and (recompute == "none" or (recompute == "selective" and "core_attn" not in modules)):
         # softmax out (and under dropout its mask and output)
         scores = (d + (d + 1 if x.attention_dropout else 0)) * x.b * x.heads * x.s * (x.kv_s or x.s) / t
     if "mlp" in modules and mlp_bytes is None:  # Megatron-Core's "mlp" recompute (costs/recompute.py)

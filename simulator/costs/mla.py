@@ -19,6 +19,7 @@ heads, the output projection row-parallel.
 
 from __future__ import annotations
 
+from plancast.simulator.costs.dsa import dsa_layer_params, dsa_saved_elements, dsa_tensor_elements
 from plancast.simulator.costs.ops import MlaRanks, Shape
 from plancast.simulator.scenario import Model
 
@@ -50,7 +51,8 @@ def mla_layer_params(m: Model, hidden: int, heads: int) -> tuple[int, int]:
     kv_sharded = kv_lora * heads * (qk - rope_dim + v)  # kv_b_proj
     kv_replicated = hidden * (kv_lora + rope_dim) + kv_lora  # kv_a_proj_with_mqa and kv_a_layernorm
     out = heads * v * hidden  # o_proj
-    return q_sharded + kv_sharded + out, q_replicated + kv_replicated
+    indexer = dsa_layer_params(m, hidden)  # DeepSeek Sparse Attention's, duplicated (costs/dsa.py)
+    return q_sharded + kv_sharded + out, q_replicated + kv_replicated + indexer
 
 
 def mla_tensor_elements(m: Model, hidden: int, heads: int, tp: int) -> list[int]:
@@ -59,7 +61,7 @@ def mla_tensor_elements(m: Model, hidden: int, heads: int, tp: int) -> list[int]
     qk, v = m.qk_head_dim, m.value_head_dim
     q = [hidden * q_lora, q_lora, q_lora * heads * qk // tp] if q_lora else [hidden * heads * qk // tp]
     kv = [hidden * (kv_lora + rope_dim), kv_lora, kv_lora * heads * (qk - rope_dim + v) // tp]
-    return [*q, *kv, heads * v * hidden // tp]
+    return [*q, *kv, heads * v * hidden // tp, *dsa_tensor_elements(m, hidden)]
 
 
 def mla_saved_elements(x: Shape, r: MlaRanks) -> tuple[float, float]:
@@ -72,6 +74,9 @@ def mla_saved_elements(x: Shape, r: MlaRanks) -> tuple[float, float]:
     gathered = (x.kv_s or x.s) / x.s
     local = 2 * r.q_lora + r.kv_lora + r.rope + x.q_dim / x.tp  # q_a out, q_b in, kv_a out (+k_pe), Q
     per_kv_token = r.kv_lora + (x.q_dim + x.o_dim) / x.tp  # kv_b in; K (heads x (nope + rope)) and V
+    if x.dsa is not None:  # absorbed: one latent a key token, the indexer's tensors (costs/dsa.py)
+        sparse_local, per_kv_token = dsa_saved_elements(x, r, x.dsa)
+        local += sparse_local
     return local + gathered * per_kv_token, x.o_dim / x.tp
 
 

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from plancast.simulator.costs.moe import moe_layer_forward
 from plancast.simulator.costs.mtp import mtp_forward
+from plancast.simulator.costs.op import Op, pass_multiple
 from plancast.simulator.costs.ops import Shape, head_forward, layer_forward
 from plancast.simulator.scenario import Scenario
 
@@ -27,12 +30,19 @@ def model_flops_per_token(s: Scenario) -> float:
         }
     )
     m = s.model
-    dense = sum(op.flops for op in layer_forward(flat))
-    moe = sum(op.flops for op in moe_layer_forward(flat, m, 1, factor=1.0)) if m.is_moe else dense
+    dense = _pass_flops(layer_forward(flat))
+    moe = _pass_flops(moe_layer_forward(flat, m, 1, factor=1.0)) if m.is_moe else dense
     moe_layers = sum(m.is_moe_layer(i) for i in range(m.num_hidden_layers))
     layers = (m.num_hidden_layers - moe_layers) * dense + moe_layers * moe
     if m.num_nextn_predict_layers:  # DeepSeek-V3's multi-token prediction: real work of every step
-        layers += m.num_nextn_predict_layers * sum(op.flops for op in mtp_forward(flat, m, 1, factor=1.0))
-    head = sum(op.flops for op in head_forward(flat))
+        layers += m.num_nextn_predict_layers * _pass_flops(mtp_forward(flat, m, 1, factor=1.0))
+    head = _pass_flops(head_forward(flat))
     tokens = x.b * seq
-    return 3.0 * (layers + head) / tokens
+    return (layers + head) / tokens
+
+
+def _pass_flops(ops: Iterable[Op]) -> float:
+    """Forward and backward FLOPs of `ops`: each op's times its pass multiple (costs/op.py: 3 for a GEMM
+    and an attention core, as eq. 3 counts them; less for DeepSeek Sparse Attention's indexer,
+    costs/dsa.py). Memory-bound ops carry no FLOPs."""
+    return sum(op.flops * pass_multiple(op) for op in ops if op.category != "memory")

@@ -9,8 +9,7 @@ lists the same tensors for activation memory).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, replace
 
 from plancast.simulator.costs import eager
 from plancast.simulator.costs.attention import (
@@ -20,37 +19,18 @@ from plancast.simulator.costs.attention import (
     head_dim_rate,
     window_work,
 )
+from plancast.simulator.costs.dsa import Dsa, dsa_core_ops, indexer_projections, projection_backward
 from plancast.simulator.costs.fp8 import Recipe, recipe
 from plancast.simulator.costs.moe_gemm import grouped_gemm_rate, multi_stream_experts, per_expert_quantize
+from plancast.simulator.costs.op import Op
 from plancast.simulator.expert_bias import expert_bias_add, probs_bytes
 from plancast.simulator.model_dropout import dropout_probabilities
 from plancast.simulator.scenario import Model, Scenario
 
-Category = Literal["matmul", "attention", "memory"]
 DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
 # bytes an element of the attention output cached in E5M6 (12 bits) with an fp32 scale per 1x128 tile
 # (DeepSeek-V3 report, arXiv 2412.19437 sec. 3.3.2-3.3.3; training.attention_output_store)
 E5M6_BYTES = 12 / 8 + 4 / 128
-
-
-@dataclass(frozen=True, slots=True)
-class Op:
-    """One operator's forward work on one rank."""
-
-    name: str
-    category: Category
-    flops: float
-    bytes: float  # HBM traffic (read + write)
-    weight_grad: bool = False  # backward splits into input-grad and weight-grad GEMMs (zero-bubble W)
-    fp8: bool = False  # a GEMM run in FP8 (training.fp8, costs/fp8.py)
-    peak: str = "fp8"  # the peak_tflops key an fp8 GEMM runs at (training.fp8_recipe)
-    rate: float | None = None  # fraction of peak of its kernel, where known per kernel (costs/attention.py)
-    # a GEMM kernel's rate over a large GEMM's (costs/moe_gemm.py); a fused attention kernel's at its head
-    # width over its rate at head dim 128 (costs/attention.py head_dim_rate)
-    relative_rate: float = 1.0
-    # framework calls the op is issued as, each paying the per-op time (ComputeModel.op_overhead_us): a
-    # grouped GEMM's inputs quantized one expert at a time (costs/moe_gemm.py per_expert_quantize)
-    calls: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +78,7 @@ class Shape:
     qk_head_dim: int = 0  # per-head query/key width (model_shapes.py); 0: h / heads
     v_head_dim: int = 0  # per-head value width; 0: qk_head_dim
     mla: MlaRanks | None = None  # multi-head latent attention (costs/mla.py); None: grouped-query
+    dsa: Dsa | None = None  # DeepSeek Sparse Attention over MLA (costs/dsa.py); None: dense attention
     relu2: bool = False  # squared-ReLU MLP (two matrices, as GELU)
     qk_norm: bool = False  # RMSNorm over every query and key head (model.qk_layernorm)
     grouped_gemm_rate: float = 1.0  # the routed experts' grouped GEMMs over a large GEMM (costs/moe_gemm.py)
@@ -176,6 +157,7 @@ class Shape:
             qk_head_dim=m.qk_head_dim,
             v_head_dim=m.value_head_dim,
             mla=MlaRanks.of(m),
+            dsa=Dsa.of(s),
             relu2=m.activation == "relu2",
             qk_norm=m.qk_layernorm,
             grouped_gemm_rate=grouped_gemm_rate(s),
@@ -297,10 +279,12 @@ def mla_attention_forward(x: Shape, r: MlaRanks) -> list[Op]:
     norms, up-projections, rotary embedding and the attention core (up to the output projection's
     input). Under context parallel the rank up-projects the latents of all kv_s tokens it gathered
     (costs/cp.py exchanges the latent, costs/mla.py `cp_kv_elements_per_token`); the down-projections
-    are duplicated over tp (Megatron-Core)."""
+    are duplicated over tp (Megatron-Core). Under DeepSeek Sparse Attention (costs/dsa.py) the key/value
+    up-projection is absorbed into each local query and output (the same multiply-adds a token), and the
+    indexer and the sparse core replace the dense core."""
     tokens, t, heads = x.b * x.s, x.tp, x.heads
     nope = x.qk_dim - r.rope
-    kv_tokens = x.b * (x.kv_s or x.s)
+    kv_tokens = x.b * (x.kv_s or x.s) if x.dsa is None else tokens
     if r.q_lora:
         ops = [
             *linear("q_down", tokens, x.h, r.q_lora, x),
@@ -316,7 +300,22 @@ def mla_attention_forward(x: Shape, r: MlaRanks) -> list[Op]:
     ]
     if x.rope:  # per-head rotary queries and the one shared rotary key
         ops.append(rope("rope", tokens * (heads * r.rope / t + r.rope), x))
-    return ops + attention_core_forward(x, heads * x.qk_dim, heads * x.v_dim)
+    if x.dsa is None:
+        return ops + attention_core_forward(x, heads * x.qk_dim, heads * x.v_dim)
+    return ops + _indexer_forward(x, r, x.dsa) + dsa_core_ops(x, r, x.dsa)
+
+
+def _indexer_forward(x: Shape, r: MlaRanks, d: Dsa) -> list[Op]:
+    """DeepSeek Sparse Attention's indexer up to its scores (costs/dsa.py): its three projections, the
+    LayerNorm of its key and the rotary part of its queries and key, on detached inputs."""
+    backward = projection_backward(d)  # the GEMMs (and their input casts): weight gradients at most
+    gemms = [op for shape in indexer_projections(x, r, d) for op in linear(*shape, x)]
+    ops = [replace(op, backward=backward) for op in gemms]
+    tokens, rotated = x.b * x.s, (d.n_heads + 1) * r.rope
+    ops.append(norm("index_k_norm", tokens * d.head_dim, x))
+    if x.rope:
+        ops.append(rope("index_rope", tokens * rotated, x))
+    return ops if d.trained else [replace(op, backward=backward) for op in ops]
 
 
 def attention_core_forward(x: Shape, k_dim: float, v_dim: float) -> list[Op]:

@@ -22,6 +22,7 @@ from plancast.simulator.costs.moe_cp_comm import EpCp, InnerCollective, layer_co
 from plancast.simulator.costs.moe_overlap import Windows, exposed_seconds
 from plancast.simulator.costs.mtp import mtp_forward, mtp_is_moe
 from plancast.simulator.costs.offload import activation_offload_s
+from plancast.simulator.costs.op import backward_multiples
 from plancast.simulator.costs.ops import (
     DTYPE_BYTES,
     Op,
@@ -34,8 +35,6 @@ from plancast.simulator.costs.params import expert_params, head_params, layer_pa
 from plancast.simulator.costs.recompute import moe_rerun_s, recomputed_layers, selective_recompute
 from plancast.simulator.costs.tp_comm import scenario_tp_collectives
 from plancast.simulator.scenario import Scenario
-
-MEMORY_BACKWARD_FACTOR = 1.5  # read dy and x, write dx vs read x, write y
 
 Part = Literal["embedding", "layer", "head"]
 
@@ -166,14 +165,10 @@ def _phase_seconds(ops: tuple[Op, ...], s: Scenario) -> tuple[float, float, floa
     fwd = bwd_in = bwd_w = 0.0
     for op in ops:
         t = op_seconds(op, gpu, compute, dtype)
+        grad_in, grad_w = backward_multiples(op)
         fwd += t
-        if op.category == "matmul":
-            bwd_in += t
-            bwd_w += t
-        elif op.category == "attention":
-            bwd_in += 2 * t
-        else:
-            bwd_in += MEMORY_BACKWARD_FACTOR * t
+        bwd_in += grad_in * t
+        bwd_w += grad_w * t
     return fwd, bwd_in, bwd_w
 
 

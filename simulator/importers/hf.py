@@ -1,5 +1,5 @@
 """A Hugging Face `config.json` -> the scenario's `[model]` table (Llama, Mistral, Qwen2/3, GPT-2, GPT-NeoX,
-Nemotron; mixture-of-experts Mixtral, Qwen2/3-MoE, gpt-oss, DeepSeek-V2/V3, Kimi-K2, GLM-4.5/4.6/4.7
+Nemotron; mixture-of-experts Mixtral, Qwen2/3-MoE, gpt-oss, DeepSeek-V2/V3/V3.2, Kimi-K2, GLM-4.5/4.6/4.7
 through importers/hf_moe.py)."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from typing import Any
 from plancast.simulator.importers._common import ConfigImportError
 from plancast.simulator.importers._common import positive_int as _positive_int
 from plancast.simulator.importers.hf_moe import DEEPSEEK_TYPES, MOE_TYPES, hf_moe_keys
+from plancast.simulator.model_sparse import DSA_KEYS
 
 # model_type -> (MLP gated, i.e. SwiGLU with silu; tie_word_embeddings default of its config class).
 # Defaults from transformers' Llama/Mistral/Qwen2/Qwen3/GPT2/GPTNeoX/Nemotron/GptOss configuration_*.py.
@@ -28,6 +29,7 @@ _HF_ARCHS: dict[str, tuple[bool, bool]] = {
     "qwen2_moe": (True, False),
     "deepseek_v2": (True, False),
     "deepseek_v3": (True, False),
+    "deepseek_v32": (True, False),  # DeepseekV32Config is DeepseekV3Config with the indexer's three keys
     "glm4_moe": (True, False),  # transformers' configuration_glm4_moe.py: hidden_act "silu", no tying
 }
 _HF_ARCH_NAMES = {
@@ -44,6 +46,7 @@ _HF_ARCH_NAMES = {
     "Qwen2MoeForCausalLM": "qwen2_moe",
     "DeepseekV2ForCausalLM": "deepseek_v2",
     "DeepseekV3ForCausalLM": "deepseek_v3",
+    "DeepseekV32ForCausalLM": "deepseek_v32",
     "Glm4MoeForCausalLM": "glm4_moe",
 }
 # GPT-2 keeps its own key names (transformers GPT2Config.attribute_map).
@@ -74,6 +77,7 @@ _HF_READ = frozenset(
         "first_k_dense_replace", "moe_layer_freq", "kv_lora_rank", "q_lora_rank", "qk_nope_head_dim",
         "qk_rope_head_dim", "v_head_dim", "num_nextn_predict_layers", "head_dim", "n_group", "topk_group",
         "experts_per_token", "layer_types", "partial_rotary_factor", "sliding_window", "use_qk_norm",
+        *DSA_KEYS,
         *_DROPOUT_KEYS,
     }
 )

@@ -16,17 +16,19 @@ from plancast.simulator.importers._common import ConfigImportError
 from plancast.simulator.importers._common import positive_int as _positive_int
 
 MOE_TYPES = frozenset(
-    {"mixtral", "qwen2_moe", "qwen3_moe", "gpt_oss", "deepseek_v2", "deepseek_v3", "kimi_k2", "glm4_moe"}
-)
+    {"mixtral", "qwen2_moe", "qwen3_moe", "gpt_oss", "deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2",
+     "glm4_moe"}
+)  # fmt: skip
 """model_type values with routed experts."""
 
-DEEPSEEK_TYPES = frozenset({"deepseek_v2", "deepseek_v3", "kimi_k2"})
+DEEPSEEK_TYPES = frozenset({"deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2"})
 """DeepSeek's modeling code: MLA, shared experts, first dense layers, MTP, group-limited routing."""
 
 _EXPERTS_KEY = {"mixtral": "num_local_experts", "gpt_oss": "num_local_experts"}  # DeepSeek: n_routed_experts
 _QWEN_MOE = frozenset({"qwen2_moe", "qwen3_moe"})  # experts: num_experts; shared: a width, not a count
 _DEEPSEEK_KEYS = (
     "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "n_group", "topk_group",
+    "index_topk", "index_n_heads", "index_head_dim",  # DeepSeek-V3.2's sparse attention (model_sparse.py)
 )
 
 
@@ -86,8 +88,9 @@ def _experts_key(model_type: str) -> str:
 
 
 def deepseek_shape_keys(config: Mapping[str, Any]) -> dict[str, Any]:
-    """Multi-head latent attention (q_lora_rank may be null: no query compression), the MTP depth and
-    group-limited routing, as DeepSeek-V2/V3 and Kimi-K2 declare them (simulator/model_shapes.py)."""
+    """Multi-head latent attention (q_lora_rank may be null: no query compression), the MTP depth,
+    group-limited routing and DeepSeek-V3.2's sparse-attention indexer, as DeepSeek-V2/V3/V3.2 and Kimi-K2
+    declare them (simulator/model_shapes.py, model_sparse.py)."""
     keys: dict[str, Any] = {
         k: _positive_int(config[k], k) for k in _DEEPSEEK_KEYS if config.get(k) is not None
     }

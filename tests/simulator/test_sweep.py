@@ -28,8 +28,8 @@ def small(
     **tables: dict[str, Any],
 ) -> Scenario:
     """`preset` (with `layers` layers; None: the preset's) on a toy GPU and a two-tier toy network;
-    `tables` add keys to [training], [parallelism] and [cluster.compute]."""
-    model: dict[str, Any] = {"preset": preset}
+    `tables` add keys to [model], [training], [parallelism] and [cluster.compute]."""
+    model: dict[str, Any] = {"preset": preset, **tables.get("model", {})}
     if layers is not None:
         model["num_hidden_layers"] = layers
     data: dict[str, Any] = {

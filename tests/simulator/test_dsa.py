@@ -1,0 +1,146 @@
+"""DeepSeek Sparse Attention (model.index_topk, index_n_heads, index_head_dim; training.dsa_indexer_loss):
+the lightning indexer and the top-k sparse core over absorbed MLA (costs/dsa.py). Each key moves the
+prediction the way its mechanism says; the keys are checked together; the runtime refuses what it does not
+run; the sweep's floor stays under the engine."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from plancast.runtime.model_support import ShapeSupportError, check_model_shape_support
+from plancast.simulator.costs.dsa import dense_context, sparse_context
+from plancast.simulator.costs.op import backward_multiples
+from plancast.simulator.costs.ops import Shape, layer_forward
+from plancast.simulator.costs.params import layer_params
+from plancast.simulator.loader import ScenarioError, parse_scenario
+from plancast.simulator.predict import simulate
+from plancast.simulator.scenario import Scenario
+from plancast.simulator.sweep import sweep
+from plancast.simulator.sweep_floor import compute_floor_s
+from tests.simulator.test_sweep import exhaustive_best, small
+
+DSA = {"index_topk": 2048, "index_n_heads": 64, "index_head_dim": 128}
+"""DeepSeek-V3.2's config.json (deepseek-ai/DeepSeek-V3.2-Exp)."""
+
+
+def _scenario(
+    seq: int = 32768, model: dict[str, Any] | None = None, preset: str = "deepseek-v2-lite", **training: Any
+) -> Scenario:
+    """DeepSeek-V2-Lite (MLA without query compression) on 8 H100, or `preset` (DeepSeek-V3: 64 GPUs, ep
+    64), with the given DSA keys."""
+    gpus = 8 if preset == "deepseek-v2-lite" else 64
+    data = {
+        "model": {"preset": preset, **(DSA if model is None else model)},
+        "training": {"seq_len": seq, "micro_batch_size": 1, "global_batch_size": gpus, "recompute": "full",
+                     "flash_attention": True, **training},
+        "parallelism": {"expert_parallel_degree": gpus, "framework": "megatron-lm"},
+        "cluster": {"preset": "dgx-h100-80gb", "num_nodes": gpus // 8},
+    }  # fmt: skip
+    return parse_scenario(data, "dsa").scenario
+
+
+def _step_s(s: Scenario) -> float:
+    return float(simulate(s, events=False).summary["step_time_s"])
+
+
+def test_the_sparse_context_is_the_mean_of_min_position_topk() -> None:
+    for seq, k in ((4096, 2048), (5000, 2048), (2048, 2048), (100, 2048), (131072, 2048)):
+        brute = sum(min(i, k) for i in range(1, seq + 1)) / seq
+        assert sparse_context(seq, k) == pytest.approx(brute, rel=1e-12)
+    assert dense_context(4096) == pytest.approx(sum(range(1, 4097)) / 4096)
+
+
+def test_sparse_attention_is_cheaper_than_dense_at_long_context_only() -> None:
+    """DeepSeek-V3 (128 heads): at 128k tokens the top-2048 core reads 1/32 of the causal keys (the
+    indexer still scores them all): DSA wins; at 4k the absorbed core's wider heads (kv_lora_rank + rope,
+    kv_lora_rank) cost more than the dense core saves, as Megatron-Bridge's FLOP count says too. (On
+    DeepSeek-V2-Lite's 16 heads the 64-head indexer's scores outweigh what the core saves.)"""
+    v3 = "deepseek-v3"
+    long_dense, long_sparse = _step_s(_scenario(131072, {}, v3)), _step_s(_scenario(131072, preset=v3))
+    short_dense, short_sparse = _step_s(_scenario(4096, {}, v3)), _step_s(_scenario(4096, preset=v3))
+    assert long_sparse < 0.6 * long_dense
+    assert short_sparse > short_dense
+
+
+@pytest.mark.parametrize(
+    ("key", "low", "high"),
+    [("index_topk", 1024, 4096), ("index_n_heads", 32, 64), ("index_head_dim", 64, 128)],
+)
+def test_each_dsa_key_raises_the_step_time_as_it_grows(key: str, low: int, high: int) -> None:
+    """More keys read, more indexer heads, wider indexer heads: more work, never less."""
+    small, large = _scenario(model={**DSA, key: low}), _scenario(model={**DSA, key: high})
+    assert _step_s(large) > _step_s(small)
+    if key != "index_topk":  # the indexer's projections grow with its heads and their width
+        assert layer_params(large.model).total > layer_params(small.model).total
+
+
+def test_the_indexer_loss_orders_off_sparse_dense() -> None:
+    """Untrained, the indexer runs forward only; the sparse KL loss back-propagates over the top-k pairs
+    and adds its target's Q.K; the dense loss over every causal pair."""
+    steps = [_step_s(_scenario(dsa_indexer_loss=loss)) for loss in ("off", "sparse", "dense")]
+    assert steps[0] < steps[1] < steps[2]
+
+
+def test_the_indexer_projections_back_propagate_to_their_weights_only() -> None:
+    ops = {op.name: op for op in layer_forward(Shape.of(_scenario()))}
+    for name in ("index_q", "index_k", "index_weights"):
+        assert backward_multiples(ops[name]) == (0.0, 1.0)  # detached inputs: no input gradient
+    assert backward_multiples(ops["attention"]) == (2.0, 0.0)  # the sparse core's, as any core's
+    off = {op.name: op for op in layer_forward(Shape.of(_scenario(dsa_indexer_loss="off")))}
+    assert backward_multiples(off["index_q"]) == backward_multiples(off["index_scores"]) == (0.0, 0.0)
+    assert "index_target" not in off
+
+
+def test_the_indexer_counts_its_parameters_duplicated_over_tensor_parallel() -> None:
+    """wq_b [hidden -> 64 x 128] (DeepSeek-V2-Lite has no query latent), wk [hidden -> 128], the key's
+    LayerNorm (weight and bias) and weights_proj [hidden -> 64], on every tp rank alike."""
+    dense, sparse = _scenario(model={}), _scenario()
+    h = sparse.model.hidden_size
+    added = layer_params(sparse.model).replicated - layer_params(dense.model).replicated
+    assert added == h * 64 * 128 + h * 128 + 2 * 128 + h * 64
+    assert layer_params(sparse.model).sharded == layer_params(dense.model).sharded
+
+
+@pytest.mark.parametrize(
+    ("model", "training", "path"),
+    [
+        ({"index_topk": 2048}, {}, "model.index_n_heads"),
+        ({**DSA, "kv_lora_rank": None, "q_lora_rank": None, "qk_nope_head_dim": None,
+          "qk_rope_head_dim": None, "v_head_dim": None}, {}, "model.index_topk"),
+        ({}, {"dsa_indexer_loss": "sparse"}, "training.dsa_indexer_loss"),
+    ],
+)  # fmt: skip
+def test_dsa_keys_that_cannot_apply_are_refused_by_name(
+    model: dict[str, Any], training: dict[str, Any], path: str
+) -> None:
+    with pytest.raises(ScenarioError) as refused:
+        _scenario(model=model, **training)
+    assert f"- {path}:" in str(refused.value)
+
+
+def test_the_runtime_refuses_sparse_attention_it_does_not_run() -> None:
+    with pytest.raises(ShapeSupportError, match="index_topk"):
+        check_model_shape_support(_scenario(4096))
+
+
+@pytest.mark.parametrize("loss", ["off", "sparse", "dense"])
+def test_the_sweep_compute_floor_stays_under_the_engine(loss: str) -> None:
+    """The sweep's floor prices each op's backward with the engine's multiples (costs/op.py): the
+    indexer's backward is less than twice its forward, and a floor counting 3x would overshoot."""
+    s = _scenario(131072, dsa_indexer_loss=loss)
+    assert 0.0 < compute_floor_s(s, s.world_size) <= _step_s(s)
+
+
+def test_the_sweep_finds_the_exhaustive_best_of_a_sparse_attention_model() -> None:
+    """A tiny MLA MoE with DSA (top-16 of 64 tokens, so the sparse core reads fewer keys than causal) on
+    4 toy GPUs: the exact sweep's best is what simulating every plan that fits finds, its bounds built
+    from the same per-op backward multiples as the engine."""
+    mla = {"kv_lora_rank": 16, "q_lora_rank": 32, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8,
+           "v_head_dim": 16, "index_topk": 16, "index_n_heads": 4, "index_head_dim": 16}  # fmt: skip
+    base = small(4, 1.0, preset="tiny-moe", model=mla, training={"flash_attention": True})
+    step, plan = exhaustive_best(base, 4)
+    found = sweep(base, 4, finalists=4).finalists[0]
+    assert found.step_time_s == pytest.approx(step, rel=1e-12)
+    assert found.plan == plan
