@@ -139,16 +139,19 @@ def discarded_block_bytes(x: Shape, moe: bool) -> float:
     """Bytes of one block's saved activations that x.recompute_modules discard beyond the MLP's (an MoE
     block's are moe_kept_bytes'): "layernorm" the outputs of the norms that are modules of their own (the
     input of MLA's down-projections, of an MoE block's router and shared experts), "mla_up_proj" the
-    per-head Q, K and V it rebuilds from the latents (costs/mla.py), "mlp" a dense block's MLP input (its
+    per-head Q, K and V it rebuilds from the latents (costs/mla.py; under DeepSeek Sparse Attention the
+    per-head Q and its absorbed form, costs/dsa.py), "mlp" a dense block's MLP input (its
     checkpoint keeps the residual stream, already counted). Per micro-batch; x.s tokens."""
     modules, sbh = x.recompute_modules, x.s * x.b * x.h / (x.tp if x.sp else 1)
     g = gemm_input_bytes(x.fp8, x.fp8_recipe, x.dtype_bytes)
     out = 0.0
     if "layernorm" in modules:
         out += g * sbh * ((x.mla is not None) + moe)
-    if "mla_up_proj" in modules and x.mla is not None:
+    if "mla_up_proj" in modules and x.mla is not None and x.dsa is None:
         gathered = (x.kv_s or x.s) / x.s
         out += x.dtype_bytes * x.s * x.b * (x.q_dim + gathered * (x.q_dim + x.o_dim)) / x.tp
+    elif "mla_up_proj" in modules and x.mla is not None:  # absorbed (costs/dsa.py): Q and the absorbed Q
+        out += x.dtype_bytes * x.s * x.b * (x.q_dim + x.heads * (x.mla.kv_lora + x.mla.rope)) / x.tp
     if "mlp" in modules and not moe:
         out += g * sbh
     return out

@@ -5,20 +5,25 @@ run; the sweep's floor stays under the engine."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from plancast.runtime.model_support import ShapeSupportError, check_model_shape_support
 from plancast.simulator.costs.dsa import dense_context, sparse_context
+from plancast.simulator.costs.memory import layer_activation_bytes
+from plancast.simulator.costs.mla import mla_saved_elements
 from plancast.simulator.costs.op import backward_multiples
 from plancast.simulator.costs.ops import Shape, layer_forward
 from plancast.simulator.costs.params import layer_params
+from plancast.simulator.costs.recompute import discarded_block_bytes
 from plancast.simulator.loader import ScenarioError, parse_scenario
 from plancast.simulator.predict import simulate
 from plancast.simulator.scenario import Scenario
 from plancast.simulator.sweep import sweep
 from plancast.simulator.sweep_floor import compute_floor_s
+from tests.cli_runner import cli_main
 from tests.simulator.test_sweep import exhaustive_best, small
 
 DSA = {"index_topk": 2048, "index_n_heads": 64, "index_head_dim": 128}
@@ -144,3 +149,27 @@ def test_the_sweep_finds_the_exhaustive_best_of_a_sparse_attention_model() -> No
     found = sweep(base, 4, finalists=4).finalists[0]
     assert found.step_time_s == pytest.approx(step, rel=1e-12)
     assert found.plan == plan
+
+
+def test_mla_up_projection_recompute_discards_what_the_absorbed_form_keeps() -> None:
+    """Under DSA there are no per-head keys and values to rebuild (one latent a key is kept instead):
+    recomputing the up-projections frees the queries and their absorbed form, never more than the block
+    keeps of its attention's projections (costs/mla.py mla_saved_elements)."""
+    keep = {"recompute": "selective", "recompute_modules": ["mla_up_proj"]}
+    x = Shape.of(_scenario(**keep))
+    assert x.mla is not None
+    projections, _ = mla_saved_elements(x, x.mla)
+    freed = discarded_block_bytes(x, moe=False)
+    assert 0.0 < freed < x.dtype_bytes * x.s * x.b * projections
+    assert 0.0 < layer_activation_bytes(x, "selective") < layer_activation_bytes(x, "none")
+
+
+def test_a_partial_dsa_table_is_refused_through_the_cli(tmp_path: Path) -> None:
+    """`plancast validate` names the missing key and exits 2, as for every bad scenario."""
+    scenario = tmp_path / "partial.toml"
+    scenario.write_text(
+        '[model]\npreset = "deepseek-v2-lite"\nindex_topk = 2048\n\n[cluster]\npreset = "dgx-h100-80gb"\n'
+    )
+    code, _, stderr = cli_main("validate", str(scenario))
+    assert code == 2
+    assert "model.index_n_heads" in stderr and "model.index_head_dim" in stderr
