@@ -97,3 +97,50 @@ def test_deepseek_v3_2_imports_its_sparse_attention_indexer(tmp_path: Path) -> N
     indexer = 1536 * 64 * 128 + 7168 * 128 + 2 * 128 + 7168 * 64
     assert v32_count - v3_count == 61 * indexer
     assert v32_count == pytest.approx(671e9, rel=0.01)
+
+
+def test_glm_5_imports_as_mla_with_sparse_attention(tmp_path: Path) -> None:
+    """GLM-5 (GlmMoeDsaForCausalLM) was refused. Its config is DeepSeek-V3.2's shape: MLA with 64 heads
+    (q_lora_rank 2048, values 256 wide), 256 routed experts over 3 dense layers, and DeepSeek Sparse
+    Attention's indexer of 32 heads; rope_parameters (nested) says rotary. Counted against the GLM-5
+    release's 744B total (the MTP layer left out, as for DeepSeek-V3)."""
+    model, count, stderr = _imported_parameters(tmp_path, "glm-5.config.json")
+    assert "warning" not in stderr, stderr
+    assert model["position_embedding"] == "rope" and model["first_k_dense_replace"] == 3
+    assert (model["index_topk"], model["index_n_heads"], model["index_head_dim"]) == (2048, 32, 128)
+    assert count == pytest.approx(744e9, rel=0.01)
+
+
+@pytest.mark.parametrize(
+    ("change", "refusal"),
+    [
+        ({"mlp_layer_types": ["dense"] * 3 + ["sparse"] * 75}, None),
+        ({"mlp_layer_types": ["dense"] * 2 + ["sparse"] * 76}, "first_k_dense_replace = 3"),
+        ({"mlp_layer_types": ["dense"] * 3 + ["sparse"] * 74 + ["dense"]}, "layer 77 is dense after"),
+        ({"qk_head_dim": 192}, "qk_head_dim: 192 is not qk_nope_head_dim + qk_rope_head_dim (256)"),
+    ],
+)
+def test_glm_5_layer_types_and_head_widths_are_checked(
+    tmp_path: Path, change: dict[str, object], refusal: str | None
+) -> None:
+    """transformers' GlmMoeDsaConfig may save `mlp_layer_types` (a "dense" / "sparse" a layer): read as
+    first_k_dense_replace where the dense layers come first and agree with it, refused (exit 2) where
+    not; a stated qk_head_dim must be the two widths' sum."""
+    config = {**json.loads((DATA / "glm-5.config.json").read_text()), **change}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    code, _, stderr = cli_main("import", "hf", str(path), "-o", str(tmp_path / "out.toml"))
+    if refusal is None:
+        assert code == 0, stderr
+        assert tomllib.loads((tmp_path / "out.toml").read_text())["model"]["first_k_dense_replace"] == 3
+    else:
+        assert code == 2 and refusal in stderr, stderr
+
+
+def test_glm_5_2_index_sharing_is_warned_of(tmp_path: Path) -> None:
+    """GLM-5.2's index_topk_freq (layers reusing an earlier layer's top-k) is not priced: said so."""
+    config = {**json.loads((DATA / "glm-5.config.json").read_text()), "index_topk_freq": 4}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    code, _, stderr = cli_main("import", "hf", str(path), "-o", str(tmp_path / "out.toml"))
+    assert code == 0 and "index_topk_freq = 4 is not modelled" in stderr, stderr

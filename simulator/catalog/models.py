@@ -181,6 +181,26 @@ MODELS: dict[str, dict[str, object]] = {
         router_aux_loss_coef=0.001,
         **_MLA,
     ),
+    # zai-org/GLM-5: 744B total, 40B active (the GLM-5 release); DeepSeek-V3.2's shape (transformers'
+    # GlmMoeDsaConfig, Megatron-Bridge's glm5_bridge.py): MLA over 64 heads (queries 192 + 64 wide, values
+    # 256), 256 experts after 3 dense layers, one MTP depth, DeepSeek Sparse Attention's 32-head indexer.
+    "glm-5": _moe(
+        _llama(6144, 78, 64, 64, 12288, 154880, 202752),
+        num_local_experts=256,
+        num_experts_per_tok=8,
+        moe_intermediate_size=2048,
+        n_shared_experts=1,
+        first_k_dense_replace=3,
+        kv_lora_rank=512,
+        qk_nope_head_dim=192,
+        qk_rope_head_dim=64,
+        v_head_dim=256,
+        q_lora_rank=2048,
+        num_nextn_predict_layers=1,
+        index_topk=2048,
+        index_n_heads=32,
+        index_head_dim=128,
+    ),
     # Qwen/Qwen1.5-MoE-A2.7B: 14.3B total, 2.7B active; one shared expert of 5632 = 4 x 1408.
     "qwen1.5-moe-a2.7b": _moe(
         _llama(2048, 24, 16, 16, 5632, 151936, 8192),

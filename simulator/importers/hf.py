@@ -1,6 +1,6 @@
 """A Hugging Face `config.json` -> the scenario's `[model]` table (Llama, Mistral, Qwen2/3, GPT-2, GPT-NeoX,
-Nemotron; mixture-of-experts Mixtral, Qwen2/3-MoE, gpt-oss, DeepSeek-V2/V3/V3.2, Kimi-K2, GLM-4.5/4.6/4.7
-through importers/hf_moe.py)."""
+Nemotron; mixture-of-experts Mixtral, Qwen2/3-MoE, gpt-oss, DeepSeek-V2/V3/V3.2, Kimi-K2, GLM-4.5/4.6/4.7,
+GLM-5 through importers/hf_moe.py)."""
 
 from __future__ import annotations
 
@@ -31,6 +31,7 @@ _HF_ARCHS: dict[str, tuple[bool, bool]] = {
     "deepseek_v3": (True, False),
     "deepseek_v32": (True, False),  # DeepseekV32Config is DeepseekV3Config with the indexer's three keys
     "glm4_moe": (True, False),  # transformers' configuration_glm4_moe.py: hidden_act "silu", no tying
+    "glm_moe_dsa": (True, False),  # GLM-5: transformers' GlmMoeDsaConfig, hidden_act "silu", no tying
 }
 _HF_ARCH_NAMES = {
     "LlamaForCausalLM": "llama",
@@ -48,6 +49,7 @@ _HF_ARCH_NAMES = {
     "DeepseekV3ForCausalLM": "deepseek_v3",
     "DeepseekV32ForCausalLM": "deepseek_v32",
     "Glm4MoeForCausalLM": "glm4_moe",
+    "GlmMoeDsaForCausalLM": "glm_moe_dsa",
 }
 # GPT-2 keeps its own key names (transformers GPT2Config.attribute_map).
 _GPT2_KEYS = {
@@ -77,7 +79,7 @@ _HF_READ = frozenset(
         "first_k_dense_replace", "moe_layer_freq", "kv_lora_rank", "q_lora_rank", "qk_nope_head_dim",
         "qk_rope_head_dim", "v_head_dim", "num_nextn_predict_layers", "head_dim", "n_group", "topk_group",
         "experts_per_token", "layer_types", "partial_rotary_factor", "sliding_window", "use_qk_norm",
-        *DSA_KEYS,
+        *DSA_KEYS, "mlp_layer_types", "qk_head_dim", "index_topk_freq", "index_skip_topk_offset",
         *_DROPOUT_KEYS,
     }
 )
@@ -94,7 +96,7 @@ _HF_NO_EFFECT = frozenset(
         # positions' frequencies (YaRN, Llama 3.1 scaling), a SwiGLU clamp, the checkpoint's storage
         # format and remote-code class names change no shape and no work of a training step
         "rope_scaling", "initial_context_length", "swiglu_limit", "quantization_config", "auto_map",
-        "norm_eps",
+        "norm_eps", "rope_parameters", "rope_interleave", "indexer_rope_interleave",
     }
 )
 
@@ -160,7 +162,7 @@ def hf_model(config: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
             model[key] = _positive_int(get(key), names.get(key, key))
     model["activation"] = _hf_activation(config, gated)
     model["norm"] = "rmsnorm" if "rms_norm_eps" in config else "layernorm"
-    rotary = any(k in config for k in ("rope_theta", "rotary_emb_base", "rotary_pct"))
+    rotary = any(k in config for k in ("rope_theta", "rotary_emb_base", "rotary_pct", "rope_parameters"))
     model["position_embedding"] = "rope" if rotary else "learned"
     tie = config.get("tie_word_embeddings", tie_default)
     if not isinstance(tie, bool):

@@ -1,11 +1,13 @@
 """Mixture-of-experts keys of a Hugging Face `config.json` (Mixtral, Qwen2-MoE, Qwen3-MoE, gpt-oss,
-DeepSeek-V2/V3, Kimi-K2, GLM-4.5) -> the scenario's MoE keys (docs/moe.md) and DeepSeek's attention and
-MTP keys (docs/models.md). Key names per transformers' configuration_mixtral.py, configuration_qwen2_moe.py,
-configuration_qwen3_moe.py, configuration_gpt_oss.py, configuration_glm4_moe.py and DeepSeek's
-configuration_deepseek.py (which Kimi-K2's config.json names in auto_map). GLM-4.5 (Glm4MoeForCausalLM,
+DeepSeek-V2/V3/V3.2, Kimi-K2, GLM-4.5, GLM-5) -> the scenario's MoE keys (docs/moe.md) and DeepSeek's
+attention and MTP keys (docs/models.md). Key names per transformers' configuration_mixtral.py,
+configuration_qwen2_moe.py, configuration_qwen3_moe.py, configuration_gpt_oss.py, configuration_glm4_moe.py,
+configuration_glm_moe_dsa.py and DeepSeek's configuration_deepseek.py (which Kimi-K2's config.json names
+in auto_map). GLM-4.5 (Glm4MoeForCausalLM,
 also GLM-4.6 and 4.7) takes DeepSeek-V3's MoE layout and key names (n_routed_experts, n_shared_experts,
 first_k_dense_replace, num_nextn_predict_layers, n_group / topk_group) over grouped-query attention, so it
-goes through the same keys without MLA's."""
+goes through the same keys without MLA's. GLM-5 (GlmMoeDsaForCausalLM) is DeepSeek-V3.2's shape: MLA,
+DeepSeek Sparse Attention's indexer keys, the same MoE keys (and transformers' `mlp_layer_types`)."""
 
 from __future__ import annotations
 
@@ -17,11 +19,11 @@ from plancast.simulator.importers._common import positive_int as _positive_int
 
 MOE_TYPES = frozenset(
     {"mixtral", "qwen2_moe", "qwen3_moe", "gpt_oss", "deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2",
-     "glm4_moe"}
+     "glm4_moe", "glm_moe_dsa"}
 )  # fmt: skip
 """model_type values with routed experts."""
 
-DEEPSEEK_TYPES = frozenset({"deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2"})
+DEEPSEEK_TYPES = frozenset({"deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2", "glm_moe_dsa"})
 """DeepSeek's modeling code: MLA, shared experts, first dense layers, MTP, group-limited routing."""
 
 _EXPERTS_KEY = {"mixtral": "num_local_experts", "gpt_oss": "num_local_experts"}  # DeepSeek: n_routed_experts
@@ -71,7 +73,12 @@ def hf_moe_keys(config: Mapping[str, Any], model_type: str) -> tuple[dict[str, A
             )
         return model, notes
     model["n_shared_experts"] = _int(config, "n_shared_experts", 0)
-    model["first_k_dense_replace"] = _int(config, "first_k_dense_replace", 0)
+    model["first_k_dense_replace"] = _dense_prefix(config)
+    if config.get("index_topk_freq", 1) != 1:
+        notes.append(
+            f"index_topk_freq = {config['index_topk_freq']!r} is not modelled: every layer is priced with "
+            "its own indexer (GLM-5.2's other layers reuse an earlier layer's top-k and skip theirs)"
+        )
     if config.get("moe_layer_freq", 1) != 1:
         notes.append(
             f"moe_layer_freq = {config['moe_layer_freq']!r} is not modelled (every layer after "
@@ -79,6 +86,32 @@ def hf_moe_keys(config: Mapping[str, Any], model_type: str) -> tuple[dict[str, A
         )
     model.update(deepseek_shape_keys(config))
     return model, notes
+
+
+def _dense_prefix(config: Mapping[str, Any]) -> int:
+    """The dense layers before the MoE ones: first_k_dense_replace, or the leading "dense" entries of
+    `mlp_layer_types` (transformers' GlmMoeDsaConfig: "dense" / "sparse" a layer), which must agree."""
+    first = _int(config, "first_k_dense_replace", 0)
+    types = config.get("mlp_layer_types")
+    if types is None:
+        return first
+    layers = config.get("num_hidden_layers")
+    known = isinstance(types, list) and all(t in ("dense", "sparse") for t in types)
+    if not known or len(types) != layers:
+        raise ConfigImportError(
+            f"mlp_layer_types: expected one 'dense' or 'sparse' a layer ({layers} layers), got {types!r}"
+        )
+    dense = next((i for i, t in enumerate(types) if t == "sparse"), len(types))
+    if "dense" in types[dense:]:
+        raise ConfigImportError(
+            f"mlp_layer_types: layer {types.index('dense', dense)} is dense after a sparse layer; plancast "
+            "places the dense layers first (first_k_dense_replace)"
+        )
+    if "first_k_dense_replace" in config and first != dense:
+        raise ConfigImportError(
+            f"mlp_layer_types starts with {dense} dense layers but first_k_dense_replace = {first}"
+        )
+    return dense
 
 
 def _experts_key(model_type: str) -> str:
@@ -96,5 +129,10 @@ def deepseek_shape_keys(config: Mapping[str, Any]) -> dict[str, Any]:
     }
     if config.get("q_lora_rank") is not None and "kv_lora_rank" in keys:
         keys["q_lora_rank"] = _positive_int(config["q_lora_rank"], "q_lora_rank")
+    widths = keys.get("qk_nope_head_dim", 0) + keys.get("qk_rope_head_dim", 0)
+    if config.get("qk_head_dim") not in (None, widths):  # GLM-5 states the sum too
+        raise ConfigImportError(
+            f"qk_head_dim: {config['qk_head_dim']!r} is not qk_nope_head_dim + qk_rope_head_dim ({widths})"
+        )
     keys["num_nextn_predict_layers"] = _int(config, "num_nextn_predict_layers", 0)
     return keys

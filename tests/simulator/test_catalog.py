@@ -83,6 +83,7 @@ PUBLISHED = [
     ("mixtral-8x22b", 141e9, 0.005, "mistralai/Mixtral-8x22B-v0.1 model card: 141B"),
     # multi-head latent attention counted as it is (costs/mla.py); the MTP module apart, as published
     ("deepseek-v3", 671e9, 0.001, "DeepSeek-V3 technical report (arXiv 2412.19437) abstract: 671B"),
+    ("glm-5", 744e9, 0.001, "GLM-5 release (zai-org/GLM-5 model card): 744B total, 40B active"),
     ("deepseek-v2-lite", 15.7e9, 0.001, "DeepSeek-V2 report (arXiv 2405.04434) appendix B: 15.7B"),
     # the report's 1.04T is 1.3% above what the checkpoint holds: 1,026,470,731,056 elements in its
     # tensors, ~62.5M (6e-5) of them FP8 block scales (weight_scale_inv) rather than parameters
