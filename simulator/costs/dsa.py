@@ -41,6 +41,9 @@ if TYPE_CHECKING:
     from plancast.simulator.costs.ops import MlaRanks, Shape
     from plancast.simulator.scenario import Model, Scenario
 
+INDEXER_PROJECTIONS = frozenset({"index_q", "index_k", "index_weights"})
+"""The indexer's GEMMs (`indexer_projections`)."""
+
 INDEX_BYTES = 4
 """Bytes of one selected key's index (int32, as DeepSeek's and Megatron-Core's top-k tensors)."""
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from plancast.simulator.costs.dsa import INDEXER_PROJECTIONS
 from plancast.simulator.costs.fp8 import gemm_input_bytes
 from plancast.simulator.costs.mla import MLA_PROJECTIONS, mla_projection_features
 from plancast.simulator.costs.ops import ATTENTION_CORE_OPS, Op, Shape
@@ -59,6 +60,9 @@ def _matmul_outputs(op: Op, x: Shape) -> tuple[float, ...]:
         return (x.ffn / t,)
     if x.mla is not None and op.name in MLA_PROJECTIONS:
         return (mla_projection_features(op.name, x, x.mla),)
+    if x.dsa is not None and op.name in INDEXER_PROJECTIONS:  # costs/dsa.py, duplicated over tp
+        d = x.dsa
+        return (float({"index_q": d.n_heads * d.head_dim, "index_k": d.head_dim}.get(op.name, d.n_heads)),)
     return (float(x.h),)  # out_proj, fc2
 
 

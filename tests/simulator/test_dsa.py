@@ -17,7 +17,7 @@ from plancast.simulator.costs.mla import mla_saved_elements
 from plancast.simulator.costs.op import backward_multiples
 from plancast.simulator.costs.ops import Shape, layer_forward
 from plancast.simulator.costs.params import layer_params
-from plancast.simulator.costs.recompute import discarded_block_bytes
+from plancast.simulator.costs.recompute import _matmul_outputs, discarded_block_bytes
 from plancast.simulator.loader import ScenarioError, parse_scenario
 from plancast.simulator.predict import simulate
 from plancast.simulator.scenario import Scenario
@@ -173,3 +173,12 @@ def test_a_partial_dsa_table_is_refused_through_the_cli(tmp_path: Path) -> None:
     code, _, stderr = cli_main("validate", str(scenario))
     assert code == 2
     assert "model.index_n_heads" in stderr and "model.index_head_dim" in stderr
+
+
+def test_the_per_op_policy_saves_the_indexer_outputs_at_their_own_widths() -> None:
+    """torchtitan's per-op recompute policy saves every other matmul output: the indexer's are 64 x 128,
+    128 and 64 features a token, not the hidden size."""
+    x = Shape.of(_scenario())
+    ops = {op.name: op for op in layer_forward(x)}
+    widths = [_matmul_outputs(ops[name], x) for name in ("index_q", "index_k", "index_weights")]
+    assert widths == [(64.0 * 128,), (128.0,), (64.0,)]
