@@ -84,7 +84,8 @@ def cp_kv_elements_per_token(m: Model, tp: int) -> int:
     """Elements per token a rank contributes to the context-parallel K/V exchange on one tp rank: the
     normalised latent c_KV and the rotary key k_R, kv_lora_rank + qk_rope_head_dim, for MLA (duplicated
     over tp, so whole on each; the receiver up-projects them, `mla_attention_forward`), else the packed K
-    and V of its key/value heads split over tp."""
+    and V of its key/value heads split over tp. Under DeepSeek Sparse Attention the indexer's one key a
+    token (index_head_dim) goes with the latent: every query scores every earlier token (costs/dsa.py)."""
     if m.kv_lora_rank is not None:
-        return m.kv_lora_rank + (m.qk_rope_head_dim or 0)
+        return m.kv_lora_rank + (m.qk_rope_head_dim or 0) + (m.index_head_dim or 0)
     return 2 * (m.kv_heads * m.qk_head_dim // tp)

@@ -13,7 +13,7 @@ import pytest
 from plancast.runtime.model_support import ShapeSupportError, check_model_shape_support
 from plancast.simulator.costs.dsa import dense_context, sparse_context
 from plancast.simulator.costs.memory import layer_activation_bytes
-from plancast.simulator.costs.mla import mla_saved_elements
+from plancast.simulator.costs.mla import cp_kv_elements_per_token, mla_saved_elements
 from plancast.simulator.costs.op import backward_multiples
 from plancast.simulator.costs.ops import Shape, layer_forward
 from plancast.simulator.costs.params import layer_params
@@ -182,3 +182,10 @@ def test_the_per_op_policy_saves_the_indexer_outputs_at_their_own_widths() -> No
     ops = {op.name: op for op in layer_forward(x)}
     widths = [_matmul_outputs(ops[name], x) for name in ("index_q", "index_k", "index_weights")]
     assert widths == [(64.0 * 128,), (128.0,), (64.0,)]
+
+
+def test_context_parallel_gathers_the_indexer_keys_with_the_latents() -> None:
+    """Under cp each rank's queries score every earlier token, so its indexer keys (128 a token) are
+    exchanged with MLA's latent (512 + 64): more cp traffic than the same plan with dense MLA."""
+    sparse, dense = _scenario().model, _scenario(model={}).model
+    assert cp_kv_elements_per_token(sparse, 1) - cp_kv_elements_per_token(dense, 1) == 128
