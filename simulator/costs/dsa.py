@@ -151,10 +151,10 @@ def dsa_saved_elements(x: Shape, r: MlaRanks, d: Dsa) -> tuple[float, float]:
     latents and queries (costs/mla.py): the absorbed queries and the core's latent output per head, the
     selected indices (int32, counted in elements of the training dtype), and, when the indexer trains,
     its queries, key and head weights; per key token the one latent the core reads, in place of MLA's
-    per-head keys and values."""
+    per-head keys and values, and when the indexer trains the key its scores' backward reads."""
     heads = x.heads / x.tp
     local = heads * (r.kv_lora + r.rope) + heads * r.kv_lora
     local += INDEX_BYTES / x.dtype_bytes * min(d.topk, x.kv_s or x.s)
     if d.trained:
-        local += d.n_heads * d.head_dim + d.head_dim + d.n_heads
-    return local, r.kv_lora + r.rope
+        local += d.n_heads * d.head_dim + d.n_heads
+    return local, r.kv_lora + r.rope + (d.head_dim if d.trained else 0)
