@@ -14,7 +14,7 @@ from plancast.runtime.model_support import ShapeSupportError, check_model_shape_
 from plancast.simulator.costs.dsa import dense_context, sparse_context
 from plancast.simulator.costs.memory import layer_activation_bytes
 from plancast.simulator.costs.mla import cp_kv_elements_per_token, mla_saved_elements
-from plancast.simulator.costs.op import backward_multiples
+from plancast.simulator.costs.op import backward_multiples, pass_multiple
 from plancast.simulator.costs.ops import Shape, layer_forward
 from plancast.simulator.costs.params import layer_params
 from plancast.simulator.costs.recompute import _matmul_outputs, discarded_block_bytes
@@ -189,3 +189,42 @@ def test_context_parallel_gathers_the_indexer_keys_with_the_latents() -> None:
     exchanged with MLA's latent (512 + 64): more cp traffic than the same plan with dense MLA."""
     sparse, dense = _scenario().model, _scenario(model={}).model
     assert cp_kv_elements_per_token(sparse, 1) - cp_kv_elements_per_token(dense, 1) == 128
+
+
+def _megatron_bridge_dsa_flops(seq: int, loss: str) -> float:
+    """Forward-plus-backward FLOPs a token of one GLM-5 attention block, as Megatron-Bridge counts DSA
+    (src/megatron/bridge/training/utils/flop_utils.py, `experimental_attention_variant == "dsa"`, at
+    067f987), its terms written out: MLA's projections 3 x 2 x (q, kv, out) (less its two norms' "+1",
+    which plancast prices as memory-bound ops), the absorbed sparse core, the indexer's projections (4x
+    trained: forward + weight gradient; 2x not), the dense index scores with their backward over the
+    pairs the loss reads, and the sparse loss's forward-only target."""
+    h, heads, q_lora, kv_lora, nope, rope, v = 6144, 64, 2048, 512, 192, 64, 256
+    index_heads, index_dim, topk = 32, 128, 2048
+    dense = (seq + 1) / 2
+    sparse = dense if seq <= topk else topk - topk * (topk - 1) / (2 * seq)
+    projections = 6 * (q_lora * (h + heads * (nope + rope)) + kv_lora * (h + heads * (nope + v)) + h * rope)
+    projections += 6 * heads * v * h
+    core = 6 * sparse * heads * (2 * kv_lora + rope)
+    trains, read = loss != "off", sparse if loss == "sparse" else dense
+    indexer = (4 if trains else 2) * (q_lora * index_heads * index_dim + h * index_dim + h * index_heads)
+    unit = index_heads * (index_dim + 1)
+    scores = 2 * dense * unit + (4 * read * unit if trains else 0.0)
+    target = 2 * read * heads * (kv_lora + rope) if trains else 0.0
+    return projections + core + indexer + scores + target
+
+
+@pytest.mark.parametrize("seq", [4096, 32768, 131072])
+@pytest.mark.parametrize("loss", ["sparse", "dense", "off"])
+def test_the_dsa_block_does_the_work_megatron_bridge_counts(seq: int, loss: str) -> None:
+    """plancast's ops of one GLM-5 attention block (tp 1, the whole sequence), each with its own backward
+    multiple, add up to Megatron-Bridge's DSA FLOP count per token."""
+    data = {
+        "model": {"preset": "glm-5"},
+        "training": {"seq_len": seq, "micro_batch_size": 1, "global_batch_size": 8, "dsa_indexer_loss": loss},
+        "cluster": {"preset": "dgx-h100-80gb"},
+    }
+    x = Shape.of(parse_scenario(data, "glm-5").scenario)
+    attention = {"q_down", "q_up", "kv_down", "kv_up", "out_proj", "index_q", "index_k", "index_weights",
+                 "index_scores", "index_target", "attention"}  # fmt: skip
+    ours = sum(op.flops * pass_multiple(op) for op in layer_forward(x) if op.name in attention) / seq
+    assert ours == pytest.approx(_megatron_bridge_dsa_flops(seq, loss), rel=1e-12)
