@@ -228,3 +228,14 @@ def test_the_dsa_block_does_the_work_megatron_bridge_counts(seq: int, loss: str)
                  "index_scores", "index_target", "attention"}  # fmt: skip
     ours = sum(op.flops * pass_multiple(op) for op in layer_forward(x) if op.name in attention) / seq
     assert ours == pytest.approx(_megatron_bridge_dsa_flops(seq, loss), rel=1e-12)
+
+
+def test_plancast_run_refuses_a_dsa_plan_before_it_starts_a_rank(tmp_path: Path) -> None:
+    """The tiny MLA example with an indexer: refused by name, exit 2, no run folder made."""
+    example = (Path(__file__).parents[2] / "examples" / "tiny-mla-moe-cpu.toml").read_text()
+    keys = "v_head_dim = 16\nindex_topk = 16\nindex_n_heads = 2\nindex_head_dim = 16\n"
+    scenario = tmp_path / "tiny-dsa.toml"
+    scenario.write_text(example.replace("v_head_dim = 16\n", keys, 1))
+    code, _, stderr = cli_main("run", str(scenario), "--out", str(tmp_path / "run"), "--steps", "2")
+    assert code == 2 and "model.index_topk = 16 (DeepSeek Sparse Attention)" in stderr, stderr
+    assert not (tmp_path / "run").exists()
