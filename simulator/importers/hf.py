@@ -51,6 +51,16 @@ _HF_ARCH_NAMES = {
     "Glm4MoeForCausalLM": "glm4_moe",
     "GlmMoeDsaForCausalLM": "glm_moe_dsa",
 }
+_LINEAR_ATTENTION = (
+    "its Gated DeltaNet linear-attention layers (layer_types 'linear_attention', three of every four) are "
+    "not modelled (their projections, recurrent state and work are not attention's)"
+)
+# Architectures whose layers plancast cannot price yet, and why: a clearer refusal than the supported list.
+_HF_UNMODELLED = {
+    "qwen3_next": f"Qwen3-Next: {_LINEAR_ATTENTION}",
+    "qwen3_5": f"Qwen3.5: {_LINEAR_ATTENTION}",
+    "qwen3_5_moe": f"Qwen3.5: {_LINEAR_ATTENTION}",
+}
 # GPT-2 keeps its own key names (transformers GPT2Config.attribute_map).
 _GPT2_KEYS = {
     "hidden_size": "n_embd",
@@ -124,6 +134,8 @@ def _named_model_type(config: Mapping[str, Any]) -> str:
                 f"supported model_type values: {sorted(_HF_ARCHS)}"
             )
         return known[0]
+    if isinstance(model_type, str) and model_type in _HF_UNMODELLED:
+        raise ConfigImportError(f"model_type: {model_type!r} is not supported: {_HF_UNMODELLED[model_type]}")
     if not isinstance(model_type, str) or model_type not in _HF_ARCHS:
         supported = sorted(_HF_ARCHS)
         raise ConfigImportError(f"model_type: {model_type!r} is not supported; supported: {supported}")
