@@ -112,21 +112,21 @@ def projection_backward(d: Dsa) -> tuple[float, float]:
 def dsa_core_ops(x: Shape, r: MlaRanks, d: Dsa) -> list[Op]:
     """The index scores with their top-k, the sparse loss's target and the sparse core (module docstring)."""
     seq = x.kv_s or x.s
-    queries, tokens, heads = x.b * x.s, x.b * x.s, x.heads / x.tp
+    queries, heads = x.b * x.s, x.heads / x.tp  # the rank's queries, each against up to `seq` keys
     dense, sparse = dense_context(seq), sparse_context(seq, d.topk)
     qk, v = r.kv_lora + r.rope, r.kv_lora  # the absorbed widths
     db = x.dtype_bytes
     # read the indexer's queries and keys and the head weights, write the selected keys' indices
-    score_io = db * (tokens * (d.n_heads * d.head_dim + d.n_heads) + x.b * seq * d.head_dim)
+    score_io = db * (queries * (d.n_heads * d.head_dim + d.n_heads) + x.b * seq * d.head_dim)
     score_io += INDEX_BYTES * queries * min(d.topk, seq)
     graded = (sparse if d.loss == "sparse" else dense) if d.trained else 0.0
     score_flops = 2.0 * queries * dense * d.n_heads * (d.head_dim + 1)
     ops = [_rated("index_scores", score_flops, score_io, x, (2.0 * graded / dense, 0.0))]
     if d.trained:
         target = sparse if d.loss == "sparse" else dense
-        io = db * (tokens * heads * qk + x.b * seq * qk)
+        io = db * (queries * heads * qk + x.b * seq * qk)
         ops.append(_rated("index_target", 2.0 * queries * target * heads * qk, io, x, (0.0, 0.0)))
-    core_io = db * (tokens * heads * (qk + v) + x.b * seq * qk) + INDEX_BYTES * queries * min(d.topk, seq)
+    core_io = db * (queries * heads * (qk + v) + x.b * seq * qk) + INDEX_BYTES * queries * min(d.topk, seq)
     ops.append(_rated("attention", 2.0 * queries * sparse * heads * (qk + v), core_io, x, None))
     return ops
 

@@ -309,13 +309,15 @@ def _indexer_forward(x: Shape, r: MlaRanks, d: Dsa) -> list[Op]:
     """DeepSeek Sparse Attention's indexer up to its scores (costs/dsa.py): its three projections, the
     LayerNorm of its key and the rotary part of its queries and key, on detached inputs."""
     backward = projection_backward(d)  # the GEMMs (and their input casts): weight gradients at most
-    gemms = [op for shape in indexer_projections(x, r, d) for op in linear(*shape, x)]
-    ops = [replace(op, backward=backward) for op in gemms]
-    tokens, rotated = x.b * x.s, (d.n_heads + 1) * r.rope
-    ops.append(norm("index_k_norm", tokens * d.head_dim, x))
+    shapes = indexer_projections(x, r, d)
+    gemms = [replace(op, backward=backward) for shape in shapes for op in linear(*shape, x)]
+    tokens = x.b * x.s
+    pointwise = [norm("index_k_norm", tokens * d.head_dim, x)]
     if x.rope:
-        ops.append(rope("index_rope", tokens * rotated, x))
-    return ops if d.trained else [replace(op, backward=backward) for op in ops]
+        pointwise.append(rope("index_rope", tokens * (d.n_heads + 1) * r.rope, x))
+    if not d.trained:  # computed without gradients: no backward at all
+        pointwise = [replace(op, backward=(0.0, 0.0)) for op in pointwise]
+    return gemms + pointwise
 
 
 def attention_core_forward(x: Shape, k_dim: float, v_dim: float) -> list[Op]:
