@@ -285,7 +285,9 @@ def test_a_lost_node_is_named_its_steps_kept_and_resume_finishes(
         env=cluster.env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and not list((run / "checkpoints").glob("step-000008")):
+    # COMPLETE, not the folder: rank 0's DCP save makes the folder before rank 1 has appended its 8th
+    # step's events; COMPLETE follows the save's barrier, which every rank reaches after appending
+    while time.monotonic() < deadline and not (run / "checkpoints" / "step-000008" / "COMPLETE").exists():
         time.sleep(0.5)
     assert _kill_node("n2", _job_id(run)), "node n2 ran no plancast process" + _logs(cluster, run)
     stdout, stderr = job.communicate(timeout=400)
