@@ -18,7 +18,8 @@ class ShapeSupportError(ValueError):
 
 def check_model_shape_support(scenario: Scenario) -> None:
     """Raise ShapeSupportError for MLA under tensor or context parallel, per-head q/k norms under tensor
-    parallel, sliding-window and DeepSeek sparse attention, the MTP module and dropout."""
+    parallel, sliding-window, DeepSeek sparse and Gated DeltaNet attention, the attention output gate, the
+    MTP module and dropout."""
     m = scenario.model
     _check_dropout(scenario)
     if m.is_mla and scenario.tp > 1:
@@ -50,6 +51,12 @@ def check_model_shape_support(scenario: Scenario) -> None:
             f"model.index_topk = {m.index_topk} (DeepSeek Sparse Attention): the runtime's MLA attends to "
             "the whole causal prefix and has no indexer; remove index_topk, index_n_heads and "
             "index_head_dim to run this plan (the simulator prices the sparse attention)"
+        )
+    if m.has_linear_attention or m.attn_output_gate:
+        raise ShapeSupportError(
+            "model.linear_* (Gated DeltaNet layers) or model.attn_output_gate: the runtime's blocks are "
+            "ungated softmax attention; remove the linear_* keys, the 'linear_attention' layer_types and "
+            "attn_output_gate to run this plan (the simulator prices them)"
         )
     if m.num_nextn_predict_layers:
         raise ShapeSupportError(

@@ -15,6 +15,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from plancast.simulator.expert_bias import ModelExpertBias
+from plancast.simulator.model_linear import ModelLinearAttention
 from plancast.simulator.model_sparse import ModelSparseAttention
 from plancast.simulator.model_window import ModelWindow
 from plancast.simulator.schedules import PlanProblem
@@ -37,7 +38,7 @@ MODEL_SHAPE_BOUNDS: dict[str, tuple[float, float, str]] = {
 """validation.BOUNDS entries of these keys (key path -> (min, max, why))."""
 
 
-class ModelShapes(ModelWindow, ModelSparseAttention, ModelExpertBias):
+class ModelShapes(ModelWindow, ModelSparseAttention, ModelLinearAttention, ModelExpertBias):
     """Attention and auxiliary-module shapes beyond a GPT/Llama block (all optional), sliding-window
     attention's keys (model_window.py), DeepSeek Sparse Attention's (model_sparse.py) and expert biases
     (expert_bias.py) among them."""

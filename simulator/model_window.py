@@ -15,8 +15,9 @@ from pydantic import Field
 from plancast.simulator.fields import Strict
 from plancast.simulator.schedules import PlanProblem
 
-LayerType = Literal["sliding_attention", "full_attention"]
-"""Hugging Face's names for a windowed and a full causal attention layer (GptOssConfig.layer_types)."""
+LayerType = Literal["sliding_attention", "full_attention", "linear_attention"]
+"""Hugging Face's names for a windowed and a full causal attention layer (GptOssConfig.layer_types), and
+for a Gated DeltaNet layer (Qwen3NextConfig.layer_types; model_linear.py)."""
 
 
 class ModelWindow(Strict):
@@ -36,8 +37,9 @@ class ModelWindow(Strict):
     'flex') NeMo AutoModel rescales the output by sigmoid(lse - sink) (costs/ops.py `sink_rescale`);
     cuDNN's fused kernel (Transformer Engine, 'te') applies it inside, at no extra cost."""
     layer_types: list[LayerType] | None = None
-    """Which layers are windowed, one entry per layer (Hugging Face's `layer_types`; gpt-oss alternates
-    "sliding_attention" and "full_attention", starting with a windowed layer). Unset with sliding_window:
+    """Each layer's attention, one entry per layer (Hugging Face's `layer_types`; gpt-oss alternates
+    "sliding_attention" and "full_attention", starting with a windowed layer; Qwen3-Next repeats three
+    "linear_attention" layers and one "full_attention", model_linear.py). Unset with sliding_window:
     every layer is windowed (Mistral-7B v0.1)."""
 
 
@@ -62,7 +64,8 @@ def window_problems(m: ModelWindow, num_layers: int) -> list[PlanProblem]:
             PlanProblem(
                 "model.layer_types",
                 f"has {len(m.layer_types)} entries for num_hidden_layers = {num_layers}; give one "
-                "'sliding_attention' or 'full_attention' per layer, as the model's config.json does",
+                "'sliding_attention', 'full_attention' or 'linear_attention' per layer, as the model's "
+                "config.json does",
             )
         )
     if m.sliding_window is None and "sliding_attention" in m.layer_types:

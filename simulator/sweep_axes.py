@@ -138,9 +138,12 @@ the K/V exchange outweighs the attention it splits (Llama 3 used cp 16 at 128k t
 Dubey et al. 2024 sec. 3.3.2)."""
 
 
-def cp_choices(seq_len: int, gpus: int) -> list[int]:
+def cp_choices(seq_len: int, gpus: int, recurrent: bool = False) -> list[int]:
     """Context-parallel degrees worth searching: 1, and on long sequences the divisors cp of `gpus` with
-    seq_len % (2 cp) == 0 and at least MIN_CP_TOKENS tokens per rank."""
+    seq_len % (2 cp) == 0 and at least MIN_CP_TOKENS tokens per rank; 1 alone for a model with
+    `recurrent` Gated DeltaNet layers, which have no context-parallel form (model_linear.py)."""
+    if recurrent:
+        return [1]
     return [c for c in divisors(gpus) if c == 1 or (seq_len % (2 * c) == 0 and seq_len // c >= MIN_CP_TOKENS)]
 
 

@@ -48,7 +48,7 @@ def why_empty(base: Scenario, gpus: int, enumerated: int, limit_GiB: float, pins
         dps = [
             gpus // (tp * pp * cp)
             for tp, pp in roots(base, gpus)
-            for cp in cp_choices(t.seq_len, gpus // tp)
+            for cp in cp_choices(t.seq_len, gpus // tp, base.model.has_linear_attention)
             if (gpus // tp) % (cp * pp) == 0
         ]
         smallest_dp = min(dps, default=gpus)

@@ -47,6 +47,7 @@ def tensor_parallel_degrees(base: Scenario, gpus: int) -> list[int]:
         d
         for d in divisors(gpus)
         if not (m.num_attention_heads % d or m.kv_heads % d or m.ffn_size % d or m.expert_ffn_size % d)
+        and not (m.linear_num_key_heads or d) % d  # Gated DeltaNet heads whole (value heads: a multiple)
     ]
 
 
@@ -70,7 +71,7 @@ def branches(base: Scenario, gpus: int, subtrees: Iterable[Root], pins: Pins = N
     expert grids, micro-batch sizes."""
     t = base.training
     for tp, pp in subtrees:
-        for cp in pins.keep("cp", cp_choices(t.seq_len, gpus // tp)):
+        for cp in pins.keep("cp", cp_choices(t.seq_len, gpus // tp, base.model.has_linear_attention)):
             if (gpus // tp) % (cp * pp):
                 continue
             dp = gpus // (tp * cp * pp)

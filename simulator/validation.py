@@ -19,6 +19,7 @@ from typing import Any
 from plancast.simulator.catalog.frameworks import schedule_warnings as framework_schedule_warnings
 from plancast.simulator.costs.fp8 import recipe_problems
 from plancast.simulator.expert_bias import expert_bias_warnings
+from plancast.simulator.model_linear import LINEAR_BOUNDS, linear_attention_problems, linear_plan_problems
 from plancast.simulator.model_shapes import MODEL_SHAPE_BOUNDS, model_shape_problems
 from plancast.simulator.model_sparse import DSA_BOUNDS, sparse_attention_problems, sparse_training_problems
 from plancast.simulator.model_window import window_problems
@@ -49,6 +50,7 @@ BOUNDS: dict[str, Bound] = {
     "model.moe_capacity_factor": (1e-3, 1e3, "slots per expert over the mean load (Switch: 1.0-2.0)"),
     **MODEL_SHAPE_BOUNDS,
     **DSA_BOUNDS,
+    **LINEAR_BOUNDS,
     "training.seq_len": (1, 100_000_000, "10x the longest published contexts (10M tokens)"),
     "training.micro_batch_size": (1, 1_000_000, "samples held by one rank at once"),
     "training.global_batch_size": (1, 100_000_000, "100x the largest published batches (~16M tokens)"),
@@ -415,6 +417,9 @@ def check_plan(s: Scenario) -> tuple[list[Problem], list[str]]:
     t = s.training
     sparse = sparse_attention_problems(s.model, s.model.is_mla)
     sparse += sparse_training_problems(s.model, t.dsa_indexer_loss)
+    sparse += linear_attention_problems(s.model, s.model.layer_types, s.model.is_mla)
+    per_op = t.recompute == "selective" and t.selective_recompute == "op"
+    sparse += linear_plan_problems(s.model, s.tp, s.cp, per_op)
     errors.extend(Problem(p.path, p.message) for p in sparse)
     errors.extend(Problem(p.path, p.message) for p in data_parallel_problems(s))
     errors.extend(Problem(path, message) for path, message in attention_backend_problems(s.training))

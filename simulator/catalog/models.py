@@ -201,6 +201,26 @@ MODELS: dict[str, dict[str, object]] = {
         index_n_heads=32,
         index_head_dim=128,
     ),
+    # Qwen/Qwen3-Next-80B-A3B (config.json, tests/data/importers/): 80B total, 3B active; three Gated
+    # DeltaNet layers to one gated full-attention layer (model_linear.py), 512 experts of 512 and one
+    # shared expert of the same width, 16 query heads of 256 over 2 key/value heads.
+    "qwen3-next-80b-a3b": _moe(
+        _llama(2048, 48, 16, 2, 5120, 151936, 262144),
+        num_local_experts=512,
+        num_experts_per_tok=10,
+        moe_intermediate_size=512,
+        n_shared_experts=1,
+        router_aux_loss_coef=0.001,
+        head_dim=256,
+        qk_layernorm=True,
+        attn_output_gate=True,
+        linear_num_key_heads=16,
+        linear_num_value_heads=32,
+        linear_key_head_dim=128,
+        linear_value_head_dim=128,
+        linear_conv_kernel_dim=4,
+        layer_types=["linear_attention" if (i + 1) % 4 else "full_attention" for i in range(48)],
+    ),
     # Qwen/Qwen1.5-MoE-A2.7B: 14.3B total, 2.7B active; one shared expert of 5632 = 4 x 1408.
     "qwen1.5-moe-a2.7b": _moe(
         _llama(2048, 24, 16, 16, 5632, 151936, 8192),

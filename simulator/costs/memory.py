@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from plancast.simulator.costs.fp8 import fp8_weight_copy_bytes
 from plancast.simulator.costs.fp8 import gemm_input_bytes as fp8_gemm_input_bytes
+from plancast.simulator.costs.gdn import gdn_saved_bytes
 from plancast.simulator.costs.memory_dualpipe import extra_inflight_bytes, optimizer_share, parameter_stages
 from plancast.simulator.costs.memory_fsdp import fsdp_holds_stage_unsharded, fsdp_transient_bytes
 from plancast.simulator.costs.mla import mla_saved_elements
@@ -159,7 +160,10 @@ def layer_activation_bytes(
     if "mlp" in modules and mlp_bytes is None:  # Megatron-Core's "mlp" recompute (costs/recompute.py)
         mlp = 0.0
     discarded = discarded_block_bytes(x, moe=mlp_bytes is not None) if modules else 0.0
-    return replicated + qkv + out_proj + mlp + scores - discarded
+    attention = qkv + out_proj + scores + (d * x.s * x.b * (x.q_dim + x.o_dim) / t if x.attn_gate else 0.0)
+    if x.gdn is not None:  # a hybrid's mean block: its Gated DeltaNet layers' share (costs/gdn.py)
+        attention += x.gdn.share * (gdn_saved_bytes(x, x.gdn, g) - attention)
+    return replicated + attention + mlp - discarded
 
 
 def gemm_input_bytes(x: Shape) -> float:

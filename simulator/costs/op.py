@@ -29,7 +29,7 @@ class Op:
     relative_rate: float = 1.0
     # framework calls the op is issued as, each paying the per-op time (ComputeModel.op_overhead_us): a
     # grouped GEMM's inputs quantized one expert at a time (costs/moe_gemm.py per_expert_quantize)
-    calls: int = 1
+    calls: float = 1  # a hybrid's mean block issues an op in a share of its layers (costs/gdn.py)
     # (input-gradient, weight-gradient) time of its backward over its forward's, where it is not its
     # category's (`backward_multiples`): DeepSeek Sparse Attention's indexer, whose inputs are detached
     # and whose scores' backward covers only the pairs its loss reads (costs/dsa.py)

@@ -21,6 +21,7 @@ from plancast.simulator.costs.attention import (
 )
 from plancast.simulator.costs.dsa import Dsa, dsa_core_ops, indexer_projections, projection_backward
 from plancast.simulator.costs.fp8 import Recipe, recipe
+from plancast.simulator.costs.gdn import Gdn, blend, gdn_mixer, gdn_projections, output_gate
 from plancast.simulator.costs.moe_gemm import grouped_gemm_rate, multi_stream_experts, per_expert_quantize
 from plancast.simulator.costs.op import Op
 from plancast.simulator.expert_bias import expert_bias_add, probs_bytes
@@ -79,6 +80,8 @@ class Shape:
     v_head_dim: int = 0  # per-head value width; 0: qk_head_dim
     mla: MlaRanks | None = None  # multi-head latent attention (costs/mla.py); None: grouped-query
     dsa: Dsa | None = None  # DeepSeek Sparse Attention over MLA (costs/dsa.py); None: dense attention
+    gdn: Gdn | None = None  # Gated DeltaNet layers of a hybrid model (costs/gdn.py); None: none
+    attn_gate: bool = False  # the full attention's output gate (model.attn_output_gate)
     relu2: bool = False  # squared-ReLU MLP (two matrices, as GELU)
     qk_norm: bool = False  # RMSNorm over every query and key head (model.qk_layernorm)
     grouped_gemm_rate: float = 1.0  # the routed experts' grouped GEMMs over a large GEMM (costs/moe_gemm.py)
@@ -158,6 +161,8 @@ class Shape:
             v_head_dim=m.value_head_dim,
             mla=MlaRanks.of(m),
             dsa=Dsa.of(s),
+            gdn=Gdn.of(s),
+            attn_gate=m.attn_output_gate,
             relu2=m.activation == "relu2",
             qk_norm=m.qk_layernorm,
             grouped_gemm_rate=grouped_gemm_rate(s),
@@ -258,12 +263,13 @@ def attention_forward(x: Shape) -> list[Op]:
     if x.mla is not None:
         return mla_attention_forward(x, x.mla) + store
     tokens, t = x.b * x.s, x.tp
-    ops = linear("qkv", tokens, x.h, (x.q_dim + 2 * x.kv_dim) / t, x)
+    ops = linear("qkv", tokens, x.h, ((2 if x.attn_gate else 1) * x.q_dim + 2 * x.kv_dim) / t, x)
     if x.qk_norm:  # per-head RMSNorm of queries and keys (Qwen3)
         ops.append(norm("qk_norm", tokens * (x.q_dim + x.kv_dim) / t, x))
     if x.rope:
         ops.append(rope("rope", tokens * (x.q_dim + x.kv_dim) / t, x))
-    return ops + attention_core_forward(x, x.kv_dim, x.kv_dim * x.v_dim // x.qk_dim) + store
+    gate = [output_gate(x)] if x.attn_gate else []
+    return ops + attention_core_forward(x, x.kv_dim, x.kv_dim * x.v_dim // x.qk_dim) + gate + store
 
 
 def attention_output_store(x: Shape) -> Op:
@@ -384,9 +390,12 @@ def layer_forward(x: Shape) -> tuple[Op, ...]:
     local_tokens = tokens / x.tp if x.sp else tokens  # elementwise ops on [s, b, h] are sharded by SP
     d, t = x.dtype_bytes, x.tp
     residual = local_tokens * x.h * (d + (1 if x.hidden_dropout else 0))  # the residual read, the 1-byte mask
-    ops = [norm("norm1", local_tokens * x.h, x), *attention_forward(x)]
+    attention = [*attention_forward(x), *linear("out_proj", tokens, x.o_dim / t, x.h, x)]
+    if x.gdn is not None:  # a hybrid's mean block (costs/gdn.py)
+        into, out = gdn_projections(x, x.gdn)
+        attention = blend(attention, [*linear(*into, x), *gdn_mixer(x, x.gdn), *linear(*out, x)], x.gdn.share)
+    ops = [norm("norm1", local_tokens * x.h, x), *attention]
     ops += [
-        *linear("out_proj", tokens, x.o_dim / t, x.h, x),
         _elementwise("dropout_residual1", local_tokens * x.h, d, extra_bytes=residual),
         norm("norm2", local_tokens * x.h, x),
         *mlp_forward(x),

@@ -9,7 +9,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from plancast.simulator.costs.gdn import gdn_params, gdn_tensors
 from plancast.simulator.costs.mla import mla_layer_params, mla_tensor_elements
+from plancast.simulator.model_linear import linear_layer_share
 from plancast.simulator.scenario import Model
 
 
@@ -21,11 +23,12 @@ def _has_bias(m: Model) -> bool:
 class LayerParams:
     """Parameters of one transformer block, split into what tensor parallel shards and what it replicates."""
 
-    sharded: int  # attention and MLP matrices (and their column-parallel biases): divided by tp
-    replicated: int  # norms and row-parallel output biases: a full copy on every tp rank
+    # a hybrid's mean block (costs/gdn.py) holds a share of each layer type's: not a whole number
+    sharded: float  # attention and MLP matrices (and their column-parallel biases): divided by tp
+    replicated: float  # norms and row-parallel output biases: a full copy on every tp rank
 
     @property
-    def total(self) -> int:
+    def total(self) -> float:
         return self.sharded + self.replicated
 
     def per_rank(self, tp: int) -> float:
@@ -46,6 +49,11 @@ def layer_params(m: Model, moe: bool = False) -> LayerParams:
     h = m.hidden_size
     bias = _has_bias(m)
     attention, attention_replicated = _attention_params(m)
+    share = linear_layer_share(m.layer_types, m.num_hidden_layers) if m.has_linear_attention else 0.0
+    if share:  # a hybrid's mean block: its Gated DeltaNet mixers' share (costs/gdn.py)
+        linear, linear_replicated = gdn_params(m)
+        attention += share * (linear - attention)
+        attention_replicated += share * (linear_replicated - attention_replicated)
     mlp = m.n_shared_experts * _mlp_params(m, m.expert_ffn_size) if moe else _mlp_params(m, m.ffn_size)
     norm = 2 * (2 * h if m.norm == "layernorm" else h)
     row_bias = 2 * h if bias else 0  # biases of the row-parallel out-projection and second MLP matrix
@@ -53,7 +61,7 @@ def layer_params(m: Model, moe: bool = False) -> LayerParams:
     return LayerParams(sharded=attention + mlp, replicated=attention_replicated + norm + row_bias + router)
 
 
-def _attention_params(m: Model) -> tuple[int, int]:
+def _attention_params(m: Model) -> tuple[float, float]:
     """(tp-sharded, replicated) parameters of one attention: QKV of num_attention_heads query and
     num_key_value_heads key/value heads of head_dim (and their column-parallel bias), the output
     projection [heads * head_dim -> h]; or MLA's (costs/mla.py)."""
@@ -61,7 +69,8 @@ def _attention_params(m: Model) -> tuple[int, int]:
     if m.is_mla:
         return mla_layer_params(m, h, m.num_attention_heads)
     q_dim, kv_dim = m.num_attention_heads * m.qk_head_dim, m.kv_heads * m.qk_head_dim
-    qkv = h * (q_dim + 2 * kv_dim) + (q_dim + 2 * kv_dim if _has_bias(m) else 0)
+    gate = h * q_dim if m.attn_output_gate else 0  # the output gate's half of the query projection
+    qkv = h * (q_dim + 2 * kv_dim) + gate + (q_dim + 2 * kv_dim if _has_bias(m) else 0)
     qk_norm = 2 * m.qk_head_dim if m.qk_layernorm else 0  # one RMSNorm weight each for q and k heads
     return qkv + q_dim * h, qk_norm
 
@@ -84,7 +93,7 @@ def mtp_parameters(m: Model) -> int:
     main model's `count_parameters` (DeepSeek-V3: 671B main + 14B MTP as its checkpoint stores it, which
     holds its own copy of the embedding and head)."""
     params, experts = mtp_params(m)
-    return m.num_nextn_predict_layers * (params.total + experts)
+    return round(m.num_nextn_predict_layers * (params.total + experts))
 
 
 def expert_params(m: Model) -> int:
@@ -118,7 +127,7 @@ def count_parameters(m: Model) -> int:
     moe = moe_layer_count(m)
     layers = (m.num_hidden_layers - moe) * layer_params(m).total
     layers += moe * (layer_params(m, moe=True).total + expert_params(m))
-    return embedding_params(m) + layers + head_params(m)
+    return round(embedding_params(m) + layers + head_params(m))  # a hybrid's layers are counted as a mean
 
 
 def stage_expert_parameters(m: Model, first_layer: int, layers: int, *, tp: int, ep: int) -> float:
@@ -198,8 +207,10 @@ def chunk_tensor_bytes(
             sizes.append(m.max_position_embeddings * h)
     mlp = _mlp_tensors(m, m.ffn_size, tp)
     moe = [h * m.num_experts] + _mlp_tensors(m, m.expert_ffn_size, tp) * m.n_shared_experts
+    linear = gdn_tensors(m, tp) if m.has_linear_attention else attention
     for layer in range(first_layer, first_layer + layers):
-        sizes += [*norm, *attention]
+        kind = m.layer_types[layer] if m.layer_types and layer < len(m.layer_types) else "full_attention"
+        sizes += [*norm, *(linear if kind == "linear_attention" else attention)]
         sizes += norm + (moe if m.is_moe_layer(layer) else mlp)
     if has_head:
         sizes += norm
@@ -216,7 +227,8 @@ def _attention_tensors(m: Model, tp: int) -> list[int]:
         return mla_tensor_elements(m, h, m.num_attention_heads, tp)
     q_dim, kv_dim = m.num_attention_heads * m.qk_head_dim, m.kv_heads * m.qk_head_dim
     qk_norm = [m.qk_head_dim] * 2 if m.qk_layernorm else []
-    return [h * q_dim // tp, h * kv_dim // tp, h * kv_dim // tp, q_dim * h // tp, *qk_norm]
+    wq = h * q_dim * (2 if m.attn_output_gate else 1) // tp  # with the output gate's half
+    return [wq, h * kv_dim // tp, h * kv_dim // tp, q_dim * h // tp, *qk_norm]
 
 
 def _mlp_tensors(m: Model, width: int, tp: int) -> list[int]:

@@ -1,6 +1,6 @@
 """A Hugging Face `config.json` -> the scenario's `[model]` table (Llama, Mistral, Qwen2/3, GPT-2, GPT-NeoX,
 Nemotron; mixture-of-experts Mixtral, Qwen2/3-MoE, gpt-oss, DeepSeek-V2/V3/V3.2, Kimi-K2, GLM-4.5/4.6/4.7,
-GLM-5 through importers/hf_moe.py)."""
+GLM-5 through importers/hf_moe.py; Qwen3-Next's Gated DeltaNet layers through importers/hf_linear.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Any
 
 from plancast.simulator.importers._common import ConfigImportError
 from plancast.simulator.importers._common import positive_int as _positive_int
+from plancast.simulator.importers.hf_linear import LINEAR_READ, hf_linear_keys
 from plancast.simulator.importers.hf_moe import DEEPSEEK_TYPES, MOE_TYPES, hf_moe_keys
 from plancast.simulator.model_sparse import DSA_KEYS
 
@@ -32,6 +33,7 @@ _HF_ARCHS: dict[str, tuple[bool, bool]] = {
     "deepseek_v32": (True, False),  # DeepseekV32Config is DeepseekV3Config with the indexer's three keys
     "glm4_moe": (True, False),  # transformers' configuration_glm4_moe.py: hidden_act "silu", no tying
     "glm_moe_dsa": (True, False),  # GLM-5: transformers' GlmMoeDsaConfig, hidden_act "silu", no tying
+    "qwen3_next": (True, False),  # transformers' Qwen3NextConfig: hidden_act "silu", no tying
 }
 _HF_ARCH_NAMES = {
     "LlamaForCausalLM": "llama",
@@ -50,16 +52,17 @@ _HF_ARCH_NAMES = {
     "DeepseekV32ForCausalLM": "deepseek_v32",
     "Glm4MoeForCausalLM": "glm4_moe",
     "GlmMoeDsaForCausalLM": "glm_moe_dsa",
+    "Qwen3NextForCausalLM": "qwen3_next",
 }
-_LINEAR_ATTENTION = (
-    "its Gated DeltaNet linear-attention layers (layer_types 'linear_attention', three of every four) are "
-    "not modelled (their projections, recurrent state and work are not attention's)"
+_VISION_LANGUAGE = (
+    "a vision-language model: its config nests the language model under text_config beside a vision "
+    "encoder plancast does not model; write the [model] table by hand from text_config (its Gated "
+    "DeltaNet keys are Qwen3-Next's, docs/models.md)"
 )
 # Architectures whose layers plancast cannot price yet, and why: a clearer refusal than the supported list.
 _HF_UNMODELLED = {
-    "qwen3_next": f"Qwen3-Next: {_LINEAR_ATTENTION}",
-    "qwen3_5": f"Qwen3.5: {_LINEAR_ATTENTION}",
-    "qwen3_5_moe": f"Qwen3.5: {_LINEAR_ATTENTION}",
+    "qwen3_5": f"Qwen3.5: {_VISION_LANGUAGE}",
+    "qwen3_5_moe": f"Qwen3.5: {_VISION_LANGUAGE}",
 }
 # GPT-2 keeps its own key names (transformers GPT2Config.attribute_map).
 _GPT2_KEYS = {
@@ -90,6 +93,7 @@ _HF_READ = frozenset(
         "qk_rope_head_dim", "v_head_dim", "num_nextn_predict_layers", "head_dim", "n_group", "topk_group",
         "experts_per_token", "layer_types", "partial_rotary_factor", "sliding_window", "use_qk_norm",
         *DSA_KEYS, "mlp_layer_types", "qk_head_dim", "index_topk_freq", "index_skip_topk_offset",
+        *LINEAR_READ,
         *_DROPOUT_KEYS,
     }
 )
@@ -193,6 +197,9 @@ def hf_model(config: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
         moe, moe_notes = hf_moe_keys(config, model_type)
         model.update(moe)
         notes += moe_notes
+    linear, linear_notes = hf_linear_keys(config, model_type)
+    model.update(linear)
+    notes += linear_notes
     head_dim = config.get("head_dim")
     if head_dim is not None and model_type not in DEEPSEEK_TYPES:  # DeepSeek's MLA widths say it all
         head_dim = _positive_int(head_dim, "head_dim")

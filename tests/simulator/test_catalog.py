@@ -92,6 +92,8 @@ PUBLISHED = [
     ("qwen3-235b-a22b", 235e9, 0.001, "Qwen/Qwen3-235B-A22B model card: 235B"),
     ("gpt-oss-120b", 116.83e9, 0.001, "gpt-oss model card (arXiv 2508.10925) Table 1: 116.83B"),
     ("qwen1.5-moe-a2.7b", 14.3e9, 0.005, "Qwen/Qwen1.5-MoE-A2.7B model card: 14.3B"),
+    # Gated DeltaNet layers counted as they are (costs/gdn.py); the card rounds to 80B
+    ("qwen3-next-80b-a3b", 80e9, 0.005, "Qwen/Qwen3-Next-80B-A3B-Instruct model card: 80B in total"),
 ]
 
 

@@ -121,6 +121,8 @@ def test_sliding_layers_without_a_window_are_refused_naming_the_key() -> None:
 
 def test_an_unknown_layer_type_is_refused_naming_the_key() -> None:
     with pytest.raises(ScenarioError, match=r"model\.layer_types"):
+        _scenario(layer_types=["chunked_attention"] * 32)  # Llama 4's, which plancast does not price
+    with pytest.raises(ScenarioError, match=r"model\.linear_num_key_heads"):  # Gated DeltaNet's, widths unset
         _scenario(layer_types=["linear_attention"] * 32)
 
 
