@@ -3,7 +3,9 @@ linear-attention keys (simulator/model_linear.py). Key names and defaults per tr
 configuration_qwen3_next.py (Qwen3NextConfig): `layer_types` where the config lists them, else
 "full_attention" every `full_attention_interval`-th layer (`bool((i + 1) % interval)` linear), and
 modeling_qwen3_next.py: its full attention always gates its output (`q_proj` of 2 x heads x head_dim) and
-normalises each query and key head (`q_norm`, `k_norm`), neither named by a config key."""
+normalises each query and key head (`q_norm`, `k_norm`), neither named by a config key; Megatron-Bridge's
+qwen3_next_bridge.py sets the same (`attention_output_gate = True`, `qk_layernorm = True`) and maps the
+checkpoint's one multi-token-prediction layer (`mtp.layers.0`), which config.json does not name."""
 
 from __future__ import annotations
 
@@ -42,7 +44,9 @@ def hf_linear_keys(config: Mapping[str, Any], model_type: str) -> tuple[dict[str
     notes = [
         "the Gated DeltaNet and full-attention layers are priced as their mean block on every pipeline "
         "stage (exact on stages of a multiple of full_attention_interval layers), and the shared expert's "
-        "sigmoid gate (hidden_size parameters a layer) is not counted"
+        "sigmoid gate (hidden_size parameters a layer) is not counted",
+        "the checkpoint's multi-token-prediction layer is not named by config.json: num_nextn_predict_layers "
+        "stays 0; set it to 1 to price training with it (Megatron-Bridge's qwen3_next_bridge.py maps one)",
     ]
     return model, notes
 
