@@ -146,12 +146,11 @@ def test_glm_5_2_index_sharing_is_warned_of(tmp_path: Path) -> None:
     assert code == 0 and "index_topk_freq = 4 is not modelled" in stderr, stderr
 
 
-def test_qwen3_5_is_refused_naming_its_nested_text_config(tmp_path: Path) -> None:
-    """Qwen3.5 nests its language model under text_config beside a vision encoder: refused with that
-    reason, exit 2, rather than with the list of supported types (Qwen3-Next imports:
-    tests/test_cli_import_linear.py)."""
+def test_qwen3_5_without_its_text_config_is_refused_naming_it(tmp_path: Path) -> None:
+    """Qwen3.5 nests its language model under text_config beside a vision encoder: a config without one is
+    refused with that reason, exit 2 (Qwen3.5 and Qwen3-Next import: tests/test_cli_import_linear.py)."""
     path = tmp_path / "config.json"
-    path.write_text(json.dumps({"model_type": "qwen3_5_moe", "text_config": {"hidden_size": 2048}}))
+    path.write_text(json.dumps({"model_type": "qwen3_5_moe", "vision_config": {"depth": 27}}))
     code, _, stderr = cli_main("import", "hf", str(path), "-o", str(tmp_path / "out.toml"))
-    assert code == 2 and "Qwen3.5: a vision-language model" in stderr and "text_config" in stderr, stderr
+    assert code == 2 and "text_config: a 'qwen3_5_moe' config holds its language model" in stderr, stderr
     assert not (tmp_path / "out.toml").exists()

@@ -1,7 +1,7 @@
-"""`plancast import hf` of Qwen3-Next (Gated DeltaNet layers, simulator/model_linear.py) through the CLI:
-every key that changes time or memory is read, `simulate` counts the published 80B parameters, and a
+"""`plancast import hf` of Qwen3-Next and Qwen3.5 (Gated DeltaNet layers, simulator/model_linear.py) through
+the CLI: every key that changes time or memory is read, `simulate` counts the published parameters, and a
 config that leaves its layer types unsaid, or gives them wrong, is refused (exit 2, nothing written).
-The config.json is written by hand from Qwen/Qwen3-Next-80B-A3B-Instruct's (docs/importing.md)."""
+Both config.json files are written by hand (docs/importing.md)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import pytest
 from tests.cli_runner import cli_main
 
 CONFIG = Path(__file__).parent / "data" / "importers" / "qwen3-next-80b-a3b.config.json"
+QWEN3_5 = Path(__file__).parent / "data" / "importers" / "qwen3.5-35b-a3b.config.json"
 
 
 def test_qwen3_next_imports_its_gated_deltanet_layers_and_counts_80b(tmp_path: Path) -> None:
@@ -67,3 +68,18 @@ def test_a_config_that_leaves_the_layers_unsaid_is_refused(tmp_path: Path, chang
     code, _, stderr = cli_main("import", "hf", str(path), "-o", str(out))
     assert code == 2 and said in stderr, stderr
     assert not out.exists()
+
+
+def test_qwen3_5_imports_its_language_model_and_says_the_vision_encoder_is_left_out(tmp_path: Path) -> None:
+    scenario = tmp_path / "imported.toml"
+    code, _, stderr = cli_main("import", "hf", str(QWEN3_5), "-o", str(scenario))
+    assert code == 0, stderr
+    assert "not read" not in stderr and "vision encoder (vision_config) is not modelled" in stderr, stderr
+    model = tomllib.loads(scenario.read_text())["model"]
+    assert model["num_nextn_predict_layers"] == 1 and model["attn_output_gate"] is True
+    assert model["layer_types"].count("full_attention") == 10 and model["num_local_experts"] == 256
+    code, stdout, stderr = cli_main("simulate", str(scenario), "--json")
+    assert code == 0, stderr
+    # llama.cpp's llama-bench prints the language model of Qwen3.5-35B-A3B's GGUF at 34.66 B parameters
+    # (its MTP layer and vision encoder apart, as plancast's count)
+    assert json.loads(stdout)["num_parameters"] == pytest.approx(34.66e9, rel=0.001)

@@ -9,7 +9,7 @@ from typing import Any
 
 from plancast.simulator.importers._common import ConfigImportError
 from plancast.simulator.importers._common import positive_int as _positive_int
-from plancast.simulator.importers.hf_linear import LINEAR_READ, hf_linear_keys
+from plancast.simulator.importers.hf_linear import LINEAR_READ, hf_linear_keys, language_model
 from plancast.simulator.importers.hf_moe import DEEPSEEK_TYPES, MOE_TYPES, hf_moe_keys
 from plancast.simulator.model_sparse import DSA_KEYS
 
@@ -34,6 +34,8 @@ _HF_ARCHS: dict[str, tuple[bool, bool]] = {
     "glm4_moe": (True, False),  # transformers' configuration_glm4_moe.py: hidden_act "silu", no tying
     "glm_moe_dsa": (True, False),  # GLM-5: transformers' GlmMoeDsaConfig, hidden_act "silu", no tying
     "qwen3_next": (True, False),  # transformers' Qwen3NextConfig: hidden_act "silu", no tying
+    "qwen3_5_text": (True, False),  # Qwen3.5's language models (their text_config), as Qwen3-Next
+    "qwen3_5_moe_text": (True, False),
 }
 _HF_ARCH_NAMES = {
     "LlamaForCausalLM": "llama",
@@ -54,16 +56,8 @@ _HF_ARCH_NAMES = {
     "GlmMoeDsaForCausalLM": "glm_moe_dsa",
     "Qwen3NextForCausalLM": "qwen3_next",
 }
-_VISION_LANGUAGE = (
-    "a vision-language model: its config nests the language model under text_config beside a vision "
-    "encoder plancast does not model; write the [model] table by hand from text_config (its Gated "
-    "DeltaNet keys are Qwen3-Next's, docs/models.md)"
-)
 # Architectures whose layers plancast cannot price yet, and why: a clearer refusal than the supported list.
-_HF_UNMODELLED = {
-    "qwen3_5": f"Qwen3.5: {_VISION_LANGUAGE}",
-    "qwen3_5_moe": f"Qwen3.5: {_VISION_LANGUAGE}",
-}
+_HF_UNMODELLED: dict[str, str] = {}
 # GPT-2 keeps its own key names (transformers GPT2Config.attribute_map).
 _GPT2_KEYS = {
     "hidden_size": "n_embd",
@@ -111,6 +105,9 @@ _HF_NO_EFFECT = frozenset(
         # format and remote-code class names change no shape and no work of a training step
         "rope_scaling", "initial_context_length", "swiglu_limit", "quantization_config", "auto_map",
         "norm_eps", "rope_parameters", "rope_interleave", "indexer_rope_interleave",
+        # the recurrent state's dtype where a kernel keeps one between calls (inference); FLA's chunked
+        # training kernels accumulate it in fp32 whatever it says
+        "mamba_ssm_dtype",
     }
 )
 
@@ -161,6 +158,7 @@ def _hf_activation(config: Mapping[str, Any], gated: bool) -> str:
 
 def hf_model(config: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """The `[model]` table and notes on what it does not model."""
+    config, language_notes = language_model(config)  # a vision-language config's language model
     model_type = _hf_model_type(config)
     gated, tie_default = _HF_ARCHS[model_type]
     names = _GPT2_KEYS if model_type == "gpt2" else {}
@@ -184,7 +182,7 @@ def hf_model(config: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
     if not isinstance(tie, bool):
         raise ConfigImportError(f"tie_word_embeddings: expected true or false, got {tie!r}")
     model["tie_word_embeddings"] = tie
-    notes = [
+    notes = language_notes + [
         f"{k} = {config[k]!r} is not modelled" for k in _HF_NOT_MODELLED if config.get(k) not in (None, False)
     ]
     model.update(_hf_window(config))

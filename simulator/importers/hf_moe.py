@@ -19,7 +19,7 @@ from plancast.simulator.importers._common import positive_int as _positive_int
 
 MOE_TYPES = frozenset(
     {"mixtral", "qwen2_moe", "qwen3_moe", "gpt_oss", "deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2",
-     "glm4_moe", "glm_moe_dsa", "qwen3_next"}
+     "glm4_moe", "glm_moe_dsa", "qwen3_next", "qwen3_5_moe_text"}
 )  # fmt: skip
 """model_type values with routed experts."""
 
@@ -27,7 +27,8 @@ DEEPSEEK_TYPES = frozenset({"deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_
 """DeepSeek's modeling code: MLA, shared experts, first dense layers, MTP, group-limited routing."""
 
 _EXPERTS_KEY = {"mixtral": "num_local_experts", "gpt_oss": "num_local_experts"}  # DeepSeek: n_routed_experts
-_QWEN_MOE = frozenset({"qwen2_moe", "qwen3_moe", "qwen3_next"})  # num_experts; shared: a width, not a count
+# num_experts; a shared expert's width, not a count
+_QWEN_MOE = frozenset({"qwen2_moe", "qwen3_moe", "qwen3_next", "qwen3_5_moe_text"})
 _DEEPSEEK_KEYS = (
     "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "n_group", "topk_group",
     "index_topk", "index_n_heads", "index_head_dim",  # DeepSeek-V3.2's sparse attention (model_sparse.py)
