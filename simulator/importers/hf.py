@@ -1,6 +1,7 @@
 """A Hugging Face `config.json` -> the scenario's `[model]` table (Llama, Mistral, Qwen2/3, GPT-2, GPT-NeoX,
 Nemotron; mixture-of-experts Mixtral, Qwen2/3-MoE, gpt-oss, DeepSeek-V2/V3/V3.2, Kimi-K2, GLM-4.5/4.6/4.7,
-GLM-5 through importers/hf_moe.py; Qwen3-Next's Gated DeltaNet layers through importers/hf_linear.py)."""
+GLM-5 through importers/hf_moe.py; Qwen3-Next's and Qwen3.5's Gated DeltaNet layers, and Qwen3.5's language
+model out of its vision-language config, through importers/hf_linear.py)."""
 
 from __future__ import annotations
 
