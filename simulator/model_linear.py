@@ -71,10 +71,20 @@ def linear_layer_share(layer_types: Sequence[str] | None, num_layers: int) -> fl
 
 
 def linear_attention_problems(
-    m: ModelLinearAttention, layer_types: Sequence[str] | None, is_mla: bool
+    m: ModelLinearAttention, layer_types: Sequence[str] | None, is_mla: bool, windowed: bool = False
 ) -> list[PlanProblem]:
     """Gated DeltaNet keys given in part, linear layers without them (or the keys without a linear layer),
-    and linear attention beside multi-head latent attention (no model or framework pairs them)."""
+    linear attention beside multi-head latent attention or sliding windows (`windowed`; no model pairs
+    them, and each prices its share of the layers alone), and the output gate over MLA, whose attention
+    plancast does not gate."""
+    if m.attn_output_gate and is_mla:
+        return [
+            PlanProblem(
+                "model.attn_output_gate",
+                "is priced on grouped-query attention (Qwen3-Next, Qwen3.5), not on multi-head latent "
+                "attention; remove it or kv_lora_rank",
+            )
+        ]
     given = [k for k in LINEAR_KEYS if getattr(m, k) is not None]
     linear = "linear_attention" in (layer_types or ())
     if given and len(given) < len(LINEAR_KEYS):
@@ -103,6 +113,15 @@ def linear_attention_problems(
                 "model.linear_num_key_heads",
                 "layer_types names 'linear_attention' layers but their Gated DeltaNet widths are unset; set "
                 "the five linear_* keys from the model's config.json",
+            )
+        ]
+    if given and windowed:
+        return [
+            PlanProblem(
+                "model.sliding_window",
+                "Gated DeltaNet layers beside sliding-window layers are not modelled (each prices its share "
+                "of the layers as if the other were full attention); remove sliding_window or the "
+                "linear_* keys",
             )
         ]
     if given and is_mla:

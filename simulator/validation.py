@@ -417,7 +417,8 @@ def check_plan(s: Scenario) -> tuple[list[Problem], list[str]]:
     t = s.training
     sparse = sparse_attention_problems(s.model, s.model.is_mla)
     sparse += sparse_training_problems(s.model, t.dsa_indexer_loss)
-    sparse += linear_attention_problems(s.model, s.model.layer_types, s.model.is_mla)
+    windowed = s.model.sliding_window is not None
+    sparse += linear_attention_problems(s.model, s.model.layer_types, s.model.is_mla, windowed)
     per_op = t.recompute == "selective" and t.selective_recompute == "op"
     sparse += linear_plan_problems(s.model, s.tp, s.cp, per_op)
     errors.extend(Problem(p.path, p.message) for p in sparse)

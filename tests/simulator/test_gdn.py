@@ -132,12 +132,21 @@ def test_more_linear_layers_move_the_block_toward_gated_deltanet() -> None:
     [({"linear_conv_kernel_dim": None}, "model.linear_conv_kernel_dim"),
      ({"layer_types": FULL}, "model.layer_types"),
      ({**dict.fromkeys(GDN_KEYS)}, "model.linear_num_key_heads"),
-     ({"linear_num_value_heads": 24}, "model.linear_num_value_heads")],
-    ids=["partial", "no-linear-layer", "no-widths", "uneven-heads"],
+     ({"linear_num_value_heads": 24}, "model.linear_num_value_heads"),
+     ({"sliding_window": 128}, "model.sliding_window")],
+    ids=["partial", "no-linear-layer", "no-widths", "uneven-heads", "beside-windows"],
 )  # fmt: skip
 def test_gated_deltanet_keys_that_cannot_apply_are_refused_by_name(model: dict[str, Any], path: str) -> None:
     with pytest.raises(ScenarioError, match=path):
         _scenario(model=model)
+
+
+def test_the_output_gate_over_mla_is_refused_by_name() -> None:
+    """plancast gates grouped-query attention only: over MLA the key would change nothing."""
+    with pytest.raises(ScenarioError, match=r"model\.attn_output_gate"):
+        model = {"preset": "deepseek-v2-lite", "attn_output_gate": True}
+        data = {"model": model, "cluster": {"preset": "dgx-h100-80gb"}}
+        parse_scenario(data, "mla-gate")
 
 
 def test_the_per_op_recompute_policy_is_refused_on_a_hybrid() -> None:
