@@ -83,3 +83,17 @@ def test_qwen3_5_imports_its_language_model_and_says_the_vision_encoder_is_left_
     # llama.cpp's llama-bench prints the language model of Qwen3.5-35B-A3B's GGUF at 34.66 B parameters
     # (its MTP layer and vision encoder apart, as plancast's count)
     assert json.loads(stdout)["num_parameters"] == pytest.approx(34.66e9, rel=0.001)
+
+
+def test_a_dense_qwen3_5_imports_without_experts(tmp_path: Path) -> None:
+    """Qwen3.5's dense models (`qwen3_5`, text_config `qwen3_5_text`): the same layers, a SwiGLU MLP."""
+    config = json.loads(QWEN3_5.read_text())
+    text = {k: v for k, v in config["text_config"].items() if "expert" not in k and k != "norm_topk_prob"}
+    config = {**config, "model_type": "qwen3_5", "text_config": {**text, "intermediate_size": 17408}}
+    path, out = tmp_path / "config.json", tmp_path / "out.toml"
+    path.write_text(json.dumps(config))
+    code, _, stderr = cli_main("import", "hf", str(path), "-o", str(out))
+    assert code == 0 and "not read" not in stderr, stderr
+    model = tomllib.loads(out.read_text())["model"]
+    assert "num_local_experts" not in model and model["intermediate_size"] == 17408
+    assert model["linear_num_value_heads"] == 32 and model["num_nextn_predict_layers"] == 1
