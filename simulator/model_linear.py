@@ -76,17 +76,8 @@ def linear_attention_problems(
     """Gated DeltaNet keys given in part, linear layers without them (or the keys without a linear layer),
     linear attention beside multi-head latent attention or sliding windows (`windowed`; no model pairs
     them, and each prices its share of the layers alone), and the output gate over MLA, whose attention
-    plancast does not gate."""
-    if m.attn_output_gate and is_mla:
-        return [
-            PlanProblem(
-                "model.attn_output_gate",
-                "is priced on grouped-query attention (Qwen3-Next, Qwen3.5), not on multi-head latent "
-                "attention; remove it or kv_lora_rank",
-            )
-        ]
+    plancast does not gate. The first problem found, or none."""
     given = [k for k in LINEAR_KEYS if getattr(m, k) is not None]
-    linear = "linear_attention" in (layer_types or ())
     if given and len(given) < len(LINEAR_KEYS):
         return [
             PlanProblem(
@@ -98,50 +89,30 @@ def linear_attention_problems(
             for k in LINEAR_KEYS
             if getattr(m, k) is None
         ]
-    if given and not linear:
-        return [
-            PlanProblem(
-                "model.layer_types",
-                "the Gated DeltaNet keys are set but no layer is 'linear_attention'; list each layer's type "
-                "(Qwen3-Next: three 'linear_attention' then one 'full_attention', repeated) or remove the "
-                "linear_* keys",
-            )
-        ]
-    if linear and not given:
-        return [
-            PlanProblem(
-                "model.linear_num_key_heads",
-                "layer_types names 'linear_attention' layers but their Gated DeltaNet widths are unset; set "
-                "the five linear_* keys from the model's config.json",
-            )
-        ]
-    if given and windowed:
-        return [
-            PlanProblem(
-                "model.sliding_window",
-                "Gated DeltaNet layers beside sliding-window layers are not modelled (each prices its share "
-                "of the layers as if the other were full attention); remove sliding_window or the "
-                "linear_* keys",
-            )
-        ]
-    if given and is_mla:
-        return [
-            PlanProblem(
-                "model.kv_lora_rank",
-                "Gated DeltaNet layers beside multi-head latent attention are not modelled (plancast prices "
-                "Qwen3-Next's grouped-query full attention); remove kv_lora_rank or the linear_* keys",
-            )
-        ]
-    heads, values = m.linear_num_key_heads, m.linear_num_value_heads
-    if heads and values and values % heads:
-        return [
-            PlanProblem(
-                "model.linear_num_value_heads",
-                f"{m.linear_num_value_heads} is not a multiple of linear_num_key_heads "
-                f"({m.linear_num_key_heads}); each query/key head serves a whole group of value heads",
-            )
-        ]
-    return []
+    linear = "linear_attention" in (layer_types or ())
+    heads, values = m.linear_num_key_heads or 1, m.linear_num_value_heads or 1
+    checks = (
+        (m.attn_output_gate and is_mla, "model.attn_output_gate",
+         "is priced on grouped-query attention (Qwen3-Next, Qwen3.5), not on multi-head latent attention; "
+         "remove it or kv_lora_rank"),
+        (bool(given) and not linear, "model.layer_types",
+         "the Gated DeltaNet keys are set but no layer is 'linear_attention'; list each layer's type "
+         "(Qwen3-Next: three 'linear_attention' then one 'full_attention', repeated) or remove the linear_* "
+         "keys"),
+        (linear and not given, "model.linear_num_key_heads",
+         "layer_types names 'linear_attention' layers but their Gated DeltaNet widths are unset; set the "
+         "five linear_* keys from the model's config.json"),
+        (bool(given) and windowed, "model.sliding_window",
+         "Gated DeltaNet layers beside sliding-window layers are not modelled (each prices its share of the "
+         "layers as if the other were full attention); remove sliding_window or the linear_* keys"),
+        (bool(given) and is_mla, "model.kv_lora_rank",
+         "Gated DeltaNet layers beside multi-head latent attention are not modelled (plancast prices "
+         "Qwen3-Next's grouped-query full attention); remove kv_lora_rank or the linear_* keys"),
+        (values % heads != 0, "model.linear_num_value_heads",
+         f"{values} is not a multiple of linear_num_key_heads ({heads}); each query/key head serves a whole "
+         "group of value heads"),
+    )  # fmt: skip
+    return next(([PlanProblem(path, why)] for bad, path, why in checks if bad), [])
 
 
 def linear_plan_problems(
