@@ -204,6 +204,11 @@ def check_framework_behaviour(scenario: Scenario) -> None:
             "parallelism.tp_comm_overlap = true: the runtime's tensor-parallel collectives block (DTensor, "
             "no userbuffer overlap); set tp_comm_overlap = false to run this plan"
         )
+    if t.packed_document_tokens is not None:
+        raise PlanError(
+            f"training.packed_document_tokens = {t.packed_document_tokens}: the runtime trains each sequence "
+            "as one causal document; simulate the plan, or remove the key to run it"
+        )
     offloads = [k for k in ("activation_offload", "optimizer_cpu_offload") if getattr(t, k)]
     if offloads:
         raise PlanError(

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal
 
+from pydantic import Field
+
 from plancast.simulator.fields import Strict
 
 if TYPE_CHECKING:
@@ -44,6 +46,16 @@ class AttentionTrainingKeys(Strict):
     AutoModel's gpt-oss builds one for its sliding layers), false otherwise: torch SDPA takes a window
     only as a dense mask, and no published figure says whether cuDNN's fused kernel (Transformer
     Engine's, which takes gpt-oss's window from cuDNN 9.2) skips the tiles outside its band."""
+    packed_document_tokens: int | None = Field(default=None, gt=0)
+    """Sequences packed from documents of about this many tokens, each attending only within itself
+    (Megatron-Core's THD format with cu_seqlens, which Megatron-Bridge's packed SFT runs; FlashAttention's
+    varlen kernel; a FlexAttention document mask): the fused core computes each document's causal
+    triangle, (L + 1) / (seq_len + 1) of one seq_len-long sequence's for documents of L tokens
+    (costs/attention.py `window_work`). Give the length whose square is the documents' mean square where
+    they differ (a mean length undercounts: the work goes with L^2). Needs flash_attention (an unfused
+    core computes every score, masked or not); a dense block-diagonal mask in torch SDPA skips nothing
+    either: leave the key unset there. Model FLOPs (MFU) count the whole sequence, as Megatron-Bridge's
+    do. Unset: one document per sequence."""
     dsa_indexer_loss: IndexerLoss | None = None
     """How a DeepSeek Sparse Attention model (model.index_topk) trains its indexer (costs/dsa.py). sparse:
     the KL loss over the selected top-k keys only (Megatron-Core's `dsa_indexer_use_sparse_loss`, which
@@ -52,16 +64,41 @@ class AttentionTrainingKeys(Strict):
     trained, its top-k computed without gradients (`dsa_indexer_loss_coeff = 0`). Unset: sparse."""
 
 
-def attention_backend_problems(training: Training) -> list[tuple[str, str]]:
+def attention_backend_problems(training: Training, sparse: bool = False) -> list[tuple[str, str]]:
     """(path, message) when attention_backend names a fused kernel the plan does not run: without
-    flash_attention the attention core is priced unfused (s x s scores) and the key would change nothing."""
+    flash_attention the attention core is priced unfused (s x s scores) and the key would change nothing;
+    and packed documents the core would not skip (unfused), longer than the sequence, or over DeepSeek
+    Sparse Attention (`sparse`: its indexer's top-k over packed documents is not modelled)."""
+    out = _packing_problems(training, sparse)
     if training.attention_backend is None or training.flash_attention:
-        return []
+        return out
     return [
+        *out,
         (
             "training.attention_backend",
             f"{training.attention_backend!r} names a fused attention kernel, but training.flash_attention is "
             "false (the attention core is then priced unfused, and this key would change nothing): set "
             "flash_attention = true, or remove attention_backend",
-        )
+        ),
     ]
+
+
+def _packing_problems(training: Training, sparse: bool) -> list[tuple[str, str]]:
+    doc = training.packed_document_tokens
+    if doc is None:
+        return []
+    path = "training.packed_document_tokens"
+    if doc > training.seq_len:
+        return [(path, f"= {doc} exceeds seq_len ({training.seq_len}); no document outgrows its sequence")]
+    if not training.flash_attention:
+        return [
+            (
+                path,
+                "saves work only in a fused kernel that takes the documents' boundaries, but "
+                "training.flash_attention is false (the unfused core computes every score, masked or not): "
+                "set flash_attention = true, or remove packed_document_tokens",
+            )
+        ]
+    if sparse:
+        return [(path, "over DeepSeek Sparse Attention (model.index_topk) is not modelled; remove it")]
+    return []

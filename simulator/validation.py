@@ -423,7 +423,8 @@ def check_plan(s: Scenario) -> tuple[list[Problem], list[str]]:
     sparse += linear_plan_problems(s.model, s.tp, s.cp, per_op)
     errors.extend(Problem(p.path, p.message) for p in sparse)
     errors.extend(Problem(p.path, p.message) for p in data_parallel_problems(s))
-    errors.extend(Problem(path, message) for path, message in attention_backend_problems(s.training))
+    backend = attention_backend_problems(s.training, s.model.is_sparse_attention)
+    errors.extend(Problem(path, message) for path, message in backend)
     if _check_degrees(s, errors):
         errors.extend(Problem(p.path, p.message) for p in plan_moe_cp_problems(s))
         _check_batch(s, errors)

@@ -120,11 +120,14 @@ def skips_window(s: Scenario) -> bool:
 
 
 def window_work(s: Scenario) -> float:
-    """The attention core's work over a causal model's, averaged over the layers: a windowed layer at
-    window_block_fraction where the fused kernel skips the emptied blocks, 1 elsewhere (an unfused
-    core computes every score, masked or not)."""
+    """The attention core's work over a causal seq_len-long sequence's, averaged over the layers: a
+    windowed layer at window_block_fraction where the fused kernel skips the emptied blocks, 1 elsewhere
+    (an unfused core computes every score, masked or not); with training.packed_document_tokens L, each
+    document's own causal triangle, (L + 1) / (seq_len + 1) of the sequence's, its windows over L."""
     m, t = s.model, s.training
+    doc = min(t.packed_document_tokens or t.seq_len, t.seq_len) if t.flash_attention else t.seq_len
+    packed = (doc + 1) / (t.seq_len + 1)  # documents of L tokens: (s / L) L (L + 1) / 2 over s (s + 1) / 2
     share = sliding_layer_share(m, m.num_hidden_layers)
     if not share or m.sliding_window is None or not t.flash_attention or not skips_window(s):
-        return 1.0
-    return 1 - share + share * window_block_fraction(t.seq_len, m.sliding_window)
+        return packed
+    return packed * (1 - share + share * window_block_fraction(doc, m.sliding_window))

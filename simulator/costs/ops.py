@@ -72,7 +72,7 @@ class Shape:
     fp8_recipe: str = "tensorwise_delayed"  # training.fp8_recipe
     fused_attention: float | None = None  # the causal fused kernel's rate (costs/attention.py); None: not it
     flash_relative: float = 1.0  # the other flash kernel's rate over FlashAttention-2's (FlexAttention's)
-    window_work: float = 1.0  # the fused core's work under sliding windows over causal's (costs/attention.py)
+    window_work: float = 1.0  # the fused core's work (windows, packed documents) over causal's (attention.py)
     sink_rescale: bool = False  # attention sinks applied after a FlexAttention kernel (ops.sink_rescale)
     eager: bool = False  # elementwise ops as eager PyTorch runs them (training.elementwise, costs/eager.py)
     rmsnorm: bool = False
