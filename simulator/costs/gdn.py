@@ -63,9 +63,13 @@ class Gdn:
         m = s.model
         if m.linear_num_key_heads is None:
             return None
-        share = linear_layer_share(m.layer_types, m.num_hidden_layers)
+        return cls.of_model(m, linear_layer_share(m.layer_types, m.num_hidden_layers))
+
+    @classmethod
+    def of_model(cls, m: Model, share: float) -> Gdn:
+        """`m`'s widths (validation has checked all five are set) with `share` of its layers linear."""
         return cls(
-            m.linear_num_key_heads,
+            m.linear_num_key_heads or 0,
             m.linear_num_value_heads or 0,
             m.linear_key_head_dim or 0,
             m.linear_value_head_dim or 0,
@@ -159,15 +163,7 @@ def gdn_params(m: Model) -> tuple[int, int]:
     """(tp-sharded, replicated) parameters of a Gated DeltaNet layer's mixer: in_proj, the convolution's
     weights, dt_bias and A_log (one per value head), out_proj; the gated norm's weight (one value head
     wide) replicated."""
-    g = Gdn(
-        m.linear_num_key_heads or 0,
-        m.linear_num_value_heads or 0,
-        m.linear_key_head_dim or 0,
-        m.linear_value_head_dim or 0,
-        m.linear_conv_kernel_dim or 0,
-        1.0,
-    )
-    h = m.hidden_size
+    g, h = Gdn.of_model(m, 1.0), m.hidden_size
     sharded = h * g.in_proj + (2 * g.qk + g.v) * g.conv + 2 * g.value_heads + g.v * h
     return sharded, g.value_dim
 
