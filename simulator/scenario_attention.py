@@ -51,11 +51,13 @@ class AttentionTrainingKeys(Strict):
     (Megatron-Core's THD format with cu_seqlens, which Megatron-Bridge's packed SFT runs; FlashAttention's
     varlen kernel; a FlexAttention document mask): the fused core computes each document's causal
     triangle, (L + 1) / (seq_len + 1) of one seq_len-long sequence's for documents of L tokens
-    (costs/attention.py `window_work`). Give the length whose square is the documents' mean square where
-    they differ (a mean length undercounts: the work goes with L^2). Needs flash_attention (an unfused
-    core computes every score, masked or not); a dense block-diagonal mask in torch SDPA skips nothing
-    either: leave the key unset there. Model FLOPs (MFU) count the whole sequence, as Megatron-Bridge's
-    do. Unset: one document per sequence."""
+    (costs/attention.py `window_work`). Where lengths differ, give the token-weighted mean length
+    sum(d^2) / sum(d), for which that fraction is exact (the length Megatron-Bridge's FLOP count takes
+    for packed batches, flop_utils.py `core_attn_seq_factor`; a plain mean undercounts). Needs
+    flash_attention (an unfused core computes every score, masked or not); a dense block-diagonal mask
+    in torch SDPA skips nothing either: leave the key unset there. Model FLOPs (MFU) keep Narayanan et
+    al.'s full seq_len x seq_len scores, as for sliding windows (costs/model_flops.py). Unset: one
+    document per sequence."""
     dsa_indexer_loss: IndexerLoss | None = None
     """How a DeepSeek Sparse Attention model (model.index_topk) trains its indexer (costs/dsa.py). sparse:
     the KL loss over the selected top-k keys only (Megatron-Core's `dsa_indexer_use_sparse_loss`, which

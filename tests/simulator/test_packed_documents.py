@@ -54,7 +54,7 @@ def test_shorter_documents_shorten_the_step_and_leave_mfu_flops_and_the_rest_alo
     steps = [_step_s(_scenario(doc)) for doc in (1024, 8192, None)]
     assert steps[0] < steps[1] < steps[2]
     packed, whole = _scenario(1024), _scenario()
-    assert model_flops_per_token(packed) == model_flops_per_token(whole)  # Megatron-Bridge counts seq_len
+    assert model_flops_per_token(packed) == model_flops_per_token(whole)  # eq. 3's seq_len x seq_len
     others = {op.name: op for op in layer_forward(Shape.of(whole)) if op.name != "attention"}
     assert {op.name: op for op in layer_forward(Shape.of(packed)) if op.name != "attention"} == others
 
