@@ -35,6 +35,13 @@ class ModelSparseAttention(Strict):
     one indexer key, ReLU-gated and summed with per-token head weights (eq. 1)."""
     index_head_dim: int | None = Field(default=None, gt=0)
     """Width of an indexer query head and of its one key (DeepSeek-V3.2: 128)."""
+    index_topk_freq: int = Field(default=1, ge=1)
+    """Index sharing (GLM-5.2: 4): one layer in this many computes its top-k with its own indexer, the
+    others reuse the last one's and have no indexer (Megatron-Core `dsa_indexer_topk_freq`; which layers:
+    `indexer_layer_share`). 1: every layer has its own (DeepSeek-V3.2, GLM-5)."""
+    index_skip_topk_offset: int = Field(default=0, ge=0)
+    """Index sharing: the layers before this one (1-based) each compute their own top-k (Megatron-Core
+    `dsa_indexer_skip_topk_offset`; GLM-5.2: 3)."""
 
     @property
     def is_sparse_attention(self) -> bool:
@@ -42,12 +49,33 @@ class ModelSparseAttention(Strict):
         return self.index_topk is not None
 
 
+def indexer_layer_share(m: ModelSparseAttention, num_layers: int) -> float:
+    """Share of the layers that compute their top-k with their own indexer: layer n (1-based) does when
+    max(n - max(offset, 1), 0) is a multiple of index_topk_freq, as Megatron-Bridge counts them
+    (src/megatron/bridge/training/utils/flop_utils.py `count_indexer_layers`, at 067f987). Costs price every
+    block of a stage alike, so a sharing model's blocks carry this share of an indexer (as sliding windows
+    and Gated DeltaNet layers are priced at their mean)."""
+    if num_layers <= 0 or m.index_topk_freq == 1:
+        return 1.0
+    offset = max(m.index_skip_topk_offset, 1)
+    own = sum(max(n - offset, 0) % m.index_topk_freq == 0 for n in range(1, num_layers + 1))
+    return own / num_layers
+
+
 def sparse_attention_problems(m: ModelSparseAttention, is_mla: bool) -> list[PlanProblem]:
     """DSA keys given in part, or without the multi-head latent attention they run over (Megatron-Core's
     `experimental_attention_variant = "dsa"` is an MLA variant, as DeepSeek-V3.2's and GLM-5's are)."""
     given = [k for k in DSA_KEYS if getattr(m, k) is not None]
     if not given:
-        return []
+        return [
+            PlanProblem(
+                f"model.{k}",
+                "shares DeepSeek Sparse Attention's top-k between layers, but the model has no indexer "
+                "(index_topk unset) and the key would change nothing: remove it",
+            )
+            for k in ("index_topk_freq", "index_skip_topk_offset")
+            if getattr(m, k) != ModelSparseAttention.model_fields[k].default
+        ]
     if len(given) < len(DSA_KEYS):
         return [
             PlanProblem(

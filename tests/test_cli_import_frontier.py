@@ -137,13 +137,15 @@ def test_glm_5_layer_types_and_head_widths_are_checked(
         assert code == 2 and refusal in stderr, stderr
 
 
-def test_glm_5_2_index_sharing_is_warned_of(tmp_path: Path) -> None:
-    """GLM-5.2's index_topk_freq (layers reusing an earlier layer's top-k) is not priced: said so."""
+def test_glm_5_2_index_sharing_is_read_not_warned_of(tmp_path: Path) -> None:
+    """GLM-5.2's index_topk_freq (layers reusing an earlier layer's top-k) is priced now
+    (tests/simulator/test_dsa_sharing.py): read into [model], no note."""
     config = {**json.loads((DATA / "glm-5.config.json").read_text()), "index_topk_freq": 4}
     path = tmp_path / "config.json"
     path.write_text(json.dumps(config))
     code, _, stderr = cli_main("import", "hf", str(path), "-o", str(tmp_path / "out.toml"))
-    assert code == 0 and "index_topk_freq = 4 is not modelled" in stderr, stderr
+    assert code == 0 and "not modelled" not in stderr, stderr
+    assert tomllib.loads((tmp_path / "out.toml").read_text())["model"]["index_topk_freq"] == 4
 
 
 def test_qwen3_5_without_its_text_config_is_refused_naming_it(tmp_path: Path) -> None:

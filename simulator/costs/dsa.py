@@ -35,7 +35,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from plancast.simulator.costs.attention import CAUSAL_FRACTION
-from plancast.simulator.costs.op import Op
+from plancast.simulator.costs.op import Op, in_share
+from plancast.simulator.model_sparse import indexer_layer_share
 
 if TYPE_CHECKING:
     from plancast.simulator.costs.ops import MlaRanks, Shape
@@ -56,13 +57,15 @@ class Dsa:
     n_heads: int
     head_dim: int
     loss: str  # sparse, dense or off
+    share: float = 1.0  # of the layers that run their own indexer (model_sparse.py indexer_layer_share)
 
     @classmethod
     def of(cls, s: Scenario) -> Dsa | None:
         m = s.model
         if m.index_topk is None or m.index_n_heads is None or m.index_head_dim is None:
             return None
-        return cls(m.index_topk, m.index_n_heads, m.index_head_dim, s.training.dsa_indexer_loss or "sparse")
+        loss, share = s.training.dsa_indexer_loss or "sparse", indexer_layer_share(m, m.num_hidden_layers)
+        return cls(m.index_topk, m.index_n_heads, m.index_head_dim, loss, share)
 
     @property
     def trained(self) -> bool:
@@ -121,11 +124,12 @@ def dsa_core_ops(x: Shape, r: MlaRanks, d: Dsa) -> list[Op]:
     score_io += INDEX_BYTES * queries * min(d.topk, seq)
     graded = (sparse if d.loss == "sparse" else dense) if d.trained else 0.0
     score_flops = 2.0 * queries * dense * d.n_heads * (d.head_dim + 1)
-    ops = [_rated("index_scores", score_flops, score_io, x, (2.0 * graded / dense, 0.0))]
-    if d.trained:
+    ops = [in_share(_rated("index_scores", score_flops, score_io, x, (2.0 * graded / dense, 0.0)), d.share)]
+    if d.trained:  # the layers that share a top-k have no indexer to train
         target = sparse if d.loss == "sparse" else dense
         io = db * (queries * heads * qk + x.b * seq * qk)
-        ops.append(_rated("index_target", 2.0 * queries * target * heads * qk, io, x, (0.0, 0.0)))
+        target_op = _rated("index_target", 2.0 * queries * target * heads * qk, io, x, (0.0, 0.0))
+        ops.append(in_share(target_op, d.share))
     core_io = db * (queries * heads * (qk + v) + x.b * seq * qk) + INDEX_BYTES * queries * min(d.topk, seq)
     ops.append(_rated("attention", 2.0 * queries * sparse * heads * (qk + v), core_io, x, None))
     return ops
@@ -146,6 +150,11 @@ def dsa_tensor_elements(m: Model, hidden: int) -> list[int]:
     return [(m.q_lora_rank or hidden) * heads * dim, hidden * dim, dim, dim, hidden * heads]
 
 
+def mean_dsa_layer_params(m: Model, hidden: int) -> float:
+    """`dsa_layer_params` over the layers that have an indexer: a sharing model's mean block's."""
+    return dsa_layer_params(m, hidden) * indexer_layer_share(m, m.num_hidden_layers)
+
+
 def dsa_saved_elements(x: Shape, r: MlaRanks, d: Dsa) -> tuple[float, float]:
     """(per local token, per gathered key token) elements a DSA block keeps for backward beside MLA's
     latents and queries (costs/mla.py): the absorbed queries and the core's latent output per head, the
@@ -154,7 +163,8 @@ def dsa_saved_elements(x: Shape, r: MlaRanks, d: Dsa) -> tuple[float, float]:
     per-head keys and values, and when the indexer trains the key its scores' backward reads."""
     heads = x.heads / x.tp
     local = heads * (r.kv_lora + r.rope) + heads * r.kv_lora
-    local += INDEX_BYTES / x.dtype_bytes * min(d.topk, x.kv_s or x.s)
+    # a sharing layer reads the top-k tensor of the layer it shares, and has no indexer of its own
+    local += d.share * INDEX_BYTES / x.dtype_bytes * min(d.topk, x.kv_s or x.s)
     if d.trained:
-        local += d.n_heads * d.head_dim + d.n_heads
-    return local, r.kv_lora + r.rope + (d.head_dim if d.trained else 0)
+        local += d.share * (d.n_heads * d.head_dim + d.n_heads)
+    return local, r.kv_lora + r.rope + (d.share * d.head_dim if d.trained else 0)

@@ -29,10 +29,10 @@ window_work).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from plancast.simulator.costs.op import Op
+from plancast.simulator.costs.op import Op, in_share
 from plancast.simulator.model_linear import linear_layer_share
 
 if TYPE_CHECKING:
@@ -140,11 +140,7 @@ def blend(full: list[Op], linear: list[Op], share: float) -> list[Op]:
     """A hybrid block's attention: the full-attention layers' ops at 1 - `share`, the Gated DeltaNet
     layers' at `share` (work, traffic and calls; a GEMM's per-call term e(F) then sees the blended
     size, within half_gflop / peak, ~0.4 us, of the mean of the two)."""
-    return [_scaled(op, 1.0 - share) for op in full] + [_scaled(op, share) for op in linear]
-
-
-def _scaled(op: Op, share: float) -> Op:
-    return replace(op, flops=op.flops * share, bytes=op.bytes * share, calls=op.calls * share)
+    return [in_share(op, 1.0 - share) for op in full] + [in_share(op, share) for op in linear]
 
 
 def gdn_saved_bytes(x: Shape, g: Gdn, gemm_input_bytes: float) -> float:

@@ -19,8 +19,9 @@ heads, the output projection row-parallel.
 
 from __future__ import annotations
 
-from plancast.simulator.costs.dsa import dsa_layer_params, dsa_saved_elements, dsa_tensor_elements
+from plancast.simulator.costs.dsa import dsa_saved_elements, dsa_tensor_elements, mean_dsa_layer_params
 from plancast.simulator.costs.ops import MlaRanks, Shape
+from plancast.simulator.model_sparse import indexer_layer_share
 from plancast.simulator.scenario import Model
 
 MLA_PROJECTIONS = frozenset({"q_down", "q_up", "q_proj", "kv_down", "kv_up"})
@@ -40,7 +41,7 @@ def mla_projection_features(name: str, x: Shape, r: MlaRanks) -> float:
     return float(features[name])
 
 
-def mla_layer_params(m: Model, hidden: int, heads: int) -> tuple[int, int]:
+def mla_layer_params(m: Model, hidden: int, heads: int) -> tuple[int, float]:
     """(tp-sharded, replicated) parameters of one MLA attention: the up- and output projections are
     split over tp; the down-projections and the two latent RMSNorms are duplicated (module docstring).
     No biases (DeepSeek-V2/V3 and Kimi-K2 set attention_bias = false)."""
@@ -51,7 +52,7 @@ def mla_layer_params(m: Model, hidden: int, heads: int) -> tuple[int, int]:
     kv_sharded = kv_lora * heads * (qk - rope_dim + v)  # kv_b_proj
     kv_replicated = hidden * (kv_lora + rope_dim) + kv_lora  # kv_a_proj_with_mqa and kv_a_layernorm
     out = heads * v * hidden  # o_proj
-    indexer = dsa_layer_params(m, hidden)  # DeepSeek Sparse Attention's, duplicated (costs/dsa.py)
+    indexer = mean_dsa_layer_params(m, hidden)  # DeepSeek Sparse Attention's, duplicated (costs/dsa.py)
     return q_sharded + kv_sharded + out, q_replicated + kv_replicated + indexer
 
 
@@ -85,7 +86,9 @@ def cp_kv_elements_per_token(m: Model, tp: int) -> int:
     normalised latent c_KV and the rotary key k_R, kv_lora_rank + qk_rope_head_dim, for MLA (duplicated
     over tp, so whole on each; the receiver up-projects them, `mla_attention_forward`), else the packed K
     and V of its key/value heads split over tp. Under DeepSeek Sparse Attention the indexer's one key a
-    token (index_head_dim) goes with the latent: every query scores every earlier token (costs/dsa.py)."""
+    token (index_head_dim) goes with the latent: every query scores every earlier token (costs/dsa.py); under
+    index sharing only the layers with an indexer send it (a mean block's share)."""
     if m.kv_lora_rank is not None:
-        return m.kv_lora_rank + (m.qk_rope_head_dim or 0) + (m.index_head_dim or 0)
+        indexer = round((m.index_head_dim or 0) * indexer_layer_share(m, m.num_hidden_layers))
+        return m.kv_lora_rank + (m.qk_rope_head_dim or 0) + indexer
     return 2 * (m.kv_heads * m.qk_head_dim // tp)

@@ -4,7 +4,7 @@ and calibration's rows all read."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 Category = Literal["matmul", "attention", "memory"]
@@ -54,3 +54,12 @@ def pass_multiple(op: Op) -> float:
     """Forward plus backward time of `op` over its forward's (1 + both `backward_multiples`)."""
     grad_in, grad_w = backward_multiples(op)
     return 1.0 + grad_in + grad_w
+
+
+def in_share(op: Op, share: float) -> Op:
+    """`op` as a mean block issues it when only `share` of the model's layers run it (its work, traffic
+    and calls scaled: a hybrid's Gated DeltaNet layers, costs/gdn.py; DeepSeek Sparse Attention's indexer
+    under index sharing, costs/dsa.py)."""
+    if share == 1.0:
+        return op
+    return replace(op, flops=op.flops * share, bytes=op.bytes * share, calls=op.calls * share)

@@ -23,7 +23,7 @@ from plancast.simulator.costs.dsa import Dsa, dsa_core_ops, indexer_projections,
 from plancast.simulator.costs.fp8 import Recipe, recipe
 from plancast.simulator.costs.gdn import Gdn, blend, gdn_mixer, gdn_projections, output_gate
 from plancast.simulator.costs.moe_gemm import grouped_gemm_rate, multi_stream_experts, per_expert_quantize
-from plancast.simulator.costs.op import Op
+from plancast.simulator.costs.op import Op, in_share
 from plancast.simulator.expert_bias import expert_bias_add, probs_bytes
 from plancast.simulator.model_dropout import dropout_probabilities
 from plancast.simulator.scenario import Model, Scenario
@@ -323,7 +323,7 @@ def _indexer_forward(x: Shape, r: MlaRanks, d: Dsa) -> list[Op]:
         pointwise.append(rope("index_rope", tokens * (d.n_heads + 1) * r.rope, x))
     if not d.trained:  # computed without gradients: no backward at all
         pointwise = [replace(op, backward=(0.0, 0.0)) for op in pointwise]
-    return gemms + pointwise
+    return [in_share(op, d.share) for op in gemms + pointwise]  # a sharing layer has no indexer
 
 
 def attention_core_forward(x: Shape, k_dim: float, v_dim: float) -> list[Op]:

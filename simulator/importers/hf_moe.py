@@ -75,11 +75,13 @@ def hf_moe_keys(config: Mapping[str, Any], model_type: str) -> tuple[dict[str, A
         return model, notes
     model["n_shared_experts"] = _int(config, "n_shared_experts", 0)
     model["first_k_dense_replace"] = _dense_prefix(config)
-    if config.get("index_topk_freq", 1) != 1:
-        notes.append(
-            f"index_topk_freq = {config['index_topk_freq']!r} is not modelled: every layer is priced with "
-            "its own indexer (GLM-5.2's other layers reuse an earlier layer's top-k and skip theirs)"
-        )
+    for key in ("index_topk_freq", "index_skip_topk_offset"):  # GLM-5.2's index sharing (model_sparse.py)
+        if config.get(key) is not None:
+            value = config[key]
+            least = 1 if key == "index_topk_freq" else 0
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise ConfigImportError(f"{key}: {value!r}; give a whole number of layers, at least {least}")
+            model[key] = value
     if config.get("moe_layer_freq", 1) != 1:
         notes.append(
             f"moe_layer_freq = {config['moe_layer_freq']!r} is not modelled (every layer after "
