@@ -1,6 +1,8 @@
-"""Gated DeltaNet keys of a Hugging Face `config.json` (Qwen3-Next, `qwen3_next`) -> the scenario's
+"""Gated DeltaNet keys of a Hugging Face `config.json` (Qwen3-Next, `qwen3_next`; Qwen3.5's language model,
+the `text_config` of a `qwen3_5` / `qwen3_5_moe` config, `language_model`) -> the scenario's
 linear-attention keys (simulator/model_linear.py). Key names and defaults per transformers'
-configuration_qwen3_next.py (Qwen3NextConfig): `layer_types` where the config lists them, else
+configuration_qwen3_next.py (Qwen3NextConfig; Qwen3.5's text configs take the same keys and add
+`mtp_num_hidden_layers`): `layer_types` where the config lists them, else
 "full_attention" every `full_attention_interval`-th layer (`bool((i + 1) % interval)` linear), and
 modeling_qwen3_next.py: its full attention always gates its output (`q_proj` of 2 x heads x head_dim) and
 normalises each query and key head (`q_norm`, `k_norm`), neither named by a config key; Megatron-Bridge's
